@@ -1,0 +1,56 @@
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import helmet from 'helmet';
+import { pinoHttp } from 'pino-http';
+import { handlers, notImplemented } from './areas';
+import { presentedCredential } from './auth/credentials';
+import type { AppDeps } from './http/context';
+import { createOperationRouter } from './http/api';
+import { ApiError } from './http/errors';
+import { rateLimit } from './http/rate-limit';
+import { requestState, sendError, setRequestState } from './http/respond';
+import { newId } from './lib/ids';
+import { loadSpec } from './spec';
+
+const INCOMING_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+export async function createApp(deps: AppDeps): Promise<Express> {
+  const router = await createOperationRouter(deps, loadSpec(), handlers, notImplemented);
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('query parser', 'simple');
+
+  app.use((req, res, next) => {
+    const incoming = req.headers['x-request-id'];
+    const requestId = typeof incoming === 'string' && INCOMING_REQUEST_ID.test(incoming) ? incoming : newId('request');
+    res.setHeader('X-Request-Id', requestId);
+    setRequestState(req, { requestId, log: deps.logger, credential: presentedCredential(req.headers) });
+    if (app.locals.draining) {
+      res.setHeader('Connection', 'close');
+      sendError(req, res, new ApiError('service_unavailable', 'The server is shutting down; retry shortly.', { headers: { 'Retry-After': '5' } }));
+      return;
+    }
+    next();
+  });
+  app.use(
+    pinoHttp({
+      logger: deps.logger,
+      genReqId: (req) => requestState(req as Request).requestId,
+      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
+      serializers: {
+        req: (req) => ({ id: req.id, method: req.method, url: req.url, remoteAddress: req.remoteAddress }),
+        res: (res) => ({ statusCode: res.statusCode }),
+      },
+    }),
+  );
+  app.use((req, _res, next) => {
+    requestState(req).log = req.log;
+    next();
+  });
+  app.use(helmet());
+  app.use(rateLimit(deps.config.rateLimit.points, deps.config.rateLimit.durationSeconds));
+  app.use(express.json({ limit: deps.config.bodyLimitBytes, type: ['application/json', 'application/*+json'] }));
+  app.use((req, res) => router.handle(req, res));
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
+  return app;
+}

@@ -1,0 +1,7 @@
+import type { Handlers } from '../../http/api';
+
+export const healthHandlers = {
+  async getHealth() {
+    return { status: 200, body: { ok: true, service: 'mcp-control-plane' } };
+  },
+} satisfies Partial<Handlers>;

@@ -1,0 +1,27 @@
+import type { Handlers } from '../../http/api';
+import { pageRequest } from '../../http/pagination';
+import * as destinations from './notification-destinations.service';
+
+export const notificationDestinationsHandlers = {
+  async listNotificationDestinations({ query }, ctx) {
+    const page = pageRequest(query, 'notificationDestination');
+    return { status: 200, body: await destinations.list(ctx, page, { type: query.type, is_active: query.is_active }) };
+  },
+  async createNotificationDestination({ body }, ctx) {
+    const created = await destinations.create(ctx, body);
+    return { status: 201, body: created, headers: { Location: `/notification-destination/${created.id}` } };
+  },
+  async getNotificationDestination({ params }, ctx) {
+    return { status: 200, body: await destinations.get(ctx, params.id) };
+  },
+  async updateNotificationDestination({ params, body }, ctx) {
+    return { status: 200, body: await destinations.update(ctx, params.id, body) };
+  },
+  async deleteNotificationDestination({ params }, ctx) {
+    await destinations.remove(ctx, params.id);
+    return { status: 204 };
+  },
+  async testNotificationDestination({ params }, ctx) {
+    return { status: 200, body: await destinations.test(ctx, params.id) };
+  },
+} satisfies Partial<Handlers>;

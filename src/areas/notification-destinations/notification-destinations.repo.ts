@@ -1,0 +1,73 @@
+import type { Selectable, Updateable } from 'kysely';
+import type { Db } from '../../db/database';
+import type { Database, NewRow, NotificationDestinationsTable } from '../../db/schema';
+import type { PageRequest } from '../../http/pagination';
+
+const COLUMNS = [
+  'id', 'org_id', 'name', 'type', 'config', 'webhook_url_enc', 'event_types', 'is_active', 'created_by_user_id',
+  'last_test_at', 'last_test_status', 'last_test_error', 'created_at', 'updated_at',
+] as const;
+
+export type DestinationRow = Pick<Selectable<NotificationDestinationsTable>, (typeof COLUMNS)[number]>;
+type Executor = Db | import('kysely').Transaction<Database>;
+
+export function listDestinations(db: Executor, orgId: string, page: PageRequest, filter: { type?: string; is_active?: boolean }) {
+  return db
+    .selectFrom('notification_destinations')
+    .select(COLUMNS)
+    .where('org_id', '=', orgId)
+    .$if(page.after !== undefined, (q) => q.where('id', '>', page.after as string))
+    .$if(filter.type !== undefined, (q) => q.where('type', '=', filter.type as 'slack' | 'email'))
+    .$if(filter.is_active !== undefined, (q) => q.where('is_active', '=', filter.is_active as boolean))
+    .orderBy('id')
+    .limit(page.limit + 1)
+    .execute();
+}
+
+export function findDestination(db: Executor, orgId: string, id: string, forUpdate = false) {
+  return db
+    .selectFrom('notification_destinations')
+    .select(COLUMNS)
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .$if(forUpdate, (q) => q.forUpdate())
+    .executeTakeFirst();
+}
+
+export function insertDestination(db: Executor, values: NewRow<'notification_destinations'>) {
+  return db.insertInto('notification_destinations').values(values).returning(COLUMNS).executeTakeFirstOrThrow();
+}
+
+export function updateDestination(db: Executor, orgId: string, id: string, changes: Updateable<NotificationDestinationsTable>) {
+  return db
+    .updateTable('notification_destinations')
+    .set({ ...changes, updated_at: new Date() })
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .returning(COLUMNS)
+    .executeTakeFirst();
+}
+
+/** Records a test delivery; not a settings change, so `updated_at` stays. */
+export function recordTest(db: Executor, orgId: string, id: string, test: { at: Date; status: 'ok' | 'failed'; error: string | null }) {
+  return db
+    .updateTable('notification_destinations')
+    .set({ last_test_at: test.at, last_test_status: test.status, last_test_error: test.error })
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .returning(COLUMNS)
+    .executeTakeFirst();
+}
+
+export function deleteDestination(db: Executor, orgId: string, id: string) {
+  return db
+    .deleteFrom('notification_destinations')
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .returning(['id', 'name', 'type'])
+    .executeTakeFirst();
+}
+
+export function findOrganizationName(db: Executor, orgId: string) {
+  return db.selectFrom('organizations').select(['name']).where('id', '=', orgId).executeTakeFirst();
+}

@@ -1,0 +1,207 @@
+import type { components } from '../../../generated/openapi';
+import type { NotificationDestinationConfigRow } from '../../db/schema';
+import { EVENT_TYPES, type EventType } from '../../events/catalog';
+import { sendEmailMessage, sendSlackMessage, type DeliveryOutcome } from '../../events/senders';
+import type { RequestContext } from '../../http/context';
+import { ApiError, isUniqueViolation, notFound, type ValidationProblem } from '../../http/errors';
+import { toPage, type Page, type PageRequest } from '../../http/pagination';
+import { validationError } from '../../http/api';
+import { newId } from '../../lib/ids';
+import { refuseUrl } from '../../lib/outbound';
+import * as repo from './notification-destinations.repo';
+
+type Destination = components['schemas']['NotificationDestination'];
+type Create = components['schemas']['NotificationDestinationCreate'];
+type Update = components['schemas']['NotificationDestinationUpdate'];
+type TestResult = components['schemas']['NotificationDestinationTestResult'];
+
+const WHAT = 'notification destination';
+const NAME_CONSTRAINT = 'notification_destinations_org_id_name_key';
+const EMAIL_ONLY = new Set(['to', 'cc', 'bcc']);
+const SLACK_ONLY = new Set(['webhook_url']);
+
+/** The encryption context binds a stored webhook URL to its destination. */
+const webhookContext = (id: string) => `notification_destinations.webhook_url:${id}`;
+
+const inCatalogOrder = (types: readonly string[]): EventType[] =>
+  EVENT_TYPES.filter((type) => types.includes(type));
+
+export function toDestination(row: repo.DestinationRow): Destination {
+  return {
+    id: row.id,
+    name: row.name,
+    type: row.type,
+    config: {
+      to: row.config.to,
+      cc: row.config.cc,
+      bcc: row.config.bcc,
+      subject_prefix: row.config.subject_prefix,
+      has_webhook_url: row.webhook_url_enc !== null,
+    },
+    event_types: inCatalogOrder(row.event_types),
+    is_active: row.is_active,
+    created_at: row.created_at.toISOString(),
+    updated_at: row.updated_at.toISOString(),
+    created_by_user_id: row.created_by_user_id,
+    last_test_at: row.last_test_at?.toISOString() ?? null,
+    last_test_status: row.last_test_status,
+    last_test_error: row.last_test_error,
+  };
+}
+
+function checkWebhookUrl(ctx: RequestContext, url: string): void {
+  const reason = refuseUrl(url, ctx.deps.config.outbound);
+  if (reason) {
+    throw new ApiError('outbound_url_not_allowed', `config.webhook_url ${reason}.`, {
+      errors: [{ in: 'body', pointer: '/config/webhook_url', message: reason }],
+    });
+  }
+}
+
+const nameTaken = (name: string) => new ApiError('name_taken', `Another notification destination of this organization is named "${name}".`);
+
+/** Unique-name conflicts surface when the transaction fails; they become 409 name_taken. */
+async function guardName<T>(name: string | undefined, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (err) {
+    if (name !== undefined && isUniqueViolation(err, NAME_CONSTRAINT)) throw nameTaken(name);
+    throw err;
+  }
+}
+
+export async function list(ctx: RequestContext, page: PageRequest, filter: { type?: string; is_active?: boolean }): Promise<Page<Destination>> {
+  const rows = await repo.listDestinations(ctx.db, ctx.orgId, page, filter);
+  return toPage(rows, page, toDestination);
+}
+
+export async function get(ctx: RequestContext, id: string): Promise<Destination> {
+  const row = await repo.findDestination(ctx.db, ctx.orgId, id);
+  if (!row) throw notFound(WHAT, id);
+  return toDestination(row);
+}
+
+export async function create(ctx: RequestContext, body: Create): Promise<Destination> {
+  const id = newId('notificationDestination');
+  let config: NotificationDestinationConfigRow;
+  let webhookUrlEnc: string | null = null;
+  if (body.type === 'slack') {
+    checkWebhookUrl(ctx, body.config.webhook_url);
+    webhookUrlEnc = ctx.deps.secrets.seal(body.config.webhook_url, webhookContext(id));
+    config = { to: [], cc: [], bcc: [], subject_prefix: body.config.subject_prefix ?? null };
+  } else {
+    config = { to: body.config.to, cc: body.config.cc ?? [], bcc: body.config.bcc ?? [], subject_prefix: body.config.subject_prefix ?? null };
+  }
+  const eventTypes = inCatalogOrder(body.event_types);
+  const isActive = body.is_active ?? true;
+  return guardName(body.name, () =>
+    ctx.write(async (w) => {
+      const row = await repo.insertDestination(w.db, {
+        id,
+        org_id: ctx.orgId,
+        name: body.name,
+        type: body.type,
+        config: JSON.stringify(config),
+        webhook_url_enc: webhookUrlEnc,
+        event_types: eventTypes,
+        is_active: isActive,
+        created_by_user_id: ctx.user,
+      });
+      w.audit({ targetId: id, changes: { name: body.name, type: body.type, event_types: eventTypes, is_active: isActive, config } });
+      return toDestination(row);
+    }),
+  );
+}
+
+export async function update(ctx: RequestContext, id: string, body: Update): Promise<Destination> {
+  return guardName(body.name, () =>
+    ctx.write(async (w) => {
+      const row = await repo.findDestination(w.db, ctx.orgId, id, true);
+      if (!row) throw notFound(WHAT, id);
+      if (body.type !== undefined && body.type !== row.type) {
+        throw new ApiError('immutable_field', `The type of a destination cannot change (it is ${row.type}); create a new destination instead.`, {
+          errors: [{ in: 'body', pointer: '/type', message: `must be ${row.type}` }],
+        });
+      }
+      const changes: Parameters<typeof repo.updateDestination>[3] = {};
+      const audit: Record<string, unknown> = {};
+      if (body.config) {
+        const misplaced: ValidationProblem[] = Object.keys(body.config)
+          .filter((key) => (row.type === 'slack' ? EMAIL_ONLY : SLACK_ONLY).has(key))
+          .map((key) => ({ in: 'body', pointer: `/config/${key}`, message: `does not apply to ${row.type} destinations` }));
+        if (misplaced.length > 0) throw validationError(misplaced);
+        const { webhook_url: webhookUrl, ...settings } = body.config;
+        if (webhookUrl !== undefined) {
+          checkWebhookUrl(ctx, webhookUrl);
+          changes.webhook_url_enc = ctx.deps.secrets.seal(webhookUrl, webhookContext(id));
+          audit.webhook_url = '[changed]';
+        }
+        if (Object.keys(settings).length > 0) {
+          const merged = { ...row.config, ...settings };
+          changes.config = JSON.stringify(merged);
+          audit.config = settings;
+        }
+      }
+      if (body.name !== undefined) changes.name = audit.name = body.name;
+      if (body.event_types !== undefined) changes.event_types = audit.event_types = inCatalogOrder(body.event_types);
+      if (body.is_active !== undefined) changes.is_active = audit.is_active = body.is_active;
+      const updated = Object.keys(changes).length > 0 ? await repo.updateDestination(w.db, ctx.orgId, id, changes) : row;
+      if (!updated) throw notFound(WHAT, id);
+      w.audit({ targetId: id, changes: audit });
+      return toDestination(updated);
+    }),
+  );
+}
+
+export async function remove(ctx: RequestContext, id: string): Promise<void> {
+  await ctx.write(async (w) => {
+    const deleted = await repo.deleteDestination(w.db, ctx.orgId, id);
+    if (!deleted) throw notFound(WHAT, id);
+    w.audit({ targetId: id, changes: { name: deleted.name, type: deleted.type } });
+  });
+}
+
+function testText(destinationName: string, orgName: string, events: readonly string[]): string {
+  return [
+    `This is a test message from the MCP control plane for the notification destination "${destinationName}" of ${orgName}.`,
+    `It is subscribed to: ${events.length > 0 ? events.join(', ') : 'no events'}.`,
+  ].join('\n');
+}
+
+async function deliverTest(ctx: RequestContext, row: repo.DestinationRow, orgName: string): Promise<DeliveryOutcome> {
+  const prefix = row.config.subject_prefix ? `${row.config.subject_prefix} ` : '';
+  const text = testText(row.name, orgName, row.event_types);
+  if (row.type === 'email') {
+    return sendEmailMessage(ctx.deps.mailer, {
+      to: row.config.to,
+      cc: row.config.cc,
+      bcc: row.config.bcc,
+      subject: `${prefix}Test notification from the MCP control plane`,
+      text,
+    });
+  }
+  if (!row.webhook_url_enc) return { status: 'failed', error: 'No webhook URL is stored; set config.webhook_url.' };
+  let url: string;
+  try {
+    url = ctx.deps.secrets.open(row.webhook_url_enc, webhookContext(row.id));
+  } catch {
+    return { status: 'failed', error: 'The stored webhook URL cannot be decrypted (was ENCRYPTION_KEY changed?); set config.webhook_url again.' };
+  }
+  return sendSlackMessage(url, `${prefix}${text}`, ctx.deps.config.outbound, ctx.deps.config.outbound.timeoutMs);
+}
+
+/** Sends first, outside any transaction, then records the outcome with its audit entry. */
+export async function test(ctx: RequestContext, id: string): Promise<TestResult> {
+  const row = await repo.findDestination(ctx.db, ctx.orgId, id);
+  if (!row) throw notFound(WHAT, id);
+  const org = await repo.findOrganizationName(ctx.db, ctx.orgId);
+  const outcome = await deliverTest(ctx, row, org?.name ?? ctx.orgId);
+  const at = new Date();
+  const updated = await ctx.write(async (w) => {
+    const recorded = await repo.recordTest(w.db, ctx.orgId, id, { at, ...outcome });
+    if (!recorded) throw notFound(WHAT, id);
+    w.audit({ targetId: id, changes: { last_test_status: outcome.status } });
+    return recorded;
+  });
+  return { status: outcome.status, error: outcome.error, destination: toDestination(updated) };
+}

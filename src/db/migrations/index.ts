@@ -1,0 +1,10 @@
+import type { Migration } from 'kysely';
+import * as foundation from './2026_11_22_0001_foundation';
+
+/**
+ * Every migration, in order. An explicit list instead of a folder scan, so the same code
+ * runs from TypeScript sources, compiled output and Jest alike.
+ */
+export const migrations: Record<string, Migration> = {
+  '2026_11_22_0001_foundation': foundation,
+};

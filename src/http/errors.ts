@@ -1,0 +1,68 @@
+import type { components } from '../../generated/openapi';
+
+export type ErrorCode = components['schemas']['ErrorCode'];
+export type ErrorBody = components['schemas']['Error'];
+export type ValidationProblem = components['schemas']['ValidationProblem'];
+
+/**
+ * Status and title of every code. Typed by the spec's ErrorCode enum in both directions:
+ * a code added to the spec without an entry here, or an entry the spec lacks, does not compile.
+ */
+export const ERROR_CATALOG: { readonly [C in ErrorCode]: { status: number; title: string } } = {
+  validation_failed: { status: 400, title: 'Request is not valid' },
+  malformed_json: { status: 400, title: 'Body is not valid JSON' },
+  invalid_cursor: { status: 400, title: 'Cursor is not valid' },
+  organization_header_required: { status: 400, title: 'Organization header required' },
+  immutable_field: { status: 400, title: 'Member cannot change' },
+  outbound_url_not_allowed: { status: 400, title: 'URL not allowed' },
+  dynamic_toolbox_immutable: { status: 400, title: 'Dynamic toolbox cannot change' },
+  unauthenticated: { status: 401, title: 'Authentication required' },
+  invalid_token: { status: 401, title: 'Credential not valid' },
+  missing_permission: { status: 403, title: 'Permission missing' },
+  not_a_member: { status: 403, title: 'Not a member of the organization' },
+  mfa_setup_required: { status: 403, title: 'Second factor required' },
+  requires_person: { status: 403, title: 'Reserved for a person' },
+  step_up_required: { status: 403, title: 'Fresh second factor required' },
+  entitlement_exceeded: { status: 403, title: 'Plan limit reached' },
+  not_found: { status: 404, title: 'Not found' },
+  method_not_allowed: { status: 405, title: 'Method not allowed' },
+  conflict: { status: 409, title: 'Conflict' },
+  name_taken: { status: 409, title: 'Name already in use' },
+  last_owner: { status: 409, title: 'Last owner' },
+  mfa_required_by_organization: { status: 409, title: 'Second factor required by an organization' },
+  payload_too_large: { status: 413, title: 'Body too large' },
+  unsupported_media_type: { status: 415, title: 'Media type not supported' },
+  rate_limited: { status: 429, title: 'Too many requests' },
+  internal_error: { status: 500, title: 'Internal error' },
+  not_implemented: { status: 501, title: 'Not implemented' },
+  service_unavailable: { status: 503, title: 'Service unavailable' },
+};
+
+/** An error a client caused or must react to. Thrown anywhere; rendered once as the Error object. */
+export class ApiError extends Error {
+  override readonly name = 'ApiError';
+  readonly status: number;
+
+  constructor(
+    readonly code: ErrorCode,
+    readonly detail: string,
+    readonly options: { errors?: ValidationProblem[]; headers?: Record<string, string> } = {},
+  ) {
+    super(detail);
+    this.status = ERROR_CATALOG[code].status;
+  }
+}
+
+export function errorBody(code: ErrorCode, detail: string, requestId: string, errors: ValidationProblem[] = []): ErrorBody {
+  const { status, title } = ERROR_CATALOG[code];
+  return { type: `/problems/${code}`, title, status, code, detail, request_id: requestId, errors };
+}
+
+export const notFound = (what: string, id: string): ApiError =>
+  new ApiError('not_found', `No ${what} ${id} in this organization.`);
+
+/** Postgres unique-violation on the named constraint (works for pg and PGlite errors alike). */
+export function isUniqueViolation(err: unknown, constraint: string): boolean {
+  const e = err as { code?: string; constraint?: string; message?: string } | null;
+  return !!e && e.code === '23505' && (e.constraint === constraint || (e.message ?? '').includes(`"${constraint}"`));
+}

@@ -1,0 +1,38 @@
+import { isId, type IdKind } from '../lib/ids';
+import { ApiError } from './errors';
+
+export interface PageRequest {
+  limit: number;
+  /** The id after which the page starts; undefined for the first page. */
+  after: string | undefined;
+}
+
+export interface Page<T> {
+  data: T[];
+  next_cursor: string | null;
+}
+
+export const DEFAULT_LIMIT = 50;
+
+/**
+ * Cursors are opaque to clients: base64url of the last id of the previous page. Decoding
+ * checks that it names an id of the listed kind, so a cursor from another list is refused.
+ */
+export function pageRequest(query: { limit?: number; cursor?: string }, kind: IdKind): PageRequest {
+  const limit = query.limit ?? DEFAULT_LIMIT;
+  if (query.cursor === undefined) return { limit, after: undefined };
+  const after = Buffer.from(query.cursor, 'base64url').toString('utf8');
+  if (!isId(kind, after)) throw new ApiError('invalid_cursor', 'The cursor does not belong to this list; start again without it.');
+  return { limit, after };
+}
+
+/** Rows fetched with `limit + 1`: the extra row only tells whether another page exists. */
+export function toPage<R extends { id: string }, T>(rows: R[], request: PageRequest, map: (row: R) => T): Page<T> {
+  const more = rows.length > request.limit;
+  const pageRows = more ? rows.slice(0, request.limit) : rows;
+  const last = pageRows[pageRows.length - 1];
+  return {
+    data: pageRows.map(map),
+    next_cursor: more && last ? Buffer.from(last.id, 'utf8').toString('base64url') : null,
+  };
+}

@@ -1,0 +1,35 @@
+import { monotonicFactory } from 'ulid';
+
+/**
+ * Every resource id is `<prefix>_<ulid>` in lowercase Crockford base32: sortable, so id order
+ * is creation order and keyset pagination on the primary key is creation order too.
+ * The prefixes are listed once here and in spec/schemas/ids.yml.
+ */
+export const ID_PREFIXES = {
+  organization: 'org',
+  user: 'usr',
+  role: 'role',
+  team: 'team',
+  apiToken: 'tok',
+  session: 'ses',
+  passkey: 'pkey',
+  notificationDestination: 'onfd',
+  auditEvent: 'aud',
+  outboxEvent: 'evt',
+  request: 'req',
+} as const;
+
+export type IdKind = keyof typeof ID_PREFIXES;
+
+const nextUlid = monotonicFactory();
+
+export function newId(kind: IdKind): string {
+  return `${ID_PREFIXES[kind]}_${nextUlid().toLowerCase()}`;
+}
+
+const SUFFIX = /^[0-7][0-9a-hjkmnp-tv-z]{25}$/;
+
+export function isId(kind: IdKind, value: string): boolean {
+  const prefix = `${ID_PREFIXES[kind]}_`;
+  return value.startsWith(prefix) && SUFFIX.test(value.slice(prefix.length));
+}
