@@ -1117,6 +1117,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            400: components["responses"]["BadRequest"];
         };
     };
     getOpenApiJson: {
@@ -1129,6 +1130,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiJson"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     getOpenApiYaml: {
@@ -1141,6 +1144,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiYaml"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     getSchemaOpenApiJson: {
@@ -1153,6 +1158,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiJson"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     getSchemaOpenApiYml: {
@@ -1165,6 +1172,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiYaml"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
         };
     };
     getCurrentUser: {

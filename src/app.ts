@@ -4,17 +4,25 @@ import { pinoHttp } from 'pino-http';
 import { handlers, notImplemented } from './areas';
 import { presentedCredential } from './auth/credentials';
 import type { AppDeps } from './http/context';
-import { createOperationRouter } from './http/api';
+import { createOperationRouter, type Handlers } from './http/api';
+import type { OperationId } from '../generated/operations';
 import { ApiError } from './http/errors';
 import { rateLimit } from './http/rate-limit';
 import { requestState, sendError, setRequestState } from './http/respond';
 import { newId } from './lib/ids';
-import { loadSpec } from './spec';
+import { loadSpec, type OpenApiDocument } from './spec';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
-export async function createApp(deps: AppDeps): Promise<Express> {
-  const router = await createOperationRouter(deps, loadSpec(), handlers, notImplemented);
+export interface AppOptions {
+  /** Another document and handlers than the service's own; tests of the shared machinery use small fixtures. */
+  spec?: OpenApiDocument;
+  handlers?: Handlers;
+  notImplemented?: ReadonlySet<OperationId>;
+}
+
+export async function createApp(deps: AppDeps, options: AppOptions = {}): Promise<Express> {
+  const router = await createOperationRouter(deps, options.spec ?? loadSpec(), options.handlers ?? handlers, options.notImplemented ?? notImplemented);
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);

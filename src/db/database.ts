@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { Kysely, Migrator, PostgresDialect, type Dialect } from 'kysely';
@@ -35,9 +35,18 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     return { db, kind: 'postgres', close: () => db.destroy() };
   }
   let pglite = options.pglite;
+  let releaseLock = () => {};
   if (!pglite) {
-    if (options.dataDir) mkdirSync(options.dataDir, { recursive: true });
-    pglite = await PGlite.create(options.dataDir ? join(options.dataDir, 'pgdata') : undefined);
+    if (options.dataDir) {
+      mkdirSync(options.dataDir, { recursive: true });
+      releaseLock = lockDataDir(options.dataDir);
+    }
+    try {
+      pglite = await PGlite.create(options.dataDir ? join(options.dataDir, 'pgdata') : undefined);
+    } catch (err) {
+      releaseLock();
+      throw err;
+    }
   }
   const dialect: Dialect = new PGliteDialect(pglite);
   const db = new Kysely<Database>({ dialect });
@@ -48,8 +57,36 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     close: async () => {
       await db.destroy();
       if (!owned.closed) await owned.close();
+      releaseLock();
     },
   };
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * The embedded database is one process's files: a second process opening them at the same
+ * time would corrupt them. A pid file guards against that (a stale one is taken over).
+ */
+function lockDataDir(dataDir: string): () => void {
+  const file = join(dataDir, 'pgdata.lock');
+  try {
+    writeFileSync(file, String(process.pid), { flag: 'wx' });
+  } catch {
+    const holder = Number(readFileSync(file, 'utf8').trim());
+    if (holder && holder !== process.pid && processAlive(holder)) {
+      throw new Error(`The embedded database in ${dataDir} is in use by process ${holder}. Stop it first, or set DATABASE_URL to use a PostgreSQL server.`);
+    }
+    writeFileSync(file, String(process.pid));
+  }
+  return () => rmSync(file, { force: true });
 }
 
 /** Brings the schema to the latest migration. Fails loudly and names the migration that broke. */

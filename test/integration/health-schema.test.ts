@@ -1,0 +1,57 @@
+import YAML from 'yaml';
+import { startTestApp, type TestApp } from '../support/app';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(() => t.close());
+
+describe('getHealth', () => {
+  it('answers ok without a credential', async () => {
+    const res = await t.call('GET', '/health');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ ok: true, service: 'mcp-control-plane' });
+  });
+
+  it('refuses unknown query parameters', async () => {
+    const res = await t.call('GET', '/health?verbose=1');
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('validation_failed');
+    expect(res.body.errors).toEqual([{ in: 'query', pointer: '/verbose', message: 'is not a parameter of this operation' }]);
+  });
+});
+
+describe('OpenAPI documents', () => {
+  it('serves the same JSON at /openapi.json and /schema/openapi.json, naming this server', async () => {
+    const a = await t.call('GET', '/openapi.json');
+    const b = await t.call('GET', '/schema/openapi.json');
+    expect(a.status).toBe(200);
+    expect(a.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(a.text).toBe(b.text);
+    expect(a.body.openapi).toBe('3.1.0');
+    expect(a.body.info.version).toBe('0.1.0');
+    expect(a.body.servers).toEqual([{ url: t.url, description: 'This deployment.' }]);
+  });
+
+  it('serves the same document as YAML at /openapi.yaml and /schema/openapi.yml', async () => {
+    const json = await t.call('GET', '/openapi.json');
+    const a = await t.call('GET', '/openapi.yaml');
+    const b = await t.call('GET', '/schema/openapi.yml');
+    expect(a.status).toBe(200);
+    expect(a.headers.get('content-type')).toMatch(/^application\/yaml/);
+    expect(a.text).toBe(b.text);
+    expect(YAML.parse(a.text)).toEqual(json.body);
+  });
+
+  it('lists every tag of the service description, in its order', async () => {
+    const { body } = await t.call('GET', '/openapi.json');
+    expect(body.tags.map((tag: { name: string }) => tag.name)).toEqual([
+      'Health', 'Schema', 'Auth', 'Current user', 'Organizations', 'Entitlements', 'Permissions', 'Roles', 'Teams',
+      'Members', 'Invites', 'Org domains', 'Audit log', 'Connectors', 'Custom connectors', 'Connections', 'Templates',
+      'Toolboxes', 'Synthetic tools', 'MCP control plane', 'MCP OAuth', 'OAuth discovery', 'Restrictions',
+      'Access requests', 'Files', 'Logging destinations', 'Notification destinations', 'SSO connections',
+      'SCIM groups', 'SCIM v2', 'Group mapping',
+    ]);
+  });
+});

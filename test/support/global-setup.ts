@@ -1,0 +1,35 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import { migrateToLatest, openDatabase } from '../../src/db/database';
+import { PG_TEMPLATE_FILE, PGLITE_TEMPLATE, TEMPLATE_DIR, serverUrl, withDatabase } from './database';
+
+/** Migrates one template database; every test file starts from a copy of it. */
+export default async function globalSetup(): Promise<void> {
+  mkdirSync(TEMPLATE_DIR, { recursive: true });
+  const url = serverUrl();
+  if (!url) {
+    const pglite = await PGlite.create();
+    const handle = await openDatabase({ pglite });
+    await migrateToLatest(handle.db);
+    const dump = await pglite.dumpDataDir('gzip');
+    writeFileSync(PGLITE_TEMPLATE, Buffer.from(await dump.arrayBuffer()));
+    await handle.close();
+    return;
+  }
+  const template = `cp_test_template_${process.pid}`;
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  try {
+    // Templates of earlier runs that died before their teardown.
+    const stale = await admin.query<{ datname: string }>(`select datname from pg_database where datname like 'cp_test_%'`);
+    for (const { datname } of stale.rows) await admin.query(`drop database if exists ${datname} with (force)`);
+    await admin.query(`create database ${template}`);
+  } finally {
+    await admin.end();
+  }
+  const handle = await openDatabase({ url: withDatabase(url, template), poolSize: 1 });
+  await migrateToLatest(handle.db);
+  await handle.close();
+  writeFileSync(PG_TEMPLATE_FILE, template);
+}

@@ -1,0 +1,108 @@
+import Ajv2020, { type ValidateFunction } from 'ajv/dist/2020';
+import addFormats from 'ajv-formats';
+import { PathRouter } from '../../src/http/router';
+import { loadSpec, type OpenApiDocument } from '../../src/spec';
+
+const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options', 'trace'];
+
+interface OperationRef {
+  pointer: string;
+  operation: Record<string, any>;
+}
+
+const escape = (s: string) => s.replace(/~/g, '~0').replace(/\//g, '~1');
+
+function stripMappings(node: unknown): void {
+  if (Array.isArray(node)) return node.forEach(stripMappings);
+  if (!node || typeof node !== 'object') return;
+  const record = node as Record<string, any>;
+  if (record.discriminator) delete record.discriminator.mapping;
+  Object.values(record).forEach(stripMappings);
+}
+
+/**
+ * Checks a response against the document: the status must be one the operation declares,
+ * the body must match the schema of its content type, and every response carries
+ * X-Request-Id. Requests that match no operation must answer with the Error object.
+ */
+export class SpecChecker {
+  private readonly ajv: Ajv2020;
+  private readonly routes = new PathRouter<OperationRef>();
+  private readonly validators = new Map<string, ValidateFunction>();
+
+  constructor(private readonly doc: OpenApiDocument = loadSpec()) {
+    const copy = structuredClone(doc) as Record<string, any>;
+    stripMappings(copy);
+    this.ajv = new Ajv2020({ strict: false, allErrors: true, discriminator: true, validateFormats: true });
+    addFormats(this.ajv);
+    this.ajv.addSchema(copy, 'spec');
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const method of METHODS) {
+        if (item[method]) this.routes.add(method, path, { pointer: `/paths/${escape(path)}/${method}`, operation: item[method] });
+      }
+    }
+  }
+
+  private resolve(node: Record<string, any>, pointer: string): { node: Record<string, any>; pointer: string } {
+    let current = node;
+    let at = pointer;
+    while (typeof current.$ref === 'string') {
+      const ref = current.$ref as string;
+      at = ref.slice(1);
+      current = at.split('/').slice(1).reduce((n: any, key) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], this.doc);
+    }
+    return { node: current, pointer: at };
+  }
+
+  private validator(pointer: string): ValidateFunction {
+    let fn = this.validators.get(pointer);
+    if (!fn) {
+      fn = this.ajv.compile({ $ref: `spec#${pointer}` });
+      this.validators.set(pointer, fn);
+    }
+    return fn;
+  }
+
+  check(method: string, rawPath: string, status: number, headers: Headers, body: unknown): string[] {
+    const problems: string[] = [];
+    const path = rawPath.split('?')[0] ?? rawPath;
+    if (!headers.get('x-request-id')) problems.push('no X-Request-Id header');
+    const match = this.routes.match(method, path);
+    const contentType = (headers.get('content-type') ?? '').split(';')[0]?.trim() ?? '';
+    if (!match?.route) {
+      if (status !== 404 && status !== 405) problems.push(`${method} ${path} matches no operation but answered ${status}`);
+      this.checkSchema('/components/schemas/Error', body, problems, 'error body');
+      return problems;
+    }
+    const { operation, pointer } = match.route;
+    const declared = operation.responses?.[String(status)];
+    if (!declared) {
+      problems.push(`${operation.operationId} answered ${status}, which the spec does not declare (declared: ${Object.keys(operation.responses ?? {}).join(', ')})`);
+      return problems;
+    }
+    const response = this.resolve(declared, `${pointer}/responses/${status}`);
+    const content = response.node.content as Record<string, any> | undefined;
+    if (!content) {
+      if (body !== undefined && body !== '' && body !== null) problems.push(`${operation.operationId} ${status} declares no body but sent one`);
+      return problems;
+    }
+    if (!content[contentType]) {
+      problems.push(`${operation.operationId} ${status} answered ${contentType || 'no content type'}; the spec declares ${Object.keys(content).join(', ')}`);
+      return problems;
+    }
+    const schemaPointer = `${response.pointer}/content/${escape(contentType)}/schema`;
+    this.checkSchema(schemaPointer, body, problems, `${operation.operationId} ${status}`);
+    for (const [name, header] of Object.entries<Record<string, any>>(response.node.headers ?? {})) {
+      const resolved = this.resolve(header, '');
+      if (resolved.node.required && !headers.get(name)) problems.push(`${operation.operationId} ${status} lacks the required header ${name}`);
+    }
+    return problems;
+  }
+
+  private checkSchema(pointer: string, body: unknown, problems: string[], what: string): void {
+    const validate = this.validator(pointer);
+    if (!validate(body)) {
+      problems.push(`${what} does not match the spec: ${this.ajv.errorsText(validate.errors, { separator: '; ' })}\nbody: ${JSON.stringify(body).slice(0, 2000)}`);
+    }
+  }
+}
