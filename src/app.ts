@@ -5,7 +5,7 @@ import { handlers, notImplemented } from './areas';
 import { presentedCredential } from './auth/credentials';
 import type { AppDeps } from './http/context';
 import { createOperationRouter, type Handlers } from './http/api';
-import type { OperationId } from '../generated/operations';
+import type { OperationId, OperationMeta } from '../generated/operations';
 import { ApiError } from './http/errors';
 import { rateLimit } from './http/rate-limit';
 import { requestState, sendError, setRequestState } from './http/respond';
@@ -19,10 +19,16 @@ export interface AppOptions {
   spec?: OpenApiDocument;
   handlers?: Handlers;
   notImplemented?: ReadonlySet<OperationId>;
+  operations?: Readonly<Record<string, OperationMeta>>;
 }
 
 export async function createApp(deps: AppDeps, options: AppOptions = {}): Promise<Express> {
-  const router = await createOperationRouter(deps, options.spec ?? loadSpec(), options.handlers ?? handlers, options.notImplemented ?? notImplemented);
+  const router = await createOperationRouter(deps, {
+    spec: options.spec ?? loadSpec(),
+    handlers: options.handlers ?? handlers,
+    notImplemented: options.notImplemented ?? notImplemented,
+    operations: options.operations,
+  });
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);

@@ -3,7 +3,7 @@ import addFormats from 'ajv-formats';
 import type { ErrorObject } from 'ajv';
 import type { Request as ExpressRequest, Response as ExpressResponse } from 'express';
 import { OpenAPIBackend, type Context, type Operation, type Request as BackendRequest } from 'openapi-backend';
-import { operations, type HandlerMap, type OperationId } from '../../generated/operations';
+import { operations as generatedOperations, type HandlerMap, type OperationId, type OperationMeta } from '../../generated/operations';
 import { authenticate, loadOrgAccess, type Authentication, type Caller, type OrgAccess } from '../auth/credentials';
 import { isId } from '../lib/ids';
 import type { OpenApiDocument } from '../spec';
@@ -99,7 +99,17 @@ export interface OperationRouter {
  * operation's security (401), the guard (organization header, membership, second factor,
  * person-only, x-permission: 400/403), media type (415), validation (400), then the handler.
  */
-export async function createOperationRouter(deps: AppDeps, spec: OpenApiDocument, handlers: Handlers, notImplemented: ReadonlySet<OperationId>): Promise<OperationRouter> {
+export interface RouterDefinition {
+  spec: OpenApiDocument;
+  handlers: Handlers;
+  notImplemented: ReadonlySet<OperationId>;
+  /** Per-operation metadata; generated/operations.ts unless a test brings a fixture spec. */
+  operations?: Readonly<Record<string, OperationMeta>>;
+}
+
+export async function createOperationRouter(deps: AppDeps, definition: RouterDefinition): Promise<OperationRouter> {
+  const { spec, handlers, notImplemented } = definition;
+  const operations = (definition.operations ?? generatedOperations) as Readonly<Record<OperationId, OperationMeta>>;
   const api = new OpenAPIBackend({
     definition: documentForValidation(spec) as any,
     strict: false,

@@ -1,0 +1,102 @@
+import { handlers, notImplemented } from '../../src/areas';
+import { operations } from '../../generated/operations';
+import { loadSpec } from '../../src/spec';
+
+const spec = loadSpec();
+const METHODS = ['get', 'put', 'post', 'delete', 'patch'];
+const all = Object.entries(spec.paths).flatMap(([path, item]) =>
+  METHODS.filter((m) => item[m]).map((method) => ({ path, method, item, op: item[method] as Record<string, any> })),
+);
+const params = (e: (typeof all)[number]) => [...(e.item.parameters ?? []), ...(e.op.parameters ?? [])] as Record<string, any>[];
+const isOrgScoped = (e: (typeof all)[number]) => params(e).some((p) => p.$ref === '#/components/parameters/OrganizationId');
+
+describe('the contract', () => {
+  it('has operations', () => {
+    expect(all.length).toBeGreaterThan(0);
+  });
+
+  it.each(all.map((e) => [`${e.method.toUpperCase()} ${e.path}`, e] as const))('%s has a handler and a generated entry', (_name, e) => {
+    const id = e.op.operationId as keyof typeof operations;
+    expect(typeof (handlers as Record<string, unknown>)[id]).toBe('function');
+    expect(operations[id]).toMatchObject({ method: e.method, path: e.path });
+  });
+
+  it('lists as not implemented only operations that exist', () => {
+    for (const id of notImplemented) expect(Object.keys(operations)).toContain(id);
+  });
+
+  it('declares x-permission on every org-scoped operation, from the Permission catalog', () => {
+    const catalog: string[] = spec.components.schemas.Permission.enum;
+    const missing = all.filter((e) => isOrgScoped(e) && !('x-permission' in e.op)).map((e) => e.op.operationId);
+    expect(missing).toEqual([]);
+    const unknown = all.filter((e) => e.op['x-permission'] && !catalog.includes(e.op['x-permission'])).map((e) => e.op.operationId);
+    expect(unknown).toEqual([]);
+  });
+
+  it('declares x-audit on every write', () => {
+    const missing = all.filter((e) => e.method !== 'get' && !('x-audit' in e.op)).map((e) => e.op.operationId);
+    expect(missing).toEqual([]);
+  });
+
+  it('gives every operation a unique camelCase operationId, one tag, a summary and a description', () => {
+    const ids = all.map((e) => e.op.operationId);
+    expect(new Set(ids).size).toBe(ids.length);
+    const tags = new Set(spec.tags && (spec.tags as { name: string }[]).map((t) => t.name));
+    for (const e of all) {
+      expect(e.op.operationId).toMatch(/^[a-z][A-Za-z0-9]+$/);
+      expect(e.op.tags).toHaveLength(1);
+      expect(tags.has(e.op.tags[0])).toBe(true);
+      expect(e.op.summary?.length).toBeGreaterThan(0);
+      expect(e.op.description?.length).toBeGreaterThan(0);
+    }
+  });
+
+  it('answers every org-scoped operation with 400, 401, 403 and 429 in the spec', () => {
+    for (const e of all.filter(isOrgScoped)) {
+      expect(Object.keys(e.op.responses)).toEqual(expect.arrayContaining(['400', '401', '403', '429']));
+    }
+  });
+
+  it('uses the Error object for every error response', () => {
+    const responses = spec.components.responses as Record<string, any>;
+    for (const e of all) {
+      for (const [status, response] of Object.entries<Record<string, any>>(e.op.responses)) {
+        if (Number(status) < 400) continue;
+        const resolved = response.$ref ? responses[response.$ref.split('/').pop()] : response;
+        expect(resolved.content['application/json'].schema).toEqual({ $ref: '#/components/schemas/Error' });
+      }
+    }
+  });
+
+  it('describes every property of every schema', () => {
+    const undocumented: string[] = [];
+    const schemas = spec.components.schemas as Record<string, any>;
+    const visit = (name: string, schema: Record<string, any>) => {
+      for (const [prop, value] of Object.entries<Record<string, any>>(schema.properties ?? {})) {
+        if (value.description || (value.$ref && schemas[value.$ref.split('/').pop()]?.description)) continue;
+        undocumented.push(`${name}.${prop}`);
+      }
+      for (const [key, value] of Object.entries<Record<string, any>>(schema.properties ?? {})) {
+        if (value.type === 'object' || value.properties) visit(`${name}.${key}`, value);
+      }
+    };
+    for (const [name, schema] of Object.entries(schemas)) visit(name, schema);
+    expect(undocumented).toEqual([]);
+  });
+
+  it('documents each error code once, with its status', () => {
+    const codes: string[] = spec.components.schemas.ErrorCode.enum;
+    const described = spec.components.schemas.ErrorCode['x-enumDescriptions'] as Record<string, string>;
+    expect(Object.keys(described).sort()).toEqual([...codes].sort());
+    for (const code of codes) expect(described[code]).toMatch(/^\d{3}: /);
+  });
+
+  it('lists the 20 events of the catalog, the 12 of the description among them', () => {
+    const events: string[] = spec.components.schemas.EventType.enum;
+    expect(events).toHaveLength(20);
+    expect(events).toEqual(expect.arrayContaining([
+      'connection.needs_reauth', 'connection.disconnected', 'member.joined', 'member.removed', 'member.roles_updated',
+      'invite.sent', 'invite.revoked', 'role.created', 'role.updated', 'role.deleted', 'restriction.updated', 'connector.created',
+    ]));
+  });
+});
