@@ -15,6 +15,17 @@ export function serverUrl(): string | null {
   return process.env.TEST_DATABASE_URL || null;
 }
 
+/** Runs statements on the server's maintenance connection (CREATE/DROP DATABASE cannot run in a pool transaction). */
+export async function onServer<T>(url: string, run: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await run(client);
+  } finally {
+    await client.end();
+  }
+}
+
 export function withDatabase(url: string, name: string): string {
   const u = new URL(url);
   u.pathname = `/${name}`;
@@ -35,25 +46,13 @@ export async function freshDatabase(): Promise<DatabaseHandle> {
   }
   const template = readFileSync(PG_TEMPLATE_FILE, 'utf8').trim();
   const name = `cp_test_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
-  try {
-    await admin.query(`create database ${name} template ${template}`);
-  } finally {
-    await admin.end();
-  }
+  await onServer(url, (admin) => admin.query(`create database ${name} template ${template}`));
   const handle = await openDatabase({ url: withDatabase(url, name), poolSize: 5 });
   return {
     ...handle,
     close: async () => {
       await handle.close();
-      const dropper = new pg.Client({ connectionString: url });
-      await dropper.connect();
-      try {
-        await dropper.query(`drop database if exists ${name} with (force)`);
-      } finally {
-        await dropper.end();
-      }
+      await onServer(url, (admin) => admin.query(`drop database if exists ${name} with (force)`));
     },
   };
 }

@@ -1,10 +1,18 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
-import pg from 'pg';
 import { migrateToLatest, openDatabase } from '../../src/db/database';
-import { PG_TEMPLATE_FILE, PGLITE_TEMPLATE, TEMPLATE_DIR, serverUrl, withDatabase } from './database';
+import { PG_TEMPLATE_FILE, PGLITE_TEMPLATE, TEMPLATE_DIR, onServer, serverUrl, withDatabase } from './database';
 
 /** Migrates one template database; every test file starts from a copy of it. */
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export default async function globalSetup(): Promise<void> {
   mkdirSync(TEMPLATE_DIR, { recursive: true });
   const url = serverUrl();
@@ -18,16 +26,15 @@ export default async function globalSetup(): Promise<void> {
     return;
   }
   const template = `cp_test_template_${process.pid}`;
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
-  try {
-    // Templates of earlier runs that died before their teardown.
-    const stale = await admin.query<{ datname: string }>(`select datname from pg_database where datname like 'cp_test_%'`);
-    for (const { datname } of stale.rows) await admin.query(`drop database if exists ${datname} with (force)`);
+  await onServer(url, async (admin) => {
+    // Templates of earlier runs that died before their teardown (their process is gone).
+    const stale = await admin.query<{ datname: string }>(`select datname from pg_database where datname like 'cp_test_template_%'`);
+    for (const { datname } of stale.rows) {
+      const pid = Number(datname.slice('cp_test_template_'.length));
+      if (!processAlive(pid)) await admin.query(`drop database if exists ${datname} with (force)`);
+    }
     await admin.query(`create database ${template}`);
-  } finally {
-    await admin.end();
-  }
+  });
   const handle = await openDatabase({ url: withDatabase(url, template), poolSize: 1 });
   await migrateToLatest(handle.db);
   await handle.close();
