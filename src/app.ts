@@ -62,7 +62,13 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     next();
   });
   app.use(helmet());
-  app.use(rateLimit(deps.config.rateLimit.points, deps.config.rateLimit.durationSeconds));
+  app.use(
+    rateLimit({
+      points: deps.config.rateLimit.points,
+      durationSeconds: deps.config.rateLimit.durationSeconds,
+      pool: deps.config.rateLimit.store === 'postgres' ? deps.pool : null,
+    }),
+  );
   app.use(express.json({ limit: deps.config.bodyLimitBytes, type: ['application/json', 'application/*+json'] }));
   app.use((req, res) => router.handle(req, res));
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));

@@ -13,7 +13,7 @@ export interface Config {
   encryptionKey: Buffer;
   logLevel: string;
   bodyLimitBytes: number;
-  rateLimit: { points: number; durationSeconds: number };
+  rateLimit: { points: number; durationSeconds: number; store: 'memory' | 'postgres' };
   outbound: { allowLoopback: boolean; allowPrivate: boolean; timeoutMs: number };
   smtp: { url: string | null; from: string };
   validateResponses: 'off' | 'log';
@@ -73,6 +73,12 @@ function encryptionKey(env: Env, dataDir: string, production: boolean): Buffer {
   return key;
 }
 
+function rateLimitStore(env: Env): 'memory' | 'postgres' {
+  const store = oneOf(env, 'RATE_LIMIT_STORE', ['memory', 'postgres'] as const, 'memory');
+  if (store === 'postgres' && !env.DATABASE_URL) throw new ConfigError('RATE_LIMIT_STORE=postgres needs DATABASE_URL (a PostgreSQL server shared by the replicas).');
+  return store;
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -97,6 +103,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimit: {
       points: int(env, 'RATE_LIMIT_REQUESTS', 600, 1, 10_000_000),
       durationSeconds: int(env, 'RATE_LIMIT_WINDOW_SECONDS', 60, 1, 86_400),
+      store: rateLimitStore(env),
     },
     outbound: {
       allowLoopback: bool(env, 'OUTBOUND_ALLOW_LOOPBACK', false),

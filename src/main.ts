@@ -40,7 +40,7 @@ async function main(): Promise<void> {
   }
 
   const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs);
-  const app = await createApp({ config, db: database.db, secrets: new SecretBox(config.encryptionKey), mailer, logger });
+  const app = await createApp({ config, db: database.db, pool: database.pool, secrets: new SecretBox(config.encryptionKey), mailer, logger });
   const server: Server = await new Promise((resolve, reject) => {
     const s = app.listen(config.port, config.host, () => resolve(s));
     s.on('error', reject);

@@ -12,6 +12,8 @@ export type Db = Kysely<Database>;
 export interface DatabaseHandle {
   db: Db;
   kind: 'postgres' | 'embedded';
+  /** The pg pool behind `db` when on a PostgreSQL server (shared rate-limit counters use it). */
+  pool: pg.Pool | null;
   close(): Promise<void>;
 }
 
@@ -32,7 +34,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
   if (options.url) {
     const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 20, options: '-c TimeZone=UTC' });
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-    return { db, kind: 'postgres', close: () => db.destroy() };
+    return { db, kind: 'postgres', pool, close: () => db.destroy() };
   }
   let pglite = options.pglite;
   let releaseLock = () => {};
@@ -54,6 +56,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
   return {
     db,
     kind: 'embedded',
+    pool: null,
     close: async () => {
       await db.destroy();
       if (!owned.closed) await owned.close();

@@ -180,6 +180,13 @@ export interface SettingsTable {
   updated_at: UpdatedAt;
 }
 
+/** Written by rate-limiter-flexible's RateLimiterPostgres; `expire` is epoch milliseconds. */
+export interface RateLimitsTable {
+  key: string;
+  points: number;
+  expire: number | null;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -195,6 +202,7 @@ export interface Database {
   audit_log: AuditLogTable;
   outbox: OutboxTable;
   settings: SettingsTable;
+  rate_limits: RateLimitsTable;
 }
 
 export type Row<T extends keyof Database> = Selectable<Database[T]>;

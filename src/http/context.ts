@@ -17,6 +17,8 @@ export interface AppDeps {
   secrets: SecretBox;
   mailer: Mailer;
   logger: Logger;
+  /** The pg pool when on a PostgreSQL server; null on the embedded database. */
+  pool?: import('pg').Pool | null;
 }
 
 export interface AuditDetails {

@@ -1,5 +1,6 @@
 import type { NextFunction, Request, Response } from 'express';
-import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import type pg from 'pg';
+import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { hashSecret } from '../lib/crypto';
 import { ApiError } from './errors';
 import { requestState, sendError } from './respond';
@@ -7,13 +8,39 @@ import { requestState, sendError } from './respond';
 /** Paths load balancers and clients probe often; never limited. */
 const EXEMPT = new Set(['/health']);
 
+export interface RateLimitOptions {
+  points: number;
+  durationSeconds: number;
+  /** Counters in PostgreSQL, shared by every replica; in process memory otherwise. */
+  pool?: pg.Pool | null;
+}
+
+function createLimiter({ points, durationSeconds, pool }: RateLimitOptions): RateLimiterAbstract {
+  const memory = new RateLimiterMemory({ points, duration: durationSeconds });
+  if (!pool) return memory;
+  // The in-memory limiter stands in while the database cannot answer, so an outage of the
+  // counter store does not turn into an outage of the API.
+  return new RateLimiterPostgres({
+    storeClient: pool,
+    storeType: 'pool',
+    tableName: 'rate_limits',
+    tableCreated: true,
+    clearExpiredByTimeout: true,
+    keyPrefix: 'api',
+    points,
+    duration: durationSeconds,
+    insuranceLimiter: memory,
+  });
+}
+
 /**
  * A fixed-window limit per credential (the hash of the presented token or session), or per
- * client address for anonymous requests. Needs no database lookup, so it also stops floods
- * of invalid tokens before they reach the database.
+ * client address for anonymous requests. Needs no credential lookup, so it also stops floods
+ * of invalid tokens before they reach the credential tables.
  */
-export function rateLimit(points: number, durationSeconds: number) {
-  const limiter = new RateLimiterMemory({ points, duration: durationSeconds });
+export function rateLimit(options: RateLimitOptions) {
+  const { points, durationSeconds } = options;
+  const limiter = createLimiter(options);
   return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
     if (EXEMPT.has(req.path)) return next();
     const { credential } = requestState(req);

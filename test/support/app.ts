@@ -123,6 +123,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const deps: AppDeps = {
     config,
     db: database.db,
+    pool: database.pool,
     secrets: new SecretBox(config.encryptionKey),
     mailer: createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs),
     logger,

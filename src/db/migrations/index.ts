@@ -1,5 +1,6 @@
 import type { Migration } from 'kysely';
 import * as foundation from './2026_11_22_0001_foundation';
+import * as rateLimits from './2026_11_22_0002_rate_limits';
 
 /**
  * Every migration, in order. An explicit list instead of a folder scan, so the same code
@@ -7,4 +8,5 @@ import * as foundation from './2026_11_22_0001_foundation';
  */
 export const migrations: Record<string, Migration> = {
   '2026_11_22_0001_foundation': foundation,
+  '2026_11_22_0002_rate_limits': rateLimits,
 };
