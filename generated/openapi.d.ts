@@ -120,8 +120,10 @@ export interface paths {
          *     permissions are the token's effective ones; `mfa_setup_required` is always false.
          *     Not org-scoped: send no `X-Organization-Id`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed` (a malformed `current_org_id`), 401 `unauthenticated`
-         *     or `invalid_token`, 429 `rate_limited`.
+         *     Errors: 400 `validation_failed` (a malformed `current_org_id`, a body); 401
+         *     `unauthenticated` or `invalid_token`; 429 `rate_limited`. 403 and 404 are declared
+         *     because every endpoint may answer them (service description §7); this one does not
+         *     today.
          */
         get: operations["getCurrentUser"];
         put?: never;
@@ -1200,6 +1202,8 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
         };
     };
@@ -1273,6 +1277,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
         };
     };
@@ -1337,6 +1342,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];

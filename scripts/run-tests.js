@@ -6,7 +6,7 @@ const { mkdirSync, readFileSync, rmSync } = require('node:fs');
 const { join } = require('node:path');
 
 const root = join(__dirname, '..');
-const results = join(root, '.test-results', 'jest.json');
+const results = join(root, '.test-results', `jest-${process.pid}.json`);
 mkdirSync(join(root, '.test-results'), { recursive: true });
 rmSync(results, { force: true });
 
@@ -27,6 +27,8 @@ try {
   skipped = summary.numPendingTests + summary.numTodoTests;
 } catch {
   failed = Math.max(1, failed);
+} finally {
+  rmSync(results, { force: true });
 }
 const database = process.env.TEST_DATABASE_URL ? 'PostgreSQL server' : 'embedded PostgreSQL';
 console.log(`\nTests on ${database}:`);

@@ -69,7 +69,14 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
       pool: deps.config.rateLimit.store === 'postgres' ? deps.pool : null,
     }),
   );
-  app.use(express.json({ limit: deps.config.bodyLimitBytes, type: ['application/json', 'application/*+json'] }));
+  const parseJson = express.json({ limit: deps.config.bodyLimitBytes, type: ['application/json', 'application/*+json'], strict: false });
+  app.use((req, res, next) =>
+    parseJson(req, res, (err?: unknown) => {
+      // Kept for later: an unknown path is still a 404 and a missing credential still a 401.
+      if (err) requestState(req).bodyError = err;
+      next();
+    }),
+  );
   app.use((req, res) => router.handle(req, res));
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
   return app;

@@ -13,7 +13,7 @@ export interface Config {
   encryptionKey: Buffer;
   logLevel: string;
   bodyLimitBytes: number;
-  rateLimit: { points: number; durationSeconds: number; store: 'memory' | 'postgres' };
+  rateLimit: { points: number; durationSeconds: number; store: 'memory' | 'postgres'; authFailures: number };
   outbound: { allowLoopback: boolean; allowPrivate: boolean; timeoutMs: number };
   smtp: { url: string | null; from: string };
   validateResponses: 'off' | 'log';
@@ -104,6 +104,7 @@ export function loadConfig(env: Env = process.env): Config {
       points: int(env, 'RATE_LIMIT_REQUESTS', 600, 1, 10_000_000),
       durationSeconds: int(env, 'RATE_LIMIT_WINDOW_SECONDS', 60, 1, 86_400),
       store: rateLimitStore(env),
+      authFailures: int(env, 'RATE_LIMIT_AUTH_FAILURES', 60, 1, 10_000_000),
     },
     outbound: {
       allowLoopback: bool(env, 'OUTBOUND_ALLOW_LOOPBACK', false),

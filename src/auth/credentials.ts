@@ -48,11 +48,20 @@ export function presentedCredential(headers: Record<string, string | string[] | 
     for (const part of cookie.split(';')) {
       const eq = part.indexOf('=');
       if (eq > 0 && part.slice(0, eq).trim() === SESSION_COOKIE) {
-        return { scheme: 'cookie', secret: decodeURIComponent(part.slice(eq + 1).trim()) };
+        return { scheme: 'cookie', secret: decodeCookie(part.slice(eq + 1).trim()) };
       }
     }
   }
   return null;
+}
+
+/** A cookie value with a broken percent-escape is simply a credential that matches nothing. */
+function decodeCookie(value: string): string {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    return value;
+  }
 }
 
 // Only an occasional write: a token used many times a second must not write on every request.

@@ -9,7 +9,8 @@ import { isId } from '../lib/ids';
 import type { OpenApiDocument } from '../spec';
 import { RequestContext, type AppDeps } from './context';
 import { ApiError, type ValidationProblem } from './errors';
-import { requestState, sendError } from './respond';
+import { fromParserError, requestState, sendError } from './respond';
+import { failedAuthenticationLimit } from './rate-limit';
 import { PathRouter } from './router';
 
 export type Handlers = HandlerMap<RequestContext>;
@@ -60,6 +61,9 @@ function problemsFrom(errors: ErrorObject[]): ValidationProblem[] {
     } else if (error.keyword === 'enum' && Array.isArray(params.allowedValues)) {
       const allowed = (params.allowedValues as unknown[]).map((v) => JSON.stringify(v));
       message = `must be one of ${allowed.length > 25 ? `${allowed.slice(0, 25).join(', ')}, …` : allowed.join(', ')}`;
+    } else if (error.keyword === 'discriminator') {
+      pointer += `/${String(params.tag)}`;
+      message = params.tagValue === undefined ? 'is required' : `${JSON.stringify(params.tagValue)} is not one of the accepted values`;
     } else if (error.keyword === 'const') {
       message = `must be ${JSON.stringify(params.allowedValue)}`;
     }
@@ -76,17 +80,20 @@ export function validationError(problems: ValidationProblem[]): ApiError {
   return new ApiError('validation_failed', `The request has ${count} problem${count === 1 ? '' : 's'}; see errors.`, { errors: problems });
 }
 
-function acceptsBody(operation: Operation, req: ExpressRequest): void {
+/** A body where the operation takes none is a 400; a body of another media type a 415. Then parse errors. */
+function checkBody(operation: Operation, req: ExpressRequest): void {
   const declared = Object.keys(operation.requestBody && 'content' in operation.requestBody ? operation.requestBody.content : {});
   const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
   if (!hasBody) return;
   if (declared.length === 0) {
-    throw new ApiError('unsupported_media_type', `${req.method} ${req.path} takes no body.`);
+    throw validationError([{ in: 'body', pointer: '', message: `${req.method} ${operation.path} takes no body` }]);
   }
   const type = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
   if (!declared.includes(type)) {
     throw new ApiError('unsupported_media_type', `Send the body as ${declared.join(' or ')}${type ? `, not ${type}` : ''}.`);
   }
+  const { bodyError } = requestState(req);
+  if (bodyError) throw fromParserError(bodyError as { type?: string }) ?? bodyError;
 }
 
 export interface OperationRouter {
@@ -144,6 +151,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     throw new Error('404-notFound');
   }) as typeof api.router.matchOperation;
 
+  const limitFailures = failedAuthenticationLimit(deps.config.rateLimit.authFailures, deps.config.rateLimit.durationSeconds);
   const authOf = (req: ExpressRequest): Promise<Authentication> => {
     const state = requestState(req);
     state.authentication ??= authenticate(deps.db, state.credential);
@@ -173,7 +181,10 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         }
         throw new ApiError('invalid_token', `This operation does not accept ${auth.caller.kind === 'api_token' ? 'an API token' : 'a session'}.`);
       }
-      if (auth.status === 'invalid') throw new ApiError('invalid_token', auth.detail);
+      if (auth.status === 'invalid') {
+        await limitFailures(req.ip);
+        throw new ApiError('invalid_token', auth.detail);
+      }
       throw new ApiError('unauthenticated', 'Send an API token as "Authorization: Bearer cpt_…", or sign in.');
     },
   });
@@ -210,7 +221,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       throw new ApiError('missing_permission', `This operation needs the permission ${meta.permission}.`);
     }
 
-    acceptsBody(c.operation, req);
+    checkBody(c.operation, req);
     const validation = api.validator.validateRequest(backendRequest(req), c.operation);
     if (validation.errors) throw validationError(problemsFrom(validation.errors));
 

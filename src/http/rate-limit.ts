@@ -34,9 +34,28 @@ function createLimiter({ points, durationSeconds, pool }: RateLimitOptions): Rat
 }
 
 /**
+ * Failed authentications per client address. A different invented token on every request
+ * gets a fresh per-credential bucket each time, so guessing is limited here instead.
+ * Valid credentials from the same address are not affected.
+ */
+export function failedAuthenticationLimit(points: number, durationSeconds: number) {
+  const limiter = new RateLimiterMemory({ points, duration: durationSeconds, keyPrefix: 'auth-failures' });
+  return async (ip: string | undefined): Promise<void> => {
+    try {
+      await limiter.consume(ip ?? 'unknown');
+    } catch (rejection) {
+      if (!(rejection instanceof RateLimiterRes)) throw rejection;
+      const seconds = Math.max(1, Math.ceil(rejection.msBeforeNext / 1000));
+      throw new ApiError('rate_limited', `Too many failed authentications from this address; retry in ${seconds} seconds.`, {
+        headers: { 'Retry-After': String(seconds) },
+      });
+    }
+  };
+}
+
+/**
  * A fixed-window limit per credential (the hash of the presented token or session), or per
- * client address for anonymous requests. Needs no credential lookup, so it also stops floods
- * of invalid tokens before they reach the credential tables.
+ * client address for anonymous requests. Needs no credential lookup.
  */
 export function rateLimit(options: RateLimitOptions) {
   const { points, durationSeconds } = options;

@@ -11,6 +11,8 @@ export interface RequestState {
   credential: PresentedCredential | null;
   authentication?: Promise<Authentication>;
   backendRequest?: BackendRequest & { allowed?: string[] };
+  /** A body that could not be parsed; answered only after matching and the guard. */
+  bodyError?: unknown;
 }
 
 const STATE = Symbol('requestState');
@@ -26,7 +28,7 @@ export function requestState(req: Request): RequestState {
 }
 
 /** Express body-parser failures, recognised by the `type` the parser sets. */
-function fromParserError(err: { type?: string; status?: number; limit?: number }): ApiError | null {
+export function fromParserError(err: { type?: string; status?: number; limit?: number }): ApiError | null {
   if (err.type === 'entity.parse.failed') return new ApiError('malformed_json', 'The body is not well-formed JSON.');
   if (err.type === 'entity.too.large') return new ApiError('payload_too_large', `The body is larger than the limit of ${err.limit} bytes.`);
   if (err.type === 'encoding.unsupported' || err.type === 'charset.unsupported') {

@@ -37,11 +37,15 @@ export class PathRouter<T> {
     node.methods.set(method.toUpperCase(), route);
   }
 
-  /** Null when no path matches at all. */
+  /** Null when no path matches at all. HEAD is answered wherever GET is (RFC 9110 §9.3.2). */
   match(method: string, path: string): RouteMatch<T> | null {
     const node = this.find(this.root, split(path), 0);
     if (!node) return null;
-    return { route: node.methods.get(method.toUpperCase()), allowed: [...node.methods.keys()] };
+    const upper = method.toUpperCase();
+    const route = node.methods.get(upper) ?? (upper === 'HEAD' ? node.methods.get('GET') : undefined);
+    const allowed = [...node.methods.keys()];
+    if (node.methods.has('GET') && !node.methods.has('HEAD')) allowed.push('HEAD');
+    return { route, allowed: allowed.sort() };
   }
 
   private find(node: Node<T>, segments: string[], index: number): Node<T> | undefined {

@@ -51,9 +51,15 @@ describe('the contract', () => {
     }
   });
 
-  it('answers every org-scoped operation with 400, 401, 403 and 429 in the spec', () => {
-    for (const e of all.filter(isOrgScoped)) {
-      expect(Object.keys(e.op.responses)).toEqual(expect.arrayContaining(['400', '401', '403', '429']));
+  it('declares the statuses every authenticated endpoint may answer (service description §7)', () => {
+    for (const e of all.filter((x) => (x.op.security ?? []).length > 0)) {
+      expect([e.op.operationId, Object.keys(e.op.responses)]).toEqual([e.op.operationId, expect.arrayContaining(['400', '401', '403', '404', '429'])]);
+    }
+  });
+
+  it('declares 415 exactly on the operations that take a body', () => {
+    for (const e of all) {
+      expect([e.op.operationId, '415' in e.op.responses]).toEqual([e.op.operationId, e.op.requestBody !== undefined]);
     }
   });
 

@@ -116,6 +116,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     OUTBOUND_ALLOW_LOOPBACK: 'true',
     RATE_LIMIT_REQUESTS: '100000',
+    RATE_LIMIT_AUTH_FAILURES: '100000',
     OUTBOUND_TIMEOUT_MS: '3000',
     ...options.env,
   });

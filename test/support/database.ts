@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { randomBytes } from 'node:crypto';
@@ -6,10 +6,19 @@ import pg from 'pg';
 import { openDatabase, type DatabaseHandle } from '../../src/db/database';
 import { projectRoot } from '../../src/spec';
 
-/** Where global setup leaves the migrated template (a PGlite data dir dump, or a database name). */
+/**
+ * Where global setup leaves the migrated template: a PGlite data-dir dump, or the name of a
+ * template database. Named per run (global setup passes the name to the workers through the
+ * environment), so that two test runs at once do not remove each other's template.
+ */
 export const TEMPLATE_DIR = join(projectRoot, '.test-results');
-export const PGLITE_TEMPLATE = join(TEMPLATE_DIR, 'pglite-template.tar.gz');
-export const PG_TEMPLATE_FILE = join(TEMPLATE_DIR, 'pg-template.txt');
+export const TEMPLATE_ENV = 'CP_TEST_TEMPLATE';
+
+export function templateName(): string {
+  const name = process.env[TEMPLATE_ENV];
+  if (!name) throw new Error('No test database template; run the tests through jest (global setup builds it).');
+  return name;
+}
 
 export function serverUrl(): string | null {
   return process.env.TEST_DATABASE_URL || null;
@@ -39,12 +48,11 @@ export function withDatabase(url: string, name: string): string {
 export async function freshDatabase(): Promise<DatabaseHandle> {
   const url = serverUrl();
   if (!url) {
-    if (!existsSync(PGLITE_TEMPLATE)) throw new Error('No PGlite template; run tests through jest (global setup builds it).');
-    const blob = new Blob([readFileSync(PGLITE_TEMPLATE)]);
+    const blob = new Blob([readFileSync(templateName())]);
     const pglite = await PGlite.create({ loadDataDir: blob });
     return openDatabase({ pglite });
   }
-  const template = readFileSync(PG_TEMPLATE_FILE, 'utf8').trim();
+  const template = templateName();
   const name = `cp_test_${randomBytes(6).toString('hex')}`;
   await onServer(url, (admin) => admin.query(`create database ${name} template ${template}`));
   const handle = await openDatabase({ url: withDatabase(url, name), poolSize: 5 });

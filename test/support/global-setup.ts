@@ -1,7 +1,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { migrateToLatest, openDatabase } from '../../src/db/database';
-import { PG_TEMPLATE_FILE, PGLITE_TEMPLATE, TEMPLATE_DIR, onServer, serverUrl, withDatabase } from './database';
+import { TEMPLATE_DIR, TEMPLATE_ENV, onServer, serverUrl, withDatabase } from './database';
 
 /** Migrates one template database; every test file starts from a copy of it. */
 function processAlive(pid: number): boolean {
@@ -21,8 +22,10 @@ export default async function globalSetup(): Promise<void> {
     const handle = await openDatabase({ pglite });
     await migrateToLatest(handle.db);
     const dump = await pglite.dumpDataDir('gzip');
-    writeFileSync(PGLITE_TEMPLATE, Buffer.from(await dump.arrayBuffer()));
+    const file = join(TEMPLATE_DIR, `pglite-template-${process.pid}.tar.gz`);
+    writeFileSync(file, Buffer.from(await dump.arrayBuffer()));
     await handle.close();
+    process.env[TEMPLATE_ENV] = file;
     return;
   }
   const template = `cp_test_template_${process.pid}`;
@@ -38,5 +41,5 @@ export default async function globalSetup(): Promise<void> {
   const handle = await openDatabase({ url: withDatabase(url, template), poolSize: 1 });
   await migrateToLatest(handle.db);
   await handle.close();
-  writeFileSync(PG_TEMPLATE_FILE, template);
+  process.env[TEMPLATE_ENV] = template;
 }

@@ -1,11 +1,12 @@
-import { readFileSync, rmSync } from 'node:fs';
-import { PG_TEMPLATE_FILE, PGLITE_TEMPLATE, onServer, serverUrl } from './database';
+import { rmSync } from 'node:fs';
+import { onServer, serverUrl, templateName } from './database';
 
 export default async function globalTeardown(): Promise<void> {
-  rmSync(PGLITE_TEMPLATE, { force: true });
+  const template = templateName();
   const url = serverUrl();
-  if (!url) return;
-  const template = readFileSync(PG_TEMPLATE_FILE, 'utf8').trim();
+  if (!url) {
+    rmSync(template, { force: true });
+    return;
+  }
   await onServer(url, (admin) => admin.query(`drop database if exists ${template} with (force)`));
-  rmSync(PG_TEMPLATE_FILE, { force: true });
 }

@@ -31,7 +31,7 @@ describe('PathRouter', () => {
   });
 
   it('reports the methods a path has when the method does not match', () => {
-    expect(router.match('DELETE', '/team/team_1')).toEqual({ route: undefined, allowed: ['GET', 'PATCH'] });
+    expect(router.match('DELETE', '/team/team_1')).toEqual({ route: undefined, allowed: ['GET', 'HEAD', 'PATCH'] });
   });
 
   it('falls back to a parameter when a literal branch leads nowhere', () => {
