@@ -887,7 +887,7 @@ export interface components {
          *         ],
          *         "is_active": true,
          *         "created_at": "2026-11-20T09:14:03.120Z",
-         *         "updated_at": "2026-11-20T09:15:11.402Z",
+         *         "updated_at": "2026-11-20T09:14:03.120Z",
          *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *         "last_test_at": "2026-11-20T09:15:11.402Z",
          *         "last_test_status": "ok",

@@ -14,19 +14,22 @@ export interface OutboundPolicy {
   allowPrivate: boolean;
 }
 
+// The unspecified addresses reach the host itself on Linux, so they count as loopback.
 const loopback = new BlockList();
 loopback.addSubnet('127.0.0.0', 8, 'ipv4');
+loopback.addSubnet('0.0.0.0', 8, 'ipv4');
 loopback.addAddress('::1', 'ipv6');
+loopback.addAddress('::', 'ipv6');
 
 const privateRanges = new BlockList();
 for (const [net, bits] of [
-  ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['169.254.0.0', 16], ['172.16.0.0', 12],
+  ['10.0.0.0', 8], ['100.64.0.0', 10], ['169.254.0.0', 16], ['172.16.0.0', 12],
   ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24],
   ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4],
 ] as const) {
   privateRanges.addSubnet(net, bits, 'ipv4');
 }
-for (const [net, bits] of [['::', 128], ['fc00::', 7], ['fe80::', 10], ['ff00::', 8], ['64:ff9b::', 96], ['2001:db8::', 32]] as const) {
+for (const [net, bits] of [['fc00::', 7], ['fe80::', 10], ['ff00::', 8], ['64:ff9b::', 96], ['2001:db8::', 32]] as const) {
   privateRanges.addSubnet(net, bits, 'ipv6');
 }
 

@@ -50,6 +50,8 @@ describe('outbound address policy', () => {
   it('classifies loopback, private and public addresses, including IPv4-mapped IPv6', () => {
     expect(classifyAddress('127.0.0.1')).toBe('loopback');
     expect(classifyAddress('::1')).toBe('loopback');
+    expect(classifyAddress('0.0.0.0')).toBe('loopback');
+    expect(classifyAddress('::')).toBe('loopback');
     expect(classifyAddress('10.1.2.3')).toBe('private');
     expect(classifyAddress('169.254.169.254')).toBe('private');
     expect(classifyAddress('fd00::1')).toBe('private');
