@@ -8,7 +8,7 @@ import { authenticate, loadOrgAccess, type Authentication, type Caller, type Org
 import { isId } from '../lib/ids';
 import type { OpenApiDocument } from '../spec';
 import { RequestContext, type AppDeps } from './context';
-import { ApiError, type ValidationProblem } from './errors';
+import { ApiError, validationError, type ValidationProblem } from './errors';
 import { fromParserError, requestState, sendError } from './respond';
 import { failedAuthenticationLimit } from './rate-limit';
 import { PathRouter } from './router';
@@ -73,11 +73,6 @@ function problemsFrom(errors: ErrorObject[]): ValidationProblem[] {
     problems.push({ in: where, pointer, message });
   }
   return problems;
-}
-
-export function validationError(problems: ValidationProblem[]): ApiError {
-  const count = problems.length;
-  return new ApiError('validation_failed', `The request has ${count} problem${count === 1 ? '' : 's'}; see errors.`, { errors: problems });
 }
 
 /** A body where the operation takes none is a 400; a body of another media type a 415. Then parse errors. */

@@ -58,6 +58,12 @@ export function errorBody(code: ErrorCode, detail: string, requestId: string, er
   return { type: `/problems/${code}`, title, status, code, detail, request_id: requestId, errors };
 }
 
+/** 400 validation_failed listing every problem found. */
+export function validationError(problems: ValidationProblem[]): ApiError {
+  const count = problems.length;
+  return new ApiError('validation_failed', `The request has ${count} problem${count === 1 ? '' : 's'}; see errors.`, { errors: problems });
+}
+
 export const notFound = (what: string, id: string): ApiError =>
   new ApiError('not_found', `No ${what} ${id} in this organization.`);
 
