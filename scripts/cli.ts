@@ -1,15 +1,16 @@
 // Operator CLI: what the API refuses to tokens. `npm run cli -- help` lists the commands.
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../src/config';
-import { migrateToLatest, openDatabase, type DatabaseHandle } from '../src/db/database';
+import { DatabaseInUseError, migrateToLatest, openDatabase, type DatabaseHandle } from '../src/db/database';
 import { bootstrap, createOrganization, createToken, OperatorError, revokeToken, writeBootstrapFile } from '../src/operator';
 
 const HELP = `Usage: npm run cli -- <command> [options]
 
 Commands:
-  bootstrap [--email E] [--org-name N]
+  bootstrap [--email E] [--org-name N] [--base-url URL]
       Idempotent. The first time: an organization, its owner (E) and an API token with every
       permission, saved to DATA_DIR/bootstrap.json (mode 0600). Later: the ids it created.
+      The base URL recorded is --base-url, else BASE_URL, else the server's default.
   org create --name N --owner-email E [--owner-name NAME]
       A further organization with its owner (created if the email is new).
   token create --org ORG_ID --user EMAIL|USER_ID [--name N] [--permissions all|p1,p2] [--expires-in-days D]
@@ -20,6 +21,8 @@ Commands:
 Options:
   --json   print the result as JSON
 The database is the server's: DATABASE_URL, or the embedded one in DATA_DIR (stop the server first).`;
+
+const COMMANDS = new Set(['bootstrap', 'org create', 'token create', 'token revoke']);
 
 type Flags = Record<string, string | boolean | undefined>;
 
@@ -40,6 +43,7 @@ async function main(): Promise<number> {
       json: { type: 'boolean' },
       email: { type: 'string' },
       'org-name': { type: 'string' },
+      'base-url': { type: 'string' },
       name: { type: 'string' },
       'owner-email': { type: 'string' },
       'owner-name': { type: 'string' },
@@ -56,8 +60,9 @@ async function main(): Promise<number> {
     process.stdout.write(`${HELP}\n`);
     return 0;
   }
+  if (!COMMANDS.has(key)) throw new OperatorError(`Unknown command "${key}". See: npm run cli -- help`);
   const json = values.json === true;
-  const config = loadConfig();
+  const config = loadConfig(typeof values['base-url'] === 'string' ? { ...process.env, BASE_URL: values['base-url'] } : process.env);
   let database: DatabaseHandle | null = null;
   try {
     database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
@@ -111,7 +116,8 @@ async function main(): Promise<number> {
 main().then(
   (code) => process.exit(code),
   (err) => {
-    const known = err instanceof OperatorError || err instanceof ConfigError || (err as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION';
+    const code = (err as { code?: string }).code ?? '';
+    const known = err instanceof OperatorError || err instanceof ConfigError || err instanceof DatabaseInUseError || code.startsWith('ERR_PARSE_ARGS_');
     process.stderr.write(`${known ? err.message : err instanceof Error ? err.stack : String(err)}\n`);
     process.exit(known ? 2 : 1);
   },

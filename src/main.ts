@@ -2,7 +2,7 @@ import type { Server } from 'node:http';
 import { mkdirSync } from 'node:fs';
 import { createApp } from './app';
 import { ConfigError, loadConfig } from './config';
-import { migrateToLatest, openDatabase } from './db/database';
+import { DatabaseInUseError, migrateToLatest, openDatabase } from './db/database';
 import { createMailer } from './events/email';
 import { SecretBox } from './lib/crypto';
 import { createLogger } from './lib/logger';
@@ -70,6 +70,8 @@ async function main(): Promise<void> {
 main().catch((err) => {
   if (err instanceof ConfigError) {
     process.stderr.write(`Configuration error: ${err.message}\n`);
+  } else if (err instanceof DatabaseInUseError) {
+    process.stderr.write(`Cannot start: ${err.message}\n`);
   } else {
     process.stderr.write(`Failed to start: ${err instanceof Error ? err.stack : String(err)}\n`);
   }

@@ -78,6 +78,10 @@ function processAlive(pid: number): boolean {
  * The embedded database is one process's files: a second process opening them at the same
  * time would corrupt them. A pid file guards against that (a stale one is taken over).
  */
+export class DatabaseInUseError extends Error {
+  override readonly name = 'DatabaseInUseError';
+}
+
 function lockDataDir(dataDir: string): () => void {
   const file = join(dataDir, 'pgdata.lock');
   try {
@@ -85,7 +89,7 @@ function lockDataDir(dataDir: string): () => void {
   } catch {
     const holder = Number(readFileSync(file, 'utf8').trim());
     if (holder && holder !== process.pid && processAlive(holder)) {
-      throw new Error(`The embedded database in ${dataDir} is in use by process ${holder}. Stop it first, or set DATABASE_URL to use a PostgreSQL server.`);
+      throw new DatabaseInUseError(`The embedded database in ${dataDir} is in use by process ${holder}. Stop it first, or set DATABASE_URL to use a PostgreSQL server.`);
     }
     writeFileSync(file, String(process.pid));
   }

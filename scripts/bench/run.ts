@@ -1,0 +1,568 @@
+// `make bench`: the real server against a bare Express 5 hello-world, with autocannon.
+//
+// Every server is its own child process on 127.0.0.1; the load generator is this process.
+// The real server runs on PostgreSQL (a fresh database `cp_bench_<pid>_<random>` on the server
+// at BENCH_DATABASE_URL, dropped at the end), in production mode, at the default log level
+// with its stdout thrown away (writing the logs is part of the real cost), with a rate limit
+// high enough to be exercised but never to trip.
+//
+// Settings (environment):
+//   BENCH_DATABASE_URL  PostgreSQL server (default postgres://postgres@127.0.0.1:5432/postgres)
+//   BENCH_DURATION      seconds measured per target (default 10)
+//   BENCH_WARMUP        seconds of warm-up per target, not measured (default 3)
+//   BENCH_CONNECTIONS   concurrent connections (default 50)
+//   BENCH_SOURCE=1      run src/main.ts through tsx instead of building dist/ first
+//   BENCH_DIAGNOSE=1    also: both targets with LOG_LEVEL=silent; the baseline and both targets
+//                       under --cpu-prof (summarised by concern, package and function); the CPU
+//                       the server, PostgreSQL and the load generator used per request
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
+import { join, resolve } from 'node:path';
+import autocannon from 'autocannon';
+import pg from 'pg';
+
+const ROOT = resolve(__dirname, '..', '..');
+const HOST = '127.0.0.1';
+const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
+const DURATION = positive('BENCH_DURATION', 10);
+const WARMUP = positive('BENCH_WARMUP', 3, true);
+const CONNECTIONS = positive('BENCH_CONNECTIONS', 50);
+const DIAGNOSE = process.env.BENCH_DIAGNOSE === '1';
+const START_TIMEOUT_MS = 60_000;
+const STOP_TIMEOUT_MS = 10_000;
+// The highest RATE_LIMIT_REQUESTS the configuration accepts; far above what a run can send.
+const RATE_LIMIT = '10000000';
+
+function positive(name: string, fallback: number, zeroOk = false): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < (zeroOk ? 0 : 1) || value > 600) {
+    throw new Error(`${name} must be a whole number from ${zeroOk ? 0 : 1} to 600; got "${raw}".`);
+  }
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes and clean-up
+
+interface Child {
+  name: string;
+  process: ChildProcess;
+  stderr: string[];
+  exited: Promise<number | null>;
+  exitCode: number | null | undefined;
+}
+
+const children = new Set<Child>();
+const tempDirs: string[] = [];
+let databaseName: string | null = null;
+let cleaning: Promise<void> | null = null;
+
+function startChild(name: string, args: string[], env: Record<string, string>): Child {
+  const proc = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
+    // stdout to /dev/null: the server's logs cost what they cost, but nobody reads them here.
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const child: Child = { name, process: proc, stderr: [], exitCode: undefined, exited: Promise.resolve(null) };
+  child.exited = new Promise((done) => {
+    proc.once('exit', (code) => {
+      // null after a signal; undefined only while running.
+      child.exitCode = code;
+      children.delete(child);
+      done(code);
+    });
+  });
+  proc.stderr?.setEncoding('utf8');
+  proc.stderr?.on('data', (chunk: string) => {
+    child.stderr.push(chunk);
+    if (child.stderr.length > 50) child.stderr.shift();
+  });
+  children.add(child);
+  return child;
+}
+
+async function stopChild(child: Child): Promise<void> {
+  if (child.exitCode !== undefined) return;
+  child.process.kill('SIGTERM');
+  const timer = setTimeout(() => child.process.kill('SIGKILL'), STOP_TIMEOUT_MS);
+  await child.exited;
+  clearTimeout(timer);
+}
+
+async function onServer<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: SERVER_URL, connectionTimeoutMillis: 5_000 });
+  await client.connect();
+  try {
+    return await run(client);
+  } finally {
+    await client.end();
+  }
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+async function createDatabase(): Promise<string> {
+  const name = `cp_bench_${process.pid}_${randomBytes(4).toString('hex')}`;
+  await onServer(async (admin) => {
+    // Databases of earlier runs that died before dropping theirs (their process is gone).
+    const stale = await admin.query<{ datname: string }>(`select datname from pg_database where datname like 'cp\\_bench\\_%'`);
+    for (const { datname } of stale.rows) {
+      const pid = Number(/^cp_bench_(\d+)_/.exec(datname)?.[1]);
+      if (pid && !processAlive(pid)) await admin.query(`drop database if exists "${datname}" with (force)`);
+    }
+    await admin.query(`create database "${name}"`);
+  });
+  databaseName = name;
+  const url = new URL(SERVER_URL);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    await Promise.all([...children].map(stopChild));
+    if (databaseName) {
+      const name = databaseName;
+      databaseName = null;
+      await onServer((admin) => admin.query(`drop database if exists "${name}" with (force)`)).catch((err) => {
+        process.stderr.write(`Could not drop database ${name}: ${(err as Error).message}\n`);
+      });
+    }
+    for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  })();
+  return cleaning;
+}
+
+// `on`, not `once`: tsx (the parent under `make bench`) relays a signal a second time when this
+// process is slow to acknowledge it, and a process left without a listener would exit at once,
+// before the database is dropped. (Should anything still kill it, the next run drops the
+// database, whose name carries this process's pid.)
+let signalled = false;
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    if (signalled) return;
+    signalled = true;
+    process.stderr.write(`\n${signal}: stopping the servers and dropping the database…\n`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+// Last resort if something exits without clean-up: no server outlives the benchmark.
+process.on('exit', () => {
+  for (const child of children) child.process.kill('SIGKILL');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, HOST, () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+async function waitUntilUp(child: Child, url: string): Promise<void> {
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== undefined) {
+      throw new Error(`${child.name} exited with code ${child.exitCode} before answering:\n${child.stderr.join('')}`);
+    }
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
+      await res.arrayBuffer();
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${child.name} did not answer ${url} within ${START_TIMEOUT_MS / 1000} s:\n${child.stderr.join('')}`);
+}
+
+async function waitForFile(file: string, child: Child): Promise<string> {
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (existsSync(file)) return readFileSync(file, 'utf8');
+    if (child.exitCode !== undefined) throw new Error(`${child.name} exited before writing ${file}:\n${child.stderr.join('')}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${file} did not appear within ${START_TIMEOUT_MS / 1000} s.`);
+}
+
+interface Measurement {
+  target: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  non2xx: number;
+  errors: number;
+  total: number;
+  /** When the measured part ran, in µs of the monotonic clock (what V8 profiles use on Linux). */
+  window: [number, number];
+  /** Cores busy on average while measuring: the server, the benchmark database's backends (local server only), this process. */
+  cpu: { server: number | null; postgres: number | null; loadGenerator: number };
+}
+
+const nowMicros = () => Number(process.hrtime.bigint() / 1000n);
+
+/** CPU time (ms) a process has used, from /proc (Linux); null elsewhere. */
+function cpuMs(pid: number): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command; in ticks of 1/100 s.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * CPU time (ms) used so far by each backend of the benchmark's database, read from /proc (so only
+ * when PostgreSQL runs on this machine, in this pid namespace); null when that is not possible.
+ */
+async function backendCpuMs(): Promise<Map<number, number> | null> {
+  if (!databaseName || !existsSync('/proc')) return null;
+  const name = databaseName;
+  const pids = await onServer((admin) => admin.query<{ pid: number }>('select pid from pg_stat_activity where datname = $1', [name])).catch(() => null);
+  if (!pids) return null;
+  const usage = new Map<number, number>();
+  for (const { pid } of pids.rows) {
+    try {
+      if (!readFileSync(`/proc/${pid}/stat`, 'utf8').includes(' (postgres) ')) return null;
+    } catch {
+      continue;
+    }
+    const ms = cpuMs(pid);
+    if (ms !== null) usage.set(pid, ms);
+  }
+  return usage.size > 0 ? usage : null;
+}
+
+async function load(target: string, url: string, headers: Record<string, string> = {}, server?: Child): Promise<Measurement> {
+  const options = { url, connections: CONNECTIONS, headers, timeout: 10 };
+  if (WARMUP > 0) await autocannon({ ...options, duration: WARMUP });
+  const pid = server?.process.pid;
+  const before = { server: pid ? cpuMs(pid) : null, postgres: await backendCpuMs(), bench: process.cpuUsage() };
+  const started = nowMicros();
+  const result = await autocannon({ ...options, duration: DURATION });
+  const window: [number, number] = [started, nowMicros()];
+  const serverAfter = pid ? cpuMs(pid) : null;
+  const postgresAfter = await backendCpuMs();
+  const bench = process.cpuUsage(before.bench);
+  const seconds = (window[1] - window[0]) / 1e6;
+  return {
+    window,
+    cpu: {
+      server: serverAfter !== null && before.server !== null ? (serverAfter - before.server) / 1000 / seconds : null,
+      // A backend that started during the measurement counts whole; one that ended is missed.
+      postgres: postgresAfter === null ? null : [...postgresAfter].reduce((sum, [p, ms]) => sum + ms - (before.postgres?.get(p) ?? 0), 0) / 1000 / seconds,
+      loadGenerator: (bench.user + bench.system) / 1e6 / seconds,
+    },
+    target,
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+    total: result.requests.total,
+  };
+}
+
+function tsxArgs(file: string): string[] {
+  return ['--import', 'tsx', file];
+}
+
+/** dist/src/main.js after a fresh `tsc -p tsconfig.build.json`; src/main.ts through tsx when that fails. */
+function realServerArgs(): { args: string[]; how: string } {
+  if (process.env.BENCH_SOURCE === '1') return { args: tsxArgs('src/main.ts'), how: 'src/main.ts via tsx (BENCH_SOURCE=1)' };
+  const build = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', 'tsconfig.build.json'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 180_000,
+  });
+  if (build.status === 0 && existsSync(join(ROOT, 'dist', 'src', 'main.js'))) {
+    return { args: ['dist/src/main.js'], how: 'dist/src/main.js (built now with tsc -p tsconfig.build.json)' };
+  }
+  process.stderr.write(`Build failed; running src/main.ts through tsx instead.\n${build.stdout ?? ''}${build.stderr ?? ''}\n`);
+  return { args: tsxArgs('src/main.ts'), how: 'src/main.ts via tsx (the build failed)' };
+}
+
+interface RealServer {
+  child: Child;
+  baseUrl: string;
+  dataDir: string;
+}
+
+async function startRealServer(args: string[], env: Record<string, string>, extra: Record<string, string> = {}, nodeArgs: string[] = []): Promise<RealServer> {
+  const port = await freePort();
+  const dataDir = mkdtempSync(join(tmpdir(), 'cp-bench-'));
+  tempDirs.push(dataDir);
+  const child = startChild('the real server', [...nodeArgs, ...args], {
+    ...env,
+    PORT: String(port),
+    HOST,
+    DATA_DIR: dataDir,
+    ...extra,
+  });
+  const baseUrl = `http://${HOST}:${port}`;
+  await waitUntilUp(child, `${baseUrl}/health`);
+  return { child, baseUrl, dataDir };
+}
+
+function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
+function printTable(rows: Measurement[], baseline: number): void {
+  const header = ['target', 'req/s avg', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'requests', '× baseline'];
+  const lines = rows.map((r) => [r.target, fmt(r.rps), fmt(r.p50), fmt(r.p99), fmt(r.non2xx), fmt(r.errors), fmt(r.total), fmt(r.rps / baseline, 2)]);
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  const row = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  console.log(row(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const l of lines) console.log(row(l));
+}
+
+interface CpuProfile {
+  nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }[];
+  startTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+function readProfile(dir: string): CpuProfile | null {
+  const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
+  return file ? (JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile) : null;
+}
+
+/** The package (or "this project", "node internals", "(native)") a frame belongs to. */
+function areaOf(frame: { functionName: string; url: string }): string {
+  if (frame.url === '') return `(${frame.functionName || 'native'})`;
+  const url = frame.url.replace(/^file:\/\//, '').replace(`${ROOT}/`, '');
+  if (url.startsWith('node_modules/')) {
+    const parts = url.split('/');
+    return parts.slice(1, parts[1]?.startsWith('@') ? 3 : 2).join('/');
+  }
+  if (url.startsWith('node:')) return 'node internals';
+  if (/^(dist\/)?(src|generated)\//.test(url)) return 'this project';
+  return url;
+}
+
+const CONCERNS: [string, RegExp][] = [
+  ['database client (kysely, pg)', /^(kysely|pg|pg-.*|postgres-.*|pgpass|split2)$/],
+  ['logging (pino, pino-http)', /^(pino|pino-.*|@pinojs\/.*|sonic-boom|fast-redact|quick-format-unescaped|thread-stream|safe-stable-stringify|atomic-sleep|on-exit-leak-free)$/],
+  ['openapi-backend + ajv', /^(openapi-backend|ajv|ajv-formats|fast-uri|fast-deep-equal|json-schema-traverse|lodash|bath-es5|mock-json-schema|openapi-schema-validator)$/],
+  ['helmet', /^helmet$/],
+  ['rate limiter', /^rate-limiter-flexible$/],
+  ['ids (ulid, crypto random)', /^ulid$/],
+  ['this project (src/)', /^this project$/],
+];
+
+/** What a sample's time was for: the nearest package frame on its stack (Node internals and native code count for their caller). */
+function concernOf(areas: string[]): string {
+  for (const area of areas) {
+    if (area.startsWith('(') || area === 'node internals') continue;
+    for (const [name, match] of CONCERNS) if (match.test(area)) return name;
+    return 'express & its dependencies, other packages';
+  }
+  return 'Node http/net (no package on the stack)';
+}
+
+/**
+ * Where the samples of a .cpuprofile that fall inside `window` went: self time by package,
+ * inclusive time by package (a sample counts once for every package on its stack), and the
+ * functions with the most self time.
+ */
+function summariseProfile(profile: CpuProfile, window: [number, number], label: string): string[] {
+  // Sample times are the profile's start plus the running sum of the deltas, on the same clock as
+  // process.hrtime on Linux; if the clocks disagree, the whole profile is summarised instead.
+  const inWindow = profile.startTime <= window[1] && profile.startTime > window[0] - 600_000_000;
+  const byNode = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const self = new Map<string, number>();
+  const selfByArea = new Map<string, number>();
+  const inclusive = new Map<string, number>();
+  const concerns = new Map<string, number>();
+  const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
+  let at = profile.startTime;
+  let total = 0;
+  profile.samples.forEach((id, i) => {
+    const dt = profile.timeDeltas[i] ?? 0;
+    at += dt;
+    if (inWindow && (at < window[0] || at > window[1])) return;
+    total += dt;
+    const frame = byNode.get(id)?.callFrame;
+    if (!frame) return;
+    const area = areaOf(frame);
+    add(selfByArea, area, dt);
+    const url = frame.url.replace(/^file:\/\//, '').replace(`${ROOT}/`, '');
+    add(self, `${frame.functionName || '(anonymous)'}  ${url}${url ? `:${frame.lineNumber + 1}` : ''}`, dt);
+    const stack: string[] = [];
+    for (let n: number | undefined = id; n !== undefined; n = parent.get(n)) {
+      const f = byNode.get(n)?.callFrame;
+      if (f) stack.push(areaOf(f));
+    }
+    for (const a of new Set(stack.filter((a) => !a.startsWith('(')))) add(inclusive, a, dt);
+    add(concerns, ['((garbage collector))', '((idle))', '((program))'].includes(area) ? area.slice(1, -1) : concernOf(stack), dt);
+  });
+  if (total === 0) return [`${label}: no samples in the measured window`];
+  const pct = (v: number) => `${((100 * v) / total).toFixed(1).padStart(5)} %`;
+  const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
+  return [
+    `${label}: ${inWindow ? `${(total / 1e6).toFixed(1)} s of samples while measuring (autocannon's ${DURATION} s plus connecting and draining)` : 'whole profile, start-up included'}`,
+    '  by concern (each sample counted once, for the nearest package on its stack):',
+    ...top(concerns, 12).map(([k, v]) => `    ${pct(v)}  ${k}`),
+    '  self time by package:',
+    ...top(selfByArea, 8).map(([k, v]) => `    ${pct(v)}  ${k}`),
+    '  inclusive time by package (on the stack):',
+    ...top(inclusive, 10).map(([k, v]) => `    ${pct(v)}  ${k}`),
+    '  top functions (self time):',
+    ...top(self, 10).map(([k, v]) => `    ${pct(v)}  ${k}`),
+  ];
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const cpu = cpus();
+  console.log(`Machine: ${cpu.length} CPU(s), ${cpu[0]?.model ?? 'unknown'}; ${(totalmem() / 2 ** 30).toFixed(1)} GiB; Node ${process.version} (${process.platform}/${process.arch}); load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
+  console.log(`Load: autocannon, ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s measured per target; servers are separate processes on ${HOST}.`);
+  const real = realServerArgs();
+  const databaseUrl = await createDatabase();
+  console.log(`Real server: ${real.how}; PostgreSQL database ${databaseName} on ${new URL(SERVER_URL).host}.`);
+  console.log('');
+
+  const rows: Measurement[] = [];
+
+  // (a) baseline
+  const helloPort = await freePort();
+  const hello = startChild('hello-express', tsxArgs('scripts/bench/hello-express.ts'), { PORT: String(helloPort), NODE_ENV: 'production' });
+  await waitUntilUp(hello, `http://${HOST}:${helloPort}/`);
+  const baseline = await load('baseline: bare Express 5 GET /', `http://${HOST}:${helloPort}/`, {}, hello);
+  rows.push(baseline);
+  await stopChild(hello);
+
+  // (b) the real server on PostgreSQL
+  const env = {
+    NODE_ENV: 'production',
+    DATABASE_URL: databaseUrl,
+    ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+    RATE_LIMIT_REQUESTS: RATE_LIMIT,
+    VALIDATE_RESPONSES: 'off',
+  };
+  const server = await startRealServer(real.args, env);
+  const boot = JSON.parse(await waitForFile(join(server.dataDir, 'bootstrap.json'), server.child)) as {
+    base_url: string;
+    organization_id: string;
+    api_token: string;
+  };
+  const auth = { Authorization: `Bearer ${boot.api_token}`, 'X-Organization-Id': boot.organization_id };
+  const created = await fetch(`${server.baseUrl}/notification-destination`, {
+    method: 'POST',
+    headers: { ...auth, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ name: 'bench', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const destination = (await created.json()) as { id?: string };
+  if (created.status !== 201 || !destination.id) {
+    throw new Error(`POST /notification-destination answered ${created.status}: ${JSON.stringify(destination)}`);
+  }
+  const readUrl = `${server.baseUrl}/notification-destination/${destination.id}`;
+  const check = await fetch(readUrl, { headers: auth, signal: AbortSignal.timeout(10_000) });
+  await check.arrayBuffer();
+  if (check.status !== 200) throw new Error(`GET ${readUrl} answered ${check.status} before the benchmark.`);
+
+  const health = await load('real: GET /health', `${server.baseUrl}/health`, {}, server.child);
+  rows.push(health);
+  const read = await load('real: GET /notification-destination/{id} (token)', readUrl, auth, server.child);
+  rows.push(read);
+  await stopChild(server.child);
+  if (server.child.exitCode !== 0) console.log(`(the real server exited with code ${server.child.exitCode} on SIGTERM)`);
+
+  const diagnostics: string[] = [];
+  if (DIAGNOSE) {
+    const readPath = `/notification-destination/${destination.id}`;
+    // The same requests with the logs off: what the log line per request costs.
+    const silent = await startRealServer(real.args, env, { LOG_LEVEL: 'silent', AUTO_BOOTSTRAP: 'false' });
+    rows.push(await load('diag: token read, LOG_LEVEL=silent', `${silent.baseUrl}${readPath}`, auth, silent.child));
+    rows.push(await load('diag: /health, LOG_LEVEL=silent', `${silent.baseUrl}/health`, {}, silent.child));
+    await stopChild(silent.child);
+    // Profiles (--cpu-prof) of the baseline and of the real server at the production log level.
+    const profiles: string[] = [];
+    const helloProfileDir = mkdtempSync(join(tmpdir(), 'cp-bench-prof-'));
+    tempDirs.push(helloProfileDir);
+    const helloProfiled = startChild('hello-express', ['--cpu-prof', `--cpu-prof-dir=${helloProfileDir}`, ...tsxArgs('scripts/bench/hello-express.ts')], {
+      PORT: String(helloPort),
+      NODE_ENV: 'production',
+    });
+    await waitUntilUp(helloProfiled, `http://${HOST}:${helloPort}/`);
+    const profiledBaseline = await load('diag: baseline, under --cpu-prof', `http://${HOST}:${helloPort}/`, {}, helloProfiled);
+    rows.push(profiledBaseline);
+    await stopChild(helloProfiled);
+    const helloProfile = readProfile(helloProfileDir);
+    if (helloProfile) profiles.push(...summariseProfile(helloProfile, profiledBaseline.window, 'baseline'));
+
+    const profileDir = mkdtempSync(join(tmpdir(), 'cp-bench-prof-'));
+    tempDirs.push(profileDir);
+    const profiled = await startRealServer(real.args, env, { AUTO_BOOTSTRAP: 'false' }, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`]);
+    const profiledHealth = await load('diag: /health, under --cpu-prof', `${profiled.baseUrl}/health`, {}, profiled.child);
+    const profiledRead = await load('diag: token read, under --cpu-prof', `${profiled.baseUrl}${readPath}`, auth, profiled.child);
+    rows.push(profiledHealth, profiledRead);
+    await stopChild(profiled.child);
+    const profile = readProfile(profileDir);
+    if (profile) profiles.push(...summariseProfile(profile, profiledHealth.window, 'real /health'), ...summariseProfile(profile, profiledRead.window, 'real token read'));
+
+    const cores = (v: number | null) => (v === null ? 'n/a' : v.toFixed(2));
+    const perRequest = (v: number | null, rps: number) => (v === null || rps === 0 ? 'n/a' : ((1000 * v) / rps).toFixed(3));
+    diagnostics.push(
+      'CPU while measuring (cores busy on average, and CPU ms per request; postgres = the backends serving the benchmark database):',
+      ...rows.map((r) => `  ${r.target.padEnd(50)} server ${cores(r.cpu.server)} (${perRequest(r.cpu.server, r.rps)} ms/req)  postgres ${cores(r.cpu.postgres)} (${perRequest(r.cpu.postgres, r.rps)} ms/req)  load generator ${cores(r.cpu.loadGenerator)}`),
+      '',
+      'Profiles (--cpu-prof):',
+      ...profiles,
+    );
+  }
+
+  printTable(rows, baseline.rps);
+  console.log('');
+  const goals = [
+    { name: 'authenticated read ≥ 0.5× baseline', ratio: read.rps / baseline.rps, need: 0.5 },
+    { name: '/health ≥ 0.8× baseline', ratio: health.rps / baseline.rps, need: 0.8 },
+  ];
+  console.log('Goals:');
+  for (const g of goals) console.log(`  ${g.name.padEnd(38)} ${fmt(g.ratio, 2)}×  ${g.ratio >= g.need ? 'MET' : 'NOT MET'}`);
+  if (rows.some((r) => r.non2xx > 0 || r.errors > 0)) console.log('Warning: some requests failed (non-2xx or errors); the figures above include them.');
+  if (diagnostics.length > 0) console.log(['', ...diagnostics].join('\n'));
+}
+
+main()
+  .then(
+    () => 0,
+    (err) => {
+      process.stderr.write(`Benchmark failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+      return 1;
+    },
+  )
+  .then(async (code) => {
+    await cleanup();
+    process.exit(code);
+  });
