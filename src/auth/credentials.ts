@@ -13,6 +13,8 @@ export interface ApiTokenCaller {
   orgId: string;
   tokenPermissions: string[];
   expiresAt: Date | null;
+  /** The token's standing in its own organization, read with the token itself; null when the owner is no longer an active member. */
+  access: OrgAccess | null;
 }
 
 export interface SessionCaller {
@@ -75,10 +77,14 @@ export async function authenticate(db: Db, presented: PresentedCredential | null
       return { status: 'invalid', scheme, detail: 'The bearer token is not an API token (cpt_…).' };
     }
     const secretHash = hashSecret(secret);
+    // One query for the token and its owner's standing in the token's organization: an API
+    // token only ever acts there, so the guard needs nothing else from the database.
     const token = await db
-      .selectFrom('api_tokens')
-      .select(['id', 'org_id', 'user_id', 'permissions', 'expires_at', 'revoked_at', 'last_used_at'])
-      .where('token_hash', '=', secretHash)
+      .selectFrom('api_tokens as t')
+      .leftJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 't.org_id').onRef('m.user_id', '=', 't.user_id').on('m.status', '=', 'active'))
+      .leftJoin('organizations as o', 'o.id', 'm.org_id')
+      .select(['t.id', 't.org_id', 't.user_id', 't.permissions', 't.expires_at', 't.revoked_at', 't.last_used_at', 'o.require_mfa', memberPermissions('m')])
+      .where('t.token_hash', '=', secretHash)
       .executeTakeFirst();
     if (!token || token.revoked_at) return { status: 'invalid', scheme, detail: 'The API token is unknown or revoked.' };
     if (token.expires_at && token.expires_at <= now) return { status: 'invalid', scheme, detail: 'The API token has expired.' };
@@ -95,6 +101,11 @@ export async function authenticate(db: Db, presented: PresentedCredential | null
         orgId: token.org_id,
         tokenPermissions: token.permissions,
         expiresAt: token.expires_at,
+        access: token.require_mfa === null ? null : {
+          orgId: token.org_id,
+          requireMfa: token.require_mfa,
+          permissions: effectivePermissions(token.permissions_held, token.permissions),
+        },
       },
     };
   }
@@ -131,31 +142,35 @@ export interface OrgAccess {
   permissions: ReadonlySet<string>;
 }
 
-/** The caller's standing in one organization, or null when not an active member. One query. */
+/** The union of the permissions of the roles a membership row holds; `{}` when none or no row. */
+function memberPermissions(membership: 'm') {
+  return sql<string[]>`coalesce((
+    select array_agg(distinct p.permission)
+    from role_assignments ra
+    join roles r on r.id = ra.role_id
+    cross join lateral unnest(r.permissions) as p(permission)
+    where ra.org_id = ${sql.ref(`${membership}.org_id`)} and ra.user_id = ${sql.ref(`${membership}.user_id`)}
+  ), '{}')`.as('permissions_held');
+}
+
+/** What a member may do: the roles' permissions, intersected with a token's own list when there is one. */
+function effectivePermissions(held: string[], tokenPermissions: string[] | null): ReadonlySet<string> {
+  if (!tokenPermissions) return new Set(held);
+  const granted = new Set(tokenPermissions);
+  return new Set(held.filter((p) => granted.has(p)));
+}
+
+/** The caller's standing in one organization, or null when not an active member. At most one query. */
 export async function loadOrgAccess(db: Db, caller: Caller, orgId: string): Promise<OrgAccess | null> {
-  if (caller.kind === 'api_token' && caller.orgId !== orgId) return null;
+  if (caller.kind === 'api_token') return caller.orgId === orgId ? caller.access : null;
   const row = await db
     .selectFrom('memberships as m')
     .innerJoin('organizations as o', 'o.id', 'm.org_id')
-    .select([
-      'o.require_mfa',
-      sql<string[]>`coalesce((
-        select array_agg(distinct p.permission)
-        from role_assignments ra
-        join roles r on r.id = ra.role_id
-        cross join lateral unnest(r.permissions) as p(permission)
-        where ra.org_id = m.org_id and ra.user_id = m.user_id
-      ), '{}')`.as('permissions'),
-    ])
+    .select(['o.require_mfa', memberPermissions('m')])
     .where('m.org_id', '=', orgId)
     .where('m.user_id', '=', caller.userId)
     .where('m.status', '=', 'active')
     .executeTakeFirst();
   if (!row) return null;
-  let permissions = new Set(row.permissions);
-  if (caller.kind === 'api_token') {
-    const granted = new Set(caller.tokenPermissions);
-    permissions = new Set([...permissions].filter((p) => granted.has(p)));
-  }
-  return { orgId, requireMfa: row.require_mfa, permissions };
+  return { orgId, requireMfa: row.require_mfa, permissions: effectivePermissions(row.permissions_held, null) };
 }

@@ -1,7 +1,8 @@
+import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { Kysely, Migrator, PostgresDialect, type Dialect } from 'kysely';
+import { Kysely, Migrator, PostgresDialect, type Dialect, type PostgresPool } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import { migrations } from './migrations';
@@ -33,7 +34,7 @@ export interface DatabaseOptions {
 export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHandle> {
   if (options.url) {
     const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 20, options: '-c TimeZone=UTC' });
-    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: preparingPool(pool) }) });
     return { db, kind: 'postgres', pool, close: () => db.destroy() };
   }
   let pglite = options.pglite;
@@ -63,6 +64,42 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
       releaseLock();
     },
   };
+}
+
+// Distinct statements prepared per process; beyond it (say, IN lists of many lengths) queries
+// are sent unnamed, so no connection accumulates an unbounded set of prepared statements.
+const MAX_PREPARED_STATEMENTS = 1000;
+const PREPARABLE = /^\s*(select|insert|update|delete|with)\b/i;
+
+/**
+ * Kysely sends every query unnamed, so PostgreSQL parses and plans it each time. Naming each
+ * distinct statement (by a hash of its text) lets each connection prepare it once; on the
+ * authenticated read path that is most of the database's CPU time.
+ */
+function preparingPool(pool: pg.Pool): PostgresPool {
+  const names = new Map<string, string>();
+  const patched = new WeakSet<pg.PoolClient>();
+  const nameOf = (text: string): string | undefined => {
+    let name = names.get(text);
+    if (name === undefined && names.size < MAX_PREPARED_STATEMENTS && PREPARABLE.test(text)) {
+      name = `k_${createHash('sha1').update(text).digest('base64url')}`;
+      names.set(text, name);
+    }
+    return name;
+  };
+  const connect = async (): Promise<pg.PoolClient> => {
+    const client = await pool.connect();
+    if (!patched.has(client)) {
+      patched.add(client);
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+      client.query = ((text: unknown, values?: unknown, ...rest: unknown[]) => {
+        const name = typeof text === 'string' && Array.isArray(values) ? nameOf(text) : undefined;
+        return name ? query({ name, text, values }, ...rest) : query(text, values, ...rest);
+      }) as typeof client.query;
+    }
+    return client;
+  };
+  return { connect, end: () => pool.end() } as PostgresPool;
 }
 
 function processAlive(pid: number): boolean {

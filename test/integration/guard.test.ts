@@ -563,7 +563,7 @@ describe('logs', () => {
     for (const [method, path, options] of requests) {
       const res = await logged.call(method, path, undefined, options);
       const line = await loggedLine(res.headers.get('x-request-id') as string);
-      expect(JSON.parse(line)).toMatchObject({ level: 30, req: { method, url: path }, res: { statusCode: res.status } });
+      expect(JSON.parse(line)).toMatchObject({ level: 30, method, url: path, status: res.status, ms: expect.any(Number) });
     }
 
     const everything = lines.join('');
@@ -572,5 +572,17 @@ describe('logs', () => {
     }
     expect(everything).not.toMatch(/cpt_|cps_/);
     expect(everything.toLowerCase()).not.toMatch(/authorization|cookie|bearer/);
+  });
+
+  it('redacts query values that may be one-time secrets, and does not log liveness probes', async () => {
+    const probe = await logged.call('GET', '/health');
+    expect(probe.status).toBe(200);
+    await logged.call('GET', `${LIST}?cursor=abc&token=s3cr3t-value&state=xyz`);
+    const line = lines.find((l) => l.includes('cursor=abc'));
+    expect(line).toBeDefined();
+    expect(line).not.toContain('s3cr3t-value');
+    expect(line).not.toContain('xyz');
+    expect(JSON.parse(line as string).url).toBe(`${LIST}?cursor=abc&token=[Redacted]&state=[Redacted]`);
+    expect(lines.some((l) => l.includes(probe.headers.get('x-request-id') as string))).toBe(false);
   });
 });
