@@ -89,7 +89,11 @@ export async function authenticate(db: Db, presented: PresentedCredential | null
     if (!token || token.revoked_at) return { status: 'invalid', scheme, detail: 'The API token is unknown or revoked.' };
     if (token.expires_at && token.expires_at <= now) return { status: 'invalid', scheme, detail: 'The API token has expired.' };
     if (!token.last_used_at || now.getTime() - token.last_used_at.getTime() > LAST_USED_RESOLUTION_MS) {
-      void db.updateTable('api_tokens').set({ last_used_at: now }).where('id', '=', token.id).execute().catch(() => undefined);
+      // Conditional, so concurrent requests of one token (or several servers) write it once.
+      const stale = new Date(now.getTime() - LAST_USED_RESOLUTION_MS);
+      void db.updateTable('api_tokens').set({ last_used_at: now }).where('id', '=', token.id)
+        .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', stale)]))
+        .execute().catch(() => undefined);
     }
     return {
       status: 'ok',
@@ -119,7 +123,10 @@ export async function authenticate(db: Db, presented: PresentedCredential | null
     return { status: 'invalid', scheme, detail: 'The session has ended; sign in again.' };
   }
   if (!session.last_seen_at || now.getTime() - session.last_seen_at.getTime() > LAST_USED_RESOLUTION_MS) {
-    void db.updateTable('sessions').set({ last_seen_at: now }).where('id', '=', session.id).execute().catch(() => undefined);
+    const stale = new Date(now.getTime() - LAST_USED_RESOLUTION_MS);
+    void db.updateTable('sessions').set({ last_seen_at: now }).where('id', '=', session.id)
+      .where((eb) => eb.or([eb('last_seen_at', 'is', null), eb('last_seen_at', '<', stale)]))
+      .execute().catch(() => undefined);
   }
   return {
     status: 'ok',
