@@ -102,6 +102,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/docs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The API reference for people
+         * @description An HTML page rendering this document with Redoc (served from this deployment, no
+         *     third-party requests): every operation, schema and example, with search. Needs no
+         *     credential. Its script is served at `/docs/assets/redoc.standalone.js`.
+         */
+        get: operations["getApiReference"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/user/me": {
         parameters: {
             query?: never;
@@ -1174,6 +1196,34 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiYaml"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getApiReference: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The reference page. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example <!doctype html>
+                     *     <html lang="en"><head><title>MCP control plane API</title></head>
+                     *     <body><div id="redoc"></div><script src="/docs/assets/redoc.standalone.js"></script></body></html>
+                     */
+                    "text/html": string;
+                };
+            };
             400: components["responses"]["BadRequest"];
             429: components["responses"]["TooManyRequests"];
         };

@@ -8,6 +8,7 @@ export const operations = {
   getOpenApiYaml: {"method":"get","path":"/openapi.yaml","tag":"Schema","security":[],"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   getSchemaOpenApiJson: {"method":"get","path":"/schema/openapi.json","tag":"Schema","security":[],"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   getSchemaOpenApiYml: {"method":"get","path":"/schema/openapi.yml","tag":"Schema","security":[],"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
+  getApiReference: {"method":"get","path":"/docs","tag":"Schema","security":[],"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   getCurrentUser: {"method":"get","path":"/user/me","tag":"Current user","security":["apiToken","session"],"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   listNotificationDestinations: {"method":"get","path":"/notification-destination","tag":"Notification destinations","security":["apiToken","session"],"orgScoped":true,"permission":"notification:view","audit":null,"personOnly":false},
   createNotificationDestination: {"method":"post","path":"/notification-destination","tag":"Notification destinations","security":["apiToken","session"],"orgScoped":true,"permission":"notification:manage","audit":"notification_destination.created","personOnly":false},

@@ -11,6 +11,7 @@ import { requestState, sendError, setRequestState } from './http/respond';
 import type { Logger } from 'pino';
 import { newRequestId } from './lib/ids';
 import { healthHandlers } from './areas/health/health.handlers';
+import { docsAssets } from './areas/schema/docs';
 import { logRequest } from './http/request-log';
 import { loadSpec, type OpenApiDocument } from './spec';
 
@@ -84,6 +85,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
       next();
     }),
   );
+  app.use(docsAssets());
   app.use((req, res) => router.handle(req, res));
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
   return app;

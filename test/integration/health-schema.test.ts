@@ -55,3 +55,41 @@ describe('OpenAPI documents', () => {
     ]);
   });
 });
+
+describe('getApiReference', () => {
+  it('serves a Redoc page that loads this document and only this deployment\'s scripts', async () => {
+    const res = await t.call('GET', '/docs');
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    const scripts = [...res.text.matchAll(/<script src="([^"]+)"/g)].map((m) => m[1]);
+    expect(scripts).toEqual(['docs/assets/redoc.standalone.js', 'docs/assets/init.js']);
+    // Nothing is fetched from another origin: no absolute URLs in the page.
+    expect(res.text).not.toMatch(/(src|href)="(https?:)?\/\//);
+    const csp = res.headers.get('content-security-policy') as string;
+    expect(csp).toContain("script-src 'self' blob:");
+    expect(csp).toContain("connect-src 'self'");
+
+    // The assets are static files beside the API, not operations: fetched without the spec check.
+    const init = await fetch(`${t.url}/docs/assets/init.js`);
+    expect(init.status).toBe(200);
+    expect(init.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    expect(await init.text()).toContain("Redoc.init('openapi.json'");
+    // The document the page loads is the served one.
+    expect((await t.call('GET', '/openapi.json')).status).toBe(200);
+  });
+
+  it('serves the Redoc bundle from the installed package', async () => {
+    const res = await fetch(`${t.url}/docs/assets/redoc.standalone.js`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    const body = await res.text();
+    expect(body.length).toBeGreaterThan(500_000);
+    expect(body).toContain('Redoc');
+  });
+
+  it('answers other asset paths with the API\'s 404', async () => {
+    const res = await t.call('GET', '/docs/assets/other.js');
+    expect(res.status).toBe(404);
+    expect(res.body.code).toBe('not_found');
+  });
+});

@@ -1,6 +1,7 @@
 import YAML from 'yaml';
 import type { Handlers } from '../../http/api';
 import { loadSpec, type OpenApiDocument } from '../../spec';
+import { apiReferencePage, DOCS_CONTENT_SECURITY_POLICY } from './docs';
 
 interface Served {
   json: OpenApiDocument;
@@ -32,5 +33,13 @@ export const schemaHandlers = {
   },
   async getSchemaOpenApiYml(_input, ctx) {
     return { status: 200, body: documentFor(ctx.deps.config.baseUrl).yaml, contentType: 'application/yaml; charset=utf-8' };
+  },
+  async getApiReference() {
+    return {
+      status: 200,
+      body: apiReferencePage(),
+      contentType: 'text/html; charset=utf-8',
+      headers: { 'Content-Security-Policy': DOCS_CONTENT_SECURITY_POLICY },
+    };
   },
 } satisfies Partial<Handlers>;

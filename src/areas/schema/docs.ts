@@ -1,0 +1,61 @@
+import { readFileSync } from 'node:fs';
+import type { RequestHandler } from 'express';
+
+// Relative URLs, so the page also works behind a proxy that mounts the API under a prefix.
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>MCP control plane API reference</title>
+<style>body { margin: 0; }</style>
+</head>
+<body>
+<div id="redoc"></div>
+<script src="docs/assets/redoc.standalone.js"></script>
+<script src="docs/assets/init.js"></script>
+</body>
+</html>
+`;
+
+const INIT = `Redoc.init('openapi.json', { expandResponses: '200,201', jsonSampleExpandLevel: 3, hideHostname: false }, document.getElementById('redoc'));\n`;
+
+/**
+ * Redoc draws with inline styles and runs its search index in a blob: worker; everything
+ * else must come from this deployment. The rest of the API keeps helmet's stricter policy.
+ */
+export const DOCS_CONTENT_SECURITY_POLICY = [
+  "default-src 'self'",
+  "script-src 'self' blob:",
+  "worker-src 'self' blob:",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "font-src 'self' data:",
+  "connect-src 'self'",
+  "object-src 'none'",
+  "base-uri 'self'",
+  "frame-ancestors 'self'",
+].join('; ');
+
+export function apiReferencePage(): string {
+  return PAGE;
+}
+
+interface Asset {
+  body: Buffer;
+  type: string;
+}
+
+/** The page's two scripts, read once; any other /docs/assets/ path falls through to the API's 404. */
+export function docsAssets(): RequestHandler {
+  const assets = new Map<string, Asset>([
+    ['/docs/assets/redoc.standalone.js', { body: readFileSync(require.resolve('redoc/bundles/redoc.standalone.js')), type: 'text/javascript; charset=utf-8' }],
+    ['/docs/assets/init.js', { body: Buffer.from(INIT), type: 'text/javascript; charset=utf-8' }],
+  ]);
+  return (req, res, next) => {
+    const asset = req.method === 'GET' || req.method === 'HEAD' ? assets.get(req.path) : undefined;
+    if (!asset) return next();
+    res.writeHead(200, { 'Content-Type': asset.type, 'Content-Length': asset.body.length, 'Cache-Control': 'public, max-age=3600' });
+    res.end(req.method === 'HEAD' ? undefined : asset.body);
+  };
+}
