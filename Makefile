@@ -1,7 +1,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install start dev build test test-pg generate check-generated lint typecheck migrate bench ci clean
+.PHONY: help install start dev build test test-pg generate check-generated lint typecheck migrate bench coverage ci clean
 
 # A PostgreSQL server for `make test-pg` and CI's second run (trust auth on loopback here).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
@@ -45,6 +45,9 @@ typecheck: install ## Type-check everything (strict)
 
 migrate: install ## Apply pending migrations to the configured database
 	npx tsx scripts/migrate.ts
+
+coverage: install ## Implemented / total operations per tag (--missing lists the rest)
+	npx tsx scripts/coverage.ts
 
 bench: install ## Benchmark against bare Express (needs PostgreSQL at BENCH_DATABASE_URL)
 	npx tsx scripts/bench/run.ts

@@ -821,7 +821,7 @@ export interface components {
              * @description Whether it forwards events from the start.
              * @default true
              */
-            is_active: boolean;
+            is_active?: boolean;
         };
         /** @description A new email destination. */
         EmailDestinationCreate: {
@@ -837,7 +837,7 @@ export interface components {
              * @description Whether it forwards events from the start.
              * @default true
              */
-            is_active: boolean;
+            is_active?: boolean;
         };
         /** @description Settings of a Slack destination. */
         SlackConfigInput: {

@@ -151,7 +151,8 @@ async function main(): Promise<void> {
   const files = new Map<string, string>();
   files.set('openapi.json', `${JSON.stringify(doc, null, 2)}\n`);
   files.set('openapi.yml', `# ${BANNER}\n${YAML.stringify(doc, { lineWidth: 0 })}`);
-  const ast = await openapiTS(doc as any, { emptyObjectsUnknown: true, rootTypes: false, alphabetize: false });
+  // defaultNonNullable off: a member with a default is optional to send, and SDK users must not be told otherwise.
+  const ast = await openapiTS(doc as any, { emptyObjectsUnknown: true, rootTypes: false, alphabetize: false, defaultNonNullable: false });
   files.set('openapi.d.ts', `// ${BANNER}\n${astToString(ast)}`);
   files.set('operations.ts', operationsModule(ops));
 

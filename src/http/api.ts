@@ -158,6 +158,11 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
   };
   api.registerSecurityHandler('apiToken', callerOf('api_token'));
   api.registerSecurityHandler('session', callerOf('session'));
+  // Schemes of areas not built yet (SCIM, MCP, OAuth clients) accept nothing until their area
+  // registers a real handler.
+  for (const scheme of Object.keys(spec.components?.securitySchemes ?? {})) {
+    if (!api.securityHandlers[scheme]) api.registerSecurityHandler(scheme, () => undefined);
+  }
 
   api.register({
     notFound: async (_c: Context, req: ExpressRequest) => {
@@ -168,6 +173,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       throw new ApiError('method_not_allowed', `${req.path} supports ${allowed}, not ${req.method}.`, { headers: { Allow: allowed } });
     },
     unauthorizedHandler: async (c: Context, req: ExpressRequest) => {
+      refuseIfNotImplemented(c.operation.operationId as OperationId);
       const auth = await authOf(req);
       const meta = operations[c.operation.operationId as OperationId];
       if (auth.status === 'ok') {
@@ -184,7 +190,15 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     },
   });
 
+  // A gap in the contract is answered as one, to every caller: there is nothing to protect yet.
+  const refuseIfNotImplemented = (operationId: OperationId) => {
+    if (notImplemented.has(operationId)) {
+      throw new ApiError('not_implemented', `${operationId} is part of the contract but not built yet.`);
+    }
+  };
+
   const wrap = (operationId: OperationId) => async (c: Context, req: ExpressRequest, res: ExpressResponse) => {
+    refuseIfNotImplemented(operationId);
     const meta = operations[operationId];
     const state = requestState(req);
     const auth = meta.security.length > 0 ? await authOf(req) : ({ status: 'none' } as const);
@@ -219,10 +233,6 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     checkBody(c.operation, req);
     const validation = api.validator.validateRequest(backendRequest(req), c.operation);
     if (validation.errors) throw validationError(problemsFrom(validation.errors));
-
-    if (notImplemented.has(operationId)) {
-      throw new ApiError('not_implemented', `${operationId} is part of the contract but not built yet.`);
-    }
 
     const ctx = new RequestContext(deps, operationId, meta, state.requestId, state.log, caller, org, {
       ip: req.ip ?? null,

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { createApp, type AppOptions } from '../../src/app';
+import { notImplemented as defaultNotImplemented } from '../../src/areas';
 import { loadConfig, type Config } from '../../src/config';
 import type { DatabaseHandle } from '../../src/db/database';
 import { createMailer } from '../../src/events/email';
@@ -44,6 +45,8 @@ export class TestApp {
     readonly deps: AppDeps,
     private readonly server: Server,
     private readonly checker: SpecChecker | null,
+    /** Operations this app answers with 501 not_implemented. */
+    readonly pending: ReadonlySet<string>,
   ) {
     this.factories = new Factories(database.db);
   }
@@ -70,7 +73,7 @@ export class TestApp {
     let parsed: unknown = text === '' ? undefined : text;
     if (type.includes('json') && text !== '') parsed = JSON.parse(text);
     if (this.checker) {
-      const problems = this.checker.check(method.toLowerCase(), path, res.status, res.headers, parsed);
+      const problems = this.checker.check(method.toLowerCase(), path, res.status, res.headers, parsed, this.pending);
       if (problems.length > 0) {
         this.specProblems.push(...problems);
         throw new Error(`Response of ${method} ${path} breaks the spec:\n${problems.join('\n')}`);
@@ -137,5 +140,6 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;
   if (options.checkSpec !== false) sharedChecker ??= new SpecChecker();
-  return new TestApp(url, database, deps, server, options.checkSpec === false ? null : sharedChecker);
+  const pending = options.notImplemented ?? defaultNotImplemented;
+  return new TestApp(url, database, deps, server, options.checkSpec === false ? null : sharedChecker, pending);
 }
