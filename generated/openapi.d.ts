@@ -285,6 +285,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/notification-destination/{id}/delivery": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a destination's deliveries
+         * @description The delivery log of one destination, newest first: each event sent (or being sent) to
+         *     it, with the event's payload, the attempts made and the last error. Deliveries are
+         *     kept for 30 days. Needs `notification:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also for another organization's destination);
+         *     429 `rate_limited`.
+         */
+        get: operations["listNotificationDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -944,6 +971,610 @@ export interface components {
         DestinationName: string;
         /** @description The events to subscribe to; at least one. */
         EventTypeSelection: components["schemas"]["EventType"][];
+        /**
+         * @description `pending`: waiting for its first or next attempt; `delivered`: Slack or the SMTP server
+         *     accepted it; `failed`: every attempt failed and no more will be made; `skipped`: the
+         *     destination was paused or unsubscribed before the attempt.
+         * @enum {string}
+         */
+        NotificationDeliveryStatus: "pending" | "delivered" | "failed" | "skipped";
+        /**
+         * @description A delivery attempt record of one event to one notification destination (`ndlv_…`).
+         * @example ndlv_01jg3b7f1gg5h9j3k7m1n5p9q3
+         */
+        NotificationDeliveryId: string;
+        /**
+         * @description An organization event id (`evt_…`); a delivery of the same event to several destinations shares it.
+         * @example evt_01jg3b7f1ff1g5h9j3k7m1n5p9
+         */
+        EventId: string;
+        /** @description Who caused the event. */
+        EventActor: {
+            /**
+             * @description `user` (a person or their API token), `scim` (the identity provider), or `system` (the server itself, e.g. a failed token refresh).
+             * @enum {string}
+             */
+            type: "user" | "scim" | "system";
+            /** @description The user id for `user`; null otherwise. */
+            id: components["schemas"]["UserId"] | null;
+        };
+        /**
+         * @description A connection id (`conn_…`).
+         * @example conn_01jg3b7f0y8m2n6p1q5r9s3t7v
+         */
+        ConnectionId: string;
+        /**
+         * @description A connector's slug (lowercase letters, digits, `-`; 1–64 characters), unique among the connectors an organization sees.
+         * @example github
+         * @example acme-crm
+         */
+        ConnectorSlug: string;
+        /** @description The connection an event is about. */
+        EventConnection: {
+            id: components["schemas"]["ConnectionId"];
+            /** @description The connection's name. */
+            name: string;
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            owner_user_id: components["schemas"]["UserId"];
+            /**
+             * @description The connection's status after the event.
+             * @enum {string}
+             */
+            status: "pending" | "active" | "needs_reauth" | "disconnected";
+        };
+        /** @description What a `connection.created` event carries. */
+        ConnectionCreatedData: {
+            connection: components["schemas"]["EventConnection"];
+        };
+        /** @description `connection.created`: A member created a connection. */
+        ConnectionCreatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.created";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionCreatedData"];
+        };
+        /** @description What a `connection.needs_reauth` event carries. */
+        ConnectionNeedsReauthData: {
+            connection: components["schemas"]["EventConnection"];
+            /**
+             * @description What the upstream answered, for a person (never a credential).
+             * @example The upstream answered 401 invalid_grant to a token refresh.
+             */
+            reason: string;
+        };
+        /** @description `connection.needs_reauth`: A connection's credentials stopped working; its owner must reconnect. */
+        ConnectionNeedsReauthEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.needs_reauth";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionNeedsReauthData"];
+        };
+        /** @description What a `connection.disconnected` event carries. */
+        ConnectionDisconnectedData: {
+            connection: components["schemas"]["EventConnection"];
+            /** @description Why, when known. */
+            reason: string | null;
+        };
+        /** @description `connection.disconnected`: A connection was disconnected. */
+        ConnectionDisconnectedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.disconnected";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionDisconnectedData"];
+        };
+        /** @description What a `connection.deleted` event carries. */
+        ConnectionDeletedData: {
+            connection: components["schemas"]["EventConnection"];
+        };
+        /** @description `connection.deleted`: A connection was deleted. */
+        ConnectionDeletedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.deleted";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionDeletedData"];
+        };
+        /** @description The person an event is about. */
+        EventMember: {
+            user_id: components["schemas"]["UserId"];
+            /**
+             * Format: email
+             * @description The person's email address.
+             */
+            email: string;
+            /** @description The person's display name, when known. */
+            name: string | null;
+        };
+        /** @description What a `member.joined` event carries. */
+        MemberJoinedData: {
+            member: components["schemas"]["EventMember"];
+            via: components["schemas"]["MembershipVia"];
+        };
+        /** @description `member.joined`: Someone became an active member. */
+        MemberJoinedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "member.joined";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["MemberJoinedData"];
+        };
+        /** @description What a `member.removed` event carries. */
+        MemberRemovedData: {
+            member: components["schemas"]["EventMember"];
+            /**
+             * @description `removed`, or `suspended` when the identity provider turned the person off.
+             * @enum {string}
+             */
+            status: "removed" | "suspended";
+        };
+        /** @description `member.removed`: A member was removed or suspended. */
+        MemberRemovedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "member.removed";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["MemberRemovedData"];
+        };
+        /** @description What a `member.roles_updated` event carries. */
+        MemberRolesUpdatedData: {
+            member: components["schemas"]["EventMember"];
+            /** @description The roles held now. */
+            role_ids: components["schemas"]["RoleId"][];
+            /** @description The roles held before. */
+            previous_role_ids: components["schemas"]["RoleId"][];
+        };
+        /** @description `member.roles_updated`: A member's roles changed. */
+        MemberRolesUpdatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "member.roles_updated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["MemberRolesUpdatedData"];
+        };
+        /**
+         * @description An invite id (`inv_…`).
+         * @example inv_01jg3b7f0v7h1j5k9m3n7p1q5r
+         */
+        InviteId: string;
+        /** @description The invite an event is about. */
+        EventInvite: {
+            id: components["schemas"]["InviteId"];
+            /**
+             * Format: email
+             * @description Who is invited.
+             */
+            email: string;
+            /** @description The roles the person gets on joining. */
+            role_ids: components["schemas"]["RoleId"][];
+            /** @description Who sent it; null for the operator CLI. */
+            invited_by_user_id: components["schemas"]["UserId"] | null;
+            expires_at: components["schemas"]["Timestamp"];
+        };
+        /** @description What a `invite.sent` event carries. */
+        InviteSentData: {
+            invite: components["schemas"]["EventInvite"];
+            /** @description True when this is a resend of an existing invite. */
+            resent: boolean;
+        };
+        /** @description `invite.sent`: An invite was sent or resent. */
+        InviteSentEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "invite.sent";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["InviteSentData"];
+        };
+        /** @description What a `invite.revoked` event carries. */
+        InviteRevokedData: {
+            invite: components["schemas"]["EventInvite"];
+        };
+        /** @description `invite.revoked`: An invite was revoked. */
+        InviteRevokedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "invite.revoked";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["InviteRevokedData"];
+        };
+        /** @description The role an event is about, as it is after the change (before it, for a deletion). */
+        EventRole: {
+            id: components["schemas"]["RoleId"];
+            /** @description The role's name. */
+            name: string;
+            /** @description The role's permissions. */
+            permissions: components["schemas"]["Permission"][];
+        };
+        /** @description What a `role.created` event carries. */
+        RoleCreatedData: {
+            role: components["schemas"]["EventRole"];
+        };
+        /** @description `role.created`: A custom role was created. */
+        RoleCreatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "role.created";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["RoleCreatedData"];
+        };
+        /** @description What a `role.updated` event carries. */
+        RoleUpdatedData: {
+            role: components["schemas"]["EventRole"];
+            /** @description The members of the role that changed. */
+            changed: ("name" | "description" | "permissions" | "seat_class")[];
+        };
+        /** @description `role.updated`: A custom role's name, description or permissions changed. */
+        RoleUpdatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "role.updated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["RoleUpdatedData"];
+        };
+        /** @description What a `role.deleted` event carries. */
+        RoleDeletedData: {
+            role: components["schemas"]["EventRole"];
+        };
+        /** @description `role.deleted`: A custom role was deleted. */
+        RoleDeletedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "role.deleted";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["RoleDeletedData"];
+        };
+        /**
+         * @description A restriction id (`rst_…`).
+         * @example rst_01jg3b7f13s3t7v1w5x9y3z7a1
+         */
+        RestrictionId: string;
+        /** @description What a `restriction.updated` event carries. */
+        RestrictionUpdatedData: {
+            /** @description The restriction as it is after the change (before it, for a deletion). */
+            restriction: {
+                id: components["schemas"]["RestrictionId"];
+                /** @description The restriction's name. */
+                name: string;
+                /**
+                 * @description What the restriction does to the tools it matches.
+                 * @enum {string}
+                 */
+                effect: "deny" | "require_approval";
+            };
+            /**
+             * @description What happened to it.
+             * @enum {string}
+             */
+            change: "created" | "updated" | "deleted";
+        };
+        /** @description `restriction.updated`: A restriction was created, changed or deleted. */
+        RestrictionUpdatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "restriction.updated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["RestrictionUpdatedData"];
+        };
+        /** @description The custom connector an event is about. */
+        EventConnector: {
+            slug: components["schemas"]["ConnectorSlug"];
+            /** @description The connector's name. */
+            name: string;
+            /**
+             * @description The connector's version after the change.
+             * @example 3
+             */
+            version: string;
+        };
+        /** @description What a `connector.created` event carries. */
+        ConnectorCreatedData: {
+            connector: components["schemas"]["EventConnector"];
+            /** @description The connector it was forked from; null when created from scratch. */
+            forked_from: components["schemas"]["ConnectorSlug"] | null;
+        };
+        /** @description `connector.created`: A custom connector was created or forked. */
+        ConnectorCreatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connector.created";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectorCreatedData"];
+        };
+        /** @description What a `connector.updated` event carries. */
+        ConnectorUpdatedData: {
+            connector: components["schemas"]["EventConnector"];
+            /** @description The fields that changed (`tools`, `mcp_url`, `documentation`, …). */
+            changed: string[];
+        };
+        /** @description `connector.updated`: A custom connector changed (including pulled upstream changes). */
+        ConnectorUpdatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connector.updated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectorUpdatedData"];
+        };
+        /** @description What a `connector.deleted` event carries. */
+        ConnectorDeletedData: {
+            connector: components["schemas"]["EventConnector"];
+        };
+        /** @description `connector.deleted`: A custom connector was deleted. */
+        ConnectorDeletedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connector.deleted";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectorDeletedData"];
+        };
+        /**
+         * @description An access request id (`areq_…`).
+         * @example areq_01jg3b7f14t7v1w5x9y3z7a1b5
+         */
+        AccessRequestId: string;
+        /** @description The access request an event is about. */
+        EventAccessRequest: {
+            id: components["schemas"]["AccessRequestId"];
+            requester_user_id: components["schemas"]["UserId"];
+            restriction_id: components["schemas"]["RestrictionId"];
+            /**
+             * @description The request's status after the event.
+             * @enum {string}
+             */
+            status: "pending" | "approved" | "denied" | "withdrawn";
+            /** @description Why the member asked. */
+            reason: string;
+        };
+        /** @description What a `access_request.created` event carries. */
+        AccessRequestCreatedData: {
+            access_request: components["schemas"]["EventAccessRequest"];
+        };
+        /** @description `access_request.created`: A member filed an access request. */
+        AccessRequestCreatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "access_request.created";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["AccessRequestCreatedData"];
+        };
+        /** @description What a `access_request.resolved` event carries. */
+        AccessRequestResolvedData: {
+            access_request: components["schemas"]["EventAccessRequest"];
+            resolved_by_user_id: components["schemas"]["UserId"];
+        };
+        /** @description `access_request.resolved`: An access request was approved or denied. */
+        AccessRequestResolvedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "access_request.resolved";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["AccessRequestResolvedData"];
+        };
+        /**
+         * @description A claimed DNS domain id (`dom_…`).
+         * @example dom_01jg3b7f0w2j6k1m5n9p3q7r1s
+         */
+        OrgDomainId: string;
+        /** @description What a `org_domain.verified` event carries. */
+        OrgDomainVerifiedData: {
+            /** @description The verified domain. */
+            org_domain: {
+                id: components["schemas"]["OrgDomainId"];
+                /**
+                 * @description The DNS name.
+                 * @example acme.example
+                 */
+                domain: string;
+            };
+        };
+        /** @description `org_domain.verified`: A DNS domain was verified. */
+        OrgDomainVerifiedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "org_domain.verified";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["OrgDomainVerifiedData"];
+        };
+        /**
+         * @description An MCP server id (`mcp_…`); its endpoint is `{base_url}/mcp/{id}`.
+         * @example mcp_01jg3b7f11q5r9s3t7v1w5x9y3
+         */
+        McpServerId: string;
+        /**
+         * @description A user toolbox id. A stored (`template`) user toolbox has `utbx_` and 26 characters; a
+         *     computed (`dynamic`) one has a stable id that says what it is computed from:
+         *     `utbx_dyn_all` (all the caller's connections) or `utbx_dyn_tbx_<toolbox suffix>` (a toolbox
+         *     shared with the caller).
+         * @example utbx_01jg3b7f1ee7f1g5h9j3k7m1n5
+         * @example utbx_dyn_all
+         */
+        UserToolboxId: string;
+        /** @description What a `mcp_server.token_rotated` event carries. */
+        McpServerTokenRotatedData: {
+            /** @description The MCP server whose token changed (never the token). */
+            mcp_server: {
+                id: components["schemas"]["McpServerId"];
+                /** @description The server's name. */
+                name: string;
+                user_toolbox_id: components["schemas"]["UserToolboxId"];
+                owner_user_id: components["schemas"]["UserId"];
+            };
+        };
+        /** @description `mcp_server.token_rotated`: An MCP server's token was rotated; the old one stopped working. */
+        McpServerTokenRotatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "mcp_server.token_rotated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["McpServerTokenRotatedData"];
+        };
+        /**
+         * @description One organization event, as recorded in the outbox and delivered to every active
+         *     destination subscribed to its `type`. Slack and email render it for people; the
+         *     delivery log (`GET /notification-destination/{id}/delivery`) shows it as it is here.
+         */
+        Event: components["schemas"]["ConnectionCreatedEvent"] | components["schemas"]["ConnectionNeedsReauthEvent"] | components["schemas"]["ConnectionDisconnectedEvent"] | components["schemas"]["ConnectionDeletedEvent"] | components["schemas"]["MemberJoinedEvent"] | components["schemas"]["MemberRemovedEvent"] | components["schemas"]["MemberRolesUpdatedEvent"] | components["schemas"]["InviteSentEvent"] | components["schemas"]["InviteRevokedEvent"] | components["schemas"]["RoleCreatedEvent"] | components["schemas"]["RoleUpdatedEvent"] | components["schemas"]["RoleDeletedEvent"] | components["schemas"]["RestrictionUpdatedEvent"] | components["schemas"]["ConnectorCreatedEvent"] | components["schemas"]["ConnectorUpdatedEvent"] | components["schemas"]["ConnectorDeletedEvent"] | components["schemas"]["AccessRequestCreatedEvent"] | components["schemas"]["AccessRequestResolvedEvent"] | components["schemas"]["OrgDomainVerifiedEvent"] | components["schemas"]["McpServerTokenRotatedEvent"];
+        /**
+         * @description One event's delivery to one destination, with its attempts so far.
+         * @example {
+         *       "id": "ndlv_01jg3b7f1gg5h9j3k7m1n5p9q3",
+         *       "destination_id": "onfd_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *       "event": {
+         *         "id": "evt_01jg3b7f1ff1g5h9j3k7m1n5p9",
+         *         "type": "member.joined",
+         *         "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *         "occurred_at": "2026-11-20T09:14:03.120Z",
+         *         "actor": {
+         *           "type": "user",
+         *           "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+         *         },
+         *         "data": {
+         *           "member": {
+         *             "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *             "email": "ada@acme.example",
+         *             "name": "Ada Lovelace"
+         *           },
+         *           "via": "invite"
+         *         }
+         *       },
+         *       "status": "delivered",
+         *       "attempts": 1,
+         *       "last_attempt_at": "2026-11-20T09:14:04.002Z",
+         *       "next_attempt_at": null,
+         *       "last_error": null,
+         *       "delivered_at": "2026-11-20T09:14:04.002Z",
+         *       "created_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        NotificationDelivery: {
+            id: components["schemas"]["NotificationDeliveryId"];
+            destination_id: components["schemas"]["NotificationDestinationId"];
+            event: components["schemas"]["Event"];
+            status: components["schemas"]["NotificationDeliveryStatus"];
+            /** @description How many times delivery was tried. */
+            attempts: number;
+            /** @description When it was last tried; null before the first attempt. */
+            last_attempt_at: components["schemas"]["Timestamp"] | null;
+            /** @description When it will be tried again (exponential backoff); null once delivered, failed or skipped. */
+            next_attempt_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description Why the last attempt failed (without secrets), or null.
+             * @example The webhook answered 500 Internal Server Error.
+             */
+            last_error: string | null;
+            /** @description When it was delivered; null until then. */
+            delivered_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+        };
+        /** @description The cursor of the next page; null on the last page. */
+        NextCursor: components["schemas"]["Cursor"] | null;
+        /** @description A page of deliveries, newest first. */
+        NotificationDeliveryList: {
+            /** @description The deliveries on this page. */
+            data: components["schemas"]["NotificationDelivery"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
     };
     responses: {
         /** @description The request is not valid (`validation_failed`, `malformed_json`, `invalid_cursor`, `organization_header_required`, …). */
@@ -1539,6 +2170,89 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["NotificationDestinationTestResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listNotificationDeliveries: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only deliveries in this status. */
+                status?: components["schemas"]["NotificationDeliveryStatus"];
+                /** @description Only deliveries of this event type. */
+                event_type?: components["schemas"]["EventType"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The destination's id. */
+                id: components["schemas"]["NotificationDestinationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "ndlv_01jg3b7f1gg5h9j3k7m1n5p9q3",
+                     *           "destination_id": "onfd_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *           "event": {
+                     *             "id": "evt_01jg3b7f1ff1g5h9j3k7m1n5p9",
+                     *             "type": "role.created",
+                     *             "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *             "occurred_at": "2026-11-20T09:14:03.120Z",
+                     *             "actor": {
+                     *               "type": "user",
+                     *               "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *             },
+                     *             "data": {
+                     *               "role": {
+                     *                 "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *                 "name": "Connector admins",
+                     *                 "permissions": [
+                     *                   "connector:view",
+                     *                   "connector:manage"
+                     *                 ]
+                     *               }
+                     *             }
+                     *           },
+                     *           "status": "failed",
+                     *           "attempts": 8,
+                     *           "last_attempt_at": "2026-11-20T11:02:40.511Z",
+                     *           "next_attempt_at": null,
+                     *           "last_error": "The webhook answered 404 Not Found.",
+                     *           "delivered_at": null,
+                     *           "created_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["NotificationDeliveryList"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -16,6 +16,7 @@ export const operations = {
   deleteNotificationDestination: {"method":"delete","path":"/notification-destination/{id}","tag":"Notification destinations","security":["apiToken","session"],"orgScoped":true,"permission":"notification:manage","audit":"notification_destination.deleted","personOnly":false},
   updateNotificationDestination: {"method":"patch","path":"/notification-destination/{id}","tag":"Notification destinations","security":["apiToken","session"],"orgScoped":true,"permission":"notification:manage","audit":"notification_destination.updated","personOnly":false},
   testNotificationDestination: {"method":"post","path":"/notification-destination/{id}/test","tag":"Notification destinations","security":["apiToken","session"],"orgScoped":true,"permission":"notification:manage","audit":"notification_destination.tested","personOnly":false},
+  listNotificationDeliveries: {"method":"get","path":"/notification-destination/{id}/delivery","tag":"Notification destinations","security":["apiToken","session"],"orgScoped":true,"permission":"notification:view","audit":null,"personOnly":false},
 } as const;
 
 export type OperationId = keyof typeof operations;

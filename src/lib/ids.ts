@@ -36,6 +36,7 @@ export const ID_PREFIXES = {
   share: 'acl',
   oauthClient: 'oac',
   outboxEvent: 'evt',
+  notificationDelivery: 'ndlv',
   request: 'req',
 } as const;
 
