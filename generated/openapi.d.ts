@@ -156,6 +156,727 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/access-request": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List access requests
+         * @description Lists access requests, oldest first, a page at a time. A caller holding
+         *     `access_request:view` or `access_request:resolve` sees the organization's whole queue
+         *     (`status=pending` is the queue to work through); anyone else sees only their own
+         *     requests. Any member may call it, so the operation declares no permission and the
+         *     handler narrows the list. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission` (`requester_user_id` naming someone else without
+         *     `access_request:view` or `access_request:resolve`); 429 `rate_limited`.
+         */
+        get: operations["listAccessRequests"];
+        put?: never;
+        /**
+         * File an access request
+         * @description Files a request, as the caller, for an exception to a restriction that holds a tool
+         *     back from them: the whole restriction, one connector of it, or one tool. When an MCP
+         *     call is refused by a `require_approval` restriction, the MCP error names the
+         *     restriction id to file against. Any member may file, so the operation declares no
+         *     permission. Only active `require_approval` restrictions that apply to the caller take
+         *     requests; `deny` is final until an administrator changes the restriction. Records the
+         *     audit action `access_request.created` and emits the event `access_request.created`,
+         *     which notification destinations forward to the people who resolve requests.
+         *
+         *     Errors: 400 `validation_failed` (including a connector or tool the restriction does
+         *     not match), `unknown_reference` (no such restriction in this organization),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`; 409 `access_request_exists` (the caller already
+         *     has a pending request, or an unexpired approval, for the same restriction, connector
+         *     and tool), `restriction_not_requestable` (inactive, `effect: deny`, or not applying to
+         *     the caller); 413 `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createAccessRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/access-request/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get an access request
+         * @description Returns one access request: the caller's own, or any of the organization's to a
+         *     caller holding `access_request:view` or `access_request:resolve`. Someone else's
+         *     request is a 404 to anyone else, so ids cannot be probed. Declares no permission; the
+         *     handler checks ownership. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `areq_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`; 404 `not_found` (also for another member's
+         *     request, or another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getAccessRequest"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/access-request/{id}/resolve": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resolve someone else's access request
+         * @description Approves or denies a pending access request of another member. Approving grants the
+         *     requester an exception to the restriction for what was asked, until `expires_at` (or
+         *     for as long as the restriction exists when null), effective from their next tool
+         *     listing or call. Approving is reserved for a person signed in to the web app (service
+         *     description §5.8): an API token sending `decision: approved` is refused with 403
+         *     `requires_person`. Denying grants nothing, so a token may deny, which lets an
+         *     integration close stale requests; that is why the operation accepts both credentials
+         *     instead of being person-only as a whole. Nobody resolves their own request. Needs
+         *     `access_request:resolve`. Records the audit action `access_request.resolved` (with
+         *     the decision) and emits the event `access_request.resolved`; the requester is told by
+         *     email.
+         *
+         *     Errors: 400 `validation_failed` (including `expires_at` not in the future),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `requires_person`
+         *     (approving with an API token), `cannot_resolve_own_request`; 404 `not_found`; 409
+         *     `invalid_transition` (the request is no longer pending); 413 `payload_too_large`;
+         *     415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["resolveAccessRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/access-request/{id}/withdraw": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Withdraw an access request
+         * @description Withdraws the caller's own pending request: it leaves the queue with status
+         *     `withdrawn` and can no longer be resolved. Only the requester may withdraw, so the
+         *     operation declares no permission; someone who may read the request but did not file
+         *     it is refused with 403 `insufficient_access`. Takes no body. Records the audit action
+         *     `access_request.withdrawn`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `insufficient_access` (not the requester); 404 `not_found`; 409 `invalid_transition`
+         *     (the request is no longer pending); 429 `rate_limited`.
+         */
+        post: operations["withdrawAccessRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/restriction": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List restrictions
+         * @description Lists the organization's restrictions, oldest first, a page at a time. Needs
+         *     `restriction:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listRestrictions"];
+        put?: never;
+        /**
+         * Create a restriction
+         * @description Creates a restriction: which tools it matches (a connector, a glob over tool names,
+         *     or both left open), its effect (`deny` hides and refuses the tools; `require_approval`
+         *     refuses calls until the member holds an approved access request) and whom it applies
+         *     to (everyone, or roles, teams and users). It is enforced from the next tool listing or
+         *     call of every MCP server and synthetic tool, unless created with `is_active: false`.
+         *     Needs `restriction:manage`. Records the audit action `restriction.created` and emits
+         *     the event `restriction.updated`.
+         *
+         *     Errors: 400 `validation_failed` (including `everyone: true` with ids, or
+         *     `everyone: false` without any), `unknown_reference` (a connector, role, team or user
+         *     that does not exist in this organization), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createRestriction"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/restriction/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The restriction's id. */
+                id: components["schemas"]["RestrictionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a restriction
+         * @description Returns one restriction. Needs `restriction:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `rst_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getRestriction"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a restriction
+         * @description Deletes the restriction; it holds nothing back from the next tool listing or call.
+         *     Exceptions granted through its approved access requests end with it, and its pending
+         *     access requests are closed as `denied` by the system (`resolved_by_user_id: null`),
+         *     each emitting `access_request.resolved`. Its access requests stay readable. Needs
+         *     `restriction:manage`. Records the audit action `restriction.deleted` and emits the
+         *     event `restriction.updated`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteRestriction"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a restriction
+         * @description Changes the members sent: rename, describe, change what it matches, its effect or
+         *     whom it applies to, deactivate (`is_active: false`) or reactivate. `match` and
+         *     `applies_to` replace the stored value whole when sent. The change is enforced from the
+         *     next tool listing or call. Exceptions already granted through approved access requests
+         *     keep their effect while the restriction exists. Needs `restriction:manage`. Records the
+         *     audit action `restriction.updated` with the names of the changed members and emits the
+         *     event `restriction.updated`.
+         *
+         *     Errors: 400 `validation_failed`, `unknown_reference`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`;
+         *     415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateRestriction"];
+        trace?: never;
+    };
+    "/file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List tool files reachable by the caller
+         * @description Lists the tool files the caller can reach, oldest first, a page at a time: files the
+         *     caller owns, and files shared with the caller directly, through one of their teams, or
+         *     with the whole organization. `caller_access` says what the caller may do with each.
+         *     Other members' unshared files are never listed, whatever the caller's permissions.
+         *     Needs `file:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listFiles"];
+        put?: never;
+        /**
+         * Put a file in
+         * @description Stores a tool file owned by the caller, with `source: uploaded`. The body is
+         *     `multipart/form-data` with one `file` part (its `filename` and `Content-Type` become
+         *     the name and content type) and an optional `name` part. Multipart rather than a raw
+         *     body with custom headers because every SDK generator and HTTP client turns it into a
+         *     typed file parameter (browsers' `FormData`, `curl -F`), and the name and type travel
+         *     in standard MIME part headers (RFC 7578, non-ASCII names included) instead of a
+         *     header that cannot carry them safely. The server computes the SHA-256 while storing.
+         *
+         *     A file may be at most the deployment's per-file limit (25 MiB unless the operator
+         *     sets another): a larger one is refused with 413 without being stored. The
+         *     organization's plan caps the total stored (its file-storage entitlement): a file
+         *     that would pass it is refused with 403 `entitlement_exceeded`. Needs `file:manage`.
+         *     Records the audit action `file.created`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (no `file` part, a bad `name`),
+         *     `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `entitlement_exceeded`; 413 `payload_too_large`; 415 `unsupported_media_type` (not
+         *     `multipart/form-data`); 429 `rate_limited`.
+         */
+        post: operations["uploadFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/upload-request": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Ask a person for files
+         * @description Asks one active member of the organization (the assignee, named by user id or email)
+         *     to upload files: what and why (`message`), which media types, how large, how many,
+         *     and until when. The assignee is emailed a link to the web app. The assignee then
+         *     reserves a place per file, sends the bytes, may remove staged files, and confirms; the
+         *     files become tool files of the caller (the requester). Needs `file:manage`. Records
+         *     the audit action `upload_request.created`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (both or neither of `assignee_user_id` and
+         *     `assignee_email`, `max_file_bytes` above the per-file limit, `expires_at` in the past
+         *     or more than 30 days away), `unknown_reference` (no active member matches the
+         *     assignee), `organization_header_required`; 401 `unauthenticated`, `invalid_token`;
+         *     403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createUploadRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/upload-request/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Read an upload request
+         * @description Returns one upload request with its staged files, to its requester or its assignee;
+         *     to anyone else it is a 404. The assignee needs no `file:*` permission: the request
+         *     itself, made by a member holding `file:manage`, is what lets that one person see it
+         *     and add files to it, so the operation declares no permission and the handler checks
+         *     that the caller is the requester or the assignee. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `upreq_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`; 404 `not_found` (also when the caller is neither
+         *     requester nor assignee); 429 `rate_limited`.
+         */
+        get: operations["getUploadRequest"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/upload-request/{id}/file": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reserve a place for a file
+         * @description Reserves a place for one file in an open upload request: its name, media type and
+         *     exact size. Answers with the staged file's id and `upload_url`, where the bytes go
+         *     next (`PUT`). Only the assignee may call it; the operation declares no permission
+         *     because the upload request grants exactly this to that person (see
+         *     `getUploadRequest`). The declared size counts against the organization's file
+         *     storage. Records the audit action `upload_request.file_reserved`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (a media type the request does not accept, a size
+         *     above its `max_file_bytes`), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `insufficient_access`
+         *     (the requester, who is not the assignee), `entitlement_exceeded` (file storage
+         *     full); 404 `not_found`; 409 `invalid_transition` (the request is not open),
+         *     `upload_request_full` (already `max_files` files); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["reserveUploadRequestFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/upload-request/{id}/file/{file_id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+                /** @description The staged file's id, from its reservation. */
+                file_id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Send the bytes of a reserved file
+         * @description Sends the bytes of a reserved file as the raw body, `Content-Type:
+         *     application/octet-stream` (the media type was fixed at reservation; one body type keeps
+         *     generated clients simple). Exactly `size_bytes` bytes must arrive: more is refused
+         *     with 413 as soon as the excess arrives, fewer with 400 `file_size_mismatch`; either
+         *     way nothing is kept. The server computes the SHA-256 and the file becomes `uploaded`.
+         *     Sending again while the request is open replaces the bytes (PUT is idempotent). Only
+         *     the assignee may call it (see `getUploadRequest` for why no permission is declared).
+         *     Records the audit action `upload_request.file_uploaded`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `file_size_mismatch`,
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `insufficient_access` (not the assignee); 404
+         *     `not_found` (also a file id not staged in this request); 409 `invalid_transition`
+         *     (the request is not open); 413 `payload_too_large`; 415 `unsupported_media_type` (not
+         *     `application/octet-stream`); 429 `rate_limited`.
+         */
+        put: operations["putUploadRequestFile"];
+        post?: never;
+        /**
+         * Remove a staged file
+         * @description Removes a staged file (reserved or uploaded) from an open upload request, with its
+         *     bytes; its place counts no more against `max_files` or file storage. Only the assignee
+         *     may call it (see `getUploadRequest` for why no permission is declared). Records the
+         *     audit action `upload_request.file_removed`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `insufficient_access` (not the assignee); 404 `not_found` (also when already
+         *     removed); 409 `invalid_transition` (the request is not open); 429 `rate_limited`.
+         */
+        delete: operations["deleteUploadRequestFile"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/upload-request/{id}/confirm": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Confirm the upload request
+         * @description Hands the staged files over: the request becomes `confirmed`, and every staged file
+         *     becomes a tool file of the requester (same id, `source: upload_request`,
+         *     `upload_request_id` set), reachable from `GET /file`. The assignee keeps no access
+         *     unless the requester shares the files. Needs at least one file and every file
+         *     `uploaded`. The requester is told by email. Only the assignee may call it (see
+         *     `getUploadRequest` for why no permission is declared). Takes no body. Records the
+         *     audit action `upload_request.confirmed`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `insufficient_access` (not the assignee), `entitlement_exceeded` (file storage full);
+         *     404 `not_found`; 409 `invalid_transition` (the request is not open),
+         *     `upload_incomplete` (no files, or a file still `reserved`); 429 `rate_limited`.
+         */
+        post: operations["confirmUploadRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Check a file id
+         * @description Returns a tool file's metadata when the caller can reach it (owns it, or it is shared
+         *     with them): the way to check a file id before passing it to a tool. A file the caller
+         *     cannot reach, and a file still staged in an upload request, are 404. Needs
+         *     `file:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `file_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429
+         *     `rate_limited`.
+         */
+        get: operations["getFile"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a tool file
+         * @description Deletes a tool file, its bytes and its shares; tools given its id afterwards find
+         *     nothing. Only the owner may delete: a caller the file is merely shared with is refused
+         *     with 403 `insufficient_access`. Needs `file:manage`. Records the audit action
+         *     `file.deleted`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `insufficient_access`; 404 `not_found` (also when already
+         *     deleted, or not reachable by the caller); 429 `rate_limited`.
+         */
+        delete: operations["deleteFile"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/{id}/share": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List a file's shares
+         * @description Lists who the file is shared with, oldest first, a page at a time. Open to the owner
+         *     and to holders of an `edit` share; a caller with a `use` share is refused with 403
+         *     `insufficient_access`. Needs `file:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `insufficient_access`; 404 `not_found`; 429 `rate_limited`.
+         */
+        get: operations["listFileShares"];
+        put?: never;
+        /**
+         * Share a file
+         * @description Shares the file with a user, a team or the whole organization at level `use` (read
+         *     and download) or `edit` (also share and revoke). Sharing again to the same principal
+         *     changes the level of the existing share: 200 instead of 201. Open to the owner and to
+         *     holders of an `edit` share. Needs `file:manage`. Records the audit action
+         *     `file.shared`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including an `organization` principal that is not
+         *     this organization), `unknown_reference` (no such active member or team),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `insufficient_access`;
+         *     404 `not_found`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
+         */
+        post: operations["shareFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/{id}/share/{aclId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a file share
+         * @description Revokes one share of the file; its principal loses that access from the next request.
+         *     Open to the owner and to holders of an `edit` share. Needs `file:manage`. Records the
+         *     audit action `file.share_revoked`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `insufficient_access`; 404 `not_found` (also a share of another
+         *     resource, or already revoked); 429 `rate_limited`.
+         */
+        delete: operations["revokeFileShare"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/{id}/content": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Download a tool file's bytes
+         * @description Streams the file's bytes with its stored `Content-Type`, as an attachment (browsers
+         *     save it rather than render it, and `X-Content-Type-Options: nosniff` stops them
+         *     guessing), with `ETag` set to the quoted SHA-256 so a client can check what it got.
+         *     Always the whole file: `Range` is ignored (`Accept-Ranges: none`), which RFC 9110
+         *     allows; files are capped in size and tools read them whole, and adding range support
+         *     later changes nothing for clients that do not send `Range`. Errors are JSON. Needs
+         *     `file:view` and a file the caller can reach. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
+         */
+        get: operations["downloadFile"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/notification-destination": {
         parameters: {
             query?: never;
@@ -371,7 +1092,7 @@ export interface components {
          *     codes may be added, so clients should treat unknown codes by their HTTP status.
          * @enum {string}
          */
-        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "dynamic_toolbox_immutable" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "entitlement_exceeded" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "mfa_required_by_organization" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "service_unavailable";
+        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "service_unavailable";
         /** @description One problem with one part of a request. */
         ValidationProblem: {
             /**
@@ -957,6 +1678,732 @@ export interface components {
             error: string | null;
             destination: components["schemas"]["NotificationDestination"];
         };
+        /**
+         * @description `pending`: waiting for someone holding `access_request:resolve`; `approved`: an
+         *     exception was granted (until `exception_expires_at`, if set); `denied`: refused, or
+         *     closed by the system because its restriction was deleted; `withdrawn`: the requester
+         *     took it back. Only `pending` changes: to `approved` or `denied` through resolve, to
+         *     `withdrawn` through withdraw.
+         * @enum {string}
+         */
+        AccessRequestStatus: "pending" | "approved" | "denied" | "withdrawn";
+        /**
+         * @description A restriction id (`rst_…`).
+         * @example rst_01jg3b7f13s3t7v1w5x9y3z7a1
+         */
+        RestrictionId: string;
+        /**
+         * @description An access request id (`areq_…`).
+         * @example areq_01jg3b7f14t7v1w5x9y3z7a1b5
+         */
+        AccessRequestId: string;
+        /**
+         * @description A connector's slug (lowercase letters, digits, `-`; 1–64 characters), unique among the connectors an organization sees.
+         * @example github
+         * @example acme-crm
+         */
+        ConnectorSlug: string;
+        /**
+         * @description A tool's exact name (no glob characters).
+         * @example delete_branch
+         */
+        AccessRequestToolName: string;
+        /**
+         * @description A member's request for an exception to a restriction. An approved request lets its
+         *     requester call the tools it covers (one tool, one connector's matched tools, or all the
+         *     restriction matches) until `exception_expires_at`, or for as long as the restriction
+         *     exists when that is null.
+         * @example {
+         *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+         *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+         *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+         *       "connector_slug": "github",
+         *       "tool_name": "delete_branch",
+         *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+         *       "status": "approved",
+         *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "resolution_note": "Approved for this week only.",
+         *       "resolved_at": "2026-11-24T10:02:51.377Z",
+         *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+         *       "created_at": "2026-11-24T09:41:18.204Z",
+         *       "updated_at": "2026-11-24T10:02:51.377Z"
+         *     }
+         */
+        AccessRequest: {
+            id: components["schemas"]["AccessRequestId"];
+            /** @description The member who filed the request and receives the exception. */
+            requester_user_id: components["schemas"]["UserId"];
+            /** @description The restriction an exception is asked to (it may since have been deleted). */
+            restriction_id: components["schemas"]["RestrictionId"];
+            /**
+             * @description The connector access is asked for: the one the requester named, else the
+             *     restriction's own connector; null when neither names one (every connector the
+             *     restriction matches).
+             */
+            connector_slug: components["schemas"]["ConnectorSlug"] | null;
+            /** @description The one tool access is asked for, or null for every tool the restriction matches (on `connector_slug` when set). */
+            tool_name: components["schemas"]["AccessRequestToolName"] | null;
+            /**
+             * @description Why the requester needs access.
+             * @example I need to delete the stale release branches of acme/api before Friday's cut.
+             */
+            reason: string;
+            status: components["schemas"]["AccessRequestStatus"];
+            /** @description Who approved or denied it; null while pending, when withdrawn, or when the system closed it. */
+            resolved_by_user_id: components["schemas"]["UserId"] | null;
+            /**
+             * @description What the resolver wrote to the requester (or the system's reason when it closed the request), or null.
+             * @example Approved for this week only.
+             */
+            resolution_note: string | null;
+            /** @description When it left `pending` (approved, denied or withdrawn), or null while pending. */
+            resolved_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the granted exception ends; null when not approved, or approved without an end. */
+            exception_expires_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description The cursor of the next page; null on the last page. */
+        NextCursor: components["schemas"]["Cursor"] | null;
+        /** @description A page of access requests, oldest first. */
+        AccessRequestList: {
+            /** @description The access requests on this page. */
+            data: components["schemas"]["AccessRequest"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description Why the requester needs access, shown to whoever resolves it.
+         * @example I need to delete the stale release branches of acme/api before Friday's cut.
+         */
+        AccessRequestReason: string;
+        /**
+         * @description A request for an exception to a restriction. Leave out `connector_slug` and `tool_name`
+         *     to ask for everything the restriction holds back from the caller; name them to ask for
+         *     less. A named connector must be the restriction's own (when it names one) and a named
+         *     tool must match its `tool_pattern` (400 `validation_failed` otherwise).
+         * @example {
+         *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+         *       "connector_slug": "github",
+         *       "tool_name": "delete_branch",
+         *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut."
+         *     }
+         */
+        AccessRequestCreate: {
+            /** @description The restriction that holds the tool back, as named in the MCP error of the refused call. */
+            restriction_id: components["schemas"]["RestrictionId"];
+            /** @description Ask only for this connector's tools; left out, the restriction's own connector or all it matches. */
+            connector_slug?: components["schemas"]["ConnectorSlug"];
+            /** @description Ask only for this tool; left out, every tool the restriction matches. */
+            tool_name?: components["schemas"]["AccessRequestToolName"];
+            reason: components["schemas"]["AccessRequestReason"];
+        };
+        /**
+         * @description A note to the requester, kept on the request.
+         * @example Approved for this week only.
+         */
+        AccessRequestResolutionNote: string;
+        /** @description Approve the request and grant the exception. Only a person signed in to the web app may approve. */
+        AccessRequestApproval: {
+            /**
+             * @description Always `approved`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            decision: "approved";
+            note?: components["schemas"]["AccessRequestResolutionNote"];
+            /**
+             * @description When the exception ends; must be in the future. Null or left out: it lasts as long
+             *     as the restriction exists.
+             * @default null
+             */
+            expires_at?: components["schemas"]["Timestamp"] | null;
+        };
+        /** @description Deny the request. A person or an API token may deny. */
+        AccessRequestDenial: {
+            /**
+             * @description Always `denied`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            decision: "denied";
+            note?: components["schemas"]["AccessRequestResolutionNote"];
+        };
+        /** @description The decision on a pending access request; `decision` selects the shape. */
+        AccessRequestResolve: components["schemas"]["AccessRequestApproval"] | components["schemas"]["AccessRequestDenial"];
+        /**
+         * @description `deny`: the matched tools are left out of `tools/list` and every call is refused.
+         *     `require_approval`: the matched tools are listed, but a call is refused until the member
+         *     holds an approved access request (an exception) for it. When several restrictions match
+         *     the same call, `deny` wins.
+         * @enum {string}
+         */
+        RestrictionEffect: "deny" | "require_approval";
+        /**
+         * @description Why the restriction exists, shown to members it holds back; null for none.
+         * @example Deleting repositories or issues needs a second pair of eyes.
+         */
+        RestrictionDescription: string | null;
+        /**
+         * @description A glob over tool names: `*` matches any run of characters (also none), `?` exactly one;
+         *     every other character matches itself, case-sensitively. The whole name must match
+         *     (`delete_*` matches `delete_issue`, not `bulk_delete_issue`).
+         * @example delete_*
+         */
+        RestrictionToolPattern: string;
+        /**
+         * @description Which tool calls the restriction covers. A null member matches everything: both null
+         *     covers every tool of every connector.
+         * @example {
+         *       "connector_slug": "github",
+         *       "tool_pattern": "delete_*"
+         *     }
+         */
+        RestrictionMatch: {
+            /** @description The connector whose tools are covered (built-in or custom), or null for any connector. */
+            connector_slug: components["schemas"]["ConnectorSlug"] | null;
+            /** @description The tool names covered, as a glob, or null for all tools of the connector. */
+            tool_pattern: components["schemas"]["RestrictionToolPattern"] | null;
+        };
+        /**
+         * @description Whom the restriction applies to. With `everyone: true` it applies to every member and
+         *     the three lists are empty. Otherwise it applies to a member who holds one of the roles,
+         *     belongs to one of the teams, or is one of the users. A role, team or user that is
+         *     deleted or leaves drops out of its list.
+         * @example {
+         *       "everyone": false,
+         *       "role_ids": [
+         *         "role_01jg3b7f0n7w4k2d9s5h8g1q6z"
+         *       ],
+         *       "team_ids": [
+         *         "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       ],
+         *       "user_ids": []
+         *     }
+         */
+        RestrictionAppliesTo: {
+            /** @description Whether the restriction applies to every member of the organization. */
+            everyone: boolean;
+            /** @description Members holding any of these roles are covered. */
+            role_ids: components["schemas"]["RoleId"][];
+            /** @description Members of any of these teams are covered. */
+            team_ids: components["schemas"]["TeamId"][];
+            /** @description These members are covered. */
+            user_ids: components["schemas"]["UserId"][];
+        };
+        /**
+         * @description A policy on tools, enforced on every tool listing and call of every MCP server and synthetic tool.
+         * @example {
+         *       "id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+         *       "name": "No deletes on GitHub",
+         *       "description": "Deleting repositories or issues needs a second pair of eyes.",
+         *       "match": {
+         *         "connector_slug": "github",
+         *         "tool_pattern": "delete_*"
+         *       },
+         *       "effect": "require_approval",
+         *       "applies_to": {
+         *         "everyone": false,
+         *         "role_ids": [],
+         *         "team_ids": [
+         *           "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *         ],
+         *         "user_ids": []
+         *       },
+         *       "is_active": true,
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        Restriction: {
+            id: components["schemas"]["RestrictionId"];
+            /**
+             * @description A name unique among the organization's restrictions.
+             * @example No deletes on GitHub
+             */
+            name: string;
+            description: components["schemas"]["RestrictionDescription"];
+            match: components["schemas"]["RestrictionMatch"];
+            effect: components["schemas"]["RestrictionEffect"];
+            applies_to: components["schemas"]["RestrictionAppliesTo"];
+            /** @description An inactive restriction (false) keeps its settings but holds nothing back. */
+            is_active: boolean;
+            /** @description The user who created it, or null when created by the operator CLI or the user is gone. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of restrictions, oldest first. */
+        RestrictionList: {
+            /** @description The restrictions on this page. */
+            data: components["schemas"]["Restriction"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description A name unique among the organization's restrictions.
+         * @example No deletes on GitHub
+         */
+        RestrictionName: string;
+        /**
+         * @description Which tool calls the restriction covers. A member left out or null matches everything;
+         *     an empty object covers every tool of every connector.
+         * @example {
+         *       "connector_slug": "github",
+         *       "tool_pattern": "delete_*"
+         *     }
+         */
+        RestrictionMatchInput: {
+            /**
+             * @description A connector the organization sees (built-in or custom), or null for any connector.
+             * @default null
+             */
+            connector_slug?: components["schemas"]["ConnectorSlug"] | null;
+            /**
+             * @description A glob over tool names (`*` any run, `?` one character), or null for all tools.
+             * @default null
+             */
+            tool_pattern?: components["schemas"]["RestrictionToolPattern"] | null;
+        };
+        /**
+         * @description Whom the restriction applies to. Either `everyone: true` with no ids, or
+         *     `everyone: false` (the default) with at least one role, team or user id; anything else
+         *     is 400 `validation_failed`. Every id must name a role, team or active member of this
+         *     organization (400 `unknown_reference`).
+         * @example {
+         *       "team_ids": [
+         *         "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       ]
+         *     }
+         */
+        RestrictionAppliesToInput: {
+            /**
+             * @description True to cover every member of the organization.
+             * @default false
+             */
+            everyone?: boolean;
+            /**
+             * @description Cover members holding any of these roles.
+             * @default []
+             */
+            role_ids?: components["schemas"]["RoleId"][];
+            /**
+             * @description Cover members of any of these teams.
+             * @default []
+             */
+            team_ids?: components["schemas"]["TeamId"][];
+            /**
+             * @description Cover these members.
+             * @default []
+             */
+            user_ids?: components["schemas"]["UserId"][];
+        };
+        /**
+         * @description A new restriction. `match` left out covers every tool of every connector.
+         * @example {
+         *       "name": "No deletes on GitHub",
+         *       "description": "Deleting repositories or issues needs a second pair of eyes.",
+         *       "match": {
+         *         "connector_slug": "github",
+         *         "tool_pattern": "delete_*"
+         *       },
+         *       "effect": "require_approval",
+         *       "applies_to": {
+         *         "team_ids": [
+         *           "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *         ]
+         *       }
+         *     }
+         */
+        RestrictionCreate: {
+            name: components["schemas"]["RestrictionName"];
+            description?: components["schemas"]["RestrictionDescription"];
+            match?: components["schemas"]["RestrictionMatchInput"];
+            effect: components["schemas"]["RestrictionEffect"];
+            applies_to: components["schemas"]["RestrictionAppliesToInput"];
+            /**
+             * @description Whether it is enforced from the start.
+             * @default true
+             */
+            is_active?: boolean;
+        };
+        /**
+         * @description The members to change; members left out keep their value. `match` and `applies_to`,
+         *     when sent, replace the stored value whole (their members left out take their defaults),
+         *     so a client never has to reason about merging lists.
+         * @example {
+         *       "is_active": false
+         *     }
+         */
+        RestrictionUpdate: {
+            name?: components["schemas"]["RestrictionName"];
+            description?: components["schemas"]["RestrictionDescription"];
+            match?: components["schemas"]["RestrictionMatchInput"];
+            effect?: components["schemas"]["RestrictionEffect"];
+            applies_to?: components["schemas"]["RestrictionAppliesToInput"];
+            /** @description False stops enforcing the restriction; true enforces it again. */
+            is_active?: boolean;
+        };
+        /**
+         * @description How the file came in: `uploaded` through `POST /file`; `upload_request` confirmed by the
+         *     person an upload request asked; `tool_output` produced by a tool call.
+         * @enum {string}
+         */
+        ToolFileSource: "uploaded" | "upload_request" | "tool_output";
+        /**
+         * @description An upload request id (`upreq_…`).
+         * @example upreq_01jg3b7f16w5x9y3z7a1b5c9d3
+         */
+        UploadRequestId: string;
+        /**
+         * @description A tool file id (`file_…`); a file staged in an upload request has one too.
+         * @example file_01jg3b7f15v1w5x9y3z7a1b5c9
+         */
+        FileId: string;
+        /**
+         * @description A file name, shown to people and given in `Content-Disposition` on download: 1–255
+         *     characters, no `/`, `\` or control characters, and not `.` or `..`. Not unique.
+         * @example Q3 report.pdf
+         */
+        ToolFileName: string;
+        /**
+         * @description A lowercase media type (RFC 6838), optionally with parameters such as `charset`.
+         * @example application/pdf
+         * @example text/csv; charset=utf-8
+         */
+        ToolFileMediaType: string;
+        /**
+         * @description A SHA-256 digest of the bytes, in lowercase hex.
+         * @example 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+         */
+        ToolFileSha256: string;
+        /**
+         * @description What the caller may do with the file: `owner` (everything, including delete); `edit`
+         *     (shared at level `edit`: read, share and revoke shares); `use` (shared at level `use`:
+         *     read and download).
+         * @enum {string}
+         */
+        ToolFileAccess: "owner" | "edit" | "use";
+        /**
+         * @description A tool file's metadata. The bytes are at `GET /file/{id}/content`.
+         * @example {
+         *       "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+         *       "name": "Q3 report.pdf",
+         *       "content_type": "application/pdf",
+         *       "size_bytes": 482133,
+         *       "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+         *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "source": "uploaded",
+         *       "upload_request_id": null,
+         *       "caller_access": "owner",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        ToolFile: {
+            id: components["schemas"]["FileId"];
+            name: components["schemas"]["ToolFileName"];
+            content_type: components["schemas"]["ToolFileMediaType"];
+            /**
+             * @description The size of the bytes.
+             * @example 482133
+             */
+            size_bytes: number;
+            sha256: components["schemas"]["ToolFileSha256"];
+            /** @description The member who owns the file (for `upload_request`, the requester; for `tool_output`, the member whose call produced it). */
+            owner_user_id: components["schemas"]["UserId"];
+            source: components["schemas"]["ToolFileSource"];
+            /** @description The upload request the file came through (`source: upload_request`), else null. */
+            upload_request_id: components["schemas"]["UploadRequestId"] | null;
+            caller_access: components["schemas"]["ToolFileAccess"];
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of tool files, oldest first. */
+        ToolFileList: {
+            /** @description The files on this page. */
+            data: components["schemas"]["ToolFile"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The `multipart/form-data` parts of `POST /file`. The `file` part's `Content-Type`
+         *     becomes the stored content type (`application/octet-stream` when absent) and its
+         *     `filename` the name, unless a `name` part is sent.
+         */
+        ToolFileUpload: {
+            /**
+             * Format: binary
+             * @description The bytes, with `filename` and `Content-Type` in the part's headers.
+             */
+            file: string;
+            /** @description A name to store instead of the part's `filename`. */
+            name?: components["schemas"]["ToolFileName"];
+        };
+        /**
+         * @description A lowercase media type without parameters, or a range of one type's subtypes (`image/*`).
+         * @example application/pdf
+         * @example image/*
+         */
+        UploadRequestMediaTypeRange: string;
+        /**
+         * @description Ask one active member of the organization for files: name them by exactly one of
+         *     `assignee_user_id` or `assignee_email` (400 `validation_failed` for both or neither;
+         *     400 `unknown_reference` when no active member matches).
+         * @example {
+         *       "assignee_email": "grace@acme.example",
+         *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+         *       "accepted_content_types": [
+         *         "application/pdf"
+         *       ],
+         *       "max_file_bytes": 10485760,
+         *       "max_files": 5,
+         *       "expires_at": "2026-11-27T14:00:00.000Z"
+         *     }
+         */
+        UploadRequestCreate: {
+            /** @description The active member to ask, by id. */
+            assignee_user_id?: components["schemas"]["UserId"];
+            /**
+             * Format: email
+             * @description The assignee's email address (matched case-insensitively among active members).
+             * @example grace@acme.example
+             */
+            assignee_email?: string;
+            /**
+             * @description What is asked for and why, shown to the assignee and in the email.
+             * @example Please upload the signed Q3 reports so the finance agent can reconcile them.
+             */
+            message?: string | null;
+            /**
+             * @description The media types or ranges (`image/*`) accepted; empty or left out accepts any.
+             * @default []
+             */
+            accepted_content_types?: components["schemas"]["UploadRequestMediaTypeRange"][];
+            /**
+             * @description The largest size one file may have; at most, and by default, the deployment's
+             *     per-file limit (25 MiB unless the operator sets another).
+             * @example 10485760
+             */
+            max_file_bytes?: number;
+            /**
+             * @description How many files the assignee may stage at most.
+             * @default 10
+             */
+            max_files?: number;
+            /** @description When the request expires; in the future and at most 30 days away. Default 7 days after creation. */
+            expires_at?: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description `open`: the assignee may reserve places, send bytes and remove files; `confirmed`: the
+         *     assignee confirmed and the files are tool files of the requester; `expired`:
+         *     `expires_at` passed while open (staged bytes are deleted); `cancelled`: the requester or
+         *     the assignee stopped being an active member while it was open.
+         * @enum {string}
+         */
+        UploadRequestStatus: "open" | "confirmed" | "expired" | "cancelled";
+        /**
+         * @description `reserved`: a place is held but no bytes arrived yet; `uploaded`: the bytes arrived and were checked.
+         * @enum {string}
+         */
+        UploadRequestFileStatus: "reserved" | "uploaded";
+        /**
+         * @description A file staged in an upload request. Its id becomes the tool file's id when the request
+         *     is confirmed.
+         * @example {
+         *       "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+         *       "name": "Q3 report.pdf",
+         *       "content_type": "application/pdf",
+         *       "size_bytes": 482133,
+         *       "sha256": null,
+         *       "status": "reserved",
+         *       "upload_url": "/file/upload-request/upreq_01jg3b7f16w5x9y3z7a1b5c9d3/file/file_01jg3b7f15v1w5x9y3z7a1b5c9",
+         *       "uploaded_at": null,
+         *       "created_at": "2026-11-21T14:03:55.018Z",
+         *       "updated_at": "2026-11-21T14:03:55.018Z"
+         *     }
+         */
+        UploadRequestFile: {
+            id: components["schemas"]["FileId"];
+            name: components["schemas"]["ToolFileName"];
+            content_type: components["schemas"]["ToolFileMediaType"];
+            /**
+             * @description The size declared when the place was reserved; the bytes sent must be exactly this long.
+             * @example 482133
+             */
+            size_bytes: number;
+            /** @description The SHA-256 of the bytes received, or null while `reserved`. */
+            sha256: components["schemas"]["ToolFileSha256"] | null;
+            status: components["schemas"]["UploadRequestFileStatus"];
+            /**
+             * Format: uri-reference
+             * @description Where to `PUT` the bytes (`/file/upload-request/{id}/file/{file_id}`, relative to the
+             *     base URL); sending again replaces them. Null once the request is no longer open.
+             * @example /file/upload-request/upreq_01jg3b7f16w5x9y3z7a1b5c9d3/file/file_01jg3b7f15v1w5x9y3z7a1b5c9
+             */
+            upload_url: string | null;
+            /** @description When the bytes last arrived, or null while `reserved`. */
+            uploaded_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A request asking one member (the assignee) for files. The assignee reserves a place per
+         *     file, sends the bytes, may remove staged files, then confirms; the files then become
+         *     tool files of the requester.
+         * @example {
+         *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+         *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+         *       "assignee_email": "grace@acme.example",
+         *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+         *       "accepted_content_types": [
+         *         "application/pdf"
+         *       ],
+         *       "max_file_bytes": 10485760,
+         *       "max_files": 5,
+         *       "status": "open",
+         *       "files": [],
+         *       "expires_at": "2026-11-27T14:00:00.000Z",
+         *       "confirmed_at": null,
+         *       "created_at": "2026-11-20T14:00:00.000Z",
+         *       "updated_at": "2026-11-20T14:00:00.000Z"
+         *     }
+         */
+        UploadRequest: {
+            id: components["schemas"]["UploadRequestId"];
+            /** @description The member who asked for the files and will own them. */
+            requester_user_id: components["schemas"]["UserId"];
+            /** @description The member asked to upload them, the only one who may add, remove and confirm files. */
+            assignee_user_id: components["schemas"]["UserId"];
+            /**
+             * Format: email
+             * @description The assignee's email address when the request was made; the request was emailed there.
+             * @example grace@acme.example
+             */
+            assignee_email: string;
+            /**
+             * @description What the requester asks for and why, shown to the assignee; null for none.
+             * @example Please upload the signed Q3 reports so the finance agent can reconcile them.
+             */
+            message: string | null;
+            /** @description The media types (or ranges such as `image/*`) the files may have; empty accepts any. */
+            accepted_content_types: components["schemas"]["UploadRequestMediaTypeRange"][];
+            /**
+             * @description The largest size one file may have.
+             * @example 10485760
+             */
+            max_file_bytes: number;
+            /**
+             * @description How many files the request holds at most.
+             * @example 5
+             */
+            max_files: number;
+            status: components["schemas"]["UploadRequestStatus"];
+            /** @description The staged files, in the order their places were reserved. */
+            files: components["schemas"]["UploadRequestFile"][];
+            /** @description When the request expires if not confirmed by then. */
+            expires_at: components["schemas"]["Timestamp"];
+            /** @description When the assignee confirmed, or null. */
+            confirmed_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A place for one file. `content_type` must be one the request accepts and `size_bytes`
+         *     at most its `max_file_bytes` (400 `validation_failed` otherwise).
+         * @example {
+         *       "name": "Q3 report.pdf",
+         *       "content_type": "application/pdf",
+         *       "size_bytes": 482133
+         *     }
+         */
+        UploadRequestFileReserve: {
+            name: components["schemas"]["ToolFileName"];
+            content_type: components["schemas"]["ToolFileMediaType"];
+            /**
+             * @description The exact size of the bytes that will be sent.
+             * @example 482133
+             */
+            size_bytes: number;
+        };
+        /**
+         * @description A share (access-control entry) id (`acl_…`).
+         * @example acl_01jg3b7f1cc9d3e7f1g5h9j3k7
+         */
+        ShareId: string;
+        /**
+         * @description Who a share grants access to: one `user`, every member of a `team`, or the whole `organization`.
+         * @enum {string}
+         */
+        SharePrincipalType: "user" | "team" | "organization";
+        /**
+         * @description The user, team or organization a share grants access to.
+         * @example {
+         *       "type": "team",
+         *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *     }
+         */
+        SharePrincipal: {
+            type: components["schemas"]["SharePrincipalType"];
+            /** @description The user id, team id or organization id, matching `type`. */
+            id: components["schemas"]["UserId"] | components["schemas"]["TeamId"] | components["schemas"]["OrganizationId"];
+        };
+        /**
+         * @description `use`: the principal may use the resource (see its tools, read the file); `edit`: may also change and re-share it.
+         * @enum {string}
+         */
+        ShareLevel: "use" | "edit";
+        /**
+         * @description One grant of access to a resource.
+         * @example {
+         *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+         *       "resource_type": "toolbox",
+         *       "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+         *       "principal": {
+         *         "type": "team",
+         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       },
+         *       "level": "use",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+         *     }
+         */
+        Share: {
+            id: components["schemas"]["ShareId"];
+            /**
+             * @description The kind of resource shared.
+             * @enum {string}
+             */
+            resource_type: "connector" | "template" | "toolbox" | "file";
+            /**
+             * @description The shared resource's id (a connector's slug for connectors).
+             * @example tbx_01jg3b7f10p1q5r9s3t7v1w5x9
+             */
+            resource_id: string;
+            principal: components["schemas"]["SharePrincipal"];
+            level: components["schemas"]["ShareLevel"];
+            created_at: components["schemas"]["Timestamp"];
+            /** @description Who shared it; null when the operator CLI or a system process did. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+        };
+        /** @description A page of shares, oldest first. */
+        ShareList: {
+            /** @description The shares on this page. */
+            data: components["schemas"]["Share"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description Grants a principal access to the resource. Sharing again to the same principal changes
+         *     the level of the existing share instead of adding a second one.
+         * @example {
+         *       "principal": {
+         *         "type": "team",
+         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       },
+         *       "level": "use"
+         *     }
+         */
+        ShareCreate: {
+            principal: components["schemas"]["SharePrincipal"];
+            level: components["schemas"]["ShareLevel"];
+        };
         /** @description Email addresses. */
         EmailAddressList: string[];
         /**
@@ -1003,12 +2450,6 @@ export interface components {
          * @example conn_01jg3b7f0y8m2n6p1q5r9s3t7v
          */
         ConnectionId: string;
-        /**
-         * @description A connector's slug (lowercase letters, digits, `-`; 1–64 characters), unique among the connectors an organization sees.
-         * @example github
-         * @example acme-crm
-         */
-        ConnectorSlug: string;
         /** @description The connection an event is about. */
         EventConnection: {
             id: components["schemas"]["ConnectionId"];
@@ -1285,11 +2726,6 @@ export interface components {
             actor: components["schemas"]["EventActor"];
             data: components["schemas"]["RoleDeletedData"];
         };
-        /**
-         * @description A restriction id (`rst_…`).
-         * @example rst_01jg3b7f13s3t7v1w5x9y3z7a1
-         */
-        RestrictionId: string;
         /** @description What a `restriction.updated` event carries. */
         RestrictionUpdatedData: {
             /** @description The restriction as it is after the change (before it, for a deletion). */
@@ -1388,11 +2824,6 @@ export interface components {
             actor: components["schemas"]["EventActor"];
             data: components["schemas"]["ConnectorDeletedData"];
         };
-        /**
-         * @description An access request id (`areq_…`).
-         * @example areq_01jg3b7f14t7v1w5x9y3z7a1b5
-         */
-        AccessRequestId: string;
         /** @description The access request an event is about. */
         EventAccessRequest: {
             id: components["schemas"]["AccessRequestId"];
@@ -1567,8 +2998,6 @@ export interface components {
             delivered_at: components["schemas"]["Timestamp"] | null;
             created_at: components["schemas"]["Timestamp"];
         };
-        /** @description The cursor of the next page; null on the last page. */
-        NextCursor: components["schemas"]["Cursor"] | null;
         /** @description A page of deliveries, newest first. */
         NotificationDeliveryList: {
             /** @description The deliveries on this page. */
@@ -1879,6 +3308,1386 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CurrentUser"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listAccessRequests: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only requests in this status. */
+                status?: components["schemas"]["AccessRequestStatus"];
+                /**
+                 * @description Only requests filed by this member. Naming someone other than the caller needs
+                 *     `access_request:view` or `access_request:resolve`.
+                 */
+                requester_user_id?: components["schemas"]["UserId"];
+                /** @description Only requests for exceptions to this restriction. */
+                restriction_id?: components["schemas"]["RestrictionId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of access requests. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *           "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *           "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *           "connector_slug": "github",
+                     *           "tool_name": "delete_branch",
+                     *           "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *           "status": "pending",
+                     *           "resolved_by_user_id": null,
+                     *           "resolution_note": null,
+                     *           "resolved_at": null,
+                     *           "exception_expires_at": null,
+                     *           "created_at": "2026-11-24T09:41:18.204Z",
+                     *           "updated_at": "2026-11-24T09:41:18.204Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequestList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AccessRequestCreate"];
+            };
+        };
+        responses: {
+            /** @description The request was filed and is pending. */
+            201: {
+                headers: {
+                    /** @description The URL of the new access request. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "connector_slug": "github",
+                     *       "tool_name": "delete_branch",
+                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *       "status": "pending",
+                     *       "resolved_by_user_id": null,
+                     *       "resolution_note": null,
+                     *       "resolved_at": null,
+                     *       "exception_expires_at": null,
+                     *       "created_at": "2026-11-24T09:41:18.204Z",
+                     *       "updated_at": "2026-11-24T09:41:18.204Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The access request. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    resolveAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AccessRequestResolve"];
+            };
+        };
+        responses: {
+            /** @description The access request as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "connector_slug": "github",
+                     *       "tool_name": "delete_branch",
+                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *       "status": "approved",
+                     *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "resolution_note": "Approved for this week only.",
+                     *       "resolved_at": "2026-11-24T10:02:51.377Z",
+                     *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+                     *       "created_at": "2026-11-24T09:41:18.204Z",
+                     *       "updated_at": "2026-11-24T10:02:51.377Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    withdrawAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The access request as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "connector_slug": "github",
+                     *       "tool_name": "delete_branch",
+                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *       "status": "withdrawn",
+                     *       "resolved_by_user_id": null,
+                     *       "resolution_note": null,
+                     *       "resolved_at": "2026-11-24T09:55:02.610Z",
+                     *       "exception_expires_at": null,
+                     *       "created_at": "2026-11-24T09:41:18.204Z",
+                     *       "updated_at": "2026-11-24T09:55:02.610Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listRestrictions: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only restrictions with this effect. */
+                effect?: components["schemas"]["RestrictionEffect"];
+                /**
+                 * @description Only restrictions whose `match.connector_slug` is this connector. Restrictions that
+                 *     match any connector (`connector_slug: null`) are not included.
+                 */
+                connector_slug?: components["schemas"]["ConnectorSlug"];
+                /** @description Only enforced (true) or inactive (false) restrictions. */
+                is_active?: boolean;
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of restrictions. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *           "name": "No deletes on GitHub",
+                     *           "description": "Deleting repositories or issues needs a second pair of eyes.",
+                     *           "match": {
+                     *             "connector_slug": "github",
+                     *             "tool_pattern": "delete_*"
+                     *           },
+                     *           "effect": "require_approval",
+                     *           "applies_to": {
+                     *             "everyone": false,
+                     *             "role_ids": [],
+                     *             "team_ids": [
+                     *               "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *             ],
+                     *             "user_ids": []
+                     *           },
+                     *           "is_active": true,
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         },
+                     *         {
+                     *           "id": "rst_01jg3c2m4v8n1q5r9s3t7v1w5x",
+                     *           "name": "No CRM exports",
+                     *           "description": null,
+                     *           "match": {
+                     *             "connector_slug": "acme-crm",
+                     *             "tool_pattern": "export_*"
+                     *           },
+                     *           "effect": "deny",
+                     *           "applies_to": {
+                     *             "everyone": true,
+                     *             "role_ids": [],
+                     *             "team_ids": [],
+                     *             "user_ids": []
+                     *           },
+                     *           "is_active": true,
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-21T16:02:45.008Z",
+                     *           "updated_at": "2026-11-22T08:30:12.551Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RestrictionList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createRestriction: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RestrictionCreate"];
+            };
+        };
+        responses: {
+            /** @description The restriction was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new restriction. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "name": "No deletes on GitHub",
+                     *       "description": "Deleting repositories or issues needs a second pair of eyes.",
+                     *       "match": {
+                     *         "connector_slug": "github",
+                     *         "tool_pattern": "delete_*"
+                     *       },
+                     *       "effect": "require_approval",
+                     *       "applies_to": {
+                     *         "everyone": false,
+                     *         "role_ids": [],
+                     *         "team_ids": [
+                     *           "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *         ],
+                     *         "user_ids": []
+                     *       },
+                     *       "is_active": true,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Restriction"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getRestriction: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The restriction's id. */
+                id: components["schemas"]["RestrictionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The restriction. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Restriction"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteRestriction: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The restriction's id. */
+                id: components["schemas"]["RestrictionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The restriction was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateRestriction: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The restriction's id. */
+                id: components["schemas"]["RestrictionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RestrictionUpdate"];
+            };
+        };
+        responses: {
+            /** @description The restriction as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "name": "No deletes on GitHub",
+                     *       "description": "Deleting repositories or issues needs a second pair of eyes.",
+                     *       "match": {
+                     *         "connector_slug": "github",
+                     *         "tool_pattern": "delete_*"
+                     *       },
+                     *       "effect": "require_approval",
+                     *       "applies_to": {
+                     *         "everyone": false,
+                     *         "role_ids": [],
+                     *         "team_ids": [
+                     *           "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *         ],
+                     *         "user_ids": []
+                     *       },
+                     *       "is_active": false,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-24T11:40:27.903Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Restriction"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listFiles: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only files that came in this way. */
+                source?: components["schemas"]["ToolFileSource"];
+                /** @description Only files owned by this member (the caller's own id lists the caller's files). */
+                owner_user_id?: components["schemas"]["UserId"];
+                /** @description Only files that came through this upload request. */
+                upload_request_id?: components["schemas"]["UploadRequestId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of tool files. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *           "name": "Q3 report.pdf",
+                     *           "content_type": "application/pdf",
+                     *           "size_bytes": 482133,
+                     *           "sha256": "3b8f2c1d9e0a7f6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "source": "upload_request",
+                     *           "upload_request_id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+                     *           "caller_access": "owner",
+                     *           "created_at": "2026-11-21T14:09:30.442Z",
+                     *           "updated_at": "2026-11-21T14:09:30.442Z"
+                     *         },
+                     *         {
+                     *           "id": "file_01jg3e4a7b2c6d0f4g8h2j6k0m",
+                     *           "name": "open-issues.csv",
+                     *           "content_type": "text/csv; charset=utf-8",
+                     *           "size_bytes": 20417,
+                     *           "sha256": "a1c9e7b5d3f1a9c7e5b3d1f9a7c5e3b1d9f7a5c3e1b9d7f5a3c1e9b7d5f3a1c9",
+                     *           "owner_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *           "source": "tool_output",
+                     *           "upload_request_id": null,
+                     *           "caller_access": "use",
+                     *           "created_at": "2026-11-22T10:30:12.901Z",
+                     *           "updated_at": "2026-11-22T10:30:12.901Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ToolFileList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    uploadFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": components["schemas"]["ToolFileUpload"];
+            };
+        };
+        responses: {
+            /** @description The file was stored. */
+            201: {
+                headers: {
+                    /** @description The URL of the new file's metadata. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *       "name": "Q3 report.pdf",
+                     *       "content_type": "application/pdf",
+                     *       "size_bytes": 482133,
+                     *       "sha256": "3b8f2c1d9e0a7f6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "source": "uploaded",
+                     *       "upload_request_id": null,
+                     *       "caller_access": "owner",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ToolFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createUploadRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UploadRequestCreate"];
+            };
+        };
+        responses: {
+            /** @description The upload request was created and the assignee emailed. */
+            201: {
+                headers: {
+                    /** @description The URL of the new upload request. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+                     *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "assignee_email": "grace@acme.example",
+                     *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+                     *       "accepted_content_types": [
+                     *         "application/pdf"
+                     *       ],
+                     *       "max_file_bytes": 10485760,
+                     *       "max_files": 5,
+                     *       "status": "open",
+                     *       "files": [],
+                     *       "expires_at": "2026-11-27T14:00:00.000Z",
+                     *       "confirmed_at": null,
+                     *       "created_at": "2026-11-20T14:00:00.000Z",
+                     *       "updated_at": "2026-11-20T14:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getUploadRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The upload request. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+                     *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "assignee_email": "grace@acme.example",
+                     *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+                     *       "accepted_content_types": [
+                     *         "application/pdf"
+                     *       ],
+                     *       "max_file_bytes": 10485760,
+                     *       "max_files": 5,
+                     *       "status": "open",
+                     *       "files": [
+                     *         {
+                     *           "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *           "name": "Q3 report.pdf",
+                     *           "content_type": "application/pdf",
+                     *           "size_bytes": 482133,
+                     *           "sha256": "3b8f2c1d9e0a7f6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b",
+                     *           "status": "uploaded",
+                     *           "upload_url": "/file/upload-request/upreq_01jg3b7f16w5x9y3z7a1b5c9d3/file/file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *           "uploaded_at": "2026-11-21T14:04:12.730Z",
+                     *           "created_at": "2026-11-21T14:03:55.018Z",
+                     *           "updated_at": "2026-11-21T14:04:12.730Z"
+                     *         },
+                     *         {
+                     *           "id": "file_01jg3e5b8c3d7f1g5h9j3k7m1n",
+                     *           "name": "Q3 annex.pdf",
+                     *           "content_type": "application/pdf",
+                     *           "size_bytes": 91820,
+                     *           "sha256": null,
+                     *           "status": "reserved",
+                     *           "upload_url": "/file/upload-request/upreq_01jg3b7f16w5x9y3z7a1b5c9d3/file/file_01jg3e5b8c3d7f1g5h9j3k7m1n",
+                     *           "uploaded_at": null,
+                     *           "created_at": "2026-11-21T14:05:40.261Z",
+                     *           "updated_at": "2026-11-21T14:05:40.261Z"
+                     *         }
+                     *       ],
+                     *       "expires_at": "2026-11-27T14:00:00.000Z",
+                     *       "confirmed_at": null,
+                     *       "created_at": "2026-11-20T14:00:00.000Z",
+                     *       "updated_at": "2026-11-21T14:05:40.261Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    reserveUploadRequestFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "Q3 report.pdf",
+                 *       "content_type": "application/pdf",
+                 *       "size_bytes": 482133
+                 *     }
+                 */
+                "application/json": components["schemas"]["UploadRequestFileReserve"];
+            };
+        };
+        responses: {
+            /** @description The place is reserved; send the bytes to `upload_url`. */
+            201: {
+                headers: {
+                    /** @description The staged file's URL, the same as `upload_url`. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *       "name": "Q3 report.pdf",
+                     *       "content_type": "application/pdf",
+                     *       "size_bytes": 482133,
+                     *       "sha256": null,
+                     *       "status": "reserved",
+                     *       "upload_url": "/file/upload-request/upreq_01jg3b7f16w5x9y3z7a1b5c9d3/file/file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *       "uploaded_at": null,
+                     *       "created_at": "2026-11-21T14:03:55.018Z",
+                     *       "updated_at": "2026-11-21T14:03:55.018Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequestFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    putUploadRequestFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+                /** @description The staged file's id, from its reservation. */
+                file_id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description The bytes were stored; the staged file as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *       "name": "Q3 report.pdf",
+                     *       "content_type": "application/pdf",
+                     *       "size_bytes": 482133,
+                     *       "sha256": "3b8f2c1d9e0a7f6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b",
+                     *       "status": "uploaded",
+                     *       "upload_url": "/file/upload-request/upreq_01jg3b7f16w5x9y3z7a1b5c9d3/file/file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *       "uploaded_at": "2026-11-21T14:04:12.730Z",
+                     *       "created_at": "2026-11-21T14:03:55.018Z",
+                     *       "updated_at": "2026-11-21T14:04:12.730Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequestFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteUploadRequestFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+                /** @description The staged file's id, from its reservation. */
+                file_id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The staged file was removed. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    confirmUploadRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The upload request as it now is, `confirmed`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+                     *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "assignee_email": "grace@acme.example",
+                     *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+                     *       "accepted_content_types": [
+                     *         "application/pdf"
+                     *       ],
+                     *       "max_file_bytes": 10485760,
+                     *       "max_files": 5,
+                     *       "status": "confirmed",
+                     *       "files": [
+                     *         {
+                     *           "id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *           "name": "Q3 report.pdf",
+                     *           "content_type": "application/pdf",
+                     *           "size_bytes": 482133,
+                     *           "sha256": "3b8f2c1d9e0a7f6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b",
+                     *           "status": "uploaded",
+                     *           "upload_url": null,
+                     *           "uploaded_at": "2026-11-21T14:04:12.730Z",
+                     *           "created_at": "2026-11-21T14:03:55.018Z",
+                     *           "updated_at": "2026-11-21T14:09:30.442Z"
+                     *         }
+                     *       ],
+                     *       "expires_at": "2026-11-27T14:00:00.000Z",
+                     *       "confirmed_at": "2026-11-21T14:09:30.442Z",
+                     *       "created_at": "2026-11-20T14:00:00.000Z",
+                     *       "updated_at": "2026-11-21T14:09:30.442Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's metadata. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listFileShares: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of shares. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *           "resource_type": "file",
+                     *           "resource_id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *           "principal": {
+                     *             "type": "team",
+                     *             "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *           },
+                     *           "level": "use",
+                     *           "created_at": "2026-11-21T15:20:44.316Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ShareList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    shareFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShareCreate"];
+            };
+        };
+        responses: {
+            /** @description The principal already had a share; its level was changed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "file",
+                     *       "resource_id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *       "principal": {
+                     *         "type": "team",
+                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *       },
+                     *       "level": "edit",
+                     *       "created_at": "2026-11-21T15:20:44.316Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            /** @description The file was shared. */
+            201: {
+                headers: {
+                    /** @description The URL of the new share. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "file",
+                     *       "resource_id": "file_01jg3b7f15v1w5x9y3z7a1b5c9",
+                     *       "principal": {
+                     *         "type": "team",
+                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *       },
+                     *       "level": "use",
+                     *       "created_at": "2026-11-21T15:20:44.316Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeFileShare: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The share was revoked. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    downloadFile: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The tool file's id. */
+                id: components["schemas"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes, with its stored content type. */
+            200: {
+                headers: {
+                    /** @description `attachment` with the file's name, ASCII-safe in `filename` and exact in `filename*` (RFC 6266). */
+                    "Content-Disposition"?: string;
+                    /** @description The file's size in bytes. */
+                    "Content-Length"?: number;
+                    /** @description The file's SHA-256 in lowercase hex, quoted. */
+                    ETag?: string;
+                    /** @description Always `none`; byte ranges are not served. */
+                    "Accept-Ranges"?: "none";
+                    /** @description Always `nosniff`. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description Always `private, no-cache`; shared caches must not keep it. */
+                    "Cache-Control"?: "private, no-cache";
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": string;
                 };
             };
             400: components["responses"]["BadRequest"];

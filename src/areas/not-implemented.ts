@@ -6,6 +6,33 @@ import type { OperationId } from '../../generated/operations';
  * tag. Building an operation means deleting its line here and adding its handler.
  */
 export const NOT_IMPLEMENTED = [
-  // Notification destinations: the outbox worker that makes deliveries is not built yet.
+  // Restrictions
+  'listRestrictions',
+  'createRestriction',
+  'getRestriction',
+  'deleteRestriction',
+  'updateRestriction',
+  // Access requests
+  'listAccessRequests',
+  'createAccessRequest',
+  'getAccessRequest',
+  'resolveAccessRequest',
+  'withdrawAccessRequest',
+  // Files
+  'listFiles',
+  'uploadFile',
+  'createUploadRequest',
+  'getUploadRequest',
+  'reserveUploadRequestFile',
+  'putUploadRequestFile',
+  'deleteUploadRequestFile',
+  'confirmUploadRequest',
+  'getFile',
+  'deleteFile',
+  'listFileShares',
+  'shareFile',
+  'revokeFileShare',
+  'downloadFile',
+  // Notification destinations: the outbox worker that makes deliveries is not built yet
   'listNotificationDeliveries',
 ] as const satisfies readonly OperationId[];
