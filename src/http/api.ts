@@ -19,21 +19,28 @@ export type Handlers = HandlerMap<RequestContext>;
  * openapi-backend wants a document it can dereference and validate with Ajv: JSON media
  * types with a suffix (`application/scim+json`) are aliased to `application/json` so their
  * bodies are validated too, and discriminator mappings (which Ajv does not support, and
- * which carry no information beyond the branches' `const`) are dropped. The served document
- * keeps both.
+ * which carry no information beyond the branches' `const`) are dropped, as are examples.
+ * The served document keeps all of them.
  */
 function documentForValidation(spec: OpenApiDocument): OpenApiDocument {
   const copy = structuredClone(spec);
-  const visit = (node: unknown): void => {
-    if (Array.isArray(node)) return node.forEach(visit);
+  const visit = (node: unknown, parentKey?: string): void => {
+    if (Array.isArray(node)) return node.forEach((item) => visit(item));
     if (!node || typeof node !== 'object') return;
     const record = node as Record<string, any>;
+    // Examples validate nothing, and openapi-backend turns an examples array shared by two
+    // properties into a `$ref`, which Ajv then rejects as a schema. (`properties.examples`
+    // would be a member named so, and is kept.)
+    if (parentKey !== 'properties') {
+      delete record.examples;
+      delete record.example;
+    }
     if (record.discriminator && typeof record.discriminator === 'object') delete record.discriminator.mapping;
     if (record.content && typeof record.content === 'object' && !record.content['application/json']) {
       const suffixed = Object.keys(record.content).find((type) => /^application\/[\w.-]+\+json$/.test(type));
       if (suffixed) record.content['application/json'] = record.content[suffixed];
     }
-    Object.values(record).forEach(visit);
+    for (const [key, value] of Object.entries(record)) visit(value, key);
   };
   visit(copy);
   return copy;
