@@ -124,6 +124,816 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/providers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List configured social auth providers
+         * @description Lists the social sign-in providers the operator configured, for the web app's sign-in
+         *     buttons. Public: needs no credential. Not org-scoped. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (unknown query parameters); 429 `rate_limited`.
+         */
+        get: operations["listAuthProviders"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/sso/{provider}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The provider's key, from `GET /auth/providers`. */
+                provider: components["schemas"]["AuthProviderKey"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Start social login
+         * @description Browser flow. Redirects to the provider's authorization page (OAuth 2.0 authorization
+         *     code with PKCE; OpenID Connect where the provider speaks it) and sets the short-lived
+         *     `cp_auth_flow` cookie that binds the flow's `state`, nonce, PKCE verifier and
+         *     `return_to` to this browser. The provider sends the browser back to
+         *     `GET /auth/sso/{provider}/callback`. Public: needs no credential. Not org-scoped. Stores
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed` (a `return_to` that is not a web-app path, a malformed
+         *     `login_hint`); 404 `not_found` (no provider with this key is configured); 429
+         *     `rate_limited`.
+         */
+        get: operations["startSocialLogin"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/sso/{provider}/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The provider's key. */
+                provider: components["schemas"]["AuthProviderKey"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Social OAuth callback
+         * @description Browser flow; the provider redirects here. Checks `state` against the `cp_auth_flow`
+         *     cookie, exchanges `code` for the provider's tokens, and reads the person's verified
+         *     email. The person is signed in to the account with that email, which is created on
+         *     first sign-in (social sign-in doubles as sign-up). Answers 302 with the new `cp_session`
+         *     cookie; the session starts `mfa_pending` when an organization of the user requires a
+         *     second factor the user has enrolled, and the browser is then sent to the web app's
+         *     second-factor page. Every failure, including an `error` from the provider, also
+         *     answers 302, to the web app's sign-in page with the reason: never an error body in the
+         *     browser. Public: needs no credential. Not org-scoped.
+         *
+         *     A new account whose email domain an organization has verified and opened to automatic
+         *     joining becomes a member of that organization with the domain's default role: that
+         *     records the audit action `member.joined` there and emits the `member.joined` event. A
+         *     returning person's sign-in records nothing. People of a domain whose SSO connection is
+         *     enforced are refused (reason `sso_required`).
+         *
+         *     Errors: 400 `validation_failed` (a malformed query); 404 `not_found` (no provider with
+         *     this key); 429 `rate_limited`. Sign-in failures are redirects, see `Location`.
+         */
+        get: operations["completeSocialLogin"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Log out
+         * @description Ends the caller's session: the cookie stops working at once, everywhere, and the
+         *     response clears it. Other sessions of the same person stay signed in. Needs a session
+         *     (a person); an API token is refused. Not org-scoped. Records no audit entry: it changes
+         *     nothing an organization owns.
+         *
+         *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
+         *     `invalid_token` (no session, or one that already ended); 403 `requires_person`; 429
+         *     `rate_limited`. 404 is declared because every endpoint may answer it (service
+         *     description §7); this one does not today.
+         */
+        post: operations["logOut"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/signup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Passwordless public registration
+         * @description Starts a passwordless registration: emails a single-use activation link
+         *     (`GET /auth/signup/activate`, valid 24 hours) to the address. Nothing is created until
+         *     the link is opened. Always answers 202 with the same body, so it never reveals whether
+         *     the address has an account: for an address that already has one, a sign-in link is
+         *     emailed instead, and for a domain whose SSO connection is enforced, an email pointing
+         *     to SSO. Public: needs no credential. Not org-scoped. Records no audit entry.
+         *     Rate-limited per address and per client address.
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["signUp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/signup/resend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resend signup activation email
+         * @description Emails a fresh activation link for a registration that has not been activated yet; the
+         *     previous link stops working. Like `POST /auth/signup`, always answers 202 with the same
+         *     body whatever the state of the address. Public: needs no credential. Not org-scoped.
+         *     Records no audit entry. Rate-limited per address (at most one email a minute).
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["resendSignupEmail"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/signup/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Activate signup from emailed link
+         * @description Browser flow; the link in the activation email. Creates the account with the verified
+         *     email (and the name given at signup), signs the person in and answers 302 with the
+         *     `cp_session` cookie, to the signup's `return_to` or the web app's onboarding. A link
+         *     works once; a used, unknown or expired link redirects to the sign-in page with the
+         *     reason (`link_invalid`, `link_expired`). Opening the link of an address that was
+         *     registered meanwhile (for example through social sign-in) just signs that account in.
+         *     Public: needs no credential. Not org-scoped.
+         *
+         *     When an organization has verified the email's domain and opened it to automatic
+         *     joining, the new account joins it with the domain's default role: that records the
+         *     audit action `member.joined` there and emits the `member.joined` event.
+         *
+         *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
+         *     Activation failures are redirects, see `Location`.
+         */
+        get: operations["activateSignup"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/magic-link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Request magic-link login email
+         * @description Emails a single-use sign-in link (`GET /auth/magic-link/verify`, valid 15 minutes) to
+         *     the address when it belongs to an account that may sign in this way. Always answers 202
+         *     with the same body, so it never reveals whether the address has an account: an unknown
+         *     address gets no email, and an address whose domain enforces SSO gets an email pointing
+         *     to SSO. Requesting a new link makes earlier unused ones stop working. Public: needs no
+         *     credential. Not org-scoped. Records no audit entry. Rate-limited per address and per
+         *     client address.
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["requestMagicLink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/magic-link/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Verify magic-link token
+         * @description Browser flow; the link in the sign-in email. Signs the account in and answers 302 with
+         *     the `cp_session` cookie, to the `return_to` of the request (or `/`), or to the web
+         *     app's second-factor page when the session starts `mfa_pending`. Opening the link also
+         *     proves the email address, so an unverified address becomes verified. A link works
+         *     once; a used, unknown or expired link redirects to the sign-in page with the reason
+         *     (`link_invalid`, `link_expired`), as does an account whose domain now enforces SSO
+         *     (`sso_required`). Public: needs no credential. Not org-scoped. Records no audit entry:
+         *     it changes nothing an organization owns.
+         *
+         *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
+         *     Sign-in failures are redirects, see `Location`.
+         */
+        get: operations["verifyMagicLink"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/mfa/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Complete MFA challenge for an mfa_pending session
+         * @description Shows a second factor for the caller's session: a TOTP code, a recovery code (used
+         *     up), or a passkey assertion answering a challenge from
+         *     `POST /auth/passkey/authentication/options`. On success the session records when and
+         *     how (`second_factor_at`, `second_factor_method`) and becomes `active`, so organizations
+         *     that require a second factor let it in. Works on an `active` session too, where it just
+         *     refreshes `second_factor_at`. Needs a session (a person), including one in the
+         *     `mfa_pending` state; an API token is refused. Not org-scoped. Records no audit entry.
+         *     Wrong codes are rate-limited per account: after 5 failures in 15 minutes the account
+         *     answers 429 until the window passes.
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (a wrong or
+         *     already used code, an assertion that does not verify or is not one of the user's
+         *     passkeys), `challenge_expired` (the passkey challenge expired or was used); 401
+         *     `unauthenticated`, `invalid_token`; 403 `requires_person`; 409 `conflict` (the user
+         *     has no second factor of the kind sent, for example no TOTP); 413; 415; 429
+         *     `rate_limited`. 404 is declared because every endpoint may answer it (service
+         *     description §7); this one does not today.
+         */
+        post: operations["verifyMfaChallenge"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/invite/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Activate invite from emailed link
+         * @description Browser flow; the link in an invite email. Reads the `cp_session` cookie when one is
+         *     sent.
+         *
+         *     - Signed in as the invited email: accepts the invite at once. The person becomes an
+         *       active member with the invite's roles and teams, and the browser lands on the
+         *       organization in the web app.
+         *     - Not signed in, and no account has the invited email: creates the account (opening
+         *       the link proves the email), signs it in with a new `cp_session` cookie and accepts.
+         *     - Not signed in, and an account has the invited email: redirects to the web app's
+         *       sign-in page with this link as `return_to`, so the invite is accepted after sign-in.
+         *       When the organization enforces SSO for the email's domain, to that SSO connection.
+         *
+         *     Accepting marks the invite `accepted`, records the audit action `invite.accepted` in
+         *     the inviting organization (actor: the new member; target: the invite) and emits the
+         *     `member.joined` event. An organization that requires a second factor still refuses the
+         *     new member's session with 403 `mfa_setup_required` until one is shown. Failures answer
+         *     302 to the sign-in page with the reason: `link_invalid`, `link_expired`,
+         *     `invite_revoked`, `invite_email_mismatch` (signed in as someone else; sign out first).
+         *     Public: the cookie is optional, and an unknown or expired cookie counts as signed out.
+         *     Not org-scoped.
+         *
+         *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
+         *     401, 403 and 404 are declared because every endpoint may answer them (service
+         *     description §7); this one answers them with redirects instead. Invite failures are
+         *     redirects, see `Location`.
+         */
+        get: operations["activateInvite"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/oidc/resolve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Resolve email to SSO login URL
+         * @description Tells the web app's sign-in page whether an email address signs in through an
+         *     organization's SSO connection, and where to send the browser. Despite the path it
+         *     resolves SAML connections as well as OIDC ones. It answers from the address's domain
+         *     (a domain the organization verified and attached to the connection), never from
+         *     accounts, so it reveals nothing about who has signed up; a domain without SSO answers
+         *     200 with nulls. Public: needs no credential. Not org-scoped. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (a missing or malformed `email`); 429 `rate_limited`.
+         */
+        get: operations["resolveSsoConnection"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/oidc/{connectionId}/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Start OIDC login
+         * @description Browser flow. Redirects to the OIDC connection's identity provider (authorization code
+         *     with PKCE, `openid email profile` plus the connection's scopes) and sets the
+         *     short-lived `cp_auth_flow` cookie binding `state`, nonce, PKCE verifier and
+         *     `return_to` to this browser. The identity provider sends the browser back to
+         *     `GET /auth/oidc/{connectionId}/callback`. Public: needs no credential. Not org-scoped.
+         *     Stores nothing.
+         *
+         *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, a bad
+         *     `return_to`); 404 `not_found` (no such connection, a SAML connection, or one that is
+         *     turned off); 429 `rate_limited`.
+         */
+        get: operations["startOidcLogin"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/oidc/{connectionId}/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * OIDC callback
+         * @description Browser flow; the identity provider redirects here. Checks `state` against the
+         *     `cp_auth_flow` cookie, exchanges `code` at the provider's token endpoint, and validates
+         *     the ID token (signature from the provider's JWKS, issuer, audience, nonce, expiry). The
+         *     email must belong to a domain attached to the connection. Signs the person in and
+         *     answers 302 with the `cp_session` cookie (the session starts `mfa_pending` when an
+         *     organization of the user requires a second factor the user has enrolled). Every
+         *     failure answers 302 to the web app's sign-in page with the reason. Public: needs no
+         *     credential. Not org-scoped.
+         *
+         *     A person who is not yet a member is provisioned just in time when the connection
+         *     allows it: the account is created if needed and joins the connection's organization
+         *     with the connection's default role, which records the audit action `member.joined` in
+         *     that organization and emits the `member.joined` event. When the connection does not
+         *     provision, the reason is `not_provisioned`. A returning member's sign-in records
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, a malformed
+         *     query); 404 `not_found` (no such OIDC connection); 429 `rate_limited`. Sign-in
+         *     failures are redirects, see `Location`.
+         */
+        get: operations["completeOidcLogin"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/saml/{connectionId}/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Start SAML login
+         * @description Browser flow. Records a pending sign-in (10 minutes) and redirects to the SAML
+         *     connection's identity provider with a signed `AuthnRequest` (HTTP-Redirect binding)
+         *     and a `RelayState` naming the pending sign-in. The identity provider posts the answer
+         *     to `POST /auth/saml/{connectionId}/acs`. Because that post comes from the identity
+         *     provider's site, the flow is tied to the pending sign-in through `RelayState` and the
+         *     response's `InResponseTo`, not through a cookie. Public: needs no credential. Not
+         *     org-scoped.
+         *
+         *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, a bad
+         *     `return_to`); 404 `not_found` (no such connection, an OIDC connection, or one that is
+         *     turned off); 429 `rate_limited`.
+         */
+        get: operations["startSamlLogin"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/saml/{connectionId}/acs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * SAML assertion consumer (HTTP-POST)
+         * @description Browser flow; the identity provider's page posts the SAML response here (HTTP-POST
+         *     binding, `application/x-www-form-urlencoded`). Validates it against the connection: the
+         *     signature with the connection's certificate, issuer, audience (this connection's SP
+         *     entity id), destination, validity window, `InResponseTo` matching the pending sign-in
+         *     named by `RelayState`, and that the assertion was not seen before. Unsolicited
+         *     (IdP-initiated) responses are refused. The NameID or email attribute must be an
+         *     address of a domain attached to the connection. Signs the person in and answers 302
+         *     with the `cp_session` cookie; every failure answers 302 to the web app's sign-in page
+         *     with the reason. Public: the credential is the signed assertion. Not org-scoped.
+         *
+         *     A person who is not yet a member is provisioned just in time when the connection
+         *     allows it: the account is created if needed and joins the connection's organization
+         *     with the connection's default role, which records the audit action `member.joined` in
+         *     that organization and emits the `member.joined` event. A returning member's sign-in
+         *     records nothing.
+         *
+         *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, no
+         *     `SAMLResponse`); 404 `not_found` (no such SAML connection); 413 `payload_too_large`;
+         *     415 `unsupported_media_type` (not form-encoded); 429 `rate_limited`. Sign-in failures
+         *     are redirects, see `Location`.
+         */
+        post: operations["consumeSamlAssertion"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/saml/{connectionId}/metadata": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * SAML service-provider metadata
+         * @description Returns the service-provider metadata (SAML 2.0 metadata, `application/xml`) of a SAML
+         *     connection created with `POST /sso-connection`, to give the identity provider's
+         *     administrator: the SP entity id, the assertion consumer service URL
+         *     (`/auth/saml/{connectionId}/acs`, HTTP-POST binding), the NameID format (email) and the
+         *     certificate this server signs its requests with. Public: needs no credential. Not
+         *     org-scoped. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`); 404
+         *     `not_found` (no such connection, or an OIDC one); 429 `rate_limited`.
+         */
+        get: operations["getSamlMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/step-up/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Begin step-up reauthentication
+         * @description Starts a step-up check: a fresh second factor the session must show before a
+         *     sensitive action (turning off TOTP, regenerating recovery codes). Answers with the
+         *     methods the user has enrolled and, when the user has a passkey, WebAuthn request
+         *     options whose single-use challenge is bound to this session. Send the proof to
+         *     `POST /auth/step-up/verify`. Needs a session (a person); an API token is refused. Not
+         *     org-scoped. Records no audit entry.
+         *
+         *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`; 409 `conflict` (the user has no second factor
+         *     enrolled: nothing to step up with); 429 `rate_limited`. 404 is declared because every
+         *     endpoint may answer it (service description §7); this one does not today.
+         */
+        post: operations["beginStepUp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/step-up/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify step-up challenge
+         * @description Checks the step-up proof: a TOTP code, a recovery code (used up), or a passkey
+         *     assertion answering the challenge of `POST /auth/step-up/options`. On success the
+         *     session records the time (`step_up_at`; sensitive actions are allowed until
+         *     `step_up_expires_at`, 5 minutes later) and counts as having shown a second factor.
+         *     Needs a session (a person); an API token is refused. Not org-scoped. Records no audit
+         *     entry. Wrong codes are rate-limited per account like `POST /auth/mfa/verify`.
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (a wrong or
+         *     used code, an assertion that does not verify or is not the user's),
+         *     `challenge_expired` (the passkey challenge expired, was used, or belongs to another
+         *     session); 401 `unauthenticated`, `invalid_token`; 403 `requires_person`; 409
+         *     `conflict` (the user has no second factor of the kind sent); 413; 415; 429
+         *     `rate_limited`. 404 is declared because every endpoint may answer it (service
+         *     description §7); this one does not today.
+         */
+        post: operations["verifyStepUp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkey/registration/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Passkey registration options
+         * @description Answers WebAuthn creation options for a new passkey of the caller: a single-use
+         *     challenge bound to this session (valid `timeout` milliseconds), a discoverable
+         *     credential with user verification, no attestation, and the user's existing passkeys
+         *     in `excludeCredentials`. Pass them to `navigator.credentials.create()` and send the
+         *     result to `POST /auth/passkey/registration/verify`. Needs a session (a person); an API
+         *     token is refused. Not org-scoped. Records no audit entry.
+         *
+         *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`; 429 `rate_limited`. 404 is declared because
+         *     every endpoint may answer it (service description §7); this one does not today.
+         */
+        post: operations["beginPasskeyRegistration"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkey/registration/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify passkey registration
+         * @description Verifies the browser's registration response against the challenge of
+         *     `POST /auth/passkey/registration/options` (challenge, origin, relying party id, user
+         *     verification, supported algorithm) and stores the new passkey: its credential id,
+         *     public key, counter and transports. The passkey counts as a second factor from now on
+         *     (so `can_disable_mfa` may become true), and this session is recorded as having shown
+         *     one. Needs a session (a person); an API token is refused. Not org-scoped. Records no
+         *     audit entry: passkeys belong to the person, not to an organization.
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the response
+         *     does not verify), `challenge_expired` (the challenge expired, was used, or belongs to
+         *     another session); 401 `unauthenticated`, `invalid_token`; 403 `requires_person`; 409
+         *     `conflict` (this credential is already registered); 413; 415; 429 `rate_limited`. 404
+         *     is declared because every endpoint may answer it (service description §7); this one
+         *     does not today.
+         */
+        post: operations["verifyPasskeyRegistration"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkey": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List passkeys
+         * @description Lists the caller's own passkeys, oldest first, a page at a time. Public keys are never
+         *     returned. Needs a session (a person); an API token is refused. Not org-scoped. Changes
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`; 429 `rate_limited`. 404 is declared because
+         *     every endpoint may answer it (service description §7); this one does not today.
+         */
+        get: operations["listPasskeys"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkey/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The passkey's id. */
+                id: components["schemas"]["PasskeyId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete passkey
+         * @description Deletes one of the caller's passkeys; it can no longer sign in or pass a check. The
+         *     same rule as turning off TOTP applies: the last second factor of a user (no TOTP, no
+         *     other passkey) cannot be deleted while an organization of the user requires one.
+         *     Needs a session (a person); an API token is refused. Not org-scoped. Records no audit
+         *     entry.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `pkey_…`); 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`; 404 `not_found` (also for another person's
+         *     passkey, or one already deleted); 409 `mfa_required_by_organization`; 429
+         *     `rate_limited`.
+         */
+        delete: operations["deletePasskey"];
+        options?: never;
+        head?: never;
+        /**
+         * Rename passkey
+         * @description Changes the label of one of the caller's passkeys. Needs a session (a person); an API
+         *     token is refused. Not org-scoped. Records no audit entry.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `pkey_…`, an empty name),
+         *     `malformed_json`; 401 `unauthenticated`, `invalid_token`; 403 `requires_person`; 404
+         *     `not_found` (also for another person's passkey); 413; 415; 429 `rate_limited`.
+         */
+        patch: operations["renamePasskey"];
+        trace?: never;
+    };
+    "/auth/passkey/authentication/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Passkey authentication options (public)
+         * @description Answers WebAuthn request options for signing in with a passkey: a single-use challenge
+         *     (valid `timeout` milliseconds), user verification required, and an empty
+         *     `allowCredentials`, so the browser offers the passkeys it holds for this site and no
+         *     account is named or revealed. Pass them to `navigator.credentials.get()` and send the
+         *     result to `POST /auth/passkey/authentication/verify` (to sign in) or to
+         *     `POST /auth/mfa/verify` with `method: passkey` (to complete a second-factor
+         *     challenge). Public: needs no credential (service description §5.3). Not org-scoped.
+         *     Records no audit entry; stores only the challenge. Rate-limited per client address.
+         *
+         *     Errors: 400 `validation_failed` (a body was sent); 429 `rate_limited`.
+         */
+        post: operations["beginPasskeyAuthentication"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkey/authentication/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify passkey authentication
+         * @description Signs in with a passkey. Verifies the assertion against a challenge of
+         *     `POST /auth/passkey/authentication/options` (challenge, origin, relying party id, user
+         *     verification, signature with the stored public key, counter), finds the account from
+         *     the credential id and user handle, and starts a session: 200 with the `cp_session`
+         *     cookie. A passkey with user verification is itself a second factor, so the session
+         *     starts `active` even where organizations require one. Public: the credential is the
+         *     assertion. Not org-scoped. Records no audit entry: it changes nothing an organization
+         *     owns. An unknown credential is a failed verification, so nothing reveals which
+         *     passkeys exist.
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the
+         *     assertion does not verify or names no passkey), `challenge_expired` (the challenge
+         *     expired or was used); 403 `sso_required` (the account's email domain requires its
+         *     organization's SSO connection); 413; 415; 429 `rate_limited`.
+         */
+        post: operations["verifyPasskeyAuthentication"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/user/me": {
         parameters: {
             query?: never;
@@ -154,6 +964,2244 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/user/me/mfa/totp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Begin TOTP enrollment
+         * @description Starts turning on TOTP for the caller: generates a secret and answers it once, with the
+         *     `otpauth://` URI for a QR code. Nothing changes until a code from the app is confirmed
+         *     at `POST /user/me/mfa/totp/verify` within 15 minutes; calling again replaces the
+         *     pending secret. Needs a session (a person); an API token is refused. Works on a session
+         *     that organizations refuse with `mfa_setup_required`, since this is how it gets a second
+         *     factor. Not org-scoped. Records no audit entry: second factors belong to the person.
+         *
+         *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`; 409 `conflict` (TOTP is already on; turn it off
+         *     first to change authenticator); 429 `rate_limited`. 404 is declared because every
+         *     endpoint may answer it (service description §7); this one does not today.
+         */
+        post: operations["beginTotpEnrollment"];
+        /**
+         * Disable TOTP (requires step-up)
+         * @description Turns TOTP off for the caller: deletes the secret and the recovery codes. Needs a
+         *     step-up passed within the last 5 minutes (`POST /auth/step-up/verify`). Refused while
+         *     an organization of the user requires a second factor and the user holds no passkey
+         *     (`can_disable_mfa` false in `GET /user/me`): add a passkey first. Sessions keep the
+         *     second factor they already showed. Needs a session (a person); an API token is
+         *     refused. Not org-scoped. Records no audit entry: second factors belong to the person.
+         *
+         *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`, `step_up_required`; 404 `not_found` (TOTP is
+         *     not on); 409 `mfa_required_by_organization`; 429 `rate_limited`.
+         */
+        delete: operations["disableTotp"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/me/mfa/totp/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify TOTP enrollment and receive backup codes
+         * @description Confirms the pending enrollment with a code from the authenticator app. TOTP is then
+         *     on (`mfa_enabled: true`), this session counts as having shown a second factor, and the
+         *     answer carries ten recovery codes, shown exactly once. Needs a session (a person); an
+         *     API token is refused. Not org-scoped. Records no audit entry: second factors belong to
+         *     the person.
+         *
+         *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the code
+         *     does not match the pending secret); 401 `unauthenticated`, `invalid_token`; 403
+         *     `requires_person`; 409 `conflict` (no pending enrollment, it lapsed, or TOTP is already
+         *     on); 413; 415; 429 `rate_limited` (also after 5 wrong codes in 15 minutes). 404 is
+         *     declared because every endpoint may answer it (service description §7); this one does
+         *     not today.
+         */
+        post: operations["verifyTotpEnrollment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/me/mfa/recovery-codes/regenerate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Regenerate MFA recovery codes (requires step-up)
+         * @description Replaces the caller's recovery codes with ten new ones, shown exactly once; the old
+         *     codes stop working at once. Needs a step-up passed within the last 5 minutes
+         *     (`POST /auth/step-up/verify`). Needs a session (a person); an API token is refused. Not
+         *     org-scoped. Records no audit entry: second factors belong to the person.
+         *
+         *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`, `step_up_required`; 409 `conflict` (TOTP is
+         *     off, so there are no recovery codes to replace); 429 `rate_limited`. 404 is declared
+         *     because every endpoint may answer it (service description §7); this one does not
+         *     today.
+         */
+        post: operations["regenerateRecoveryCodes"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connector": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List connectors
+         * @description Lists the connectors the caller can see, by slug, a page at a time, without their tools
+         *     and documentation (`GET /connector/{slug}` has them). A member with `connector:view`
+         *     sees every built-in connector and the organization's custom connectors shared with
+         *     them (directly, through a team, or with the whole organization); a member who also
+         *     holds `connector:manage` sees all of the organization's custom connectors. Needs
+         *     `connector:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listConnectors"];
+        put?: never;
+        /**
+         * Create a custom connector
+         * @description Creates a custom connector owned by the organization, at version 1, without lineage
+         *     (`POST /connector/{slug}/fork` makes a copy that remembers its upstream). The slug must
+         *     be free among every connector the organization sees, built-in ones included. The
+         *     OAuth client secret is stored encrypted and never returned. The new connector is
+         *     visible to holders of `connector:manage`; share it (`POST /connector/{slug}/share`) to
+         *     let other members see it and connect to it. Needs `connector:manage`. Records the audit
+         *     action `connector.created` and emits the event `connector.created`.
+         *
+         *     Errors: 400 `validation_failed` (including duplicate tool names or documentation keys,
+         *     an icon URL that is not https, `value_prefix` with `placement: query`),
+         *     `outbound_url_not_allowed` (an `mcp_url`, `token_url` or `revocation_url` that is not
+         *     https or points to a private, loopback or link-local address; an `authorize_url` that
+         *     is not https), `organization_header_required`; 401 `unauthenticated`, `invalid_token`;
+         *     403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `slug_taken`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createConnector"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connector/{slug}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a connector
+         * @description Returns one connector with its auth settings (without secrets), tools, documentation
+         *     entries, version and, for a fork or linked connector, its upstream lineage and whether
+         *     upstream has moved on. Built-in connectors are visible to every member with
+         *     `connector:view`; a custom connector to holders of `connector:manage` and to the members
+         *     it is shared with. Needs `connector:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (a malformed slug), `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also for a custom connector the caller cannot
+         *     see, or another organization's); 429 `rate_limited`.
+         */
+        get: operations["getConnector"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a custom connector
+         * @description Deletes the custom connector, its documentation, its stored OAuth client secret and its
+         *     shares. Refused while a connection or a template entry still uses it: delete or move
+         *     those first. Forks of it keep working; their `upstream.current_version` becomes null and
+         *     they can no longer pull. Built-in connectors cannot be deleted. Needs
+         *     `connector:manage`. Records the audit action `connector.deleted` and emits the event
+         *     `connector.deleted`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 409
+         *     `built_in_connector_read_only`, `connector_in_use`; 429 `rate_limited`.
+         */
+        delete: operations["deleteConnector"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a custom connector
+         * @description Changes the members sent; `auth` and `tools` are replaced whole. `slug` cannot change.
+         *     Built-in connectors are read-only: fork one to change it. Any change of content raises
+         *     `version` by one (forks of this connector then see `updates_available`).
+         *
+         *     Credentials are only ever sent where they were given for. Sending `auth` without
+         *     `client_secret` keeps the stored secret only when the type stays `oauth2` and
+         *     `client_id`, `token_url` and `revocation_url` are unchanged; otherwise the stored
+         *     secret is dropped. Likewise, changing the origin (scheme, host, port) of `mcp_url`,
+         *     `auth.type`, or the OAuth `client_id`, `token_url` or `revocation_url` discards the
+         *     stored credentials of every connection to the connector: they become `disconnected`,
+         *     each emitting `connection.disconnected`, and their owners reconnect. Other changes (the
+         *     path of `mcp_url`, `transport`, the API key `placement`, `name` or `value_prefix`, the
+         *     OAuth `authorize_url`, `scopes` or `pkce`) keep them; a connection whose credentials
+         *     then stop working turns `needs_reauth` on its next use.
+         *
+         *     Needs `connector:manage`. Records the audit action `connector.updated` with the names of
+         *     the changed members (never the client secret) and emits the event `connector.updated`.
+         *
+         *     Errors: 400 `validation_failed`, `outbound_url_not_allowed`,
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `built_in_connector_read_only`; 413 `payload_too_large`; 415 `unsupported_media_type`;
+         *     429 `rate_limited`.
+         */
+        patch: operations["updateConnector"];
+        trace?: never;
+    };
+    "/connector/{slug}/fork": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The slug of the connector to copy (built-in or custom). */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork a connector into an org-owned copy
+         * @description Copies a connector the caller can see (built-in, or a custom one) into a new custom
+         *     connector with the slug given: name (unless another is given), description, icon, URL,
+         *     transport, auth settings, tools and documentation. The copy starts at version 1 and
+         *     remembers its upstream: `upstream.slug` is the connector copied and `upstream.version`
+         *     its version at the time. The stored OAuth client secret is copied too, without being
+         *     shown, so a fork of a built-in connector keeps using the service's OAuth client until
+         *     the organization sets its own `client_id` and `client_secret`. Needs `connector:manage`.
+         *     Records the audit action `connector.forked` and emits the event `connector.created`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (a connector the caller cannot see); 409
+         *     `slug_taken`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
+         */
+        post: operations["forkConnector"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connector/{slug}/pull": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The fork's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Preview upstream changes for a forked connector
+         * @description Compares the fork's upstream as it is now with the upstream version the fork is based
+         *     on, and lists, field by field, what upstream changed that the fork does not already
+         *     have: members (`name`, `description`, `icon_url`, `mcp_url`, `transport`, `auth`), each
+         *     tool (`tools/<name>`) and each documentation entry (`documentation/<key>`), with the
+         *     upstream, local and base values. `conflict` marks the fields the fork changed too. An
+         *     up-to-date fork answers an empty `changes`. Works for connectors created by fork and
+         *     for those given lineage with `POST /connector/{slug}/link-upstream`. Needs
+         *     `connector:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 409 `connector_not_forked` (no upstream lineage,
+         *     including every built-in connector), `upstream_connector_missing` (the upstream was
+         *     deleted or is no longer visible); 429 `rate_limited`.
+         */
+        get: operations["previewConnectorPull"];
+        put?: never;
+        /**
+         * Apply selected upstream changes
+         * @description Takes the upstream changes named in `fields` (the `field` values of
+         *     `GET /connector/{slug}/pull`) into the fork, as one change: each named field gets the
+         *     upstream value (a tool or documentation entry removed upstream is removed). Changes not
+         *     named are declined. Either way the fork's base becomes `upstream_version`, so the next
+         *     preview only shows what upstream changes after it. `upstream_version` must still be the
+         *     upstream's current version, so a preview and its pull see the same thing. The fork's
+         *     `version` rises by one when something was taken. Taking `mcp_url` or `auth` affects
+         *     the client secret and existing connections as `PATCH /connector/{slug}` does (taking
+         *     `auth` takes the upstream's stored client secret with it; events
+         *     `connection.disconnected`). Needs `connector:manage`. Records the audit action
+         *     `connector.pulled` with the fields taken and emits the event `connector.updated`.
+         *
+         *     Errors: 400 `validation_failed` (a field that is not among the current changes),
+         *     `outbound_url_not_allowed` (an upstream URL the outbound guard refuses),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `connector_not_forked`, `upstream_connector_missing`, `upstream_changed` (upstream is no
+         *     longer at `upstream_version`: preview again); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["applyConnectorPull"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connector/{slug}/link-upstream": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector to give lineage to. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Attach upstream lineage
+         * @description Makes an existing custom connector behave as a fork of another connector the caller
+         *     can see (built-in, or another custom connector of the organization): `upstream.slug`
+         *     becomes `upstream_slug` and `upstream.version` (the base) becomes `upstream_version`,
+         *     by default the upstream's current version. Any previous lineage is replaced. The
+         *     connector's content does not change and its `version` stays; from now on
+         *     `GET /connector/{slug}/pull` compares against that base. Useful for a connector that
+         *     was created by hand from a vendor's definition, or to re-base a fork. A link to itself
+         *     or one that would make a cycle of upstreams is refused. Needs `connector:manage`.
+         *     Records the audit action `connector.upstream_linked` and emits the event
+         *     `connector.updated`.
+         *
+         *     Errors: 400 `validation_failed` (an `upstream_slug` the caller cannot see, the
+         *     connector itself or a cycle, an `upstream_version` the upstream never had),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `built_in_connector_read_only`; 413 `payload_too_large`; 415 `unsupported_media_type`;
+         *     429 `rate_limited`.
+         */
+        post: operations["linkConnectorUpstream"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connector/{slug}/documentation": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Bulk upsert documentation
+         * @description Writes documentation entries, matched by `key`: an entry whose key is new is created,
+         *     one whose key exists is replaced whole (title, body, position). Entries not sent are
+         *     kept, unless `delete_missing` is true: then they are deleted, and the body is the
+         *     connector's complete documentation. Sending the same entries twice changes nothing the
+         *     second time. When anything changed, `version` rises by one (once for the whole
+         *     request). Bodies are Markdown, stored as sent; the web app renders them without raw
+         *     HTML. A connector holds at most 200 entries. Needs `connector:manage`. Records the
+         *     audit action `connector.documentation_updated` with the keys created, replaced and
+         *     deleted, and emits the event `connector.updated` when anything changed.
+         *
+         *     Errors: 400 `validation_failed` (a duplicate key in the body, more than 200 entries in
+         *     the end), `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `built_in_connector_read_only`; 413 `payload_too_large`; 415 `unsupported_media_type`;
+         *     429 `rate_limited`.
+         */
+        put: operations["upsertConnectorDocumentation"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connector/{slug}/share": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List a connector's shares
+         * @description Lists who a custom connector is shared with, oldest first. A share of either level
+         *     makes the connector visible to members without `connector:manage` and lets them create
+         *     connections to it; changing the connector always needs `connector:manage`, whatever the
+         *     level. Built-in connectors are visible to everyone and have no shares: their list is
+         *     empty. Needs `connector:view` and a connector the caller can see. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
+         */
+        get: operations["listConnectorShares"];
+        put?: never;
+        /**
+         * Share a custom connector
+         * @description Shares a custom connector with a user, a team or the whole organization. Sharing again
+         *     with the same principal changes the level of the existing share (200) instead of adding
+         *     a second one (201). The principal must be an active member, a team of the
+         *     organization, or the organization itself. Built-in connectors cannot be shared: every
+         *     member already sees them. Needs `connector:manage`. Records the audit action
+         *     `connector.shared`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (a principal that is not an active member, a team or
+         *     this organization), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found`; 409 `built_in_connector_read_only`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["shareConnector"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connector/{slug}/share/{aclId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a connector share
+         * @description Removes one share of a custom connector. Members who saw the connector only through it
+         *     no longer see it, and their connections to it are `disconnected` (credentials
+         *     discarded, each emitting `connection.disconnected`). Needs `connector:manage`. Records
+         *     the audit action `connector.share_revoked`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (no such connector, or no such share of it, also
+         *     when already revoked); 429 `rate_limited`.
+         */
+        delete: operations["revokeConnectorShare"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connection": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List connections
+         * @description Lists connections, oldest first, a page at a time: the caller's own, or, for a member
+         *     who holds `connection:manage`, every member's. Credentials are never included. Needs
+         *     `connection:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission` (also `owner_user_id` naming someone else without
+         *     `connection:manage`); 429 `rate_limited`.
+         */
+        get: operations["listConnections"];
+        put?: never;
+        /**
+         * Create a connection
+         * @description Creates a connection owned by the caller to a connector they can see. What happens
+         *     depends on the connector's auth type:
+         *
+         *     - `api_key`: the server opens an MCP session with the upstream using the key. If the
+         *       upstream accepts it, the key is stored encrypted and the connection is `active`; if it
+         *       refuses it, nothing is stored (400 `upstream_credentials_rejected`).
+         *     - `none`: the server checks that the upstream answers; the connection is `active`.
+         *     - `oauth2`: nothing is sent upstream yet. The connection is `pending` and its
+         *       `authorize_url` (valid 10 minutes, shown only to the owner) is where the owner's
+         *       browser goes to consent; the provider then sends the browser to
+         *       `GET /connection/{id}/callback`, which stores the tokens and makes it `active`. The
+         *       redirect URI given to the provider is `{base_url}/connection/{id}/callback`.
+         *
+         *     Counts against the plan's connection limit. Needs `connection:use`. Records the audit
+         *     action `connection.created` and emits the event `connection.created`.
+         *
+         *     Errors: 400 `validation_failed` (a connector the caller cannot see, a member that does
+         *     not fit its auth type), `upstream_credentials_rejected`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `entitlement_exceeded`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`; 502 `upstream_unavailable` (nothing was
+         *     stored).
+         */
+        post: operations["createConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connection/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a connection
+         * @description Returns one connection, without credentials. Members see their own connections; a
+         *     member who holds `connection:manage` sees every member's (with `authorize_url` null).
+         *     Needs `connection:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `conn_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     someone else's connection without `connection:manage`, or another organization's); 429
+         *     `rate_limited`.
+         */
+        get: operations["getConnection"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a connection
+         * @description Deletes the connection and its stored credentials. For OAuth connections the server
+         *     also asks the provider to revoke the tokens when the connector has a `revocation_url`
+         *     (best effort: a failure there does not stop the deletion). Toolboxes and user toolboxes
+         *     that went through it lose those tools at once. Needs `connection:use` for one's own
+         *     connection; someone else's needs `connection:manage` as well. Records the audit action
+         *     `connection.deleted` and emits the event `connection.deleted`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteConnection"];
+        options?: never;
+        head?: never;
+        /**
+         * Rename a connection
+         * @description Renames a connection; credentials change through `POST /connection/{id}/reconnect`.
+         *     Needs `connection:use` for one's own connection; someone else's needs
+         *     `connection:manage` as well. Records the audit action `connection.updated`; emits no
+         *     event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateConnection"];
+        trace?: never;
+    };
+    "/connection/{id}/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The connection being authorized. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Connect callback (browser redirect)
+         * @description The OAuth redirect URI of connections (`{base_url}/connection/{id}/callback`). The
+         *     provider sends the owner's browser here after the consent screen opened from
+         *     `authorize_url`; this is a browser flow, not an endpoint to call from code.
+         *
+         *     Who may call it: the session of the connection's owner. A browser following a
+         *     top-level redirect sends the session cookie, and there is no `X-Organization-Id` (the
+         *     connection names its organization), so the operation takes a session only and checks
+         *     for itself what org-scoped operations check: the session's user must be an active
+         *     member of the connection's organization (else 404), must have shown a second factor
+         *     if that organization requires one (403 `mfa_setup_required`), and must be the
+         *     connection's owner (403 `not_connection_owner`). `state` must also match the
+         *     single-use value minted with `authorize_url` for this connection (it expires after 10
+         *     minutes and works once), and the server sends the PKCE verifier kept with it. The two
+         *     bindings together stop someone from completing their own authorization in another
+         *     person's browser, or another person's in theirs.
+         *
+         *     The outcome of the OAuth exchange is not an error response but a `302` to the web app:
+         *     the `return_to` given when the flow started (by default `/connections/<id>`) on the web
+         *     app's address (the server's configured web app URL, by default `{base_url}`), with
+         *     `connection_id` and `result` added to its query:
+         *     - `result=connected`: the code was exchanged at the connector's `token_url`, the tokens
+         *       are stored encrypted, `scopes` holds what the provider granted, and the connection is
+         *       `active` with `last_error` null.
+         *     - `result=failed&error=<reason>`, where reason is `access_denied` (the person declined
+         *       at the provider), `provider_error` (the provider returned another OAuth error, given
+         *       in `provider_error`), `invalid_state` (no authorization in progress with this
+         *       `state`: unknown, used, expired, or superseded by a newer reconnect) or
+         *       `token_exchange_failed` (the token endpoint refused the code or could not be
+         *       reached). The connection keeps its status and credentials and records the reason in
+         *       `last_error`.
+         *
+         *     Records the audit action `connection.authorized` when the connection was connected;
+         *     emits no event (`connection.created` was emitted when it was created). Answers with
+         *     the Error object only when the request itself is refused (no session, a malformed id or
+         *     query, an unknown connection, not the owner).
+         *
+         *     Errors: 400 `validation_failed` (a malformed id, a missing `state`); 401
+         *     `unauthenticated`, `invalid_token` (no session or an expired one); 403
+         *     `requires_person`, `mfa_setup_required`, `not_connection_owner`; 404 `not_found` (no
+         *     such connection in an organization the person belongs to); 429 `rate_limited`.
+         */
+        get: operations["handleConnectionCallback"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connection/{id}/reconnect": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reconnect a connection
+         * @description Renews a connection's credentials, from any status. Only the owner may do it: the
+         *     credentials are theirs. By the connector's auth type:
+         *
+         *     - `oauth2`: starts a new authorization and answers the connection with a fresh
+         *       `authorize_url` (any earlier unfinished one stops working). Nothing is sent upstream
+         *       yet. A `pending` connection stays `pending`; any other keeps its status and current
+         *       credentials until `GET /connection/{id}/callback` succeeds and replaces them.
+         *     - `api_key`: with `api_key` in the body, the server checks the new key against the
+         *       upstream and stores it only if accepted (else 400 `upstream_credentials_rejected`,
+         *       nothing changes). Without it, the stored key is checked again; if the upstream refuses
+         *       it, the connection becomes `needs_reauth` (emitting `connection.needs_reauth` if it
+         *       was not already) and the answer is 409 `connection_needs_reauth`. A `disconnected`
+         *       connection has no stored key and needs one in the body.
+         *     - `none`: the server checks that the upstream answers.
+         *
+         *     An accepted check makes the connection `active` with `last_error` null. The body is
+         *     optional. Needs `connection:use`. Records the audit action `connection.reconnected`;
+         *     emits no event unless stated above.
+         *
+         *     Errors: 400 `validation_failed` (a member that does not fit the connector's auth type),
+         *     `upstream_credentials_rejected`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `not_connection_owner`; 404 `not_found`; 409
+         *     `connection_needs_reauth`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`; 502 `upstream_unavailable` (nothing changed).
+         */
+        post: operations["reconnectConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connection/{id}/tools": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List tools for a connection
+         * @description Asks the upstream MCP server, with the connection's credentials, which tools it offers
+         *     (MCP `tools/list`, every upstream page), and answers them by name, a page at a time.
+         *     This is the upstream's own list, not filtered by restrictions: restrictions apply where
+         *     tools are offered and called, on MCP servers. Only the connection's owner may do it,
+         *     since it acts with their credentials. An expired OAuth access token is refreshed first.
+         *
+         *     Not a pure read: it sets `last_used_at`, and when the upstream (or the provider, on
+         *     refresh) refuses the credentials the connection becomes `needs_reauth`, emitting
+         *     `connection.needs_reauth`, and the answer is 409 `connection_needs_reauth`. No audit
+         *     entry. Needs `connection:use`.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `not_connection_owner`; 404 `not_found`; 409
+         *     `connection_needs_reauth` (the connection is `pending`, `needs_reauth` or
+         *     `disconnected`, or the upstream just refused its credentials); 429 `rate_limited`; 502
+         *     `upstream_unavailable` (the upstream could not be reached, timed out, is refused by the
+         *     outbound guard, or did not answer valid MCP).
+         */
+        get: operations["listConnectionTools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connection/{id}/transfer": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Transfer ownership of a connection
+         * @description Hands the connection to another active member who holds `connection:use` and can see
+         *     its connector, for example before its owner leaves. The connection id stays the same,
+         *     so toolbox entries that use it keep working; the previous owner's user toolboxes stop
+         *     using it, and an authorization in progress is cancelled (`authorize_url` becomes null).
+         *
+         *     What happens to the credentials depends on who transfers. When the owner transfers
+         *     their own connection, the credentials go with it unchanged: until the new owner
+         *     reconnects, tools called through it act with the upstream identity of whoever
+         *     authorized it. When a holder of `connection:manage` transfers someone else's, nobody
+         *     may take over another person's upstream identity, so the credentials are discarded:
+         *     the connection becomes `disconnected` (emitting `connection.disconnected`) and the new
+         *     owner reconnects it.
+         *
+         *     Needs `connection:use` for one's own connection; someone else's needs
+         *     `connection:manage` as well. Records the audit action `connection.transferred` with the
+         *     previous and new owner; emits no other event (the catalog has none for a change of
+         *     owner).
+         *
+         *     Errors: 400 `validation_failed` (a `user_id` that is not an active member holding
+         *     `connection:use` and seeing the connector), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 409 `conflict` (the member already owns it); 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["transferConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/template": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List templates
+         * @description Lists the templates the caller can see, oldest first, a page at a time: the ones they
+         *     own and the ones shared with them (directly, through a team, or with the whole
+         *     organization); a member who holds `template:manage` sees all of the organization's.
+         *     Needs `template:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listTemplates"];
+        put?: never;
+        /**
+         * Create a template
+         * @description Creates a template owned by the caller: connectors, each with all of its tools or a
+         *     list of them. Members it is shared with can make user toolboxes from it
+         *     (`POST /user-toolbox`), bound to their own connections. Needs `template:manage`.
+         *     Records the audit action `template.created`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (a connector the caller cannot see, a tool the
+         *     connector does not declare, a connector in two entries),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/template/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a template
+         * @description Returns one template the caller can see (owned by them, shared with them, or any, for a
+         *     member who holds `template:manage`). Needs `template:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `tpl_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for a
+         *     template the caller cannot see, or another organization's); 429 `rate_limited`.
+         */
+        get: operations["getTemplate"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a template
+         * @description Deletes the template and its shares. User toolboxes already made from it are not
+         *     changed. Needs `template:manage`. Records the audit action `template.deleted`; emits no
+         *     event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteTemplate"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a template
+         * @description Changes the members sent; `entries`, when sent, replace the existing ones wholesale.
+         *     User toolboxes already made from the template are not changed. Needs `template:manage`
+         *     (any template of the organization, whoever owns it). Records the audit action
+         *     `template.updated` with the names of the changed members; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (as for create), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateTemplate"];
+        trace?: never;
+    };
+    "/template/{id}/transfer": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Transfer ownership of a template
+         * @description Makes another active member the template's owner, for example before its owner leaves.
+         *     The new owner sees it whatever their permissions; the previous owner keeps seeing it
+         *     only through a share or `template:manage`. Shares are unchanged. Needs
+         *     `template:manage`. Records the audit action `template.transferred` with the previous
+         *     and new owner; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (a `user_id` that is not an active member),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `conflict` (the member already owns it); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["transferTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/template/{id}/share": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List a template's shares
+         * @description Lists who a template is shared with, oldest first. A share of either level lets the
+         *     principal see the template and make user toolboxes from it; changing it always needs
+         *     `template:manage`, whatever the level. Needs `template:view` and a template the caller
+         *     can see. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
+         */
+        get: operations["listTemplateShares"];
+        put?: never;
+        /**
+         * Share a template
+         * @description Shares a template with a user, a team or the whole organization. Sharing again with the
+         *     same principal changes the level of the existing share (200) instead of adding a second
+         *     one (201). The principal must be an active member, a team of the organization, or the
+         *     organization itself. Needs `template:manage`. Records the audit action
+         *     `template.shared`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (a principal that is not an active member, a team or
+         *     this organization), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["shareTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/template/{id}/share/{aclId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a template share
+         * @description Removes one share of a template. Members who saw it only through that share no longer
+         *     see it; user toolboxes they already made from it are not changed. Needs
+         *     `template:manage`. Records the audit action `template.share_revoked`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (no such template, or no such share of it, also
+         *     when already revoked); 429 `rate_limited`.
+         */
+        delete: operations["revokeTemplateShare"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/toolbox": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List toolboxes
+         * @description Lists toolboxes, oldest first, a page at a time. With `toolbox:manage` the caller sees
+         *     every toolbox of the organization; with `toolbox:view` alone, the toolboxes they created
+         *     and those shared with them (directly, through one of their teams, or with the whole
+         *     organization). Needs `toolbox:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listToolboxes"];
+        put?: never;
+        /**
+         * Create a toolbox
+         * @description Creates a toolbox from connection entries (a connection and `all` or a list of its
+         *     tools) and synthetic-tool entries. Each connection must be one of the organization's:
+         *     the caller's own, or any member's when the caller also holds `connection:manage`,
+         *     because the people the toolbox is shared with will call tools through that connection's
+         *     credentials. Each synthetic tool must be one of the organization's. Tool names are not
+         *     checked against the upstream now; a name the upstream does not list is left out of
+         *     `tools/list`. The new toolbox is shared with nobody yet (see `POST /toolbox/{id}/share`).
+         *     Needs `toolbox:manage`. Records the audit action `toolbox.created`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also for an unknown connection or synthetic tool, a
+         *     connection of another member without `connection:manage`, or a repeated entry; the
+         *     pointer names the entry), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 409
+         *     `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createToolbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/toolbox/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a toolbox
+         * @description Returns one toolbox with its entries. A caller without `toolbox:manage` reads only
+         *     toolboxes they created or that are shared with them; any other is a 404. Needs
+         *     `toolbox:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `tbx_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id, or one not visible to the caller); 429 `rate_limited`.
+         */
+        get: operations["getToolbox"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a toolbox
+         * @description Deletes the toolbox and all its shares. The dynamic user toolboxes made from it
+         *     (`utbx_dyn_tbx_…`) disappear; MCP servers minted for them are kept with status
+         *     `unavailable` and list no tools, so that their clients get an empty list rather than
+         *     an error. The connections and synthetic tools it referenced are not touched. Needs
+         *     `toolbox:manage`. Records the audit action `toolbox.deleted`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteToolbox"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a toolbox
+         * @description Changes the members sent: rename, change the description, or change the entries. When
+         *     `entries` is sent it replaces the existing entries wholesale: the toolbox then holds
+         *     exactly the entries of the new list, in that order, and entries left out are removed
+         *     (send the complete list; there is no per-entry patch). Omitting `entries` keeps them.
+         *     The same rules as on create apply to each entry. The change reaches every dynamic user
+         *     toolbox made from this toolbox, and so the `tools/list` of their MCP servers, at once.
+         *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with the names of
+         *     the changed members and, for `entries`, the entries added and removed. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateToolbox"];
+        trace?: never;
+    };
+    "/toolbox/{id}/share": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List a toolbox's shares
+         * @description Lists who the toolbox is shared with (users, teams, the whole organization) and at
+         *     which level, oldest first. For a toolbox, `use` and `edit` both make it visible to the
+         *     principal and give each of its members a dynamic user toolbox; changing or sharing the
+         *     toolbox further needs `toolbox:manage` in any case. Needs `toolbox:view`, and the
+         *     toolbox must be visible to the caller (see `GET /toolbox/{id}`). Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
+         */
+        get: operations["listToolboxShares"];
+        put?: never;
+        /**
+         * Share a toolbox
+         * @description Shares the toolbox with an active member, a team of the organization, or the whole
+         *     organization. Every person it reaches gets a dynamic user toolbox
+         *     (`utbx_dyn_tbx_<toolbox id suffix>`) for which they can mint MCP servers; they call its
+         *     tools through the connections of its entries. Sharing again with the same principal
+         *     changes the level of the existing share and answers 200 instead of 201. Needs
+         *     `toolbox:manage`. Records the audit action `toolbox.shared` (with the principal and the
+         *     level, old and new). Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also for a principal that is not an active member, a
+         *     team of this organization, or this organization), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["shareToolbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/toolbox/{id}/share/{aclId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a toolbox share
+         * @description Removes one share. People who no longer reach the toolbox through any other share lose
+         *     its dynamic user toolbox at once; MCP servers they minted for it are kept with status
+         *     `unavailable` and list no tools until the toolbox is shared with them again. Needs
+         *     `toolbox:manage`. Records the audit action `toolbox.unshared`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (an unknown toolbox, or a share that is not one of
+         *     this toolbox's, or already revoked); 429 `rate_limited`.
+         */
+        delete: operations["revokeToolboxShare"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/synthetic-tool": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List synthetic tools
+         * @description Lists the organization's synthetic tools, oldest first, a page at a time. Needs
+         *     `synthetic_tool:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listSyntheticTools"];
+        put?: never;
+        /**
+         * Create a synthetic tool
+         * @description Creates a synthetic tool: a name, a description, an input JSON Schema, steps that call
+         *     upstream tools with arguments mapped from the input and earlier results (`$input`,
+         *     `$step`, `$template`, `$literal`; no code), and an output mapping. Nothing runs now; the
+         *     server checks that `input_schema` and `output_schema` are valid JSON Schemas of type
+         *     `object`, that step ids are unique and `$step` refers only to earlier steps, that each
+         *     step's connector exists for the organization and declares the tool, and that a pinned
+         *     connection belongs to the organization and to that connector. It becomes callable over
+         *     MCP once a toolbox lists it. Needs `synthetic_tool:manage`. Records the audit action
+         *     `synthetic_tool.created`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also for each problem above, with a pointer into the
+         *     body), `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createSyntheticTool"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/synthetic-tool/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The synthetic tool's id. */
+                id: components["schemas"]["SyntheticToolId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a synthetic tool
+         * @description Returns one synthetic tool with its schemas, steps and output mapping. Needs
+         *     `synthetic_tool:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `stool_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getSyntheticTool"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a synthetic tool
+         * @description Deletes the synthetic tool. A tool still listed by a toolbox is not deleted: remove it
+         *     from those toolboxes first (`PATCH /toolbox/{id}` with the new `entries`); the 409 names
+         *     them. Needs `synthetic_tool:manage`. Records the audit action `synthetic_tool.deleted`.
+         *     Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 409 `conflict` (a
+         *     toolbox lists it); 429 `rate_limited`.
+         */
+        delete: operations["deleteSyntheticTool"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a synthetic tool
+         * @description Changes the members sent. `steps`, when sent, replaces the steps wholesale; `output`
+         *     is kept unless sent and must still refer only to existing steps. The same checks as on
+         *     create apply. MCP clients see the new name, description and schemas on their next
+         *     `tools/list`; runs already under way finish with the old definition. Needs
+         *     `synthetic_tool:manage`. Records the audit action `synthetic_tool.updated` with the
+         *     names of the changed members. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateSyntheticTool"];
+        trace?: never;
+    };
+    "/synthetic-tool/{id}/execute": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The synthetic tool's id. */
+                id: components["schemas"]["SyntheticToolId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Execute a synthetic tool
+         * @description Runs the synthetic tool once, as the caller, and answers with the result and a trace of
+         *     every step; the same run an MCP client gets from `tools/call`. Before any step runs the
+         *     server checks, in this order: the arguments against `input_schema` (defaults applied);
+         *     the restrictions that apply to the caller, for the synthetic tool and for every step's
+         *     tool (a `deny` or `require_approval` match refuses the whole run); and a usable
+         *     connection for every step (a pinned connection the caller owns or reaches through a
+         *     toolbox shared with them; otherwise the connection named in `bindings`, or the caller's
+         *     oldest `active` connection of the connector). Steps then run one after the other with
+         *     the connections' own credentials; the caller's credential is never sent upstream. Each
+         *     step waits at most the configured step timeout (30 seconds by default).
+         *
+         *     A tool that answers with an error is an answer, not an HTTP error: under `on_error: fail`
+         *     the run stops and answers 200 with `is_error: true` and the failing step in `error`.
+         *     An upstream that cannot be reached, times out or does not answer as an MCP server is a
+         *     502 under `on_error: fail` (a `failed` step under `continue`).
+         *
+         *     Needs `synthetic_tool:execute`. Changes nothing the organization owns, so it records no
+         *     audit entry (`x-audit: null`); like every tool call, the run is recorded as tool-call
+         *     records (one for the synthetic tool and one per step, linked by the synthetic tool's
+         *     id) that logging destinations export. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (the body), `invalid_tool_arguments` (the arguments do
+         *     not match `input_schema`; `errors` lists every problem under `/arguments`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `tool_restricted` (the
+         *     detail names the tool and whether an access request can unlock it); 404 `not_found`;
+         *     409 `connection_unavailable` (the detail names the connector); 413 `payload_too_large`;
+         *     415 `unsupported_media_type`; 429 `rate_limited`; 502 `upstream_unavailable`.
+         */
+        post: operations["executeSyntheticTool"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mcp/{mcpId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send an MCP message
+         * @description Takes one JSON-RPC 2.0 message from an MCP client (a batch only from clients that
+         *     negotiated 2025-03-26). The client sends `Accept: application/json, text/event-stream`
+         *     (otherwise 406) and `Content-Type: application/json`.
+         *
+         *     **Credential.** Every request carries a bearer token, even inside a session: the MCP
+         *     server's own token (`mcpt_…`), or an OAuth access token issued by `/oauth/token` for
+         *     this server's URL as `resource` (RFC 8707), with the `mcp` scope, to the server's owner.
+         *     Without one the answer is 401 with `WWW-Authenticate: Bearer
+         *     resource_metadata="{base_url}/.well-known/oauth-protected-resource/mcp/{mcpId}"`, from
+         *     which the client discovers the authorization server (MCP authorization, RFC 9728).
+         *     Requests act as the server's owner, who must still be an active member of the
+         *     organization. An `Origin` header, when sent, must be the deployment's own origin or one
+         *     the operator allows (403 otherwise).
+         *
+         *     **Session.** The response to `initialize` carries a new `Mcp-Session-Id`; every later
+         *     request must send it (400 without) along with `MCP-Protocol-Version` (the negotiated
+         *     revision; when missing, `2025-03-26` is assumed; unsupported: 400). Sessions are kept
+         *     by the server in its database, so any replica serves them; one ends on `DELETE`, after
+         *     24 hours without a request, or when the server is deleted, and is then answered with
+         *     404, on which the client sends `initialize` again.
+         *
+         *     **Methods.** `initialize`, `ping`, `tools/list` (the user toolbox's tools, minus those a
+         *     restriction denies to the owner), `tools/call` (forwards to the upstream MCP server
+         *     through the connection's own credentials, never the client's token, or runs a synthetic
+         *     tool), and the notifications `notifications/initialized` and `notifications/cancelled`.
+         *     Other methods get the JSON-RPC error -32601. A tool that fails, is held for approval,
+         *     or whose connection is not `active` answers with a result carrying `isError: true`; a
+         *     tool this server does not list (or a restriction denies) gets -32602.
+         *
+         *     **Answers.** Notifications and responses: 202 with no body. Requests: 200 with an
+         *     `application/json` JSON-RPC response; a `tools/call` whose `params._meta` carries a
+         *     `progressToken` is answered as `text/event-stream` instead: `notifications/progress`
+         *     messages (one per synthetic-tool step, or as the upstream sends them), then the
+         *     response, then the stream closes.
+         *
+         *     Every `tools/call` (succeeded, failed or refused) writes a tool-call record naming the
+         *     MCP server, user toolbox, connection, connector, tool, outcome and duration; it is not an
+         *     audit entry (`x-audit: null`), and no event is emitted. `last_used_at` of the server is
+         *     updated at most once a minute.
+         *
+         *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (no session,
+         *     protocol version); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
+         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server), -32001 (no
+         *     such session); 406, 413, 415 -32000; 429 -32000 with `Retry-After`.
+         */
+        post: operations["postMcpMessage"];
+        /**
+         * End an MCP session
+         * @description Ends the session named by `Mcp-Session-Id`; later requests with it get 404. The MCP
+         *     server, its token and other sessions are not affected. The same credential rules as
+         *     for POST apply, and the session must be one of this server's opened by the same user.
+         *     Records no audit entry (`x-audit: null`: nothing the organization owns changes) and
+         *     emits no event.
+         *
+         *     Errors (JSON-RPC error objects unless said): 400 -32000 (no `Mcp-Session-Id`); 401
+         *     bearer `invalid_request` or `invalid_token`; 403 bearer `insufficient_scope`, or -32000
+         *     (`Origin`); 404 -32000 (no such MCP server), -32001 (no such session); 429 -32000 with
+         *     `Retry-After`.
+         */
+        delete: operations["deleteMcpSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mcp-server": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List MCP servers for the caller
+         * @description Lists the caller's own MCP servers in this organization, across all their user
+         *     toolboxes (template and dynamic), oldest first. Other members' servers are never listed,
+         *     whatever the caller's permissions. Tokens are not included. Needs `mcp_server:view`.
+         *     Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listMcpServers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user-toolbox/{id}/mcp": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List MCP servers for a user toolbox
+         * @description Lists the MCP servers minted for one of the caller's user toolboxes, oldest first.
+         *     Tokens are not included. Needs `mcp_server:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (the user toolbox is unknown or someone else's);
+         *     429 `rate_limited`.
+         */
+        get: operations["listUserToolboxMcpServers"];
+        put?: never;
+        /**
+         * Mint an MCP endpoint for a user toolbox
+         * @description Mints an MCP server for one of the caller's user toolboxes (stored or dynamic): an
+         *     endpoint at `{base_url}/mcp/{id}` and its bearer token (`mcpt_…`). The token appears in
+         *     this response only; the server keeps a hash of it and shows `token_hint` afterwards.
+         *     An MCP client can use the token (`Authorization: Bearer mcpt_…`), or the URL alone and
+         *     go through OAuth (the endpoint's 401 points it to the protected-resource metadata). Every
+         *     request acts as the caller. Needs `mcp_server:manage`. Records the audit action
+         *     `mcp_server.created` (never the token). Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `entitlement_exceeded`
+         *     (the plan's number of MCP servers is reached); 404 `not_found` (the user toolbox is
+         *     unknown or someone else's); 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createMcpServer"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user-toolbox/{id}/mcp/{mcpId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get an MCP server
+         * @description Returns one MCP server of one of the caller's user toolboxes, without its token. Needs
+         *     `mcp_server:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (an unknown or someone else's user toolbox, or a
+         *     server that is not one of this user toolbox's); 429 `rate_limited`.
+         */
+        get: operations["getMcpServer"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an MCP server
+         * @description Deletes the MCP server: its endpoint answers 404 from now on, its token and the OAuth
+         *     access and refresh tokens issued for its URL stop working, and its open sessions end at
+         *     once. The user toolbox is not touched. Needs `mcp_server:manage`. Records the audit
+         *     action `mcp_server.deleted`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteMcpServer"];
+        options?: never;
+        head?: never;
+        /**
+         * Update an MCP server
+         * @description Renames the MCP server or changes its expiry (`null` removes it). Moving `expires_at`
+         *     into the future makes an `expired` server `active` again with the same token. The token
+         *     and URL do not change. Needs `mcp_server:manage`. Records the audit action
+         *     `mcp_server.updated`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `name_taken`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
+         */
+        patch: operations["updateMcpServer"];
+        trace?: never;
+    };
+    "/user-toolbox/{id}/mcp/{mcpId}/rotate": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate MCP server token
+         * @description Replaces the MCP server's token with a new one, shown in this response only. The old
+         *     token stops working at once, also inside sessions it opened (their next request gets
+         *     401). The URL, expiry and OAuth tokens issued for the URL are not affected (revoke those
+         *     with `POST /oauth/revoke`, or delete the server). Takes no body. Needs
+         *     `mcp_server:manage`. Records the audit action `mcp_server.token_rotated` (never the
+         *     token) and emits the event `mcp_server.token_rotated`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
+         */
+        post: operations["rotateMcpServerToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user-toolbox": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List user toolboxes
+         * @description Lists the caller's own user toolboxes in this organization, both kinds: the stored
+         *     `template` ones they made, and the `dynamic` ones the server computes for them
+         *     (`utbx_dyn_all` with every tool of all their connections, always present, and one
+         *     `utbx_dyn_tbx_…` per toolbox shared with them directly, through a team or with the whole
+         *     organization). Ordered by id: template ones in creation order, then `utbx_dyn_all`, then
+         *     the shared toolboxes in toolbox creation order. Other members' user toolboxes are never
+         *     listed. Needs `mcp_server:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listUserToolboxes"];
+        put?: never;
+        /**
+         * Instantiate a template toolbox for the caller
+         * @description Makes a `template` user toolbox for the caller from a template visible to them, binding
+         *     each connector the template uses to one of the caller's own connections of that
+         *     connector. A connector left unbound contributes no tools and makes the toolbox
+         *     `incomplete`; bindings can be added later with `PATCH`. The same template may be used
+         *     several times (for example with two accounts of the same service). The new user toolbox
+         *     has no MCP server yet (see `POST /user-toolbox/{id}/mcp`). Needs `mcp_server:manage`.
+         *     Records the audit action `user_toolbox.created`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also for a template the caller cannot see, a
+         *     connection that is not the caller's own or not of the binding's connector, a connector
+         *     the template does not use, or a connector bound twice; the pointer names the member),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createUserToolbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user-toolbox/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a user toolbox
+         * @description Returns one of the caller's own user toolboxes, stored or dynamic. Someone else's user
+         *     toolbox is a 404, whatever the caller's permissions; so is `utbx_dyn_tbx_…` of a toolbox
+         *     not (or no longer) shared with the caller. Needs `mcp_server:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not a user toolbox id),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429
+         *     `rate_limited`.
+         */
+        get: operations["getUserToolbox"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a user toolbox
+         * @description Deletes one of the caller's `template` user toolboxes together with its MCP servers:
+         *     their tokens stop working and their open sessions end at once. The connections it bound
+         *     are not touched. A dynamic id is refused with 400 `dynamic_toolbox_immutable`. Needs
+         *     `mcp_server:manage`. Records the audit action `user_toolbox.deleted`, naming the MCP
+         *     servers deleted with it. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `dynamic_toolbox_immutable`,
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also
+         *     someone else's, or already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteUserToolbox"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a user toolbox
+         * @description Changes the members sent of one of the caller's `template` user toolboxes: rename,
+         *     change the note, or rebind connectors. `bindings`, when sent, replaces the bindings
+         *     wholesale (send the complete list). The template cannot change. The MCP servers of the
+         *     user toolbox serve the new tools from their next request. A dynamic id is refused with
+         *     400 `dynamic_toolbox_immutable`: it is computed (change the toolbox, its shares or your
+         *     connections instead). Needs `mcp_server:manage`. Records the audit action
+         *     `user_toolbox.updated` with the names of the changed members. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also the binding problems listed on create),
+         *     `dynamic_toolbox_immutable`, `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found` (also someone else's); 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateUserToolbox"];
+        trace?: never;
+    };
+    "/oauth/register": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Register an MCP client (RFC 7591)
+         * @description Dynamic client registration (RFC 7591) for MCP clients. OAuth wire format: the request
+         *     is client metadata, the answer 201 is the client information with defaults applied
+         *     (`grant_types` defaults to `authorization_code` and `refresh_token`), and errors are
+         *     RFC 7591 bodies `{error, error_description}`, not the Error object. Metadata this
+         *     server does not understand is ignored, as RFC 7591 requires. A public client
+         *     (`token_endpoint_auth_method: none`) gets no secret; a confidential one gets a
+         *     `client_secret` (`ocs_…`), shown once. Registration grants nothing by itself: every
+         *     authorization still needs the person's consent on the consent screen, which shows the
+         *     client's self-declared name and its redirect host. Clients that never complete an
+         *     authorization are deleted after 30 days. Public (open registration): needs no
+         *     credential; rate-limited per client address. Served with
+         *     `Access-Control-Allow-Origin: *` for browser-based clients. Not org-scoped. Records no
+         *     audit entry: a client belongs to no organization.
+         *
+         *     Errors (OAuth format): 400 `invalid_redirect_uri`, `invalid_client_metadata`. Errors
+         *     (Error object): 413 `payload_too_large`; 415 `unsupported_media_type` (not JSON); 429
+         *     `rate_limited`.
+         */
+        post: operations["registerOAuthClient"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/authorize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Start an authorization (browser redirect)
+         * @description Browser flow: the authorization endpoint (RFC 6749 §4.1, OAuth 2.1) MCP clients send
+         *     the person to. Authorization code only, PKCE with S256 required, and `resource`
+         *     (RFC 8707) required: it must be the endpoint of an MCP server the signed-in person
+         *     owns, `{base_url}/mcp/{mcpId}`, and the tokens issued are for that server only.
+         *     Parameters this server does not know are ignored (RFC 6749 §3.1), not refused. Reads
+         *     the `cp_session` cookie; an unknown or expired one counts as signed out. Answers 302:
+         *
+         *     - Not signed in: to the web app's sign-in page, coming back here afterwards. A
+         *       session that an organization refuses for lack of a second factor goes to the web
+         *       app's second-factor page first.
+         *     - Signed in: to the web app's consent screen (outside this interface), which shows the
+         *       client's self-declared name, its redirect host, the MCP server and the scopes. The
+         *       screen is skipped only when the person already granted this client the same scopes
+         *       on the same MCP server. On approval the browser lands on `redirect_uri` with `code`,
+         *       `state` and `iss` (RFC 9207); on refusal with `error=access_denied`.
+         *     - A problem once `client_id` and `redirect_uri` are known to be good: back to
+         *       `redirect_uri` with `error` (`invalid_request`, `unsupported_response_type`,
+         *       `invalid_scope`, `invalid_target`, `access_denied`, `server_error`),
+         *       `error_description`, `state` and `iss`.
+         *
+         *     An unknown `client_id` or a `redirect_uri` the client did not register is never
+         *     redirected to (RFC 6749 §4.1.2.1): it answers 400 with the Error object so the person
+         *     sees what is wrong. Not org-scoped. Records no audit entry.
+         *
+         *     Errors: 400 `validation_failed` (unknown client, unregistered or missing
+         *     `redirect_uri`, a malformed `client_id`); 429 `rate_limited`. 401, 403 and 404 are
+         *     declared because every endpoint may answer them (service description §7); this one
+         *     answers them with redirects instead. Authorization errors are redirects, see
+         *     `Location`.
+         */
+        get: operations["startOAuthAuthorization"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Exchange a code or refresh token for an access token
+         * @description The token endpoint (RFC 6749 §3.2, OAuth 2.1). OAuth wire format: the request is
+         *     `application/x-www-form-urlencoded`, the answer is a token response with
+         *     `Cache-Control: no-store`, and errors are RFC 6749 §5.2 bodies `{error,
+         *     error_description}`, not the Error object. Grants:
+         *
+         *     - `authorization_code` with its `code_verifier` (PKCE S256) and the same
+         *       `redirect_uri`; `resource` must be the MCP server authorized.
+         *     - `refresh_token`: the refresh token is rotated on every use; a rotated one presented
+         *       again revokes the whole grant.
+         *
+         *     A confidential client authenticates with HTTP Basic (`client_secret_basic`) or with
+         *     `client_id` and `client_secret` in the form (`client_secret_post`), as it registered;
+         *     a public client (`none`) sends only `client_id`. The access token (one hour) acts as
+         *     the consenting person on that one MCP server, within the granted scopes, and stops
+         *     working when revoked, when the person loses access to the MCP server, or when it is
+         *     deleted. Served with `Access-Control-Allow-Origin: *`. Not org-scoped. Records no
+         *     audit entry.
+         *
+         *     Errors (OAuth format): 400 `invalid_request`, `invalid_grant`, `unauthorized_client`,
+         *     `unsupported_grant_type`, `invalid_scope`, `invalid_target`; 401 `invalid_client`.
+         *     Errors (Error object): 413 `payload_too_large`; 415 `unsupported_media_type` (not
+         *     form-encoded); 429 `rate_limited`.
+         */
+        post: operations["issueOAuthToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke a token (RFC 7009)
+         * @description Token revocation (RFC 7009). OAuth wire format: the request is
+         *     `application/x-www-form-urlencoded`, and errors are `{error, error_description}`
+         *     bodies, not the Error object. Revoking a refresh token revokes its whole grant (the
+         *     access tokens issued from it too); revoking an access token revokes that token. Answers
+         *     200 with an empty body whether or not the token was known, valid, or issued to this
+         *     client, so it reveals nothing; a token of another client is left alone. Clients
+         *     authenticate as at `/oauth/token`. Served with `Access-Control-Allow-Origin: *`. Not
+         *     org-scoped. Records no audit entry.
+         *
+         *     Errors (OAuth format): 400 `invalid_request`, `unsupported_token_type`; 401
+         *     `invalid_client`. Errors (Error object): 413 `payload_too_large`; 415
+         *     `unsupported_media_type` (not form-encoded); 429 `rate_limited`.
+         */
+        post: operations["revokeOAuthToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/userinfo": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * UserInfo endpoint (OIDC Core section 5.3)
+         * @description The UserInfo endpoint (OpenID Connect Core §5.3): claims about the person who
+         *     consented, for an access token from `/oauth/token` whose scope includes `openid`
+         *     (whatever its `resource`). `name` needs `profile`; `email` and `email_verified` need
+         *     `email`. The token goes in the `Authorization: Bearer` header only. OAuth wire format:
+         *     errors are RFC 6750 bearer errors, in the `WWW-Authenticate` header and repeated as
+         *     `{error, error_description}` in the body, not the Error object. Served with
+         *     `Access-Control-Allow-Origin: *`. Not org-scoped. Changes nothing.
+         *
+         *     Errors (OAuth format): 400 `invalid_request`; 401 `invalid_token`; 403
+         *     `insufficient_scope`. Errors (Error object): 429 `rate_limited`.
+         */
+        get: operations["getOAuthUserInfo"];
+        put?: never;
+        /**
+         * UserInfo endpoint (OIDC Core section 5.3), by POST
+         * @description The same as `GET /oauth/userinfo`, for clients that use POST (OpenID Connect Core
+         *     §5.3.1). The access token goes in the `Authorization: Bearer` header; the request has
+         *     no body. Not org-scoped. Changes nothing, so records no audit entry.
+         *
+         *     Errors (OAuth format): 400 `invalid_request`; 401 `invalid_token`; 403
+         *     `insufficient_scope`. Errors (Error object): 429 `rate_limited`.
+         */
+        post: operations["postOAuthUserInfo"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-authorization-server": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Authorization-server metadata (RFC 8414)
+         * @description The authorization server's metadata (RFC 8414), which MCP clients read after the
+         *     protected-resource metadata names `{base_url}` as the authorization server: the
+         *     endpoints of `/oauth/*`, the scopes, PKCE `S256` (listed, because MCP clients refuse a
+         *     server that does not), the client authentication methods and RFC 9207 `iss` support.
+         *     Dynamic registration is offered; Client ID Metadata Documents are not (yet). Every URL
+         *     is derived from the configured `BASE_URL`. Public: needs no credential. Served with
+         *     `Access-Control-Allow-Origin: *` and cacheable for an hour. Not org-scoped. Changes
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed` (unknown query parameters); 429 `rate_limited`.
+         */
+        get: operations["getOAuthAuthorizationServerMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-protected-resource": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Protected-resource metadata of the API (RFC 9728)
+         * @description The protected-resource metadata (RFC 9728) at the root well-known address, for clients
+         *     that fall back to it (MCP 2025-11-25 clients try the path-specific document first,
+         *     then this one). It names `{base_url}` as the resource and as its authorization server.
+         *     Tokens are only ever issued for one MCP server, so a client that wants to call an MCP
+         *     server must ask for that server's endpoint as `resource`: its own document,
+         *     `/.well-known/oauth-protected-resource/mcp/{mcpId}`, is the one the MCP endpoint's 401
+         *     names in `WWW-Authenticate: Bearer resource_metadata="…"`. An authorization asking for
+         *     `{base_url}` itself is answered `invalid_target`. Public: needs no credential. Served
+         *     with `Access-Control-Allow-Origin: *` and cacheable for an hour. Not org-scoped.
+         *     Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (unknown query parameters); 429 `rate_limited`.
+         */
+        get: operations["getOAuthProtectedResourceMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-protected-resource/mcp/{mcpId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Protected-resource metadata of one MCP server (RFC 9728)
+         * @description The protected-resource metadata (RFC 9728) of the MCP server endpoint
+         *     `{base_url}/mcp/{mcpId}`, at the address RFC 9728 §3.1 derives from it (the
+         *     well-known segment inserted before the path). `resource` is exactly
+         *     `{base_url}/mcp/{mcpId}`, the value to send as `resource` (RFC 8707) to
+         *     `/oauth/authorize` and `/oauth/token`; the authorization server is `{base_url}`. The MCP
+         *     endpoint answers a request without a valid token with 401 and
+         *     `WWW-Authenticate: Bearer resource_metadata="{base_url}/.well-known/oauth-protected-resource/mcp/{mcpId}", scope="mcp"`,
+         *     which is how clients find this document. It names the server but reveals nothing
+         *     else about it or its owner. Public: needs no credential. Served with
+         *     `Access-Control-Allow-Origin: *` and cacheable for an hour. Not org-scoped. Changes
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `mcp_…`); 404 `not_found` (no such
+         *     MCP server, or it was deleted); 429 `rate_limited`.
+         */
+        get: operations["getMcpServerProtectedResourceMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/jwks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Signing keys (JWKS, RFC 7517)
+         * @description The public keys (a JWK Set, RFC 7517) the authorization server signs access tokens
+         *     with (ES256; `kid` in each token's header). During a rotation the set holds the new
+         *     and the old key until the old one's tokens have expired. Public: needs no credential.
+         *     Served with `Access-Control-Allow-Origin: *` and cacheable for an hour. Not
+         *     org-scoped. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (unknown query parameters); 429 `rate_limited`.
+         */
+        get: operations["getOAuthJwks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/restriction": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List restrictions
+         * @description Lists the organization's restrictions, oldest first, a page at a time. Needs
+         *     `restriction:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listRestrictions"];
+        put?: never;
+        /**
+         * Create a restriction
+         * @description Creates a restriction: which tools it matches (a connector, a glob over tool names,
+         *     or both left open), its effect (`deny` hides and refuses the tools; `require_approval`
+         *     refuses calls until the member holds an approved access request) and whom it applies
+         *     to (everyone, or roles, teams and users). It is enforced from the next tool listing or
+         *     call of every MCP server and synthetic tool, unless created with `is_active: false`.
+         *     Needs `restriction:manage`. Records the audit action `restriction.created` and emits
+         *     the event `restriction.updated`.
+         *
+         *     Errors: 400 `validation_failed` (including `everyone: true` with ids, or
+         *     `everyone: false` without any), `unknown_reference` (a connector, role, team or user
+         *     that does not exist in this organization), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createRestriction"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/restriction/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The restriction's id. */
+                id: components["schemas"]["RestrictionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a restriction
+         * @description Returns one restriction. Needs `restriction:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `rst_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getRestriction"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a restriction
+         * @description Deletes the restriction; it holds nothing back from the next tool listing or call.
+         *     Exceptions granted through its approved access requests end with it, and its pending
+         *     access requests are closed as `denied` by the system (`resolved_by_user_id: null`),
+         *     each emitting `access_request.resolved`. Its access requests stay readable. Needs
+         *     `restriction:manage`. Records the audit action `restriction.deleted` and emits the
+         *     event `restriction.updated`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteRestriction"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a restriction
+         * @description Changes the members sent: rename, describe, change what it matches, its effect or
+         *     whom it applies to, deactivate (`is_active: false`) or reactivate. `match` and
+         *     `applies_to` replace the stored value whole when sent. The change is enforced from the
+         *     next tool listing or call. Exceptions already granted through approved access requests
+         *     keep their effect while the restriction exists. Needs `restriction:manage`. Records the
+         *     audit action `restriction.updated` with the names of the changed members and emits the
+         *     event `restriction.updated`.
+         *
+         *     Errors: 400 `validation_failed`, `unknown_reference`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`;
+         *     415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateRestriction"];
         trace?: never;
     };
     "/access-request": {
@@ -326,111 +3374,6 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
-        trace?: never;
-    };
-    "/restriction": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /**
-         * List restrictions
-         * @description Lists the organization's restrictions, oldest first, a page at a time. Needs
-         *     `restriction:view`. Changes nothing.
-         *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429 `rate_limited`.
-         */
-        get: operations["listRestrictions"];
-        put?: never;
-        /**
-         * Create a restriction
-         * @description Creates a restriction: which tools it matches (a connector, a glob over tool names,
-         *     or both left open), its effect (`deny` hides and refuses the tools; `require_approval`
-         *     refuses calls until the member holds an approved access request) and whom it applies
-         *     to (everyone, or roles, teams and users). It is enforced from the next tool listing or
-         *     call of every MCP server and synthetic tool, unless created with `is_active: false`.
-         *     Needs `restriction:manage`. Records the audit action `restriction.created` and emits
-         *     the event `restriction.updated`.
-         *
-         *     Errors: 400 `validation_failed` (including `everyone: true` with ids, or
-         *     `everyone: false` without any), `unknown_reference` (a connector, role, team or user
-         *     that does not exist in this organization), `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 409 `name_taken`; 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
-         */
-        post: operations["createRestriction"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/restriction/{id}": {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The restriction's id. */
-                id: components["schemas"]["RestrictionId"];
-            };
-            cookie?: never;
-        };
-        /**
-         * Get a restriction
-         * @description Returns one restriction. Needs `restriction:view`. Changes nothing.
-         *
-         *     Errors: 400 `validation_failed` (an id that is not `rst_…`),
-         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
-         *     another organization's id); 429 `rate_limited`.
-         */
-        get: operations["getRestriction"];
-        put?: never;
-        post?: never;
-        /**
-         * Delete a restriction
-         * @description Deletes the restriction; it holds nothing back from the next tool listing or call.
-         *     Exceptions granted through its approved access requests end with it, and its pending
-         *     access requests are closed as `denied` by the system (`resolved_by_user_id: null`),
-         *     each emitting `access_request.resolved`. Its access requests stay readable. Needs
-         *     `restriction:manage`. Records the audit action `restriction.deleted` and emits the
-         *     event `restriction.updated`.
-         *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
-         */
-        delete: operations["deleteRestriction"];
-        options?: never;
-        head?: never;
-        /**
-         * Update a restriction
-         * @description Changes the members sent: rename, describe, change what it matches, its effect or
-         *     whom it applies to, deactivate (`is_active: false`) or reactivate. `match` and
-         *     `applies_to` replace the stored value whole when sent. The change is enforced from the
-         *     next tool listing or call. Exceptions already granted through approved access requests
-         *     keep their effect while the restriction exists. Needs `restriction:manage`. Records the
-         *     audit action `restriction.updated` with the names of the changed members and emits the
-         *     event `restriction.updated`.
-         *
-         *     Errors: 400 `validation_failed`, `unknown_reference`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`;
-         *     415 `unsupported_media_type`; 429 `rate_limited`.
-         */
-        patch: operations["updateRestriction"];
         trace?: never;
     };
     "/file": {
@@ -877,6 +3820,152 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/observability-destination": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List logging destinations
+         * @description Lists the organization's logging destinations, oldest first, a page at a time.
+         *     Needs `observability:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listLoggingDestinations"];
+        put?: never;
+        /**
+         * Create a logging destination
+         * @description Creates a destination that exports the organization's audit entries and/or tool-call
+         *     records to a generic HTTPS endpoint, Datadog, a Splunk HTTP Event Collector or an
+         *     OTLP/HTTP collector. Records written from then on are exported (no backfill). The
+         *     Datadog API key, the Splunk HEC token and header values are stored encrypted and never
+         *     returned. Exporting needs the plan feature `audit_log_export`. Needs
+         *     `observability:manage`. Records the audit action `logging_destination.created`; emits
+         *     no event.
+         *
+         *     Errors: 400 `validation_failed` (including a `config` that does not fit `type`, or a
+         *     reserved header name), `outbound_url_not_allowed` (a URL that is not https or points to
+         *     a private, loopback or link-local address), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `entitlement_exceeded` (the plan has no `audit_log_export`);
+         *     409 `name_taken`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
+         */
+        post: operations["createLoggingDestination"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/observability-destination/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The destination's id. */
+                id: components["schemas"]["LoggingDestinationId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a logging destination
+         * @description Returns one destination, without its secrets, with the outcome of its last test and
+         *     last delivery. Needs `observability:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `obsd_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getLoggingDestination"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a logging destination
+         * @description Deletes the destination and its stored secrets; records not yet delivered to it are
+         *     dropped and nothing is exported to it from then on. Needs `observability:manage`.
+         *     Records the audit action `logging_destination.deleted`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteLoggingDestination"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a logging destination
+         * @description Changes the members sent: rename, change the endpoint or credentials, set or remove
+         *     extra headers, export other record types, pause (`is_active: false`) or resume.
+         *     `type` is immutable. Resuming needs the plan feature `audit_log_export`. Needs
+         *     `observability:manage`. Records the audit action `logging_destination.updated` with the
+         *     names of the changed members (never secret values); emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including a `config` member that does not apply to
+         *     the destination's type), `immutable_field`, `outbound_url_not_allowed`,
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `entitlement_exceeded`
+         *     (resuming without `audit_log_export`); 404 `not_found`; 409 `name_taken`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateLoggingDestination"];
+        trace?: never;
+    };
+    "/observability-destination/{id}/test": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The destination's id. */
+                id: components["schemas"]["LoggingDestinationId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test event
+         * @description Sends one test record now, in the destination's wire format and with its credentials,
+         *     and records `last_test_at`, `last_test_status` and `last_test_error`. The record is
+         *     marked as a test (`"test": true`, type `test`) so that backends can drop it. Works on a
+         *     paused destination too, so it can be checked before it is resumed. A record the backend
+         *     refuses is an answer, not an error: 200 with `status: failed` and the reason (status
+         *     code and message of the backend, never secrets). Outbound calls to private, loopback or
+         *     link-local addresses are refused unless the operator allows them. Needs
+         *     `observability:manage`. Records the audit action `logging_destination.tested`; emits no
+         *     event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
+         */
+        post: operations["testLoggingDestination"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/notification-destination": {
         parameters: {
             query?: never;
@@ -1033,6 +4122,743 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sso-connection": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List SSO connections
+         * @description Lists the organization's SAML and OIDC connections, oldest first, a page at a time,
+         *     without secrets. Needs `sso:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listSsoConnections"];
+        put?: never;
+        /**
+         * Create an SSO connection
+         * @description Creates a SAML or OpenID Connect connection to the organization's identity provider.
+         *     The usual order: create it without identity provider settings (a `draft`), give the
+         *     identity provider's administrator the answer's `sp_entity_id`, `acs_url` and
+         *     `sp_metadata_url` (SAML) or `redirect_uri` (OIDC), then complete it with `PATCH`. A
+         *     connection created with complete settings is `active` at once (or `inactive` when asked).
+         *     IdP metadata or the OIDC discovery document is fetched during the request. The OIDC
+         *     client secret is stored encrypted and never returned. Needs the plan feature `sso` and
+         *     `sso:manage`. Records the audit action `sso_connection.created`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including settings that do not fit `type`, or mixed
+         *     ways of giving SAML settings), `idp_metadata_invalid`, `outbound_url_not_allowed`,
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission` (also for a default role
+         *     carrying permissions the caller lacks), `entitlement_exceeded` (the plan has no `sso`);
+         *     404 `not_found` (the default role does not exist); 409 `name_taken`,
+         *     `domain_not_verified`, `conflict` (a domain already served by another connection); 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createSsoConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sso-connection/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get an SSO connection
+         * @description Returns one connection, without its client secret, with the URLs to give the identity
+         *     provider. Needs `sso:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `sso_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getSsoConnection"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an SSO connection
+         * @description Deletes the connection and its stored secret. Nobody can sign in through it from then
+         *     on and its enforcement ends; members it provisioned stay members and sign in another
+         *     way. Sessions already established through it are not ended. Needs `sso:manage`.
+         *     Records the audit action `sso_connection.deleted`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteSsoConnection"];
+        options?: never;
+        head?: never;
+        /**
+         * Update an SSO connection
+         * @description Changes the members sent: rename, complete or replace the identity provider settings
+         *     (new metadata, a rotated certificate or client secret), change the domains served,
+         *     turn enforcement or just-in-time provisioning on or off, deactivate (`status:
+         *     inactive`) or reactivate. A draft whose settings become complete turns `active` unless
+         *     the same request sends `status: inactive`. `type` is immutable. Turning `enforce` on
+         *     signs out, in this organization, the sessions of people of the domains that did not
+         *     come through this connection. Needs `sso:manage`. Records the audit action
+         *     `sso_connection.updated` with the names of the changed members (never the client
+         *     secret); emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `immutable_field`, `idp_metadata_invalid`,
+         *     `outbound_url_not_allowed`, `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission` (also
+         *     for a default role carrying permissions the caller lacks), `entitlement_exceeded`
+         *     (activating without the plan feature `sso`); 404 `not_found` (the connection, or the
+         *     default role); 409 `name_taken`, `domain_not_verified`, `conflict` (a domain already
+         *     served by another connection), `sso_connection_incomplete` (`status: active` on a
+         *     draft); 413 `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateSsoConnection"];
+        trace?: never;
+    };
+    "/scim-group": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List SCIM groups
+         * @description Lists the groups the organization's identity provider pushed through SCIM, oldest
+         *     first, a page at a time, with their member counts and the group mappings that apply to
+         *     them: what an administrator picks from when creating a group mapping. Needs
+         *     `group_mapping:view` (reading the groups serves mapping them, so it takes no permission
+         *     of its own). Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listScimGroups"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim-group/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The group's id. */
+                id: components["schemas"]["ScimGroupId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a SCIM group
+         * @description Returns one group the identity provider pushed through SCIM, with its member count and
+         *     the group mappings that apply to it. Needs `group_mapping:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `grp_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getScimGroup"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List SCIM tokens
+         * @description Lists the organization's SCIM tokens, oldest first, a page at a time, without their
+         *     secrets: name, last four characters, expiry and last use. Reserved for a person in the
+         *     web app (managing SCIM tokens is); an API token is refused. Needs `scim:manage`.
+         *     Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `requires_person`, `not_a_member`,
+         *     `mfa_setup_required`, `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listScimTokens"];
+        put?: never;
+        /**
+         * Create a SCIM token
+         * @description Creates a SCIM token for the organization's identity provider and returns it once:
+         *     give the identity provider `token` and `{base_url}/scim/v2` as the SCIM base URL. Only
+         *     its SHA-256 hash is stored. Several tokens may exist at once, so that one can be
+         *     replaced without a gap. Reserved for a person in the web app; an API token is refused.
+         *     Needs the plan feature `scim` and `scim:manage`. Records the audit action
+         *     `scim_token.created` (never the token); emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including an `expires_at` in the past or more than two
+         *     years away), `organization_header_required`; 401 `unauthenticated`, `invalid_token`;
+         *     403 `requires_person`, `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `entitlement_exceeded` (the plan has no `scim`); 409 `name_taken`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createScimToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim-token/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The token's id. */
+                id: components["schemas"]["ScimTokenId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a SCIM token
+         * @description Revokes the token at once: the identity provider's next request with it answers 401.
+         *     Provisioned people and groups are not touched. Reserved for a person in the web app;
+         *     an API token is refused. Needs `scim:manage`. Records the audit action
+         *     `scim_token.deleted`; emits no event.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `scimtok_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `requires_person`, `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found` (also when already revoked); 429 `rate_limited`.
+         */
+        delete: operations["deleteScimToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim/v2/Users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List or find users
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Lists the people of the organization, every member and not only those SCIM created, in
+         *     creation order, `startIndex`/`count` at a time (RFC 7644 §3.4.2). Identity providers
+         *     call it with a filter to find a person before creating them, such as `userName eq
+         *     "ada@acme.example"`; an empty `Resources` means no match. Removed members are not
+         *     listed; suspended ones are, with `active: false`. Changes nothing.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidFilter, invalidValue);
+         *     401 (no, unknown, revoked or expired token); 403 (plan without `scim`); 429 (with
+         *     `Retry-After`). 404 is declared because every endpoint may answer it.
+         */
+        get: operations["listScimV2Users"];
+        put?: never;
+        /**
+         * Provision a user
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Provisions a person (RFC 7644 §3.3): finds their account by email or creates one, and
+         *     makes them a member of the organization (`via: scim`) with the system role Member, or
+         *     suspended when `active` is false. A person who is already a member but was not created by
+         *     SCIM (invited, or joined by verified domain) is taken over: the answer is 201 with their
+         *     existing id. Group mappings give roles and teams once groups are pushed. Counts against
+         *     the plan's seats. Records the audit action `scim_user.created` (actor: the SCIM token);
+         *     emits `member.joined` when the membership is active.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidValue:
+         *     a `userName` that is not an email address and no primary email); 401; 403 (plan without
+         *     `scim`, or no seat left); 409 (uniqueness: a person with this `userName` or `externalId`
+         *     is already provisioned); 413; 415; 429. 404 is declared because every endpoint may answer
+         *     it.
+         */
+        post: operations["createScimV2User"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim/v2/Users/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The person's user id (`usr_…`), as `/scim/v2/Users` returned it. Another organization's is a 404. */
+                id: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a user
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Returns one person of the organization (RFC 7644 §3.4.1), active or suspended, with the
+         *     SCIM groups they belong to. Changes nothing.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidValue: an id that is not
+         *     `usr_…`); 401; 403 (plan without `scim`); 404 (not a member of this organization, or
+         *     removed); 429.
+         */
+        get: operations["getScimV2User"];
+        /**
+         * Replace a user
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Replaces the person's SCIM attributes with the body (RFC 7644 §3.5.1): attributes left out
+         *     are cleared, and a missing `active` counts as true. `active: false` suspends the
+         *     membership (the person keeps their roles but can do nothing in the organization, and their
+         *     sessions, API tokens and MCP servers stop working there); `active: true` restores it.
+         *     Groups are not changed here. Honours `If-Match`. Records the audit action
+         *     `scim_user.updated` with the names of the changed attributes; emits `member.removed` when
+         *     the membership is suspended and `member.joined` when it is restored.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidValue,
+         *     mutability: a different `id`); 401; 403 (plan without `scim`); 404; 409 (uniqueness:
+         *     another person has this `userName`; or, without `scimType`, suspending the last active
+         *     Owner); 412 (`If-Match` names another version); 413; 415; 429.
+         */
+        put: operations["replaceScimV2User"];
+        post?: never;
+        /**
+         * Deprovision a user
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Removes the person from the organization (RFC 7644 §3.6): the membership becomes
+         *     `removed`, they leave every SCIM group and team of the organization, lose its roles, and
+         *     their sessions, API tokens and MCP servers stop working there; their connections are kept
+         *     for an administrator to transfer or delete. The person's account itself remains (it may
+         *     belong to other organizations). Afterwards the id answers 404. Honours `If-Match`. Records
+         *     the audit action `scim_user.deleted`; emits `member.removed`.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidValue: an id that is not
+         *     `usr_…`); 401; 403 (plan without `scim`); 404 (also when already removed); 409 (without
+         *     `scimType`: removing the last active Owner); 412 (`If-Match` names another version); 429.
+         */
+        delete: operations["deleteScimV2User"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a user
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Applies a SCIM PatchOp (RFC 7644 §3.5.2) as Okta and Microsoft Entra ID send it: `op` in
+         *     any case, with or without `path`, booleans as strings (`"False"`). The usual use is
+         *     deprovisioning, `replace` `active` with false, which suspends the membership (the person
+         *     keeps their roles but can do nothing in the organization, and their sessions, API tokens
+         *     and MCP servers stop working there); true restores it. All operations apply or none.
+         *     Honours `If-Match`. Records the audit action `scim_user.updated` with the names of the
+         *     changed attributes; emits `member.removed` when the membership is suspended and
+         *     `member.joined` when it is restored.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidPath,
+         *     noTarget, invalidValue, mutability); 401; 403 (plan without `scim`); 404; 409 (uniqueness:
+         *     another person has this `userName`; or, without `scimType`, suspending the last active
+         *     Owner); 412 (`If-Match` names another version); 413; 415; 429.
+         */
+        patch: operations["patchScimV2User"];
+        trace?: never;
+    };
+    "/scim/v2/Groups": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List or find groups
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Lists the organization's SCIM groups in creation order, `startIndex`/`count` at a time
+         *     (RFC 7644 §3.4.2), with their members unless `excludedAttributes=members`. Identity
+         *     providers call it with a filter such as `displayName eq "Engineering"` to find a group
+         *     before creating it. Changes nothing.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidFilter, invalidValue);
+         *     401; 403 (plan without `scim`); 429. 404 is declared because every endpoint may answer it.
+         */
+        get: operations["listScimV2Groups"];
+        put?: never;
+        /**
+         * Provision a group
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Creates a group (RFC 7644 §3.3) with the given members, who must be people of the
+         *     organization. It appears in `/scim-group` for administrators to map to roles and teams
+         *     (`/group-mapping`). Records the audit action `scim_group.created`; emits no event (no
+         *     mapping applies to a new group yet).
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidValue: a
+         *     member that is not a person of the organization); 401; 403 (plan without `scim`); 409
+         *     (uniqueness: a group with this `displayName` or `externalId` exists); 413; 415; 429. 404
+         *     is declared because every endpoint may answer it.
+         */
+        post: operations["createScimV2Group"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim/v2/Groups/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The group's id (`grp_…`), as `/scim/v2/Groups` returned it. Another organization's is a 404. */
+                id: components["schemas"]["ScimGroupId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a group
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Returns one SCIM group of the organization (RFC 7644 §3.4.1), with its members unless
+         *     `excludedAttributes=members`. Changes nothing.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidValue: an id that is not
+         *     `grp_…`); 401; 403 (plan without `scim`); 404; 429.
+         */
+        get: operations["getScimV2Group"];
+        /**
+         * Replace a group
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Replaces the group's `displayName`, `externalId` and whole membership with the body (RFC
+         *     7644 §3.5.1); a missing `members` empties the group. Members who join the group get the roles and teams mapped to it (`/group-mapping`); members who leave lose those
+         *     that no direct assignment or other mapping still gives them.
+         *     Honours `If-Match`. Records the audit action `scim_group.updated` with the members added
+         *     and removed; emits `member.roles_updated` for each member whose roles change.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidValue: a
+         *     member that is not a person of the organization; mutability: a different `id`); 401; 403
+         *     (plan without `scim`); 404; 409 (uniqueness: another group has this `displayName`; or,
+         *     without `scimType`, a change that takes the Owner role from the last active Owner); 412
+         *     (`If-Match` names another version); 413; 415; 429.
+         */
+        put: operations["replaceScimV2Group"];
+        post?: never;
+        /**
+         * Delete a group
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Deletes the group (RFC 7644 §3.6) and the group mappings of it. Its members stay in the
+         *     organization but lose the roles and teams those mappings gave them, unless a direct
+         *     assignment or another mapping still gives them. Honours `If-Match`. Records the audit
+         *     action `scim_group.deleted`; emits `member.roles_updated` for each member whose roles
+         *     change.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidValue: an id that is not
+         *     `grp_…`); 401; 403 (plan without `scim`); 404 (also when already deleted); 409 (without
+         *     `scimType`: the last active Owner would lose the Owner role); 412 (`If-Match` names another
+         *     version); 429.
+         */
+        delete: operations["deleteScimV2Group"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a group
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     Applies a SCIM PatchOp (RFC 7644 §3.5.2) as Okta and Microsoft Entra ID send it: add
+         *     members (`add` `members` with a list), remove them (`remove`
+         *     `members[value eq "usr_…"]`, or `remove` `members` with a list), replace the membership
+         *     or rename the group; `op` in any case. All operations apply or none. Members who join the group get the roles and teams mapped to it (`/group-mapping`); members who leave lose those
+         *     that no direct assignment or other mapping still gives them.
+         *     Honours `If-Match`. Records the audit action `scim_group.updated` with the members added
+         *     and removed; emits `member.roles_updated` for each member whose roles change.
+         *
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidPath,
+         *     noTarget, invalidValue: a member that is not a person of the organization, mutability);
+         *     401; 403 (plan without `scim`); 404; 409 (uniqueness: another group has this
+         *     `displayName`; or, without `scimType`, a change that takes the Owner role from the last
+         *     active Owner); 412 (`If-Match` names another version); 413; 415; 429.
+         */
+        patch: operations["patchScimV2Group"];
+        trace?: never;
+    };
+    "/scim/v2/ServiceProviderConfig": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * SCIM service provider configuration
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     What this SCIM service provider supports (RFC 7644 §4, RFC 7643 §5): PATCH and entity
+         *     tags yes; bulk, sorting and password changes no; filters up to 200 results. Identity
+         *     providers read it when a connection is set up. The same for every organization. Changes
+         *     nothing.
+         *
+         *     Errors (SCIM error bodies): 400 (a query parameter); 401; 403 (plan without `scim`); 429.
+         *     404 is declared because every endpoint may answer it.
+         */
+        get: operations["getScimV2ServiceProviderConfig"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim/v2/ResourceTypes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * SCIM resource types
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     The resource types this service provider serves, `User` and `Group` (RFC 7644 §4, RFC
+         *     7643 §6), as a list response. Changes nothing.
+         *
+         *     Errors (SCIM error bodies): 400 (a query parameter; filtering this list is not
+         *     supported); 401; 403 (plan without `scim`); 429. 404 is declared because every endpoint
+         *     may answer it.
+         */
+        get: operations["listScimV2ResourceTypes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/scim/v2/Schemas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * SCIM schemas
+         * @description Called by the organization's identity provider with a SCIM token; the token names the
+         *     organization, so no `X-Organization-Id` is sent. SCIM wire format (RFC 7644):
+         *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
+         *     bodies instead of the Error object. Needs the plan feature `scim`.
+         *
+         *     The core User and Group schemas (RFC 7644 §4, RFC 7643 §7), limited to the attributes
+         *     this service keeps, as a list response. Changes nothing.
+         *
+         *     Errors (SCIM error bodies): 400 (a query parameter; filtering this list is not
+         *     supported); 401; 403 (plan without `scim`); 429. 404 is declared because every endpoint
+         *     may answer it.
+         */
+        get: operations["listScimV2Schemas"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/group-mapping": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List group mappings
+         * @description Lists the organization's group mappings, oldest first, a page at a time. Needs
+         *     `group_mapping:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listGroupMappings"];
+        put?: never;
+        /**
+         * Create a group mapping
+         * @description Ties a SCIM group to a role and/or a team, and applies it at once: every current
+         *     member of the group gets the role and joins the team, and so does everyone the identity
+         *     provider adds to the group later. Nobody may grant through a mapping a role carrying
+         *     permissions they do not hold themselves. Needs `group_mapping:manage`. Records the audit
+         *     action `group_mapping.created`; emits `member.roles_updated` for each member whose
+         *     roles change.
+         *
+         *     Errors: 400 `validation_failed` (including neither `role_id` nor `team_id`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission` (also for a role carrying
+         *     permissions the caller lacks); 404 `not_found` (the SCIM group, role or team is not in
+         *     this organization); 409 `conflict` (the same group, role and team are already mapped);
+         *     413 `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createGroupMapping"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/group-mapping/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The mapping's id. */
+                id: components["schemas"]["GroupMappingId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a group mapping
+         * @description Returns one group mapping. Needs `group_mapping:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `gmap_…`),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
+         *     another organization's id); 429 `rate_limited`.
+         */
+        get: operations["getGroupMapping"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a group mapping
+         * @description Deletes the mapping and withdraws what it granted: the group's members lose its role
+         *     and leave its team, unless they hold them directly or through another mapping. Nobody
+         *     stops being a member of the organization. Needs `group_mapping:manage`. Records the
+         *     audit action `group_mapping.deleted`; emits `member.roles_updated` for each member
+         *     whose roles change.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 409 `last_owner`
+         *     (withdrawing the role would leave no active Owner); 429 `rate_limited`.
+         */
+        delete: operations["deleteGroupMapping"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a group mapping
+         * @description Changes the role and/or team of a mapping and applies the change at once: the group's
+         *     members lose what the old value granted (unless granted otherwise) and get what the new
+         *     one grants. `scim_group_id` is immutable. Needs `group_mapping:manage`. Records the
+         *     audit action `group_mapping.updated`; emits `member.roles_updated` for each member
+         *     whose roles change.
+         *
+         *     Errors: 400 `validation_failed` (including clearing both `role_id` and `team_id`),
+         *     `immutable_field`, `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission` (also
+         *     for a role carrying permissions the caller lacks); 404 `not_found` (the mapping, role or
+         *     team); 409 `conflict` (the same group, role and team are already mapped), `last_owner`
+         *     (the group's members would take the last Owner role with them); 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         */
+        patch: operations["updateGroupMapping"];
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1092,7 +4918,7 @@ export interface components {
          *     codes may be added, so clients should treat unknown codes by their HTTP status.
          * @enum {string}
          */
-        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "service_unavailable";
+        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable";
         /** @description One problem with one part of a request. */
         ValidationProblem: {
             /**
@@ -1679,24 +5505,841 @@ export interface components {
             destination: components["schemas"]["NotificationDestination"];
         };
         /**
-         * @description `pending`: waiting for someone holding `access_request:resolve`; `approved`: an
-         *     exception was granted (until `exception_expires_at`, if set); `denied`: refused, or
-         *     closed by the system because its restriction was deleted; `withdrawn`: the requester
-         *     took it back. Only `pending` changes: to `approved` or `denied` through resolve, to
-         *     `withdrawn` through withdraw.
+         * @description The key of a social sign-in provider configured by the operator (lowercase letters, digits,
+         *     `-`). Which keys exist is configuration, not part of the contract; `GET /auth/providers`
+         *     lists them.
+         * @example google
+         * @example github
+         * @example microsoft
+         */
+        AuthProviderKey: string;
+        /**
+         * @description A social sign-in provider configured on this deployment.
+         * @example {
+         *       "key": "google",
+         *       "name": "Google",
+         *       "login_url": "/auth/sso/google"
+         *     }
+         */
+        AuthProvider: {
+            key: components["schemas"]["AuthProviderKey"];
+            /**
+             * @description The provider's display name for the sign-in button.
+             * @example Google
+             */
+            name: string;
+            /**
+             * Format: uri-reference
+             * @description Where the browser goes to start signing in with it (`GET /auth/sso/{provider}`).
+             * @example /auth/sso/google
+             */
+            login_url: string;
+        };
+        /**
+         * @description The configured social sign-in providers, in the order the operator configured them. A
+         *     short list from configuration, returned whole: no pagination.
+         * @example {
+         *       "data": [
+         *         {
+         *           "key": "google",
+         *           "name": "Google",
+         *           "login_url": "/auth/sso/google"
+         *         },
+         *         {
+         *           "key": "github",
+         *           "name": "GitHub",
+         *           "login_url": "/auth/sso/github"
+         *         }
+         *       ]
+         *     }
+         */
+        AuthProviderList: {
+            /** @description The providers; empty when social sign-in is not configured. */
+            data: components["schemas"]["AuthProvider"][];
+        };
+        /**
+         * @description Where in the web app to land after signing in: a path on the web app's own origin
+         *     (starting with a single `/`). Absolute URLs and `//host` forms are refused, so a sign-in
+         *     link can never redirect a person to another site.
+         * @example /org/acme/toolboxes
+         */
+        AuthReturnTo: string;
+        /**
+         * Format: email
+         * @description An email address; compared case-insensitively.
+         * @example ada@acme.example
+         */
+        AuthEmail: string;
+        /**
+         * @description A passwordless registration. The account is created when the emailed link is opened.
+         * @example {
+         *       "email": "ada@acme.example",
+         *       "name": "Ada Lovelace"
+         *     }
+         */
+        AuthSignupRequest: {
+            email: components["schemas"]["AuthEmail"];
+            /**
+             * @description The person's display name, stored on the account when it is activated.
+             * @example Ada Lovelace
+             */
+            name?: string;
+            return_to?: components["schemas"]["AuthReturnTo"];
+        };
+        /**
+         * @description The request was accepted. The same answer is given whether or not an account exists for
+         *     the address, so it reveals nothing about who has signed up.
+         * @example {
+         *       "email": "ada@acme.example",
+         *       "message": "If ada@acme.example can use it, a link is on its way. It works once and expires soon."
+         *     }
+         */
+        AuthEmailAccepted: {
+            /** @description The address as the server normalized it. */
+            email: components["schemas"]["AuthEmail"];
+            /**
+             * @description A sentence to show the person.
+             * @example If ada@acme.example can use it, a link is on its way. It works once and expires soon.
+             */
+            message: string;
+        };
+        /**
+         * @description An email address to send a link to.
+         * @example {
+         *       "email": "ada@acme.example"
+         *     }
+         */
+        AuthEmailOnlyRequest: {
+            email: components["schemas"]["AuthEmail"];
+        };
+        /**
+         * @description A request for a sign-in link.
+         * @example {
+         *       "email": "ada@acme.example",
+         *       "return_to": "/org/acme/toolboxes"
+         *     }
+         */
+        AuthMagicLinkRequest: {
+            email: components["schemas"]["AuthEmail"];
+            return_to?: components["schemas"]["AuthReturnTo"];
+        };
+        /**
+         * @description The 6-digit code the authenticator app shows now (RFC 6238, 30-second steps; one step of clock drift is accepted). A code works once.
+         * @example 492039
+         */
+        AuthTotpCode: string;
+        /** @description A TOTP code as the second factor. */
+        AuthTotpProof: {
+            /**
+             * @description Always `totp`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            method: "totp";
+            code: components["schemas"]["AuthTotpCode"];
+        };
+        /**
+         * @description One of the user's recovery codes, with or without its dash, in any case. Each works once.
+         * @example 7hk2m-q9xw4
+         */
+        AuthRecoveryCode: string;
+        /** @description A recovery code as the second factor; it is used up. */
+        AuthRecoveryCodeProof: {
+            /**
+             * @description Always `recovery_code`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            method: "recovery_code";
+            code: components["schemas"]["AuthRecoveryCode"];
+        };
+        /**
+         * @description Bytes in unpadded base64url (RFC 4648 §5), as WebAuthn's JSON forms carry them.
+         * @example Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH
+         */
+        WebAuthnBase64Url: string;
+        /**
+         * @description What `navigator.credentials.get()` produced, as `credential.toJSON()` serializes it
+         *     (`AuthenticationResponseJSON`). Members WebAuthn may add later are accepted and ignored.
+         * @example {
+         *       "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+         *       "rawId": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+         *       "type": "public-key",
+         *       "authenticatorAttachment": "platform",
+         *       "response": {
+         *         "clientDataJSON": "eyJ0eXBlIjoid2ViYXV0aG4uZ2V0IiwiY2hhbGxlbmdlIjoidDhRWjBsMXFrQjZjMnJOdzBkWXQzYkt4OXBHNW1WaDdzRTRmSjJhTGNVbyIsIm9yaWdpbiI6Imh0dHBzOi8vYXBwLm1jcGNwLmV4YW1wbGUifQ",
+         *         "authenticatorData": "SZYN5YgOjGh0NBcPZHZgW4_krrmihjLHmVzzuoMdl2MdAAAAAA",
+         *         "signature": "MEUCIQDx3k0Z9y5pF1vQ2wR8tH6nJ4bL7cA3mK0sE9uV2iX5-gIgYq8T1rN6wD3zP0hM4kB7fJ2aL9cS5vE8xU1oQ3nW6mY",
+         *         "userHandle": "3q2-7_b8Jk1mWx0Z9yVt4A"
+         *       },
+         *       "clientExtensionResults": {}
+         *     }
+         */
+        WebAuthnAuthenticationResponse: {
+            /** @description The credential's id. */
+            id: components["schemas"]["WebAuthnBase64Url"];
+            /** @description The same id. */
+            rawId: components["schemas"]["WebAuthnBase64Url"];
+            /**
+             * @description Always `public-key`.
+             * @constant
+             */
+            type: "public-key";
+            /**
+             * @description How the authenticator is attached, when the browser says.
+             * @enum {string|null}
+             */
+            authenticatorAttachment?: "platform" | "cross-platform" | null;
+            /** @description The assertion (`AuthenticatorAssertionResponseJSON`). */
+            response: {
+                /** @description The client data, carrying the challenge and origin. */
+                clientDataJSON: components["schemas"]["WebAuthnBase64Url"];
+                /** @description The authenticator data, with the user-verified flag and signature counter. */
+                authenticatorData: components["schemas"]["WebAuthnBase64Url"];
+                /** @description The signature over authenticator data and the client data hash. */
+                signature: components["schemas"]["WebAuthnBase64Url"];
+                /** @description The user handle stored with a discoverable credential; it identifies the account. */
+                userHandle?: components["schemas"]["WebAuthnBase64Url"];
+            };
+            /** @description Client extension outputs. */
+            clientExtensionResults: Record<string, unknown>;
+        };
+        /** @description A passkey assertion, made with user verification, as the second factor. */
+        AuthPasskeyProof: {
+            /**
+             * @description Always `passkey`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            method: "passkey";
+            credential: components["schemas"]["WebAuthnAuthenticationResponse"];
+        };
+        /** @description A second factor to check; `method` selects the shape. */
+        AuthSecondFactorProof: components["schemas"]["AuthTotpProof"] | components["schemas"]["AuthRecoveryCodeProof"] | components["schemas"]["AuthPasskeyProof"];
+        /**
+         * @description A session id (`ses_…`).
+         * @example ses_01jg3b7f0s1d5f9g3h7j2k6n4m
+         */
+        SessionId: string;
+        /**
+         * @description `active`: the session may act everywhere its user may. `mfa_pending`: an organization of
+         *     the user requires a second factor, the user has one enrolled, and this session has not
+         *     shown it yet; until `POST /auth/mfa/verify`, requests in those organizations are refused
+         *     with 403 `mfa_setup_required`. (A user with no second factor at all gets an `active`
+         *     session and the same 403 in those organizations until they enroll one.)
          * @enum {string}
          */
-        AccessRequestStatus: "pending" | "approved" | "denied" | "withdrawn";
+        AuthSessionState: "active" | "mfa_pending";
         /**
-         * @description A restriction id (`rst_…`).
-         * @example rst_01jg3b7f13s3t7v1w5x9y3z7a1
+         * @description A second factor: a `totp` code, a one-time `recovery_code`, or a `passkey` assertion with user verification.
+         * @enum {string}
          */
-        RestrictionId: string;
+        AuthSecondFactorMethod: "totp" | "recovery_code" | "passkey";
         /**
-         * @description An access request id (`areq_…`).
-         * @example areq_01jg3b7f14t7v1w5x9y3z7a1b5
+         * @description The caller's web-app session. Its secret is the `cp_session` cookie and never appears in a body.
+         * @example {
+         *       "id": "ses_01jg3b7f0s1d5f9g3h7j2k6n4m",
+         *       "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "state": "active",
+         *       "second_factor_at": "2026-11-20T09:14:03.120Z",
+         *       "second_factor_method": "totp",
+         *       "step_up_at": null,
+         *       "step_up_expires_at": null,
+         *       "created_at": "2026-11-20T09:13:40.512Z",
+         *       "expires_at": "2026-12-04T09:14:03.120Z"
+         *     }
          */
-        AccessRequestId: string;
+        AuthSession: {
+            id: components["schemas"]["SessionId"];
+            user_id: components["schemas"]["UserId"];
+            state: components["schemas"]["AuthSessionState"];
+            /** @description When this session last showed a second factor, or null if it never has. */
+            second_factor_at: components["schemas"]["Timestamp"] | null;
+            /** @description The second factor shown at `second_factor_at`, or null. */
+            second_factor_method: components["schemas"]["AuthSecondFactorMethod"] | null;
+            /** @description When this session last passed a step-up check, or null if never. */
+            step_up_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description Until when sensitive actions (turning off TOTP, regenerating recovery codes) are allowed
+             *     without another step-up: `step_up_at` plus 5 minutes. Null when no step-up was done.
+             */
+            step_up_expires_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            /** @description When the session ends unless renewed by use (14 days of inactivity). */
+            expires_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description The second factor was accepted and recorded on the session.
+         * @example {
+         *       "session": {
+         *         "id": "ses_01jg3b7f0s1d5f9g3h7j2k6n4m",
+         *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "state": "active",
+         *         "second_factor_at": "2026-11-20T09:14:03.120Z",
+         *         "second_factor_method": "totp",
+         *         "step_up_at": null,
+         *         "step_up_expires_at": null,
+         *         "created_at": "2026-11-20T09:13:40.512Z",
+         *         "expires_at": "2026-12-04T09:14:03.120Z"
+         *       },
+         *       "recovery_codes_remaining": 10
+         *     }
+         */
+        AuthSecondFactorResult: {
+            session: components["schemas"]["AuthSession"];
+            /**
+             * @description How many unused recovery codes the user has left, or null when TOTP is off. Worth
+             *     showing when it is low, with a pointer to `POST /user/me/mfa/recovery-codes/regenerate`.
+             */
+            recovery_codes_remaining: number | null;
+        };
+        /**
+         * @description An SSO connection id (`sso_…`).
+         * @example sso_01jg3b7f18y3z7a1b5c9d3e7f1
+         */
+        SsoConnectionId: string;
+        /**
+         * @description Whether an email address signs in through an organization's SSO connection. It is
+         *     answered from the address's domain only, so it says nothing about whether a person with
+         *     that address exists.
+         * @example {
+         *       "email_domain": "acme.example",
+         *       "connection_id": "sso_01jg3b7f18y3z7a1b5c9d3e7f1",
+         *       "type": "saml",
+         *       "login_url": "/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login?login_hint=ada%40acme.example",
+         *       "enforced": true
+         *     }
+         */
+        AuthSsoResolution: {
+            /**
+             * @description The domain of the address, lowercased.
+             * @example acme.example
+             */
+            email_domain: string;
+            /** @description The SSO connection serving the domain, or null when none does. */
+            connection_id: components["schemas"]["SsoConnectionId"] | null;
+            /**
+             * @description The connection's protocol, or null when none.
+             * @enum {string|null}
+             */
+            type: "saml" | "oidc" | null;
+            /**
+             * Format: uri-reference
+             * @description Where the browser goes to sign in through it (`/auth/saml/{connectionId}/login` or
+             *     `/auth/oidc/{connectionId}/login`, with `login_hint` and `return_to` carried over), or
+             *     null when none.
+             * @example /auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login?login_hint=ada%40acme.example
+             */
+            login_url: string | null;
+            /**
+             * @description True when the organization requires people of this domain to use the connection: other
+             *     sign-in methods are refused for them (`sso_required`).
+             */
+            enforced: boolean;
+        };
+        /**
+         * @description What the identity provider's page posts with the SAML HTTP-POST binding. Field names are
+         *     SAML's own.
+         */
+        AuthSamlAcsForm: {
+            /**
+             * @description The base64-encoded, signed `<samlp:Response>`.
+             * @example PHNhbWxwOlJlc3BvbnNlIHhtbG5zOnNhbWxwPSJ1cm46b2FzaXM6bmFtZXM6dGM6U0FNTDoyLjA6cHJvdG9jb2wiIC4uLj4=
+             */
+            SAMLResponse: string;
+            /**
+             * @description The opaque value this server sent with the request (`/auth/saml/{connectionId}/login`); it names the pending sign-in.
+             * @example lr_6Zq3VbN1kT8xW4pR2mJ7cY5d
+             */
+            RelayState?: string;
+        };
+        /**
+         * @description An authenticator transport (`AuthenticatorTransport`).
+         * @enum {string}
+         */
+        WebAuthnTransport: "ble" | "hybrid" | "internal" | "nfc" | "smart-card" | "usb";
+        /** @description A credential the authenticator may use, or must not re-register (`PublicKeyCredentialDescriptorJSON`). */
+        WebAuthnCredentialDescriptor: {
+            /** @description The credential id. */
+            id: components["schemas"]["WebAuthnBase64Url"];
+            /**
+             * @description Always `public-key`.
+             * @constant
+             */
+            type: "public-key";
+            /** @description Transports the authenticator was reached by at registration. */
+            transports?: components["schemas"]["WebAuthnTransport"][];
+        };
+        /**
+         * @description Whether the authenticator must verify the user (PIN, biometrics). This server asks for `required`.
+         * @enum {string}
+         */
+        WebAuthnUserVerification: "required" | "preferred" | "discouraged";
+        /**
+         * @description Options for `navigator.credentials.get()` (`PublicKeyCredentialRequestOptionsJSON`): pass
+         *     them through `PublicKeyCredential.parseRequestOptionsFromJSON()`. The challenge is
+         *     single-use and expires after `timeout` milliseconds.
+         * @example {
+         *       "challenge": "t8QZ0l1qkB6c2rNw0dYt3bKx9pG5mVh7sE4fJ2aLcUo",
+         *       "timeout": 300000,
+         *       "rpId": "mcpcp.example",
+         *       "allowCredentials": [],
+         *       "userVerification": "required",
+         *       "hints": [],
+         *       "extensions": {}
+         *     }
+         */
+        WebAuthnRequestOptions: {
+            /** @description The single-use challenge. */
+            challenge: components["schemas"]["WebAuthnBase64Url"];
+            /**
+             * @description How long the challenge is valid, in milliseconds.
+             * @example 300000
+             */
+            timeout: number;
+            /**
+             * @description The relying party id.
+             * @example mcpcp.example
+             */
+            rpId: string;
+            /**
+             * @description The passkeys that may answer. Empty for sign-in, so the browser offers every passkey it
+             *     holds for this site (discoverable credentials) and nothing reveals who has an account.
+             */
+            allowCredentials: components["schemas"]["WebAuthnCredentialDescriptor"][];
+            userVerification: components["schemas"]["WebAuthnUserVerification"];
+            /** @description User-agent hints; empty unless every allowed passkey is a security key. */
+            hints: ("security-key" | "client-device" | "hybrid")[];
+            /** @description Client extension inputs; none today. */
+            extensions: Record<string, unknown>;
+        };
+        /**
+         * @description How the user can pass the step-up check now.
+         * @example {
+         *       "methods": [
+         *         "passkey",
+         *         "totp",
+         *         "recovery_code"
+         *       ],
+         *       "passkey_options": {
+         *         "challenge": "t8QZ0l1qkB6c2rNw0dYt3bKx9pG5mVh7sE4fJ2aLcUo",
+         *         "timeout": 300000,
+         *         "rpId": "mcpcp.example",
+         *         "allowCredentials": [
+         *           {
+         *             "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+         *             "type": "public-key",
+         *             "transports": [
+         *               "internal",
+         *               "hybrid"
+         *             ]
+         *           }
+         *         ],
+         *         "userVerification": "required",
+         *         "hints": [],
+         *         "extensions": {}
+         *       },
+         *       "valid_for_seconds": 300
+         *     }
+         */
+        AuthStepUpOptions: {
+            /** @description The second factors the user has enrolled and may use, best first. */
+            methods: components["schemas"]["AuthSecondFactorMethod"][];
+            /**
+             * @description WebAuthn request options for a passkey assertion (its challenge bound to this session and
+             *     listing the user's passkeys), or null when the user has no passkey.
+             */
+            passkey_options: components["schemas"]["WebAuthnRequestOptions"] | null;
+            /**
+             * @description How long a passed step-up lasts.
+             * @example 300
+             */
+            valid_for_seconds: number;
+        };
+        /**
+         * @description Options for `navigator.credentials.create()` (`PublicKeyCredentialCreationOptionsJSON`):
+         *     pass them through `PublicKeyCredential.parseCreationOptionsFromJSON()`. The challenge is
+         *     single-use and expires after `timeout` milliseconds.
+         * @example {
+         *       "rp": {
+         *         "id": "mcpcp.example",
+         *         "name": "MCP control plane"
+         *       },
+         *       "user": {
+         *         "id": "3q2-7_b8Jk1mWx0Z9yVt4A",
+         *         "name": "ada@acme.example",
+         *         "displayName": "Ada Lovelace"
+         *       },
+         *       "challenge": "t8QZ0l1qkB6c2rNw0dYt3bKx9pG5mVh7sE4fJ2aLcUo",
+         *       "pubKeyCredParams": [
+         *         {
+         *           "type": "public-key",
+         *           "alg": -7
+         *         },
+         *         {
+         *           "type": "public-key",
+         *           "alg": -8
+         *         },
+         *         {
+         *           "type": "public-key",
+         *           "alg": -257
+         *         }
+         *       ],
+         *       "timeout": 300000,
+         *       "excludeCredentials": [
+         *         {
+         *           "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+         *           "type": "public-key",
+         *           "transports": [
+         *             "internal",
+         *             "hybrid"
+         *           ]
+         *         }
+         *       ],
+         *       "authenticatorSelection": {
+         *         "residentKey": "required",
+         *         "requireResidentKey": true,
+         *         "userVerification": "required"
+         *       },
+         *       "attestation": "none",
+         *       "hints": [],
+         *       "extensions": {
+         *         "credProps": true
+         *       }
+         *     }
+         */
+        WebAuthnCreationOptions: {
+            /** @description The relying party, this deployment's web app. */
+            rp: {
+                /**
+                 * @description The relying party id, the web app's registrable domain.
+                 * @example mcpcp.example
+                 */
+                id: string;
+                /**
+                 * @description The name authenticators show.
+                 * @example MCP control plane
+                 */
+                name: string;
+            };
+            /** @description The account the passkey is for. */
+            user: {
+                /** @description The user handle (random bytes per user, never the email). */
+                id: components["schemas"]["WebAuthnBase64Url"];
+                /**
+                 * @description The account name authenticators show (the email).
+                 * @example ada@acme.example
+                 */
+                name: string;
+                /**
+                 * @description The person's name.
+                 * @example Ada Lovelace
+                 */
+                displayName: string;
+            };
+            /** @description The single-use challenge. */
+            challenge: components["schemas"]["WebAuthnBase64Url"];
+            /** @description The accepted key types, preferred first (ES256 = -7, EdDSA = -8, RS256 = -257). */
+            pubKeyCredParams: {
+                /**
+                 * @description Always `public-key`.
+                 * @constant
+                 */
+                type: "public-key";
+                /**
+                 * @description A COSE algorithm identifier.
+                 * @example -7
+                 */
+                alg: number;
+            }[];
+            /**
+             * @description How long the challenge is valid, in milliseconds.
+             * @example 300000
+             */
+            timeout: number;
+            /** @description The user's existing passkeys, so an authenticator does not register twice. */
+            excludeCredentials: components["schemas"]["WebAuthnCredentialDescriptor"][];
+            /** @description What kind of authenticator is wanted. */
+            authenticatorSelection: {
+                /**
+                 * @description The server asks for a discoverable credential (`required`), which is what makes it a passkey.
+                 * @enum {string}
+                 */
+                residentKey: "required" | "preferred" | "discouraged";
+                /** @description The Level 1 form of `residentKey: required`. */
+                requireResidentKey: boolean;
+                userVerification: components["schemas"]["WebAuthnUserVerification"];
+            };
+            /**
+             * @description The server asks for `none`.
+             * @enum {string}
+             */
+            attestation: "none" | "indirect" | "direct" | "enterprise";
+            /** @description User-agent hints (`security-key`, `client-device`, `hybrid`); empty, so the browser offers every kind of authenticator. */
+            hints: ("security-key" | "client-device" | "hybrid")[];
+            /** @description Client extension inputs; the server asks for `credProps`. */
+            extensions: Record<string, unknown>;
+        };
+        /**
+         * @description A label for the passkey, to tell it apart from the user's others.
+         * @example YubiKey 5C
+         */
+        PasskeyName: string;
+        /**
+         * @description What `navigator.credentials.create()` produced, as `credential.toJSON()` serializes it
+         *     (`RegistrationResponseJSON`). Members WebAuthn may add later are accepted and ignored.
+         * @example {
+         *       "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+         *       "rawId": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+         *       "type": "public-key",
+         *       "authenticatorAttachment": "platform",
+         *       "response": {
+         *         "clientDataJSON": "eyJ0eXBlIjoid2ViYXV0aG4uY3JlYXRlIiwiY2hhbGxlbmdlIjoidDhRWjBsMXFrQjZjMnJOdzBkWXQzYkt4OXBHNW1WaDdzRTRmSjJhTGNVbyIsIm9yaWdpbiI6Imh0dHBzOi8vYXBwLm1jcGNwLmV4YW1wbGUifQ",
+         *         "attestationObject": "o2NmbXRkbm9uZWdhdHRTdG10oGhhdXRoRGF0YVjF",
+         *         "transports": [
+         *           "internal",
+         *           "hybrid"
+         *         ],
+         *         "publicKeyAlgorithm": -7
+         *       },
+         *       "clientExtensionResults": {
+         *         "credProps": {
+         *           "rk": true
+         *         }
+         *       }
+         *     }
+         */
+        WebAuthnRegistrationResponse: {
+            /** @description The new credential's id. */
+            id: components["schemas"]["WebAuthnBase64Url"];
+            /** @description The same id (WebAuthn sends it twice). */
+            rawId: components["schemas"]["WebAuthnBase64Url"];
+            /**
+             * @description Always `public-key`.
+             * @constant
+             */
+            type: "public-key";
+            /**
+             * @description How the authenticator is attached, when the browser says.
+             * @enum {string|null}
+             */
+            authenticatorAttachment?: "platform" | "cross-platform" | null;
+            /** @description The attestation response (`AuthenticatorAttestationResponseJSON`). */
+            response: {
+                /** @description The client data, carrying the challenge and origin. */
+                clientDataJSON: components["schemas"]["WebAuthnBase64Url"];
+                /** @description The CBOR attestation object, carrying the public key. */
+                attestationObject: components["schemas"]["WebAuthnBase64Url"];
+                /** @description The authenticator data, when the browser provides it separately. */
+                authenticatorData?: components["schemas"]["WebAuthnBase64Url"];
+                /** @description The transports the browser reached the authenticator by. */
+                transports?: components["schemas"]["WebAuthnTransport"][];
+                /** @description The COSE algorithm of the new key. */
+                publicKeyAlgorithm?: number;
+                /** @description The public key as SubjectPublicKeyInfo, when the browser provides it. */
+                publicKey?: components["schemas"]["WebAuthnBase64Url"];
+            };
+            /** @description Client extension outputs, such as `credProps`. */
+            clientExtensionResults: Record<string, unknown>;
+        };
+        /** @description The browser's answer to the registration options, and a name for the new passkey. */
+        PasskeyRegistrationVerify: {
+            /** @description A label; defaults to the authenticator's model name, or "Passkey". */
+            name?: components["schemas"]["PasskeyName"];
+            credential: components["schemas"]["WebAuthnRegistrationResponse"];
+        };
+        /**
+         * @description A passkey id (`pkey_…`).
+         * @example pkey_01jg3b7f0t4g8h2j6k1m5n9p3q
+         */
+        PasskeyId: string;
+        /**
+         * @description A passkey (WebAuthn credential) registered to the current user. The public key is not returned.
+         * @example {
+         *       "id": "pkey_01jg3b7f0t4g8h2j6k1m5n9p3q",
+         *       "name": "MacBook Touch ID",
+         *       "credential_id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+         *       "transports": [
+         *         "internal",
+         *         "hybrid"
+         *       ],
+         *       "backed_up": true,
+         *       "authenticator_name": "iCloud Keychain",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z",
+         *       "last_used_at": "2026-11-21T08:02:45.310Z"
+         *     }
+         */
+        Passkey: {
+            id: components["schemas"]["PasskeyId"];
+            /**
+             * @description A label the user chose (or the authenticator's name by default).
+             * @example MacBook Touch ID
+             */
+            name: string;
+            /** @description The WebAuthn credential id (base64url), as the authenticator knows it. */
+            credential_id: components["schemas"]["WebAuthnBase64Url"];
+            /** @description How the browser reported it can reach the authenticator. */
+            transports: components["schemas"]["WebAuthnTransport"][];
+            /** @description True for a synced passkey (backed up to a cloud keychain), false for a device-bound one. */
+            backed_up: boolean;
+            /**
+             * @description The authenticator model known from its AAGUID, or null when unknown.
+             * @example iCloud Keychain
+             */
+            authenticator_name: string | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+            /** @description When it last signed in or passed a check, or null if never. */
+            last_used_at: components["schemas"]["Timestamp"] | null;
+        };
+        /** @description The cursor of the next page; null on the last page. */
+        NextCursor: components["schemas"]["Cursor"] | null;
+        /** @description A page of the current user's passkeys, oldest first. */
+        PasskeyList: {
+            /** @description The passkeys on this page. */
+            data: components["schemas"]["Passkey"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The members to change.
+         * @example {
+         *       "name": "YubiKey 5C"
+         *     }
+         */
+        PasskeyUpdate: {
+            name?: components["schemas"]["PasskeyName"];
+        };
+        /** @description The browser's passkey assertion, signing in. */
+        PasskeyAuthenticationVerify: {
+            credential: components["schemas"]["WebAuthnAuthenticationResponse"];
+            return_to?: components["schemas"]["AuthReturnTo"];
+        };
+        /**
+         * @description A session was started; its cookie is in `Set-Cookie`.
+         * @example {
+         *       "session": {
+         *         "id": "ses_01jg3b7f0s1d5f9g3h7j2k6n4m",
+         *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "state": "active",
+         *         "second_factor_at": "2026-11-20T09:14:03.120Z",
+         *         "second_factor_method": "passkey",
+         *         "step_up_at": null,
+         *         "step_up_expires_at": null,
+         *         "created_at": "2026-11-20T09:14:03.120Z",
+         *         "expires_at": "2026-12-04T09:14:03.120Z"
+         *       },
+         *       "redirect_to": "/org/acme/toolboxes"
+         *     }
+         */
+        AuthSignInResult: {
+            session: components["schemas"]["AuthSession"];
+            /**
+             * @description Where the web app should go next (the `return_to` sent, or `/`).
+             * @example /org/acme/toolboxes
+             */
+            redirect_to: string;
+        };
+        /**
+         * @description A pending TOTP enrollment (RFC 6238). The secret is shown exactly once, here: put it in an
+         *     authenticator app (usually by rendering `otpauth_uri` as a QR code), then confirm with a
+         *     code at `POST /user/me/mfa/totp/verify` before `expires_at`. Until then TOTP stays off.
+         * @example {
+         *       "secret": "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP",
+         *       "otpauth_uri": "otpauth://totp/MCP%20control%20plane:ada%40acme.example?secret=JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP&issuer=MCP%20control%20plane&algorithm=SHA1&digits=6&period=30",
+         *       "issuer": "MCP control plane",
+         *       "account_name": "ada@acme.example",
+         *       "algorithm": "SHA1",
+         *       "digits": 6,
+         *       "period": 30,
+         *       "expires_at": "2026-11-20T09:29:03.120Z"
+         *     }
+         */
+        TotpEnrollment: {
+            /**
+             * @description The shared secret in base32 (160 bits), for typing into an app by hand. Never shown again.
+             * @example JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP
+             */
+            secret: string;
+            /**
+             * Format: uri
+             * @description The `otpauth://totp/…` URI authenticator apps read from a QR code; it contains the secret.
+             * @example otpauth://totp/MCP%20control%20plane:ada%40acme.example?secret=JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP&issuer=MCP%20control%20plane&algorithm=SHA1&digits=6&period=30
+             */
+            otpauth_uri: string;
+            /**
+             * @description The issuer name the app shows.
+             * @example MCP control plane
+             */
+            issuer: string;
+            /**
+             * @description The account name the app shows (the user's email).
+             * @example ada@acme.example
+             */
+            account_name: string;
+            /**
+             * @description The HMAC algorithm; SHA1, which every authenticator app supports.
+             * @constant
+             */
+            algorithm: "SHA1";
+            /**
+             * @description Digits per code.
+             * @constant
+             */
+            digits: 6;
+            /**
+             * @description Seconds per code.
+             * @constant
+             */
+            period: 30;
+            /** @description When the pending enrollment lapses unless confirmed (15 minutes). */
+            expires_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A code from the authenticator app, confirming it holds the secret.
+         * @example {
+         *       "code": "492039"
+         *     }
+         */
+        TotpEnrollmentVerify: {
+            /**
+             * @description The 6-digit code the app shows now.
+             * @example 492039
+             */
+            code: string;
+        };
+        /**
+         * @description A fresh set of one-time recovery codes, shown exactly once, here: only their hashes are
+         *     kept. Each signs in (or passes a check) once when the authenticator app is lost. Any
+         *     earlier set stops working.
+         * @example {
+         *       "recovery_codes": [
+         *         "7hk2m-q9xw4",
+         *         "b3n8p-t1vz6",
+         *         "m5c0r-k8dj2",
+         *         "x4w7e-h2qa9",
+         *         "p9t3y-u6ns1",
+         *         "f2g6b-r0mk7",
+         *         "s8d1v-c5xe3",
+         *         "a6j4z-w9tp0",
+         *         "e1q7n-y3hb8",
+         *         "k0r5u-g7fc4"
+         *       ],
+         *       "generated_at": "2026-11-20T09:15:22.870Z"
+         *     }
+         */
+        MfaRecoveryCodes: {
+            /** @description Ten codes; each works once, with or without its dash. */
+            recovery_codes: string[];
+            generated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description `built_in`: shipped with the service, read-only, visible to every organization; `custom`: owned by this organization.
+         * @enum {string}
+         */
+        ConnectorSource: "built_in" | "custom";
+        /**
+         * @description How a connection authenticates to the upstream: `none`, `api_key` (a key the member pastes) or `oauth2` (authorization code with PKCE).
+         * @enum {string}
+         */
+        ConnectorAuthType: "none" | "api_key" | "oauth2";
         /**
          * @description A connector's slug (lowercase letters, digits, `-`; 1–64 characters), unique among the connectors an organization sees.
          * @example github
@@ -1704,130 +6347,3231 @@ export interface components {
          */
         ConnectorSlug: string;
         /**
-         * @description A tool's exact name (no glob characters).
-         * @example delete_branch
+         * @description The connector's display name.
+         * @example Acme CRM
          */
-        AccessRequestToolName: string;
+        ConnectorName: string;
         /**
-         * @description A member's request for an exception to a restriction. An approved request lets its
-         *     requester call the tools it covers (one tool, one connector's matched tools, or all the
-         *     restriction matches) until `exception_expires_at`, or for as long as the restriction
-         *     exists when that is null.
+         * @description What the upstream server offers, in a sentence or two; null for none.
+         * @example Accounts, contacts and deals in Acme CRM.
+         */
+        ConnectorDescription: string | null;
+        /**
+         * Format: uri
+         * @description An https URL of a square icon the web app shows (another scheme is 400 `validation_failed`); null for none.
+         * @example https://cdn.acme.example/icons/crm.png
+         */
+        ConnectorIconUrl: string | null;
+        /**
+         * @description How the server speaks MCP to the upstream: `streamable_http` (MCP Streamable HTTP) or `sse` (the older HTTP+SSE transport).
+         * @enum {string}
+         */
+        ConnectorTransport: "streamable_http" | "sse";
+        /**
+         * @description The connector's content version: 1 when created, plus one on every change of its name,
+         *     description, icon, URL, transport, auth, tools or documentation. The server keeps the
+         *     content of every version, so a fork's base is always known.
+         * @example 3
+         */
+        ConnectorVersion: number;
+        /**
+         * @description Where a forked (or linked) connector comes from, and how far behind it is.
          * @example {
-         *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-         *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
-         *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
-         *       "connector_slug": "github",
-         *       "tool_name": "delete_branch",
-         *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
-         *       "status": "approved",
-         *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-         *       "resolution_note": "Approved for this week only.",
-         *       "resolved_at": "2026-11-24T10:02:51.377Z",
-         *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
-         *       "created_at": "2026-11-24T09:41:18.204Z",
-         *       "updated_at": "2026-11-24T10:02:51.377Z"
+         *       "slug": "github",
+         *       "version": 4,
+         *       "current_version": 6,
+         *       "updates_available": true,
+         *       "linked_at": "2026-11-20T09:14:03.120Z"
          *     }
          */
-        AccessRequest: {
-            id: components["schemas"]["AccessRequestId"];
-            /** @description The member who filed the request and receives the exception. */
-            requester_user_id: components["schemas"]["UserId"];
-            /** @description The restriction an exception is asked to (it may since have been deleted). */
-            restriction_id: components["schemas"]["RestrictionId"];
+        ConnectorUpstream: {
+            slug: components["schemas"]["ConnectorSlug"];
+            /** @description The upstream version this connector is based on (its base); moves forward when changes are pulled. */
+            version: components["schemas"]["ConnectorVersion"];
+            /** @description The upstream's version now, or null when the upstream was deleted or is no longer visible to the organization. */
+            current_version: components["schemas"]["ConnectorVersion"] | null;
+            /** @description True when `current_version` is newer than `version`; `GET /connector/{slug}/pull` shows what changed. */
+            updates_available: boolean;
+            /** @description When the lineage was set (fork or link-upstream), or last moved by a pull. */
+            linked_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A connector as the catalog lists it, without tools and documentation.
+         * @example {
+         *       "slug": "github",
+         *       "name": "GitHub",
+         *       "description": "Repositories, issues and pull requests.",
+         *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+         *       "source": "built_in",
+         *       "transport": "streamable_http",
+         *       "auth_type": "oauth2",
+         *       "tool_count": 24,
+         *       "version": 6,
+         *       "upstream": null,
+         *       "created_at": "2026-10-01T08:00:00.000Z",
+         *       "updated_at": "2026-11-18T08:00:00.000Z"
+         *     }
+         */
+        ConnectorSummary: {
+            slug: components["schemas"]["ConnectorSlug"];
+            name: components["schemas"]["ConnectorName"];
+            description: components["schemas"]["ConnectorDescription"];
+            icon_url: components["schemas"]["ConnectorIconUrl"];
+            source: components["schemas"]["ConnectorSource"];
+            transport: components["schemas"]["ConnectorTransport"];
+            auth_type: components["schemas"]["ConnectorAuthType"];
             /**
-             * @description The connector access is asked for: the one the requester named, else the
-             *     restriction's own connector; null when neither names one (every connector the
-             *     restriction matches).
+             * @description How many tools the connector declares.
+             * @example 12
              */
-            connector_slug: components["schemas"]["ConnectorSlug"] | null;
-            /** @description The one tool access is asked for, or null for every tool the restriction matches (on `connector_slug` when set). */
-            tool_name: components["schemas"]["AccessRequestToolName"] | null;
-            /**
-             * @description Why the requester needs access.
-             * @example I need to delete the stale release branches of acme/api before Friday's cut.
-             */
-            reason: string;
-            status: components["schemas"]["AccessRequestStatus"];
-            /** @description Who approved or denied it; null while pending, when withdrawn, or when the system closed it. */
-            resolved_by_user_id: components["schemas"]["UserId"] | null;
-            /**
-             * @description What the resolver wrote to the requester (or the system's reason when it closed the request), or null.
-             * @example Approved for this week only.
-             */
-            resolution_note: string | null;
-            /** @description When it left `pending` (approved, denied or withdrawn), or null while pending. */
-            resolved_at: components["schemas"]["Timestamp"] | null;
-            /** @description When the granted exception ends; null when not approved, or approved without an end. */
-            exception_expires_at: components["schemas"]["Timestamp"] | null;
+            tool_count: number;
+            version: components["schemas"]["ConnectorVersion"];
+            /** @description The lineage of a fork or linked connector; null for built-in connectors and custom connectors without one. */
+            upstream: components["schemas"]["ConnectorUpstream"] | null;
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
-        /** @description The cursor of the next page; null on the last page. */
-        NextCursor: components["schemas"]["Cursor"] | null;
-        /** @description A page of access requests, oldest first. */
-        AccessRequestList: {
-            /** @description The access requests on this page. */
-            data: components["schemas"]["AccessRequest"][];
+        /** @description A page of connectors, by slug. */
+        ConnectorList: {
+            /** @description The connectors on this page. */
+            data: components["schemas"]["ConnectorSummary"][];
             next_cursor: components["schemas"]["NextCursor"];
         };
         /**
-         * @description Why the requester needs access, shown to whoever resolves it.
-         * @example I need to delete the stale release branches of acme/api before Friday's cut.
+         * Format: uri
+         * @description The upstream MCP server's endpoint. Must be https; the server refuses URLs that resolve to
+         *     private, loopback or link-local addresses (400 `outbound_url_not_allowed`), when saved and
+         *     again on every call.
+         * @example https://mcp.acme.example/mcp
          */
-        AccessRequestReason: string;
+        ConnectorMcpUrl: string;
+        /** @description Connections send no credential. */
+        ConnectorNoAuth: {
+            /**
+             * @description Always `none`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "none";
+        };
         /**
-         * @description A request for an exception to a restriction. Leave out `connector_slug` and `tool_name`
-         *     to ask for everything the restriction holds back from the caller; name them to ask for
-         *     less. A named connector must be the restriction's own (when it names one) and a named
-         *     tool must match its `tool_pattern` (400 `validation_failed` otherwise).
+         * @description Where a connection's API key is sent on every upstream request: in a `header` or a `query` parameter.
+         * @enum {string}
+         */
+        ConnectorApiKeyPlacement: "header" | "query";
+        /** @description Each connection holds an API key, sent as configured here. */
+        ConnectorApiKeyAuthInput: {
+            /**
+             * @description Always `api_key`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "api_key";
+            /** @default header */
+            placement?: components["schemas"]["ConnectorApiKeyPlacement"];
+            /**
+             * @description The header or query parameter name that carries the key.
+             * @default Authorization
+             * @example X-Api-Key
+             */
+            name?: string;
+            /**
+             * @description Text put before the key in the header value (such as `Bearer `); null for none. Refused with `placement` `query`.
+             * @default null
+             * @example Bearer
+             */
+            value_prefix?: string | null;
+        };
+        /**
+         * @description The OAuth scopes a connection asks for by default.
+         * @example [
+         *       "crm.read",
+         *       "crm.write",
+         *       "offline_access"
+         *     ]
+         */
+        ConnectorOAuth2Scopes: string[];
+        /**
+         * @description Connections use the OAuth authorization code flow. `token_url` and `revocation_url` are
+         *     called by the server and pass the outbound guard; `authorize_url` is opened by the
+         *     member's browser and must be https.
+         */
+        ConnectorOAuth2AuthInput: {
+            /**
+             * @description Always `oauth2`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "oauth2";
+            /**
+             * Format: uri
+             * @description The provider's authorization endpoint (https).
+             * @example https://auth.acme.example/oauth/authorize
+             */
+            authorize_url: string;
+            /**
+             * Format: uri
+             * @description The provider's token endpoint (https, a public address).
+             * @example https://auth.acme.example/oauth/token
+             */
+            token_url: string;
+            /**
+             * Format: uri
+             * @description The provider's revocation endpoint (RFC 7009), or null.
+             * @default null
+             * @example https://auth.acme.example/oauth/revoke
+             */
+            revocation_url?: string | null;
+            /** @default [] */
+            scopes?: components["schemas"]["ConnectorOAuth2Scopes"];
+            /**
+             * @description The OAuth client id registered at the provider.
+             * @example acme-mcp-control-plane
+             */
+            client_id: string;
+            /**
+             * @description The OAuth client secret. A secret: stored encrypted, never returned. Leave it out for a
+             *     public client. On update, leaving it out keeps the stored secret only when the type
+             *     stays `oauth2` and `client_id`, `token_url` and `revocation_url` do not change.
+             * @example s3cr3t-from-the-provider
+             */
+            client_secret?: string;
+            /**
+             * @description Whether the authorization uses PKCE (S256).
+             * @default true
+             */
+            pkce?: boolean;
+        };
+        /** @description How connections authenticate; `type` selects the shape. */
+        ConnectorAuthInput: components["schemas"]["ConnectorNoAuth"] | components["schemas"]["ConnectorApiKeyAuthInput"] | components["schemas"]["ConnectorOAuth2AuthInput"];
+        /**
+         * @description A tool's name as the upstream MCP server declares it, unique within the connector.
+         * @example search_contacts
+         */
+        ConnectorToolName: string;
+        /**
+         * @description The JSON Schema of the tool's arguments, as in MCP's `inputSchema`; an object schema.
          * @example {
-         *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
-         *       "connector_slug": "github",
-         *       "tool_name": "delete_branch",
-         *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut."
+         *       "type": "object",
+         *       "properties": {
+         *         "query": {
+         *           "type": "string",
+         *           "description": "Words to look for in names and emails."
+         *         }
+         *       },
+         *       "required": [
+         *         "query"
+         *       ]
          *     }
          */
-        AccessRequestCreate: {
-            /** @description The restriction that holds the tool back, as named in the MCP error of the refused call. */
-            restriction_id: components["schemas"]["RestrictionId"];
-            /** @description Ask only for this connector's tools; left out, the restriction's own connector or all it matches. */
-            connector_slug?: components["schemas"]["ConnectorSlug"];
-            /** @description Ask only for this tool; left out, every tool the restriction matches. */
-            tool_name?: components["schemas"]["AccessRequestToolName"];
-            reason: components["schemas"]["AccessRequestReason"];
+        ConnectorToolInputSchema: {
+            /**
+             * @description Always `object`.
+             * @constant
+             */
+            type: "object";
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A tool the connector declares. */
+        ConnectorToolInput: {
+            name: components["schemas"]["ConnectorToolName"];
+            /**
+             * @description A human-friendly title, or null.
+             * @default null
+             * @example Search contacts
+             */
+            title?: string | null;
+            /**
+             * @description What the tool does, as shown to models.
+             * @example Finds contacts whose name or email matches the query.
+             */
+            description: string;
+            input_schema: components["schemas"]["ConnectorToolInputSchema"];
+        };
+        /** @description The connector's tools; names must be unique (a duplicate is 400 `validation_failed`). */
+        ConnectorToolInputList: components["schemas"]["ConnectorToolInput"][];
+        /**
+         * @description The entry's key (lowercase letters, digits, `-`; 1–64 characters), unique within the connector.
+         * @example getting-started
+         */
+        ConnectorDocumentationKey: string;
+        /** @description A documentation entry to create or replace, by `key`. */
+        ConnectorDocumentationEntryInput: {
+            key: components["schemas"]["ConnectorDocumentationKey"];
+            /**
+             * @description The page title.
+             * @example Getting started
+             */
+            title: string;
+            /**
+             * @description The page, in CommonMark Markdown.
+             * @example Create an API key under **Settings → API** and paste it when connecting.
+             */
+            body: string;
+            /**
+             * @description Where the entry is listed; entries are ordered by `position`, then `key`.
+             * @default 0
+             */
+            position?: number;
+        };
+        /** @description A new custom connector. Starts at version 1 without lineage. */
+        ConnectorCreate: {
+            slug: components["schemas"]["ConnectorSlug"];
+            name: components["schemas"]["ConnectorName"];
+            /** @default null */
+            description?: components["schemas"]["ConnectorDescription"];
+            /** @default null */
+            icon_url?: components["schemas"]["ConnectorIconUrl"];
+            mcp_url: components["schemas"]["ConnectorMcpUrl"];
+            /** @default streamable_http */
+            transport?: components["schemas"]["ConnectorTransport"];
+            auth: components["schemas"]["ConnectorAuthInput"];
+            /** @default [] */
+            tools?: components["schemas"]["ConnectorToolInputList"];
+            /**
+             * @description Initial documentation entries; keys must be unique.
+             * @default []
+             */
+            documentation?: components["schemas"]["ConnectorDocumentationEntryInput"][];
+        };
+        /** @description Each connection holds an API key, sent on every upstream request as configured here. */
+        ConnectorApiKeyAuth: {
+            /**
+             * @description Always `api_key`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "api_key";
+            placement: components["schemas"]["ConnectorApiKeyPlacement"];
+            /**
+             * @description The header name (for `header`) or query parameter name (for `query`) that carries the key.
+             * @example Authorization
+             */
+            name: string;
+            /**
+             * @description Text put before the key in the header value (such as `Bearer `), or null for none.
+             * @example Bearer
+             */
+            value_prefix: string | null;
         };
         /**
-         * @description A note to the requester, kept on the request.
-         * @example Approved for this week only.
+         * @description Each connection holds OAuth tokens obtained with the authorization code flow (PKCE). The
+         *     client secret is never returned; `has_client_secret` says whether one is stored.
          */
-        AccessRequestResolutionNote: string;
-        /** @description Approve the request and grant the exception. Only a person signed in to the web app may approve. */
-        AccessRequestApproval: {
+        ConnectorOAuth2Auth: {
             /**
-             * @description Always `approved`. (enum property replaced by openapi-typescript)
+             * @description Always `oauth2`. (enum property replaced by openapi-typescript)
              * @enum {string}
              */
-            decision: "approved";
-            note?: components["schemas"]["AccessRequestResolutionNote"];
+            type: "oauth2";
             /**
-             * @description When the exception ends; must be in the future. Null or left out: it lasts as long
-             *     as the restriction exists.
-             * @default null
+             * Format: uri
+             * @description The provider's authorization endpoint, opened in the member's browser.
+             * @example https://auth.acme.example/oauth/authorize
              */
-            expires_at?: components["schemas"]["Timestamp"] | null;
-        };
-        /** @description Deny the request. A person or an API token may deny. */
-        AccessRequestDenial: {
+            authorize_url: string;
             /**
-             * @description Always `denied`. (enum property replaced by openapi-typescript)
+             * Format: uri
+             * @description The provider's token endpoint, called by the server.
+             * @example https://auth.acme.example/oauth/token
+             */
+            token_url: string;
+            /**
+             * Format: uri
+             * @description The provider's revocation endpoint (RFC 7009) the server calls when a connection is deleted, or null when the provider has none.
+             * @example https://auth.acme.example/oauth/revoke
+             */
+            revocation_url: string | null;
+            scopes: components["schemas"]["ConnectorOAuth2Scopes"];
+            /**
+             * @description The OAuth client id registered at the provider.
+             * @example acme-mcp-control-plane
+             */
+            client_id: string;
+            /** @description Whether a client secret is stored (false for a public client relying on PKCE alone). */
+            has_client_secret: boolean;
+            /** @description Whether the authorization uses PKCE (S256). True unless the provider rejects it. */
+            pkce: boolean;
+        };
+        /** @description How connections to this connector authenticate; `type` selects the shape. Secrets are never included. */
+        ConnectorAuth: components["schemas"]["ConnectorNoAuth"] | components["schemas"]["ConnectorApiKeyAuth"] | components["schemas"]["ConnectorOAuth2Auth"];
+        /**
+         * @description A tool the connector declares in the catalog.
+         * @example {
+         *       "name": "search_contacts",
+         *       "title": "Search contacts",
+         *       "description": "Finds contacts whose name or email matches the query.",
+         *       "input_schema": {
+         *         "type": "object",
+         *         "properties": {
+         *           "query": {
+         *             "type": "string"
+         *           }
+         *         },
+         *         "required": [
+         *           "query"
+         *         ]
+         *       }
+         *     }
+         */
+        ConnectorTool: {
+            name: components["schemas"]["ConnectorToolName"];
+            /**
+             * @description A human-friendly title, or null.
+             * @example Search contacts
+             */
+            title: string | null;
+            /**
+             * @description What the tool does, as shown to models.
+             * @example Finds contacts whose name or email matches the query.
+             */
+            description: string;
+            input_schema: components["schemas"]["ConnectorToolInputSchema"];
+        };
+        /**
+         * @description One page of a connector's documentation, in Markdown.
+         * @example {
+         *       "key": "getting-started",
+         *       "title": "Getting started",
+         *       "body": "Create an API key under **Settings → API** and paste it when connecting.",
+         *       "position": 0,
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        ConnectorDocumentationEntry: {
+            key: components["schemas"]["ConnectorDocumentationKey"];
+            /**
+             * @description The page title.
+             * @example Getting started
+             */
+            title: string;
+            /**
+             * @description The page, in CommonMark Markdown. Rendered by the web app with raw HTML removed.
+             * @example Create an API key under **Settings → API** and paste it when connecting.
+             */
+            body: string;
+            /**
+             * @description Where the entry is listed; entries are ordered by `position`, then `key`.
+             * @example 0
+             */
+            position: number;
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A connector with everything it declares. Secrets are never included.
+         * @example {
+         *       "slug": "acme-crm",
+         *       "name": "Acme CRM",
+         *       "description": "Accounts, contacts and deals in Acme CRM.",
+         *       "icon_url": "https://cdn.acme.example/icons/crm.png",
+         *       "source": "custom",
+         *       "mcp_url": "https://mcp.acme.example/mcp",
+         *       "transport": "streamable_http",
+         *       "auth": {
+         *         "type": "api_key",
+         *         "placement": "header",
+         *         "name": "Authorization",
+         *         "value_prefix": "Bearer "
+         *       },
+         *       "tools": [
+         *         {
+         *           "name": "search_contacts",
+         *           "title": "Search contacts",
+         *           "description": "Finds contacts whose name or email matches the query.",
+         *           "input_schema": {
+         *             "type": "object",
+         *             "properties": {
+         *               "query": {
+         *                 "type": "string"
+         *               }
+         *             },
+         *             "required": [
+         *               "query"
+         *             ]
+         *           }
+         *         }
+         *       ],
+         *       "documentation": [
+         *         {
+         *           "key": "getting-started",
+         *           "title": "Getting started",
+         *           "body": "Create an API key under **Settings → API** and paste it when connecting.",
+         *           "position": 0,
+         *           "updated_at": "2026-11-20T09:14:03.120Z"
+         *         }
+         *       ],
+         *       "version": 2,
+         *       "upstream": null,
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:20:41.006Z"
+         *     }
+         */
+        Connector: {
+            slug: components["schemas"]["ConnectorSlug"];
+            name: components["schemas"]["ConnectorName"];
+            description: components["schemas"]["ConnectorDescription"];
+            icon_url: components["schemas"]["ConnectorIconUrl"];
+            source: components["schemas"]["ConnectorSource"];
+            mcp_url: components["schemas"]["ConnectorMcpUrl"];
+            transport: components["schemas"]["ConnectorTransport"];
+            auth: components["schemas"]["ConnectorAuth"];
+            /** @description The tools the connector declares, by name. */
+            tools: components["schemas"]["ConnectorTool"][];
+            /** @description The documentation entries, ordered by `position`, then `key`. */
+            documentation: components["schemas"]["ConnectorDocumentationEntry"][];
+            version: components["schemas"]["ConnectorVersion"];
+            /** @description The lineage of a fork or linked connector; null for built-in connectors and custom connectors without one. */
+            upstream: components["schemas"]["ConnectorUpstream"] | null;
+            /** @description Who created the custom connector; null for built-in connectors, or when created by the operator or the user is gone. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description The members to change. `slug` cannot change (it is not a member here). `auth` and `tools`
+         *     are replaced whole when sent. Documentation is written with
+         *     `PUT /connector/{slug}/documentation`.
+         */
+        ConnectorUpdate: {
+            name?: components["schemas"]["ConnectorName"];
+            description?: components["schemas"]["ConnectorDescription"];
+            icon_url?: components["schemas"]["ConnectorIconUrl"];
+            mcp_url?: components["schemas"]["ConnectorMcpUrl"];
+            transport?: components["schemas"]["ConnectorTransport"];
+            auth?: components["schemas"]["ConnectorAuthInput"];
+            tools?: components["schemas"]["ConnectorToolInputList"];
+        };
+        /** @description The fork to make. Everything else is copied from the connector forked. */
+        ConnectorFork: {
+            /** @description The new connector's slug; must be free among the connectors the organization sees. */
+            slug: components["schemas"]["ConnectorSlug"];
+            /** @description The new connector's name; by default the upstream's. */
+            name?: components["schemas"]["ConnectorName"];
+        };
+        /**
+         * @description `added`: upstream has it and the base did not; `removed`: the base had it and upstream no longer does; `modified`: both have it with different values.
+         * @enum {string}
+         */
+        ConnectorChangeKind: "added" | "removed" | "modified";
+        /**
+         * @description One thing the upstream changed since the fork's base version that the fork does not
+         *     already have. Values are JSON as in `Connector` (secrets left out); null where absent.
+         * @example {
+         *       "field": "description",
+         *       "kind": "modified",
+         *       "upstream_value": "Repositories, issues, pull requests and projects.",
+         *       "local_value": "GitHub for the Acme engineering org.",
+         *       "base_value": "Repositories, issues and pull requests.",
+         *       "conflict": true
+         *     }
+         */
+        ConnectorFieldChange: {
+            /**
+             * @description What changed: a member (`name`, `description`, `icon_url`, `mcp_url`, `transport`,
+             *     `auth`), one tool (`tools/<tool name>`) or one documentation entry
+             *     (`documentation/<key>`). Send it in `fields` of `POST /connector/{slug}/pull` to take it.
+             * @example tools/create_issue
+             */
+            field: string;
+            kind: components["schemas"]["ConnectorChangeKind"];
+            /** @description The value upstream has now; null when upstream removed it. */
+            upstream_value: unknown;
+            /** @description The value the fork has now; null when the fork does not have it. */
+            local_value: unknown;
+            /** @description The value at the fork's base version; null when it did not exist then. */
+            base_value: unknown;
+            /** @description True when the fork also changed this since the base, so taking the upstream value discards a local edit. */
+            conflict: boolean;
+        };
+        /** @description What taking the upstream's changes would change in the fork. */
+        ConnectorPullPreview: {
+            /** @description The fork. */
+            slug: components["schemas"]["ConnectorSlug"];
+            /** @description The connector it was forked from or linked to. */
+            upstream_slug: components["schemas"]["ConnectorSlug"];
+            /** @description The upstream version the fork is based on. */
+            base_version: components["schemas"]["ConnectorVersion"];
+            /** @description The upstream's version now; send it back in `POST /connector/{slug}/pull`. */
+            upstream_version: components["schemas"]["ConnectorVersion"];
+            /** @description The upstream's changes the fork does not have, members first, then tools and documentation by name. Empty when up to date. */
+            changes: components["schemas"]["ConnectorFieldChange"][];
+        };
+        /**
+         * @description The upstream changes to take, named by the `field` values of the preview, and the upstream
+         *     version the preview showed. Changes not named are declined: the fork's base moves to
+         *     `upstream_version` either way, so they are not offered again unless upstream changes them
+         *     again.
+         */
+        ConnectorPullApply: {
+            /** @description The `upstream_version` of the preview; when upstream has moved on since, the pull is refused with 409 `upstream_changed`. */
+            upstream_version: components["schemas"]["ConnectorVersion"];
+            /**
+             * @description The `field` values of the changes to take; may be empty to decline everything and only move the base.
+             * @example [
+             *       "description",
+             *       "tools/create_issue"
+             *     ]
+             */
+            fields: string[];
+        };
+        /** @description The lineage to attach to a custom connector. Replaces any lineage it has. */
+        ConnectorUpstreamLink: {
+            /** @description The connector to treat as upstream (built-in, or another custom connector of the organization). */
+            upstream_slug: components["schemas"]["ConnectorSlug"];
+            /** @description The upstream version this connector corresponds to (its base); by default the upstream's current version. */
+            upstream_version?: components["schemas"]["ConnectorVersion"];
+        };
+        /**
+         * @description Documentation entries to write, matched by `key`. Each entry sent is created when its key
+         *     is new and replaced whole (title, body, position) when it exists. Entries not sent are
+         *     kept, unless `delete_missing` is true: then they are deleted and the body becomes the
+         *     complete documentation (`entries: []` with `delete_missing: true` deletes it all).
+         */
+        ConnectorDocumentationUpsert: {
+            /** @description The entries to create or replace; keys must be unique in the list (a duplicate is 400 `validation_failed`). */
+            entries: components["schemas"]["ConnectorDocumentationEntryInput"][];
+            /**
+             * @description Delete the connector's entries whose key is not in `entries`.
+             * @default false
+             */
+            delete_missing?: boolean;
+        };
+        /**
+         * @description A share (access-control entry) id (`acl_…`).
+         * @example acl_01jg3b7f1cc9d3e7f1g5h9j3k7
+         */
+        ShareId: string;
+        /**
+         * @description Who a share grants access to: one `user`, every member of a `team`, or the whole `organization`.
+         * @enum {string}
+         */
+        SharePrincipalType: "user" | "team" | "organization";
+        /**
+         * @description The user, team or organization a share grants access to.
+         * @example {
+         *       "type": "team",
+         *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *     }
+         */
+        SharePrincipal: {
+            type: components["schemas"]["SharePrincipalType"];
+            /** @description The user id, team id or organization id, matching `type`. */
+            id: components["schemas"]["UserId"] | components["schemas"]["TeamId"] | components["schemas"]["OrganizationId"];
+        };
+        /**
+         * @description `use`: the principal may use the resource (see its tools, read the file); `edit`: may also change and re-share it.
+         * @enum {string}
+         */
+        ShareLevel: "use" | "edit";
+        /**
+         * @description One grant of access to a resource.
+         * @example {
+         *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+         *       "resource_type": "toolbox",
+         *       "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+         *       "principal": {
+         *         "type": "team",
+         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       },
+         *       "level": "use",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+         *     }
+         */
+        Share: {
+            id: components["schemas"]["ShareId"];
+            /**
+             * @description The kind of resource shared.
              * @enum {string}
              */
-            decision: "denied";
-            note?: components["schemas"]["AccessRequestResolutionNote"];
+            resource_type: "connector" | "template" | "toolbox" | "file";
+            /**
+             * @description The shared resource's id (a connector's slug for connectors).
+             * @example tbx_01jg3b7f10p1q5r9s3t7v1w5x9
+             */
+            resource_id: string;
+            principal: components["schemas"]["SharePrincipal"];
+            level: components["schemas"]["ShareLevel"];
+            created_at: components["schemas"]["Timestamp"];
+            /** @description Who shared it; null when the operator CLI or a system process did. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
         };
-        /** @description The decision on a pending access request; `decision` selects the shape. */
-        AccessRequestResolve: components["schemas"]["AccessRequestApproval"] | components["schemas"]["AccessRequestDenial"];
+        /** @description A page of shares, oldest first. */
+        ShareList: {
+            /** @description The shares on this page. */
+            data: components["schemas"]["Share"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description Grants a principal access to the resource. Sharing again to the same principal changes
+         *     the level of the existing share instead of adding a second one.
+         * @example {
+         *       "principal": {
+         *         "type": "team",
+         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       },
+         *       "level": "use"
+         *     }
+         */
+        ShareCreate: {
+            principal: components["schemas"]["SharePrincipal"];
+            level: components["schemas"]["ShareLevel"];
+        };
+        /**
+         * @description `pending`: created for an OAuth connector, waiting for its owner to finish authorizing at
+         *     the provider. `active`: credentials are stored and last known to work. `needs_reauth`:
+         *     credentials are stored but the upstream or the OAuth provider refused them (expired or
+         *     revoked token, refused refresh, rejected API key); the owner must reconnect (event
+         *     `connection.needs_reauth`). `disconnected`: the server discarded the credentials and
+         *     stopped using the connection, because its owner's membership ended, its owner lost access
+         *     to its custom connector, the connector changed where credentials are sent, or an
+         *     administrator transferred it to a new owner; the owner must reconnect (event
+         *     `connection.disconnected`).
+         * @enum {string}
+         */
+        ConnectionStatus: "pending" | "active" | "needs_reauth" | "disconnected";
+        /**
+         * @description A connection id (`conn_…`).
+         * @example conn_01jg3b7f0y8m2n6p1q5r9s3t7v
+         */
+        ConnectionId: string;
+        /**
+         * @description A label the owner chooses; need not be unique.
+         * @example GitHub (work)
+         */
+        ConnectionName: string;
+        /**
+         * @description OAuth scopes.
+         * @example [
+         *       "repo",
+         *       "read:org"
+         *     ]
+         */
+        ConnectionScopes: string[];
+        /**
+         * @description A member's authenticated link to a connector. Credentials are never included.
+         * @example {
+         *       "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *       "connector_slug": "acme-crm",
+         *       "name": "Acme CRM",
+         *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "status": "active",
+         *       "auth_type": "api_key",
+         *       "has_credentials": true,
+         *       "scopes": [],
+         *       "authorize_url": null,
+         *       "authorize_expires_at": null,
+         *       "last_used_at": "2026-11-21T10:02:17.554Z",
+         *       "last_error": null,
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        Connection: {
+            id: components["schemas"]["ConnectionId"];
+            /** @description The connector it connects to. */
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            name: components["schemas"]["ConnectionName"];
+            /** @description The member whose connection it is; tools called through it act with these credentials. */
+            owner_user_id: components["schemas"]["UserId"];
+            status: components["schemas"]["ConnectionStatus"];
+            auth_type: components["schemas"]["ConnectorAuthType"];
+            /** @description Whether credentials (an API key, or OAuth tokens) are stored. False while `pending` and once `disconnected`, and always for `none`. */
+            has_credentials: boolean;
+            /** @description The OAuth scopes the provider granted (or, while `pending`, the ones asked for); empty for other auth types. */
+            scopes: components["schemas"]["ConnectionScopes"];
+            /**
+             * Format: uri
+             * @description While an OAuth authorization is in progress (after create or reconnect), the provider
+             *     URL the owner's browser must open; it carries a single-use `state` and a PKCE
+             *     challenge and works until `authorize_expires_at`. Null otherwise, and always null
+             *     when someone other than the owner reads the connection.
+             * @example https://github.com/login/oauth/authorize?client_id=Iv23liAcmeExample01&redirect_uri=https%3A%2F%2Fcp.acme.example%2Fconnection%2Fconn_01jg3b7f0y8m2n6p1q5r9s3t7v%2Fcallback&response_type=code&scope=repo+read%3Aorg&state=K7p2Qm9Xz4Lw&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256
+             */
+            authorize_url: string | null;
+            /** @description When `authorize_url` stops working (10 minutes after it was made), or null. */
+            authorize_expires_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the server last called the upstream with this connection (tools listed or called), or null if never. */
+            last_used_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description Why the last upstream call, token refresh or authorization failed (without secrets), or null after a success.
+             * @example The provider refused the refresh token (invalid_grant).
+             */
+            last_error: string | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of connections, oldest first. */
+        ConnectionList: {
+            /** @description The connections on this page. */
+            data: components["schemas"]["Connection"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The API key for an `api_key` connector. A secret, stored encrypted, never returned.
+         * @example crm_live_7Hq2k9XwPz
+         */
+        ConnectionApiKey: string;
+        /**
+         * @description Where in the web app to send the owner's browser when the OAuth authorization ends: a path
+         *     (starting with one `/`) on the web app's own address, so it cannot redirect elsewhere. By
+         *     default `/connections/<connection id>`.
+         * @example /toolboxes/new?step=connections
+         */
+        ConnectionReturnTo: string;
+        /**
+         * @description A new connection for the caller. What else is accepted depends on the connector's auth
+         *     type: `api_key` needs `api_key`; `oauth2` accepts `scopes` and `return_to`; `none`
+         *     accepts neither. A member that does not fit the connector is 400 `validation_failed`.
+         */
+        ConnectionCreate: {
+            /** @description The connector to connect to; built-in, or a custom connector the caller can see. */
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            /** @description A label; by default the connector's name. */
+            name?: components["schemas"]["ConnectionName"];
+            api_key?: components["schemas"]["ConnectionApiKey"];
+            /** @description The OAuth scopes to ask for (`oauth2` only); by default the connector's `auth.scopes`. */
+            scopes?: components["schemas"]["ConnectionScopes"];
+            return_to?: components["schemas"]["ConnectionReturnTo"];
+        };
+        /** @description The members to change. Only the name can change; credentials change through `reconnect`. */
+        ConnectionUpdate: {
+            name?: components["schemas"]["ConnectionName"];
+        };
+        /**
+         * @description Optional settings of a reconnect. `api_key` (for `api_key` connectors) replaces the stored
+         *     key once the upstream accepts it; without it the stored key is checked again. `scopes` and
+         *     `return_to` apply to `oauth2` connectors. A member that does not fit the connector is 400
+         *     `validation_failed`.
+         */
+        ConnectionReconnect: {
+            api_key?: components["schemas"]["ConnectionApiKey"];
+            /** @description The OAuth scopes to ask for (`oauth2` only); by default the ones granted before, or the connector's. */
+            scopes?: components["schemas"]["ConnectionScopes"];
+            return_to?: components["schemas"]["ConnectionReturnTo"];
+        };
+        /** @description Hints the upstream gives about a tool (MCP tool annotations, in snake_case); null members were not given. */
+        ConnectionToolAnnotations: {
+            /** @description The tool does not change its environment. */
+            read_only_hint: boolean | null;
+            /** @description The tool may perform destructive updates. */
+            destructive_hint: boolean | null;
+            /** @description Calling the tool again with the same arguments has no further effect. */
+            idempotent_hint: boolean | null;
+            /** @description The tool interacts with an open world of external entities. */
+            open_world_hint: boolean | null;
+        };
+        /**
+         * @description A tool the upstream MCP server offers through this connection (its `tools/list` answer), unfiltered.
+         * @example {
+         *       "name": "create_issue",
+         *       "title": "Create issue",
+         *       "description": "Opens an issue in a repository.",
+         *       "input_schema": {
+         *         "type": "object",
+         *         "properties": {
+         *           "owner": {
+         *             "type": "string"
+         *           },
+         *           "repo": {
+         *             "type": "string"
+         *           },
+         *           "title": {
+         *             "type": "string"
+         *           }
+         *         },
+         *         "required": [
+         *           "owner",
+         *           "repo",
+         *           "title"
+         *         ]
+         *       },
+         *       "output_schema": null,
+         *       "annotations": {
+         *         "read_only_hint": false,
+         *         "destructive_hint": false,
+         *         "idempotent_hint": false,
+         *         "open_world_hint": true
+         *       }
+         *     }
+         */
+        ConnectionTool: {
+            /**
+             * @description The tool's name as the upstream declares it.
+             * @example create_issue
+             */
+            name: string;
+            /**
+             * @description A human-friendly title, or null.
+             * @example Create issue
+             */
+            title: string | null;
+            /**
+             * @description What the tool does, or null when the upstream gives no description.
+             * @example Opens an issue in a repository.
+             */
+            description: string | null;
+            input_schema: components["schemas"]["ConnectorToolInputSchema"];
+            /** @description The JSON Schema of the tool's structured result, or null when the upstream declares none. */
+            output_schema: Record<string, unknown> | null;
+            /** @description Hints about the tool's behaviour, or null when the upstream gives none. */
+            annotations: components["schemas"]["ConnectionToolAnnotations"] | null;
+        };
+        /** @description A page of the tools the upstream offers, by name. */
+        ConnectionToolList: {
+            /** @description The tools on this page. */
+            data: components["schemas"]["ConnectionTool"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /** @description Who the connection goes to. */
+        ConnectionTransfer: {
+            /** @description The new owner, an active member of the organization who holds `connection:use` and can see the connector. */
+            user_id: components["schemas"]["UserId"];
+        };
+        /**
+         * @description A template id (`tpl_…`).
+         * @example tpl_01jg3b7f0z3n7p1q5r9s3t7v1w
+         */
+        TemplateId: string;
+        /**
+         * @description A name unique in the organization.
+         * @example Sales assistant
+         */
+        TemplateName: string;
+        /**
+         * @description What the template is for; null for none.
+         * @example CRM lookups and GitHub issues for the sales engineers.
+         */
+        TemplateDescription: string | null;
+        /**
+         * @description Which of the connector's tools the entry takes: `all` (every tool the connector has, now and later), or a list of tool names.
+         * @example all
+         * @example [
+         *       "search_contacts",
+         *       "create_deal"
+         *     ]
+         */
+        TemplateToolSelection: "all" | components["schemas"]["ConnectorToolName"][];
+        /**
+         * @description One connector of the template and the tools taken from it.
+         * @example {
+         *       "connector_slug": "acme-crm",
+         *       "tools": [
+         *         "search_contacts"
+         *       ]
+         *     }
+         */
+        TemplateEntry: {
+            /** @description The connector; a user toolbox made from the template binds it to one of the person's connections to it. */
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            tools: components["schemas"]["TemplateToolSelection"];
+        };
+        /**
+         * @description A blueprint of tools for user toolboxes.
+         * @example {
+         *       "id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+         *       "name": "Sales assistant",
+         *       "description": "CRM lookups and GitHub issues for the sales engineers.",
+         *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "entries": [
+         *         {
+         *           "connector_slug": "acme-crm",
+         *           "tools": "all"
+         *         },
+         *         {
+         *           "connector_slug": "github",
+         *           "tools": [
+         *             "create_issue",
+         *             "search_issues"
+         *           ]
+         *         }
+         *       ],
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        Template: {
+            id: components["schemas"]["TemplateId"];
+            name: components["schemas"]["TemplateName"];
+            description: components["schemas"]["TemplateDescription"];
+            /** @description The member who owns it (its creator, until transferred); it always sees the template. */
+            owner_user_id: components["schemas"]["UserId"];
+            /** @description The connectors and tools the template offers, in the order given. */
+            entries: components["schemas"]["TemplateEntry"][];
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of templates, oldest first. */
+        TemplateList: {
+            /** @description The templates on this page. */
+            data: components["schemas"]["Template"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The template's entries, at most one per connector (a repeated connector is 400
+         *     `validation_failed`). Each connector must be one the caller can see, and named tools must
+         *     be among its `tools`.
+         */
+        TemplateEntryList: components["schemas"]["TemplateEntry"][];
+        /** @description A new template, owned by the caller. */
+        TemplateCreate: {
+            name: components["schemas"]["TemplateName"];
+            /** @default null */
+            description?: components["schemas"]["TemplateDescription"];
+            entries: components["schemas"]["TemplateEntryList"];
+        };
+        /** @description The members to change; `entries`, when sent, replace the existing ones wholesale. The owner changes through `transfer`. */
+        TemplateUpdate: {
+            name?: components["schemas"]["TemplateName"];
+            description?: components["schemas"]["TemplateDescription"];
+            entries?: components["schemas"]["TemplateEntryList"];
+        };
+        /** @description Who the template goes to. */
+        TemplateTransfer: {
+            /** @description The new owner, an active member of the organization. */
+            user_id: components["schemas"]["UserId"];
+        };
+        /**
+         * @description A synthetic tool id (`stool_…`).
+         * @example stool_01jg3b7f12r9s3t7v1w5x9y3z7
+         */
+        SyntheticToolId: string;
+        /**
+         * @description A toolbox id (`tbx_…`).
+         * @example tbx_01jg3b7f10p1q5r9s3t7v1w5x9
+         */
+        ToolboxId: string;
+        /**
+         * @description A name unique among the organization's toolboxes.
+         * @example Support desk
+         */
+        ToolboxName: string;
+        /**
+         * @description What the toolbox is for, shown to the people it is shared with; null for none.
+         * @example Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.
+         */
+        ToolboxDescription: string | null;
+        /**
+         * @description The name of a tool as the upstream MCP server lists it (see `GET /connection/{id}/tools`).
+         * @example search_issues
+         */
+        ToolboxToolName: string;
+        /**
+         * @description Which of the connection's tools the entry offers: the string `all` (every tool the
+         *     upstream MCP server lists at the time of each listing, including tools it adds later), or
+         *     a list of tool names (only those; a name the upstream no longer lists is simply absent
+         *     from `tools/list`, not an error).
+         * @example all
+         * @example [
+         *       "search_issues",
+         *       "get_issue"
+         *     ]
+         */
+        ToolboxToolSelection: "all" | components["schemas"]["ToolboxToolName"][];
+        /**
+         * @description Tools of one connection. Whoever uses the toolbox calls these tools through this
+         *     connection's credentials (the connection's owner's account at the upstream).
+         * @example {
+         *       "type": "connection",
+         *       "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *       "connector_slug": "github",
+         *       "tools": [
+         *         "search_issues",
+         *         "get_issue"
+         *       ]
+         *     }
+         */
+        ToolboxConnectionEntry: {
+            /**
+             * @description Always `connection`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection";
+            connection_id: components["schemas"]["ConnectionId"];
+            /** @description The connector of the connection (read-only, for display). */
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            tools: components["schemas"]["ToolboxToolSelection"];
+        };
+        /**
+         * @description One synthetic tool of the organization. It runs as the person calling it.
+         * @example {
+         *       "type": "synthetic_tool",
+         *       "synthetic_tool_id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7",
+         *       "name": "triage_ticket"
+         *     }
+         */
+        ToolboxSyntheticToolEntry: {
+            /**
+             * @description Always `synthetic_tool`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "synthetic_tool";
+            synthetic_tool_id: components["schemas"]["SyntheticToolId"];
+            /**
+             * @description The synthetic tool's current name (read-only, for display).
+             * @example triage_ticket
+             */
+            name: string;
+        };
+        /** @description One entry of a toolbox; `type` says which kind. */
+        ToolboxEntry: components["schemas"]["ToolboxConnectionEntry"] | components["schemas"]["ToolboxSyntheticToolEntry"];
+        /**
+         * @description An organization's curated set of tools. People it is shared with (directly, through a
+         *     team, or the whole organization) see it as a dynamic user toolbox
+         *     (`utbx_dyn_tbx_<toolbox id suffix>`) and can mint MCP servers for it.
+         * @example {
+         *       "id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+         *       "name": "Support desk",
+         *       "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
+         *       "entries": [
+         *         {
+         *           "type": "connection",
+         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *           "connector_slug": "github",
+         *           "tools": [
+         *             "search_issues",
+         *             "get_issue"
+         *           ]
+         *         },
+         *         {
+         *           "type": "connection",
+         *           "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
+         *           "connector_slug": "zendesk",
+         *           "tools": "all"
+         *         },
+         *         {
+         *           "type": "synthetic_tool",
+         *           "synthetic_tool_id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7",
+         *           "name": "triage_ticket"
+         *         }
+         *       ],
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-21T16:02:47.530Z"
+         *     }
+         */
+        Toolbox: {
+            id: components["schemas"]["ToolboxId"];
+            name: components["schemas"]["ToolboxName"];
+            description: components["schemas"]["ToolboxDescription"];
+            /** @description The entries, in the order they were sent. At most one entry per connection and per synthetic tool. */
+            entries: components["schemas"]["ToolboxEntry"][];
+            /** @description The member who created it, or null when the operator CLI did or the user is gone. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of toolboxes, oldest first. */
+        ToolboxList: {
+            /** @description The toolboxes on this page. */
+            data: components["schemas"]["Toolbox"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description Tools of one connection of this organization: one of the caller's own connections, or any
+         *     member's when the caller also holds `connection:manage`.
+         */
+        ToolboxConnectionEntryInput: {
+            /**
+             * @description Always `connection`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection";
+            connection_id: components["schemas"]["ConnectionId"];
+            tools: components["schemas"]["ToolboxToolSelection"];
+        };
+        /** @description One synthetic tool of this organization. */
+        ToolboxSyntheticToolEntryInput: {
+            /**
+             * @description Always `synthetic_tool`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "synthetic_tool";
+            synthetic_tool_id: components["schemas"]["SyntheticToolId"];
+        };
+        /** @description One entry to put in a toolbox; `type` says which kind. */
+        ToolboxEntryInput: components["schemas"]["ToolboxConnectionEntryInput"] | components["schemas"]["ToolboxSyntheticToolEntryInput"];
+        /**
+         * @description The entries, kept in this order. At most one entry per connection and one per synthetic
+         *     tool; a repeat is 400 `validation_failed`. An empty list makes an empty toolbox.
+         */
+        ToolboxEntryInputList: components["schemas"]["ToolboxEntryInput"][];
+        /**
+         * @description A new toolbox.
+         * @example {
+         *       "name": "Support desk",
+         *       "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
+         *       "entries": [
+         *         {
+         *           "type": "connection",
+         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *           "tools": [
+         *             "search_issues",
+         *             "get_issue"
+         *           ]
+         *         },
+         *         {
+         *           "type": "synthetic_tool",
+         *           "synthetic_tool_id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7"
+         *         }
+         *       ]
+         *     }
+         */
+        ToolboxCreate: {
+            name: components["schemas"]["ToolboxName"];
+            description?: components["schemas"]["ToolboxDescription"];
+            entries?: components["schemas"]["ToolboxEntryInputList"];
+        };
+        /**
+         * @description The members to change. `entries`, when sent, replaces the toolbox's entries wholesale:
+         *     entries left out of the new list are removed, so send the complete list. Omit `entries` to
+         *     keep them as they are. `null` clears `description`.
+         * @example {
+         *       "entries": [
+         *         {
+         *           "type": "connection",
+         *           "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
+         *           "tools": "all"
+         *         }
+         *       ]
+         *     }
+         */
+        ToolboxUpdate: {
+            name?: components["schemas"]["ToolboxName"];
+            description?: components["schemas"]["ToolboxDescription"];
+            entries?: components["schemas"]["ToolboxEntryInputList"];
+        };
+        /**
+         * @description The tool's name as MCP clients see it: 1–64 letters, digits, `_` and `-` (what common MCP
+         *     clients accept), never containing `__`, which is reserved for the `<connector>__<tool>`
+         *     names of upstream tools. Unique among the organization's synthetic tools.
+         * @example triage_ticket
+         */
+        SyntheticToolName: string;
+        /**
+         * @description What the tool does and when to use it; MCP clients show it to the model.
+         * @example Reads a Zendesk ticket, finds related GitHub issues and returns both. Use it before answering a support ticket.
+         */
+        SyntheticToolDescription: string;
+        /**
+         * @description A JSON Schema (draft 2020-12) describing an object. `type` must be `object`; the server
+         *     checks the schema against the meta-schema on every write. At most 64 KiB.
+         * @example {
+         *       "type": "object",
+         *       "properties": {
+         *         "ticket_id": {
+         *           "type": "integer",
+         *           "description": "The Zendesk ticket number."
+         *         },
+         *         "repo": {
+         *           "type": "string",
+         *           "description": "The GitHub repository to search, as owner/name.",
+         *           "default": "acme/app"
+         *         }
+         *       },
+         *       "required": [
+         *         "ticket_id"
+         *       ],
+         *       "additionalProperties": false
+         *     }
+         */
+        SyntheticToolJsonSchema: {
+            /**
+             * @description Always `object`.
+             * @constant
+             */
+            type: "object";
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description The step's id, unique in the tool; later steps and the output refer to its result by it.
+         * @example ticket
+         */
+        SyntheticToolStepId: string;
+        /**
+         * @description The tool a step calls; `connection_id` is null when the caller's own connection is used.
+         * @example {
+         *       "connector_slug": "github",
+         *       "connection_id": null,
+         *       "name": "search_issues"
+         *     }
+         */
+        SyntheticToolStepTool: {
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            /** @description The pinned connection, or null for the caller's own connection of the connector. */
+            connection_id: components["schemas"]["ConnectionId"] | null;
+            /**
+             * @description The upstream tool's name.
+             * @example search_issues
+             */
+            name: string;
+        };
+        /**
+         * @description A JSON pointer (RFC 6901); the empty string means the whole value.
+         * @example /items/0/number
+         */
+        SyntheticToolJsonPointer: string;
+        /**
+         * @description The value at `$input` (a JSON pointer) in the arguments the tool was called with, e.g.
+         *     `{"$input": "/ticket_id"}`. When the pointer names nothing, `default` is used; without a
+         *     `default` the value is null.
+         * @example {
+         *       "$input": "/ticket_id"
+         *     }
+         */
+        SyntheticToolInputRef: {
+            $input: components["schemas"]["SyntheticToolJsonPointer"];
+            /** @description The value to use when the pointer names nothing (any JSON value). */
+            default?: unknown;
+        };
+        /**
+         * @description The value at `pointer` in the result of the earlier step `$step`, e.g.
+         *     `{"$step": "search", "pointer": "/items/0"}`. A step's result is the tool's
+         *     `structuredContent` when it returns one; otherwise its text content parsed as JSON when the
+         *     text is JSON; otherwise the text itself (text blocks joined by newlines) as a string. A
+         *     step may refer only to steps before it (the output may refer to any step). When the
+         *     pointer names nothing, or the step failed under `on_error: continue`, `default` is used;
+         *     without a `default` the run ends with `is_error: true`.
+         * @example {
+         *       "$step": "search",
+         *       "pointer": "/items"
+         *     }
+         */
+        SyntheticToolStepRef: {
+            $step: components["schemas"]["SyntheticToolStepId"];
+            /** @default  */
+            pointer?: components["schemas"]["SyntheticToolJsonPointer"];
+            /** @description The value to use when the pointer names nothing (any JSON value). */
+            default?: unknown;
+        };
+        /**
+         * @description A string built from text and placeholders: `{{input:<pointer>}}` for a value of the
+         *     arguments and `{{step:<step id>:<pointer>}}` for a value of an earlier result. A string
+         *     value is inserted as is, any other value as its JSON text, a missing one as the empty
+         *     string. Write `{{{{` for a literal `{{`.
+         * @example {
+         *       "$template": "repo:{{input:/repo}} is:issue {{step:ticket:/subject}}"
+         *     }
+         */
+        SyntheticToolTemplate: {
+            /**
+             * @description The text with placeholders.
+             * @example repo:{{input:/repo}} is:issue {{step:ticket:/subject}}
+             */
+            $template: string;
+        };
+        /**
+         * @description `$literal`, taken as is, even when it is an object whose members start with `$`.
+         * @example {
+         *       "$literal": {
+         *         "$input": "not a reference"
+         *       }
+         *     }
+         */
+        SyntheticToolLiteral: {
+            /** @description Any JSON value. */
+            $literal: unknown;
+        };
+        /**
+         * @description A value computed at run time. One of: `{"$input": …}` (from the arguments),
+         *     `{"$step": …, "pointer": …}` (from an earlier result), `{"$template": …}` (a string with
+         *     placeholders), `{"$literal": …}` (a value taken as is); or any other JSON value, taken
+         *     as is, whose arrays and objects may contain such references at any depth. Object members
+         *     of plain objects must not start with `$`. The schema checks the outermost level; the
+         *     server checks nested values the same way on every write (400 `validation_failed` with a
+         *     pointer to the bad value). Nesting is limited to 20 levels.
+         * @example {
+         *       "ticket": {
+         *         "$step": "ticket"
+         *       },
+         *       "related_issues": {
+         *         "$step": "search",
+         *         "pointer": "/items"
+         *       }
+         *     }
+         */
+        SyntheticToolValue: components["schemas"]["SyntheticToolInputRef"] | components["schemas"]["SyntheticToolStepRef"] | components["schemas"]["SyntheticToolTemplate"] | components["schemas"]["SyntheticToolLiteral"] | (string | number | boolean | null) | unknown[] | {
+            [key: string]: unknown;
+        };
+        /**
+         * @description The arguments the step passes to its tool, by argument name; each value is mapped at run time.
+         * @example {
+         *       "query": {
+         *         "$template": "repo:{{input:/repo}} is:issue {{step:ticket:/subject}}"
+         *       },
+         *       "per_page": 5
+         *     }
+         */
+        SyntheticToolArguments: {
+            [key: string]: components["schemas"]["SyntheticToolValue"];
+        };
+        /**
+         * @description What happens when the step's tool answers with an error or cannot be reached. `fail` (the
+         *     default): the run stops; a tool error gives `is_error: true`, an unreachable upstream 502.
+         *     `continue`: the step is marked `failed` and the run goes on; references to its result use
+         *     their `default`.
+         * @enum {string}
+         */
+        SyntheticToolOnError: "fail" | "continue";
+        /** @description One step of a synthetic tool. */
+        SyntheticToolStep: {
+            id: components["schemas"]["SyntheticToolStepId"];
+            tool: components["schemas"]["SyntheticToolStepTool"];
+            arguments: components["schemas"]["SyntheticToolArguments"];
+            on_error: components["schemas"]["SyntheticToolOnError"];
+        };
+        /**
+         * @description A tool the organization built from other tools. It appears in MCP servers through toolbox
+         *     entries, under its own name, and runs as the person calling it, under the same
+         *     restrictions as the tools it calls.
+         * @example {
+         *       "id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7",
+         *       "name": "triage_ticket",
+         *       "description": "Reads a Zendesk ticket, finds related GitHub issues and returns both. Use it before answering a support ticket.",
+         *       "input_schema": {
+         *         "type": "object",
+         *         "properties": {
+         *           "ticket_id": {
+         *             "type": "integer",
+         *             "description": "The Zendesk ticket number."
+         *           },
+         *           "repo": {
+         *             "type": "string",
+         *             "description": "The GitHub repository to search, as owner/name.",
+         *             "default": "acme/app"
+         *           }
+         *         },
+         *         "required": [
+         *           "ticket_id"
+         *         ],
+         *         "additionalProperties": false
+         *       },
+         *       "output_schema": null,
+         *       "steps": [
+         *         {
+         *           "id": "ticket",
+         *           "tool": {
+         *             "connector_slug": "zendesk",
+         *             "connection_id": null,
+         *             "name": "get_ticket"
+         *           },
+         *           "arguments": {
+         *             "ticket_id": {
+         *               "$input": "/ticket_id"
+         *             }
+         *           },
+         *           "on_error": "fail"
+         *         },
+         *         {
+         *           "id": "search",
+         *           "tool": {
+         *             "connector_slug": "github",
+         *             "connection_id": null,
+         *             "name": "search_issues"
+         *           },
+         *           "arguments": {
+         *             "query": {
+         *               "$template": "repo:{{input:/repo}} is:issue {{step:ticket:/subject}}"
+         *             },
+         *             "per_page": 5
+         *           },
+         *           "on_error": "continue"
+         *         }
+         *       ],
+         *       "output": {
+         *         "ticket": {
+         *           "$step": "ticket"
+         *         },
+         *         "related_issues": {
+         *           "$step": "search",
+         *           "pointer": "/items",
+         *           "default": []
+         *         }
+         *       },
+         *       "connector_slugs": [
+         *         "zendesk",
+         *         "github"
+         *       ],
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        SyntheticTool: {
+            id: components["schemas"]["SyntheticToolId"];
+            name: components["schemas"]["SyntheticToolName"];
+            description: components["schemas"]["SyntheticToolDescription"];
+            /** @description The schema the arguments must match; MCP clients see it as the tool's `inputSchema`. */
+            input_schema: components["schemas"]["SyntheticToolJsonSchema"];
+            /** @description The schema the output must match, shown to MCP clients as `outputSchema`; null for none. */
+            output_schema: components["schemas"]["SyntheticToolJsonSchema"] | null;
+            /** @description The steps, run one after the other in this order. */
+            steps: components["schemas"]["SyntheticToolStep"][];
+            /** @description How the result is built from the input and the steps' results. */
+            output: components["schemas"]["SyntheticToolValue"];
+            /** @description The connectors its steps use (read-only); a caller needs a usable connection to each. */
+            connector_slugs: components["schemas"]["ConnectorSlug"][];
+            /** @description The member who created it, or null when the operator CLI did or the user is gone. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of synthetic tools, oldest first. */
+        SyntheticToolList: {
+            /** @description The synthetic tools on this page. */
+            data: components["schemas"]["SyntheticTool"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The tool a step calls: `name`, a tool the connector `connector_slug` declares. Without
+         *     `connection_id` the tool runs through the caller's own connection of that connector,
+         *     resolved at each run, so every caller acts with their own account. With `connection_id`
+         *     it always runs through that connection (of the organization, of this connector), which the
+         *     caller must own or reach through a toolbox shared with them. A synthetic tool cannot call
+         *     a synthetic tool.
+         * @example {
+         *       "connector_slug": "github",
+         *       "name": "search_issues"
+         *     }
+         */
+        SyntheticToolStepToolInput: {
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            connection_id?: components["schemas"]["ConnectionId"];
+            /**
+             * @description The upstream tool's name, as the connector declares it.
+             * @example search_issues
+             */
+            name: string;
+        };
+        /**
+         * @description One step: a tool call whose arguments are mapped from the input and earlier results.
+         * @example {
+         *       "id": "search",
+         *       "tool": {
+         *         "connector_slug": "github",
+         *         "name": "search_issues"
+         *       },
+         *       "arguments": {
+         *         "query": {
+         *           "$template": "repo:{{input:/repo}} is:issue {{step:ticket:/subject}}"
+         *         },
+         *         "per_page": 5
+         *       },
+         *       "on_error": "continue"
+         *     }
+         */
+        SyntheticToolStepInput: {
+            id: components["schemas"]["SyntheticToolStepId"];
+            tool: components["schemas"]["SyntheticToolStepToolInput"];
+            arguments?: components["schemas"]["SyntheticToolArguments"];
+            /** @default fail */
+            on_error?: components["schemas"]["SyntheticToolOnError"];
+        };
+        /**
+         * @description The steps, run in this order. Step ids are unique; a step refers only to earlier steps.
+         *     When sent on update, the list replaces the steps wholesale.
+         */
+        SyntheticToolStepInputList: components["schemas"]["SyntheticToolStepInput"][];
+        /** @description A new synthetic tool. */
+        SyntheticToolCreate: {
+            name: components["schemas"]["SyntheticToolName"];
+            description: components["schemas"]["SyntheticToolDescription"];
+            input_schema: components["schemas"]["SyntheticToolJsonSchema"];
+            /** @description A schema the output must match, or null (the default) for none. */
+            output_schema?: components["schemas"]["SyntheticToolJsonSchema"] | null;
+            steps: components["schemas"]["SyntheticToolStepInputList"];
+            /** @description How the result is built; omitted, the whole result of the last step (stored as `{"$step": "<last step id>"}`). */
+            output?: components["schemas"]["SyntheticToolValue"];
+        };
+        /**
+         * @description The members to change. `steps`, when sent, replaces the steps wholesale; `output` is kept
+         *     unless sent, and must still refer only to existing steps. `null` clears `output_schema`.
+         */
+        SyntheticToolUpdate: {
+            name?: components["schemas"]["SyntheticToolName"];
+            description?: components["schemas"]["SyntheticToolDescription"];
+            input_schema?: components["schemas"]["SyntheticToolJsonSchema"];
+            /** @description A new output schema, or null to drop it. */
+            output_schema?: components["schemas"]["SyntheticToolJsonSchema"] | null;
+            steps?: components["schemas"]["SyntheticToolStepInputList"];
+            /** @description A new output mapping. */
+            output?: components["schemas"]["SyntheticToolValue"];
+        };
+        /**
+         * @description Which of the person's own connections serves a connector.
+         * @example {
+         *       "connector_slug": "github",
+         *       "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+         *     }
+         */
+        UserToolboxBinding: {
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            /** @description One of the person's own connections in this organization, of that connector. */
+            connection_id: components["schemas"]["ConnectionId"];
+        };
+        /**
+         * @description The arguments of one run, and optionally which connections to use.
+         * @example {
+         *       "arguments": {
+         *         "ticket_id": 4821,
+         *         "repo": "acme/app"
+         *       }
+         *     }
+         */
+        SyntheticToolExecuteRequest: {
+            /**
+             * @description The tool's arguments, checked against its `input_schema` (defaults in that schema are applied).
+             * @default {}
+             */
+            arguments?: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description Which of the caller's own connections to use for steps without a pinned connection, by
+             *     connector. A connector left out uses the caller's oldest `active` connection of it.
+             */
+            bindings?: components["schemas"]["UserToolboxBinding"][];
+        };
+        /** @description Text content. */
+        McpTextContent: {
+            /**
+             * @description Always `text`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "text";
+            /**
+             * @description The text.
+             * @example Found 3 issues.
+             */
+            text: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description An image, base64-encoded. */
+        McpImageContent: {
+            /**
+             * @description Always `image`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "image";
+            /** @description The image bytes, base64. */
+            data: string;
+            /**
+             * @description The image's media type.
+             * @example image/png
+             */
+            mimeType: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description Audio, base64-encoded. */
+        McpAudioContent: {
+            /**
+             * @description Always `audio`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "audio";
+            /** @description The audio bytes, base64. */
+            data: string;
+            /**
+             * @description The audio's media type.
+             * @example audio/wav
+             */
+            mimeType: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A link to a resource the client may fetch (for example a tool file's content URL). */
+        McpResourceLink: {
+            /**
+             * @description Always `resource_link`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "resource_link";
+            /**
+             * Format: uri
+             * @description Where the resource is.
+             */
+            uri: string;
+            /** @description The resource's name. */
+            name: string;
+            /** @description A name for display. */
+            title?: string;
+            /** @description What the resource is. */
+            description?: string;
+            /** @description Its media type. */
+            mimeType?: string;
+            /** @description Its size in bytes. */
+            size?: number;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A resource embedded in the result, as text or base64 bytes. */
+        McpEmbeddedResource: {
+            /**
+             * @description Always `resource`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "resource";
+            /** @description The resource's contents. */
+            resource: {
+                /** @description The resource's URI. */
+                uri: string;
+                /** @description Its media type. */
+                mimeType?: string;
+                /** @description Its text, for a text resource. */
+                text?: string;
+                /** @description Its bytes (base64), for a binary resource. */
+                blob?: string;
+            } & {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description One block of a tool result (MCP `ContentBlock`). */
+        McpContentBlock: components["schemas"]["McpTextContent"] | components["schemas"]["McpImageContent"] | components["schemas"]["McpAudioContent"] | components["schemas"]["McpResourceLink"] | components["schemas"]["McpEmbeddedResource"];
+        /** @description What one step did in a run. */
+        SyntheticToolStepRun: {
+            id: components["schemas"]["SyntheticToolStepId"];
+            /** @description The tool called; `connection_id` is the connection used (connections are resolved before the first step, so a skipped step names one too). */
+            tool: components["schemas"]["SyntheticToolStepTool"];
+            /**
+             * @description `succeeded`: the tool answered without error; `failed`: it answered with an error or could not be reached; `skipped`: the run stopped before this step.
+             * @enum {string}
+             */
+            status: "succeeded" | "failed" | "skipped";
+            /** @description When the call started, or null when skipped. */
+            started_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description How long the call took, in milliseconds, or null when skipped.
+             * @example 412
+             */
+            duration_ms: number | null;
+            /**
+             * @description The tool's error text or why it could not be reached (without secrets), or null.
+             * @example GitHub answered 422: the query is too long.
+             */
+            error: string | null;
+        };
+        /**
+         * @description The outcome of one run. A tool's own error is an answer, not an HTTP error:
+         *     `is_error: true` with `error` saying which step failed, as an MCP `tools/call` would.
+         * @example {
+         *       "synthetic_tool_id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7",
+         *       "is_error": false,
+         *       "result": {
+         *         "ticket": {
+         *           "id": 4821,
+         *           "subject": "Export to CSV times out",
+         *           "status": "open"
+         *         },
+         *         "related_issues": [
+         *           {
+         *             "number": 1312,
+         *             "title": "CSV export times out for large workspaces",
+         *             "state": "open"
+         *           }
+         *         ]
+         *       },
+         *       "content": [
+         *         {
+         *           "type": "text",
+         *           "text": "{\"ticket\":{\"id\":4821,\"subject\":\"Export to CSV times out\",\"status\":\"open\"},\"related_issues\":[{\"number\":1312,\"title\":\"CSV export times out for large workspaces\",\"state\":\"open\"}]}"
+         *         }
+         *       ],
+         *       "error": null,
+         *       "steps": [
+         *         {
+         *           "id": "ticket",
+         *           "tool": {
+         *             "connector_slug": "zendesk",
+         *             "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
+         *             "name": "get_ticket"
+         *           },
+         *           "status": "succeeded",
+         *           "started_at": "2026-11-21T16:10:02.114Z",
+         *           "duration_ms": 388,
+         *           "error": null
+         *         },
+         *         {
+         *           "id": "search",
+         *           "tool": {
+         *             "connector_slug": "github",
+         *             "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *             "name": "search_issues"
+         *           },
+         *           "status": "succeeded",
+         *           "started_at": "2026-11-21T16:10:02.503Z",
+         *           "duration_ms": 796,
+         *           "error": null
+         *         }
+         *       ],
+         *       "started_at": "2026-11-21T16:10:02.111Z",
+         *       "duration_ms": 1190
+         *     }
+         */
+        SyntheticToolExecution: {
+            synthetic_tool_id: components["schemas"]["SyntheticToolId"];
+            /** @description True when a step failed under `on_error: fail`, a reference could not be resolved, or the output does not match `output_schema`. */
+            is_error: boolean;
+            /** @description The output value built by `output` (any JSON value), or null when `is_error` is true. */
+            result: unknown;
+            /** @description What an MCP client receives from `tools/call` for this run (the result as JSON text, or the error message). */
+            content: components["schemas"]["McpContentBlock"][];
+            /** @description Where and why the run failed, or null. */
+            error: {
+                /** @description The step that failed, or null when building the output failed. */
+                step_id: components["schemas"]["SyntheticToolStepId"] | null;
+                /**
+                 * @description What went wrong, without secrets.
+                 * @example Step ticket: Zendesk answered 404: ticket 4821 not found.
+                 */
+                message: string;
+            } | null;
+            /** @description Every step, in order, with what it did. */
+            steps: components["schemas"]["SyntheticToolStepRun"][];
+            started_at: components["schemas"]["Timestamp"];
+            /**
+             * @description How long the whole run took, in milliseconds.
+             * @example 1187
+             */
+            duration_ms: number;
+        };
+        /**
+         * @description An MCP server id (`mcp_…`); its endpoint is `{base_url}/mcp/{id}`.
+         * @example mcp_01jg3b7f11q5r9s3t7v1w5x9y3
+         */
+        McpServerId: string;
+        /**
+         * @description An MCP session id: opaque visible ASCII, issued by the server in the `Mcp-Session-Id`
+         *     header of the `initialize` response. It is not a credential: every request still carries
+         *     the bearer token, and the session is bound to the MCP server and the authenticated user.
+         * @example 7c1d0f6a4e2b49d8a3f5c6b7e8d9f0a1
+         */
+        McpSessionId: string;
+        /**
+         * @description An MCP protocol revision this server speaks. `2025-06-18` is preferred; `2025-03-26` is
+         *     accepted for older clients (it also allows JSON-RPC batches).
+         * @enum {string}
+         */
+        McpProtocolVersion: "2025-06-18" | "2025-03-26";
+        /**
+         * @description A JSON-RPC request id, chosen by the sender and echoed in the response. Never null in a request.
+         * @example 1
+         * @example req-7
+         */
+        JsonRpcId: string | number;
+        /**
+         * @description A JSON-RPC 2.0 request: it expects a response with the same `id`. The server serves
+         *     `initialize`, `ping`, `tools/list` and `tools/call`; any other method is answered with the
+         *     JSON-RPC error -32601 (Method not found).
+         * @example {
+         *       "jsonrpc": "2.0",
+         *       "id": 2,
+         *       "method": "tools/list"
+         *     }
+         */
+        JsonRpcRequest: {
+            /**
+             * @description Always `2.0`.
+             * @constant
+             */
+            jsonrpc: "2.0";
+            id: components["schemas"]["JsonRpcId"];
+            /**
+             * @description The method to call.
+             * @example tools/list
+             */
+            method: string;
+            /** @description The method's parameters. */
+            params?: {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The name and version of an MCP client or server. */
+        McpImplementation: {
+            /**
+             * @description A programmatic name.
+             * @example mcp-control-plane
+             */
+            name: string;
+            /**
+             * @description A name for display.
+             * @example Acme MCP control plane
+             */
+            title?: string;
+            /**
+             * @description The implementation's version.
+             * @example 0.1.0
+             */
+            version: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The client's side of the handshake. */
+        McpInitializeParams: {
+            /**
+             * @description The revision the client wants. When the server does not speak it, the server answers with `2025-06-18` and the client decides whether to go on.
+             * @example 2025-06-18
+             */
+            protocolVersion: string;
+            /** @description The client's capabilities (`roots`, `sampling`, `elicitation`, …); this server uses none of them. */
+            capabilities: {
+                [key: string]: unknown;
+            };
+            clientInfo: components["schemas"]["McpImplementation"];
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The `initialize` request, the first of a session. */
+        McpInitializeRequest: components["schemas"]["JsonRpcRequest"] & {
+            /**
+             * @description Always `initialize`.
+             * @constant
+             */
+            method?: "initialize";
+            params: components["schemas"]["McpInitializeParams"];
+        };
+        /** @description The `ping` request; the result is `{}`. */
+        McpPingRequest: components["schemas"]["JsonRpcRequest"] & {
+            /**
+             * @description Always `ping`.
+             * @constant
+             */
+            method?: "ping";
+        };
+        /** @description Parameters of `tools/list`. */
+        McpToolsListParams: {
+            /** @description The `nextCursor` of the previous page. */
+            cursor?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The `tools/list` request. */
+        McpToolsListRequest: components["schemas"]["JsonRpcRequest"] & {
+            /**
+             * @description Always `tools/list`.
+             * @constant
+             */
+            method?: "tools/list";
+            params?: components["schemas"]["McpToolsListParams"];
+        };
+        /** @description Parameters of `tools/call`. */
+        McpToolsCallParams: {
+            /**
+             * @description A tool name from `tools/list`.
+             * @example github__search_issues
+             */
+            name: string;
+            /** @description The tool's arguments. */
+            arguments?: {
+                [key: string]: unknown;
+            };
+            /** @description Request metadata; a `progressToken` here makes the server answer as an SSE stream with `notifications/progress`. */
+            _meta?: {
+                /** @description The token progress notifications carry. */
+                progressToken?: string | number;
+            } & {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The `tools/call` request. */
+        McpToolsCallRequest: components["schemas"]["JsonRpcRequest"] & {
+            /**
+             * @description Always `tools/call`.
+             * @constant
+             */
+            method?: "tools/call";
+            params: components["schemas"]["McpToolsCallParams"];
+        };
+        /**
+         * @description A JSON-RPC 2.0 notification: no `id`, no response; the server answers 202 with no body.
+         *     `notifications/initialized` completes the handshake; `notifications/cancelled` (params
+         *     `requestId`, `reason`) abandons a running `tools/call` where the upstream allows it. Other
+         *     notifications are accepted and ignored.
+         * @example {
+         *       "jsonrpc": "2.0",
+         *       "method": "notifications/initialized"
+         *     }
+         */
+        JsonRpcNotification: {
+            id?: never;
+            /**
+             * @description Always `2.0`.
+             * @constant
+             */
+            jsonrpc: "2.0";
+            /**
+             * @description The notification's name.
+             * @example notifications/initialized
+             */
+            method: string;
+            /** @description The notification's parameters. */
+            params?: {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A successful JSON-RPC 2.0 response to the request with the same `id`.
+         * @example {
+         *       "jsonrpc": "2.0",
+         *       "id": 4,
+         *       "result": {}
+         *     }
+         */
+        JsonRpcResultResponse: {
+            /**
+             * @description Always `2.0`.
+             * @constant
+             */
+            jsonrpc: "2.0";
+            id: components["schemas"]["JsonRpcId"];
+            /** @description The method's result (`{}` for `ping`). */
+            result: {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description The JSON-RPC error codes this server sends. The first five are JSON-RPC 2.0's own; -32000
+         *     and -32001 are the transport's (as the MCP SDKs use them).
+         * @enum {integer}
+         */
+        JsonRpcErrorCode: -32700 | -32600 | -32601 | -32602 | -32603 | -32000 | -32001;
+        /**
+         * @description The error member of a JSON-RPC 2.0 error response.
+         * @example {
+         *       "code": -32601,
+         *       "message": "Method not found: resources/list"
+         *     }
+         */
+        JsonRpcError: {
+            code: components["schemas"]["JsonRpcErrorCode"];
+            /**
+             * @description A short description of the error, for people.
+             * @example Bad Request: Mcp-Session-Id header is required
+             */
+            message: string;
+            /**
+             * @description More about the error. For transport errors the server sends
+             *     `{"request_id": "req_…"}` (the `X-Request-Id` of the response); for -32602 on
+             *     `tools/call`, `{"tool": "<name>"}`.
+             */
+            data?: unknown;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A JSON-RPC 2.0 error response. `id` is the failed request's id, or null when the request
+         *     could not be read or the error is the transport's (no request to answer).
+         * @example {
+         *       "jsonrpc": "2.0",
+         *       "id": null,
+         *       "error": {
+         *         "code": -32000,
+         *         "message": "Bad Request: Mcp-Session-Id header is required",
+         *         "data": {
+         *           "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6"
+         *         }
+         *       }
+         *     }
+         */
+        JsonRpcErrorResponse: {
+            /**
+             * @description Always `2.0`.
+             * @constant
+             */
+            jsonrpc: "2.0";
+            /** @description The request's id, or null. */
+            id: components["schemas"]["JsonRpcId"] | null;
+            error: components["schemas"]["JsonRpcError"];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description One JSON-RPC message from the client: a request (`initialize`, `ping`, `tools/list`,
+         *     `tools/call`, or any other method, answered with -32601), a notification, or a response.
+         *     The server sends no requests, so a response from the client is accepted (202) and ignored.
+         */
+        McpClientMessage: components["schemas"]["McpInitializeRequest"] | components["schemas"]["McpPingRequest"] | components["schemas"]["McpToolsListRequest"] | components["schemas"]["McpToolsCallRequest"] | components["schemas"]["JsonRpcRequest"] | components["schemas"]["JsonRpcNotification"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
+        /**
+         * @description The body of a POST: one JSON-RPC message, or (only for a session that negotiated
+         *     `2025-03-26`) a JSON array of them, a batch.
+         */
+        McpRequestBody: components["schemas"]["McpClientMessage"] | components["schemas"]["McpClientMessage"][];
+        /**
+         * @description The server's side of the handshake. The server offers tools only (no resources, prompts
+         *     or server-initiated requests), and sends no `notifications/tools/list_changed`: clients
+         *     see changes to the user toolbox on their next `tools/list`.
+         */
+        McpInitializeResult: {
+            protocolVersion: components["schemas"]["McpProtocolVersion"];
+            /** @description What the server offers. */
+            capabilities: {
+                /** @description The server offers tools. */
+                tools: {
+                    /**
+                     * @description Always false; no list-changed notifications are sent.
+                     * @constant
+                     */
+                    listChanged?: false;
+                } & {
+                    [key: string]: unknown;
+                };
+            } & {
+                [key: string]: unknown;
+            };
+            serverInfo: components["schemas"]["McpImplementation"];
+            /**
+             * @description A sentence for the model naming the user toolbox and its organization.
+             * @example Tools of the user toolbox "My GitHub and Linear" in Acme.
+             */
+            instructions?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The response to `initialize`. */
+        McpInitializeResponse: components["schemas"]["JsonRpcResultResponse"] & {
+            result?: components["schemas"]["McpInitializeResult"];
+        };
+        /** @description Hints about a tool's behaviour, passed through from the upstream (or unset for synthetic tools). Hints, not guarantees. */
+        McpToolAnnotations: {
+            /** @description A name for display. */
+            title?: string;
+            /** @description The tool does not change its environment. */
+            readOnlyHint?: boolean;
+            /** @description The tool may make destructive changes. */
+            destructiveHint?: boolean;
+            /** @description Calling it again with the same arguments has no further effect. */
+            idempotentHint?: boolean;
+            /** @description The tool interacts with outside entities. */
+            openWorldHint?: boolean;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A tool as `tools/list` shows it. Upstream tools are named `<connector_slug>__<tool>`
+         *     (`github__search_issues`); when the user toolbox holds two connections of one connector,
+         *     the later ones add `_2`, `_3`… to the slug (`github_2__search_issues`), in entry order.
+         *     Synthetic tools keep their own name, which never contains `__`.
+         * @example {
+         *       "name": "github__search_issues",
+         *       "title": "Search issues (GitHub)",
+         *       "description": "Search issues and pull requests with GitHub's search syntax.",
+         *       "inputSchema": {
+         *         "type": "object",
+         *         "properties": {
+         *           "query": {
+         *             "type": "string"
+         *           },
+         *           "per_page": {
+         *             "type": "integer",
+         *             "maximum": 100
+         *           }
+         *         },
+         *         "required": [
+         *           "query"
+         *         ]
+         *       },
+         *       "annotations": {
+         *         "readOnlyHint": true
+         *       }
+         *     }
+         */
+        McpTool: {
+            /**
+             * @description The name to call it by; unique in this server.
+             * @example github__search_issues
+             */
+            name: string;
+            /**
+             * @description A name for display.
+             * @example Search issues (GitHub)
+             */
+            title?: string;
+            /** @description What the tool does, for the model. */
+            description?: string;
+            /** @description The JSON Schema of its arguments (`type` is `object`). */
+            inputSchema: {
+                /**
+                 * @description Always `object`.
+                 * @constant
+                 */
+                type: "object";
+            } & {
+                [key: string]: unknown;
+            };
+            /** @description The JSON Schema of its `structuredContent`, when the tool declares one. */
+            outputSchema?: {
+                [key: string]: unknown;
+            };
+            annotations?: components["schemas"]["McpToolAnnotations"];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description The tools of the user toolbox, minus those a restriction denies to the user (tools held for
+         *     approval are listed; calling them returns a tool error). At most 500 per page, ordered by
+         *     entry, then by name.
+         */
+        McpToolsListResult: {
+            /** @description The tools on this page. */
+            tools: components["schemas"]["McpTool"][];
+            /** @description Present when more tools follow. */
+            nextCursor?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The response to `tools/list`. */
+        McpToolsListResponse: components["schemas"]["JsonRpcResultResponse"] & {
+            result?: components["schemas"]["McpToolsListResult"];
+        };
+        /**
+         * @description The result of `tools/call`. A tool that fails (the upstream answers with an error or cannot
+         *     be reached, the connection is not `active`, a restriction holds the tool for approval, a
+         *     per-tool rate limit, arguments that do not match `inputSchema`) is a result with
+         *     `isError: true` and a text saying what to do, so that the model can react; JSON-RPC errors
+         *     are kept for protocol problems.
+         * @example {
+         *       "content": [
+         *         {
+         *           "type": "text",
+         *           "text": "This tool needs approval for your account. Ask for access with POST /access-request, or from the web app."
+         *         }
+         *       ],
+         *       "isError": true
+         *     }
+         */
+        McpCallToolResult: {
+            /** @description The result as content blocks. */
+            content: components["schemas"]["McpContentBlock"][];
+            /** @description The result as JSON, when the tool declares an `outputSchema` (synthetic tools return their output here). */
+            structuredContent?: {
+                [key: string]: unknown;
+            };
+            /** @description True when the tool failed. */
+            isError?: boolean;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The response to `tools/call`. */
+        McpToolsCallResponse: components["schemas"]["JsonRpcResultResponse"] & {
+            result?: components["schemas"]["McpCallToolResult"];
+        };
+        /** @description The server's JSON-RPC response to a request. */
+        McpServerMessage: components["schemas"]["McpInitializeResponse"] | components["schemas"]["McpToolsListResponse"] | components["schemas"]["McpToolsCallResponse"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
+        /** @description The body of a 200 `application/json` answer; an array when the request was a batch. */
+        McpResponseBody: components["schemas"]["McpServerMessage"] | components["schemas"]["McpServerMessage"][];
+        /**
+         * @description An OAuth 2.0 bearer-token error (RFC 6750 §3.1), the body of 401 and of a 403 for a
+         *     missing scope; the `WWW-Authenticate` header carries the same error.
+         * @example {
+         *       "error": "invalid_token",
+         *       "error_description": "No bearer token was sent."
+         *     }
+         */
+        McpBearerError: {
+            /**
+             * @description `invalid_request`: a malformed `Authorization` header; `invalid_token`: no usable token (missing, unknown, rotated away, revoked, expired, issued for another resource, or its user is no longer an active member); `insufficient_scope`: an OAuth token without the `mcp` scope.
+             * @enum {string}
+             */
+            error: "invalid_request" | "invalid_token" | "insufficient_scope";
+            /**
+             * @description What went wrong, for people.
+             * @example The access token was issued for another resource.
+             */
+            error_description: string;
+        };
+        /**
+         * @description `active`: the endpoint serves its user toolbox. `expired`: `expires_at` has passed; every
+         *     request is refused with 401 until `expires_at` is moved (PATCH). `unavailable`: its
+         *     dynamic user toolbox no longer exists (the toolbox was deleted or is no longer shared with
+         *     the owner); the endpoint answers with an empty `tools/list` until it exists again.
+         * @enum {string}
+         */
+        McpServerStatus: "active" | "expired" | "unavailable";
+        /**
+         * @description A user toolbox id. A stored (`template`) user toolbox has `utbx_` and 26 characters; a
+         *     computed (`dynamic`) one has a stable id that says what it is computed from:
+         *     `utbx_dyn_all` (all the caller's connections) or `utbx_dyn_tbx_<toolbox suffix>` (a toolbox
+         *     shared with the caller).
+         * @example utbx_01jg3b7f1ee7f1g5h9j3k7m1n5
+         * @example utbx_dyn_all
+         */
+        UserToolboxId: string;
+        /**
+         * @description A name for the client that uses it, unique among the MCP servers of its user toolbox.
+         * @example Claude Desktop (laptop)
+         */
+        McpServerName: string;
+        /**
+         * @description An MCP endpoint minted for a user toolbox, at `{base_url}/mcp/{id}`, speaking MCP's
+         *     Streamable HTTP transport. Clients authenticate with its token (`mcpt_…`, shown once when
+         *     minted or rotated) or with an OAuth access token issued for its URL. The token itself is
+         *     never returned again; `token_hint` shows its last four characters.
+         * @example {
+         *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+         *       "name": "Claude Desktop (laptop)",
+         *       "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *       "token_hint": "x7Qe",
+         *       "status": "active",
+         *       "expires_at": null,
+         *       "last_used_at": "2026-11-21T15:58:20.000Z",
+         *       "token_rotated_at": null,
+         *       "created_at": "2026-11-20T10:03:44.905Z",
+         *       "updated_at": "2026-11-20T10:03:44.905Z"
+         *     }
+         */
+        McpServer: {
+            id: components["schemas"]["McpServerId"];
+            user_toolbox_id: components["schemas"]["UserToolboxId"];
+            name: components["schemas"]["McpServerName"];
+            /**
+             * Format: uri
+             * @description The endpoint to configure in the MCP client, `{base_url}/mcp/{id}`; also the OAuth `resource` (RFC 8707) for it.
+             * @example https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3
+             */
+            url: string;
+            /**
+             * @description The last four characters of the current token, to tell tokens apart.
+             * @example x7Qe
+             */
+            token_hint: string;
+            status: components["schemas"]["McpServerStatus"];
+            /** @description When the endpoint stops accepting requests, or null for never. */
+            expires_at: components["schemas"]["Timestamp"] | null;
+            /** @description When a client last made an authenticated request to it (updated at most once a minute), or null if never. */
+            last_used_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the token was last rotated, or null if it is the one minted with the server. */
+            token_rotated_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of MCP servers, oldest first. */
+        McpServerList: {
+            /** @description The MCP servers on this page. */
+            data: components["schemas"]["McpServer"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /** @description When the endpoint stops accepting requests (in the future), or null for never. */
+        McpServerExpiry: components["schemas"]["Timestamp"] | null;
+        /**
+         * @description A new MCP server for the user toolbox.
+         * @example {
+         *       "name": "Claude Desktop (laptop)",
+         *       "expires_at": null
+         *     }
+         */
+        McpServerCreate: {
+            name: components["schemas"]["McpServerName"];
+            expires_at?: components["schemas"]["McpServerExpiry"];
+        };
+        /**
+         * @description The MCP server's bearer token: `mcpt_` and 43 characters (32 random bytes, base64url).
+         *     Shown only in this response; the server keeps a hash. Configure the client with
+         *     `Authorization: Bearer <token>`.
+         * @example mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe
+         */
+        McpServerToken: string;
+        /**
+         * @description A newly minted or rotated MCP server token, shown once, with the server.
+         * @example {
+         *       "mcp_server": {
+         *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+         *         "name": "Claude Desktop (laptop)",
+         *         "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *         "token_hint": "x7Qe",
+         *         "status": "active",
+         *         "expires_at": null,
+         *         "last_used_at": null,
+         *         "token_rotated_at": null,
+         *         "created_at": "2026-11-20T10:03:44.905Z",
+         *         "updated_at": "2026-11-20T10:03:44.905Z"
+         *       },
+         *       "token": "mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe"
+         *     }
+         */
+        McpServerMinted: {
+            mcp_server: components["schemas"]["McpServer"];
+            token: components["schemas"]["McpServerToken"];
+        };
+        /**
+         * @description The members to change. `null` for `expires_at` removes the expiry.
+         * @example {
+         *       "expires_at": "2027-03-01T00:00:00.000Z"
+         *     }
+         */
+        McpServerUpdate: {
+            name?: components["schemas"]["McpServerName"];
+            expires_at?: components["schemas"]["McpServerExpiry"];
+        };
+        /**
+         * @description `template`: made by the person from a template and bound to their own connections; stored
+         *     and editable. `dynamic`: computed by the server (`utbx_dyn_all`: every tool of all the
+         *     person's connections; `utbx_dyn_tbx_<toolbox id suffix>`: a toolbox shared with the
+         *     person); it cannot be changed or deleted.
+         * @enum {string}
+         */
+        UserToolboxKind: "template" | "dynamic";
+        /**
+         * @description A name unique among the owner's user toolboxes in this organization.
+         * @example My GitHub and Linear
+         */
+        UserToolboxName: string;
+        /**
+         * @description A note for the owner; null for none.
+         * @example Work account, used by Claude Desktop on my laptop.
+         */
+        UserToolboxDescription: string | null;
+        /**
+         * @description `ready`: every connector the toolbox uses has an `active` connection. `incomplete`: a
+         *     connector of the template is not bound, or a connection it uses is `pending`,
+         *     `needs_reauth` or `disconnected`; the tools of those connectors are left out of
+         *     `tools/list` until it is fixed.
+         * @enum {string}
+         */
+        UserToolboxStatus: "ready" | "incomplete";
+        /**
+         * @description What one person's MCP clients see in an organization: a set of tools, served by the MCP
+         *     servers minted for it. Only its owner can read it; to anyone else it does not exist.
+         *     For a dynamic one, `created_at` and `updated_at` are those of what it is computed from
+         *     (the toolbox, or the person's newest connection for `utbx_dyn_all`).
+         * @example {
+         *       "id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+         *       "kind": "template",
+         *       "name": "My GitHub and Linear",
+         *       "description": "Work account, used by Claude Desktop on my laptop.",
+         *       "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+         *       "toolbox_id": null,
+         *       "bindings": [
+         *         {
+         *           "connector_slug": "github",
+         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+         *         },
+         *         {
+         *           "connector_slug": "linear",
+         *           "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+         *         }
+         *       ],
+         *       "status": "ready",
+         *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "mcp_server_count": 1,
+         *       "created_at": "2026-11-20T10:01:12.480Z",
+         *       "updated_at": "2026-11-20T10:01:12.480Z"
+         *     }
+         * @example {
+         *       "id": "utbx_dyn_tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+         *       "kind": "dynamic",
+         *       "name": "Support desk",
+         *       "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
+         *       "template_id": null,
+         *       "toolbox_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+         *       "bindings": [],
+         *       "status": "ready",
+         *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "mcp_server_count": 0,
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-21T16:02:47.530Z"
+         *     }
+         */
+        UserToolbox: {
+            id: components["schemas"]["UserToolboxId"];
+            kind: components["schemas"]["UserToolboxKind"];
+            /** @description The owner's name for it; for a dynamic one, `All my connections` or the toolbox's name. */
+            name: components["schemas"]["UserToolboxName"];
+            /** @description The owner's note (template kind), or the toolbox's description (dynamic kind from a toolbox), or null. */
+            description: components["schemas"]["UserToolboxDescription"];
+            /** @description The template it was made from (template kind), or null. */
+            template_id: components["schemas"]["TemplateId"] | null;
+            /** @description The shared toolbox it is computed from (`utbx_dyn_tbx_…`), or null. */
+            toolbox_id: components["schemas"]["ToolboxId"] | null;
+            /** @description The owner's connections per connector of the template (template kind); empty for a dynamic one. */
+            bindings: components["schemas"]["UserToolboxBinding"][];
+            status: components["schemas"]["UserToolboxStatus"];
+            /** @description The person it belongs to; always the caller. */
+            owner_user_id: components["schemas"]["UserId"];
+            /**
+             * @description How many MCP servers are minted for it.
+             * @example 1
+             */
+            mcp_server_count: number;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A page of the caller's user toolboxes, ordered by id: stored (template) ones first in
+         *     creation order, then `utbx_dyn_all`, then one per shared toolbox in toolbox creation order.
+         */
+        UserToolboxList: {
+            /** @description The user toolboxes on this page. */
+            data: components["schemas"]["UserToolbox"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description One binding per connector of the template (a connector may appear once). A connector of
+         *     the template without a binding contributes no tools, and the toolbox is `incomplete`.
+         */
+        UserToolboxBindingList: components["schemas"]["UserToolboxBinding"][];
+        /**
+         * @description A user toolbox made from a template, bound to the caller's own connections.
+         * @example {
+         *       "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+         *       "name": "My GitHub and Linear",
+         *       "bindings": [
+         *         {
+         *           "connector_slug": "github",
+         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+         *         },
+         *         {
+         *           "connector_slug": "linear",
+         *           "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+         *         }
+         *       ]
+         *     }
+         */
+        UserToolboxCreate: {
+            /** @description A template visible to the caller (shared with them or theirs). */
+            template_id: components["schemas"]["TemplateId"];
+            /** @description Defaults to the template's name (with ` (2)`, ` (3)`… when the caller already uses it). */
+            name?: components["schemas"]["UserToolboxName"];
+            description?: components["schemas"]["UserToolboxDescription"];
+            bindings?: components["schemas"]["UserToolboxBindingList"];
+        };
+        /**
+         * @description The members to change (template kind only). `bindings`, when sent, replaces the bindings
+         *     wholesale. The template cannot change: make a new user toolbox instead. `null` clears
+         *     `description`.
+         * @example {
+         *       "bindings": [
+         *         {
+         *           "connector_slug": "github",
+         *           "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p"
+         *         }
+         *       ]
+         *     }
+         */
+        UserToolboxUpdate: {
+            name?: components["schemas"]["UserToolboxName"];
+            description?: components["schemas"]["UserToolboxDescription"];
+            bindings?: components["schemas"]["UserToolboxBindingList"];
+        };
+        /**
+         * Format: uri
+         * @description A redirect URI: `https`, or `http` on a loopback host (`localhost`, `127.0.0.1`, `[::1]`,
+         *     any port) for native clients, or a private-use scheme such as `vscode://`. No fragment.
+         *     Matched exactly (a loopback URI's port may differ, RFC 8252 §7.3).
+         * @example http://127.0.0.1:33418/callback
+         */
+        McpOAuthRedirectUri: string;
+        /**
+         * @description How the client authenticates at `/oauth/token` and `/oauth/revoke`: `none` (a public
+         *     client: PKCE only, `client_id` in the form), `client_secret_basic` (HTTP Basic) or
+         *     `client_secret_post` (`client_id` and `client_secret` in the form).
+         * @enum {string}
+         */
+        McpOAuthTokenEndpointAuthMethod: "none" | "client_secret_basic" | "client_secret_post";
+        /**
+         * @description A grant type the client may use at `/oauth/token`.
+         * @enum {string}
+         */
+        McpOAuthGrantType: "authorization_code" | "refresh_token";
+        /**
+         * @description Space-separated scopes (RFC 6749 §3.3): `mcp` (call the tools of the MCP server named by
+         *     `resource`), `offline_access` (receive a refresh token), and `openid`, `profile`, `email`
+         *     (read the user at `/oauth/userinfo`). Unknown scopes are refused with `invalid_scope`.
+         * @example mcp offline_access
+         */
+        McpOAuthScope: string;
+        /**
+         * @description Client metadata for dynamic registration (RFC 7591 §2). Metadata this server does not
+         *     understand is ignored, as RFC 7591 requires, instead of refused. Defaults differ from
+         *     RFC 7591 where MCP clients need it: `grant_types` defaults to both grants, so refresh
+         *     works without asking.
+         * @example {
+         *       "client_name": "Claude Code",
+         *       "redirect_uris": [
+         *         "http://127.0.0.1:33418/callback"
+         *       ],
+         *       "token_endpoint_auth_method": "none",
+         *       "grant_types": [
+         *         "authorization_code",
+         *         "refresh_token"
+         *       ],
+         *       "response_types": [
+         *         "code"
+         *       ],
+         *       "scope": "mcp offline_access",
+         *       "application_type": "native"
+         *     }
+         */
+        McpOAuthClientMetadata: {
+            /** @description Where `/oauth/authorize` may send the browser back to. */
+            redirect_uris: components["schemas"]["McpOAuthRedirectUri"][];
+            /**
+             * @description How the client will authenticate (RFC 7591 default `client_secret_basic`). MCP clients
+             *     that cannot keep a secret send `none`.
+             * @default client_secret_basic
+             */
+            token_endpoint_auth_method?: components["schemas"]["McpOAuthTokenEndpointAuthMethod"];
+            /**
+             * @description The grants the client will use.
+             * @default [
+             *       "authorization_code",
+             *       "refresh_token"
+             *     ]
+             */
+            grant_types?: components["schemas"]["McpOAuthGrantType"][];
+            /**
+             * @description The response types the client will use; only `code`.
+             * @default [
+             *       "code"
+             *     ]
+             */
+            response_types?: "code"[];
+            /**
+             * @description The name shown to the person on the consent screen, marked as self-declared.
+             * @example Claude Code
+             */
+            client_name?: string;
+            /**
+             * Format: uri
+             * @description The client's home page.
+             */
+            client_uri?: string;
+            /**
+             * Format: uri
+             * @description The client's logo (https), shown on the consent screen.
+             */
+            logo_uri?: string;
+            /** @description The scopes the client may ask for; all supported scopes when left out. */
+            scope?: components["schemas"]["McpOAuthScope"];
+            /** @description Email addresses of the people responsible for the client. */
+            contacts?: string[];
+            /**
+             * Format: uri
+             * @description The client's terms of service.
+             */
+            tos_uri?: string;
+            /**
+             * Format: uri
+             * @description The client's privacy policy.
+             */
+            policy_uri?: string;
+            /**
+             * @description An id of the client software, the same for every installation.
+             * @example com.example.mcp-inspector
+             */
+            software_id?: string;
+            /**
+             * @description The client software's version.
+             * @example 1.4.2
+             */
+            software_version?: string;
+            /**
+             * @description `native` for clients with loopback or private-scheme redirects, `web` for clients with
+             *     https redirects on a server (OpenID Connect Registration; MCP 2026-07-28 asks clients to
+             *     send it).
+             * @default native
+             * @enum {string}
+             */
+            application_type?: "native" | "web";
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description An OAuth client id (`oac_…`), the `client_id` of a registered MCP client.
+         * @example oac_01jg3b7f1dd3e7f1g5h9j3k7m1
+         */
+        OAuthClientId: string;
+        /**
+         * @description A registered client (RFC 7591 §3.2.1): its credentials and the metadata as the server
+         *     stored it, defaults applied. `client_secret` and `client_secret_expires_at` are present
+         *     only for a confidential client; the secret is shown once, here. Registrations that never
+         *     complete an authorization are deleted after 30 days.
+         * @example {
+         *       "client_id": "oac_01jg3b7f1dd3e7f1g5h9j3k7m1",
+         *       "client_id_issued_at": 1795252443,
+         *       "redirect_uris": [
+         *         "http://127.0.0.1:33418/callback"
+         *       ],
+         *       "token_endpoint_auth_method": "none",
+         *       "grant_types": [
+         *         "authorization_code",
+         *         "refresh_token"
+         *       ],
+         *       "response_types": [
+         *         "code"
+         *       ],
+         *       "client_name": "Claude Code",
+         *       "scope": "mcp offline_access openid profile email",
+         *       "application_type": "native"
+         *     }
+         */
+        McpOAuthClientInformation: {
+            client_id: components["schemas"]["OAuthClientId"];
+            /**
+             * @description When the client was registered, in seconds since the Unix epoch.
+             * @example 1795252443
+             */
+            client_id_issued_at: number;
+            /**
+             * @description The client secret (`ocs_…`), for `client_secret_basic` and `client_secret_post` clients only. Shown once.
+             * @example ocs_R7vK2mQ9xT4bN8wL1zY6pH3dJ5sA0cEfGhU
+             */
+            client_secret?: string;
+            /**
+             * @description Present with `client_secret`; 0 because secrets do not expire.
+             * @constant
+             */
+            client_secret_expires_at?: 0;
+            /** @description The registered redirect URIs. */
+            redirect_uris: components["schemas"]["McpOAuthRedirectUri"][];
+            token_endpoint_auth_method: components["schemas"]["McpOAuthTokenEndpointAuthMethod"];
+            /** @description The grants the client may use. */
+            grant_types: components["schemas"]["McpOAuthGrantType"][];
+            /** @description Always `["code"]`. */
+            response_types: "code"[];
+            /**
+             * @description The client's name; when none was sent, its first redirect URI's host.
+             * @example Claude Code
+             */
+            client_name: string;
+            /** @description The scopes the client may ask for. */
+            scope: components["schemas"]["McpOAuthScope"];
+            /**
+             * @description The kind of client.
+             * @enum {string}
+             */
+            application_type: "native" | "web";
+            /**
+             * Format: uri
+             * @description The client's home page, when registered.
+             */
+            client_uri?: string;
+            /**
+             * Format: uri
+             * @description The client's logo, when registered.
+             */
+            logo_uri?: string;
+            /** @description The client's contacts, when registered. */
+            contacts?: string[];
+            /**
+             * Format: uri
+             * @description The client's terms of service, when registered.
+             */
+            tos_uri?: string;
+            /**
+             * Format: uri
+             * @description The client's privacy policy, when registered.
+             */
+            policy_uri?: string;
+            /** @description The client software's id, when registered. */
+            software_id?: string;
+            /** @description The client software's version, when registered. */
+            software_version?: string;
+        };
+        /**
+         * @description A registration error (RFC 7591 §3.2.2).
+         * @example {
+         *       "error": "invalid_redirect_uri",
+         *       "error_description": "redirect_uris[0] must use https, or http on a loopback address."
+         *     }
+         */
+        McpOAuthRegistrationError: {
+            /**
+             * @description `invalid_redirect_uri`: a redirect URI is not https, loopback http or a private-use
+             *     scheme, or has a fragment. `invalid_client_metadata`: any other metadata problem,
+             *     including a body that is not a JSON object.
+             * @enum {string}
+             */
+            error: "invalid_redirect_uri" | "invalid_client_metadata";
+            /**
+             * @description What is wrong, for the developer.
+             * @example redirect_uris[0] must use https, or http on a loopback address.
+             */
+            error_description: string;
+        };
+        /**
+         * Format: uri
+         * @description The protected resource the token is for (RFC 8707): an MCP server's endpoint URL exactly as
+         *     its protected-resource metadata names it, `{base_url}/mcp/{mcpId}`, without a trailing
+         *     slash or fragment. The access token's audience is this URL and nothing else.
+         * @example https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3
+         */
+        McpOAuthResource: string;
+        /**
+         * @description Exchange an authorization code (RFC 6749 §4.1.3) with its PKCE verifier (RFC 7636) for
+         *     tokens. A code works once, within 60 seconds; using it twice revokes every token issued
+         *     from it.
+         */
+        McpOAuthAuthorizationCodeGrant: {
+            /**
+             * @description Always `authorization_code`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            grant_type: "authorization_code";
+            /**
+             * @description The code from the authorization response.
+             * @example oacd_T4bN8wL1zY6pH3dJ5sA0cE
+             */
+            code: string;
+            /** @description The same redirect URI the authorization request used. */
+            redirect_uri: components["schemas"]["McpOAuthRedirectUri"];
+            /**
+             * @description The PKCE verifier whose S256 hash was the `code_challenge`.
+             * @example dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk
+             */
+            code_verifier: string;
+            /** @description The MCP server the token is for; must be the one authorized. Taken from the authorization when left out. */
+            resource?: components["schemas"]["McpOAuthResource"];
+            /** @description The client's id; required unless the client authenticates with HTTP Basic. */
+            client_id?: components["schemas"]["OAuthClientId"];
+            /** @description The client secret, for `client_secret_post` clients only. */
+            client_secret?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description Exchange a refresh token for a new access token (RFC 6749 §6). The refresh token is
+         *     rotated: the answer carries a new one and the old one stops working. Presenting a rotated
+         *     refresh token again revokes the whole grant (replay detection).
+         */
+        McpOAuthRefreshTokenGrant: {
+            /**
+             * @description Always `refresh_token`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            grant_type: "refresh_token";
+            /**
+             * @description The current refresh token.
+             * @example mcprt_Hq7cY2pL9sD4fJk1mW8xV3bN6tR0zA5e
+             */
+            refresh_token: string;
+            /** @description A subset of the granted scopes, to narrow the new access token. */
+            scope?: components["schemas"]["McpOAuthScope"];
+            /** @description The MCP server the grant is for; must be the granted one. */
+            resource?: components["schemas"]["McpOAuthResource"];
+            /** @description The client's id; required unless the client authenticates with HTTP Basic. */
+            client_id?: components["schemas"]["OAuthClientId"];
+            /** @description The client secret, for `client_secret_post` clients only. */
+            client_secret?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A token request (`application/x-www-form-urlencoded`); `grant_type` selects the shape.
+         *     Parameters this server does not know are ignored (RFC 6749 §3.2), not refused.
+         */
+        McpOAuthTokenRequest: components["schemas"]["McpOAuthAuthorizationCodeGrant"] | components["schemas"]["McpOAuthRefreshTokenGrant"];
+        /**
+         * @description A successful token response (RFC 6749 §5.1). The access token is a JWT (RFC 9068,
+         *     `typ: at+jwt`) signed with a key of `/oauth/jwks`, whose `aud` is the `resource`, `sub`
+         *     the consenting user, `client_id` the client and `scope` the granted scopes; it is also
+         *     checked against revocation on every use, so treat it as opaque. `refresh_token` is
+         *     present when the granted scope includes `offline_access` and the client registered the
+         *     `refresh_token` grant.
+         * @example {
+         *       "access_token": "eyJhbGciOiJFUzI1NiIsInR5cCI6ImF0K2p3dCIsImtpZCI6ImsxIn0.eyJpc3MiOiJodHRwczovL2FwaS5tY3BjcC5leGFtcGxlIn0.c2ln",
+         *       "token_type": "Bearer",
+         *       "expires_in": 3600,
+         *       "refresh_token": "mcprt_Hq7cY2pL9sD4fJk1mW8xV3bN6tR0zA5e",
+         *       "scope": "mcp offline_access"
+         *     }
+         */
+        McpOAuthTokenResponse: {
+            /**
+             * @description The access token, sent as `Authorization: Bearer …` to the MCP server.
+             * @example eyJhbGciOiJFUzI1NiIsInR5cCI6ImF0K2p3dCIsImtpZCI6ImsxIn0.eyJpc3MiOiJodHRwczovL2FwaS5tY3BjcC5leGFtcGxlIn0.c2ln
+             */
+            access_token: string;
+            /**
+             * @description Always `Bearer`.
+             * @constant
+             */
+            token_type: "Bearer";
+            /**
+             * @description Seconds until the access token expires (one hour).
+             * @example 3600
+             */
+            expires_in: number;
+            /**
+             * @description A refresh token (`mcprt_…`), valid until 30 days without use and 90 days at most.
+             * @example mcprt_Hq7cY2pL9sD4fJk1mW8xV3bN6tR0zA5e
+             */
+            refresh_token?: string;
+            /** @description The scopes granted, which may be fewer than asked for. */
+            scope: components["schemas"]["McpOAuthScope"];
+        };
+        /**
+         * @description A token endpoint error (RFC 6749 §5.2, RFC 8707 §2).
+         * @example {
+         *       "error": "invalid_grant",
+         *       "error_description": "The code_verifier does not match the code_challenge."
+         *     }
+         */
+        McpOAuthTokenError: {
+            /**
+             * @description `invalid_request`: a parameter is missing, repeated or malformed. `invalid_client`
+             *     (401): the client is unknown or its authentication failed. `invalid_grant`: the code
+             *     or refresh token is unknown, expired, used, revoked, or issued to another client, or
+             *     `redirect_uri` or `code_verifier` does not match. `unauthorized_client`: the client did
+             *     not register this grant type. `unsupported_grant_type`: not `authorization_code` or
+             *     `refresh_token`. `invalid_scope`: a scope is unknown or beyond the grant.
+             *     `invalid_target`: `resource` is not the MCP server of the grant.
+             * @enum {string}
+             */
+            error: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "invalid_target";
+            /**
+             * @description What is wrong, for the developer.
+             * @example The code_verifier does not match the code_challenge.
+             */
+            error_description: string;
+        };
+        /**
+         * @description A revocation request (RFC 7009 §2.1, `application/x-www-form-urlencoded`). Parameters this
+         *     server does not know are ignored, not refused.
+         * @example {
+         *       "token": "mcprt_Hq7cY2pL9sD4fJk1mW8xV3bN6tR0zA5e",
+         *       "token_type_hint": "refresh_token",
+         *       "client_id": "oac_01jg3b7f1dd3e7f1g5h9j3k7m1"
+         *     }
+         */
+        McpOAuthRevocationRequest: {
+            /**
+             * @description The access or refresh token to revoke. Revoking a refresh token also revokes the access tokens of its grant.
+             * @example mcprt_Hq7cY2pL9sD4fJk1mW8xV3bN6tR0zA5e
+             */
+            token: string;
+            /**
+             * @description What kind of token it is, to speed up the lookup; a wrong hint is tolerated.
+             * @enum {string}
+             */
+            token_type_hint?: "access_token" | "refresh_token";
+            /** @description The client's id; required unless the client authenticates with HTTP Basic. */
+            client_id?: components["schemas"]["OAuthClientId"];
+            /** @description The client secret, for `client_secret_post` clients only. */
+            client_secret?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A revocation error (RFC 7009 §2.2.1, RFC 6749 §5.2).
+         * @example {
+         *       "error": "invalid_request",
+         *       "error_description": "The token parameter is missing."
+         *     }
+         */
+        McpOAuthRevocationError: {
+            /**
+             * @description `invalid_request`: `token` is missing or malformed. `invalid_client` (401): client
+             *     authentication failed. `unsupported_token_type`: the token is of a kind this server
+             *     cannot revoke.
+             * @enum {string}
+             */
+            error: "invalid_request" | "invalid_client" | "unsupported_token_type";
+            /**
+             * @description What is wrong, for the developer.
+             * @example The token parameter is missing.
+             */
+            error_description: string;
+        };
+        /**
+         * @description Claims about the user who consented (OpenID Connect Core §5.3.2). `sub` is always present;
+         *     `name` needs the `profile` scope and `email`, `email_verified` the `email` scope; claims
+         *     the token's scopes do not cover are left out.
+         * @example {
+         *       "sub": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "name": "Ada Lovelace",
+         *       "email": "ada@acme.example",
+         *       "email_verified": true
+         *     }
+         */
+        McpOAuthUserInfo: {
+            /** @description The user's id, stable for the life of the account. */
+            sub: components["schemas"]["UserId"];
+            /**
+             * @description The user's display name, or null when not given.
+             * @example Ada Lovelace
+             */
+            name?: string | null;
+            /**
+             * Format: email
+             * @description The user's email address.
+             * @example ada@acme.example
+             */
+            email?: string;
+            /** @description Whether the user proved the email address. */
+            email_verified?: boolean;
+        };
+        /**
+         * @description A bearer-token error (RFC 6750 §3.1). The same code is in the `WWW-Authenticate` header,
+         *     which is authoritative; the body repeats it for clients that read only bodies.
+         * @example {
+         *       "error": "invalid_token",
+         *       "error_description": "The access token expired."
+         *     }
+         */
+        McpOAuthBearerError: {
+            /**
+             * @description `invalid_request` (400): the token was sent more than one way, or in the query.
+             *     `invalid_token` (401): missing (the header then carries no error code, RFC 6750
+             *     §3.1), unknown, expired or revoked. `insufficient_scope` (403): the token lacks
+             *     `openid`.
+             * @enum {string}
+             */
+            error: "invalid_request" | "invalid_token" | "insufficient_scope";
+            /**
+             * @description What is wrong, for the developer.
+             * @example The access token expired.
+             */
+            error_description: string;
+        };
+        /**
+         * @description Authorization-server metadata (RFC 8414 §2). `issuer` is `{base_url}` exactly (no trailing
+         *     slash), the value clients compare with the URL they derived the document from.
+         * @example {
+         *       "issuer": "https://api.mcpcp.example",
+         *       "authorization_endpoint": "https://api.mcpcp.example/oauth/authorize",
+         *       "token_endpoint": "https://api.mcpcp.example/oauth/token",
+         *       "registration_endpoint": "https://api.mcpcp.example/oauth/register",
+         *       "revocation_endpoint": "https://api.mcpcp.example/oauth/revoke",
+         *       "userinfo_endpoint": "https://api.mcpcp.example/oauth/userinfo",
+         *       "jwks_uri": "https://api.mcpcp.example/oauth/jwks",
+         *       "scopes_supported": [
+         *         "mcp",
+         *         "offline_access",
+         *         "openid",
+         *         "profile",
+         *         "email"
+         *       ],
+         *       "response_types_supported": [
+         *         "code"
+         *       ],
+         *       "response_modes_supported": [
+         *         "query"
+         *       ],
+         *       "grant_types_supported": [
+         *         "authorization_code",
+         *         "refresh_token"
+         *       ],
+         *       "code_challenge_methods_supported": [
+         *         "S256"
+         *       ],
+         *       "token_endpoint_auth_methods_supported": [
+         *         "none",
+         *         "client_secret_basic",
+         *         "client_secret_post"
+         *       ],
+         *       "revocation_endpoint_auth_methods_supported": [
+         *         "none",
+         *         "client_secret_basic",
+         *         "client_secret_post"
+         *       ],
+         *       "authorization_response_iss_parameter_supported": true,
+         *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json"
+         *     }
+         */
+        OAuthAuthorizationServerMetadata: {
+            /**
+             * Format: uri
+             * @description The issuer identifier, `{base_url}`; the `iss` of every access token and authorization response.
+             * @example https://api.mcpcp.example
+             */
+            issuer: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/authorize`.
+             * @example https://api.mcpcp.example/oauth/authorize
+             */
+            authorization_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/token`.
+             * @example https://api.mcpcp.example/oauth/token
+             */
+            token_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/register` (RFC 7591 dynamic client registration).
+             * @example https://api.mcpcp.example/oauth/register
+             */
+            registration_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/revoke` (RFC 7009).
+             * @example https://api.mcpcp.example/oauth/revoke
+             */
+            revocation_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/userinfo` (OpenID Connect Core §5.3).
+             * @example https://api.mcpcp.example/oauth/userinfo
+             */
+            userinfo_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/jwks`: the keys access tokens are signed with.
+             * @example https://api.mcpcp.example/oauth/jwks
+             */
+            jwks_uri: string;
+            /**
+             * @description The scopes clients may ask for.
+             * @example [
+             *       "mcp",
+             *       "offline_access",
+             *       "openid",
+             *       "profile",
+             *       "email"
+             *     ]
+             */
+            scopes_supported: string[];
+            /** @description Only the authorization code flow. */
+            response_types_supported: "code"[];
+            /** @description The authorization response comes back in the query. */
+            response_modes_supported: "query"[];
+            /** @description The grants `/oauth/token` accepts. */
+            grant_types_supported: ("authorization_code" | "refresh_token")[];
+            /** @description PKCE methods; only `S256`. MCP clients refuse a server that does not list it. */
+            code_challenge_methods_supported: "S256"[];
+            /** @description How clients may authenticate at the token endpoint. */
+            token_endpoint_auth_methods_supported: ("none" | "client_secret_basic" | "client_secret_post")[];
+            /** @description How clients may authenticate at the revocation endpoint. */
+            revocation_endpoint_auth_methods_supported: ("none" | "client_secret_basic" | "client_secret_post")[];
+            /**
+             * @description Authorization responses carry `iss` (RFC 9207); clients should check it.
+             * @constant
+             */
+            authorization_response_iss_parameter_supported: true;
+            /**
+             * Format: uri
+             * @description This API's description, for developers.
+             * @example https://api.mcpcp.example/schema/openapi.json
+             */
+            service_documentation: string;
+        };
+        /**
+         * @description Protected-resource metadata (RFC 9728 §2). `resource` is identical, byte for byte, to the
+         *     URL the document's well-known address was derived from (RFC 9728 §3.3): no trailing slash.
+         * @example {
+         *       "resource": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *       "authorization_servers": [
+         *         "https://api.mcpcp.example"
+         *       ],
+         *       "scopes_supported": [
+         *         "mcp",
+         *         "offline_access"
+         *       ],
+         *       "bearer_methods_supported": [
+         *         "header"
+         *       ],
+         *       "resource_name": "Ada's GitHub tools",
+         *       "resource_documentation": "https://api.mcpcp.example/schema/openapi.json"
+         *     }
+         */
+        OAuthProtectedResourceMetadata: {
+            /**
+             * Format: uri
+             * @description The protected resource, and the `resource` (RFC 8707) to ask tokens for.
+             * @example https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3
+             */
+            resource: string;
+            /**
+             * @description The one authorization server, `{base_url}`, whose metadata is at `/.well-known/oauth-authorization-server`.
+             * @example [
+             *       "https://api.mcpcp.example"
+             *     ]
+             */
+            authorization_servers: string[];
+            /**
+             * @description The scopes to ask for to use this resource.
+             * @example [
+             *       "mcp",
+             *       "offline_access"
+             *     ]
+             */
+            scopes_supported: string[];
+            /** @description Access tokens go in the `Authorization` header only. */
+            bearer_methods_supported: "header"[];
+            /**
+             * @description A name for people, shown by clients (the MCP server's name).
+             * @example Ada's GitHub tools
+             */
+            resource_name: string;
+            /**
+             * Format: uri
+             * @description Where developers read about the resource.
+             * @example https://api.mcpcp.example/schema/openapi.json
+             */
+            resource_documentation: string;
+        };
+        /** @description A public signing key (RFC 7517 §4, RFC 7518 §6.2), an EC P-256 key for ES256. */
+        OAuthJwk: {
+            /**
+             * @description The key type.
+             * @constant
+             */
+            kty: "EC";
+            /**
+             * @description The curve.
+             * @constant
+             */
+            crv: "P-256";
+            /**
+             * @description The x coordinate, base64url.
+             * @example f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU
+             */
+            x: string;
+            /**
+             * @description The y coordinate, base64url.
+             * @example x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0
+             */
+            y: string;
+            /**
+             * @description The key id, matching the `kid` header of the tokens it signed.
+             * @example k_2026-11
+             */
+            kid: string;
+            /**
+             * @description Signing.
+             * @constant
+             */
+            use: "sig";
+            /**
+             * @description The algorithm.
+             * @constant
+             */
+            alg: "ES256";
+        };
+        /**
+         * @description The JSON Web Key Set of the keys access tokens are signed with (RFC 7517 §5). During a
+         *     key rotation it holds the new key and the old one until the old one's tokens expire.
+         * @example {
+         *       "keys": [
+         *         {
+         *           "kty": "EC",
+         *           "crv": "P-256",
+         *           "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+         *           "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0",
+         *           "kid": "k_2026-11",
+         *           "use": "sig",
+         *           "alg": "ES256"
+         *         }
+         *       ]
+         *     }
+         */
+        OAuthJwks: {
+            /** @description The public keys; private parts are never published. */
+            keys: components["schemas"]["OAuthJwk"][];
+        };
         /**
          * @description `deny`: the matched tools are left out of `tools/list` and every call is refused.
          *     `require_approval`: the matched tools are listed, but a call is refused until the member
@@ -1836,6 +9580,11 @@ export interface components {
          * @enum {string}
          */
         RestrictionEffect: "deny" | "require_approval";
+        /**
+         * @description A restriction id (`rst_…`).
+         * @example rst_01jg3b7f13s3t7v1w5x9y3z7a1
+         */
+        RestrictionId: string;
         /**
          * @description Why the restriction exists, shown to members it holds back; null for none.
          * @example Deleting repositories or issues needs a second pair of eyes.
@@ -2041,6 +9790,143 @@ export interface components {
             /** @description False stops enforcing the restriction; true enforces it again. */
             is_active?: boolean;
         };
+        /**
+         * @description `pending`: waiting for someone holding `access_request:resolve`; `approved`: an
+         *     exception was granted (until `exception_expires_at`, if set); `denied`: refused, or
+         *     closed by the system because its restriction was deleted; `withdrawn`: the requester
+         *     took it back. Only `pending` changes: to `approved` or `denied` through resolve, to
+         *     `withdrawn` through withdraw.
+         * @enum {string}
+         */
+        AccessRequestStatus: "pending" | "approved" | "denied" | "withdrawn";
+        /**
+         * @description An access request id (`areq_…`).
+         * @example areq_01jg3b7f14t7v1w5x9y3z7a1b5
+         */
+        AccessRequestId: string;
+        /**
+         * @description A tool's exact name (no glob characters).
+         * @example delete_branch
+         */
+        AccessRequestToolName: string;
+        /**
+         * @description A member's request for an exception to a restriction. An approved request lets its
+         *     requester call the tools it covers (one tool, one connector's matched tools, or all the
+         *     restriction matches) until `exception_expires_at`, or for as long as the restriction
+         *     exists when that is null.
+         * @example {
+         *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+         *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+         *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+         *       "connector_slug": "github",
+         *       "tool_name": "delete_branch",
+         *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+         *       "status": "approved",
+         *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "resolution_note": "Approved for this week only.",
+         *       "resolved_at": "2026-11-24T10:02:51.377Z",
+         *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+         *       "created_at": "2026-11-24T09:41:18.204Z",
+         *       "updated_at": "2026-11-24T10:02:51.377Z"
+         *     }
+         */
+        AccessRequest: {
+            id: components["schemas"]["AccessRequestId"];
+            /** @description The member who filed the request and receives the exception. */
+            requester_user_id: components["schemas"]["UserId"];
+            /** @description The restriction an exception is asked to (it may since have been deleted). */
+            restriction_id: components["schemas"]["RestrictionId"];
+            /**
+             * @description The connector access is asked for: the one the requester named, else the
+             *     restriction's own connector; null when neither names one (every connector the
+             *     restriction matches).
+             */
+            connector_slug: components["schemas"]["ConnectorSlug"] | null;
+            /** @description The one tool access is asked for, or null for every tool the restriction matches (on `connector_slug` when set). */
+            tool_name: components["schemas"]["AccessRequestToolName"] | null;
+            /**
+             * @description Why the requester needs access.
+             * @example I need to delete the stale release branches of acme/api before Friday's cut.
+             */
+            reason: string;
+            status: components["schemas"]["AccessRequestStatus"];
+            /** @description Who approved or denied it; null while pending, when withdrawn, or when the system closed it. */
+            resolved_by_user_id: components["schemas"]["UserId"] | null;
+            /**
+             * @description What the resolver wrote to the requester (or the system's reason when it closed the request), or null.
+             * @example Approved for this week only.
+             */
+            resolution_note: string | null;
+            /** @description When it left `pending` (approved, denied or withdrawn), or null while pending. */
+            resolved_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the granted exception ends; null when not approved, or approved without an end. */
+            exception_expires_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of access requests, oldest first. */
+        AccessRequestList: {
+            /** @description The access requests on this page. */
+            data: components["schemas"]["AccessRequest"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description Why the requester needs access, shown to whoever resolves it.
+         * @example I need to delete the stale release branches of acme/api before Friday's cut.
+         */
+        AccessRequestReason: string;
+        /**
+         * @description A request for an exception to a restriction. Leave out `connector_slug` and `tool_name`
+         *     to ask for everything the restriction holds back from the caller; name them to ask for
+         *     less. A named connector must be the restriction's own (when it names one) and a named
+         *     tool must match its `tool_pattern` (400 `validation_failed` otherwise).
+         * @example {
+         *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+         *       "connector_slug": "github",
+         *       "tool_name": "delete_branch",
+         *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut."
+         *     }
+         */
+        AccessRequestCreate: {
+            /** @description The restriction that holds the tool back, as named in the MCP error of the refused call. */
+            restriction_id: components["schemas"]["RestrictionId"];
+            /** @description Ask only for this connector's tools; left out, the restriction's own connector or all it matches. */
+            connector_slug?: components["schemas"]["ConnectorSlug"];
+            /** @description Ask only for this tool; left out, every tool the restriction matches. */
+            tool_name?: components["schemas"]["AccessRequestToolName"];
+            reason: components["schemas"]["AccessRequestReason"];
+        };
+        /**
+         * @description A note to the requester, kept on the request.
+         * @example Approved for this week only.
+         */
+        AccessRequestResolutionNote: string;
+        /** @description Approve the request and grant the exception. Only a person signed in to the web app may approve. */
+        AccessRequestApproval: {
+            /**
+             * @description Always `approved`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            decision: "approved";
+            note?: components["schemas"]["AccessRequestResolutionNote"];
+            /**
+             * @description When the exception ends; must be in the future. Null or left out: it lasts as long
+             *     as the restriction exists.
+             * @default null
+             */
+            expires_at?: components["schemas"]["Timestamp"] | null;
+        };
+        /** @description Deny the request. A person or an API token may deny. */
+        AccessRequestDenial: {
+            /**
+             * @description Always `denied`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            decision: "denied";
+            note?: components["schemas"]["AccessRequestResolutionNote"];
+        };
+        /** @description The decision on a pending access request; `decision` selects the shape. */
+        AccessRequestResolve: components["schemas"]["AccessRequestApproval"] | components["schemas"]["AccessRequestDenial"];
         /**
          * @description How the file came in: `uploaded` through `POST /file`; `upload_request` confirmed by the
          *     person an upload request asked; `tool_output` produced by a tool call.
@@ -2324,85 +10210,393 @@ export interface components {
             size_bytes: number;
         };
         /**
-         * @description A share (access-control entry) id (`acl_…`).
-         * @example acl_01jg3b7f1cc9d3e7f1g5h9j3k7
-         */
-        ShareId: string;
-        /**
-         * @description Who a share grants access to: one `user`, every member of a `team`, or the whole `organization`.
+         * @description The backend and its wire format. Immutable after creation.
+         *     `http`: a generic HTTPS endpoint receiving a JSON array of records per POST;
+         *     `datadog`: the Datadog logs intake (HTTP API v2) of a Datadog site;
+         *     `splunk_hec`: a Splunk HTTP Event Collector;
+         *     `otlp_http`: an OpenTelemetry collector's OTLP/HTTP logs endpoint (JSON encoding).
          * @enum {string}
          */
-        SharePrincipalType: "user" | "team" | "organization";
+        LoggingDestinationType: "http" | "datadog" | "splunk_hec" | "otlp_http";
         /**
-         * @description The user, team or organization a share grants access to.
-         * @example {
-         *       "type": "team",
-         *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
-         *     }
+         * @description A kind of record a destination exports. `audit`: every audit log entry of the
+         *     organization (actor, action, target, summary of the change, ip, user agent, request id,
+         *     time; never secrets). `tool_call`: one record per MCP tool call (who, MCP server, user
+         *     toolbox, connector, tool, outcome, duration, restriction decisions; never arguments or
+         *     results).
+         * @enum {string}
          */
-        SharePrincipal: {
-            type: components["schemas"]["SharePrincipalType"];
-            /** @description The user id, team id or organization id, matching `type`. */
-            id: components["schemas"]["UserId"] | components["schemas"]["TeamId"] | components["schemas"]["OrganizationId"];
+        LoggingRecordType: "audit" | "tool_call";
+        /**
+         * @description A logging destination id (`obsd_…`).
+         * @example obsd_01jg3b7f17x9y3z7a1b5c9d3e7
+         */
+        LoggingDestinationId: string;
+        /**
+         * @description The Datadog site the organization's account lives on; logs go to `https://http-intake.logs.<site>/api/v2/logs`.
+         * @enum {string}
+         */
+        DatadogSite: "datadoghq.com" | "us3.datadoghq.com" | "us5.datadoghq.com" | "datadoghq.eu" | "ap1.datadoghq.com" | "ap2.datadoghq.com" | "ddog-gov.com";
+        /**
+         * @description The Splunk index events are written to, or null for the HEC token's default index.
+         * @example mcp_audit
+         */
+        SplunkIndex: string | null;
+        /**
+         * @description The `source` the records are tagged with (Datadog `ddsource`, Splunk `source`), or null for the default `mcp-control-plane`.
+         * @example mcp-control-plane
+         */
+        LoggingSource: string | null;
+        /**
+         * @description The Splunk `sourcetype` of the events, or null for the default `_json`.
+         * @example mcp:audit
+         */
+        SplunkSourcetype: string | null;
+        /**
+         * @description The service name the records carry (Datadog `service`, OTLP resource attribute `service.name`), or null for the default `mcp-control-plane`.
+         * @example acme-mcp
+         */
+        LoggingService: string | null;
+        /**
+         * @description An HTTP header name (RFC 9110 token). `Host`, `Content-Length`, `Content-Type`,
+         *     `Content-Encoding`, `Transfer-Encoding` and `Connection` are set by the server and
+         *     refused here.
+         * @example Authorization
+         */
+        LoggingHeaderName: string;
+        /**
+         * @description The destination's non-secret settings. Every member is present; the ones that do not
+         *     apply to the destination's `type` are null (or empty, or false). Secrets (the Datadog API
+         *     key, the Splunk HEC token, header values) are never returned, only whether they are set.
+         */
+        LoggingDestinationConfig: {
+            /**
+             * Format: uri
+             * @description Where records are posted (`http`, `splunk_hec`, `otlp_http`); null for `datadog`, whose intake URL follows from `site`.
+             * @example https://splunk.acme.example:8088/services/collector/event
+             */
+            url: string | null;
+            /** @description The Datadog site (`datadog` only); null otherwise. */
+            site: components["schemas"]["DatadogSite"] | null;
+            /** @description The Splunk index (`splunk_hec` only), or null for the token's default index. */
+            index: components["schemas"]["SplunkIndex"];
+            /** @description The source tag (`datadog`, `splunk_hec`), or null for the default. */
+            source: components["schemas"]["LoggingSource"];
+            /** @description The Splunk sourcetype (`splunk_hec` only), or null for the default. */
+            sourcetype: components["schemas"]["SplunkSourcetype"];
+            /** @description The service name (`datadog`, `otlp_http`), or null for the default. */
+            service: components["schemas"]["LoggingService"];
+            /** @description The names of the extra headers sent with every request (`http`, `otlp_http`), in alphabetical order; their values are secret. */
+            header_names: components["schemas"]["LoggingHeaderName"][];
+            /** @description Whether a Datadog API key is stored (`datadog` only; false otherwise). */
+            has_api_key: boolean;
+            /** @description Whether a Splunk HEC token is stored (`splunk_hec` only; false otherwise). */
+            has_hec_token: boolean;
+            /** @description Whether values are stored for the extra headers (true whenever `header_names` is not empty). */
+            has_header_values: boolean;
         };
         /**
-         * @description `use`: the principal may use the resource (see its tools, read the file); `edit`: may also change and re-share it.
-         * @enum {string}
-         */
-        ShareLevel: "use" | "edit";
-        /**
-         * @description One grant of access to a resource.
+         * @description Where the organization's audit entries and tool-call records are exported. Records are
+         *     delivered in batches, at least once, in order per record type, with retries and backoff;
+         *     a paused destination (`is_active: false`) keeps its settings and exports nothing, and the
+         *     records of the pause are not sent later. Secrets are never included.
          * @example {
-         *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
-         *       "resource_type": "toolbox",
-         *       "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
-         *       "principal": {
-         *         "type": "team",
-         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       "id": "obsd_01jg3b7f17x9y3z7a1b5c9d3e7",
+         *       "name": "Datadog audit",
+         *       "type": "datadog",
+         *       "config": {
+         *         "url": null,
+         *         "site": "datadoghq.eu",
+         *         "index": null,
+         *         "source": null,
+         *         "sourcetype": null,
+         *         "service": "acme-mcp",
+         *         "header_names": [],
+         *         "has_api_key": true,
+         *         "has_hec_token": false,
+         *         "has_header_values": false
          *       },
-         *       "level": "use",
+         *       "record_types": [
+         *         "audit",
+         *         "tool_call"
+         *       ],
+         *       "is_active": true,
          *       "created_at": "2026-11-20T09:14:03.120Z",
-         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+         *       "updated_at": "2026-11-20T09:14:03.120Z",
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "last_test_at": "2026-11-20T09:15:11.402Z",
+         *       "last_test_status": "ok",
+         *       "last_test_error": null,
+         *       "last_delivery_at": "2026-11-21T16:02:44.810Z",
+         *       "last_delivery_error": null
          *     }
          */
-        Share: {
-            id: components["schemas"]["ShareId"];
+        LoggingDestination: {
+            id: components["schemas"]["LoggingDestinationId"];
             /**
-             * @description The kind of resource shared.
-             * @enum {string}
+             * @description A name unique among the organization's logging destinations.
+             * @example Datadog audit
              */
-            resource_type: "connector" | "template" | "toolbox" | "file";
-            /**
-             * @description The shared resource's id (a connector's slug for connectors).
-             * @example tbx_01jg3b7f10p1q5r9s3t7v1w5x9
-             */
-            resource_id: string;
-            principal: components["schemas"]["SharePrincipal"];
-            level: components["schemas"]["ShareLevel"];
+            name: string;
+            type: components["schemas"]["LoggingDestinationType"];
+            config: components["schemas"]["LoggingDestinationConfig"];
+            /** @description The kinds of records exported, in catalog order (`audit`, `tool_call`). */
+            record_types: components["schemas"]["LoggingRecordType"][];
+            /** @description A paused destination (false) keeps its settings but exports nothing. */
+            is_active: boolean;
             created_at: components["schemas"]["Timestamp"];
-            /** @description Who shared it; null when the operator CLI or a system process did. */
+            updated_at: components["schemas"]["Timestamp"];
+            /** @description The user who created it, or null when created by the system or the user is gone. */
             created_by_user_id: components["schemas"]["UserId"] | null;
+            /** @description When the last test record was attempted, or null if never. */
+            last_test_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description Whether the last test record was accepted by the backend, or null if never tested.
+             * @enum {string|null}
+             */
+            last_test_status: "ok" | "failed" | null;
+            /**
+             * @description Why the last test failed (without secrets), or null.
+             * @example Datadog answered 403 Forbidden: the API key is not valid for site datadoghq.eu.
+             */
+            last_test_error: string | null;
+            /** @description When a batch of records was last accepted by the backend, or null if none yet. */
+            last_delivery_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description Why the most recent delivery attempt failed (without secrets) while the batch is being
+             *     retried, or null when the last attempt succeeded or none was made.
+             * @example The endpoint answered 503 Service Unavailable; retrying in 60 seconds.
+             */
+            last_delivery_error: string | null;
         };
-        /** @description A page of shares, oldest first. */
-        ShareList: {
-            /** @description The shares on this page. */
-            data: components["schemas"]["Share"][];
+        /** @description A page of logging destinations, oldest first. */
+        LoggingDestinationList: {
+            /** @description The destinations on this page. */
+            data: components["schemas"]["LoggingDestination"][];
             next_cursor: components["schemas"]["NextCursor"];
         };
         /**
-         * @description Grants a principal access to the resource. Sharing again to the same principal changes
-         *     the level of the existing share instead of adding a second one.
+         * @description A name unique among the organization's logging destinations.
+         * @example Datadog audit
+         */
+        LoggingDestinationName: string;
+        /**
+         * Format: uri
+         * @description An https URL the server posts records to. The server refuses URLs that are not https or
+         *     that resolve to private, loopback or link-local addresses, unless the operator allows
+         *     them (400 `outbound_url_not_allowed`).
+         * @example https://logs.acme.example/ingest/mcp
+         */
+        LoggingDestinationUrl: string;
+        /**
+         * @description Extra HTTP headers sent with every request, name to value (for example an
+         *     `Authorization` header the endpoint expects). The values are secrets: stored encrypted,
+         *     never returned; only the names are (`header_names`).
          * @example {
-         *       "principal": {
-         *         "type": "team",
-         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
-         *       },
-         *       "level": "use"
+         *       "Authorization": "Bearer 8f1c2e0b7a4d4e1f9c3b5a7d2e6f8a0c"
          *     }
          */
-        ShareCreate: {
-            principal: components["schemas"]["SharePrincipal"];
-            level: components["schemas"]["ShareLevel"];
+        LoggingHeaderValues: {
+            [key: string]: string;
+        };
+        /** @description Settings of a generic HTTPS destination. Each POST carries a JSON array of records (`Content-Type: application/json`). */
+        HttpLoggingConfigInput: {
+            url: components["schemas"]["LoggingDestinationUrl"];
+            headers?: components["schemas"]["LoggingHeaderValues"];
+        };
+        /**
+         * @description The kinds of records to export; at least one.
+         * @example [
+         *       "audit",
+         *       "tool_call"
+         *     ]
+         */
+        LoggingRecordTypeSelection: components["schemas"]["LoggingRecordType"][];
+        /** @description A new generic HTTPS destination. */
+        HttpLoggingDestinationCreate: {
+            name: components["schemas"]["LoggingDestinationName"];
+            /**
+             * @description Always `http`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "http";
+            config: components["schemas"]["HttpLoggingConfigInput"];
+            record_types: components["schemas"]["LoggingRecordTypeSelection"];
+            /**
+             * @description Whether it exports records from the start.
+             * @default true
+             */
+            is_active?: boolean;
+        };
+        /** @description Settings of a Datadog destination. Records go to the logs intake of `site` with the `DD-API-KEY` header. */
+        DatadogLoggingConfigInput: {
+            site: components["schemas"]["DatadogSite"];
+            /**
+             * @description A Datadog API key (not an application key). A secret: stored encrypted, never returned.
+             * @example 0c1f5e7a9b2d4c6e8f0a1b3c5d7e9f21
+             */
+            api_key: string;
+            source?: components["schemas"]["LoggingSource"];
+            service?: components["schemas"]["LoggingService"];
+        };
+        /** @description A new Datadog destination. */
+        DatadogLoggingDestinationCreate: {
+            name: components["schemas"]["LoggingDestinationName"];
+            /**
+             * @description Always `datadog`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "datadog";
+            config: components["schemas"]["DatadogLoggingConfigInput"];
+            record_types: components["schemas"]["LoggingRecordTypeSelection"];
+            /**
+             * @description Whether it exports records from the start.
+             * @default true
+             */
+            is_active?: boolean;
+        };
+        /** @description Settings of a Splunk HTTP Event Collector destination. Events are posted with `Authorization: Splunk <hec_token>`. */
+        SplunkHecLoggingConfigInput: {
+            /**
+             * @description The HEC event endpoint, usually `https://<host>:8088/services/collector/event`. https only; private addresses are refused unless the operator allows them.
+             * @example https://splunk.acme.example:8088/services/collector/event
+             */
+            url: components["schemas"]["LoggingDestinationUrl"];
+            /**
+             * @description The HEC token. A secret: stored encrypted, never returned.
+             * @example 9f3b6c2a-1d4e-4f8a-b7c5-2e0d9a6f1b3c
+             */
+            hec_token: string;
+            index?: components["schemas"]["SplunkIndex"];
+            source?: components["schemas"]["LoggingSource"];
+            sourcetype?: components["schemas"]["SplunkSourcetype"];
+        };
+        /** @description A new Splunk HEC destination. */
+        SplunkHecLoggingDestinationCreate: {
+            name: components["schemas"]["LoggingDestinationName"];
+            /**
+             * @description Always `splunk_hec`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "splunk_hec";
+            config: components["schemas"]["SplunkHecLoggingConfigInput"];
+            record_types: components["schemas"]["LoggingRecordTypeSelection"];
+            /**
+             * @description Whether it exports records from the start.
+             * @default true
+             */
+            is_active?: boolean;
+        };
+        /** @description Settings of an OTLP/HTTP destination. Records are sent as OTLP log records (JSON encoding) to the logs endpoint. */
+        OtlpHttpLoggingConfigInput: {
+            /**
+             * @description The collector's logs endpoint, usually ending in `/v1/logs`. https only; private addresses are refused unless the operator allows them.
+             * @example https://otel.acme.example:4318/v1/logs
+             */
+            url: components["schemas"]["LoggingDestinationUrl"];
+            headers?: components["schemas"]["LoggingHeaderValues"];
+            service?: components["schemas"]["LoggingService"];
+        };
+        /** @description A new OTLP/HTTP destination. */
+        OtlpHttpLoggingDestinationCreate: {
+            name: components["schemas"]["LoggingDestinationName"];
+            /**
+             * @description Always `otlp_http`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "otlp_http";
+            config: components["schemas"]["OtlpHttpLoggingConfigInput"];
+            record_types: components["schemas"]["LoggingRecordTypeSelection"];
+            /**
+             * @description Whether it exports records from the start.
+             * @default true
+             */
+            is_active?: boolean;
+        };
+        /** @description A new logging destination; `type` selects the shape of `config`. */
+        LoggingDestinationCreate: components["schemas"]["HttpLoggingDestinationCreate"] | components["schemas"]["DatadogLoggingDestinationCreate"] | components["schemas"]["SplunkHecLoggingDestinationCreate"] | components["schemas"]["OtlpHttpLoggingDestinationCreate"];
+        /**
+         * @description The members to change. `config` members are merged into the stored config: members left
+         *     out keep their value, `null` clears a nullable one (`index`, `source`, `sourcetype`,
+         *     `service`). `headers` is merged by name: a string sets or replaces that header's value,
+         *     `null` removes the header, names left out keep theirs. Members that do not apply to the
+         *     destination's `type` are refused (400 `validation_failed`). `type` cannot change; sending
+         *     a different one is 400 `immutable_field`.
+         */
+        LoggingDestinationUpdate: {
+            name?: components["schemas"]["LoggingDestinationName"];
+            type?: components["schemas"]["LoggingDestinationType"];
+            /** @description Config members to change. */
+            config?: {
+                /** @description A new endpoint (`http`, `splunk_hec`, `otlp_http`). */
+                url?: components["schemas"]["LoggingDestinationUrl"];
+                /** @description A new Datadog site (`datadog`); usually sent with a new `api_key`. */
+                site?: components["schemas"]["DatadogSite"];
+                /** @description A new Datadog API key (`datadog`). */
+                api_key?: string;
+                /** @description A new Splunk HEC token (`splunk_hec`). */
+                hec_token?: string;
+                index?: components["schemas"]["SplunkIndex"];
+                source?: components["schemas"]["LoggingSource"];
+                sourcetype?: components["schemas"]["SplunkSourcetype"];
+                service?: components["schemas"]["LoggingService"];
+                /** @description Headers to set (a value) or remove (`null`), by name (`http`, `otlp_http`); others keep theirs. */
+                headers?: {
+                    [key: string]: string | null;
+                };
+            };
+            record_types?: components["schemas"]["LoggingRecordTypeSelection"];
+            /** @description False pauses the destination; true resumes it. */
+            is_active?: boolean;
+        };
+        /**
+         * @description The outcome of sending a test record, and the destination as it now is.
+         * @example {
+         *       "status": "failed",
+         *       "error": "Splunk answered 403 Forbidden: Invalid token.",
+         *       "destination": {
+         *         "id": "obsd_01jg3b7f17x9y3z7a1b5c9d3e7",
+         *         "name": "Splunk audit",
+         *         "type": "splunk_hec",
+         *         "config": {
+         *           "url": "https://splunk.acme.example:8088/services/collector/event",
+         *           "site": null,
+         *           "index": "mcp_audit",
+         *           "source": null,
+         *           "sourcetype": null,
+         *           "service": null,
+         *           "header_names": [],
+         *           "has_api_key": false,
+         *           "has_hec_token": true,
+         *           "has_header_values": false
+         *         },
+         *         "record_types": [
+         *           "audit"
+         *         ],
+         *         "is_active": true,
+         *         "created_at": "2026-11-20T09:14:03.120Z",
+         *         "updated_at": "2026-11-20T09:14:03.120Z",
+         *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "last_test_at": "2026-11-20T09:15:11.402Z",
+         *         "last_test_status": "failed",
+         *         "last_test_error": "Splunk answered 403 Forbidden: Invalid token.",
+         *         "last_delivery_at": null,
+         *         "last_delivery_error": null
+         *       }
+         *     }
+         */
+        LoggingDestinationTestResult: {
+            /**
+             * @description Whether the backend accepted the test record.
+             * @enum {string}
+             */
+            status: "ok" | "failed";
+            /**
+             * @description Why delivery failed (without secrets), or null.
+             * @example Splunk answered 403 Forbidden: Invalid token.
+             */
+            error: string | null;
+            destination: components["schemas"]["LoggingDestination"];
         };
         /** @description Email addresses. */
         EmailAddressList: string[];
@@ -2445,11 +10639,6 @@ export interface components {
             /** @description The user id for `user`; null otherwise. */
             id: components["schemas"]["UserId"] | null;
         };
-        /**
-         * @description A connection id (`conn_…`).
-         * @example conn_01jg3b7f0y8m2n6p1q5r9s3t7v
-         */
-        ConnectionId: string;
         /** @description The connection an event is about. */
         EventConnection: {
             id: components["schemas"]["ConnectionId"];
@@ -2902,20 +11091,6 @@ export interface components {
             actor: components["schemas"]["EventActor"];
             data: components["schemas"]["OrgDomainVerifiedData"];
         };
-        /**
-         * @description An MCP server id (`mcp_…`); its endpoint is `{base_url}/mcp/{id}`.
-         * @example mcp_01jg3b7f11q5r9s3t7v1w5x9y3
-         */
-        McpServerId: string;
-        /**
-         * @description A user toolbox id. A stored (`template`) user toolbox has `utbx_` and 26 characters; a
-         *     computed (`dynamic`) one has a stable id that says what it is computed from:
-         *     `utbx_dyn_all` (all the caller's connections) or `utbx_dyn_tbx_<toolbox suffix>` (a toolbox
-         *     shared with the caller).
-         * @example utbx_01jg3b7f1ee7f1g5h9j3k7m1n5
-         * @example utbx_dyn_all
-         */
-        UserToolboxId: string;
         /** @description What a `mcp_server.token_rotated` event carries. */
         McpServerTokenRotatedData: {
             /** @description The MCP server whose token changed (never the token). */
@@ -3003,6 +11178,1314 @@ export interface components {
             /** @description The deliveries on this page. */
             data: components["schemas"]["NotificationDelivery"][];
             next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description `saml`: SAML 2.0 (HTTP-Redirect binding out, HTTP-POST binding back); `oidc`: OpenID Connect authorization code flow. Immutable after creation.
+         * @enum {string}
+         */
+        SsoConnectionType: "saml" | "oidc";
+        /**
+         * @description `draft`: the identity provider settings are incomplete (a SAML connection without an
+         *     entity id, SSO URL and certificate; an OIDC one without issuer, client id and client
+         *     secret); nobody can sign in through it yet. It becomes `active` by itself when an update
+         *     completes them, unless that update also sends `status: inactive`.
+         *     `active`: people of its domains can sign in through it, and `enforce` applies.
+         *     `inactive`: turned off by an administrator; keeps its settings, signs nobody in,
+         *     enforces nothing.
+         * @enum {string}
+         */
+        SsoConnectionStatus: "draft" | "active" | "inactive";
+        /**
+         * @description A DNS domain in lowercase, without a trailing dot. It must be a verified domain of the organization (`/org-domain`).
+         * @example acme.example
+         */
+        SsoDomain: string;
+        /**
+         * @description Just-in-time provisioning: a person of the connection's domains who signs in through it
+         *     and is not yet a member becomes one (`via: sso_jit`) with `default_role_id`. When off,
+         *     only existing members (invited, provisioned by SCIM, or joined by verified domain) can
+         *     sign in through it.
+         */
+        SsoJitProvisioning: {
+            /** @description Whether people signing in for the first time become members. */
+            enabled: boolean;
+            /** @description The role new members get, or null for the system role Member. */
+            default_role_id: components["schemas"]["RoleId"] | null;
+        };
+        /**
+         * @description An X.509 certificate in PEM form. Public, not a secret.
+         * @example -----BEGIN CERTIFICATE-----
+         *     MIIDpDCCAoygAwIBAgIGAYx2QzVwMA0GCSqGSIb3DQEBCwUAMIGSMQswCQYDVQQGEwJVUzETMBEG
+         *     A1UECAwKQ2FsaWZvcm5pYTEWMBQGA1UEBwwNU2FuIEZyYW5jaXNjbzENMAsGA1UECgwET2t0YTEU
+         *     MBIGA1UECwwLU1NPUHJvdmlkZXIxEzARBgNVBAMMCmFjbWUtb2t0YTEcMBoGCSqGSIb3DQEJARYN
+         *     -----END CERTIFICATE-----
+         */
+        PemCertificate: string;
+        /**
+         * @description The SAML settings of a `saml` connection. The `idp_*` members come from the identity
+         *     provider (null while the connection is a draft); the `sp_*` and `acs_url` members are
+         *     this service's side, to give to the identity provider's administrator.
+         */
+        SsoSamlSettings: {
+            /**
+             * @description The identity provider's entity id (the `Issuer` of its assertions), or null while a draft.
+             * @example http://www.okta.com/exk1a2b3c4d5e6f7g8h9
+             */
+            idp_entity_id: string | null;
+            /**
+             * Format: uri
+             * @description Where sign-in requests are sent (HTTP-Redirect binding), or null while a draft.
+             * @example https://acme.okta.com/app/acme_mcp/exk1a2b3c4d5e6f7g8h9/sso/saml
+             */
+            idp_sso_url: string | null;
+            /** @description The certificate assertions must be signed with (PEM, public), or null while a draft. */
+            idp_certificate: components["schemas"]["PemCertificate"] | null;
+            /**
+             * @description The SHA-256 fingerprint of `idp_certificate`, colon-separated hex, to compare with the identity provider's console.
+             * @example 4A:1F:9C:03:7E:B2:55:D8:61:0C:AF:93:2E:47:B1:6D:08:F5:C2:39:7A:E4:1B:96:D0:53:8C:2F:A7:64:E1:0B
+             */
+            idp_certificate_fingerprint_sha256: string | null;
+            /** @description When `idp_certificate` expires, or null while a draft. Sign-in fails after it; import new metadata before. */
+            idp_certificate_not_after: components["schemas"]["Timestamp"] | null;
+            /**
+             * Format: uri
+             * @description The identity provider metadata URL the settings were imported from, or null when they
+             *     were entered by hand or imported as XML. The server fetches it again once a day to
+             *     follow certificate rollovers.
+             * @example https://acme.okta.com/app/exk1a2b3c4d5e6f7g8h9/sso/saml/metadata
+             */
+            idp_metadata_url: string | null;
+            /**
+             * Format: uri
+             * @description This service's entity id for the connection (the audience of assertions); `{base_url}/auth/saml/{id}/metadata`. Read-only.
+             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata
+             */
+            sp_entity_id: string;
+            /**
+             * Format: uri
+             * @description The assertion consumer service URL (HTTP-POST binding); `{base_url}/auth/saml/{id}/acs`. Read-only.
+             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs
+             */
+            acs_url: string;
+            /**
+             * Format: uri
+             * @description This service's SAML metadata for the connection, public (`GET /auth/saml/{connectionId}/metadata`); `{base_url}/auth/saml/{id}/metadata`. Read-only.
+             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata
+             */
+            sp_metadata_url: string;
+            /**
+             * Format: uri
+             * @description Starts a sign-in through this connection (SP-initiated); `{base_url}/auth/saml/{id}/login`. Read-only.
+             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login
+             */
+            login_url: string;
+        };
+        /**
+         * @description The scopes requested from the identity provider; must include `openid`. Default `openid email profile`.
+         * @example [
+         *       "openid",
+         *       "email",
+         *       "profile"
+         *     ]
+         */
+        SsoOidcScopes: string[];
+        /**
+         * @description The OpenID Connect settings of an `oidc` connection. The endpoints are discovered from
+         *     the issuer's `/.well-known/openid-configuration` when the issuer is set. The client
+         *     secret is write-only: only `has_client_secret` is returned.
+         */
+        SsoOidcSettings: {
+            /**
+             * Format: uri
+             * @description The identity provider's issuer URL (the `iss` of its ID tokens), or null while a draft.
+             * @example https://login.microsoftonline.com/2f4a9c1e-7b3d-4e8f-a6c5-1d9b0e3f7a24/v2.0
+             */
+            issuer: string | null;
+            /**
+             * @description The client id this service was registered with at the identity provider, or null while a draft.
+             * @example 6d1e8f3a-9c2b-4a7e-b5d0-3f8c1a6e9b24
+             */
+            client_id: string | null;
+            /** @description Whether a client secret is stored. */
+            has_client_secret: boolean;
+            scopes: components["schemas"]["SsoOidcScopes"];
+            /**
+             * Format: uri
+             * @description The discovered authorization endpoint, or null before discovery. Read-only.
+             * @example https://login.microsoftonline.com/2f4a9c1e-7b3d-4e8f-a6c5-1d9b0e3f7a24/oauth2/v2.0/authorize
+             */
+            authorization_endpoint: string | null;
+            /**
+             * Format: uri
+             * @description The discovered token endpoint, or null before discovery. Read-only.
+             * @example https://login.microsoftonline.com/2f4a9c1e-7b3d-4e8f-a6c5-1d9b0e3f7a24/oauth2/v2.0/token
+             */
+            token_endpoint: string | null;
+            /**
+             * Format: uri
+             * @description The discovered key set ID tokens are verified with, or null before discovery. Read-only.
+             * @example https://login.microsoftonline.com/2f4a9c1e-7b3d-4e8f-a6c5-1d9b0e3f7a24/discovery/v2.0/keys
+             */
+            jwks_uri: string | null;
+            /**
+             * Format: uri
+             * @description The redirect URI to register at the identity provider; `{base_url}/auth/oidc/{id}/callback`. Read-only.
+             * @example https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/callback
+             */
+            redirect_uri: string;
+            /**
+             * Format: uri
+             * @description Starts a sign-in through this connection; `{base_url}/auth/oidc/{id}/login`. Read-only.
+             * @example https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/login
+             */
+            login_url: string;
+        };
+        /**
+         * @description An identity provider the organization's people sign in through, with SAML or OpenID
+         *     Connect. Exactly one of `saml` and `oidc` is set, after `type`. Secrets (the OIDC client
+         *     secret) are never included.
+         * @example {
+         *       "id": "sso_01jg3b7f18y3z7a1b5c9d3e7f1",
+         *       "name": "Okta",
+         *       "type": "saml",
+         *       "status": "active",
+         *       "domains": [
+         *         "acme.example"
+         *       ],
+         *       "enforce": false,
+         *       "jit_provisioning": {
+         *         "enabled": true,
+         *         "default_role_id": null
+         *       },
+         *       "saml": {
+         *         "idp_entity_id": "http://www.okta.com/exk1a2b3c4d5e6f7g8h9",
+         *         "idp_sso_url": "https://acme.okta.com/app/acme_mcp/exk1a2b3c4d5e6f7g8h9/sso/saml",
+         *         "idp_certificate": "-----BEGIN CERTIFICATE-----\nMIIDpDCCAoygAwIBAgIGAYx2QzVwMA0GCSqGSIb3DQEBCwUAMIGSMQswCQYDVQQGEwJVUzETMBEG\nA1UECAwKQ2FsaWZvcm5pYTEWMBQGA1UEBwwNU2FuIEZyYW5jaXNjbzENMAsGA1UECgwET2t0YTEU\nMBIGA1UECwwLU1NPUHJvdmlkZXIxEzARBgNVBAMMCmFjbWUtb2t0YTEcMBoGCSqGSIb3DQEJARYN\n-----END CERTIFICATE-----\n",
+         *         "idp_certificate_fingerprint_sha256": "4A:1F:9C:03:7E:B2:55:D8:61:0C:AF:93:2E:47:B1:6D:08:F5:C2:39:7A:E4:1B:96:D0:53:8C:2F:A7:64:E1:0B",
+         *         "idp_certificate_not_after": "2036-11-18T12:00:00.000Z",
+         *         "idp_metadata_url": "https://acme.okta.com/app/exk1a2b3c4d5e6f7g8h9/sso/saml/metadata",
+         *         "sp_entity_id": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+         *         "acs_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs",
+         *         "sp_metadata_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+         *         "login_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login"
+         *       },
+         *       "oidc": null,
+         *       "last_sign_in_at": "2026-11-21T08:02:17.554Z",
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:31:45.006Z"
+         *     }
+         */
+        SsoConnection: {
+            id: components["schemas"]["SsoConnectionId"];
+            /**
+             * @description A name unique among the organization's SSO connections, shown on the sign-in page.
+             * @example Okta
+             */
+            name: string;
+            type: components["schemas"]["SsoConnectionType"];
+            status: components["schemas"]["SsoConnectionStatus"];
+            /** @description The verified email domains this connection serves, in alphabetical order. */
+            domains: components["schemas"]["SsoDomain"][];
+            /**
+             * @description While the connection is `active`, people whose email is in `domains` must sign in
+             *     through it: other sign-in methods (magic link, social login, passkeys) are refused
+             *     for them in this organization, and their existing sessions must sign in again.
+             */
+            enforce: boolean;
+            jit_provisioning: components["schemas"]["SsoJitProvisioning"];
+            /** @description The SAML settings (`type` `saml`), or null for an OIDC connection. */
+            saml: components["schemas"]["SsoSamlSettings"] | null;
+            /** @description The OpenID Connect settings (`type` `oidc`), or null for a SAML connection. */
+            oidc: components["schemas"]["SsoOidcSettings"] | null;
+            /** @description When someone last signed in through this connection, or null if nobody has. Worth checking before turning `enforce` on. */
+            last_sign_in_at: components["schemas"]["Timestamp"] | null;
+            /** @description The user who created it, or null when created by the system or the user is gone. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of SSO connections, oldest first. */
+        SsoConnectionList: {
+            /** @description The connections on this page. */
+            data: components["schemas"]["SsoConnection"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description A name unique among the organization's SSO connections, shown on the sign-in page.
+         * @example Okta
+         */
+        SsoConnectionName: string;
+        /**
+         * @description The email domains whose people sign in through this connection: `GET /auth/oidc/resolve`
+         *     sends them here, `enforce` applies to them and just-in-time provisioning admits them. Each
+         *     must be a verified domain of the organization (409 `domain_not_verified`) and serve at
+         *     most one SSO connection of it (409 `conflict`).
+         */
+        SsoDomainList: components["schemas"]["SsoDomain"][];
+        /**
+         * @description Just-in-time provisioning settings to set; members left out keep their value (on
+         *     creation: `enabled` false, `default_role_id` null). The role must exist in the
+         *     organization (404 `not_found`) and carry no permission the caller lacks (403
+         *     `missing_permission`).
+         */
+        SsoJitProvisioningInput: {
+            /** @description Whether people signing in for the first time become members. */
+            enabled?: boolean;
+            /** @description The role new members get, or null for the system role Member. */
+            default_role_id?: components["schemas"]["RoleId"] | null;
+        };
+        /**
+         * @description `active` turns a complete connection on; `inactive` turns it off. `draft` is never sent: the server sets it while settings are incomplete.
+         * @enum {string}
+         */
+        SsoConnectionStatusInput: "active" | "inactive";
+        /**
+         * @description The identity provider's SAML settings, in one of three ways: `metadata_url` (fetched now
+         *     and again once a day), `metadata_xml` (its metadata document pasted), or the three
+         *     members `idp_entity_id`, `idp_sso_url` and `idp_certificate` by hand. Mixing the ways in
+         *     one request is 400 `validation_failed`. On update, a new import replaces all three
+         *     `idp_*` members, and hand-entered members stop the daily metadata refresh. Metadata that
+         *     cannot be fetched or parsed, or a certificate that is not a valid X.509 PEM, is 400
+         *     `idp_metadata_invalid`; a metadata URL that is not https or points to a private address
+         *     is 400 `outbound_url_not_allowed`. Leaving all of them out keeps the connection a draft.
+         */
+        SsoSamlSettingsInput: {
+            /**
+             * Format: uri
+             * @description The identity provider's metadata URL (https).
+             * @example https://acme.okta.com/app/exk1a2b3c4d5e6f7g8h9/sso/saml/metadata
+             */
+            metadata_url?: string;
+            /**
+             * @description The identity provider's metadata document (an `EntityDescriptor`).
+             * @example <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" entityID="http://www.okta.com/exk1a2b3c4d5e6f7g8h9">…</md:EntityDescriptor>
+             */
+            metadata_xml?: string;
+            /**
+             * @description The identity provider's entity id.
+             * @example http://www.okta.com/exk1a2b3c4d5e6f7g8h9
+             */
+            idp_entity_id?: string;
+            /**
+             * Format: uri
+             * @description The identity provider's sign-in URL (HTTP-Redirect binding), https.
+             * @example https://acme.okta.com/app/acme_mcp/exk1a2b3c4d5e6f7g8h9/sso/saml
+             */
+            idp_sso_url?: string;
+            /** @description The identity provider's signing certificate (PEM). */
+            idp_certificate?: components["schemas"]["PemCertificate"];
+        };
+        /** @description A new SAML connection. Without `saml` (or with incomplete settings) it is created as a draft, so that its `sp_*` URLs can be given to the identity provider first. */
+        SamlSsoConnectionCreate: {
+            name: components["schemas"]["SsoConnectionName"];
+            /**
+             * @description Always `saml`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "saml";
+            domains?: components["schemas"]["SsoDomainList"];
+            /**
+             * @description Whether people of `domains` must sign in through this connection once it is active.
+             * @default false
+             */
+            enforce?: boolean;
+            jit_provisioning?: components["schemas"]["SsoJitProvisioningInput"];
+            /** @default active */
+            status?: components["schemas"]["SsoConnectionStatusInput"];
+            saml?: components["schemas"]["SsoSamlSettingsInput"];
+        };
+        /**
+         * @description The identity provider's OpenID Connect settings. Setting `issuer` fetches its discovery
+         *     document (`/.well-known/openid-configuration`) now: a document that cannot be fetched, is
+         *     not valid or names another issuer is 400 `idp_metadata_invalid`; an issuer that is not
+         *     https or points to a private address is 400 `outbound_url_not_allowed`. Members left out
+         *     keep their value (on creation: unset, and `scopes` `openid email profile`). Until
+         *     `issuer`, `client_id` and `client_secret` are all set the connection is a draft.
+         */
+        SsoOidcSettingsInput: {
+            /**
+             * Format: uri
+             * @description The issuer URL, https, exactly as the identity provider's ID tokens name it.
+             * @example https://login.microsoftonline.com/2f4a9c1e-7b3d-4e8f-a6c5-1d9b0e3f7a24/v2.0
+             */
+            issuer?: string;
+            /**
+             * @description The client id issued by the identity provider.
+             * @example 6d1e8f3a-9c2b-4a7e-b5d0-3f8c1a6e9b24
+             */
+            client_id?: string;
+            /**
+             * @description The client secret issued by the identity provider. A secret, stored encrypted, never returned.
+             * @example Qx8~vT2nL.4kP9rW_3mZ6cY1bH7fJ0dS5gA
+             */
+            client_secret?: string;
+            scopes?: components["schemas"]["SsoOidcScopes"];
+        };
+        /** @description A new OpenID Connect connection. Without complete `oidc` settings it is created as a draft, so that its `redirect_uri` can be registered at the identity provider first. */
+        OidcSsoConnectionCreate: {
+            name: components["schemas"]["SsoConnectionName"];
+            /**
+             * @description Always `oidc`. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "oidc";
+            domains?: components["schemas"]["SsoDomainList"];
+            /**
+             * @description Whether people of `domains` must sign in through this connection once it is active.
+             * @default false
+             */
+            enforce?: boolean;
+            jit_provisioning?: components["schemas"]["SsoJitProvisioningInput"];
+            /** @default active */
+            status?: components["schemas"]["SsoConnectionStatusInput"];
+            oidc?: components["schemas"]["SsoOidcSettingsInput"];
+        };
+        /** @description A new SSO connection; `type` selects whether `saml` or `oidc` settings apply. */
+        SsoConnectionCreate: components["schemas"]["SamlSsoConnectionCreate"] | components["schemas"]["OidcSsoConnectionCreate"];
+        /**
+         * @description The members to change. `domains` replaces the whole list. `jit_provisioning`, `saml` and
+         *     `oidc` are merged into the stored settings: members left out keep their value. `saml` is
+         *     refused for an OIDC connection and `oidc` for a SAML one (400 `validation_failed`).
+         *     `type` cannot change; sending a different one is 400 `immutable_field`.
+         */
+        SsoConnectionUpdate: {
+            name?: components["schemas"]["SsoConnectionName"];
+            type?: components["schemas"]["SsoConnectionType"];
+            domains?: components["schemas"]["SsoDomainList"];
+            /** @description Whether people of `domains` must sign in through this connection while it is active. */
+            enforce?: boolean;
+            jit_provisioning?: components["schemas"]["SsoJitProvisioningInput"];
+            status?: components["schemas"]["SsoConnectionStatusInput"];
+            saml?: components["schemas"]["SsoSamlSettingsInput"];
+            oidc?: components["schemas"]["SsoOidcSettingsInput"];
+        };
+        /**
+         * @description A SCIM group id (`grp_…`).
+         * @example grp_01jg3b7f1aa1b5c9d3e7f1g5h9
+         */
+        ScimGroupId: string;
+        /**
+         * @description A group mapping id (`gmap_…`).
+         * @example gmap_01jg3b7f1bb5c9d3e7f1g5h9j3
+         */
+        GroupMappingId: string;
+        /**
+         * @description A group the organization's identity provider pushed through SCIM (`/scim/v2/Groups`),
+         *     as administrators see it when building group mappings. Read-only here: only the identity
+         *     provider changes it.
+         * @example {
+         *       "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *       "display_name": "Engineering",
+         *       "external_id": "00g1a2b3c4d5e6f7g8h9",
+         *       "member_count": 42,
+         *       "mapping_ids": [
+         *         "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3"
+         *       ],
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-21T07:45:12.309Z"
+         *     }
+         */
+        ScimGroup: {
+            id: components["schemas"]["ScimGroupId"];
+            /**
+             * @description The group's name at the identity provider (SCIM `displayName`).
+             * @example Engineering
+             */
+            display_name: string;
+            /**
+             * @description The identity provider's own id of the group (SCIM `externalId`), or null when it sent none.
+             * @example 00g1a2b3c4d5e6f7g8h9
+             */
+            external_id: string | null;
+            /**
+             * @description How many people of the organization the group holds, suspended ones included.
+             * @example 42
+             */
+            member_count: number;
+            /** @description The group mappings that apply to this group, oldest first. */
+            mapping_ids: components["schemas"]["GroupMappingId"][];
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of SCIM groups, oldest first. */
+        ScimGroupList: {
+            /** @description The groups on this page. */
+            data: components["schemas"]["ScimGroup"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description A SCIM token id (`scimtok_…`).
+         * @example scimtok_01jg3b7f19z7a1b5c9d3e7f1g5
+         */
+        ScimTokenId: string;
+        /**
+         * @description A SCIM token of the organization, without its secret. The token acts in this
+         *     organization only, on `/scim/v2/*` only; it is stored as a SHA-256 hash.
+         * @example {
+         *       "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
+         *       "name": "Okta provisioning",
+         *       "last_four": "k7Qz",
+         *       "expires_at": null,
+         *       "last_used_at": "2026-11-21T07:45:00.000Z",
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        ScimToken: {
+            id: components["schemas"]["ScimTokenId"];
+            /**
+             * @description A name unique among the organization's SCIM tokens.
+             * @example Okta provisioning
+             */
+            name: string;
+            /**
+             * @description The last four characters of the token, to tell tokens apart.
+             * @example k7Qz
+             */
+            last_four: string;
+            /** @description When the token stops working, or null when it does not expire. */
+            expires_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the identity provider last used the token, to the minute, or null if never. */
+            last_used_at: components["schemas"]["Timestamp"] | null;
+            /** @description The person who created it, or null when that user is gone. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of SCIM tokens, oldest first. */
+        ScimTokenList: {
+            /** @description The tokens on this page. */
+            data: components["schemas"]["ScimToken"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description A name unique among the organization's SCIM tokens, saying which identity provider uses it.
+         * @example Okta provisioning
+         */
+        ScimTokenName: string;
+        /** @description A new SCIM token. */
+        ScimTokenCreate: {
+            name: components["schemas"]["ScimTokenName"];
+            /** @description When the token is to stop working, in the future and at most two years away; left out, it does not expire. */
+            expires_at?: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A new SCIM token with its secret, which this response shows once and never again.
+         * @example {
+         *       "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
+         *       "name": "Okta provisioning",
+         *       "last_four": "k7Qz",
+         *       "expires_at": "2027-11-20T00:00:00.000Z",
+         *       "last_used_at": null,
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z",
+         *       "token": "scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz"
+         *     }
+         */
+        ScimTokenCreated: {
+            id: components["schemas"]["ScimTokenId"];
+            /**
+             * @description A name unique among the organization's SCIM tokens.
+             * @example Okta provisioning
+             */
+            name: string;
+            /**
+             * @description The last four characters of the token.
+             * @example k7Qz
+             */
+            last_four: string;
+            /** @description When the token stops working, or null when it does not expire. */
+            expires_at: components["schemas"]["Timestamp"] | null;
+            /** @description Always null for a new token. */
+            last_used_at: null;
+            /** @description The person who created it. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+            /**
+             * @description The token to give the identity provider, with `{base_url}/scim/v2` as the SCIM base
+             *     URL; it sends it as `Authorization: Bearer scim_…`. Shown only in this response:
+             *     store it now.
+             * @example scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz
+             */
+            token: string;
+        };
+        /** @description Always `["urn:ietf:params:scim:api:messages:2.0:ListResponse"]`. */
+        ScimV2ListResponseSchemas: "urn:ietf:params:scim:api:messages:2.0:ListResponse"[];
+        /** @description How many resources match the query in all (RFC 7644 §3.4.2). */
+        ScimV2TotalResults: number;
+        /** @description The 1-based index of the first resource on this page. */
+        ScimV2ListStartIndex: number;
+        /** @description How many resources are on this page. */
+        ScimV2ItemsPerPage: number;
+        /** @description The person's name (RFC 7643 §4.1.1). Other name parts are accepted and ignored. */
+        ScimV2Name: {
+            /**
+             * @description The full name as it is displayed.
+             * @example Ada Lovelace
+             */
+            formatted?: string;
+            /**
+             * @description The given (first) name.
+             * @example Ada
+             */
+            givenName?: string;
+            /**
+             * @description The family (last) name.
+             * @example Lovelace
+             */
+            familyName?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description An email address of the person (RFC 7643 §4.1.2). */
+        ScimV2Email: {
+            /**
+             * Format: email
+             * @description The address.
+             * @example ada@acme.example
+             */
+            value: string;
+            /**
+             * @description A label: `work`, `home`, `other`.
+             * @example work
+             */
+            type?: string;
+            /** @description Whether this is the person's primary address; at most one is. */
+            primary?: boolean;
+            /** @description A display form of the address. */
+            display?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A group the person belongs to (read-only; change it through `/scim/v2/Groups`). */
+        ScimV2UserGroup: {
+            /** @description The group's id. */
+            value: components["schemas"]["ScimGroupId"];
+            /**
+             * @description The group's `displayName`.
+             * @example Engineering
+             */
+            display: string;
+        };
+        /** @description The resource's metadata (RFC 7643 §3.1). Read-only; ignored when sent. */
+        ScimV2ResourceMeta: {
+            /**
+             * @description The resource type's name.
+             * @enum {string}
+             */
+            resourceType: "User" | "Group";
+            /** @description When the resource was created. */
+            created: components["schemas"]["Timestamp"];
+            /** @description When the resource last changed. */
+            lastModified: components["schemas"]["Timestamp"];
+            /**
+             * Format: uri
+             * @description The resource's URL, `{base_url}/scim/v2/Users/{id}` or `{base_url}/scim/v2/Groups/{id}`.
+             * @example https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e
+             */
+            location: string;
+            /**
+             * @description The resource's version, a weak entity tag; the same value as the `ETag` header. Send it in `If-Match` to update only that version.
+             * @example W/"3"
+             */
+            version: string;
+        };
+        /**
+         * @description A person of the organization as SCIM sees it (RFC 7643 §4.1): the core User schema. `id`
+         *     is the person's user id (`usr_…`), which is also their id everywhere else in the API.
+         *     `/scim/v2/Users` shows every member of the organization, not only those SCIM created,
+         *     so that the identity provider can match existing members by `userName` and take them
+         *     over. `active: false` is a suspended membership: the person keeps their roles but can do
+         *     nothing in the organization. Attributes the request's `attributes` or
+         *     `excludedAttributes` leave out, and unassigned ones, are omitted; `id` and `schemas` are
+         *     always present. Attributes the service does not keep (phone numbers, addresses, the
+         *     enterprise extension…) are accepted on input and never returned.
+         * @example {
+         *       "schemas": [
+         *         "urn:ietf:params:scim:schemas:core:2.0:User"
+         *       ],
+         *       "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "externalId": "00u1a2b3c4d5e6f7g8h9",
+         *       "userName": "ada@acme.example",
+         *       "name": {
+         *         "formatted": "Ada Lovelace",
+         *         "givenName": "Ada",
+         *         "familyName": "Lovelace"
+         *       },
+         *       "displayName": "Ada Lovelace",
+         *       "emails": [
+         *         {
+         *           "value": "ada@acme.example",
+         *           "type": "work",
+         *           "primary": true
+         *         }
+         *       ],
+         *       "active": true,
+         *       "groups": [
+         *         {
+         *           "value": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *           "display": "Engineering"
+         *         }
+         *       ],
+         *       "meta": {
+         *         "resourceType": "User",
+         *         "created": "2026-11-20T09:14:03.120Z",
+         *         "lastModified": "2026-11-21T07:45:12.309Z",
+         *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "version": "W/\"3\""
+         *       }
+         *     }
+         */
+        ScimV2User: {
+            /** @description Always `["urn:ietf:params:scim:schemas:core:2.0:User"]`. */
+            schemas: "urn:ietf:params:scim:schemas:core:2.0:User"[];
+            /** @description The person's user id, assigned by this service. */
+            id: components["schemas"]["UserId"];
+            /**
+             * @description The identity provider's own id of the person, as it sent it.
+             * @example 00u1a2b3c4d5e6f7g8h9
+             */
+            externalId?: string;
+            /**
+             * @description The person's sign-in name, their email address; unique in the organization, compared ignoring case.
+             * @example ada@acme.example
+             */
+            userName?: string;
+            name?: components["schemas"]["ScimV2Name"];
+            /**
+             * @description The name shown for the person.
+             * @example Ada Lovelace
+             */
+            displayName?: string;
+            /** @description The person's email addresses; the primary one (or `userName`) is their email in this service. */
+            emails?: components["schemas"]["ScimV2Email"][];
+            /** @description True for an active membership; false for a suspended one. */
+            active?: boolean;
+            /** @description The SCIM groups of the organization the person belongs to. Read-only. */
+            groups?: components["schemas"]["ScimV2UserGroup"][];
+            meta?: components["schemas"]["ScimV2ResourceMeta"];
+        };
+        /**
+         * @description A page of users (RFC 7644 §3.4.2), in creation order.
+         * @example {
+         *       "schemas": [
+         *         "urn:ietf:params:scim:api:messages:2.0:ListResponse"
+         *       ],
+         *       "totalResults": 1,
+         *       "startIndex": 1,
+         *       "itemsPerPage": 1,
+         *       "Resources": [
+         *         {
+         *           "schemas": [
+         *             "urn:ietf:params:scim:schemas:core:2.0:User"
+         *           ],
+         *           "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *           "externalId": "00u1a2b3c4d5e6f7g8h9",
+         *           "userName": "ada@acme.example",
+         *           "active": true,
+         *           "meta": {
+         *             "resourceType": "User",
+         *             "created": "2026-11-20T09:14:03.120Z",
+         *             "lastModified": "2026-11-21T07:45:12.309Z",
+         *             "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *             "version": "W/\"3\""
+         *           }
+         *         }
+         *       ]
+         *     }
+         */
+        ScimV2UserList: {
+            schemas: components["schemas"]["ScimV2ListResponseSchemas"];
+            totalResults: components["schemas"]["ScimV2TotalResults"];
+            startIndex: components["schemas"]["ScimV2ListStartIndex"];
+            itemsPerPage: components["schemas"]["ScimV2ItemsPerPage"];
+            /** @description The users on this page. */
+            Resources: components["schemas"]["ScimV2User"][];
+        };
+        /**
+         * @description The SCIM detail error keyword (RFC 7644 §3.12), sent with some 400 and 409 answers:
+         *     `invalidFilter` (a filter this server cannot evaluate), `tooMany`, `uniqueness` (another
+         *     resource of the organization has the same `userName`, `externalId` or `displayName`),
+         *     `mutability` (a read-only or immutable attribute was changed), `invalidSyntax` (a body
+         *     that is not a valid request of this kind), `invalidPath`, `noTarget` (a PATCH path that
+         *     matches nothing), `invalidValue` (a value of the wrong type or form), `invalidVers`,
+         *     `sensitive`.
+         * @enum {string}
+         */
+        ScimV2ErrorType: "invalidFilter" | "tooMany" | "uniqueness" | "mutability" | "invalidSyntax" | "invalidPath" | "noTarget" | "invalidValue" | "invalidVers" | "sensitive";
+        /**
+         * @description A SCIM error body (RFC 7644 §3.12), answered by every `/scim/v2/*` operation instead of
+         *     the API's Error object. `status` repeats the HTTP status as a string. The request id is
+         *     in the `X-Request-Id` header.
+         * @example {
+         *       "schemas": [
+         *         "urn:ietf:params:scim:api:messages:2.0:Error"
+         *       ],
+         *       "status": "409",
+         *       "scimType": "uniqueness",
+         *       "detail": "A user with userName ada@acme.example already exists in this organization."
+         *     }
+         */
+        ScimV2Error: {
+            /** @description Always `["urn:ietf:params:scim:api:messages:2.0:Error"]`. */
+            schemas: "urn:ietf:params:scim:api:messages:2.0:Error"[];
+            /**
+             * @description The HTTP status code, as a string.
+             * @example 409
+             */
+            status: string;
+            scimType?: components["schemas"]["ScimV2ErrorType"];
+            /**
+             * @description What went wrong, for the identity provider's administrator. Never contains secrets.
+             * @example A user with userName ada@acme.example already exists in this organization.
+             */
+            detail: string;
+        };
+        /** @description The schema URIs the body follows (RFC 7643 §3). */
+        ScimV2SchemaUris: string[];
+        /**
+         * @description A person as the identity provider sends it to `POST` (create) or `PUT` (replace)
+         *     (RFC 7644 §3.3, §3.5.1). `userName` must be an email address unless a primary email is
+         *     given; that address becomes the person's email. Read-only attributes (`id`, `meta`,
+         *     `groups`) and attributes the service does not keep (phone numbers, addresses, `title`,
+         *     `locale`, `password`, the enterprise extension…) are accepted and ignored, because
+         *     identity providers send them by default. On `PUT`, attributes left out are cleared and
+         *     a missing `active` counts as true.
+         */
+        ScimV2UserInput: {
+            /** @description Must include `urn:ietf:params:scim:schemas:core:2.0:User`. */
+            schemas: components["schemas"]["ScimV2SchemaUris"];
+            /**
+             * @description The identity provider's own id of the person.
+             * @example 00u1a2b3c4d5e6f7g8h9
+             */
+            externalId?: string;
+            /**
+             * @description The sign-in name, an email address; unique in the organization ignoring case (409 `uniqueness`).
+             * @example ada@acme.example
+             */
+            userName: string;
+            name?: components["schemas"]["ScimV2Name"];
+            /**
+             * @description The name shown for the person.
+             * @example Ada Lovelace
+             */
+            displayName?: string;
+            /** @description Email addresses; the primary one is the person's email. */
+            emails?: components["schemas"]["ScimV2Email"][];
+            /**
+             * @description False suspends the membership, true restores it. The strings `"True"` and `"False"` (as Microsoft Entra ID sends them) are accepted.
+             * @example true
+             * @enum {boolean|string}
+             */
+            active?: true | false | "True" | "False" | "true" | "false";
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description One change (RFC 7644 §3.5.2). `op` is matched ignoring case (Microsoft Entra ID sends
+         *     `Add`, `Replace`, `Remove`). Without `path`, `value` is an object of attributes to add or
+         *     replace (Okta sends `{"op": "replace", "value": {"active": false}}`); its keys may be
+         *     paths such as `name.givenName`. Supported paths: Users `active`, `userName`,
+         *     `externalId`, `displayName`, `name`, `name.givenName`, `name.familyName`,
+         *     `name.formatted`, `emails`, `emails[type eq "work"].value`; Groups `displayName`,
+         *     `externalId`, `members`, `members[value eq "usr_…"]`. `remove` on `members` with a
+         *     `value` array removes those members; without a value it empties the group.
+         */
+        ScimV2PatchOperation: {
+            /**
+             * @description `add`, `replace` or `remove`, in any case.
+             * @example replace
+             */
+            op: string;
+            /**
+             * @description The attribute to change (RFC 7644 §3.5.2 path syntax); required for `remove`.
+             * @example members[value eq "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"]
+             */
+            path?: string;
+            /** @description The new value; any JSON value. Booleans may come as the strings `"True"` and `"False"`. */
+            value?: unknown;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A PATCH request (RFC 7644 §3.5.2). The operations apply in order and all or none take effect. */
+        ScimV2PatchOp: {
+            /** @description Always `["urn:ietf:params:scim:api:messages:2.0:PatchOp"]`. */
+            schemas: "urn:ietf:params:scim:api:messages:2.0:PatchOp"[];
+            /** @description The changes, applied in order. */
+            Operations: components["schemas"]["ScimV2PatchOperation"][];
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A member of a group (RFC 7643 §4.2). Only people (`User`) can be members; groups do not nest. */
+        ScimV2GroupMember: {
+            /** @description The person's user id. */
+            value: components["schemas"]["UserId"];
+            /**
+             * @description The person's `displayName`, or their `userName` when they have none.
+             * @example Ada Lovelace
+             */
+            display: string;
+            /**
+             * @description Always `User`.
+             * @constant
+             */
+            type: "User";
+        };
+        /**
+         * @description A group of people the identity provider keeps in the organization (RFC 7643 §4.2): the
+         *     core Group schema. Membership drives group mappings (`/group-mapping`): every member
+         *     holds the roles and belongs to the teams mapped to the group. Attributes the request's
+         *     `attributes` or `excludedAttributes` leave out, and unassigned ones, are omitted; `id`
+         *     and `schemas` are always present.
+         * @example {
+         *       "schemas": [
+         *         "urn:ietf:params:scim:schemas:core:2.0:Group"
+         *       ],
+         *       "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *       "externalId": "00g1a2b3c4d5e6f7g8h9",
+         *       "displayName": "Engineering",
+         *       "members": [
+         *         {
+         *           "value": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *           "display": "Ada Lovelace",
+         *           "type": "User"
+         *         }
+         *       ],
+         *       "meta": {
+         *         "resourceType": "Group",
+         *         "created": "2026-11-20T09:14:03.120Z",
+         *         "lastModified": "2026-11-21T07:45:12.309Z",
+         *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *         "version": "W/\"7\""
+         *       }
+         *     }
+         */
+        ScimV2Group: {
+            /** @description Always `["urn:ietf:params:scim:schemas:core:2.0:Group"]`. */
+            schemas: "urn:ietf:params:scim:schemas:core:2.0:Group"[];
+            /** @description The group's id, assigned by this service; the same as in `/scim-group`. */
+            id: components["schemas"]["ScimGroupId"];
+            /**
+             * @description The identity provider's own id of the group.
+             * @example 00g1a2b3c4d5e6f7g8h9
+             */
+            externalId?: string;
+            /**
+             * @description The group's name; unique in the organization ignoring case.
+             * @example Engineering
+             */
+            displayName?: string;
+            /** @description The group's members, in the order they were added. */
+            members?: components["schemas"]["ScimV2GroupMember"][];
+            meta?: components["schemas"]["ScimV2ResourceMeta"];
+        };
+        /**
+         * @description A page of groups (RFC 7644 §3.4.2), in creation order.
+         * @example {
+         *       "schemas": [
+         *         "urn:ietf:params:scim:api:messages:2.0:ListResponse"
+         *       ],
+         *       "totalResults": 1,
+         *       "startIndex": 1,
+         *       "itemsPerPage": 1,
+         *       "Resources": [
+         *         {
+         *           "schemas": [
+         *             "urn:ietf:params:scim:schemas:core:2.0:Group"
+         *           ],
+         *           "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *           "externalId": "00g1a2b3c4d5e6f7g8h9",
+         *           "displayName": "Engineering",
+         *           "meta": {
+         *             "resourceType": "Group",
+         *             "created": "2026-11-20T09:14:03.120Z",
+         *             "lastModified": "2026-11-21T07:45:12.309Z",
+         *             "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *             "version": "W/\"7\""
+         *           }
+         *         }
+         *       ]
+         *     }
+         */
+        ScimV2GroupList: {
+            schemas: components["schemas"]["ScimV2ListResponseSchemas"];
+            totalResults: components["schemas"]["ScimV2TotalResults"];
+            startIndex: components["schemas"]["ScimV2ListStartIndex"];
+            itemsPerPage: components["schemas"]["ScimV2ItemsPerPage"];
+            /** @description The groups on this page. */
+            Resources: components["schemas"]["ScimV2Group"][];
+        };
+        /** @description A member to put in a group. `display`, `type` and `$ref` are accepted and ignored; a `type` other than `User` is 400 `invalidValue`. */
+        ScimV2GroupMemberInput: {
+            /** @description The person's user id, as `/scim/v2/Users` returned it. */
+            value: components["schemas"]["UserId"];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A group as the identity provider sends it to `POST` (create) or `PUT` (replace). On
+         *     `PUT`, `members` replaces the whole membership and a missing `members` empties the
+         *     group. Read-only attributes (`id`, `meta`) and unknown ones are accepted and ignored.
+         *     A member that is not a person of the organization is 400 `invalidValue`.
+         */
+        ScimV2GroupInput: {
+            /** @description Must include `urn:ietf:params:scim:schemas:core:2.0:Group`. */
+            schemas: components["schemas"]["ScimV2SchemaUris"];
+            /**
+             * @description The identity provider's own id of the group.
+             * @example 00g1a2b3c4d5e6f7g8h9
+             */
+            externalId?: string;
+            /**
+             * @description The group's name; unique in the organization ignoring case (409 `uniqueness`).
+             * @example Engineering
+             */
+            displayName: string;
+            /** @description The group's members. */
+            members?: components["schemas"]["ScimV2GroupMemberInput"][];
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description Whether an optional feature is supported. */
+        ScimV2Supported: {
+            /** @description Whether the feature is supported. */
+            supported: boolean;
+        };
+        /** @description An authentication scheme the service provider accepts. */
+        ScimV2AuthenticationScheme: {
+            /**
+             * @description The scheme's kind, `oauthbearertoken` for a bearer token.
+             * @example oauthbearertoken
+             */
+            type: string;
+            /**
+             * @description The scheme's name.
+             * @example OAuth Bearer Token
+             */
+            name: string;
+            /** @description How to authenticate. */
+            description: string;
+            /**
+             * Format: uri
+             * @description The specification of the scheme.
+             * @example https://www.rfc-editor.org/info/rfc6750
+             */
+            specUri: string;
+            /** @description Whether this is the preferred scheme. */
+            primary: boolean;
+        };
+        /** @description The metadata of a discovery document (RFC 7643 §5–§7). */
+        ScimV2DocumentMeta: {
+            /**
+             * @description The kind of discovery document.
+             * @enum {string}
+             */
+            resourceType: "ServiceProviderConfig" | "ResourceType" | "Schema";
+            /**
+             * Format: uri
+             * @description The document's URL.
+             * @example https://api.mcp-control.example/scim/v2/ServiceProviderConfig
+             */
+            location: string;
+        };
+        /**
+         * @description What this SCIM service provider supports (RFC 7643 §5).
+         * @example {
+         *       "schemas": [
+         *         "urn:ietf:params:scim:schemas:core:2.0:ServiceProviderConfig"
+         *       ],
+         *       "documentationUri": "https://api.mcp-control.example/openapi.json",
+         *       "patch": {
+         *         "supported": true
+         *       },
+         *       "bulk": {
+         *         "supported": false,
+         *         "maxOperations": 0,
+         *         "maxPayloadSize": 0
+         *       },
+         *       "filter": {
+         *         "supported": true,
+         *         "maxResults": 200
+         *       },
+         *       "changePassword": {
+         *         "supported": false
+         *       },
+         *       "sort": {
+         *         "supported": false
+         *       },
+         *       "etag": {
+         *         "supported": true
+         *       },
+         *       "authenticationSchemes": [
+         *         {
+         *           "type": "oauthbearertoken",
+         *           "name": "OAuth Bearer Token",
+         *           "description": "A SCIM token of the organization, created in its settings, sent as Authorization: Bearer scim_…",
+         *           "specUri": "https://www.rfc-editor.org/info/rfc6750",
+         *           "primary": true
+         *         }
+         *       ],
+         *       "meta": {
+         *         "resourceType": "ServiceProviderConfig",
+         *         "location": "https://api.mcp-control.example/scim/v2/ServiceProviderConfig"
+         *       }
+         *     }
+         */
+        ScimV2ServiceProviderConfig: {
+            /** @description Always `["urn:ietf:params:scim:schemas:core:2.0:ServiceProviderConfig"]`. */
+            schemas: "urn:ietf:params:scim:schemas:core:2.0:ServiceProviderConfig"[];
+            /**
+             * Format: uri
+             * @description Where this API is documented (its OpenAPI document).
+             * @example https://api.mcp-control.example/openapi.json
+             */
+            documentationUri: string;
+            /** @description PATCH is supported. */
+            patch: components["schemas"]["ScimV2Supported"];
+            /** @description Bulk operations are not supported. */
+            bulk: {
+                /** @description Always false. */
+                supported: boolean;
+                /** @description Always 0. */
+                maxOperations: number;
+                /** @description Always 0. */
+                maxPayloadSize: number;
+            };
+            /** @description Filtering is supported, for the expressions listed at the `filter` parameter. */
+            filter: {
+                /** @description Always true. */
+                supported: boolean;
+                /** @description The most results one page holds (200). */
+                maxResults: number;
+            };
+            /** @description Passwords are not kept (people sign in through SSO or passwordless methods), so not supported. */
+            changePassword: components["schemas"]["ScimV2Supported"];
+            /** @description Sorting is not supported; lists are in creation order. */
+            sort: components["schemas"]["ScimV2Supported"];
+            /** @description Entity tags are supported (`meta.version`, `ETag`, `If-Match`). */
+            etag: components["schemas"]["ScimV2Supported"];
+            /** @description The accepted authentication schemes. */
+            authenticationSchemes: components["schemas"]["ScimV2AuthenticationScheme"][];
+            meta: components["schemas"]["ScimV2DocumentMeta"];
+        };
+        /** @description A resource type this service provider serves (RFC 7643 §6). */
+        ScimV2ResourceType: {
+            /** @description Always `["urn:ietf:params:scim:schemas:core:2.0:ResourceType"]`. */
+            schemas: "urn:ietf:params:scim:schemas:core:2.0:ResourceType"[];
+            /**
+             * @description The resource type's id, `User` or `Group`.
+             * @example User
+             */
+            id: string;
+            /**
+             * @description The resource type's name, `User` or `Group`.
+             * @example User
+             */
+            name: string;
+            /**
+             * @description The endpoint relative to `{base_url}/scim/v2`, `/Users` or `/Groups`.
+             * @example /Users
+             */
+            endpoint: string;
+            /** @description What the resources are. */
+            description: string;
+            /**
+             * @description The URI of the resource's core schema.
+             * @example urn:ietf:params:scim:schemas:core:2.0:User
+             */
+            schema: string;
+            /** @description Schema extensions; none (the enterprise User extension is accepted on input and ignored). */
+            schemaExtensions: Record<string, unknown>[];
+            meta: components["schemas"]["ScimV2DocumentMeta"];
+        };
+        /**
+         * @description The resource types, `User` and `Group`, as a list response.
+         * @example {
+         *       "schemas": [
+         *         "urn:ietf:params:scim:api:messages:2.0:ListResponse"
+         *       ],
+         *       "totalResults": 2,
+         *       "startIndex": 1,
+         *       "itemsPerPage": 2,
+         *       "Resources": [
+         *         {
+         *           "schemas": [
+         *             "urn:ietf:params:scim:schemas:core:2.0:ResourceType"
+         *           ],
+         *           "id": "User",
+         *           "name": "User",
+         *           "endpoint": "/Users",
+         *           "description": "People of the organization.",
+         *           "schema": "urn:ietf:params:scim:schemas:core:2.0:User",
+         *           "schemaExtensions": [],
+         *           "meta": {
+         *             "resourceType": "ResourceType",
+         *             "location": "https://api.mcp-control.example/scim/v2/ResourceTypes/User"
+         *           }
+         *         },
+         *         {
+         *           "schemas": [
+         *             "urn:ietf:params:scim:schemas:core:2.0:ResourceType"
+         *           ],
+         *           "id": "Group",
+         *           "name": "Group",
+         *           "endpoint": "/Groups",
+         *           "description": "Groups of people, mapped to roles and teams.",
+         *           "schema": "urn:ietf:params:scim:schemas:core:2.0:Group",
+         *           "schemaExtensions": [],
+         *           "meta": {
+         *             "resourceType": "ResourceType",
+         *             "location": "https://api.mcp-control.example/scim/v2/ResourceTypes/Group"
+         *           }
+         *         }
+         *       ]
+         *     }
+         */
+        ScimV2ResourceTypeList: {
+            schemas: components["schemas"]["ScimV2ListResponseSchemas"];
+            totalResults: components["schemas"]["ScimV2TotalResults"];
+            startIndex: components["schemas"]["ScimV2ListStartIndex"];
+            itemsPerPage: components["schemas"]["ScimV2ItemsPerPage"];
+            /** @description The resource types. */
+            Resources: components["schemas"]["ScimV2ResourceType"][];
+        };
+        /** @description The definition of one attribute (RFC 7643 §7). */
+        ScimV2SchemaAttribute: {
+            /**
+             * @description The attribute's name.
+             * @example userName
+             */
+            name: string;
+            /**
+             * @description The attribute's data type.
+             * @enum {string}
+             */
+            type: "string" | "boolean" | "decimal" | "integer" | "dateTime" | "reference" | "complex" | "binary";
+            /** @description Whether the attribute holds a list. */
+            multiValued: boolean;
+            /** @description What the attribute means here. */
+            description: string;
+            /** @description Whether the attribute must be sent. */
+            required: boolean;
+            /** @description Whether string comparisons respect case. */
+            caseExact: boolean;
+            /**
+             * @description Whether and when the attribute can be changed.
+             * @enum {string}
+             */
+            mutability: "readOnly" | "readWrite" | "immutable" | "writeOnly";
+            /**
+             * @description When the attribute is returned.
+             * @enum {string}
+             */
+            returned: "always" | "never" | "default" | "request";
+            /**
+             * @description Whether values must be unique.
+             * @enum {string}
+             */
+            uniqueness: "none" | "server" | "global";
+            /** @description The sub-attributes of a `complex` attribute. */
+            subAttributes?: components["schemas"]["ScimV2SchemaAttribute"][];
+            /** @description The resource types a `reference` attribute may point to. */
+            referenceTypes?: string[];
+            /** @description Suggested values. */
+            canonicalValues?: string[];
+        };
+        /** @description A schema this service provider uses, with the attributes it keeps (RFC 7643 §7). */
+        ScimV2Schema: {
+            /** @description Always `["urn:ietf:params:scim:schemas:core:2.0:Schema"]`. */
+            schemas: "urn:ietf:params:scim:schemas:core:2.0:Schema"[];
+            /**
+             * @description The schema's URI.
+             * @example urn:ietf:params:scim:schemas:core:2.0:User
+             */
+            id: string;
+            /**
+             * @description The schema's name.
+             * @example User
+             */
+            name: string;
+            /** @description What the schema describes. */
+            description: string;
+            /** @description The attributes this service keeps. */
+            attributes: components["schemas"]["ScimV2SchemaAttribute"][];
+            meta: components["schemas"]["ScimV2DocumentMeta"];
+        };
+        /** @description The schemas (User and Group), as a list response. */
+        ScimV2SchemaList: {
+            schemas: components["schemas"]["ScimV2ListResponseSchemas"];
+            totalResults: components["schemas"]["ScimV2TotalResults"];
+            startIndex: components["schemas"]["ScimV2ListStartIndex"];
+            itemsPerPage: components["schemas"]["ScimV2ItemsPerPage"];
+            /** @description The schemas. */
+            Resources: components["schemas"]["ScimV2Schema"][];
+        };
+        /**
+         * @description Ties a SCIM group to a role, a team, or both. Every member of the group holds the role
+         *     and belongs to the team for as long as they are in the group: the mapping is applied
+         *     whenever the identity provider changes the group's membership through SCIM, when the
+         *     mapping is created or changed, and withdrawn when it is deleted. Grants made by a
+         *     mapping are recorded as such, so that taking them back never removes a role or team
+         *     membership that was given directly or by another mapping.
+         * @example {
+         *       "id": "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3",
+         *       "scim_group_id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *       "role_id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+         *       "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        GroupMapping: {
+            id: components["schemas"]["GroupMappingId"];
+            /** @description The SCIM group whose members the mapping applies to. Immutable. */
+            scim_group_id: components["schemas"]["ScimGroupId"];
+            /** @description The role the group's members hold, or null when the mapping only adds them to a team. */
+            role_id: components["schemas"]["RoleId"] | null;
+            /** @description The team the group's members belong to, or null when the mapping only grants a role. */
+            team_id: components["schemas"]["TeamId"] | null;
+            /** @description The user who created it, or null when created by the system or the user is gone. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of group mappings, oldest first. */
+        GroupMappingList: {
+            /** @description The mappings on this page. */
+            data: components["schemas"]["GroupMapping"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description A new mapping: a SCIM group and at least one of a role and a team. The same group,
+         *     role and team may be mapped only once (409 `conflict`).
+         */
+        GroupMappingCreate: {
+            /** @description The SCIM group (`GET /scim-group`) whose members the mapping applies to. */
+            scim_group_id: components["schemas"]["ScimGroupId"];
+            /** @description The role the group's members are to hold. It must carry no permission the caller lacks. */
+            role_id?: components["schemas"]["RoleId"];
+            /** @description The team the group's members are to belong to. */
+            team_id?: components["schemas"]["TeamId"];
+        } | unknown | unknown;
+        /**
+         * @description The members to change; `null` clears `role_id` or `team_id`, but one of them must stay
+         *     set (400 `validation_failed`). Members of the group lose what the old value granted and
+         *     get what the new one grants. `scim_group_id` cannot change; sending a different one is
+         *     400 `immutable_field` (delete the mapping and create another).
+         */
+        GroupMappingUpdate: {
+            /** @description The mapping's group; only its current value is accepted. */
+            scim_group_id?: components["schemas"]["ScimGroupId"];
+            /** @description The role the group's members are to hold, or null for none. */
+            role_id?: components["schemas"]["RoleId"] | null;
+            /** @description The team the group's members are to belong to, or null for none. */
+            team_id?: components["schemas"]["TeamId"] | null;
         };
     };
     responses: {
@@ -3098,6 +12581,16 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description An upstream server the operation depends on failed (`upstream_unavailable`). */
+        BadGateway: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The server is starting, stopping or cannot reach its database (`service_unavailable`). */
         ServiceUnavailable: {
             headers: {
@@ -3145,6 +12638,300 @@ export interface components {
                 "application/yaml": string;
             };
         };
+        /**
+         * @description To the identity provider's authorization page, with `response_type=code`,
+         *     `client_id`, `redirect_uri` (this server's callback), `scope`, `state`, `nonce` and
+         *     an S256 `code_challenge`.
+         */
+        ProviderRedirect: {
+            headers: {
+                /** @description The provider's authorization URL. */
+                Location: string;
+                /**
+                 * @description The flow cookie, `cp_auth_flow=…; Path=/auth; HttpOnly; Secure; SameSite=Lax;
+                 *     Max-Age=600`: a sealed value holding `state`, nonce, PKCE verifier and
+                 *     `return_to`, so the callback is accepted only in the browser that started.
+                 */
+                "Set-Cookie"?: string;
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
+        /**
+         * @description The flow ended. On success the session cookie is set and `Location` is in the web
+         *     app; on failure no cookie is set and `Location` is the sign-in page with the reason.
+         */
+        SignInRedirect: {
+            headers: {
+                Location: components["headers"]["SignInLocation"];
+                "Set-Cookie": components["headers"]["SessionCookie"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
+        /** @description Accepted; an email is sent when the address may use it. The same answer in every case. */
+        EmailAccepted: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "email": "ada@acme.example",
+                 *       "message": "If ada@acme.example can use it, a link is on its way. It works once and expires soon."
+                 *     }
+                 */
+                "application/json": components["schemas"]["AuthEmailAccepted"];
+            };
+        };
+        /**
+         * @description The transport refused the request (JSON-RPC error, `id` null): a body that is not JSON
+         *     (-32700) or not JSON-RPC (-32600), a request other than `initialize` without
+         *     `Mcp-Session-Id`, or an unsupported `MCP-Protocol-Version` (-32000).
+         */
+        McpBadRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["JsonRpcErrorResponse"];
+            };
+        };
+        /**
+         * @description No usable credential. The header points the client to the protected-resource metadata so
+         *     that it can obtain an OAuth access token (MCP authorization, RFC 9728).
+         */
+        McpUnauthorized: {
+            headers: {
+                "WWW-Authenticate": components["headers"]["McpWwwAuthenticate"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["McpBearerError"];
+            };
+        };
+        /**
+         * @description An OAuth access token without the `mcp` scope (bearer error `insufficient_scope`, with
+         *     `WWW-Authenticate: Bearer error="insufficient_scope", scope="mcp", resource_metadata=…`),
+         *     or a browser `Origin` that is not allowed (JSON-RPC error -32000).
+         */
+        McpForbidden: {
+            headers: {
+                "WWW-Authenticate": components["headers"]["McpWwwAuthenticate"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["McpBearerError"] | components["schemas"]["JsonRpcErrorResponse"];
+            };
+        };
+        /**
+         * @description No such MCP server (unknown or deleted; -32000), or no such session (unknown, ended or
+         *     idle for 24 hours; -32001): the client must send `initialize` again without
+         *     `Mcp-Session-Id`.
+         */
+        McpNotFound: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["JsonRpcErrorResponse"];
+            };
+        };
+        /**
+         * @description Too many requests for this credential (the MCP server token, or the OAuth client and user)
+         *     (JSON-RPC error -32000). Per-tool limits are tool errors inside `tools/call` instead.
+         */
+        McpTooManyRequests: {
+            headers: {
+                "Retry-After": components["headers"]["RetryAfter"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["JsonRpcErrorResponse"];
+            };
+        };
+        /** @description The claims the token's scopes allow. */
+        UserInfo: {
+            headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "sub": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                 *       "name": "Ada Lovelace",
+                 *       "email": "ada@acme.example",
+                 *       "email_verified": true
+                 *     }
+                 */
+                "application/json": components["schemas"]["McpOAuthUserInfo"];
+            };
+        };
+        /** @description The token was sent more than one way, or in the query (`invalid_request`). */
+        BearerInvalidRequest: {
+            headers: {
+                /** @description The bearer challenge with the error. */
+                "WWW-Authenticate": string;
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "invalid_request",
+                 *       "error_description": "Send the access token in the Authorization header only."
+                 *     }
+                 */
+                "application/json": components["schemas"]["McpOAuthBearerError"];
+            };
+        };
+        /** @description No access token, or one that is unknown, expired or revoked (`invalid_token`). */
+        BearerInvalidToken: {
+            headers: {
+                /** @description The bearer challenge; without an error code when no token was sent. */
+                "WWW-Authenticate": string;
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "invalid_token",
+                 *       "error_description": "The access token expired."
+                 *     }
+                 */
+                "application/json": components["schemas"]["McpOAuthBearerError"];
+            };
+        };
+        /** @description The token's scopes lack `openid` (`insufficient_scope`). */
+        BearerInsufficientScope: {
+            headers: {
+                /** @description The bearer challenge naming the scope needed. */
+                "WWW-Authenticate": string;
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "insufficient_scope",
+                 *       "error_description": "This endpoint needs the openid scope."
+                 *     }
+                 */
+                "application/json": components["schemas"]["McpOAuthBearerError"];
+            };
+        };
+        /**
+         * @description The request is not valid: a body or query that does not parse or fit the schema
+         *     (`invalidSyntax`, `invalidValue`), an unsupported filter (`invalidFilter`), a PATCH path
+         *     that is wrong or matches nothing (`invalidPath`, `noTarget`), a read-only attribute
+         *     changed (`mutability`).
+         */
+        ScimV2BadRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /** @description No SCIM token, or one that is unknown, revoked or expired. */
+        ScimV2Unauthorized: {
+            headers: {
+                "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /** @description The organization's plan does not include SCIM, or provisioning one more person would exceed its seats. */
+        ScimV2Forbidden: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /** @description No such resource in the token's organization (or no such path). */
+        ScimV2NotFound: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /** @description Too many requests for this SCIM token; wait for `Retry-After` seconds. */
+        ScimV2TooManyRequests: {
+            headers: {
+                "Retry-After": components["headers"]["RetryAfter"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /**
+         * @description The change conflicts with the organization's state: another resource has the same
+         *     `userName`, `externalId` or `displayName` (`uniqueness`), or it would leave the
+         *     organization without an active Owner (no `scimType`).
+         */
+        ScimV2Conflict: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /** @description The body is larger than 1 MiB. */
+        ScimV2PayloadTooLarge: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /** @description The body is neither `application/scim+json` nor `application/json`. */
+        ScimV2UnsupportedMediaType: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
+        /** @description `If-Match` names a version the resource no longer has (RFC 7644 §3.14); read it again. */
+        ScimV2PreconditionFailed: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2Error"];
+            };
+        };
     };
     parameters: {
         /**
@@ -3157,6 +12944,28 @@ export interface components {
         Limit: number;
         /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
         Cursor: components["schemas"]["Cursor"];
+        /** @description The single-use token from the emailed link. */
+        EmailLinkToken: string;
+        /** @description The SSO connection's id. */
+        SsoConnectionId: components["schemas"]["SsoConnectionId"];
+        /**
+         * @description A SCIM filter (RFC 7644 §3.4.2.2), as identity providers send it. Users: `eq` on
+         *     `userName`, `emails.value` (both ignoring case), `externalId`, `id`, and `active`;
+         *     Groups: `eq` on `displayName` (ignoring case), `externalId`, `id`, and
+         *     `members[value eq "usr_…"]` (or `members.value eq "usr_…"`); clauses joined with `and`.
+         *     Any other filter is 400 `invalidFilter`.
+         */
+        ScimV2FilterParameter: string;
+        /** @description The 1-based index of the first result (RFC 7644 §3.4.2.4); a value below 1 counts as 1. */
+        ScimV2StartIndexParameter: number;
+        /** @description How many results a page holds at most; capped at 200, and 0 answers only `totalResults`. A negative value counts as 0. */
+        ScimV2CountParameter: number;
+        /** @description Comma-separated attribute names to return instead of the default set (RFC 7644 §3.4.2.5); `id` and `schemas` are always returned. */
+        ScimV2AttributesParameter: string;
+        /** @description Comma-separated attribute names to leave out of the default set, such as `members` for large groups. */
+        ScimV2ExcludedAttributesParameter: string;
+        /** @description Apply the change only if the resource is still at this version (`meta.version`, the `ETag` header); otherwise 412. */
+        ScimV2IfMatchParameter: string;
     };
     requestBodies: never;
     headers: {
@@ -3171,6 +12980,47 @@ export interface components {
         WwwAuthenticate: string;
         /** @description The methods the path does support. */
         Allow: string;
+        /**
+         * @description Where the browser goes next, on the web app's origin.
+         *
+         *     - Success: the flow's `return_to` (or `/`); when the new session is `mfa_pending`,
+         *       the web app's second-factor page `/sign-in/second-factor?return_to=…`; after an
+         *       invite, the organization's page.
+         *     - Failure: the web app's sign-in page `/sign-in?error=<reason>`, where reason is
+         *       `access_denied` (the person cancelled at the provider), `invalid_state` (the flow
+         *       expired after 10 minutes or was started in another browser), `link_invalid` (an
+         *       unknown or already used emailed link), `link_expired`, `provider_error` (the
+         *       provider or identity provider answered with an error or an invalid response:
+         *       signature, audience, issuer, expiry), `email_unverified` (the provider does not
+         *       vouch for the email), `sso_required` (the email's domain must sign in through its
+         *       organization's SSO connection), `not_provisioned` (the SSO connection does not
+         *       create members and the person is not one), `account_suspended`,
+         *       `invite_revoked`, `invite_email_mismatch`.
+         */
+        SignInLocation: string;
+        /**
+         * @description The new session, `cp_session=cps_…; Path=/; HttpOnly; Secure; SameSite=Lax;
+         *     Max-Age=1209600` (renewed by use; 14 days of inactivity end it). A session this
+         *     browser had before is ended. The flow cookie `cp_auth_flow`, when there was one, is
+         *     cleared in the same response.
+         */
+        SessionCookie: string;
+        /** @description Clears the session cookie. */
+        ClearSessionCookie: string;
+        /**
+         * @description The bearer challenge (RFC 6750, RFC 9728): `resource_metadata` points to this endpoint's
+         *     protected-resource metadata, from which an MCP client finds the authorization server;
+         *     `scope="mcp"`; `error` when a token was sent.
+         */
+        McpWwwAuthenticate: string;
+        /** @description Tokens and secrets must not be cached (RFC 6749 §5.1). */
+        NoStore: "no-store";
+        /** @description For HTTP/1.0 caches. */
+        NoCache: "no-cache";
+        /** @description The document may be cached for an hour. */
+        PublicCache: string;
+        /** @description The resource's version (`meta.version`), a weak entity tag. */
+        ScimV2ETagHeader: string;
     };
     pathItems: never;
 }
@@ -3288,6 +13138,998 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
+    listAuthProviders: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The configured providers. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "key": "google",
+                     *           "name": "Google",
+                     *           "login_url": "/auth/sso/google"
+                     *         },
+                     *         {
+                     *           "key": "github",
+                     *           "name": "GitHub",
+                     *           "login_url": "/auth/sso/github"
+                     *         },
+                     *         {
+                     *           "key": "microsoft",
+                     *           "name": "Microsoft",
+                     *           "login_url": "/auth/sso/microsoft"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AuthProviderList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    startSocialLogin: {
+        parameters: {
+            query?: {
+                /** @description Where in the web app to land after signing in; defaults to `/`. */
+                return_to?: components["schemas"]["AuthReturnTo"];
+                /** @description An email address passed to the provider to preselect the account. */
+                login_hint?: components["schemas"]["AuthEmail"];
+            };
+            header?: never;
+            path: {
+                /** @description The provider's key, from `GET /auth/providers`. */
+                provider: components["schemas"]["AuthProviderKey"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            302: components["responses"]["ProviderRedirect"];
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    completeSocialLogin: {
+        parameters: {
+            query?: {
+                /** @description The provider's authorization code; absent when the provider reports an error. */
+                code?: string;
+                /** @description The state this server sent; must match the `cp_auth_flow` cookie. */
+                state?: string;
+                /** @description The provider's error code (RFC 6749 §4.1.2.1), such as `access_denied`. */
+                error?: string;
+                /** @description The provider's explanation of `error`; logged, not shown. */
+                error_description?: string;
+                /** @description The provider's issuer (RFC 9207), checked when sent. */
+                iss?: string;
+                /** @description The scopes the provider granted (some providers add it); ignored. */
+                scope?: string;
+                /** @description Added by Google; ignored. */
+                authuser?: string;
+                /** @description Added by Google for Workspace accounts; ignored. */
+                hd?: string;
+                /** @description Added by Google; ignored. */
+                prompt?: string;
+                /** @description Added by Microsoft and other OpenID Connect providers; ignored. */
+                session_state?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The provider's key. */
+                provider: components["schemas"]["AuthProviderKey"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            302: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    logOut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session ended. */
+            204: {
+                headers: {
+                    "Set-Cookie": components["headers"]["ClearSessionCookie"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    signUp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuthSignupRequest"];
+            };
+        };
+        responses: {
+            202: components["responses"]["EmailAccepted"];
+            400: components["responses"]["BadRequest"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    resendSignupEmail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "email": "ada@acme.example"
+                 *     }
+                 */
+                "application/json": components["schemas"]["AuthEmailOnlyRequest"];
+            };
+        };
+        responses: {
+            202: components["responses"]["EmailAccepted"];
+            400: components["responses"]["BadRequest"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    activateSignup: {
+        parameters: {
+            query: {
+                /** @description The single-use token from the emailed link. */
+                token: components["parameters"]["EmailLinkToken"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            302: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    requestMagicLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "email": "ada@acme.example",
+                 *       "return_to": "/org/acme/toolboxes"
+                 *     }
+                 */
+                "application/json": components["schemas"]["AuthMagicLinkRequest"];
+            };
+        };
+        responses: {
+            202: components["responses"]["EmailAccepted"];
+            400: components["responses"]["BadRequest"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    verifyMagicLink: {
+        parameters: {
+            query: {
+                /** @description The single-use token from the emailed link. */
+                token: components["parameters"]["EmailLinkToken"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            302: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    verifyMfaChallenge: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuthSecondFactorProof"];
+            };
+        };
+        responses: {
+            /** @description The second factor was accepted; the session is `active`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "session": {
+                     *         "id": "ses_01jg3b7f0s1d5f9g3h7j2k6n4m",
+                     *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "state": "active",
+                     *         "second_factor_at": "2026-11-20T09:14:03.120Z",
+                     *         "second_factor_method": "totp",
+                     *         "step_up_at": null,
+                     *         "step_up_expires_at": null,
+                     *         "created_at": "2026-11-20T09:13:40.512Z",
+                     *         "expires_at": "2026-12-04T09:14:03.120Z"
+                     *       },
+                     *       "recovery_codes_remaining": 10
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AuthSecondFactorResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    activateInvite: {
+        parameters: {
+            query: {
+                /** @description The single-use token from the emailed link. */
+                token: components["parameters"]["EmailLinkToken"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            302: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    resolveSsoConnection: {
+        parameters: {
+            query: {
+                /** @description The address the person typed. */
+                email: components["schemas"]["AuthEmail"];
+                /** @description Carried over into `login_url`. */
+                return_to?: components["schemas"]["AuthReturnTo"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The SSO connection serving the address's domain, if any. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthSsoResolution"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    startOidcLogin: {
+        parameters: {
+            query?: {
+                /** @description Where in the web app to land after signing in; defaults to `/`. */
+                return_to?: components["schemas"]["AuthReturnTo"];
+                /** @description The email address, passed to the identity provider to preselect the account. */
+                login_hint?: components["schemas"]["AuthEmail"];
+            };
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            302: components["responses"]["ProviderRedirect"];
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    completeOidcLogin: {
+        parameters: {
+            query?: {
+                /** @description The authorization code; absent when the identity provider reports an error. */
+                code?: string;
+                /** @description The state this server sent; must match the `cp_auth_flow` cookie. */
+                state?: string;
+                /** @description The identity provider's error code (RFC 6749 §4.1.2.1). */
+                error?: string;
+                /** @description The identity provider's explanation of `error`; logged, not shown. */
+                error_description?: string;
+                /** @description The identity provider's issuer (RFC 9207), checked when sent. */
+                iss?: string;
+                /** @description Sent by some identity providers (OpenID Connect Session Management); ignored. */
+                session_state?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            302: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    startSamlLogin: {
+        parameters: {
+            query?: {
+                /** @description Where in the web app to land after signing in; defaults to `/`. */
+                return_to?: components["schemas"]["AuthReturnTo"];
+                /** @description The email address, sent to the identity provider as the `Subject` of the request. */
+                login_hint?: components["schemas"]["AuthEmail"];
+            };
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the identity provider's SSO URL with `SAMLRequest`, `RelayState`, `SigAlg` and `Signature`. */
+            302: {
+                headers: {
+                    /** @description The identity provider's single sign-on URL with the encoded request. */
+                    Location: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    consumeSamlAssertion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "SAMLResponse": "PHNhbWxwOlJlc3BvbnNlIHhtbG5zOnNhbWxwPSJ1cm46b2FzaXM6bmFtZXM6dGM6U0FNTDoyLjA6cHJvdG9jb2wiIC4uLj4=",
+                 *       "RelayState": "lr_6Zq3VbN1kT8xW4pR2mJ7cY5d"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["AuthSamlAcsForm"];
+            };
+        };
+        responses: {
+            302: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getSamlMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The SSO connection's id. */
+                connectionId: components["parameters"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The SP metadata document. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example <?xml version="1.0" encoding="UTF-8"?>
+                     *     <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" entityID="https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata">
+                     *       <md:SPSSODescriptor AuthnRequestsSigned="true" WantAssertionsSigned="true" protocolSupportEnumeration="urn:oasis:names:tc:SAML:2.0:protocol">
+                     *         <md:KeyDescriptor use="signing">
+                     *           <ds:KeyInfo xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:X509Data><ds:X509Certificate>MIIC4jCCAcqgAwIBAgIQ…</ds:X509Certificate></ds:X509Data></ds:KeyInfo>
+                     *         </md:KeyDescriptor>
+                     *         <md:NameIDFormat>urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress</md:NameIDFormat>
+                     *         <md:AssertionConsumerService Binding="urn:oasis:names:tc:SAML:2.0:bindings:HTTP-POST" Location="https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs" index="0" isDefault="true"/>
+                     *       </md:SPSSODescriptor>
+                     *     </md:EntityDescriptor>
+                     */
+                    "application/xml": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    beginStepUp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description How the user can pass the check. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "methods": [
+                     *         "passkey",
+                     *         "totp",
+                     *         "recovery_code"
+                     *       ],
+                     *       "passkey_options": {
+                     *         "challenge": "t8QZ0l1qkB6c2rNw0dYt3bKx9pG5mVh7sE4fJ2aLcUo",
+                     *         "timeout": 300000,
+                     *         "rpId": "mcpcp.example",
+                     *         "allowCredentials": [
+                     *           {
+                     *             "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                     *             "type": "public-key",
+                     *             "transports": [
+                     *               "internal",
+                     *               "hybrid"
+                     *             ]
+                     *           }
+                     *         ],
+                     *         "userVerification": "required",
+                     *         "hints": [],
+                     *         "extensions": {}
+                     *       },
+                     *       "valid_for_seconds": 300
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AuthStepUpOptions"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    verifyStepUp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuthSecondFactorProof"];
+            };
+        };
+        responses: {
+            /** @description The step-up passed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "session": {
+                     *         "id": "ses_01jg3b7f0s1d5f9g3h7j2k6n4m",
+                     *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "state": "active",
+                     *         "second_factor_at": "2026-11-21T10:02:17.004Z",
+                     *         "second_factor_method": "passkey",
+                     *         "step_up_at": "2026-11-21T10:02:17.004Z",
+                     *         "step_up_expires_at": "2026-11-21T10:07:17.004Z",
+                     *         "created_at": "2026-11-20T09:13:40.512Z",
+                     *         "expires_at": "2026-12-05T10:02:17.004Z"
+                     *       },
+                     *       "recovery_codes_remaining": 10
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AuthSecondFactorResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    beginPasskeyRegistration: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The creation options. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "rp": {
+                     *         "id": "mcpcp.example",
+                     *         "name": "MCP control plane"
+                     *       },
+                     *       "user": {
+                     *         "id": "3q2-7_b8Jk1mWx0Z9yVt4A",
+                     *         "name": "ada@acme.example",
+                     *         "displayName": "Ada Lovelace"
+                     *       },
+                     *       "challenge": "t8QZ0l1qkB6c2rNw0dYt3bKx9pG5mVh7sE4fJ2aLcUo",
+                     *       "pubKeyCredParams": [
+                     *         {
+                     *           "type": "public-key",
+                     *           "alg": -7
+                     *         },
+                     *         {
+                     *           "type": "public-key",
+                     *           "alg": -8
+                     *         },
+                     *         {
+                     *           "type": "public-key",
+                     *           "alg": -257
+                     *         }
+                     *       ],
+                     *       "timeout": 300000,
+                     *       "excludeCredentials": [
+                     *         {
+                     *           "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                     *           "type": "public-key",
+                     *           "transports": [
+                     *             "internal",
+                     *             "hybrid"
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "authenticatorSelection": {
+                     *         "residentKey": "required",
+                     *         "requireResidentKey": true,
+                     *         "userVerification": "required"
+                     *       },
+                     *       "attestation": "none",
+                     *       "hints": [],
+                     *       "extensions": {
+                     *         "credProps": true
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebAuthnCreationOptions"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    verifyPasskeyRegistration: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "MacBook Touch ID",
+                 *       "credential": {
+                 *         "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                 *         "rawId": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                 *         "type": "public-key",
+                 *         "authenticatorAttachment": "platform",
+                 *         "response": {
+                 *           "clientDataJSON": "eyJ0eXBlIjoid2ViYXV0aG4uY3JlYXRlIiwiY2hhbGxlbmdlIjoidDhRWjBsMXFrQjZjMnJOdzBkWXQzYkt4OXBHNW1WaDdzRTRmSjJhTGNVbyIsIm9yaWdpbiI6Imh0dHBzOi8vYXBwLm1jcGNwLmV4YW1wbGUifQ",
+                 *           "attestationObject": "o2NmbXRkbm9uZWdhdHRTdG10oGhhdXRoRGF0YVjF",
+                 *           "transports": [
+                 *             "internal",
+                 *             "hybrid"
+                 *           ],
+                 *           "publicKeyAlgorithm": -7
+                 *         },
+                 *         "clientExtensionResults": {
+                 *           "credProps": {
+                 *             "rk": true
+                 *           }
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["PasskeyRegistrationVerify"];
+            };
+        };
+        responses: {
+            /** @description The passkey was registered. */
+            201: {
+                headers: {
+                    /** @description The URL of the new passkey. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "pkey_01jg3b7f0t4g8h2j6k1m5n9p3q",
+                     *       "name": "MacBook Touch ID",
+                     *       "credential_id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                     *       "transports": [
+                     *         "internal",
+                     *         "hybrid"
+                     *       ],
+                     *       "backed_up": true,
+                     *       "authenticator_name": "iCloud Keychain",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z",
+                     *       "last_used_at": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Passkey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listPasskeys: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of passkeys. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "pkey_01jg3b7f0t4g8h2j6k1m5n9p3q",
+                     *           "name": "MacBook Touch ID",
+                     *           "credential_id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                     *           "transports": [
+                     *             "internal",
+                     *             "hybrid"
+                     *           ],
+                     *           "backed_up": true,
+                     *           "authenticator_name": "iCloud Keychain",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z",
+                     *           "last_used_at": "2026-11-21T08:02:45.310Z"
+                     *         },
+                     *         {
+                     *           "id": "pkey_01jg4c2d7e9f3g5h8j1k4m6n2p",
+                     *           "name": "YubiKey 5C",
+                     *           "credential_id": "mQ4vT7yR1zK9wB3nD6hF0sJ2lP8cX5aE",
+                     *           "transports": [
+                     *             "usb",
+                     *             "nfc"
+                     *           ],
+                     *           "backed_up": false,
+                     *           "authenticator_name": "YubiKey 5 Series",
+                     *           "created_at": "2026-11-20T11:40:12.733Z",
+                     *           "updated_at": "2026-11-20T11:41:02.095Z",
+                     *           "last_used_at": null
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["PasskeyList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deletePasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The passkey's id. */
+                id: components["schemas"]["PasskeyId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The passkey was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    renamePasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The passkey's id. */
+                id: components["schemas"]["PasskeyId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "YubiKey 5C"
+                 *     }
+                 */
+                "application/json": components["schemas"]["PasskeyUpdate"];
+            };
+        };
+        responses: {
+            /** @description The passkey as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "pkey_01jg4c2d7e9f3g5h8j1k4m6n2p",
+                     *       "name": "YubiKey 5C",
+                     *       "credential_id": "mQ4vT7yR1zK9wB3nD6hF0sJ2lP8cX5aE",
+                     *       "transports": [
+                     *         "usb",
+                     *         "nfc"
+                     *       ],
+                     *       "backed_up": false,
+                     *       "authenticator_name": "YubiKey 5 Series",
+                     *       "created_at": "2026-11-20T11:40:12.733Z",
+                     *       "updated_at": "2026-11-20T11:41:02.095Z",
+                     *       "last_used_at": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Passkey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    beginPasskeyAuthentication: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request options. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "challenge": "t8QZ0l1qkB6c2rNw0dYt3bKx9pG5mVh7sE4fJ2aLcUo",
+                     *       "timeout": 300000,
+                     *       "rpId": "mcpcp.example",
+                     *       "allowCredentials": [],
+                     *       "userVerification": "required",
+                     *       "hints": [],
+                     *       "extensions": {}
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebAuthnRequestOptions"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    verifyPasskeyAuthentication: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "credential": {
+                 *         "id": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                 *         "rawId": "Y2Jd8fQ0a1Rk3m5Vx7zB9nL2pT4wE6sH",
+                 *         "type": "public-key",
+                 *         "authenticatorAttachment": "platform",
+                 *         "response": {
+                 *           "clientDataJSON": "eyJ0eXBlIjoid2ViYXV0aG4uZ2V0IiwiY2hhbGxlbmdlIjoidDhRWjBsMXFrQjZjMnJOdzBkWXQzYkt4OXBHNW1WaDdzRTRmSjJhTGNVbyIsIm9yaWdpbiI6Imh0dHBzOi8vYXBwLm1jcGNwLmV4YW1wbGUifQ",
+                 *           "authenticatorData": "SZYN5YgOjGh0NBcPZHZgW4_krrmihjLHmVzzuoMdl2MdAAAAAA",
+                 *           "signature": "MEUCIQDx3k0Z9y5pF1vQ2wR8tH6nJ4bL7cA3mK0sE9uV2iX5-gIgYq8T1rN6wD3zP0hM4kB7fJ2aL9cS5vE8xU1oQ3nW6mY",
+                 *           "userHandle": "3q2-7_b8Jk1mWx0Z9yVt4A"
+                 *         },
+                 *         "clientExtensionResults": {}
+                 *       },
+                 *       "return_to": "/org/acme/toolboxes"
+                 *     }
+                 */
+                "application/json": components["schemas"]["PasskeyAuthenticationVerify"];
+            };
+        };
+        responses: {
+            /** @description Signed in; the session cookie is set. */
+            200: {
+                headers: {
+                    "Set-Cookie": components["headers"]["SessionCookie"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "session": {
+                     *         "id": "ses_01jg3b7f0s1d5f9g3h7j2k6n4m",
+                     *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "state": "active",
+                     *         "second_factor_at": "2026-11-20T09:14:03.120Z",
+                     *         "second_factor_method": "passkey",
+                     *         "step_up_at": null,
+                     *         "step_up_expires_at": null,
+                     *         "created_at": "2026-11-20T09:14:03.120Z",
+                     *         "expires_at": "2026-12-04T09:14:03.120Z"
+                     *       },
+                     *       "redirect_to": "/org/acme/toolboxes"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AuthSignInResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
     getCurrentUser: {
         parameters: {
             query?: {
@@ -3317,22 +14159,231 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
-    listAccessRequests: {
+    beginTotpEnrollment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pending enrollment, with the secret shown once. */
+            200: {
+                headers: {
+                    /** @description The secret must not be cached. */
+                    "Cache-Control"?: "no-store";
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "secret": "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP",
+                     *       "otpauth_uri": "otpauth://totp/MCP%20control%20plane:ada%40acme.example?secret=JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP&issuer=MCP%20control%20plane&algorithm=SHA1&digits=6&period=30",
+                     *       "issuer": "MCP control plane",
+                     *       "account_name": "ada@acme.example",
+                     *       "algorithm": "SHA1",
+                     *       "digits": 6,
+                     *       "period": 30,
+                     *       "expires_at": "2026-11-20T09:29:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TotpEnrollment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    disableTotp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description TOTP is off and the recovery codes are gone. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            /**
+             * @description The caller may not do this: `step_up_required` (no step-up in the last 5 minutes;
+             *     pass one and retry) or `requires_person`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "/problems/step_up_required",
+                     *       "title": "Fresh second factor required",
+                     *       "status": 403,
+                     *       "code": "step_up_required",
+                     *       "detail": "Confirm it is you with POST /auth/step-up/options and /auth/step-up/verify, then retry within 5 minutes.",
+                     *       "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "errors": []
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            /** @description `mfa_required_by_organization`: an organization of the user requires a second factor and the user holds no passkey. */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "/problems/mfa_required_by_organization",
+                     *       "title": "Second factor required by an organization",
+                     *       "status": 409,
+                     *       "code": "mfa_required_by_organization",
+                     *       "detail": "Acme Inc. requires a second factor and you have no passkey; add a passkey before turning off TOTP.",
+                     *       "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "errors": []
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    verifyTotpEnrollment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "code": "492039"
+                 *     }
+                 */
+                "application/json": components["schemas"]["TotpEnrollmentVerify"];
+            };
+        };
+        responses: {
+            /** @description TOTP is on; the recovery codes are shown once. */
+            200: {
+                headers: {
+                    /** @description The codes must not be cached. */
+                    "Cache-Control"?: "no-store";
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "recovery_codes": [
+                     *         "7hk2m-q9xw4",
+                     *         "b3n8p-t1vz6",
+                     *         "m5c0r-k8dj2",
+                     *         "x4w7e-h2qa9",
+                     *         "p9t3y-u6ns1",
+                     *         "f2g6b-r0mk7",
+                     *         "s8d1v-c5xe3",
+                     *         "a6j4z-w9tp0",
+                     *         "e1q7n-y3hb8",
+                     *         "k0r5u-g7fc4"
+                     *       ],
+                     *       "generated_at": "2026-11-20T09:15:22.870Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["MfaRecoveryCodes"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    regenerateRecoveryCodes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new recovery codes, shown once. */
+            200: {
+                headers: {
+                    /** @description The codes must not be cached. */
+                    "Cache-Control"?: "no-store";
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "recovery_codes": [
+                     *         "7hk2m-q9xw4",
+                     *         "b3n8p-t1vz6",
+                     *         "m5c0r-k8dj2",
+                     *         "x4w7e-h2qa9",
+                     *         "p9t3y-u6ns1",
+                     *         "f2g6b-r0mk7",
+                     *         "s8d1v-c5xe3",
+                     *         "a6j4z-w9tp0",
+                     *         "e1q7n-y3hb8",
+                     *         "k0r5u-g7fc4"
+                     *       ],
+                     *       "generated_at": "2026-11-20T09:15:22.870Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["MfaRecoveryCodes"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listConnectors: {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
                 limit?: components["parameters"]["Limit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
                 cursor?: components["parameters"]["Cursor"];
-                /** @description Only requests in this status. */
-                status?: components["schemas"]["AccessRequestStatus"];
-                /**
-                 * @description Only requests filed by this member. Naming someone other than the caller needs
-                 *     `access_request:view` or `access_request:resolve`.
-                 */
-                requester_user_id?: components["schemas"]["UserId"];
-                /** @description Only requests for exceptions to this restriction. */
-                restriction_id?: components["schemas"]["RestrictionId"];
+                /** @description Only built-in (`built_in`) or only the organization's own (`custom`) connectors. */
+                source?: components["schemas"]["ConnectorSource"];
+                /** @description Only connectors whose slug, name or description contains this text (case-insensitive). */
+                q?: string;
+                /** @description Only connectors that authenticate this way. */
+                auth_type?: components["schemas"]["ConnectorAuthType"];
             };
             header: {
                 /**
@@ -3347,7 +14398,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of access requests. */
+            /** @description A page of connectors. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -3358,25 +14409,58 @@ export interface operations {
                      * @example {
                      *       "data": [
                      *         {
-                     *           "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *           "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
-                     *           "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
-                     *           "connector_slug": "github",
-                     *           "tool_name": "delete_branch",
-                     *           "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
-                     *           "status": "pending",
-                     *           "resolved_by_user_id": null,
-                     *           "resolution_note": null,
-                     *           "resolved_at": null,
-                     *           "exception_expires_at": null,
-                     *           "created_at": "2026-11-24T09:41:18.204Z",
-                     *           "updated_at": "2026-11-24T09:41:18.204Z"
+                     *           "slug": "acme-crm",
+                     *           "name": "Acme CRM",
+                     *           "description": "Accounts, contacts and deals in Acme CRM.",
+                     *           "icon_url": "https://cdn.acme.example/icons/crm.png",
+                     *           "source": "custom",
+                     *           "transport": "streamable_http",
+                     *           "auth_type": "api_key",
+                     *           "tool_count": 1,
+                     *           "version": 2,
+                     *           "upstream": null,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:20:41.006Z"
+                     *         },
+                     *         {
+                     *           "slug": "github",
+                     *           "name": "GitHub",
+                     *           "description": "Repositories, issues and pull requests.",
+                     *           "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *           "source": "built_in",
+                     *           "transport": "streamable_http",
+                     *           "auth_type": "oauth2",
+                     *           "tool_count": 24,
+                     *           "version": 6,
+                     *           "upstream": null,
+                     *           "created_at": "2026-10-01T08:00:00.000Z",
+                     *           "updated_at": "2026-11-18T08:00:00.000Z"
+                     *         },
+                     *         {
+                     *           "slug": "github-acme",
+                     *           "name": "GitHub (Acme)",
+                     *           "description": "GitHub for the Acme engineering org.",
+                     *           "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *           "source": "custom",
+                     *           "transport": "streamable_http",
+                     *           "auth_type": "oauth2",
+                     *           "tool_count": 20,
+                     *           "version": 3,
+                     *           "upstream": {
+                     *             "slug": "github",
+                     *             "version": 4,
+                     *             "current_version": 6,
+                     *             "updates_available": true,
+                     *             "linked_at": "2026-11-02T10:31:55.410Z"
+                     *           },
+                     *           "created_at": "2026-11-02T10:31:55.410Z",
+                     *           "updated_at": "2026-11-05T16:02:12.775Z"
                      *         }
                      *       ],
                      *       "next_cursor": null
                      *     }
                      */
-                    "application/json": components["schemas"]["AccessRequestList"];
+                    "application/json": components["schemas"]["ConnectorList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3386,7 +14470,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
-    createAccessRequest: {
+    createConnector: {
         parameters: {
             query?: never;
             header: {
@@ -3402,14 +14486,14 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["AccessRequestCreate"];
+                "application/json": components["schemas"]["ConnectorCreate"];
             };
         };
         responses: {
-            /** @description The request was filed and is pending. */
+            /** @description The connector was created. */
             201: {
                 headers: {
-                    /** @description The URL of the new access request. */
+                    /** @description The URL of the new connector. */
                     Location?: string;
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
@@ -3417,22 +14501,54 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
-                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
-                     *       "connector_slug": "github",
-                     *       "tool_name": "delete_branch",
-                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
-                     *       "status": "pending",
-                     *       "resolved_by_user_id": null,
-                     *       "resolution_note": null,
-                     *       "resolved_at": null,
-                     *       "exception_expires_at": null,
-                     *       "created_at": "2026-11-24T09:41:18.204Z",
-                     *       "updated_at": "2026-11-24T09:41:18.204Z"
+                     *       "slug": "acme-crm",
+                     *       "name": "Acme CRM",
+                     *       "description": "Accounts, contacts and deals in Acme CRM.",
+                     *       "icon_url": "https://cdn.acme.example/icons/crm.png",
+                     *       "source": "custom",
+                     *       "mcp_url": "https://mcp.acme.example/mcp",
+                     *       "transport": "streamable_http",
+                     *       "auth": {
+                     *         "type": "api_key",
+                     *         "placement": "header",
+                     *         "name": "Authorization",
+                     *         "value_prefix": "Bearer "
+                     *       },
+                     *       "tools": [
+                     *         {
+                     *           "name": "search_contacts",
+                     *           "title": "Search contacts",
+                     *           "description": "Finds contacts whose name or email matches the query.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "query": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "query"
+                     *             ]
+                     *           }
+                     *         }
+                     *       ],
+                     *       "documentation": [
+                     *         {
+                     *           "key": "getting-started",
+                     *           "title": "Getting started",
+                     *           "body": "Create an API key under **Settings → API** and paste it when connecting.",
+                     *           "position": 0,
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "version": 1,
+                     *       "upstream": null,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
                      */
-                    "application/json": components["schemas"]["AccessRequest"];
+                    "application/json": components["schemas"]["Connector"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3445,7 +14561,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
-    getAccessRequest: {
+    getConnector: {
         parameters: {
             query?: never;
             header: {
@@ -3457,21 +14573,94 @@ export interface operations {
                 "X-Organization-Id": components["parameters"]["OrganizationId"];
             };
             path: {
-                /** @description The access request's id. */
-                id: components["schemas"]["AccessRequestId"];
+                /** @description The connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The access request. */
+            /** @description The connector. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["AccessRequest"];
+                    /**
+                     * @example {
+                     *       "slug": "github-acme",
+                     *       "name": "GitHub (Acme)",
+                     *       "description": "GitHub for the Acme engineering org.",
+                     *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *       "source": "custom",
+                     *       "mcp_url": "https://api.githubcopilot.com/mcp/",
+                     *       "transport": "streamable_http",
+                     *       "auth": {
+                     *         "type": "oauth2",
+                     *         "authorize_url": "https://github.com/login/oauth/authorize",
+                     *         "token_url": "https://github.com/login/oauth/access_token",
+                     *         "revocation_url": null,
+                     *         "scopes": [
+                     *           "repo",
+                     *           "read:org"
+                     *         ],
+                     *         "client_id": "Iv23liAcmeExample01",
+                     *         "has_client_secret": true,
+                     *         "pkce": true
+                     *       },
+                     *       "tools": [
+                     *         {
+                     *           "name": "create_issue",
+                     *           "title": "Create issue",
+                     *           "description": "Opens an issue in a repository.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "owner": {
+                     *                 "type": "string"
+                     *               },
+                     *               "repo": {
+                     *                 "type": "string"
+                     *               },
+                     *               "title": {
+                     *                 "type": "string"
+                     *               },
+                     *               "body": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "owner",
+                     *               "repo",
+                     *               "title"
+                     *             ]
+                     *           }
+                     *         }
+                     *       ],
+                     *       "documentation": [
+                     *         {
+                     *           "key": "scopes",
+                     *           "title": "Which scopes to grant",
+                     *           "body": "`repo` is needed for private repositories; `read:org` lists teams.",
+                     *           "position": 0,
+                     *           "updated_at": "2026-11-05T16:02:12.775Z"
+                     *         }
+                     *       ],
+                     *       "version": 3,
+                     *       "upstream": {
+                     *         "slug": "github",
+                     *         "version": 4,
+                     *         "current_version": 6,
+                     *         "updates_available": true,
+                     *         "linked_at": "2026-11-02T10:31:55.410Z"
+                     *       },
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-02T10:31:55.410Z",
+                     *       "updated_at": "2026-11-05T16:02:12.775Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connector"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3481,7 +14670,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
-    resolveAccessRequest: {
+    deleteConnector: {
         parameters: {
             query?: never;
             header: {
@@ -3493,18 +14682,53 @@ export interface operations {
                 "X-Organization-Id": components["parameters"]["OrganizationId"];
             };
             path: {
-                /** @description The access request's id. */
-                id: components["schemas"]["AccessRequestId"];
+                /** @description The connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The connector was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateConnector: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["AccessRequestResolve"];
+                "application/json": components["schemas"]["ConnectorUpdate"];
             };
         };
         responses: {
-            /** @description The access request as it now is. */
+            /** @description The connector as it now is. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -3513,22 +14737,46 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
-                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
-                     *       "connector_slug": "github",
-                     *       "tool_name": "delete_branch",
-                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
-                     *       "status": "approved",
-                     *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *       "resolution_note": "Approved for this week only.",
-                     *       "resolved_at": "2026-11-24T10:02:51.377Z",
-                     *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
-                     *       "created_at": "2026-11-24T09:41:18.204Z",
-                     *       "updated_at": "2026-11-24T10:02:51.377Z"
+                     *       "slug": "acme-crm",
+                     *       "name": "Acme CRM (production)",
+                     *       "description": null,
+                     *       "icon_url": "https://cdn.acme.example/icons/crm.png",
+                     *       "source": "custom",
+                     *       "mcp_url": "https://mcp.acme.example/mcp",
+                     *       "transport": "streamable_http",
+                     *       "auth": {
+                     *         "type": "api_key",
+                     *         "placement": "header",
+                     *         "name": "Authorization",
+                     *         "value_prefix": "Bearer "
+                     *       },
+                     *       "tools": [
+                     *         {
+                     *           "name": "search_contacts",
+                     *           "title": "Search contacts",
+                     *           "description": "Finds contacts whose name or email matches the query.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "query": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "query"
+                     *             ]
+                     *           }
+                     *         }
+                     *       ],
+                     *       "documentation": [],
+                     *       "version": 3,
+                     *       "upstream": null,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T11:02:40.318Z"
                      *     }
                      */
-                    "application/json": components["schemas"]["AccessRequest"];
+                    "application/json": components["schemas"]["Connector"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3541,7 +14789,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
-    withdrawAccessRequest: {
+    forkConnector: {
         parameters: {
             query?: never;
             header: {
@@ -3553,14 +14801,121 @@ export interface operations {
                 "X-Organization-Id": components["parameters"]["OrganizationId"];
             };
             path: {
-                /** @description The access request's id. */
-                id: components["schemas"]["AccessRequestId"];
+                /** @description The slug of the connector to copy (built-in or custom). */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectorFork"];
+            };
+        };
+        responses: {
+            /** @description The fork was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new connector. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "slug": "github-acme",
+                     *       "name": "GitHub (Acme)",
+                     *       "description": "Repositories, issues and pull requests.",
+                     *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *       "source": "custom",
+                     *       "mcp_url": "https://api.githubcopilot.com/mcp/",
+                     *       "transport": "streamable_http",
+                     *       "auth": {
+                     *         "type": "oauth2",
+                     *         "authorize_url": "https://github.com/login/oauth/authorize",
+                     *         "token_url": "https://github.com/login/oauth/access_token",
+                     *         "revocation_url": null,
+                     *         "scopes": [
+                     *           "repo",
+                     *           "read:org"
+                     *         ],
+                     *         "client_id": "Iv23liServiceExample",
+                     *         "has_client_secret": true,
+                     *         "pkce": true
+                     *       },
+                     *       "tools": [
+                     *         {
+                     *           "name": "create_issue",
+                     *           "title": "Create issue",
+                     *           "description": "Opens an issue in a repository.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "owner": {
+                     *                 "type": "string"
+                     *               },
+                     *               "repo": {
+                     *                 "type": "string"
+                     *               },
+                     *               "title": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "owner",
+                     *               "repo",
+                     *               "title"
+                     *             ]
+                     *           }
+                     *         }
+                     *       ],
+                     *       "documentation": [],
+                     *       "version": 1,
+                     *       "upstream": {
+                     *         "slug": "github",
+                     *         "version": 6,
+                     *         "current_version": 6,
+                     *         "updates_available": false,
+                     *         "linked_at": "2026-11-20T09:14:03.120Z"
+                     *       },
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connector"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    previewConnectorPull: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The fork's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The access request as it now is. */
+            /** @description The upstream changes the fork could take. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -3569,22 +14924,46 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
-                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
-                     *       "connector_slug": "github",
-                     *       "tool_name": "delete_branch",
-                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
-                     *       "status": "withdrawn",
-                     *       "resolved_by_user_id": null,
-                     *       "resolution_note": null,
-                     *       "resolved_at": "2026-11-24T09:55:02.610Z",
-                     *       "exception_expires_at": null,
-                     *       "created_at": "2026-11-24T09:41:18.204Z",
-                     *       "updated_at": "2026-11-24T09:55:02.610Z"
+                     *       "slug": "github-acme",
+                     *       "upstream_slug": "github",
+                     *       "base_version": 4,
+                     *       "upstream_version": 6,
+                     *       "changes": [
+                     *         {
+                     *           "field": "description",
+                     *           "kind": "modified",
+                     *           "upstream_value": "Repositories, issues, pull requests and projects.",
+                     *           "local_value": "GitHub for the Acme engineering org.",
+                     *           "base_value": "Repositories, issues and pull requests.",
+                     *           "conflict": true
+                     *         },
+                     *         {
+                     *           "field": "tools/list_projects",
+                     *           "kind": "added",
+                     *           "upstream_value": {
+                     *             "name": "list_projects",
+                     *             "title": "List projects",
+                     *             "description": "Lists the projects of an organization.",
+                     *             "input_schema": {
+                     *               "type": "object",
+                     *               "properties": {
+                     *                 "org": {
+                     *                   "type": "string"
+                     *                 }
+                     *               },
+                     *               "required": [
+                     *                 "org"
+                     *               ]
+                     *             }
+                     *           },
+                     *           "local_value": null,
+                     *           "base_value": null,
+                     *           "conflict": false
+                     *         }
+                     *       ]
                      *     }
                      */
-                    "application/json": components["schemas"]["AccessRequest"];
+                    "application/json": components["schemas"]["ConnectorPullPreview"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3592,6 +14971,3640 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    applyConnectorPull: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The fork's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectorPullApply"];
+            };
+        };
+        responses: {
+            /** @description The fork as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "slug": "github-acme",
+                     *       "name": "GitHub (Acme)",
+                     *       "description": "GitHub for the Acme engineering org.",
+                     *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *       "source": "custom",
+                     *       "mcp_url": "https://api.githubcopilot.com/mcp/",
+                     *       "transport": "streamable_http",
+                     *       "auth": {
+                     *         "type": "oauth2",
+                     *         "authorize_url": "https://github.com/login/oauth/authorize",
+                     *         "token_url": "https://github.com/login/oauth/access_token",
+                     *         "revocation_url": null,
+                     *         "scopes": [
+                     *           "repo",
+                     *           "read:org"
+                     *         ],
+                     *         "client_id": "Iv23liAcmeExample01",
+                     *         "has_client_secret": true,
+                     *         "pkce": true
+                     *       },
+                     *       "tools": [
+                     *         {
+                     *           "name": "create_issue",
+                     *           "title": "Create issue",
+                     *           "description": "Opens an issue in a repository.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "owner": {
+                     *                 "type": "string"
+                     *               },
+                     *               "repo": {
+                     *                 "type": "string"
+                     *               },
+                     *               "title": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "owner",
+                     *               "repo",
+                     *               "title"
+                     *             ]
+                     *           }
+                     *         },
+                     *         {
+                     *           "name": "list_projects",
+                     *           "title": "List projects",
+                     *           "description": "Lists the projects of an organization.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "org": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "org"
+                     *             ]
+                     *           }
+                     *         }
+                     *       ],
+                     *       "documentation": [],
+                     *       "version": 4,
+                     *       "upstream": {
+                     *         "slug": "github",
+                     *         "version": 6,
+                     *         "current_version": 6,
+                     *         "updates_available": false,
+                     *         "linked_at": "2026-11-21T08:45:10.902Z"
+                     *       },
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-02T10:31:55.410Z",
+                     *       "updated_at": "2026-11-21T08:45:10.902Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connector"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    linkConnectorUpstream: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector to give lineage to. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectorUpstreamLink"];
+            };
+        };
+        responses: {
+            /** @description The connector with its new lineage. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "slug": "github-acme",
+                     *       "name": "GitHub (Acme)",
+                     *       "description": "GitHub for the Acme engineering org.",
+                     *       "icon_url": null,
+                     *       "source": "custom",
+                     *       "mcp_url": "https://api.githubcopilot.com/mcp/",
+                     *       "transport": "streamable_http",
+                     *       "auth": {
+                     *         "type": "oauth2",
+                     *         "authorize_url": "https://github.com/login/oauth/authorize",
+                     *         "token_url": "https://github.com/login/oauth/access_token",
+                     *         "revocation_url": null,
+                     *         "scopes": [
+                     *           "repo"
+                     *         ],
+                     *         "client_id": "Iv23liAcmeExample01",
+                     *         "has_client_secret": true,
+                     *         "pkce": true
+                     *       },
+                     *       "tools": [],
+                     *       "documentation": [],
+                     *       "version": 2,
+                     *       "upstream": {
+                     *         "slug": "github",
+                     *         "version": 5,
+                     *         "current_version": 6,
+                     *         "updates_available": true,
+                     *         "linked_at": "2026-11-21T08:45:10.902Z"
+                     *       },
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-02T10:31:55.410Z",
+                     *       "updated_at": "2026-11-21T08:45:10.902Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connector"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    upsertConnectorDocumentation: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectorDocumentationUpsert"];
+            };
+        };
+        responses: {
+            /** @description The connector with its documentation as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "slug": "acme-crm",
+                     *       "name": "Acme CRM",
+                     *       "description": "Accounts, contacts and deals in Acme CRM.",
+                     *       "icon_url": "https://cdn.acme.example/icons/crm.png",
+                     *       "source": "custom",
+                     *       "mcp_url": "https://mcp.acme.example/mcp",
+                     *       "transport": "streamable_http",
+                     *       "auth": {
+                     *         "type": "api_key",
+                     *         "placement": "header",
+                     *         "name": "Authorization",
+                     *         "value_prefix": "Bearer "
+                     *       },
+                     *       "tools": [],
+                     *       "documentation": [
+                     *         {
+                     *           "key": "getting-started",
+                     *           "title": "Getting started",
+                     *           "body": "Create an API key under **Settings → API** and paste it when connecting.",
+                     *           "position": 0,
+                     *           "updated_at": "2026-11-21T11:02:40.318Z"
+                     *         },
+                     *         {
+                     *           "key": "rate-limits",
+                     *           "title": "Rate limits",
+                     *           "body": "The CRM allows 100 calls a minute per key; tools answer `429` beyond that.",
+                     *           "position": 1,
+                     *           "updated_at": "2026-11-21T11:02:40.318Z"
+                     *         }
+                     *       ],
+                     *       "version": 3,
+                     *       "upstream": null,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T11:02:40.318Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connector"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listConnectorShares: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of shares. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *           "resource_type": "connector",
+                     *           "resource_id": "acme-crm",
+                     *           "principal": {
+                     *             "type": "team",
+                     *             "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *           },
+                     *           "level": "use",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ShareList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    shareConnector: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShareCreate"];
+            };
+        };
+        responses: {
+            /** @description The principal already had a share; its level was changed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "connector",
+                     *       "resource_id": "acme-crm",
+                     *       "principal": {
+                     *         "type": "team",
+                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *       },
+                     *       "level": "edit",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            /** @description The share was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new share. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "connector",
+                     *       "resource_id": "acme-crm",
+                     *       "principal": {
+                     *         "type": "team",
+                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *       },
+                     *       "level": "use",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeConnectorShare: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The custom connector's slug. */
+                slug: components["schemas"]["ConnectorSlug"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The share was revoked. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listConnections: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only connections to this connector. */
+                connector_slug?: components["schemas"]["ConnectorSlug"];
+                /** @description Only connections in this status. */
+                status?: components["schemas"]["ConnectionStatus"];
+                /** @description Only this member's connections. Someone else's needs `connection:manage`. */
+                owner_user_id?: components["schemas"]["UserId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of connections. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *           "connector_slug": "acme-crm",
+                     *           "name": "Acme CRM",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "status": "active",
+                     *           "auth_type": "api_key",
+                     *           "has_credentials": true,
+                     *           "scopes": [],
+                     *           "authorize_url": null,
+                     *           "authorize_expires_at": null,
+                     *           "last_used_at": "2026-11-21T10:02:17.554Z",
+                     *           "last_error": null,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         },
+                     *         {
+                     *           "id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
+                     *           "connector_slug": "github",
+                     *           "name": "GitHub (work)",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "status": "needs_reauth",
+                     *           "auth_type": "oauth2",
+                     *           "has_credentials": true,
+                     *           "scopes": [
+                     *             "repo",
+                     *             "read:org"
+                     *           ],
+                     *           "authorize_url": null,
+                     *           "authorize_expires_at": null,
+                     *           "last_used_at": "2026-11-19T17:40:02.031Z",
+                     *           "last_error": "The provider refused the refresh token (invalid_grant).",
+                     *           "created_at": "2026-11-02T10:40:12.600Z",
+                     *           "updated_at": "2026-11-20T06:00:00.002Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ConnectionList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectionCreate"];
+            };
+        };
+        responses: {
+            /** @description The connection was created; `pending` with an `authorize_url` for OAuth connectors. */
+            201: {
+                headers: {
+                    /** @description The URL of the new connection. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
+                     *       "connector_slug": "github",
+                     *       "name": "GitHub (work)",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "status": "pending",
+                     *       "auth_type": "oauth2",
+                     *       "has_credentials": false,
+                     *       "scopes": [
+                     *         "repo",
+                     *         "read:org"
+                     *       ],
+                     *       "authorize_url": "https://github.com/login/oauth/authorize?client_id=Iv23liServiceExample&redirect_uri=https%3A%2F%2Fcp.acme.example%2Fconnection%2Fconn_01jg3c5k2m8n4p6q0r2s4t6v8w%2Fcallback&response_type=code&scope=repo+read%3Aorg&state=K7p2Qm9Xz4Lw&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256",
+                     *       "authorize_expires_at": "2026-11-20T09:24:03.120Z",
+                     *       "last_used_at": null,
+                     *       "last_error": null,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    getConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The connection. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *       "connector_slug": "acme-crm",
+                     *       "name": "Acme CRM",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "status": "active",
+                     *       "auth_type": "api_key",
+                     *       "has_credentials": true,
+                     *       "scopes": [],
+                     *       "authorize_url": null,
+                     *       "authorize_expires_at": null,
+                     *       "last_used_at": "2026-11-21T10:02:17.554Z",
+                     *       "last_error": null,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The connection was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectionUpdate"];
+            };
+        };
+        responses: {
+            /** @description The connection as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *       "connector_slug": "acme-crm",
+                     *       "name": "CRM (sales pipeline)",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "status": "active",
+                     *       "auth_type": "api_key",
+                     *       "has_credentials": true,
+                     *       "scopes": [],
+                     *       "authorize_url": null,
+                     *       "authorize_expires_at": null,
+                     *       "last_used_at": "2026-11-21T10:02:17.554Z",
+                     *       "last_error": null,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T11:30:00.410Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    handleConnectionCallback: {
+        parameters: {
+            query: {
+                /** @description The `state` sent to the provider in `authorize_url`, returned unchanged (RFC 6749 §4.1.2). */
+                state: string;
+                /** @description The authorization code, when the person consented. */
+                code?: string;
+                /** @description The provider's OAuth error code when it did not issue a code (RFC 6749 §4.1.2.1), such as `access_denied`. */
+                error?: string;
+                /** @description The provider's explanation of `error`; recorded in `last_error`. */
+                error_description?: string;
+                /** @description A page of the provider about `error`; ignored. */
+                error_uri?: string;
+                /** @description The issuer identifier (RFC 9207); when the provider sends it, it must match the connector's authorization server, else `invalid_state`. */
+                iss?: string;
+                /** @description Scopes some providers echo on the redirect; the granted scopes are taken from the token response. */
+                scope?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The connection being authorized. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The authorization ended; the browser goes back to the web app with the outcome in the query. */
+            302: {
+                headers: {
+                    /** @description The web app page to show, with `connection_id`, `result` (`connected` or `failed`) and, on failure, `error` (and `provider_error`) added to its query. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    reconnectConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConnectionReconnect"];
+            };
+        };
+        responses: {
+            /** @description The connection as it now is; for OAuth connectors with a new `authorize_url`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
+                     *       "connector_slug": "github",
+                     *       "name": "GitHub (work)",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "status": "needs_reauth",
+                     *       "auth_type": "oauth2",
+                     *       "has_credentials": true,
+                     *       "scopes": [
+                     *         "repo",
+                     *         "read:org"
+                     *       ],
+                     *       "authorize_url": "https://github.com/login/oauth/authorize?client_id=Iv23liServiceExample&redirect_uri=https%3A%2F%2Fcp.acme.example%2Fconnection%2Fconn_01jg3c5k2m8n4p6q0r2s4t6v8w%2Fcallback&response_type=code&scope=repo+read%3Aorg+project&state=Wq3nT8vYb1Ks&code_challenge=Qh7dXk2Lp9Vr4Tz6Bm1Nc8Fs5Gj3Hw0Ye2Ua7Ri4Oe9&code_challenge_method=S256",
+                     *       "authorize_expires_at": "2026-11-21T08:55:10.902Z",
+                     *       "last_used_at": "2026-11-19T17:40:02.031Z",
+                     *       "last_error": "The provider refused the refresh token (invalid_grant).",
+                     *       "created_at": "2026-11-02T10:40:12.600Z",
+                     *       "updated_at": "2026-11-21T08:45:10.902Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    listConnectionTools: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the upstream's tools. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "name": "create_issue",
+                     *           "title": "Create issue",
+                     *           "description": "Opens an issue in a repository.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "owner": {
+                     *                 "type": "string"
+                     *               },
+                     *               "repo": {
+                     *                 "type": "string"
+                     *               },
+                     *               "title": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "owner",
+                     *               "repo",
+                     *               "title"
+                     *             ]
+                     *           },
+                     *           "output_schema": null,
+                     *           "annotations": {
+                     *             "read_only_hint": false,
+                     *             "destructive_hint": false,
+                     *             "idempotent_hint": false,
+                     *             "open_world_hint": true
+                     *           }
+                     *         },
+                     *         {
+                     *           "name": "search_issues",
+                     *           "title": null,
+                     *           "description": "Searches issues and pull requests.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "q": {
+                     *                 "type": "string"
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "q"
+                     *             ]
+                     *           },
+                     *           "output_schema": null,
+                     *           "annotations": null
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ConnectionToolList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    transferConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectionTransfer"];
+            };
+        };
+        responses: {
+            /** @description The connection with its new owner. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *       "connector_slug": "acme-crm",
+                     *       "name": "Acme CRM",
+                     *       "owner_user_id": "usr_01jg3c2d4e6f8g0h2j4k6m8n0p",
+                     *       "status": "active",
+                     *       "auth_type": "api_key",
+                     *       "has_credentials": true,
+                     *       "scopes": [],
+                     *       "authorize_url": null,
+                     *       "authorize_expires_at": null,
+                     *       "last_used_at": "2026-11-21T10:02:17.554Z",
+                     *       "last_error": null,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T12:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listTemplates: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only templates this member owns. */
+                owner_user_id?: components["schemas"]["UserId"];
+                /** @description Only templates with an entry for this connector. */
+                connector_slug?: components["schemas"]["ConnectorSlug"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of templates. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *           "name": "Sales assistant",
+                     *           "description": "CRM lookups and GitHub issues for the sales engineers.",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "entries": [
+                     *             {
+                     *               "connector_slug": "acme-crm",
+                     *               "tools": "all"
+                     *             },
+                     *             {
+                     *               "connector_slug": "github",
+                     *               "tools": [
+                     *                 "create_issue",
+                     *                 "search_issues"
+                     *               ]
+                     *             }
+                     *           ],
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TemplateList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createTemplate: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateCreate"];
+            };
+        };
+        responses: {
+            /** @description The template was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new template. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *       "name": "Sales assistant",
+                     *       "description": "CRM lookups and GitHub issues for the sales engineers.",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "entries": [
+                     *         {
+                     *           "connector_slug": "acme-crm",
+                     *           "tools": "all"
+                     *         },
+                     *         {
+                     *           "connector_slug": "github",
+                     *           "tools": [
+                     *             "create_issue",
+                     *             "search_issues"
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getTemplate: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *       "name": "Sales assistant",
+                     *       "description": "CRM lookups and GitHub issues for the sales engineers.",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "entries": [
+                     *         {
+                     *           "connector_slug": "acme-crm",
+                     *           "tools": "all"
+                     *         },
+                     *         {
+                     *           "connector_slug": "github",
+                     *           "tools": [
+                     *             "create_issue",
+                     *             "search_issues"
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteTemplate: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateTemplate: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateUpdate"];
+            };
+        };
+        responses: {
+            /** @description The template as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *       "name": "Sales assistant",
+                     *       "description": "CRM lookups and GitHub issues for the sales engineers.",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "entries": [
+                     *         {
+                     *           "connector_slug": "acme-crm",
+                     *           "tools": [
+                     *             "search_contacts"
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T11:30:00.410Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    transferTemplate: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateTransfer"];
+            };
+        };
+        responses: {
+            /** @description The template with its new owner. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *       "name": "Sales assistant",
+                     *       "description": "CRM lookups and GitHub issues for the sales engineers.",
+                     *       "owner_user_id": "usr_01jg3c2d4e6f8g0h2j4k6m8n0p",
+                     *       "entries": [
+                     *         {
+                     *           "connector_slug": "acme-crm",
+                     *           "tools": "all"
+                     *         }
+                     *       ],
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T12:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listTemplateShares: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of shares. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *           "resource_type": "template",
+                     *           "resource_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *           "principal": {
+                     *             "type": "organization",
+                     *             "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6"
+                     *           },
+                     *           "level": "use",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ShareList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    shareTemplate: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShareCreate"];
+            };
+        };
+        responses: {
+            /** @description The principal already had a share; its level was changed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "template",
+                     *       "resource_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *       "principal": {
+                     *         "type": "organization",
+                     *         "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6"
+                     *       },
+                     *       "level": "edit",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            /** @description The share was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new share. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "template",
+                     *       "resource_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *       "principal": {
+                     *         "type": "organization",
+                     *         "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6"
+                     *       },
+                     *       "level": "use",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeTemplateShare: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The template's id. */
+                id: components["schemas"]["TemplateId"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The share was revoked. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listToolboxes: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only toolboxes with an entry for this connection. */
+                connection_id?: components["schemas"]["ConnectionId"];
+                /** @description Only toolboxes with an entry for this synthetic tool. */
+                synthetic_tool_id?: components["schemas"]["SyntheticToolId"];
+                /** @description Only toolboxes this member created. */
+                created_by_user_id?: components["schemas"]["UserId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of toolboxes. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "name": "Support desk",
+                     *           "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
+                     *           "entries": [
+                     *             {
+                     *               "type": "connection",
+                     *               "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *               "connector_slug": "github",
+                     *               "tools": [
+                     *                 "search_issues",
+                     *                 "get_issue"
+                     *               ]
+                     *             },
+                     *             {
+                     *               "type": "connection",
+                     *               "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
+                     *               "connector_slug": "zendesk",
+                     *               "tools": "all"
+                     *             },
+                     *             {
+                     *               "type": "synthetic_tool",
+                     *               "synthetic_tool_id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7",
+                     *               "name": "triage_ticket"
+                     *             }
+                     *           ],
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-21T16:02:47.530Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ToolboxList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolboxCreate"];
+            };
+        };
+        responses: {
+            /** @description The toolbox was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new toolbox. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *       "name": "Support desk",
+                     *       "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
+                     *       "entries": [
+                     *         {
+                     *           "type": "connection",
+                     *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *           "connector_slug": "github",
+                     *           "tools": [
+                     *             "search_issues",
+                     *             "get_issue"
+                     *           ]
+                     *         },
+                     *         {
+                     *           "type": "synthetic_tool",
+                     *           "synthetic_tool_id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7",
+                     *           "name": "triage_ticket"
+                     *         }
+                     *       ],
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Toolbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The toolbox. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Toolbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The toolbox was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolboxUpdate"];
+            };
+        };
+        responses: {
+            /** @description The toolbox as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *       "name": "Support desk",
+                     *       "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
+                     *       "entries": [
+                     *         {
+                     *           "type": "connection",
+                     *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *           "connector_slug": "github",
+                     *           "tools": [
+                     *             "search_issues"
+                     *           ]
+                     *         },
+                     *         {
+                     *           "type": "connection",
+                     *           "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
+                     *           "connector_slug": "zendesk",
+                     *           "tools": "all"
+                     *         }
+                     *       ],
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T16:02:47.530Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Toolbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listToolboxShares: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of shares. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *           "resource_type": "toolbox",
+                     *           "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "principal": {
+                     *             "type": "team",
+                     *             "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *           },
+                     *           "level": "use",
+                     *           "created_at": "2026-11-20T09:20:41.006Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *         },
+                     *         {
+                     *           "id": "acl_01jg3c9s3v5x7z9b1d3f5h7k9m",
+                     *           "resource_type": "toolbox",
+                     *           "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "principal": {
+                     *             "type": "user",
+                     *             "id": "usr_01jg3c8r2t4v6x8z0b2d4f6h8k"
+                     *           },
+                     *           "level": "edit",
+                     *           "created_at": "2026-11-21T10:02:15.771Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ShareList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    shareToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShareCreate"];
+            };
+        };
+        responses: {
+            /** @description The principal already had a share; its level was changed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "toolbox",
+                     *       "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *       "principal": {
+                     *         "type": "team",
+                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *       },
+                     *       "level": "edit",
+                     *       "created_at": "2026-11-20T09:20:41.006Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            /** @description The toolbox was shared. */
+            201: {
+                headers: {
+                    /** @description The URL of the toolbox's shares. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "acl_01jg3b7f1cc9d3e7f1g5h9j3k7",
+                     *       "resource_type": "toolbox",
+                     *       "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *       "principal": {
+                     *         "type": "team",
+                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *       },
+                     *       "level": "use",
+                     *       "created_at": "2026-11-20T09:20:41.006Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Share"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeToolboxShare: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The toolbox's id. */
+                id: components["schemas"]["ToolboxId"];
+                /** @description The share's id. */
+                aclId: components["schemas"]["ShareId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The share was revoked. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listSyntheticTools: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only synthetic tools with a step on this connector (see `connector_slugs`). */
+                connector_slug?: components["schemas"]["ConnectorSlug"];
+                /** @description Only synthetic tools this member created. */
+                created_by_user_id?: components["schemas"]["UserId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of synthetic tools. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "stool_01jg3b7f12r9s3t7v1w5x9y3z7",
+                     *           "name": "triage_ticket",
+                     *           "description": "Reads a Zendesk ticket, finds related GitHub issues and returns both. Use it before answering a support ticket.",
+                     *           "input_schema": {
+                     *             "type": "object",
+                     *             "properties": {
+                     *               "ticket_id": {
+                     *                 "type": "integer",
+                     *                 "description": "The Zendesk ticket number."
+                     *               }
+                     *             },
+                     *             "required": [
+                     *               "ticket_id"
+                     *             ]
+                     *           },
+                     *           "output_schema": null,
+                     *           "steps": [
+                     *             {
+                     *               "id": "ticket",
+                     *               "tool": {
+                     *                 "connector_slug": "zendesk",
+                     *                 "connection_id": null,
+                     *                 "name": "get_ticket"
+                     *               },
+                     *               "arguments": {
+                     *                 "ticket_id": {
+                     *                   "$input": "/ticket_id"
+                     *                 }
+                     *               },
+                     *               "on_error": "fail"
+                     *             }
+                     *           ],
+                     *           "output": {
+                     *             "$step": "ticket"
+                     *           },
+                     *           "connector_slugs": [
+                     *             "zendesk"
+                     *           ],
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SyntheticToolList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createSyntheticTool: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SyntheticToolCreate"];
+            };
+        };
+        responses: {
+            /** @description The synthetic tool was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new synthetic tool. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "stool_01jg3c6g8j0m2p4r6t8w0y2a4c",
+                     *       "name": "post_release_note",
+                     *       "description": "Posts a release note to the #releases Slack channel.",
+                     *       "input_schema": {
+                     *         "type": "object",
+                     *         "properties": {
+                     *           "text": {
+                     *             "type": "string",
+                     *             "maxLength": 3000
+                     *           }
+                     *         },
+                     *         "required": [
+                     *           "text"
+                     *         ]
+                     *       },
+                     *       "output_schema": null,
+                     *       "steps": [
+                     *         {
+                     *           "id": "post",
+                     *           "tool": {
+                     *             "connector_slug": "slack",
+                     *             "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
+                     *             "name": "post_message"
+                     *           },
+                     *           "arguments": {
+                     *             "channel": "#releases",
+                     *             "text": {
+                     *               "$input": "/text"
+                     *             }
+                     *           },
+                     *           "on_error": "fail"
+                     *         }
+                     *       ],
+                     *       "output": {
+                     *         "$step": "post"
+                     *       },
+                     *       "connector_slugs": [
+                     *         "slack"
+                     *       ],
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-21T11:30:00.000Z",
+                     *       "updated_at": "2026-11-21T11:30:00.000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SyntheticTool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getSyntheticTool: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The synthetic tool's id. */
+                id: components["schemas"]["SyntheticToolId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The synthetic tool. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SyntheticTool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteSyntheticTool: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The synthetic tool's id. */
+                id: components["schemas"]["SyntheticToolId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The synthetic tool was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateSyntheticTool: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The synthetic tool's id. */
+                id: components["schemas"]["SyntheticToolId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SyntheticToolUpdate"];
+            };
+        };
+        responses: {
+            /** @description The synthetic tool as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SyntheticTool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    executeSyntheticTool: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The synthetic tool's id. */
+                id: components["schemas"]["SyntheticToolId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SyntheticToolExecuteRequest"];
+            };
+        };
+        responses: {
+            /** @description The run finished; `is_error` says whether it succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SyntheticToolExecution"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    postMcpMessage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The session id from the `initialize` response; required on every request but `initialize`. */
+                "Mcp-Session-Id"?: components["schemas"]["McpSessionId"];
+                /** @description The negotiated protocol revision; sent on every request after `initialize`. Missing means `2025-03-26`. */
+                "MCP-Protocol-Version"?: components["schemas"]["McpProtocolVersion"];
+            };
+            path: {
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["McpRequestBody"];
+            };
+        };
+        responses: {
+            /** @description The JSON-RPC response to the request (or to each request of a batch). */
+            200: {
+                headers: {
+                    /** @description The new session's id; only on the response to `initialize`. */
+                    "Mcp-Session-Id"?: components["schemas"]["McpSessionId"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpResponseBody"];
+                    /**
+                     * @example event: message
+                     *     data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p-3","progress":1,"total":2,"message":"Step ticket done"}}
+                     *
+                     *     event: message
+                     *     data: {"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"{\"ticket\":{\"id\":4821}}"}],"isError":false}}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            /** @description The notification or response was accepted; no body. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["McpBadRequest"];
+            401: components["responses"]["McpUnauthorized"];
+            403: components["responses"]["McpForbidden"];
+            404: components["responses"]["McpNotFound"];
+            /** @description `Accept` lists neither both `application/json` and `text/event-stream` (JSON-RPC error -32000). */
+            406: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "jsonrpc": "2.0",
+                     *       "id": null,
+                     *       "error": {
+                     *         "code": -32000,
+                     *         "message": "Not Acceptable: Client must accept both application/json and text/event-stream"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JsonRpcErrorResponse"];
+                };
+            };
+            /** @description The body is larger than the endpoint accepts (JSON-RPC error -32000). */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "jsonrpc": "2.0",
+                     *       "id": null,
+                     *       "error": {
+                     *         "code": -32000,
+                     *         "message": "Payload Too Large: the body exceeds 4194304 bytes"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JsonRpcErrorResponse"];
+                };
+            };
+            /** @description The body is not `application/json` (JSON-RPC error -32000). */
+            415: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "jsonrpc": "2.0",
+                     *       "id": null,
+                     *       "error": {
+                     *         "code": -32000,
+                     *         "message": "Unsupported Media Type: Content-Type must be application/json"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JsonRpcErrorResponse"];
+                };
+            };
+            429: components["responses"]["McpTooManyRequests"];
+        };
+    };
+    deleteMcpSession: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The session to end. */
+                "Mcp-Session-Id": components["schemas"]["McpSessionId"];
+                /** @description The negotiated protocol revision. */
+                "MCP-Protocol-Version"?: components["schemas"]["McpProtocolVersion"];
+            };
+            path: {
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session was ended. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["McpBadRequest"];
+            401: components["responses"]["McpUnauthorized"];
+            403: components["responses"]["McpForbidden"];
+            404: components["responses"]["McpNotFound"];
+            429: components["responses"]["McpTooManyRequests"];
+        };
+    };
+    listMcpServers: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only servers with this status. */
+                status?: components["schemas"]["McpServerStatus"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the caller's MCP servers. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *           "name": "Claude Desktop (laptop)",
+                     *           "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "token_hint": "x7Qe",
+                     *           "status": "active",
+                     *           "expires_at": null,
+                     *           "last_used_at": "2026-11-21T15:58:20.000Z",
+                     *           "token_rotated_at": null,
+                     *           "created_at": "2026-11-20T10:03:44.905Z",
+                     *           "updated_at": "2026-11-20T10:03:44.905Z"
+                     *         },
+                     *         {
+                     *           "id": "mcp_01jg3d5k7m9p1r3t5v7x9z1b3d",
+                     *           "user_toolbox_id": "utbx_dyn_tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "name": "Cursor",
+                     *           "url": "https://mcp.acme.example/mcp/mcp_01jg3d5k7m9p1r3t5v7x9z1b3d",
+                     *           "token_hint": "9fKd",
+                     *           "status": "active",
+                     *           "expires_at": "2027-03-01T00:00:00.000Z",
+                     *           "last_used_at": null,
+                     *           "token_rotated_at": "2026-11-22T08:41:09.317Z",
+                     *           "created_at": "2026-11-21T17:20:31.442Z",
+                     *           "updated_at": "2026-11-22T08:41:09.317Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServerList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listUserToolboxMcpServers: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the user toolbox's MCP servers. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *           "name": "Claude Desktop (laptop)",
+                     *           "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "token_hint": "x7Qe",
+                     *           "status": "active",
+                     *           "expires_at": null,
+                     *           "last_used_at": "2026-11-21T15:58:20.000Z",
+                     *           "token_rotated_at": null,
+                     *           "created_at": "2026-11-20T10:03:44.905Z",
+                     *           "updated_at": "2026-11-20T10:03:44.905Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServerList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["McpServerCreate"];
+            };
+        };
+        responses: {
+            /** @description The MCP server was minted. The token is shown this once. */
+            201: {
+                headers: {
+                    /** @description The URL of the new MCP server's resource. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "mcp_server": {
+                     *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *         "name": "Claude Desktop (laptop)",
+                     *         "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "token_hint": "x7Qe",
+                     *         "status": "active",
+                     *         "expires_at": null,
+                     *         "last_used_at": null,
+                     *         "token_rotated_at": null,
+                     *         "created_at": "2026-11-20T10:03:44.905Z",
+                     *         "updated_at": "2026-11-20T10:03:44.905Z"
+                     *       },
+                     *       "token": "mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServerMinted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The MCP server. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpServer"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The MCP server was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["McpServerUpdate"];
+            };
+        };
+        responses: {
+            /** @description The MCP server as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *       "name": "Claude Desktop (laptop)",
+                     *       "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *       "token_hint": "x7Qe",
+                     *       "status": "active",
+                     *       "expires_at": "2027-03-01T00:00:00.000Z",
+                     *       "last_used_at": "2026-11-21T15:58:20.000Z",
+                     *       "token_rotated_at": null,
+                     *       "created_at": "2026-11-20T10:03:44.905Z",
+                     *       "updated_at": "2026-11-22T08:12:00.530Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServer"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    rotateMcpServerToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new token, shown this once, and the server. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "mcp_server": {
+                     *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *         "name": "Claude Desktop (laptop)",
+                     *         "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "token_hint": "Wm2c",
+                     *         "status": "active",
+                     *         "expires_at": null,
+                     *         "last_used_at": "2026-11-21T15:58:20.000Z",
+                     *         "token_rotated_at": "2026-11-22T08:41:09.317Z",
+                     *         "created_at": "2026-11-20T10:03:44.905Z",
+                     *         "updated_at": "2026-11-22T08:41:09.317Z"
+                     *       },
+                     *       "token": "mcpt_Q8rLz1Yx4Nd7Ke2Tb9Hs6Vj3Pf0Ga5Mc8Uw1Rn4Wm2c"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServerMinted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listUserToolboxes: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only user toolboxes of this kind. */
+                kind?: components["schemas"]["UserToolboxKind"];
+                /** @description Only user toolboxes made from this template. */
+                template_id?: components["schemas"]["TemplateId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the caller's user toolboxes. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *           "kind": "template",
+                     *           "name": "My GitHub and Linear",
+                     *           "description": "Work account, used by Claude Desktop on my laptop.",
+                     *           "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *           "toolbox_id": null,
+                     *           "bindings": [
+                     *             {
+                     *               "connector_slug": "github",
+                     *               "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+                     *             },
+                     *             {
+                     *               "connector_slug": "linear",
+                     *               "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+                     *             }
+                     *           ],
+                     *           "status": "ready",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "mcp_server_count": 1,
+                     *           "created_at": "2026-11-20T10:01:12.480Z",
+                     *           "updated_at": "2026-11-20T10:01:12.480Z"
+                     *         },
+                     *         {
+                     *           "id": "utbx_dyn_all",
+                     *           "kind": "dynamic",
+                     *           "name": "All my connections",
+                     *           "description": null,
+                     *           "template_id": null,
+                     *           "toolbox_id": null,
+                     *           "bindings": [],
+                     *           "status": "incomplete",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "mcp_server_count": 0,
+                     *           "created_at": "2026-11-19T14:22:05.000Z",
+                     *           "updated_at": "2026-11-21T09:30:12.771Z"
+                     *         },
+                     *         {
+                     *           "id": "utbx_dyn_tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "kind": "dynamic",
+                     *           "name": "Support desk",
+                     *           "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
+                     *           "template_id": null,
+                     *           "toolbox_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "bindings": [],
+                     *           "status": "ready",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "mcp_server_count": 1,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-21T16:02:47.530Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UserToolboxList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createUserToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserToolboxCreate"];
+            };
+        };
+        responses: {
+            /** @description The user toolbox was made. */
+            201: {
+                headers: {
+                    /** @description The URL of the new user toolbox. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *       "kind": "template",
+                     *       "name": "My GitHub and Linear",
+                     *       "description": null,
+                     *       "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
+                     *       "toolbox_id": null,
+                     *       "bindings": [
+                     *         {
+                     *           "connector_slug": "github",
+                     *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+                     *         },
+                     *         {
+                     *           "connector_slug": "linear",
+                     *           "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+                     *         }
+                     *       ],
+                     *       "status": "ready",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "mcp_server_count": 0,
+                     *       "created_at": "2026-11-20T10:01:12.480Z",
+                     *       "updated_at": "2026-11-20T10:01:12.480Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UserToolbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getUserToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The user toolbox. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserToolbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteUserToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The user toolbox and its MCP servers were deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateUserToolbox: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserToolboxUpdate"];
+            };
+        };
+        responses: {
+            /** @description The user toolbox as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserToolbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    registerOAuthClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["McpOAuthClientMetadata"];
+            };
+        };
+        responses: {
+            /** @description The client was registered. */
+            201: {
+                headers: {
+                    "Cache-Control": components["headers"]["NoStore"];
+                    Pragma: components["headers"]["NoCache"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpOAuthClientInformation"];
+                };
+            };
+            /** @description The metadata is not acceptable (RFC 7591 §3.2.2). */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpOAuthRegistrationError"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    startOAuthAuthorization: {
+        parameters: {
+            query: {
+                /** @description Must be `code`; anything else is redirected back with `unsupported_response_type`. */
+                response_type?: string;
+                /** @description The client's id from `/oauth/register`. */
+                client_id: components["schemas"]["OAuthClientId"];
+                /** @description One of the client's registered redirect URIs; may be left out only when the client registered exactly one. */
+                redirect_uri?: components["schemas"]["McpOAuthRedirectUri"];
+                /** @description The PKCE challenge, `BASE64URL(SHA256(code_verifier))`. Required; missing is redirected back with `invalid_request`. */
+                code_challenge?: string;
+                /** @description Must be `S256`; `plain` and anything else are redirected back with `invalid_request`. */
+                code_challenge_method?: string;
+                /** @description An opaque value the client gets back unchanged, against CSRF. */
+                state?: string;
+                /** @description The scopes asked for; `mcp offline_access` when left out. */
+                scope?: components["schemas"]["McpOAuthScope"];
+                /**
+                 * @description The MCP server the tokens are for (RFC 8707), `{base_url}/mcp/{mcpId}`. Required;
+                 *     missing, or not an MCP server of the signed-in person, is redirected back with
+                 *     `invalid_target`.
+                 */
+                resource?: components["schemas"]["McpOAuthResource"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the sign-in page, the consent screen, or back to the client. */
+            302: {
+                headers: {
+                    /**
+                     * @description The web app's sign-in or consent page, or the client's `redirect_uri` with either
+                     *     `code`, `state` and `iss`, or `error`, `error_description`, `state` and `iss`.
+                     */
+                    Location: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    issueOAuthToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": components["schemas"]["McpOAuthTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The tokens. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["NoStore"];
+                    Pragma: components["headers"]["NoCache"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "access_token": "eyJhbGciOiJFUzI1NiIsInR5cCI6ImF0K2p3dCIsImtpZCI6ImsxIn0.eyJpc3MiOiJodHRwczovL2FwaS5tY3BjcC5leGFtcGxlIn0.c2ln",
+                     *       "token_type": "Bearer",
+                     *       "expires_in": 3600,
+                     *       "refresh_token": "mcprt_Vb8nK3pQ6wT1yR9mZ4cX7dF2hJ5sL0aE",
+                     *       "scope": "mcp offline_access"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpOAuthTokenResponse"];
+                };
+            };
+            /** @description The request or grant is not valid (RFC 6749 §5.2). */
+            400: {
+                headers: {
+                    "Cache-Control": components["headers"]["NoStore"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpOAuthTokenError"];
+                };
+            };
+            /** @description Client authentication failed (`invalid_client`). */
+            401: {
+                headers: {
+                    /** @description Present when the client tried HTTP Basic. */
+                    "WWW-Authenticate"?: string;
+                    "Cache-Control": components["headers"]["NoStore"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "invalid_client",
+                     *       "error_description": "The client secret does not match."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpOAuthTokenError"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeOAuthToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "token": "mcprt_Hq7cY2pL9sD4fJk1mW8xV3bN6tR0zA5e",
+                 *       "token_type_hint": "refresh_token",
+                 *       "client_id": "oac_01jg3b7f1dd3e7f1g5h9j3k7m1"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["McpOAuthRevocationRequest"];
+            };
+        };
+        responses: {
+            /** @description Done, or there was nothing to revoke. No body. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is not valid (RFC 7009 §2.2.1). */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "invalid_request",
+                     *       "error_description": "The token parameter is missing."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpOAuthRevocationError"];
+                };
+            };
+            /** @description Client authentication failed (`invalid_client`). */
+            401: {
+                headers: {
+                    /** @description Present when the client tried HTTP Basic. */
+                    "WWW-Authenticate"?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "invalid_client",
+                     *       "error_description": "The client secret does not match."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpOAuthRevocationError"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOAuthUserInfo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["UserInfo"];
+            400: components["responses"]["BearerInvalidRequest"];
+            401: components["responses"]["BearerInvalidToken"];
+            403: components["responses"]["BearerInsufficientScope"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    postOAuthUserInfo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["UserInfo"];
+            400: components["responses"]["BearerInvalidRequest"];
+            401: components["responses"]["BearerInvalidToken"];
+            403: components["responses"]["BearerInsufficientScope"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOAuthAuthorizationServerMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["PublicCache"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "issuer": "https://api.mcpcp.example",
+                     *       "authorization_endpoint": "https://api.mcpcp.example/oauth/authorize",
+                     *       "token_endpoint": "https://api.mcpcp.example/oauth/token",
+                     *       "registration_endpoint": "https://api.mcpcp.example/oauth/register",
+                     *       "revocation_endpoint": "https://api.mcpcp.example/oauth/revoke",
+                     *       "userinfo_endpoint": "https://api.mcpcp.example/oauth/userinfo",
+                     *       "jwks_uri": "https://api.mcpcp.example/oauth/jwks",
+                     *       "scopes_supported": [
+                     *         "mcp",
+                     *         "offline_access",
+                     *         "openid",
+                     *         "profile",
+                     *         "email"
+                     *       ],
+                     *       "response_types_supported": [
+                     *         "code"
+                     *       ],
+                     *       "response_modes_supported": [
+                     *         "query"
+                     *       ],
+                     *       "grant_types_supported": [
+                     *         "authorization_code",
+                     *         "refresh_token"
+                     *       ],
+                     *       "code_challenge_methods_supported": [
+                     *         "S256"
+                     *       ],
+                     *       "token_endpoint_auth_methods_supported": [
+                     *         "none",
+                     *         "client_secret_basic",
+                     *         "client_secret_post"
+                     *       ],
+                     *       "revocation_endpoint_auth_methods_supported": [
+                     *         "none",
+                     *         "client_secret_basic",
+                     *         "client_secret_post"
+                     *       ],
+                     *       "authorization_response_iss_parameter_supported": true,
+                     *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OAuthAuthorizationServerMetadata"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOAuthProtectedResourceMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["PublicCache"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "resource": "https://api.mcpcp.example",
+                     *       "authorization_servers": [
+                     *         "https://api.mcpcp.example"
+                     *       ],
+                     *       "scopes_supported": [
+                     *         "mcp",
+                     *         "offline_access"
+                     *       ],
+                     *       "bearer_methods_supported": [
+                     *         "header"
+                     *       ],
+                     *       "resource_name": "MCP control plane",
+                     *       "resource_documentation": "https://api.mcpcp.example/schema/openapi.json"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OAuthProtectedResourceMetadata"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getMcpServerProtectedResourceMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["PublicCache"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "resource": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *       "authorization_servers": [
+                     *         "https://api.mcpcp.example"
+                     *       ],
+                     *       "scopes_supported": [
+                     *         "mcp",
+                     *         "offline_access"
+                     *       ],
+                     *       "bearer_methods_supported": [
+                     *         "header"
+                     *       ],
+                     *       "resource_name": "Ada's GitHub tools",
+                     *       "resource_documentation": "https://api.mcpcp.example/schema/openapi.json"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OAuthProtectedResourceMetadata"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOAuthJwks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key set. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["PublicCache"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "keys": [
+                     *         {
+                     *           "kty": "EC",
+                     *           "crv": "P-256",
+                     *           "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+                     *           "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0",
+                     *           "kid": "k_2026-11",
+                     *           "use": "sig",
+                     *           "alg": "ES256"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OAuthJwks"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
             429: components["responses"]["TooManyRequests"];
         };
     };
@@ -3891,6 +18904,284 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listAccessRequests: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only requests in this status. */
+                status?: components["schemas"]["AccessRequestStatus"];
+                /**
+                 * @description Only requests filed by this member. Naming someone other than the caller needs
+                 *     `access_request:view` or `access_request:resolve`.
+                 */
+                requester_user_id?: components["schemas"]["UserId"];
+                /** @description Only requests for exceptions to this restriction. */
+                restriction_id?: components["schemas"]["RestrictionId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of access requests. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *           "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *           "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *           "connector_slug": "github",
+                     *           "tool_name": "delete_branch",
+                     *           "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *           "status": "pending",
+                     *           "resolved_by_user_id": null,
+                     *           "resolution_note": null,
+                     *           "resolved_at": null,
+                     *           "exception_expires_at": null,
+                     *           "created_at": "2026-11-24T09:41:18.204Z",
+                     *           "updated_at": "2026-11-24T09:41:18.204Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequestList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AccessRequestCreate"];
+            };
+        };
+        responses: {
+            /** @description The request was filed and is pending. */
+            201: {
+                headers: {
+                    /** @description The URL of the new access request. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "connector_slug": "github",
+                     *       "tool_name": "delete_branch",
+                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *       "status": "pending",
+                     *       "resolved_by_user_id": null,
+                     *       "resolution_note": null,
+                     *       "resolved_at": null,
+                     *       "exception_expires_at": null,
+                     *       "created_at": "2026-11-24T09:41:18.204Z",
+                     *       "updated_at": "2026-11-24T09:41:18.204Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The access request. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    resolveAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AccessRequestResolve"];
+            };
+        };
+        responses: {
+            /** @description The access request as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "connector_slug": "github",
+                     *       "tool_name": "delete_branch",
+                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *       "status": "approved",
+                     *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "resolution_note": "Approved for this week only.",
+                     *       "resolved_at": "2026-11-24T10:02:51.377Z",
+                     *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+                     *       "created_at": "2026-11-24T09:41:18.204Z",
+                     *       "updated_at": "2026-11-24T10:02:51.377Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    withdrawAccessRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The access request's id. */
+                id: components["schemas"]["AccessRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The access request as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
+                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
+                     *       "connector_slug": "github",
+                     *       "tool_name": "delete_branch",
+                     *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
+                     *       "status": "withdrawn",
+                     *       "resolved_by_user_id": null,
+                     *       "resolution_note": null,
+                     *       "resolved_at": "2026-11-24T09:55:02.610Z",
+                     *       "exception_expires_at": null,
+                     *       "created_at": "2026-11-24T09:41:18.204Z",
+                     *       "updated_at": "2026-11-24T09:55:02.610Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccessRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
         };
     };
@@ -4697,6 +19988,444 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
+    listLoggingDestinations: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only destinations of this type. */
+                type?: components["schemas"]["LoggingDestinationType"];
+                /** @description Only destinations exporting this kind of record. */
+                record_type?: components["schemas"]["LoggingRecordType"];
+                /** @description Only active (true) or paused (false) destinations. */
+                is_active?: boolean;
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of destinations. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "obsd_01jg3b7f17x9y3z7a1b5c9d3e7",
+                     *           "name": "Datadog audit",
+                     *           "type": "datadog",
+                     *           "config": {
+                     *             "url": null,
+                     *             "site": "datadoghq.eu",
+                     *             "index": null,
+                     *             "source": null,
+                     *             "sourcetype": null,
+                     *             "service": "acme-mcp",
+                     *             "header_names": [],
+                     *             "has_api_key": true,
+                     *             "has_hec_token": false,
+                     *             "has_header_values": false
+                     *           },
+                     *           "record_types": [
+                     *             "audit",
+                     *             "tool_call"
+                     *           ],
+                     *           "is_active": true,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "last_test_at": "2026-11-20T09:15:11.402Z",
+                     *           "last_test_status": "ok",
+                     *           "last_test_error": null,
+                     *           "last_delivery_at": "2026-11-21T16:02:44.810Z",
+                     *           "last_delivery_error": null
+                     *         },
+                     *         {
+                     *           "id": "obsd_01jg3b8k2m4n6p8q0r2s4t6v8w",
+                     *           "name": "SIEM webhook",
+                     *           "type": "http",
+                     *           "config": {
+                     *             "url": "https://siem.acme.example/ingest/mcp",
+                     *             "site": null,
+                     *             "index": null,
+                     *             "source": null,
+                     *             "sourcetype": null,
+                     *             "service": null,
+                     *             "header_names": [
+                     *               "Authorization"
+                     *             ],
+                     *             "has_api_key": false,
+                     *             "has_hec_token": false,
+                     *             "has_header_values": true
+                     *           },
+                     *           "record_types": [
+                     *             "audit"
+                     *           ],
+                     *           "is_active": false,
+                     *           "created_at": "2026-11-22T10:31:57.004Z",
+                     *           "updated_at": "2026-11-23T08:00:12.518Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "last_test_at": null,
+                     *           "last_test_status": null,
+                     *           "last_test_error": null,
+                     *           "last_delivery_at": null,
+                     *           "last_delivery_error": "The endpoint answered 503 Service Unavailable; retrying in 60 seconds."
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LoggingDestinationList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createLoggingDestination: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LoggingDestinationCreate"];
+            };
+        };
+        responses: {
+            /** @description The destination was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new destination. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "obsd_01jg3b7f17x9y3z7a1b5c9d3e7",
+                     *       "name": "Datadog audit",
+                     *       "type": "datadog",
+                     *       "config": {
+                     *         "url": null,
+                     *         "site": "datadoghq.eu",
+                     *         "index": null,
+                     *         "source": null,
+                     *         "sourcetype": null,
+                     *         "service": "acme-mcp",
+                     *         "header_names": [],
+                     *         "has_api_key": true,
+                     *         "has_hec_token": false,
+                     *         "has_header_values": false
+                     *       },
+                     *       "record_types": [
+                     *         "audit",
+                     *         "tool_call"
+                     *       ],
+                     *       "is_active": true,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "last_test_at": null,
+                     *       "last_test_status": null,
+                     *       "last_test_error": null,
+                     *       "last_delivery_at": null,
+                     *       "last_delivery_error": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LoggingDestination"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getLoggingDestination: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The destination's id. */
+                id: components["schemas"]["LoggingDestinationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The destination. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "obsd_01jg3b8k2m4n6p8q0r2s4t6v8w",
+                     *       "name": "SIEM webhook",
+                     *       "type": "http",
+                     *       "config": {
+                     *         "url": "https://siem.acme.example/ingest/mcp",
+                     *         "site": null,
+                     *         "index": null,
+                     *         "source": null,
+                     *         "sourcetype": null,
+                     *         "service": null,
+                     *         "header_names": [
+                     *           "Authorization"
+                     *         ],
+                     *         "has_api_key": false,
+                     *         "has_hec_token": false,
+                     *         "has_header_values": true
+                     *       },
+                     *       "record_types": [
+                     *         "audit"
+                     *       ],
+                     *       "is_active": true,
+                     *       "created_at": "2026-11-22T10:31:57.004Z",
+                     *       "updated_at": "2026-11-23T08:00:12.518Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "last_test_at": "2026-11-22T10:32:40.771Z",
+                     *       "last_test_status": "ok",
+                     *       "last_test_error": null,
+                     *       "last_delivery_at": "2026-11-23T08:14:09.236Z",
+                     *       "last_delivery_error": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LoggingDestination"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteLoggingDestination: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The destination's id. */
+                id: components["schemas"]["LoggingDestinationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The destination was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateLoggingDestination: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The destination's id. */
+                id: components["schemas"]["LoggingDestinationId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LoggingDestinationUpdate"];
+            };
+        };
+        responses: {
+            /** @description The destination as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "obsd_01jg3b8k2m4n6p8q0r2s4t6v8w",
+                     *       "name": "SIEM webhook",
+                     *       "type": "http",
+                     *       "config": {
+                     *         "url": "https://siem.acme.example/ingest/mcp",
+                     *         "site": null,
+                     *         "index": null,
+                     *         "source": null,
+                     *         "sourcetype": null,
+                     *         "service": null,
+                     *         "header_names": [
+                     *           "Authorization",
+                     *           "X-Tenant"
+                     *         ],
+                     *         "has_api_key": false,
+                     *         "has_hec_token": false,
+                     *         "has_header_values": true
+                     *       },
+                     *       "record_types": [
+                     *         "audit"
+                     *       ],
+                     *       "is_active": true,
+                     *       "created_at": "2026-11-22T10:31:57.004Z",
+                     *       "updated_at": "2026-11-24T13:45:30.902Z",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "last_test_at": "2026-11-22T10:32:40.771Z",
+                     *       "last_test_status": "ok",
+                     *       "last_test_error": null,
+                     *       "last_delivery_at": "2026-11-23T08:14:09.236Z",
+                     *       "last_delivery_error": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LoggingDestination"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    testLoggingDestination: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The destination's id. */
+                id: components["schemas"]["LoggingDestinationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The test was attempted; `status` says whether the backend accepted it. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "status": "ok",
+                     *       "error": null,
+                     *       "destination": {
+                     *         "id": "obsd_01jg3b7f17x9y3z7a1b5c9d3e7",
+                     *         "name": "Datadog audit",
+                     *         "type": "datadog",
+                     *         "config": {
+                     *           "url": null,
+                     *           "site": "datadoghq.eu",
+                     *           "index": null,
+                     *           "source": null,
+                     *           "sourcetype": null,
+                     *           "service": "acme-mcp",
+                     *           "header_names": [],
+                     *           "has_api_key": true,
+                     *           "has_hec_token": false,
+                     *           "has_header_values": false
+                     *         },
+                     *         "record_types": [
+                     *           "audit",
+                     *           "tool_call"
+                     *         ],
+                     *         "is_active": true,
+                     *         "created_at": "2026-11-20T09:14:03.120Z",
+                     *         "updated_at": "2026-11-20T09:14:03.120Z",
+                     *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "last_test_at": "2026-11-20T09:15:11.402Z",
+                     *         "last_test_status": "ok",
+                     *         "last_test_error": null,
+                     *         "last_delivery_at": "2026-11-21T16:02:44.810Z",
+                     *         "last_delivery_error": null
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LoggingDestinationTestResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
     listNotificationDestinations: {
         parameters: {
             query?: {
@@ -5068,6 +20797,1769 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listSsoConnections: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only connections of this type. */
+                type?: components["schemas"]["SsoConnectionType"];
+                /** @description Only connections in this status. */
+                status?: components["schemas"]["SsoConnectionStatus"];
+                /** @description Only the connection serving this domain. */
+                domain?: components["schemas"]["SsoDomain"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of connections. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "sso_01jg3b8m3n5p7q9r1s3t5v7w9x",
+                     *           "name": "Microsoft Entra ID",
+                     *           "type": "oidc",
+                     *           "status": "draft",
+                     *           "domains": [
+                     *             "acme-labs.example"
+                     *           ],
+                     *           "enforce": false,
+                     *           "jit_provisioning": {
+                     *             "enabled": false,
+                     *             "default_role_id": null
+                     *           },
+                     *           "saml": null,
+                     *           "oidc": {
+                     *             "issuer": null,
+                     *             "client_id": null,
+                     *             "has_client_secret": false,
+                     *             "scopes": [
+                     *               "openid",
+                     *               "email",
+                     *               "profile"
+                     *             ],
+                     *             "authorization_endpoint": null,
+                     *             "token_endpoint": null,
+                     *             "jwks_uri": null,
+                     *             "redirect_uri": "https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/callback",
+                     *             "login_url": "https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/login"
+                     *           },
+                     *           "last_sign_in_at": null,
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-22T14:05:31.870Z",
+                     *           "updated_at": "2026-11-22T14:05:31.870Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SsoConnectionList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createSsoConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SsoConnectionCreate"];
+            };
+        };
+        responses: {
+            /** @description The connection was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new connection. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "sso_01jg3b7f18y3z7a1b5c9d3e7f1",
+                     *       "name": "Okta",
+                     *       "type": "saml",
+                     *       "status": "draft",
+                     *       "domains": [
+                     *         "acme.example"
+                     *       ],
+                     *       "enforce": false,
+                     *       "jit_provisioning": {
+                     *         "enabled": false,
+                     *         "default_role_id": null
+                     *       },
+                     *       "saml": {
+                     *         "idp_entity_id": null,
+                     *         "idp_sso_url": null,
+                     *         "idp_certificate": null,
+                     *         "idp_certificate_fingerprint_sha256": null,
+                     *         "idp_certificate_not_after": null,
+                     *         "idp_metadata_url": null,
+                     *         "sp_entity_id": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+                     *         "acs_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs",
+                     *         "sp_metadata_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+                     *         "login_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login"
+                     *       },
+                     *       "oidc": null,
+                     *       "last_sign_in_at": null,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SsoConnection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getSsoConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The connection. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoConnection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteSsoConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The connection was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateSsoConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["SsoConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SsoConnectionUpdate"];
+            };
+        };
+        responses: {
+            /** @description The connection as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoConnection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listScimGroups: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only groups whose `display_name` contains this text, ignoring case. */
+                q?: string;
+                /** @description Only groups this person is a member of. */
+                user_id?: components["schemas"]["UserId"];
+                /** @description Only groups with (true) or without (false) a group mapping. */
+                mapped?: boolean;
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of groups. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *           "display_name": "Engineering",
+                     *           "external_id": "00g1a2b3c4d5e6f7g8h9",
+                     *           "member_count": 42,
+                     *           "mapping_ids": [
+                     *             "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3"
+                     *           ],
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-21T07:45:12.309Z"
+                     *         },
+                     *         {
+                     *           "id": "grp_01jg3b9q4r6s8t0v2w4x6y8z0a",
+                     *           "display_name": "Engineering Managers",
+                     *           "external_id": "00g9h8g7f6e5d4c3b2a1",
+                     *           "member_count": 6,
+                     *           "mapping_ids": [],
+                     *           "created_at": "2026-11-20T09:14:05.881Z",
+                     *           "updated_at": "2026-11-20T09:14:05.881Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ScimGroupList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getScimGroup: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The group's id. */
+                id: components["schemas"]["ScimGroupId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *       "display_name": "Engineering",
+                     *       "external_id": "00g1a2b3c4d5e6f7g8h9",
+                     *       "member_count": 42,
+                     *       "mapping_ids": [
+                     *         "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3"
+                     *       ],
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T07:45:12.309Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ScimGroup"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listScimTokens: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of tokens. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
+                     *           "name": "Okta provisioning",
+                     *           "last_four": "k7Qz",
+                     *           "expires_at": "2027-11-20T00:00:00.000Z",
+                     *           "last_used_at": "2026-11-21T07:45:00.000Z",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ScimTokenList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createScimToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScimTokenCreate"];
+            };
+        };
+        responses: {
+            /** @description The token was created; `token` is shown this once. */
+            201: {
+                headers: {
+                    /** @description The URL of the new token. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
+                     *       "name": "Okta provisioning",
+                     *       "last_four": "k7Qz",
+                     *       "expires_at": "2027-11-20T00:00:00.000Z",
+                     *       "last_used_at": null,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z",
+                     *       "token": "scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ScimTokenCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteScimToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The token's id. */
+                id: components["schemas"]["ScimTokenId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The token was revoked. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listScimV2Users: {
+        parameters: {
+            query?: {
+                /**
+                 * @description A SCIM filter (RFC 7644 §3.4.2.2), as identity providers send it. Users: `eq` on
+                 *     `userName`, `emails.value` (both ignoring case), `externalId`, `id`, and `active`;
+                 *     Groups: `eq` on `displayName` (ignoring case), `externalId`, `id`, and
+                 *     `members[value eq "usr_…"]` (or `members.value eq "usr_…"`); clauses joined with `and`.
+                 *     Any other filter is 400 `invalidFilter`.
+                 */
+                filter?: components["parameters"]["ScimV2FilterParameter"];
+                /** @description The 1-based index of the first result (RFC 7644 §3.4.2.4); a value below 1 counts as 1. */
+                startIndex?: components["parameters"]["ScimV2StartIndexParameter"];
+                /** @description How many results a page holds at most; capped at 200, and 0 answers only `totalResults`. A negative value counts as 0. */
+                count?: components["parameters"]["ScimV2CountParameter"];
+                /** @description Comma-separated attribute names to return instead of the default set (RFC 7644 §3.4.2.5); `id` and `schemas` are always returned. */
+                attributes?: components["parameters"]["ScimV2AttributesParameter"];
+                /** @description Comma-separated attribute names to leave out of the default set, such as `members` for large groups. */
+                excludedAttributes?: components["parameters"]["ScimV2ExcludedAttributesParameter"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of users. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:api:messages:2.0:ListResponse"
+                     *       ],
+                     *       "totalResults": 1,
+                     *       "startIndex": 1,
+                     *       "itemsPerPage": 1,
+                     *       "Resources": [
+                     *         {
+                     *           "schemas": [
+                     *             "urn:ietf:params:scim:schemas:core:2.0:User"
+                     *           ],
+                     *           "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "externalId": "00u1a2b3c4d5e6f7g8h9",
+                     *           "userName": "ada@acme.example",
+                     *           "name": {
+                     *             "formatted": "Ada Lovelace",
+                     *             "givenName": "Ada",
+                     *             "familyName": "Lovelace"
+                     *           },
+                     *           "displayName": "Ada Lovelace",
+                     *           "emails": [
+                     *             {
+                     *               "value": "ada@acme.example",
+                     *               "type": "work",
+                     *               "primary": true
+                     *             }
+                     *           ],
+                     *           "active": true,
+                     *           "groups": [
+                     *             {
+                     *               "value": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *               "display": "Engineering"
+                     *             }
+                     *           ],
+                     *           "meta": {
+                     *             "resourceType": "User",
+                     *             "created": "2026-11-20T09:14:03.120Z",
+                     *             "lastModified": "2026-11-21T07:45:12.309Z",
+                     *             "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *             "version": "W/\"3\""
+                     *           }
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2UserList"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    createScimV2User: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2UserInput"];
+                "application/json": components["schemas"]["ScimV2UserInput"];
+            };
+        };
+        responses: {
+            /** @description The person was provisioned (or taken over). */
+            201: {
+                headers: {
+                    /** @description The URL of the new resource (`meta.location`). */
+                    Location?: string;
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:User"
+                     *       ],
+                     *       "id": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *       "externalId": "00u9z8y7x6w5v4u3t2s1",
+                     *       "userName": "grace@acme.example",
+                     *       "name": {
+                     *         "formatted": "Grace Hopper",
+                     *         "givenName": "Grace",
+                     *         "familyName": "Hopper"
+                     *       },
+                     *       "displayName": "Grace Hopper",
+                     *       "emails": [
+                     *         {
+                     *           "value": "grace@acme.example",
+                     *           "type": "work",
+                     *           "primary": true
+                     *         }
+                     *       ],
+                     *       "active": true,
+                     *       "groups": [],
+                     *       "meta": {
+                     *         "resourceType": "User",
+                     *         "created": "2026-11-22T10:00:41.337Z",
+                     *         "lastModified": "2026-11-22T10:00:41.337Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *         "version": "W/\"1\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2User"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            413: components["responses"]["ScimV2PayloadTooLarge"];
+            415: components["responses"]["ScimV2UnsupportedMediaType"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    getScimV2User: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated attribute names to return instead of the default set (RFC 7644 §3.4.2.5); `id` and `schemas` are always returned. */
+                attributes?: components["parameters"]["ScimV2AttributesParameter"];
+                /** @description Comma-separated attribute names to leave out of the default set, such as `members` for large groups. */
+                excludedAttributes?: components["parameters"]["ScimV2ExcludedAttributesParameter"];
+            };
+            header?: never;
+            path: {
+                /** @description The person's user id (`usr_…`), as `/scim/v2/Users` returned it. Another organization's is a 404. */
+                id: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The user. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:User"
+                     *       ],
+                     *       "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "externalId": "00u1a2b3c4d5e6f7g8h9",
+                     *       "userName": "ada@acme.example",
+                     *       "name": {
+                     *         "formatted": "Ada Lovelace",
+                     *         "givenName": "Ada",
+                     *         "familyName": "Lovelace"
+                     *       },
+                     *       "displayName": "Ada Lovelace",
+                     *       "emails": [
+                     *         {
+                     *           "value": "ada@acme.example",
+                     *           "type": "work",
+                     *           "primary": true
+                     *         }
+                     *       ],
+                     *       "active": true,
+                     *       "groups": [
+                     *         {
+                     *           "value": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *           "display": "Engineering"
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "resourceType": "User",
+                     *         "created": "2026-11-20T09:14:03.120Z",
+                     *         "lastModified": "2026-11-21T07:45:12.309Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "version": "W/\"3\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2User"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    replaceScimV2User: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Apply the change only if the resource is still at this version (`meta.version`, the `ETag` header); otherwise 412. */
+                "If-Match"?: components["parameters"]["ScimV2IfMatchParameter"];
+            };
+            path: {
+                /** @description The person's user id (`usr_…`), as `/scim/v2/Users` returned it. Another organization's is a 404. */
+                id: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2UserInput"];
+                "application/json": components["schemas"]["ScimV2UserInput"];
+            };
+        };
+        responses: {
+            /** @description The user as it now is. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:User"
+                     *       ],
+                     *       "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "externalId": "00u1a2b3c4d5e6f7g8h9",
+                     *       "userName": "ada@acme.example",
+                     *       "name": {
+                     *         "formatted": "Ada King",
+                     *         "givenName": "Ada",
+                     *         "familyName": "King"
+                     *       },
+                     *       "displayName": "Ada King",
+                     *       "emails": [
+                     *         {
+                     *           "value": "ada@acme.example",
+                     *           "type": "work",
+                     *           "primary": true
+                     *         }
+                     *       ],
+                     *       "active": true,
+                     *       "groups": [
+                     *         {
+                     *           "value": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *           "display": "Engineering"
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "resourceType": "User",
+                     *         "created": "2026-11-20T09:14:03.120Z",
+                     *         "lastModified": "2026-11-23T12:30:00.517Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "version": "W/\"4\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2User"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            412: components["responses"]["ScimV2PreconditionFailed"];
+            413: components["responses"]["ScimV2PayloadTooLarge"];
+            415: components["responses"]["ScimV2UnsupportedMediaType"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    deleteScimV2User: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Apply the change only if the resource is still at this version (`meta.version`, the `ETag` header); otherwise 412. */
+                "If-Match"?: components["parameters"]["ScimV2IfMatchParameter"];
+            };
+            path: {
+                /** @description The person's user id (`usr_…`), as `/scim/v2/Users` returned it. Another organization's is a 404. */
+                id: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The person was removed from the organization. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            412: components["responses"]["ScimV2PreconditionFailed"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    patchScimV2User: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Apply the change only if the resource is still at this version (`meta.version`, the `ETag` header); otherwise 412. */
+                "If-Match"?: components["parameters"]["ScimV2IfMatchParameter"];
+            };
+            path: {
+                /** @description The person's user id (`usr_…`), as `/scim/v2/Users` returned it. Another organization's is a 404. */
+                id: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2PatchOp"];
+                "application/json": components["schemas"]["ScimV2PatchOp"];
+            };
+        };
+        responses: {
+            /** @description The user as it now is. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:User"
+                     *       ],
+                     *       "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "externalId": "00u1a2b3c4d5e6f7g8h9",
+                     *       "userName": "ada@acme.example",
+                     *       "name": {
+                     *         "formatted": "Ada Lovelace",
+                     *         "givenName": "Ada",
+                     *         "familyName": "Lovelace"
+                     *       },
+                     *       "displayName": "Ada Lovelace",
+                     *       "emails": [
+                     *         {
+                     *           "value": "ada@acme.example",
+                     *           "type": "work",
+                     *           "primary": true
+                     *         }
+                     *       ],
+                     *       "active": false,
+                     *       "groups": [
+                     *         {
+                     *           "value": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *           "display": "Engineering"
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "resourceType": "User",
+                     *         "created": "2026-11-20T09:14:03.120Z",
+                     *         "lastModified": "2026-11-23T17:05:48.090Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "version": "W/\"4\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2User"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            412: components["responses"]["ScimV2PreconditionFailed"];
+            413: components["responses"]["ScimV2PayloadTooLarge"];
+            415: components["responses"]["ScimV2UnsupportedMediaType"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    listScimV2Groups: {
+        parameters: {
+            query?: {
+                /**
+                 * @description A SCIM filter (RFC 7644 §3.4.2.2), as identity providers send it. Users: `eq` on
+                 *     `userName`, `emails.value` (both ignoring case), `externalId`, `id`, and `active`;
+                 *     Groups: `eq` on `displayName` (ignoring case), `externalId`, `id`, and
+                 *     `members[value eq "usr_…"]` (or `members.value eq "usr_…"`); clauses joined with `and`.
+                 *     Any other filter is 400 `invalidFilter`.
+                 */
+                filter?: components["parameters"]["ScimV2FilterParameter"];
+                /** @description The 1-based index of the first result (RFC 7644 §3.4.2.4); a value below 1 counts as 1. */
+                startIndex?: components["parameters"]["ScimV2StartIndexParameter"];
+                /** @description How many results a page holds at most; capped at 200, and 0 answers only `totalResults`. A negative value counts as 0. */
+                count?: components["parameters"]["ScimV2CountParameter"];
+                /** @description Comma-separated attribute names to return instead of the default set (RFC 7644 §3.4.2.5); `id` and `schemas` are always returned. */
+                attributes?: components["parameters"]["ScimV2AttributesParameter"];
+                /** @description Comma-separated attribute names to leave out of the default set, such as `members` for large groups. */
+                excludedAttributes?: components["parameters"]["ScimV2ExcludedAttributesParameter"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of groups. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:api:messages:2.0:ListResponse"
+                     *       ],
+                     *       "totalResults": 1,
+                     *       "startIndex": 1,
+                     *       "itemsPerPage": 1,
+                     *       "Resources": [
+                     *         {
+                     *           "schemas": [
+                     *             "urn:ietf:params:scim:schemas:core:2.0:Group"
+                     *           ],
+                     *           "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *           "externalId": "00g1a2b3c4d5e6f7g8h9",
+                     *           "displayName": "Engineering",
+                     *           "meta": {
+                     *             "resourceType": "Group",
+                     *             "created": "2026-11-20T09:14:03.120Z",
+                     *             "lastModified": "2026-11-22T10:02:18.004Z",
+                     *             "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *             "version": "W/\"8\""
+                     *           }
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2GroupList"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    createScimV2Group: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2GroupInput"];
+                "application/json": components["schemas"]["ScimV2GroupInput"];
+            };
+        };
+        responses: {
+            /** @description The group was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new resource (`meta.location`). */
+                    Location?: string;
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:Group"
+                     *       ],
+                     *       "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *       "externalId": "00g1a2b3c4d5e6f7g8h9",
+                     *       "displayName": "Engineering",
+                     *       "members": [
+                     *         {
+                     *           "value": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "display": "Ada Lovelace",
+                     *           "type": "User"
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "resourceType": "Group",
+                     *         "created": "2026-11-20T09:14:03.120Z",
+                     *         "lastModified": "2026-11-20T09:14:03.120Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "version": "W/\"1\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2Group"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            413: components["responses"]["ScimV2PayloadTooLarge"];
+            415: components["responses"]["ScimV2UnsupportedMediaType"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    getScimV2Group: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated attribute names to return instead of the default set (RFC 7644 §3.4.2.5); `id` and `schemas` are always returned. */
+                attributes?: components["parameters"]["ScimV2AttributesParameter"];
+                /** @description Comma-separated attribute names to leave out of the default set, such as `members` for large groups. */
+                excludedAttributes?: components["parameters"]["ScimV2ExcludedAttributesParameter"];
+            };
+            header?: never;
+            path: {
+                /** @description The group's id (`grp_…`), as `/scim/v2/Groups` returned it. Another organization's is a 404. */
+                id: components["schemas"]["ScimGroupId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:Group"
+                     *       ],
+                     *       "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *       "externalId": "00g1a2b3c4d5e6f7g8h9",
+                     *       "displayName": "Engineering",
+                     *       "members": [
+                     *         {
+                     *           "value": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "display": "Ada Lovelace",
+                     *           "type": "User"
+                     *         },
+                     *         {
+                     *           "value": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *           "display": "Grace Hopper",
+                     *           "type": "User"
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "resourceType": "Group",
+                     *         "created": "2026-11-20T09:14:03.120Z",
+                     *         "lastModified": "2026-11-22T10:02:18.004Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "version": "W/\"8\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2Group"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    replaceScimV2Group: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Apply the change only if the resource is still at this version (`meta.version`, the `ETag` header); otherwise 412. */
+                "If-Match"?: components["parameters"]["ScimV2IfMatchParameter"];
+            };
+            path: {
+                /** @description The group's id (`grp_…`), as `/scim/v2/Groups` returned it. Another organization's is a 404. */
+                id: components["schemas"]["ScimGroupId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2GroupInput"];
+                "application/json": components["schemas"]["ScimV2GroupInput"];
+            };
+        };
+        responses: {
+            /** @description The group as it now is. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:Group"
+                     *       ],
+                     *       "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *       "externalId": "00g1a2b3c4d5e6f7g8h9",
+                     *       "displayName": "Engineering",
+                     *       "members": [
+                     *         {
+                     *           "value": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "display": "Ada Lovelace",
+                     *           "type": "User"
+                     *         },
+                     *         {
+                     *           "value": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *           "display": "Grace Hopper",
+                     *           "type": "User"
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "resourceType": "Group",
+                     *         "created": "2026-11-20T09:14:03.120Z",
+                     *         "lastModified": "2026-11-22T10:02:18.004Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "version": "W/\"8\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2Group"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            412: components["responses"]["ScimV2PreconditionFailed"];
+            413: components["responses"]["ScimV2PayloadTooLarge"];
+            415: components["responses"]["ScimV2UnsupportedMediaType"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    deleteScimV2Group: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Apply the change only if the resource is still at this version (`meta.version`, the `ETag` header); otherwise 412. */
+                "If-Match"?: components["parameters"]["ScimV2IfMatchParameter"];
+            };
+            path: {
+                /** @description The group's id (`grp_…`), as `/scim/v2/Groups` returned it. Another organization's is a 404. */
+                id: components["schemas"]["ScimGroupId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            412: components["responses"]["ScimV2PreconditionFailed"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    patchScimV2Group: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Apply the change only if the resource is still at this version (`meta.version`, the `ETag` header); otherwise 412. */
+                "If-Match"?: components["parameters"]["ScimV2IfMatchParameter"];
+            };
+            path: {
+                /** @description The group's id (`grp_…`), as `/scim/v2/Groups` returned it. Another organization's is a 404. */
+                id: components["schemas"]["ScimGroupId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/scim+json": components["schemas"]["ScimV2PatchOp"];
+                "application/json": components["schemas"]["ScimV2PatchOp"];
+            };
+        };
+        responses: {
+            /** @description The group as it now is. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ScimV2ETagHeader"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:schemas:core:2.0:Group"
+                     *       ],
+                     *       "id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *       "externalId": "00g1a2b3c4d5e6f7g8h9",
+                     *       "displayName": "Engineering",
+                     *       "members": [
+                     *         {
+                     *           "value": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "display": "Ada Lovelace",
+                     *           "type": "User"
+                     *         },
+                     *         {
+                     *           "value": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *           "display": "Grace Hopper",
+                     *           "type": "User"
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "resourceType": "Group",
+                     *         "created": "2026-11-20T09:14:03.120Z",
+                     *         "lastModified": "2026-11-22T10:02:18.004Z",
+                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "version": "W/\"8\""
+                     *       }
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2Group"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            409: components["responses"]["ScimV2Conflict"];
+            412: components["responses"]["ScimV2PreconditionFailed"];
+            413: components["responses"]["ScimV2PayloadTooLarge"];
+            415: components["responses"]["ScimV2UnsupportedMediaType"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    getScimV2ServiceProviderConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The service provider configuration. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/scim+json": components["schemas"]["ScimV2ServiceProviderConfig"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    listScimV2ResourceTypes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The resource types. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/scim+json": components["schemas"]["ScimV2ResourceTypeList"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    listScimV2Schemas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schemas. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schemas": [
+                     *         "urn:ietf:params:scim:api:messages:2.0:ListResponse"
+                     *       ],
+                     *       "totalResults": 2,
+                     *       "startIndex": 1,
+                     *       "itemsPerPage": 2,
+                     *       "Resources": [
+                     *         {
+                     *           "schemas": [
+                     *             "urn:ietf:params:scim:schemas:core:2.0:Schema"
+                     *           ],
+                     *           "id": "urn:ietf:params:scim:schemas:core:2.0:User",
+                     *           "name": "User",
+                     *           "description": "A person of the organization.",
+                     *           "attributes": [
+                     *             {
+                     *               "name": "userName",
+                     *               "type": "string",
+                     *               "multiValued": false,
+                     *               "description": "The sign-in name, an email address.",
+                     *               "required": true,
+                     *               "caseExact": false,
+                     *               "mutability": "readWrite",
+                     *               "returned": "default",
+                     *               "uniqueness": "server"
+                     *             },
+                     *             {
+                     *               "name": "active",
+                     *               "type": "boolean",
+                     *               "multiValued": false,
+                     *               "description": "False suspends the membership.",
+                     *               "required": false,
+                     *               "caseExact": false,
+                     *               "mutability": "readWrite",
+                     *               "returned": "default",
+                     *               "uniqueness": "none"
+                     *             },
+                     *             {
+                     *               "name": "emails",
+                     *               "type": "complex",
+                     *               "multiValued": true,
+                     *               "description": "Email addresses; the primary one is the person's email.",
+                     *               "required": false,
+                     *               "caseExact": false,
+                     *               "mutability": "readWrite",
+                     *               "returned": "default",
+                     *               "uniqueness": "none",
+                     *               "subAttributes": [
+                     *                 {
+                     *                   "name": "value",
+                     *                   "type": "string",
+                     *                   "multiValued": false,
+                     *                   "description": "The address.",
+                     *                   "required": false,
+                     *                   "caseExact": false,
+                     *                   "mutability": "readWrite",
+                     *                   "returned": "default",
+                     *                   "uniqueness": "none"
+                     *                 }
+                     *               ]
+                     *             }
+                     *           ],
+                     *           "meta": {
+                     *             "resourceType": "Schema",
+                     *             "location": "https://api.mcp-control.example/scim/v2/Schemas/urn:ietf:params:scim:schemas:core:2.0:User"
+                     *           }
+                     *         },
+                     *         {
+                     *           "schemas": [
+                     *             "urn:ietf:params:scim:schemas:core:2.0:Schema"
+                     *           ],
+                     *           "id": "urn:ietf:params:scim:schemas:core:2.0:Group",
+                     *           "name": "Group",
+                     *           "description": "A group of people, mapped to roles and teams.",
+                     *           "attributes": [
+                     *             {
+                     *               "name": "displayName",
+                     *               "type": "string",
+                     *               "multiValued": false,
+                     *               "description": "The group's name.",
+                     *               "required": true,
+                     *               "caseExact": false,
+                     *               "mutability": "readWrite",
+                     *               "returned": "default",
+                     *               "uniqueness": "server"
+                     *             },
+                     *             {
+                     *               "name": "members",
+                     *               "type": "complex",
+                     *               "multiValued": true,
+                     *               "description": "The group's members, people only.",
+                     *               "required": false,
+                     *               "caseExact": false,
+                     *               "mutability": "readWrite",
+                     *               "returned": "default",
+                     *               "uniqueness": "none",
+                     *               "referenceTypes": [
+                     *                 "User"
+                     *               ]
+                     *             }
+                     *           ],
+                     *           "meta": {
+                     *             "resourceType": "Schema",
+                     *             "location": "https://api.mcp-control.example/scim/v2/Schemas/urn:ietf:params:scim:schemas:core:2.0:Group"
+                     *           }
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/scim+json": components["schemas"]["ScimV2SchemaList"];
+                };
+            };
+            400: components["responses"]["ScimV2BadRequest"];
+            401: components["responses"]["ScimV2Unauthorized"];
+            403: components["responses"]["ScimV2Forbidden"];
+            404: components["responses"]["ScimV2NotFound"];
+            429: components["responses"]["ScimV2TooManyRequests"];
+        };
+    };
+    listGroupMappings: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only mappings of this SCIM group. */
+                scim_group_id?: components["schemas"]["ScimGroupId"];
+                /** @description Only mappings granting this role. */
+                role_id?: components["schemas"]["RoleId"];
+                /** @description Only mappings adding to this team. */
+                team_id?: components["schemas"]["TeamId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of mappings. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3",
+                     *           "scim_group_id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *           "role_id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         },
+                     *         {
+                     *           "id": "gmap_01jg3bar5s7t9v1w3x5y7z9a1b",
+                     *           "scim_group_id": "grp_01jg3b9q4r6s8t0v2w4x6y8z0a",
+                     *           "role_id": null,
+                     *           "team_id": "team_01jg3bbs6t8v0w2x4y6z8a0b2c",
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-21T11:20:48.615Z",
+                     *           "updated_at": "2026-11-21T11:20:48.615Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupMappingList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createGroupMapping: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GroupMappingCreate"];
+            };
+        };
+        responses: {
+            /** @description The mapping was created and applied. */
+            201: {
+                headers: {
+                    /** @description The URL of the new mapping. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3",
+                     *       "scim_group_id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *       "role_id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *       "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupMapping"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getGroupMapping: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The mapping's id. */
+                id: components["schemas"]["GroupMappingId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The mapping. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupMapping"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteGroupMapping: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The mapping's id. */
+                id: components["schemas"]["GroupMappingId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The mapping was deleted and its grants withdrawn. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateGroupMapping: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The mapping's id. */
+                id: components["schemas"]["GroupMappingId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GroupMappingUpdate"];
+            };
+        };
+        responses: {
+            /** @description The mapping as it now is, applied. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3",
+                     *       "scim_group_id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *       "role_id": "role_01jg3bct7v9w1x3y5z7a9b1c3d",
+                     *       "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-24T15:02:37.448Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupMapping"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
         };
     };

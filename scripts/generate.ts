@@ -38,6 +38,8 @@ interface OperationEntry {
   path: string;
   tag: string;
   security: string[];
+  /** A `{}` alternative: the operation also serves callers without a credential. */
+  credentialOptional: boolean;
   orgScoped: boolean;
   permission: string | null;
   audit: string | null;
@@ -76,15 +78,17 @@ function collectOperations(doc: Json): OperationEntry[] {
       if (isWrite && !('x-audit' in op)) problems.push(`${where}: a write must declare x-audit`);
       const audit = op['x-audit'] ?? null;
       if (audit !== null && !/^[a-z_]+\.[a-z_]+$/.test(audit)) problems.push(`${where}: x-audit must be resource.action`);
-      const security: string[] = (op.security ?? doc.security ?? []).flatMap((req: Json) => Object.keys(req));
+      const requirements: Json[] = op.security ?? doc.security ?? [];
+      const security: string[] = requirements.flatMap((req: Json) => Object.keys(req));
+      const credentialOptional = security.length > 0 && requirements.some((req: Json) => Object.keys(req).length === 0);
       const personOnly = op['x-person-only'] === true;
       if (personOnly && (security.includes('apiToken') || !security.includes('session'))) {
         problems.push(`${where}: x-person-only operations accept a session and no API token`);
       }
-      if (orgScoped && security.length === 0) problems.push(`${where}: org-scoped but needs no credential`);
+      if (orgScoped && (security.length === 0 || credentialOptional)) problems.push(`${where}: org-scoped but needs no credential`);
       if (!orgScoped && permission !== null) problems.push(`${where}: x-permission needs an organization; add the X-Organization-Id parameter`);
       ops.push({
-        operationId: id ?? '', method, path, tag: op.tags?.[0] ?? '', security, orgScoped, permission, audit, personOnly,
+        operationId: id ?? '', method, path, tag: op.tags?.[0] ?? '', security, credentialOptional, orgScoped, permission, audit, personOnly,
       });
     }
   }
