@@ -2,7 +2,7 @@ import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import type { ErrorObject } from 'ajv';
 import type { Request as ExpressRequest, Response as ExpressResponse } from 'express';
-import { OpenAPIBackend, type Context, type Operation, type Request as BackendRequest } from 'openapi-backend';
+import { OpenAPIBackend, OpenAPIValidator, type Context, type Operation, type Request as BackendRequest } from 'openapi-backend';
 import { operations as generatedOperations, type HandlerMap, type OperationId, type OperationMeta } from '../../generated/operations';
 import { authenticate, loadOrgAccess, type Authentication, type Caller, type OrgAccess } from '../auth/credentials';
 import { isId } from '../lib/ids';
@@ -14,6 +14,30 @@ import { failedAuthenticationLimit } from './rate-limit';
 import { PathRouter } from './router';
 
 export type Handlers = HandlerMap<RequestContext>;
+
+/**
+ * openapi-backend replaces every object it meets a second time with a `$ref` to the first,
+ * meant for cycles but applied to anything shared: a dereferenced document shares schemas
+ * (and their `enum`, `anyOf`, `required` arrays) between operations, and an array turned into
+ * `{ $ref }` is a schema Ajv refuses. Only real cycles need a `$ref`; shared parts are copied.
+ */
+function withoutCycles(root: unknown): unknown {
+  const ancestors = new Map<object, string>();
+  const copy = (value: unknown, path: string): unknown => {
+    if (typeof value !== 'object' || value === null) return value;
+    const cycle = ancestors.get(value);
+    if (cycle !== undefined) return { $ref: cycle };
+    ancestors.set(value, path);
+    const result = Array.isArray(value)
+      ? value.map((item, i) => copy(item, `${path}/${i}`))
+      : Object.fromEntries(Object.entries(value).map(([key, item]) => [key, copy(item, `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`)]));
+    ancestors.delete(value);
+    return result;
+  };
+  return copy(root, '#');
+}
+(OpenAPIValidator as unknown as { compileSchema: (ajv: { compile(schema: unknown): unknown }, schema: unknown) => unknown }).compileSchema = (ajv, schema) =>
+  ajv.compile(withoutCycles(schema));
 
 /**
  * openapi-backend wants a document it can dereference and validate with Ajv: JSON media
@@ -28,8 +52,7 @@ function documentForValidation(spec: OpenApiDocument): OpenApiDocument {
     if (Array.isArray(node)) return node.forEach((item) => visit(item));
     if (!node || typeof node !== 'object') return;
     const record = node as Record<string, any>;
-    // Examples validate nothing, and openapi-backend turns an examples array shared by two
-    // properties into a `$ref`, which Ajv then rejects as a schema. (`properties.examples`
+    // Examples validate nothing; dropping them spares Ajv the work. (`properties.examples`
     // would be a member named so, and is kept.)
     if (parentKey !== 'properties') {
       delete record.examples;
