@@ -11,7 +11,9 @@ export interface paths {
          * Liveness of the API
          * @description Answers 200 while the process is up. Liveness only: it does not check data stores, so
          *     200 means the API answers, not that every dependency does. Needs no credential and is
-         *     not rate-limited.
+         *     not rate-limited; it is not written to the request log either.
+         *
+         *     Errors: 400 `validation_failed` (a query parameter).
          */
         get: operations["getHealth"];
         put?: never;
@@ -32,6 +34,8 @@ export interface paths {
         /**
          * This API description as JSON
          * @description The OpenAPI 3.1 document of this API, identical to `GET /schema/openapi.json`. Needs no credential.
+         *
+         *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
         get: operations["getOpenApiJson"];
         put?: never;
@@ -52,6 +56,8 @@ export interface paths {
         /**
          * This API description as YAML
          * @description The OpenAPI 3.1 document of this API as YAML, identical to `GET /schema/openapi.yml`. Needs no credential.
+         *
+         *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
         get: operations["getOpenApiYaml"];
         put?: never;
@@ -72,6 +78,8 @@ export interface paths {
         /**
          * This API description as JSON
          * @description The OpenAPI 3.1 document of this API. Needs no credential.
+         *
+         *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
         get: operations["getSchemaOpenApiJson"];
         put?: never;
@@ -92,6 +100,8 @@ export interface paths {
         /**
          * This API description as YAML
          * @description The OpenAPI 3.1 document of this API as YAML, the same document as `GET /schema/openapi.json`. Needs no credential.
+         *
+         *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
         get: operations["getSchemaOpenApiYml"];
         put?: never;
@@ -114,6 +124,8 @@ export interface paths {
          * @description An HTML page rendering this document with Redoc (served from this deployment, no
          *     third-party requests): every operation, schema and example, with search. Needs no
          *     credential. Its script is served at `/docs/assets/redoc.standalone.js`.
+         *
+         *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
         get: operations["getApiReference"];
         put?: never;
