@@ -138,3 +138,33 @@ describe('operations not built yet', () => {
     expect(report.tags.flatMap((t) => t.missing).sort()).toEqual([...notImplemented].sort());
   });
 });
+
+describe('examples', () => {
+  const resolve = (node: any): any => {
+    let current = node;
+    while (current && typeof current.$ref === 'string') {
+      current = current.$ref.split('/').slice(1).reduce((n: any, key: string) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], spec);
+    }
+    return current;
+  };
+  const exemplified = (media: any) => 'example' in media || 'examples' in media || 'examples' in (resolve(media.schema) ?? {});
+  // Bytes have no meaningful example.
+  const binary = (type: string) => type === 'application/octet-stream' || type === '*/*' || type.startsWith('image/');
+
+  it('come with every request body and every success response', () => {
+    const missing: string[] = [];
+    for (const e of all) {
+      const body = resolve(e.op.requestBody);
+      for (const [type, media] of Object.entries<any>(body?.content ?? {})) {
+        if (!binary(type) && !exemplified(media)) missing.push(`${e.op.operationId} request ${type}`);
+      }
+      for (const [status, response] of Object.entries<any>(e.op.responses)) {
+        if (Number(status) >= 300) continue;
+        for (const [type, media] of Object.entries<any>(resolve(response).content ?? {})) {
+          if (!binary(type) && !exemplified(media)) missing.push(`${e.op.operationId} ${status} ${type}`);
+        }
+      }
+    }
+    expect(missing).toEqual([]);
+  });
+});
