@@ -6969,7 +6969,12 @@ export interface components {
             id: components["schemas"]["UserId"] | components["schemas"]["TeamId"] | components["schemas"]["OrganizationId"];
         };
         /**
-         * @description `use`: the principal may use the resource (see its tools, read the file); `edit`: may also change and re-share it.
+         * @description `use`: the principal may see and use the resource (its tools, the file's bytes). `edit`:
+         *     may also change it and its shares. Shares widen which resources a member reaches, never
+         *     what a credential may do: changing still needs the kind's `:manage` permission (the
+         *     operation's `x-permission`), so where `:manage` already reaches every resource of its
+         *     kind (connectors, templates, toolboxes) `edit` adds nothing to `use`; it matters for
+         *     files, which are personal.
          * @enum {string}
          */
         ShareLevel: "use" | "edit";
