@@ -1081,6 +1081,1200 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/organization": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the caller's organizations
+         * @description Lists the organizations the caller is an active member of, oldest first, a page at a
+         *     time. With an API token the page holds only the token's own organization, the only one
+         *     it can act in. Not org-scoped: send no `X-Organization-Id`; needs no permission.
+         *     Organizations that require a second factor the session has not shown are listed too
+         *     (entering them answers 403 `mfa_setup_required`). Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`; 401 `unauthenticated`,
+         *     `invalid_token`; 429 `rate_limited`. 403 and 404 are declared because every endpoint
+         *     may answer them (service description §7); this one does not today.
+         */
+        get: operations["listOrganizations"];
+        put?: never;
+        /**
+         * Create an organization
+         * @description Creates an organization on the free plan with its five system roles (Owner, Admin,
+         *     Member, Billing admin, Auditor) and makes the caller its first member (`via: creator`)
+         *     holding Owner. Reserved for a person signed in to the web app (service description
+         *     §5.8): an API token is refused with 403 `requires_person`. Not org-scoped: send no
+         *     `X-Organization-Id`; needs no permission. Records the audit action
+         *     `organization.created` in the new organization. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `requires_person`; 409 `slug_taken` (only when a `slug` was sent); 413; 415; 429.
+         */
+        post: operations["createOrganization"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get an organization
+         * @description Returns the organization named in `X-Organization-Id` (and `{id}`). Needs
+         *     `organization:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `org_…`),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (`{id}` is not the organization of the header);
+         *     429.
+         */
+        get: operations["getOrganization"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an organization
+         * @description Deletes the organization and everything it owns, at once and for good: memberships,
+         *     roles, teams, invites, domains, API and SCIM tokens, SSO connections, group mappings,
+         *     custom connectors, connections (their credentials are destroyed), templates, toolboxes,
+         *     user toolboxes and MCP servers (their endpoints stop answering), synthetic tools,
+         *     restrictions, access requests, files, destinations and the audit log. The people
+         *     themselves keep their accounts and their other organizations.
+         *
+         *     Reserved for a person (service description §5.8): an API token is refused with 403
+         *     `requires_person`. Needs `organization:manage` and, beyond it, the Owner role (an
+         *     Admin is refused with 403 `missing_permission`). The query parameter `confirm` must
+         *     repeat the organization's slug, so that a stray request cannot delete the wrong
+         *     organization. A paid subscription in force must be cancelled first (409
+         *     `subscription_active`). Records the audit action `organization.deleted` in the
+         *     server's log, since the organization's own audit log goes with it. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including a `confirm` that is not the slug),
+         *     `organization_header_required`; 401; 403 `requires_person`, `not_a_member`,
+         *     `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409 `subscription_active`;
+         *     429.
+         */
+        delete: operations["deleteOrganization"];
+        options?: never;
+        head?: never;
+        /**
+         * Update an organization
+         * @description Renames the organization, changes its slug, or turns the second-factor requirement on
+         *     or off. Needs `organization:manage`.
+         *
+         *     Changing `require_mfa` is reserved for a person (service description §5.8): an API
+         *     token sending it with a different value is refused with 403 `requires_person` (sending
+         *     the current value changes nothing and is allowed). The person must also have passed a
+         *     step-up (`/auth/step-up/*`) within the last few minutes, else 403 `step_up_required`;
+         *     this proves they hold a second factor, so turning the requirement on cannot lock them
+         *     out. Once on, sessions that have not shown a second factor are refused with 403
+         *     `mfa_setup_required` in this organization; API tokens are not affected.
+         *
+         *     Records the audit action `organization.updated` with the changed members and their old
+         *     and new values. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `requires_person`,
+         *     `step_up_required`; 404 `not_found`; 409 `slug_taken`; 413; 415; 429.
+         */
+        patch: operations["updateOrganization"];
+        trace?: never;
+    };
+    "/organization/{id}/logo": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The organization's id. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Download the logo
+         * @description Streams the organization's logo with its stored content type, where `logo_url` points.
+         *     Not org-scoped, so that an `<img>` element (which cannot send headers) can load it with
+         *     the session cookie: the caller must be an active member of `{id}` (an API token: of
+         *     its own organization), and anyone else gets 404 `not_found`, as when there is no logo.
+         *     Needs no permission. The answer carries `X-Content-Type-Options: nosniff` and a
+         *     `Content-Security-Policy` that forbids scripts, and may be cached privately. Changes
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `org_…`); 401 `unauthenticated`,
+         *     `invalid_token`; 404 `not_found`; 429 `rate_limited`. 403 is declared because every
+         *     endpoint may answer it (service description §7); this one does not today.
+         */
+        get: operations["getOrganizationLogo"];
+        /**
+         * Upload the logo
+         * @description Sets or replaces the logo with the image in the body, sent as raw bytes with its type
+         *     in `Content-Type`: `image/png`, `image/jpeg` or `image/webp`. SVG is refused (415
+         *     `unsupported_media_type`) because an SVG can carry scripts. The body may hold at most
+         *     1 MiB (1,048,576 bytes; more is 413 `payload_too_large`); the bytes must be an image
+         *     of the declared type, at most 2048 pixels on a side (else 400 `validation_failed`).
+         *     The stored image is served by `GET /organization/{id}/logo`; `logo_url` changes with
+         *     every upload so caches refresh. Needs `organization:manage`. Records the audit action
+         *     `organization.logo_updated` with the type, size and SHA-256 of the image. Emits no
+         *     event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429.
+         */
+        put: operations["uploadOrganizationLogo"];
+        post?: never;
+        /**
+         * Remove the logo
+         * @description Removes the logo; `logo_url` becomes null. Needs `organization:manage`. Records the
+         *     audit action `organization.logo_removed`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also when
+         *     there is no logo); 429.
+         */
+        delete: operations["deleteOrganizationLogo"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/{id}/billing": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Billing status
+         * @description Returns the plan, the subscription's state and the seats in use, as last reported by
+         *     the payment provider (kept current by its webhooks; this call does not ask the
+         *     provider). Needs `billing:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429.
+         */
+        get: operations["getOrganizationBilling"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/{id}/billing/checkout": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a payment-provider checkout session
+         * @description Starts a subscription: asks the payment provider for a checkout page for the chosen
+         *     plan, interval and seats, and returns its URL for the person to open. Nothing changes
+         *     in the organization until the provider reports the completed payment (by webhook);
+         *     then `plan` and the billing status change. An organization with a paid subscription
+         *     in force changes it in the customer portal instead (409 `subscription_active`). Needs
+         *     `billing:manage`. Records the audit action `billing.checkout_started` with the plan,
+         *     interval and seats. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including a plan the deployment does not sell, or
+         *     fewer seats than are in use), `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `subscription_active`; 413; 415; 429; 503 `payment_provider_unavailable`.
+         */
+        post: operations["createBillingCheckoutSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/{id}/billing/portal": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a payment-provider customer portal session
+         * @description Asks the payment provider for a customer-portal page where the person changes the plan
+         *     or seats, updates payment methods and the billing email, reads invoices or cancels, and
+         *     returns its URL. The organization becomes a customer of the provider first if it is
+         *     not one yet. Changes made in the portal reach the organization through the provider's
+         *     webhooks. The body may be left out. Needs `billing:manage`. Records the audit action
+         *     `billing.portal_opened`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 413; 415;
+         *     429; 503 `payment_provider_unavailable`.
+         */
+        post: operations["createBillingPortalSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List API tokens
+         * @description Lists API tokens of this organization, oldest first, a page at a time: by default the
+         *     caller's own. A person holding `member:manage` may also name another member in
+         *     `user_id`, or pass `all=true` for every member's tokens; without it, either is 403
+         *     `missing_permission`. Revoked tokens are not listed (the audit log keeps their
+         *     history); expired ones are, with `status: expired`, until revoked. The tokens
+         *     themselves are never returned, only their last four characters.
+         *
+         *     Reserved for a person (service description §5.8): an API token is refused with 403
+         *     `requires_person`. Needs `organization:view`, which every system role grants: a token
+         *     can never do more than its owner, so any member may hold tokens of their own.
+         *     Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401; 403 `requires_person`, `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429.
+         */
+        get: operations["listApiTokens"];
+        put?: never;
+        /**
+         * Create an API token
+         * @description Mints an API token for the caller in this organization and returns it once, in
+         *     `token` (`cpt_…`); only its SHA-256 is stored, so it cannot be shown again. The token
+         *     acts as the caller: its effective permissions are its `permissions` intersected with
+         *     the caller's current ones, on every request. Each permission asked for must be one the
+         *     caller holds now (else 403 `permission_escalation`). Tokens are personal: nobody mints
+         *     a token for someone else. The token is not subject to the second-factor requirement
+         *     and stops working when it expires, is revoked, or its owner is removed or suspended.
+         *
+         *     Reserved for a person (service description §5.8): an API token is refused with 403
+         *     `requires_person`. Needs `organization:view` (see `listApiTokens`). Records the audit
+         *     action `api_token.created` with the name, permissions and expiry (never the token).
+         *     Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including an `expires_at` in the past or more than
+         *     366 days away), `organization_header_required`; 401; 403 `requires_person`,
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
+         *     409 `name_taken` (the caller has a token of that name here); 413; 415; 429.
+         */
+        post: operations["createApiToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-token/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The token's id (`tok_…`), not the token itself. */
+                id: components["schemas"]["ApiTokenId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API token
+         * @description Revokes the token: it is refused with 401 `invalid_token` from the next request on,
+         *     and leaves the list. A person revokes their own tokens; revoking another member's
+         *     needs `member:manage` as well (without it the token is 404 `not_found`, as if it did
+         *     not exist).
+         *
+         *     Reserved for a person (service description §5.8): an API token is refused with 403
+         *     `requires_person`, even for itself. Needs `organization:view` (see `listApiTokens`).
+         *     Records the audit action `api_token.revoked`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `requires_person`, `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found` (also when already revoked); 429.
+         */
+        delete: operations["revokeApiToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/entitlement": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the plan allows and how much is used
+         * @description Returns the organization's plan, the features it turns on and its limits, each with
+         *     the current usage, counted now. Elsewhere, using a feature that is off or going past a
+         *     limit is refused with 403 `entitlement_exceeded`, whose `detail` names the feature or
+         *     limit. Needs `organization:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429. 404 is declared
+         *     because every endpoint may answer it (service description §7); this one does not
+         *     today.
+         */
+        get: operations["getEntitlements"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/permission": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The permission catalog
+         * @description Lists every permission name roles and API tokens are built from, with its resource,
+         *     action and a description, in catalog order (the order of the `Permission` enum), a
+         *     page at a time. The catalog is the same for every organization, so the operation is
+         *     not org-scoped: send no `X-Organization-Id`. Any signed-in person or API token may call
+         *     it; it needs no permission. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`; 401 `unauthenticated`,
+         *     `invalid_token`; 429 `rate_limited`. 403 and 404 are declared because every endpoint
+         *     may answer them (service description §7); this one does not today.
+         */
+        get: operations["listPermissions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/role": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List roles
+         * @description Lists the organization's roles, a page at a time: the five system roles first, then
+         *     custom roles in creation order. Needs `role:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         */
+        get: operations["listRoles"];
+        put?: never;
+        /**
+         * Create a role
+         * @description Creates a custom role from permissions of the catalog. A caller can only put in a role
+         *     permissions it holds itself (else 403 `permission_escalation`), so `role:manage`
+         *     cannot be used to mint a role stronger than its holder. Custom roles take a `billable`
+         *     seat. The plan must include `custom_roles` (else 403 `entitlement_exceeded`). Needs
+         *     `role:manage`. Records the audit action `role.created` and emits the event
+         *     `role.created`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
+         *     `entitlement_exceeded`; 409 `name_taken` (system role names included); 413; 415; 429.
+         */
+        post: operations["createRole"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/role/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The role's id. */
+                id: components["schemas"]["RoleId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a role
+         * @description Returns one role, system or custom, with its permissions and how many members hold
+         *     it. Needs `role:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `role_…`),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also for another organization's id); 429.
+         */
+        get: operations["getRole"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a role
+         * @description Deletes a custom role. A role still in use is not deleted and nobody silently loses
+         *     it: while any member (active or suspended) holds it, or a pending invite, an org
+         *     domain's or SSO connection's default, a group mapping or a restriction names it, the
+         *     answer is 409 `role_in_use` with `detail` saying which. Reassign those first (for
+         *     members: `PATCH /member/{userId}`). System roles cannot be deleted (409
+         *     `system_role_immutable`). Needs `role:manage`. Records the audit action
+         *     `role.deleted` and emits the event `role.deleted`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also when
+         *     already deleted); 409 `system_role_immutable`, `role_in_use`; 429.
+         */
+        delete: operations["deleteRole"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a role
+         * @description Renames a custom role, changes its description, or replaces its permissions. The
+         *     members holding it gain or lose the permissions at once (API tokens of those members
+         *     too, through the intersection). Every permission added must be one the caller holds
+         *     (else 403 `permission_escalation`); removing is always allowed. System roles cannot be
+         *     changed (409 `system_role_immutable`). Needs `role:manage`. Records the audit action
+         *     `role.updated` with the old and new values, and emits the event `role.updated` when
+         *     something changed.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
+         *     404 `not_found`; 409 `system_role_immutable`, `name_taken`; 413; 415; 429.
+         */
+        patch: operations["updateRole"];
+        trace?: never;
+    };
+    "/team": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List teams
+         * @description Lists the organization's teams, oldest first, a page at a time. Needs `team:view`.
+         *     Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         */
+        get: operations["listTeams"];
+        put?: never;
+        /**
+         * Create a team
+         * @description Creates an empty team; add members with `POST /team/{id}/members`. Needs
+         *     `team:manage`. Records the audit action `team.created`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413;
+         *     415; 429.
+         */
+        post: operations["createTeam"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a team
+         * @description Returns one team with its member count; its members are listed, a page at a time, by
+         *     `GET /team/{id}/members`. Needs `team:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `team_…`),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also for another organization's id); 429.
+         */
+        get: operations["getTeam"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a team
+         * @description Deletes the team together with its memberships, the shares granted to it (its members
+         *     lose what they reached only through the team) and its place in pending invites. A team
+         *     that policy still names is not deleted: while a restriction or a group mapping refers
+         *     to it the answer is 409 `team_in_use`, with `detail` saying which, so that no policy
+         *     changes meaning unseen. Needs `team:manage`. Records the audit action `team.deleted`.
+         *     Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also when
+         *     already deleted); 409 `team_in_use`; 429.
+         */
+        delete: operations["deleteTeam"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a team
+         * @description Renames the team or changes its description. Shares and restrictions naming the team
+         *     follow it, since they refer to its id. Needs `team:manage`. Records the audit action
+         *     `team.updated` with the old and new values. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `name_taken`; 413; 415; 429.
+         */
+        patch: operations["updateTeam"];
+        trace?: never;
+    };
+    "/team/{id}/members": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List a team's members
+         * @description Lists the team's members in the order they were added, a page at a time. Needs
+         *     `team:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`
+         *     (no such team); 429.
+         */
+        get: operations["listTeamMembers"];
+        put?: never;
+        /**
+         * Add a member to a team
+         * @description Adds a member of the organization (active or suspended) to the team; they reach at
+         *     once what is shared with the team and fall under the restrictions aimed at it. Adding
+         *     someone already in the team changes nothing and answers 200 with the existing entry
+         *     instead of 201. A `user_id` that is not a member of this organization is 400
+         *     `validation_failed` pointing at `/user_id`. Group mappings may also add and remove
+         *     members as the identity provider's groups change. Needs `team:manage`. Records the
+         *     audit action `team.member_added` (not when nothing changed). Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (no such
+         *     team); 413; 415; 429.
+         */
+        post: operations["addTeamMember"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team/{id}/members/{userId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+                /** @description The id of the member to remove from the team. */
+                userId: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a member from a team
+         * @description Takes the member out of the team; they lose at once what they reached only through
+         *     it. Their membership of the organization is not touched. If a group mapping put them
+         *     in the team, the identity provider may add them again at its next change. Needs
+         *     `team:manage`. Records the audit action `team.member_removed`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (no such
+         *     team, or the person is not in it); 429.
+         */
+        delete: operations["removeTeamMember"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/member": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List members
+         * @description Lists the organization's members in the order they joined, a page at a time, each with
+         *     their roles and teams. Without `status`, active and suspended members are listed;
+         *     removed ones only with `status=removed`. Needs `member:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         */
+        get: operations["listMembers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/member/{userId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The member's user id. */
+                userId: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a member
+         * @description Returns one member (removed ones too, with `status: removed`), with their roles, teams
+         *     and effective permissions. Needs `member:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `usr_…`),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (the person was never a member here); 429.
+         */
+        get: operations["getMember"];
+        put?: never;
+        post?: never;
+        /**
+         * Remove a member
+         * @description Removes the person from the organization: the membership becomes `removed`, they leave
+         *     every team, lose their roles, and their API tokens are revoked; their sessions can no
+         *     longer act here. Their user toolboxes and MCP servers are deleted (the endpoints stop
+         *     answering). Their connections stay, unusable, for someone with `connection:manage` to
+         *     transfer or delete; what they created for the organization (templates, toolboxes,
+         *     connectors) stays. The person keeps their account and may be invited again. A member
+         *     the identity provider still lists may be provisioned again through SCIM.
+         *
+         *     Removing an Owner needs the caller to be an Owner (403 `permission_escalation`), and
+         *     the last active Owner cannot be removed (409 `last_owner`). A member may remove
+         *     themselves under the same rules. Needs `member:manage`. Records the audit action
+         *     `member.removed` and emits the event `member.removed`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
+         *     404 `not_found` (also when already removed); 409 `last_owner`; 429.
+         */
+        delete: operations["removeMember"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a member's roles
+         * @description Replaces the set of roles the member holds with `role_ids`; roles left out are taken
+         *     away. Effective at once, for the member's sessions and API tokens alike. A caller
+         *     cannot give more than it has: every role added must grant only permissions the caller
+         *     holds, and only an Owner may give or take the Owner role (else 403
+         *     `permission_escalation`). The organization always keeps an active Owner (409
+         *     `last_owner`). Giving a `billable` role to someone who held none takes a seat (403
+         *     `entitlement_exceeded` when none is left). A role id that is not a role of this
+         *     organization is 400 `validation_failed` pointing at it. A removed member's roles
+         *     cannot change (409 `conflict`). Roles a group mapping gave may be given again by the
+         *     identity provider at its next change.
+         *
+         *     Needs `member:manage`. Records the audit action `member.roles_updated` with the roles
+         *     before and after, and emits the event `member.roles_updated` when the set changed.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
+         *     `entitlement_exceeded`; 404 `not_found`; 409 `last_owner`, `conflict`; 413; 415; 429.
+         */
+        patch: operations["updateMember"];
+        trace?: never;
+    };
+    "/invite": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List invites
+         * @description Lists the organization's invites, oldest first, a page at a time. An invite whose
+         *     expiry has passed is reported as `expired`. Needs `invite:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         */
+        get: operations["listInvites"];
+        put?: never;
+        /**
+         * Send an invite
+         * @description Invites an email address to join with the given roles (the Member role when none are
+         *     given) and teams, and emails it a link that is valid for 7 days and leads to
+         *     `GET /auth/invite/activate`. The link's token is never returned. A caller cannot give
+         *     more than it has: every role must grant only permissions the caller holds, and only an
+         *     Owner may invite an Owner (else 403 `permission_escalation`). Role or team ids that are
+         *     not this organization's are 400 `validation_failed` pointing at each. An invite that
+         *     would take a `billable` seat needs one left (403 `entitlement_exceeded`); pending
+         *     invites count against seats.
+         *
+         *     Needs `invite:manage`. Records the audit action `invite.created` and emits the event
+         *     `invite.sent`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
+         *     `entitlement_exceeded`; 409 `already_member` (the address belongs to an active or
+         *     suspended member), `invite_pending` (resend that one instead); 413; 415; 429.
+         */
+        post: operations["createInvite"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/invite/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The invite's id. */
+                id: components["schemas"]["InviteId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get an invite
+         * @description Returns one invite, in whatever state it is. Needs `invite:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `inv_…`),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also for another organization's id); 429.
+         */
+        get: operations["getInvite"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/invite/{id}/revoke": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The invite's id. */
+                id: components["schemas"]["InviteId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke an invite
+         * @description Withdraws a pending invite: its link stops working at once and it becomes `revoked`.
+         *     The record stays, for the history. Only a pending invite can be revoked (409
+         *     `invalid_transition` for an accepted, revoked or expired one). Takes no body. Needs
+         *     `invite:manage`. Records the audit action `invite.revoked` and emits the event
+         *     `invite.revoked`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `invalid_transition`; 429.
+         */
+        post: operations["revokeInvite"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/invite/{id}/resend": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The invite's id. */
+                id: components["schemas"]["InviteId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resend an invite
+         * @description Emails the invite again with a new link (the previous link stops working) and renews
+         *     its expiry to 7 days from now. Works on a pending or an expired invite, which becomes
+         *     pending again; an accepted or revoked one is 409 `invalid_transition`. The roles are
+         *     checked again against the caller (403 `permission_escalation`) and against the seats
+         *     left (403 `entitlement_exceeded`), as when sending. At most one resend per invite a
+         *     minute (429 `rate_limited`). Takes no body. Needs `invite:manage`. Records the audit
+         *     action `invite.resent` and emits the event `invite.sent`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
+         *     `entitlement_exceeded`; 404 `not_found`; 409 `invalid_transition`, `already_member`
+         *     (the address has become a member by another way); 429 `rate_limited`.
+         */
+        post: operations["resendInvite"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/org-domain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List claimed domains
+         * @description Lists the DNS domains the organization has claimed, oldest first, a page at a time,
+         *     each with its TXT record and joining defaults. Needs `org_domain:view`. Changes
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         */
+        get: operations["listOrgDomains"];
+        put?: never;
+        /**
+         * Claim a domain
+         * @description Claims a DNS domain for the organization and returns the TXT record that proves
+         *     ownership: publish `verification.value` at `verification.name`
+         *     (`_mcp-control-plane.<domain>`), then call `POST /org-domain/{id}/verify`. The domain
+         *     starts `pending`. Several organizations may claim the same domain, but only one can
+         *     verify it: a domain another organization has verified is 409 `domain_taken`, as is a
+         *     domain this organization has claimed already. Public suffixes and shared email
+         *     providers are 400 `domain_not_allowed`. The joining defaults may be set now and take
+         *     effect once the domain is verified; `default_role_id` must be a role of this
+         *     organization other than Owner (else 400 `validation_failed`) granting only
+         *     permissions the caller holds (else 403 `permission_escalation`). The plan must
+         *     include `org_domains` (else 403 `entitlement_exceeded`).
+         *
+         *     Needs `org_domain:manage`. Records the audit action `org_domain.created`. Emits no
+         *     event.
+         *
+         *     Errors: 400 `validation_failed`, `domain_not_allowed`, `organization_header_required`;
+         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `permission_escalation`, `entitlement_exceeded`; 409 `domain_taken`; 413; 415; 429.
+         */
+        post: operations["createOrgDomain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/org-domain/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The claimed domain's id. */
+                id: components["schemas"]["OrgDomainId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a claimed domain
+         * @description Returns one claimed domain with its TXT record, state and joining defaults. Needs
+         *     `org_domain:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `dom_…`),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also for another organization's id); 429.
+         */
+        get: operations["getOrgDomain"];
+        put?: never;
+        post?: never;
+        /**
+         * Release a domain
+         * @description Releases the claim: auto-join by this domain stops, and another organization may then
+         *     verify it. People who joined through it stay members. A domain an SSO connection still
+         *     serves is not released (409 `domain_in_use`): remove it from the connection first, so
+         *     that SSO enforcement never lapses unseen. Needs `org_domain:manage`. Records the audit
+         *     action `org_domain.deleted`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also when
+         *     already released); 409 `domain_in_use`; 429.
+         */
+        delete: operations["deleteOrgDomain"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a domain's joining defaults
+         * @description Changes the joining defaults: whether people signing in with an address at the domain
+         *     join without an invite (`auto_join`, effective while the domain is verified), and the
+         *     role they receive (`default_role_id`; null: the Member role). The role must be one of
+         *     this organization other than Owner (else 400 `validation_failed`) granting only
+         *     permissions the caller holds (else 403 `permission_escalation`). People who joined
+         *     earlier keep their roles. The domain name cannot change. Needs `org_domain:manage`.
+         *     Records the audit action `org_domain.updated` with the old and new values. Emits no
+         *     event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
+         *     404 `not_found`; 413; 415; 429.
+         */
+        patch: operations["updateOrgDomain"];
+        trace?: never;
+    };
+    "/org-domain/{id}/verify": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The claimed domain's id. */
+                id: components["schemas"]["OrgDomainId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify a domain by DNS TXT record
+         * @description Looks up the TXT records at `_mcp-control-plane.<domain>` now, through the server's
+         *     resolver, and marks the domain `verified` when one holds exactly the expected value.
+         *     A failed check is an answer, not an error: 200 with `status: failed`, the reason
+         *     (`record_not_found`, `value_mismatch`, `dns_error`) and the values found, and the
+         *     domain becomes `failed` (it can be verified again at any time). A domain verified
+         *     already is checked no more and answers `verified`. If another organization verified
+         *     the domain in the meantime the answer is 409 `domain_taken`. At most one lookup per
+         *     domain every 10 seconds (429 `rate_limited`). Takes no body. Needs
+         *     `org_domain:manage`. Records the audit action `org_domain.verification_checked` with
+         *     the outcome, and emits the event `org_domain.verified` when the domain becomes
+         *     verified.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `domain_taken`; 429 `rate_limited`.
+         */
+        post: operations["verifyOrgDomain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/audit-log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List audit log entries
+         * @description Lists the organization's audit entries, newest first (by `created_at`, then id), a
+         *     page at a time; this list does not follow the oldest-first default. Every successful
+         *     change by any credential wrote one entry in the same transaction as the change. The
+         *     filters combine (all must match). Entries older than the plan's retention
+         *     (`audit_log_retention_days` of `GET /entitlement`) are not returned. A cursor keeps
+         *     its place while new entries arrive: later pages never repeat or skip entries. Needs
+         *     `audit_log:view`. Changes nothing (reading the audit log is not itself audited).
+         *
+         *     Errors: 400 `validation_failed` (including `since` not before `until`),
+         *     `invalid_cursor` (also a cursor used with other filters than it was made with),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429.
+         */
+        get: operations["listAuditEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/audit-log/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The audit entry's id. */
+                id: components["schemas"]["AuditEventId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get an audit log entry
+         * @description Returns one audit entry. Needs `audit_log:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed` (an id that is not `aud_…`),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also for another organization's entry, or one
+         *     past the plan's retention); 429.
+         */
+        get: operations["getAuditEvent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/connector": {
         parameters: {
             query?: never;
@@ -4930,7 +6124,7 @@ export interface components {
          *     codes may be added, so clients should treat unknown codes by their HTTP status.
          * @enum {string}
          */
-        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable";
+        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "domain_not_allowed" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "permission_escalation" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "system_role_immutable" | "role_in_use" | "team_in_use" | "already_member" | "invite_pending" | "domain_taken" | "domain_in_use" | "subscription_active" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable" | "payment_provider_unavailable";
         /** @description One problem with one part of a request. */
         ValidationProblem: {
             /**
@@ -6341,6 +7535,1223 @@ export interface components {
             /** @description Ten codes; each works once, with or without its dash. */
             recovery_codes: string[];
             generated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A page of the caller's organizations, oldest first.
+         * @example {
+         *       "data": [
+         *         {
+         *           "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *           "name": "Acme Inc.",
+         *           "slug": "acme",
+         *           "logo_url": "/organization/org_01jg3b7f0k2q8yq9w6r1c4d5e6/logo",
+         *           "require_mfa": true,
+         *           "plan": "team",
+         *           "created_at": "2026-11-20T09:14:03.120Z",
+         *           "updated_at": "2026-11-21T16:02:45.511Z"
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        OrganizationList: {
+            /** @description The organizations on this page. */
+            data: components["schemas"]["Organization"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The organization's display name.
+         * @example Acme Inc.
+         */
+        OrganizationName: string;
+        /**
+         * @description A URL-safe handle, unique across all organizations of the deployment: lowercase letters,
+         *     digits and `-`, 1–63 characters, not starting or ending with `-`.
+         * @example acme
+         */
+        OrganizationSlug: string;
+        /**
+         * @description A new organization. The caller becomes its first member, holding the Owner role.
+         * @example {
+         *       "name": "Acme Inc.",
+         *       "slug": "acme"
+         *     }
+         */
+        OrganizationCreate: {
+            name: components["schemas"]["OrganizationName"];
+            /**
+             * @description The handle to use. Left out, one is made from `name` (with a short random suffix when
+             *     that is taken). A slug sent and already taken is 409 `slug_taken`.
+             */
+            slug?: components["schemas"]["OrganizationSlug"];
+        };
+        /**
+         * @description The members to change. `plan` changes through billing (checkout and the customer portal),
+         *     never here. Changing `require_mfa` is reserved for a person with a fresh second factor.
+         * @example {
+         *       "name": "Acme Corporation"
+         *     }
+         * @example {
+         *       "require_mfa": true
+         *     }
+         */
+        OrganizationUpdate: {
+            name?: components["schemas"]["OrganizationName"];
+            slug?: components["schemas"]["OrganizationSlug"];
+            /**
+             * @description Whether members' sessions must show a second factor before acting in this
+             *     organization. Only a person may change it (an API token gets 403 `requires_person`),
+             *     and only within a few minutes of a step-up (`/auth/step-up/*`), which also proves the
+             *     person holds a second factor and will not lock themselves out.
+             */
+            require_mfa?: boolean;
+        };
+        /**
+         * @description Where the organization's subscription stands with the payment provider. `none`: no
+         *     subscription (the free plan); `trialing`, `active`: paid features on; `past_due`: a
+         *     payment failed and the provider is retrying, features stay on; `unpaid`: retries are
+         *     exhausted, the organization is back on the free plan's limits; `canceled`: the
+         *     subscription ended.
+         * @enum {string}
+         */
+        OrganizationBillingStatus: "none" | "trialing" | "active" | "past_due" | "unpaid" | "canceled";
+        /**
+         * @description The organization's plan and subscription as last reported by the payment provider.
+         *     Payment details (cards, invoices, tax ids) stay with the provider; open the customer
+         *     portal to see them.
+         * @example {
+         *       "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *       "plan": "team",
+         *       "status": "active",
+         *       "billing_interval": "month",
+         *       "billable_seats": 14,
+         *       "seat_limit": 20,
+         *       "trial_ends_at": null,
+         *       "current_period_start": "2026-11-01T00:00:00.000Z",
+         *       "current_period_end": "2026-12-01T00:00:00.000Z",
+         *       "cancel_at_period_end": false,
+         *       "has_payment_method": true,
+         *       "billing_email": "billing@acme.example",
+         *       "updated_at": "2026-11-01T00:00:04.318Z"
+         *     }
+         */
+        OrganizationBilling: {
+            organization_id: components["schemas"]["OrganizationId"];
+            /**
+             * @description The plan in force, as in `Organization.plan`.
+             * @example team
+             */
+            plan: string;
+            status: components["schemas"]["OrganizationBillingStatus"];
+            /**
+             * @description How often the subscription is charged; null without a subscription.
+             * @enum {string|null}
+             */
+            billing_interval: "month" | "year" | null;
+            /**
+             * @description Active members holding at least one `billable` role now. Members holding only
+             *     `free_admin` roles, and suspended members, take no seat.
+             */
+            billable_seats: number;
+            /** @description The seats the subscription pays for, or null when the plan does not cap seats. */
+            seat_limit: number | null;
+            /** @description When the trial ends, or null outside a trial. */
+            trial_ends_at: components["schemas"]["Timestamp"] | null;
+            /** @description Start of the billing period in progress, or null without a subscription. */
+            current_period_start: components["schemas"]["Timestamp"] | null;
+            /** @description End of the billing period in progress (the next charge, or the end of service when `cancel_at_period_end`), or null. */
+            current_period_end: components["schemas"]["Timestamp"] | null;
+            /** @description The subscription was cancelled and stops at `current_period_end`. */
+            cancel_at_period_end: boolean;
+            /** @description Whether the provider holds a payment method for the organization. */
+            has_payment_method: boolean;
+            /**
+             * Format: email
+             * @description Where the provider sends invoices, or null when none is set.
+             * @example billing@acme.example
+             */
+            billing_email: string | null;
+            /** @description When the provider last reported a change, or null when it never has (free plan). */
+            updated_at: components["schemas"]["Timestamp"] | null;
+        };
+        /**
+         * @description A path of the web app (starting with a single `/`) to send the person back to when they
+         *     leave the provider's page. Only paths are accepted, never a full URL, so the link cannot
+         *     send anyone elsewhere. Left out: the web app's billing page.
+         * @example /settings/billing
+         */
+        OrganizationBillingReturnPath: string;
+        /**
+         * @description The subscription to start with the payment provider.
+         * @example {
+         *       "plan": "team",
+         *       "billing_interval": "year",
+         *       "seats": 20,
+         *       "return_path": "/settings/billing"
+         *     }
+         */
+        OrganizationBillingCheckoutCreate: {
+            /**
+             * @description A self-serve plan the deployment sells (for example `team`). A plan it does not sell
+             *     is 400 `validation_failed`.
+             * @example team
+             */
+            plan: string;
+            /**
+             * @description How often to charge.
+             * @default month
+             * @enum {string}
+             */
+            billing_interval?: "month" | "year";
+            /**
+             * @description Seats to pay for. Left out: the current `billable_seats` (at least 1). Fewer than the
+             *     current `billable_seats` is 400 `validation_failed`.
+             */
+            seats?: number;
+            return_path?: components["schemas"]["OrganizationBillingReturnPath"];
+        };
+        /**
+         * @description A short-lived page of the payment provider to send the person to.
+         * @example {
+         *       "url": "https://checkout.stripe.com/c/pay/cs_live_a1B2c3D4e5F6g7H8",
+         *       "expires_at": "2026-11-21T10:14:03.120Z"
+         *     }
+         */
+        OrganizationBillingSession: {
+            /**
+             * Format: uri
+             * @description The provider's page (https). Open it in the person's browser; it works once and expires.
+             * @example https://checkout.stripe.com/c/pay/cs_live_a1B2c3D4e5F6g7H8
+             */
+            url: string;
+            /** @description When the link stops working, or null when the provider does not say. */
+            expires_at: components["schemas"]["Timestamp"] | null;
+        };
+        /**
+         * @description Where to come back to from the customer portal. May be empty (`{}`).
+         * @example {
+         *       "return_path": "/settings/billing"
+         *     }
+         */
+        OrganizationBillingPortalCreate: {
+            return_path?: components["schemas"]["OrganizationBillingReturnPath"];
+        };
+        /**
+         * @description `active`: the token works; `expired`: its `expires_at` has passed and it is refused with 401 `invalid_token`. A revoked token is gone from the list.
+         * @enum {string}
+         */
+        ApiTokenStatus: "active" | "expired";
+        /**
+         * @description An API token id (`tok_…`).
+         * @example tok_01jg3b7f0r8t2y6v4h1q9p3a5s
+         */
+        ApiTokenId: string;
+        /**
+         * @description An API token of this organization, without the token itself (only its last four
+         *     characters). Its effective permissions are `permissions` intersected with its owner's
+         *     current permissions in the organization.
+         * @example {
+         *       "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+         *       "name": "CI deploy",
+         *       "token_hint": "a5s9",
+         *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "permissions": [
+         *         "connector:manage",
+         *         "connector:view",
+         *         "toolbox:manage",
+         *         "toolbox:view"
+         *       ],
+         *       "status": "active",
+         *       "expires_at": "2027-05-20T00:00:00.000Z",
+         *       "last_used_at": "2026-11-21T08:03:00.000Z",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        ApiToken: {
+            id: components["schemas"]["ApiTokenId"];
+            /**
+             * @description What the token is for; unique among its owner's tokens in the organization.
+             * @example CI deploy
+             */
+            name: string;
+            /**
+             * @description The last four characters of the token, to tell tokens apart (`cpt_…a5s9`).
+             * @example a5s9
+             */
+            token_hint: string;
+            /** @description The member the token acts as. It stops working when that member is removed or suspended. */
+            owner_user_id: components["schemas"]["UserId"];
+            /** @description The permissions the token was created with, sorted; a ceiling, intersected with the owner's current permissions on every request. */
+            permissions: components["schemas"]["Permission"][];
+            status: components["schemas"]["ApiTokenStatus"];
+            /** @description When the token stops working, or null when it does not expire. */
+            expires_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the token last authenticated a request (to the minute), or null if never. */
+            last_used_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of API tokens, oldest first. */
+        ApiTokenList: {
+            /** @description The tokens on this page. */
+            data: components["schemas"]["ApiToken"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description A new API token for the caller in this organization.
+         * @example {
+         *       "name": "CI deploy",
+         *       "permissions": [
+         *         "connector:manage",
+         *         "connector:view",
+         *         "toolbox:manage",
+         *         "toolbox:view"
+         *       ],
+         *       "expires_at": "2027-05-20T00:00:00.000Z"
+         *     }
+         */
+        ApiTokenCreate: {
+            /**
+             * @description What the token is for; unique among the caller's tokens in the organization.
+             * @example CI deploy
+             */
+            name: string;
+            /**
+             * @description What the token may do, each a permission the caller holds now (a permission the caller
+             *     lacks is 403 `permission_escalation`). If the caller later loses one, the token loses
+             *     it too.
+             */
+            permissions: components["schemas"]["Permission"][];
+            /**
+             * @description When the token stops working: in the future and at most 366 days away. Null or left
+             *     out: it does not expire.
+             */
+            expires_at?: components["schemas"]["Timestamp"] | null;
+        };
+        /**
+         * @description A newly minted token: the secret `token`, shown this once and never again (only its
+         *     SHA-256 is stored), and the token's record.
+         * @example {
+         *       "token": "cpt_Xq3v9LmT0pR7sW2yB5nK8dF1hJ4gC6zA0eU3iO7a5s9",
+         *       "api_token": {
+         *         "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+         *         "name": "CI deploy",
+         *         "token_hint": "a5s9",
+         *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "permissions": [
+         *           "connector:manage",
+         *           "connector:view",
+         *           "toolbox:manage",
+         *           "toolbox:view"
+         *         ],
+         *         "status": "active",
+         *         "expires_at": "2027-05-20T00:00:00.000Z",
+         *         "last_used_at": null,
+         *         "created_at": "2026-11-20T09:14:03.120Z",
+         *         "updated_at": "2026-11-20T09:14:03.120Z"
+         *       }
+         *     }
+         */
+        ApiTokenCreated: {
+            /**
+             * @description The token to send as `Authorization: Bearer cpt_…`. Store it now; it cannot be shown again.
+             * @example cpt_Xq3v9LmT0pR7sW2yB5nK8dF1hJ4gC6zA0eU3iO7a5s9
+             */
+            token: string;
+            api_token: components["schemas"]["ApiToken"];
+        };
+        /**
+         * @description Features the plan turns on. Using a feature that is off is refused with 403
+         *     `entitlement_exceeded`. New features may be added to this object.
+         */
+        EntitlementFeatures: {
+            /** @description SAML and OIDC SSO connections (`/sso-connection`). */
+            sso: boolean;
+            /** @description SCIM v2 provisioning and group mappings. */
+            scim: boolean;
+            /** @description Exporting audit entries to logging destinations (reading the audit log is always on). */
+            audit_log_export: boolean;
+            /** @description Creating roles beyond the system roles (`POST /role`). */
+            custom_roles: boolean;
+            /** @description Creating, forking and sharing custom connectors. */
+            custom_connectors: boolean;
+            /** @description Defining synthetic tools. */
+            synthetic_tools: boolean;
+            /** @description Tool restrictions and access requests. */
+            restrictions: boolean;
+            /** @description Logging destinations (`/observability-destination`). */
+            logging_destinations: boolean;
+            /** @description Claiming and verifying DNS domains, and auto-join by verified domain. */
+            org_domains: boolean;
+        };
+        /**
+         * @description One quota of the plan and how much of it is used now.
+         * @example {
+         *       "limit": 20,
+         *       "used": 14
+         *     }
+         */
+        EntitlementLimit: {
+            /**
+             * @description The most the plan allows, or null for no limit.
+             * @example 20
+             */
+            limit: number | null;
+            /**
+             * @description How much is used now. It may exceed `limit` after a downgrade; new use is refused until it is back under.
+             * @example 14
+             */
+            used: number;
+        };
+        /**
+         * @description Quotas of the plan with current usage. Going past a limit is refused with 403
+         *     `entitlement_exceeded`. New limits may be added to this object.
+         */
+        EntitlementLimits: {
+            /**
+             * @description Paid seats: active members holding a `billable` role, plus pending invites that would
+             *     give one. Checked when inviting, when a role changes and when someone joins.
+             */
+            seats: components["schemas"]["EntitlementLimit"];
+            /** @description Connections of all members together. */
+            connections: components["schemas"]["EntitlementLimit"];
+            /** @description MCP servers minted for user toolboxes, all members together. */
+            mcp_servers: components["schemas"]["EntitlementLimit"];
+            /** @description Custom connectors the organization owns. */
+            custom_connectors: components["schemas"]["EntitlementLimit"];
+            /** @description The organization's toolboxes. */
+            toolboxes: components["schemas"]["EntitlementLimit"];
+            /** @description Synthetic tools. */
+            synthetic_tools: components["schemas"]["EntitlementLimit"];
+            /** @description Bytes of tool files and staged uploads stored. */
+            file_storage_bytes: components["schemas"]["EntitlementLimit"];
+        };
+        /**
+         * @description What the organization's plan allows and how much of it is used, computed when asked.
+         * @example {
+         *       "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *       "plan": "team",
+         *       "features": {
+         *         "sso": false,
+         *         "scim": false,
+         *         "audit_log_export": false,
+         *         "custom_roles": true,
+         *         "custom_connectors": true,
+         *         "synthetic_tools": true,
+         *         "restrictions": true,
+         *         "logging_destinations": false,
+         *         "org_domains": true
+         *       },
+         *       "limits": {
+         *         "seats": {
+         *           "limit": 20,
+         *           "used": 14
+         *         },
+         *         "connections": {
+         *           "limit": 500,
+         *           "used": 87
+         *         },
+         *         "mcp_servers": {
+         *           "limit": 200,
+         *           "used": 31
+         *         },
+         *         "custom_connectors": {
+         *           "limit": 25,
+         *           "used": 3
+         *         },
+         *         "toolboxes": {
+         *           "limit": 50,
+         *           "used": 6
+         *         },
+         *         "synthetic_tools": {
+         *           "limit": 50,
+         *           "used": 2
+         *         },
+         *         "file_storage_bytes": {
+         *           "limit": 10737418240,
+         *           "used": 1523029114
+         *         }
+         *       },
+         *       "audit_log_retention_days": 365,
+         *       "computed_at": "2026-11-21T10:14:03.120Z"
+         *     }
+         */
+        Entitlements: {
+            organization_id: components["schemas"]["OrganizationId"];
+            /**
+             * @description The plan in force, as in `Organization.plan`.
+             * @example team
+             */
+            plan: string;
+            features: components["schemas"]["EntitlementFeatures"];
+            limits: components["schemas"]["EntitlementLimits"];
+            /**
+             * @description How long audit entries stay readable, in days; null when they are kept without limit.
+             * @example 365
+             */
+            audit_log_retention_days: number | null;
+            /** @description When the usage figures were counted. */
+            computed_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description One entry of the permission catalog.
+         * @example {
+         *       "name": "notification:manage",
+         *       "resource": "notification",
+         *       "action": "manage",
+         *       "description": "Create, change, test and delete notification destinations.",
+         *       "person_only": false
+         *     }
+         */
+        PermissionInfo: {
+            name: components["schemas"]["Permission"];
+            /**
+             * @description The part of `name` before the colon.
+             * @example notification
+             */
+            resource: string;
+            /**
+             * @description The part of `name` after the colon (`view`, `manage`, or a specific action such as `use`).
+             * @example manage
+             */
+            action: string;
+            /**
+             * @description What the permission allows, in one sentence.
+             * @example Create, change, test and delete notification destinations.
+             */
+            description: string;
+            /** @description True when what it allows is reserved for a person in the web app; an API token carrying it gains nothing. */
+            person_only: boolean;
+        };
+        /** @description A page of the permission catalog, in catalog order. */
+        PermissionList: {
+            /** @description The permissions on this page. */
+            data: components["schemas"]["PermissionInfo"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description What the role is for, or null.
+         * @example Maintains the custom connectors and the toolboxes built on them.
+         */
+        RoleDescription: string | null;
+        /**
+         * @description A stable key naming a system role, independent of its display name.
+         * @enum {string}
+         */
+        RoleSystemKey: "owner" | "admin" | "member" | "billing_admin" | "auditor";
+        /**
+         * @description A named set of permissions. System roles (Owner, Admin, Member, Billing admin, Auditor)
+         *     exist in every organization and cannot be changed or deleted; custom roles belong to one
+         *     organization.
+         * @example {
+         *       "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+         *       "name": "Connector maintainer",
+         *       "description": "Maintains the custom connectors and the toolboxes built on them.",
+         *       "permissions": [
+         *         "connector:manage",
+         *         "connector:view",
+         *         "toolbox:manage",
+         *         "toolbox:view"
+         *       ],
+         *       "is_system": false,
+         *       "system_key": null,
+         *       "seat_class": "billable",
+         *       "member_count": 3,
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        Role: {
+            id: components["schemas"]["RoleId"];
+            /**
+             * @description The role's name, unique in its organization.
+             * @example Connector maintainer
+             */
+            name: string;
+            description: components["schemas"]["RoleDescription"];
+            /** @description The permissions the role grants, sorted. */
+            permissions: components["schemas"]["Permission"][];
+            /** @description True for the five system roles, which cannot be changed or deleted. */
+            is_system: boolean;
+            /** @description Which system role this is; null for a custom role. */
+            system_key: components["schemas"]["RoleSystemKey"] | null;
+            seat_class: components["schemas"]["SeatClass"];
+            /** @description How many members (active or suspended) hold the role. */
+            member_count: number;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of roles, oldest first (the system roles, then custom roles in creation order). */
+        RoleList: {
+            /** @description The roles on this page. */
+            data: components["schemas"]["Role"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The role's name, unique in its organization (compared without regard to case), system roles included.
+         * @example Connector maintainer
+         */
+        RoleName: string;
+        /**
+         * @description Permission names from the catalog (`GET /permission`). Stored sorted. A name the caller
+         *     does not hold itself is 403 `permission_escalation`.
+         */
+        RolePermissionSet: components["schemas"]["Permission"][];
+        /**
+         * @description A new custom role. Custom roles always take a `billable` seat.
+         * @example {
+         *       "name": "Connector maintainer",
+         *       "description": "Maintains the custom connectors and the toolboxes built on them.",
+         *       "permissions": [
+         *         "connector:manage",
+         *         "connector:view",
+         *         "toolbox:manage",
+         *         "toolbox:view"
+         *       ]
+         *     }
+         */
+        RoleCreate: {
+            name: components["schemas"]["RoleName"];
+            description?: components["schemas"]["RoleDescription"];
+            permissions: components["schemas"]["RolePermissionSet"];
+        };
+        /**
+         * @description The members of a custom role to change. `permissions`, when sent, replaces the whole set.
+         *     `is_system`, `system_key` and `seat_class` cannot be set.
+         * @example {
+         *       "permissions": [
+         *         "connector:manage",
+         *         "connector:view",
+         *         "template:view",
+         *         "toolbox:manage",
+         *         "toolbox:view"
+         *       ]
+         *     }
+         */
+        RoleUpdate: {
+            name?: components["schemas"]["RoleName"];
+            description?: components["schemas"]["RoleDescription"];
+            permissions?: components["schemas"]["RolePermissionSet"];
+        };
+        /**
+         * @description What the team is for, or null.
+         * @example Runs the shared infrastructure and the internal MCP servers.
+         */
+        TeamDescription: string | null;
+        /**
+         * @description A named set of members of one organization; a principal for shares and restrictions.
+         * @example {
+         *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+         *       "name": "Platform",
+         *       "description": "Runs the shared infrastructure and the internal MCP servers.",
+         *       "member_count": 6,
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        Team: {
+            id: components["schemas"]["TeamId"];
+            /**
+             * @description The team's name, unique in its organization.
+             * @example Platform
+             */
+            name: string;
+            description: components["schemas"]["TeamDescription"];
+            /** @description How many members the team has (active or suspended). */
+            member_count: number;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of teams, oldest first. */
+        TeamList: {
+            /** @description The teams on this page. */
+            data: components["schemas"]["Team"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The team's name, unique in its organization (compared without regard to case).
+         * @example Platform
+         */
+        TeamName: string;
+        /**
+         * @description A new team, empty until members are added.
+         * @example {
+         *       "name": "Platform",
+         *       "description": "Runs the shared infrastructure and the internal MCP servers."
+         *     }
+         */
+        TeamCreate: {
+            name: components["schemas"]["TeamName"];
+            description?: components["schemas"]["TeamDescription"];
+        };
+        /**
+         * @description The members of the team to change; `null` clears `description`.
+         * @example {
+         *       "name": "Platform engineering"
+         *     }
+         */
+        TeamUpdate: {
+            name?: components["schemas"]["TeamName"];
+            description?: components["schemas"]["TeamDescription"];
+        };
+        /**
+         * @description The identifying facts of a person, as members of their organizations see them.
+         * @example {
+         *       "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "email": "ada@acme.example",
+         *       "name": "Ada Lovelace",
+         *       "avatar_url": null
+         *     }
+         */
+        MemberUser: {
+            id: components["schemas"]["UserId"];
+            /**
+             * Format: email
+             * @description The person's email address, also their sign-in name.
+             * @example ada@acme.example
+             */
+            email: string;
+            /**
+             * @description The person's display name, or null when not given.
+             * @example Ada Lovelace
+             */
+            name: string | null;
+            /**
+             * Format: uri
+             * @description A picture of the person, or null.
+             * @example https://avatars.example/ada.png
+             */
+            avatar_url: string | null;
+        };
+        /**
+         * @description One member of a team.
+         * @example {
+         *       "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+         *       "user": {
+         *         "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "email": "ada@acme.example",
+         *         "name": "Ada Lovelace",
+         *         "avatar_url": null
+         *       },
+         *       "member_status": "active",
+         *       "added_at": "2026-11-20T09:20:41.006Z"
+         *     }
+         */
+        TeamMember: {
+            team_id: components["schemas"]["TeamId"];
+            user: components["schemas"]["MemberUser"];
+            /** @description The person's membership of the organization; a suspended member stays in their teams but gains nothing from them. */
+            member_status: components["schemas"]["MembershipStatus"];
+            /** @description When the person was added to the team. */
+            added_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of a team's members, in the order they were added. */
+        TeamMemberList: {
+            /** @description The team members on this page. */
+            data: components["schemas"]["TeamMember"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The member to add to the team.
+         * @example {
+         *       "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+         *     }
+         */
+        TeamMemberAdd: {
+            /** @description A member of the organization (active or suspended). */
+            user_id: components["schemas"]["UserId"];
+        };
+        /**
+         * @description One person's membership of the organization: who they are, how and when they joined,
+         *     the roles they hold and the teams they are in. Addressed by the user id.
+         * @example {
+         *       "user": {
+         *         "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "email": "ada@acme.example",
+         *         "name": "Ada Lovelace",
+         *         "avatar_url": null
+         *       },
+         *       "status": "active",
+         *       "via": "invite",
+         *       "joined_at": "2026-11-20T09:14:03.120Z",
+         *       "roles": [
+         *         {
+         *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+         *           "name": "People manager",
+         *           "is_system": false,
+         *           "seat_class": "billable"
+         *         }
+         *       ],
+         *       "teams": [
+         *         {
+         *           "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+         *           "name": "Platform"
+         *         }
+         *       ],
+         *       "permissions": [
+         *         "member:manage",
+         *         "member:view",
+         *         "team:manage",
+         *         "team:view"
+         *       ],
+         *       "has_second_factor": true,
+         *       "updated_at": "2026-11-21T11:40:19.774Z"
+         *     }
+         */
+        Member: {
+            user: components["schemas"]["MemberUser"];
+            status: components["schemas"]["MembershipStatus"];
+            /** @description How the person joined; null when unknown. */
+            via: components["schemas"]["MembershipVia"] | null;
+            /** @description When the person became a member. */
+            joined_at: components["schemas"]["Timestamp"];
+            /** @description The roles the person holds, oldest role first. */
+            roles: components["schemas"]["RoleSummary"][];
+            /** @description The teams the person is in, by name. */
+            teams: components["schemas"]["TeamSummary"][];
+            /** @description The union of the permissions of the roles held, sorted. A suspended or removed member is granted none of them. */
+            permissions: components["schemas"]["Permission"][];
+            /** @description Whether the person holds TOTP or a passkey, so administrators can see who `require_mfa` would hold back. */
+            has_second_factor: boolean;
+            /** @description When the membership (status, roles) last changed. */
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of members, in the order they joined. */
+        MemberList: {
+            /** @description The members on this page. */
+            data: components["schemas"]["Member"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The member's new roles.
+         * @example {
+         *       "role_ids": [
+         *         "role_01jg3b7f0n7w4k2d9s5h8g1q6z"
+         *       ]
+         *     }
+         */
+        MemberUpdate: {
+            /**
+             * @description The complete set of roles the member holds from now on; roles left out are taken away.
+             *     At least one.
+             */
+            role_ids: components["schemas"]["RoleId"][];
+        };
+        /**
+         * @description `pending`: sent, waiting for the person; `accepted`: the person joined through it;
+         *     `revoked`: withdrawn by an administrator; `expired`: not accepted within its 7 days (a
+         *     resend renews it).
+         * @enum {string}
+         */
+        InviteStatus: "pending" | "accepted" | "revoked" | "expired";
+        /**
+         * @description An invite id (`inv_…`).
+         * @example inv_01jg3b7f0v7h1j5k9m3n7p1q5r
+         */
+        InviteId: string;
+        /**
+         * Format: email
+         * @description The address the invite goes to, stored lowercased.
+         * @example grace@acme.example
+         */
+        InviteEmail: string;
+        /**
+         * @description An invitation for one email address to join the organization with the given roles and
+         *     teams. The emailed link leads to `GET /auth/invite/activate`; the link's token is never
+         *     returned.
+         * @example {
+         *       "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
+         *       "email": "grace@acme.example",
+         *       "roles": [
+         *         {
+         *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+         *           "name": "Member",
+         *           "is_system": true,
+         *           "seat_class": "billable"
+         *         }
+         *       ],
+         *       "teams": [
+         *         {
+         *           "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+         *           "name": "Platform"
+         *         }
+         *       ],
+         *       "status": "pending",
+         *       "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "expires_at": "2026-11-27T09:14:03.120Z",
+         *       "accepted_at": null,
+         *       "accepted_by_user_id": null,
+         *       "revoked_at": null,
+         *       "last_sent_at": "2026-11-20T09:14:03.120Z",
+         *       "send_count": 1,
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *     }
+         */
+        Invite: {
+            id: components["schemas"]["InviteId"];
+            email: components["schemas"]["InviteEmail"];
+            /** @description The roles the person will hold on joining. */
+            roles: components["schemas"]["RoleSummary"][];
+            /** @description The teams the person will be added to on joining. */
+            teams: components["schemas"]["TeamSummary"][];
+            status: components["schemas"]["InviteStatus"];
+            /** @description Who sent it; null when an API token's owner is gone or the operator CLI sent it. */
+            invited_by_user_id: components["schemas"]["UserId"] | null;
+            /** @description When the link stops working (7 days after the last send). */
+            expires_at: components["schemas"]["Timestamp"];
+            /** @description When the person joined through it, or null. */
+            accepted_at: components["schemas"]["Timestamp"] | null;
+            /** @description The user who accepted it (who may have signed in with another address of theirs), or null. */
+            accepted_by_user_id: components["schemas"]["UserId"] | null;
+            /** @description When it was revoked, or null. */
+            revoked_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the email was last sent. */
+            last_sent_at: components["schemas"]["Timestamp"];
+            /** @description How many times the email was sent (1 plus the resends). */
+            send_count: number;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of invites, oldest first. */
+        InviteList: {
+            /** @description The invites on this page. */
+            data: components["schemas"]["Invite"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description An invitation to send.
+         * @example {
+         *       "email": "grace@acme.example",
+         *       "role_ids": [
+         *         "role_01jg3b7f0n7w4k2d9s5h8g1q6z"
+         *       ],
+         *       "team_ids": [
+         *         "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       ],
+         *       "message": "Welcome aboard — this is where our MCP servers live."
+         *     }
+         */
+        InviteCreate: {
+            email: components["schemas"]["InviteEmail"];
+            /**
+             * @description The roles the person will hold. Left out: the Member system role. Each must be a role
+             *     of this organization whose permissions the caller holds (else 403
+             *     `permission_escalation`); only an Owner may invite an Owner.
+             */
+            role_ids?: components["schemas"]["RoleId"][];
+            /** @description Teams of this organization to add the person to on joining. Left out, none. */
+            team_ids?: components["schemas"]["TeamId"][];
+            /**
+             * @description A short personal note put in the email (plain text), or null.
+             * @example Welcome aboard — this is where our MCP servers live.
+             */
+            message?: string | null;
+        };
+        /**
+         * @description `pending`: claimed, not checked yet; `verified`: the TXT record was found, the domain is
+         *     proven (it stays verified); `failed`: the last check did not find the record.
+         * @enum {string}
+         */
+        OrgDomainStatus: "pending" | "verified" | "failed";
+        /**
+         * @description A claimed DNS domain id (`dom_…`).
+         * @example dom_01jg3b7f0w2j6k1m5n9p3q7r1s
+         */
+        OrgDomainId: string;
+        /**
+         * @description A fully qualified DNS name in lowercase, internationalized names in their `xn--` form,
+         *     without a trailing dot (`acme.example`, `eu.acme.example`).
+         * @example acme.example
+         */
+        OrgDomainName: string;
+        /** @description The DNS TXT record that proves ownership. Publish it, then call verify. */
+        OrgDomainVerificationRecord: {
+            /**
+             * @description Always `TXT`.
+             * @constant
+             */
+            type: "TXT";
+            /**
+             * @description The record's name, `_mcp-control-plane.<domain>`.
+             * @example _mcp-control-plane.acme.example
+             */
+            name: string;
+            /**
+             * @description The record's exact text. Unique per claim; not a secret.
+             * @example mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z
+             */
+            value: string;
+        };
+        /**
+         * @description A DNS domain claimed by the organization, its proof and its joining defaults.
+         * @example {
+         *       "id": "dom_01jg3b7f0w2j6k1m5n9p3q7r1s",
+         *       "domain": "acme.example",
+         *       "status": "verified",
+         *       "verification": {
+         *         "type": "TXT",
+         *         "name": "_mcp-control-plane.acme.example",
+         *         "value": "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+         *       },
+         *       "verified_at": "2026-11-20T09:31:52.008Z",
+         *       "last_checked_at": "2026-11-20T09:31:52.008Z",
+         *       "last_check_error": null,
+         *       "auto_join": true,
+         *       "default_role_id": null,
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-20T09:14:03.120Z",
+         *       "updated_at": "2026-11-20T09:31:52.008Z"
+         *     }
+         */
+        OrgDomain: {
+            id: components["schemas"]["OrgDomainId"];
+            domain: components["schemas"]["OrgDomainName"];
+            status: components["schemas"]["OrgDomainStatus"];
+            verification: components["schemas"]["OrgDomainVerificationRecord"];
+            /** @description When the domain was verified, or null. */
+            verified_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the TXT record was last looked up, or null if never. */
+            last_checked_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description Why the last check failed, or null.
+             * @example No TXT record at _mcp-control-plane.acme.example.
+             */
+            last_check_error: string | null;
+            /**
+             * @description Whether people signing in with an address at this domain (exactly this name, not its
+             *     subdomains) join the organization without an invite, holding `default_role_id`. Has
+             *     effect only while the domain is verified.
+             */
+            auto_join: boolean;
+            /** @description The role people joining by this domain receive; null means the Member system role. */
+            default_role_id: components["schemas"]["RoleId"] | null;
+            /** @description Who claimed it, or null when the user is gone or the operator CLI did. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of claimed domains, oldest first. */
+        OrgDomainList: {
+            /** @description The domains on this page. */
+            data: components["schemas"]["OrgDomain"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description A domain to claim, with its joining defaults.
+         * @example {
+         *       "domain": "acme.example",
+         *       "auto_join": false
+         *     }
+         */
+        OrgDomainCreate: {
+            /**
+             * @description The domain. Sent in any case and with or without a trailing dot; stored lowercased,
+             *     without the dot, internationalized names converted to `xn--`. Public suffixes
+             *     (`co.uk`) and shared email providers (`gmail.com`) are refused with 400
+             *     `domain_not_allowed`.
+             * @example acme.example
+             */
+            domain: string;
+            /**
+             * @description Let people with an address at the domain join without an invite once it is verified.
+             * @default false
+             */
+            auto_join?: boolean;
+            /** @description The role they receive; null or left out means the Member system role. Not the Owner role. */
+            default_role_id?: components["schemas"]["RoleId"] | null;
+        };
+        /**
+         * @description The joining defaults to change. The domain itself cannot change; claim another one instead.
+         * @example {
+         *       "auto_join": true,
+         *       "default_role_id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z"
+         *     }
+         */
+        OrgDomainUpdate: {
+            /** @description Let people with an address at the domain join without an invite (while it is verified). */
+            auto_join?: boolean;
+            /** @description The role they receive; null means the Member system role. Not the Owner role. */
+            default_role_id?: components["schemas"]["RoleId"] | null;
+        };
+        /**
+         * @description The outcome of looking up the TXT record, and the domain as it now is.
+         * @example {
+         *       "status": "failed",
+         *       "failure_reason": "value_mismatch",
+         *       "error": "The TXT record at _mcp-control-plane.acme.example does not hold the expected value.",
+         *       "found_values": [
+         *         "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6"
+         *       ],
+         *       "domain": {
+         *         "id": "dom_01jg3b7f0w2j6k1m5n9p3q7r1s",
+         *         "domain": "acme.example",
+         *         "status": "failed",
+         *         "verification": {
+         *           "type": "TXT",
+         *           "name": "_mcp-control-plane.acme.example",
+         *           "value": "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+         *         },
+         *         "verified_at": null,
+         *         "last_checked_at": "2026-11-20T09:20:12.411Z",
+         *         "last_check_error": "The TXT record at _mcp-control-plane.acme.example does not hold the expected value.",
+         *         "auto_join": false,
+         *         "default_role_id": null,
+         *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "created_at": "2026-11-20T09:14:03.120Z",
+         *         "updated_at": "2026-11-20T09:20:12.411Z"
+         *       }
+         *     }
+         */
+        OrgDomainVerifyResult: {
+            /**
+             * @description Whether the domain is verified now.
+             * @enum {string}
+             */
+            status: "verified" | "failed";
+            /**
+             * @description Why it failed: `record_not_found` (no TXT record at the name), `value_mismatch` (TXT
+             *     records exist, none with the expected value), `dns_error` (the lookup timed out or the
+             *     resolver failed; try again later). Null when verified.
+             * @enum {string|null}
+             */
+            failure_reason: "record_not_found" | "value_mismatch" | "dns_error" | null;
+            /**
+             * @description The failure in a sentence for a person, or null.
+             * @example No TXT record at _mcp-control-plane.acme.example; DNS changes can take a while to appear.
+             */
+            error: string | null;
+            /** @description The TXT values found at the record name (at most 20, each cut to 255 characters), to help spot a typo. Empty when none. */
+            found_values: string[];
+            domain: components["schemas"]["OrgDomain"];
+        };
+        /**
+         * @description What made the change. `user`: a person with a session; `api_token`: an API token (acting
+         *     for its owner); `scim`: the identity provider through SCIM; `mcp_client`: an MCP client
+         *     acting for a user (an MCP server token or an OAuth access token); `system`: the service
+         *     itself (expiry, scheduled work); `operator`: the deployment's operator CLI.
+         * @enum {string}
+         */
+        AuditActorType: "user" | "api_token" | "scim" | "mcp_client" | "system" | "operator";
+        /**
+         * @description An audit log entry id (`aud_…`).
+         * @example aud_01jg3b7f0x5k9m3n7p1q5r9s3t
+         */
+        AuditEventId: string;
+        /**
+         * @description Who or what made the change.
+         * @example {
+         *       "type": "api_token",
+         *       "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+         *       "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "display": "CI deploy (ada@acme.example)"
+         *     }
+         */
+        AuditActor: {
+            type: components["schemas"]["AuditActorType"];
+            /**
+             * @description The actor's id: a user (`usr_…`), API token (`tok_…`), SCIM token (`scimtok_…`), MCP
+             *     server (`mcp_…`) or OAuth client (`oac_…`) id; null for `system` and `operator`.
+             * @example tok_01jg3b7f0r8t2y6v4h1q9p3a5s
+             */
+            id: string | null;
+            /** @description The person the actor acted for (the user, or the owner of the token or MCP server), or null. */
+            user_id: components["schemas"]["UserId"] | null;
+            /**
+             * @description A label for people, as it was when the entry was written (an email, a token's name), or null.
+             * @example CI deploy (ada@acme.example)
+             */
+            display: string | null;
+        };
+        /**
+         * @description What was done, `resource.action` in snake_case; the `x-audit` value of the operation that did it.
+         * @example team.member_added
+         */
+        AuditAction: string;
+        /**
+         * @description The resource the change was made to.
+         * @example {
+         *       "type": "team",
+         *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *     }
+         */
+        AuditTarget: {
+            /**
+             * @description The kind of resource, as in the first word of `action` (`team`, `member`, `connector`, …).
+             * @example team
+             */
+            type: string;
+            /**
+             * @description The resource's id (a user id for members, a slug for custom connectors), or null when the resource has none.
+             * @example team_01jg3b7f0p3m6q9x2v5c8n1b4k
+             */
+            id: string | null;
+        };
+        /**
+         * @description One audit log entry. Entries are never changed or deleted while the plan's retention keeps them.
+         * @example {
+         *       "id": "aud_01jg3b7f0x5k9m3n7p1q5r9s3t",
+         *       "actor": {
+         *         "type": "api_token",
+         *         "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+         *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "display": "CI deploy (ada@acme.example)"
+         *       },
+         *       "action": "team.member_added",
+         *       "target": {
+         *         "type": "team",
+         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *       },
+         *       "changes": {
+         *         "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z"
+         *       },
+         *       "ip": "203.0.113.24",
+         *       "user_agent": "acme-deploy/2.3 (+https://ci.acme.example)",
+         *       "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *       "created_at": "2026-11-20T09:20:41.006Z"
+         *     }
+         */
+        AuditEvent: {
+            id: components["schemas"]["AuditEventId"];
+            actor: components["schemas"]["AuditActor"];
+            action: components["schemas"]["AuditAction"];
+            /** @description The resource changed, or null for actions without one. */
+            target: components["schemas"]["AuditTarget"] | null;
+            /**
+             * @description A summary of what changed. For an update, each changed member as `{"from": …, "to": …}`;
+             *     for a creation or deletion, the notable members of the resource; for an action, its
+             *     inputs and outcome. Secrets never appear: a changed secret shows as
+             *     `{"changed": true}`.
+             * @example {
+             *       "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+             *     }
+             */
+            changes: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description The client's IP address (IPv4 or IPv6), or null for `system` and `operator`.
+             * @example 203.0.113.24
+             */
+            ip: string | null;
+            /**
+             * @description The client's `User-Agent`, cut to 512 characters, or null.
+             * @example acme-deploy/2.3 (+https://ci.acme.example)
+             */
+            user_agent: string | null;
+            /**
+             * @description The `X-Request-Id` of the request that made the change, or null when no request did.
+             * @example req_01jg3b7f0k2q8yq9w6r1c4d5e6
+             */
+            request_id: string | null;
+            created_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of audit entries, newest first. */
+        AuditEventList: {
+            /** @description The entries on this page. */
+            data: components["schemas"]["AuditEvent"][];
+            next_cursor: components["schemas"]["NextCursor"];
         };
         /**
          * @description `built_in`: shipped with the service, read-only, visible to every organization; `custom`: owned by this organization.
@@ -10816,11 +13227,6 @@ export interface components {
             actor: components["schemas"]["EventActor"];
             data: components["schemas"]["MemberRolesUpdatedData"];
         };
-        /**
-         * @description An invite id (`inv_…`).
-         * @example inv_01jg3b7f0v7h1j5k9m3n7p1q5r
-         */
-        InviteId: string;
         /** @description The invite an event is about. */
         EventInvite: {
             id: components["schemas"]["InviteId"];
@@ -11078,11 +13484,6 @@ export interface components {
             actor: components["schemas"]["EventActor"];
             data: components["schemas"]["AccessRequestResolvedData"];
         };
-        /**
-         * @description A claimed DNS domain id (`dom_…`).
-         * @example dom_01jg3b7f0w2j6k1m5n9p3q7r1s
-         */
-        OrgDomainId: string;
         /** @description What a `org_domain.verified` event carries. */
         OrgDomainVerifiedData: {
             /** @description The verified domain. */
@@ -14385,6 +16786,2647 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listOrganizations: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of organizations. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *           "name": "Acme Inc.",
+                     *           "slug": "acme",
+                     *           "logo_url": "/organization/org_01jg3b7f0k2q8yq9w6r1c4d5e6/logo",
+                     *           "require_mfa": true,
+                     *           "plan": "team",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-21T16:02:45.511Z"
+                     *         },
+                     *         {
+                     *           "id": "org_01jh0c2d4e6f8g0h2j4k6m8n0p",
+                     *           "name": "Side project",
+                     *           "slug": "side-project",
+                     *           "logo_url": null,
+                     *           "require_mfa": false,
+                     *           "plan": "free",
+                     *           "created_at": "2026-12-02T18:40:11.902Z",
+                     *           "updated_at": "2026-12-02T18:40:11.902Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrganizationList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createOrganization: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrganizationCreate"];
+            };
+        };
+        responses: {
+            /** @description The organization was created; the caller is its Owner. */
+            201: {
+                headers: {
+                    /** @description The URL of the new organization. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "name": "Acme Inc.",
+                     *       "slug": "acme",
+                     *       "logo_url": null,
+                     *       "require_mfa": false,
+                     *       "plan": "free",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Organization"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOrganization: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The organization. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "name": "Acme Inc.",
+                     *       "slug": "acme",
+                     *       "logo_url": "/organization/org_01jg3b7f0k2q8yq9w6r1c4d5e6/logo",
+                     *       "require_mfa": true,
+                     *       "plan": "team",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T16:02:45.511Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Organization"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteOrganization: {
+        parameters: {
+            query: {
+                /** @description The organization's current slug, typed by the person to confirm. */
+                confirm: components["schemas"]["OrganizationSlug"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The organization and everything it owned are gone. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateOrganization: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrganizationUpdate"];
+            };
+        };
+        responses: {
+            /** @description The organization as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "name": "Acme Corporation",
+                     *       "slug": "acme-corp",
+                     *       "logo_url": null,
+                     *       "require_mfa": true,
+                     *       "plan": "team",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-22T08:30:00.512Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Organization"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOrganizationLogo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The organization's id. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The logo's bytes. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    /** @description A strong validator of the logo's bytes (their SHA-256). */
+                    ETag?: string;
+                    /** @description The logo may be kept by the browser, not by shared caches. */
+                    "Cache-Control"?: string;
+                    /** @description Always `nosniff`, so browsers keep to the stored type. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description Forbids scripts and everything else an image does not need. */
+                    "Content-Security-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                    "image/jpeg": string;
+                    "image/webp": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    uploadOrganizationLogo: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        /** @description The image's bytes, at most 1 MiB. */
+        requestBody: {
+            content: {
+                "image/png": string;
+                "image/jpeg": string;
+                "image/webp": string;
+            };
+        };
+        responses: {
+            /** @description The organization with its new `logo_url`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "name": "Acme Inc.",
+                     *       "slug": "acme",
+                     *       "logo_url": "/organization/org_01jg3b7f0k2q8yq9w6r1c4d5e6/logo?v=9f86d081",
+                     *       "require_mfa": false,
+                     *       "plan": "team",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-22T08:30:00.512Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Organization"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteOrganizationLogo: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The logo was removed. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOrganizationBilling: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The billing status. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "plan": "team",
+                     *       "status": "active",
+                     *       "billing_interval": "month",
+                     *       "billable_seats": 14,
+                     *       "seat_limit": 20,
+                     *       "trial_ends_at": null,
+                     *       "current_period_start": "2026-11-01T00:00:00.000Z",
+                     *       "current_period_end": "2026-12-01T00:00:00.000Z",
+                     *       "cancel_at_period_end": false,
+                     *       "has_payment_method": true,
+                     *       "billing_email": "billing@acme.example",
+                     *       "updated_at": "2026-11-01T00:00:04.318Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrganizationBilling"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createBillingCheckoutSession: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrganizationBillingCheckoutCreate"];
+            };
+        };
+        responses: {
+            /** @description The checkout page to send the person to. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "url": "https://checkout.stripe.com/c/pay/cs_live_a1B2c3D4e5F6g7H8",
+                     *       "expires_at": "2026-11-21T10:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrganizationBillingSession"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createBillingPortalSession: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
+                id: components["schemas"]["OrganizationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["OrganizationBillingPortalCreate"];
+            };
+        };
+        responses: {
+            /** @description The portal page to send the person to. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "url": "https://billing.stripe.com/p/session/live_YWNjdF8xTjJ4",
+                     *       "expires_at": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrganizationBillingSession"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listApiTokens: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only this member's tokens. Another member than the caller needs `member:manage`. */
+                user_id?: components["schemas"]["UserId"];
+                /** @description Every member's tokens (needs `member:manage`). Cannot be combined with `user_id`. */
+                all?: boolean;
+                /** @description Only active or only expired tokens. */
+                status?: components["schemas"]["ApiTokenStatus"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of API tokens. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+                     *           "name": "CI deploy",
+                     *           "token_hint": "a5s9",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "permissions": [
+                     *             "connector:manage",
+                     *             "connector:view",
+                     *             "toolbox:manage",
+                     *             "toolbox:view"
+                     *           ],
+                     *           "status": "active",
+                     *           "expires_at": "2027-05-20T00:00:00.000Z",
+                     *           "last_used_at": "2026-11-21T08:03:00.000Z",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiTokenList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createApiToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApiTokenCreate"];
+            };
+        };
+        responses: {
+            /** @description The token was minted. `token` is shown this once. */
+            201: {
+                headers: {
+                    /** @description The URL of the new token (for `DELETE`). */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "token": "cpt_Xq3v9LmT0pR7sW2yB5nK8dF1hJ4gC6zA0eU3iO7a5s9",
+                     *       "api_token": {
+                     *         "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+                     *         "name": "CI deploy",
+                     *         "token_hint": "a5s9",
+                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "permissions": [
+                     *           "connector:manage",
+                     *           "connector:view",
+                     *           "toolbox:manage",
+                     *           "toolbox:view"
+                     *         ],
+                     *         "status": "active",
+                     *         "expires_at": "2027-05-20T00:00:00.000Z",
+                     *         "last_used_at": null,
+                     *         "created_at": "2026-11-20T09:14:03.120Z",
+                     *         "updated_at": "2026-11-20T09:14:03.120Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiTokenCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeApiToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The token's id (`tok_…`), not the token itself. */
+                id: components["schemas"]["ApiTokenId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The token was revoked. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getEntitlements: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The entitlements and their usage. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "plan": "free",
+                     *       "features": {
+                     *         "sso": false,
+                     *         "scim": false,
+                     *         "audit_log_export": false,
+                     *         "custom_roles": false,
+                     *         "custom_connectors": true,
+                     *         "synthetic_tools": false,
+                     *         "restrictions": false,
+                     *         "logging_destinations": false,
+                     *         "org_domains": false
+                     *       },
+                     *       "limits": {
+                     *         "seats": {
+                     *           "limit": 3,
+                     *           "used": 2
+                     *         },
+                     *         "connections": {
+                     *           "limit": 20,
+                     *           "used": 5
+                     *         },
+                     *         "mcp_servers": {
+                     *           "limit": 10,
+                     *           "used": 2
+                     *         },
+                     *         "custom_connectors": {
+                     *           "limit": 2,
+                     *           "used": 0
+                     *         },
+                     *         "toolboxes": {
+                     *           "limit": 3,
+                     *           "used": 1
+                     *         },
+                     *         "synthetic_tools": {
+                     *           "limit": 0,
+                     *           "used": 0
+                     *         },
+                     *         "file_storage_bytes": {
+                     *           "limit": 1073741824,
+                     *           "used": 20480311
+                     *         }
+                     *       },
+                     *       "audit_log_retention_days": 30,
+                     *       "computed_at": "2026-11-21T10:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Entitlements"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listPermissions: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only the permissions of this resource (the part of the name before the colon). */
+                resource?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the catalog. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "name": "member:view",
+                     *           "resource": "member",
+                     *           "action": "view",
+                     *           "description": "List members and read their roles and teams.",
+                     *           "person_only": false
+                     *         },
+                     *         {
+                     *           "name": "member:manage",
+                     *           "resource": "member",
+                     *           "action": "manage",
+                     *           "description": "Change members' roles and remove members.",
+                     *           "person_only": false
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["PermissionList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listRoles: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only system roles (true) or only custom roles (false). */
+                is_system?: boolean;
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of roles. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "name": "Billing admin",
+                     *           "description": "Manages the plan and payment details; takes no paid seat.",
+                     *           "permissions": [
+                     *             "billing:manage",
+                     *             "billing:view",
+                     *             "member:view",
+                     *             "organization:view"
+                     *           ],
+                     *           "is_system": true,
+                     *           "system_key": "billing_admin",
+                     *           "seat_class": "free_admin",
+                     *           "member_count": 1,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         },
+                     *         {
+                     *           "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *           "name": "Connector maintainer",
+                     *           "description": "Maintains the custom connectors and the toolboxes built on them.",
+                     *           "permissions": [
+                     *             "connector:manage",
+                     *             "connector:view",
+                     *             "toolbox:manage",
+                     *             "toolbox:view"
+                     *           ],
+                     *           "is_system": false,
+                     *           "system_key": null,
+                     *           "seat_class": "billable",
+                     *           "member_count": 3,
+                     *           "created_at": "2026-11-21T13:05:44.210Z",
+                     *           "updated_at": "2026-11-21T13:05:44.210Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": "b25mZF8wMWpnM2I3ZjBrMnE4eXE5dzZyMWM0ZDVlNg"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RoleList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createRole: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoleCreate"];
+            };
+        };
+        responses: {
+            /** @description The role was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new role. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *       "name": "Connector maintainer",
+                     *       "description": "Maintains the custom connectors and the toolboxes built on them.",
+                     *       "permissions": [
+                     *         "connector:manage",
+                     *         "connector:view",
+                     *         "toolbox:manage",
+                     *         "toolbox:view"
+                     *       ],
+                     *       "is_system": false,
+                     *       "system_key": null,
+                     *       "seat_class": "billable",
+                     *       "member_count": 0,
+                     *       "created_at": "2026-11-21T13:05:44.210Z",
+                     *       "updated_at": "2026-11-21T13:05:44.210Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Role"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getRole: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The role's id. */
+                id: components["schemas"]["RoleId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The role. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *       "name": "Connector maintainer",
+                     *       "description": "Maintains the custom connectors and the toolboxes built on them.",
+                     *       "permissions": [
+                     *         "connector:manage",
+                     *         "connector:view",
+                     *         "toolbox:manage",
+                     *         "toolbox:view"
+                     *       ],
+                     *       "is_system": false,
+                     *       "system_key": null,
+                     *       "seat_class": "billable",
+                     *       "member_count": 3,
+                     *       "created_at": "2026-11-21T13:05:44.210Z",
+                     *       "updated_at": "2026-11-21T13:05:44.210Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Role"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteRole: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The role's id. */
+                id: components["schemas"]["RoleId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The role was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateRole: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The role's id. */
+                id: components["schemas"]["RoleId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoleUpdate"];
+            };
+        };
+        responses: {
+            /** @description The role as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *       "name": "Connector maintainer",
+                     *       "description": "Maintains the custom connectors and the toolboxes built on them.",
+                     *       "permissions": [
+                     *         "connector:manage",
+                     *         "connector:view",
+                     *         "template:view",
+                     *         "toolbox:manage",
+                     *         "toolbox:view"
+                     *       ],
+                     *       "is_system": false,
+                     *       "system_key": null,
+                     *       "seat_class": "billable",
+                     *       "member_count": 3,
+                     *       "created_at": "2026-11-21T13:05:44.210Z",
+                     *       "updated_at": "2026-11-22T10:47:31.005Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Role"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listTeams: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only the teams this member is in. */
+                user_id?: components["schemas"]["UserId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of teams. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *           "name": "Platform",
+                     *           "description": "Runs the shared infrastructure and the internal MCP servers.",
+                     *           "member_count": 6,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TeamList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createTeam: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TeamCreate"];
+            };
+        };
+        responses: {
+            /** @description The team was created. */
+            201: {
+                headers: {
+                    /** @description The URL of the new team. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *       "name": "Platform",
+                     *       "description": "Runs the shared infrastructure and the internal MCP servers.",
+                     *       "member_count": 0,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getTeam: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The team. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *       "name": "Platform",
+                     *       "description": "Runs the shared infrastructure and the internal MCP servers.",
+                     *       "member_count": 6,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteTeam: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The team was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateTeam: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TeamUpdate"];
+            };
+        };
+        responses: {
+            /** @description The team as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *       "name": "Platform engineering",
+                     *       "description": "Runs the shared infrastructure and the internal MCP servers.",
+                     *       "member_count": 6,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-22T10:47:31.005Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listTeamMembers: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the team's members. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *           "user": {
+                     *             "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *             "email": "ada@acme.example",
+                     *             "name": "Ada Lovelace",
+                     *             "avatar_url": null
+                     *           },
+                     *           "member_status": "active",
+                     *           "added_at": "2026-11-20T09:20:41.006Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TeamMemberList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    addTeamMember: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TeamMemberAdd"];
+            };
+        };
+        responses: {
+            /** @description The person was in the team already; nothing changed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *       "user": {
+                     *         "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "email": "ada@acme.example",
+                     *         "name": "Ada Lovelace",
+                     *         "avatar_url": null
+                     *       },
+                     *       "member_status": "active",
+                     *       "added_at": "2026-11-20T09:20:41.006Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TeamMember"];
+                };
+            };
+            /** @description The person was added to the team. */
+            201: {
+                headers: {
+                    /** @description The URL of the team membership (where `DELETE` removes it). */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *       "user": {
+                     *         "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "email": "ada@acme.example",
+                     *         "name": "Ada Lovelace",
+                     *         "avatar_url": null
+                     *       },
+                     *       "member_status": "active",
+                     *       "added_at": "2026-11-22T10:47:31.005Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TeamMember"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    removeTeamMember: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The team's id. */
+                id: components["schemas"]["TeamId"];
+                /** @description The id of the member to remove from the team. */
+                userId: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The member is no longer in the team. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listMembers: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only members in this state. */
+                status?: components["schemas"]["MembershipStatus"];
+                /** @description Only members holding this role. */
+                role_id?: components["schemas"]["RoleId"];
+                /** @description Only members of this team. */
+                team_id?: components["schemas"]["TeamId"];
+                /** @description Only members whose email or name contains this text, compared without regard to case. */
+                q?: string;
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of members. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "user": {
+                     *             "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *             "email": "ada@acme.example",
+                     *             "name": "Ada Lovelace",
+                     *             "avatar_url": null
+                     *           },
+                     *           "status": "active",
+                     *           "via": "invite",
+                     *           "joined_at": "2026-11-20T09:14:03.120Z",
+                     *           "roles": [
+                     *             {
+                     *               "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *               "name": "People manager",
+                     *               "is_system": false,
+                     *               "seat_class": "billable"
+                     *             }
+                     *           ],
+                     *           "teams": [
+                     *             {
+                     *               "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *               "name": "Platform"
+                     *             }
+                     *           ],
+                     *           "permissions": [
+                     *             "invite:manage",
+                     *             "invite:view",
+                     *             "member:manage",
+                     *             "member:view",
+                     *             "team:manage",
+                     *             "team:view"
+                     *           ],
+                     *           "has_second_factor": true,
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": "b25mZF8wMWpnM2I3ZjBrMnE4eXE5dzZyMWM0ZDVlNg"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["MemberList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getMember: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The member's user id. */
+                userId: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The member. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "user": {
+                     *         "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *         "email": "grace@acme.example",
+                     *         "name": "Grace Hopper",
+                     *         "avatar_url": "https://avatars.example/grace.png"
+                     *       },
+                     *       "status": "active",
+                     *       "via": "invite",
+                     *       "joined_at": "2026-11-21T08:02:13.450Z",
+                     *       "roles": [
+                     *         {
+                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "name": "Member",
+                     *           "is_system": true,
+                     *           "seat_class": "billable"
+                     *         }
+                     *       ],
+                     *       "teams": [],
+                     *       "permissions": [
+                     *         "connection:use",
+                     *         "connection:view",
+                     *         "connector:view",
+                     *         "mcp_server:manage",
+                     *         "mcp_server:view",
+                     *         "organization:view"
+                     *       ],
+                     *       "has_second_factor": false,
+                     *       "updated_at": "2026-11-21T08:02:13.450Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    removeMember: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The member's user id. */
+                userId: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The person is no longer a member. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateMember: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The member's user id. */
+                userId: components["schemas"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemberUpdate"];
+            };
+        };
+        responses: {
+            /** @description The member as they now are. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "user": {
+                     *         "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *         "email": "grace@acme.example",
+                     *         "name": "Grace Hopper",
+                     *         "avatar_url": "https://avatars.example/grace.png"
+                     *       },
+                     *       "status": "active",
+                     *       "via": "invite",
+                     *       "joined_at": "2026-11-21T08:02:13.450Z",
+                     *       "roles": [
+                     *         {
+                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "name": "Member",
+                     *           "is_system": true,
+                     *           "seat_class": "billable"
+                     *         },
+                     *         {
+                     *           "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *           "name": "Connector maintainer",
+                     *           "is_system": false,
+                     *           "seat_class": "billable"
+                     *         }
+                     *       ],
+                     *       "teams": [],
+                     *       "permissions": [
+                     *         "connection:use",
+                     *         "connection:view",
+                     *         "connector:manage",
+                     *         "connector:view",
+                     *         "mcp_server:manage",
+                     *         "mcp_server:view",
+                     *         "organization:view",
+                     *         "toolbox:manage",
+                     *         "toolbox:view"
+                     *       ],
+                     *       "has_second_factor": false,
+                     *       "updated_at": "2026-11-22T10:47:31.005Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listInvites: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only invites in this state. */
+                status?: components["schemas"]["InviteStatus"];
+                /** @description Only invites to this address (compared without regard to case). */
+                email?: string;
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of invites. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
+                     *           "email": "grace@acme.example",
+                     *           "roles": [
+                     *             {
+                     *               "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *               "name": "Member",
+                     *               "is_system": true,
+                     *               "seat_class": "billable"
+                     *             }
+                     *           ],
+                     *           "teams": [],
+                     *           "status": "pending",
+                     *           "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "expires_at": "2026-11-27T09:14:03.120Z",
+                     *           "accepted_at": null,
+                     *           "accepted_by_user_id": null,
+                     *           "revoked_at": null,
+                     *           "last_sent_at": "2026-11-20T09:14:03.120Z",
+                     *           "send_count": 1,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InviteList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createInvite: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InviteCreate"];
+            };
+        };
+        responses: {
+            /** @description The invite was created and emailed. */
+            201: {
+                headers: {
+                    /** @description The URL of the new invite. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
+                     *       "email": "grace@acme.example",
+                     *       "roles": [
+                     *         {
+                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "name": "Member",
+                     *           "is_system": true,
+                     *           "seat_class": "billable"
+                     *         }
+                     *       ],
+                     *       "teams": [
+                     *         {
+                     *           "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *           "name": "Platform"
+                     *         }
+                     *       ],
+                     *       "status": "pending",
+                     *       "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "expires_at": "2026-11-27T09:14:03.120Z",
+                     *       "accepted_at": null,
+                     *       "accepted_by_user_id": null,
+                     *       "revoked_at": null,
+                     *       "last_sent_at": "2026-11-20T09:14:03.120Z",
+                     *       "send_count": 1,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Invite"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getInvite: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The invite's id. */
+                id: components["schemas"]["InviteId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The invite. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
+                     *       "email": "grace@acme.example",
+                     *       "roles": [
+                     *         {
+                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "name": "Member",
+                     *           "is_system": true,
+                     *           "seat_class": "billable"
+                     *         }
+                     *       ],
+                     *       "teams": [],
+                     *       "status": "accepted",
+                     *       "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "expires_at": "2026-11-27T09:14:03.120Z",
+                     *       "accepted_at": "2026-11-21T08:02:13.450Z",
+                     *       "accepted_by_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *       "revoked_at": null,
+                     *       "last_sent_at": "2026-11-20T09:14:03.120Z",
+                     *       "send_count": 1,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T08:02:13.450Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Invite"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeInvite: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The invite's id. */
+                id: components["schemas"]["InviteId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The invite, now revoked. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
+                     *       "email": "grace@acme.example",
+                     *       "roles": [
+                     *         {
+                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "name": "Member",
+                     *           "is_system": true,
+                     *           "seat_class": "billable"
+                     *         }
+                     *       ],
+                     *       "teams": [],
+                     *       "status": "revoked",
+                     *       "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "expires_at": "2026-11-27T09:14:03.120Z",
+                     *       "accepted_at": null,
+                     *       "accepted_by_user_id": null,
+                     *       "revoked_at": "2026-11-22T10:47:31.005Z",
+                     *       "last_sent_at": "2026-11-20T09:14:03.120Z",
+                     *       "send_count": 1,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-22T10:47:31.005Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Invite"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    resendInvite: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The invite's id. */
+                id: components["schemas"]["InviteId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The invite, sent again. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
+                     *       "email": "grace@acme.example",
+                     *       "roles": [
+                     *         {
+                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "name": "Member",
+                     *           "is_system": true,
+                     *           "seat_class": "billable"
+                     *         }
+                     *       ],
+                     *       "teams": [],
+                     *       "status": "pending",
+                     *       "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "expires_at": "2026-12-06T10:47:31.005Z",
+                     *       "accepted_at": null,
+                     *       "accepted_by_user_id": null,
+                     *       "revoked_at": null,
+                     *       "last_sent_at": "2026-11-29T10:47:31.005Z",
+                     *       "send_count": 2,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-29T10:47:31.005Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Invite"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listOrgDomains: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only domains in this state. */
+                status?: components["schemas"]["OrgDomainStatus"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of domains. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "dom_01jg3b7f0w2j6k1m5n9p3q7r1s",
+                     *           "domain": "acme.example",
+                     *           "status": "verified",
+                     *           "verification": {
+                     *             "type": "TXT",
+                     *             "name": "_mcp-control-plane.acme.example",
+                     *             "value": "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+                     *           },
+                     *           "verified_at": "2026-11-20T09:31:52.008Z",
+                     *           "last_checked_at": "2026-11-20T09:31:52.008Z",
+                     *           "last_check_error": null,
+                     *           "auto_join": true,
+                     *           "default_role_id": null,
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:31:52.008Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrgDomainList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createOrgDomain: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrgDomainCreate"];
+            };
+        };
+        responses: {
+            /** @description The domain was claimed; publish the TXT record, then verify. */
+            201: {
+                headers: {
+                    /** @description The URL of the claimed domain. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "dom_01jg3b7f0w2j6k1m5n9p3q7r1s",
+                     *       "domain": "acme.example",
+                     *       "status": "pending",
+                     *       "verification": {
+                     *         "type": "TXT",
+                     *         "name": "_mcp-control-plane.acme.example",
+                     *         "value": "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+                     *       },
+                     *       "verified_at": null,
+                     *       "last_checked_at": null,
+                     *       "last_check_error": null,
+                     *       "auto_join": false,
+                     *       "default_role_id": null,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrgDomain"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOrgDomain: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The claimed domain's id. */
+                id: components["schemas"]["OrgDomainId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The domain. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "dom_01jg3b7f0w2j6k1m5n9p3q7r1s",
+                     *       "domain": "acme.example",
+                     *       "status": "verified",
+                     *       "verification": {
+                     *         "type": "TXT",
+                     *         "name": "_mcp-control-plane.acme.example",
+                     *         "value": "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+                     *       },
+                     *       "verified_at": "2026-11-20T09:31:52.008Z",
+                     *       "last_checked_at": "2026-11-20T09:31:52.008Z",
+                     *       "last_check_error": null,
+                     *       "auto_join": true,
+                     *       "default_role_id": null,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-20T09:31:52.008Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrgDomain"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteOrgDomain: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The claimed domain's id. */
+                id: components["schemas"]["OrgDomainId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The claim was released. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateOrgDomain: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The claimed domain's id. */
+                id: components["schemas"]["OrgDomainId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrgDomainUpdate"];
+            };
+        };
+        responses: {
+            /** @description The domain as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "dom_01jg3b7f0w2j6k1m5n9p3q7r1s",
+                     *       "domain": "acme.example",
+                     *       "status": "verified",
+                     *       "verification": {
+                     *         "type": "TXT",
+                     *         "name": "_mcp-control-plane.acme.example",
+                     *         "value": "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+                     *       },
+                     *       "verified_at": "2026-11-20T09:31:52.008Z",
+                     *       "last_checked_at": "2026-11-20T09:31:52.008Z",
+                     *       "last_check_error": null,
+                     *       "auto_join": true,
+                     *       "default_role_id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-22T10:47:31.005Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrgDomain"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    verifyOrgDomain: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The claimed domain's id. */
+                id: components["schemas"]["OrgDomainId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The lookup was made; `status` says whether the domain is verified. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "status": "verified",
+                     *       "failure_reason": null,
+                     *       "error": null,
+                     *       "found_values": [
+                     *         "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+                     *       ],
+                     *       "domain": {
+                     *         "id": "dom_01jg3b7f0w2j6k1m5n9p3q7r1s",
+                     *         "domain": "acme.example",
+                     *         "status": "verified",
+                     *         "verification": {
+                     *           "type": "TXT",
+                     *           "name": "_mcp-control-plane.acme.example",
+                     *           "value": "mcp-control-plane-verification=Zx8wq3LmT0pR7sW2yB5nK8dF1hJ4gC6z"
+                     *         },
+                     *         "verified_at": "2026-11-20T09:31:52.008Z",
+                     *         "last_checked_at": "2026-11-20T09:31:52.008Z",
+                     *         "last_check_error": null,
+                     *         "auto_join": false,
+                     *         "default_role_id": null,
+                     *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "created_at": "2026-11-20T09:14:03.120Z",
+                     *         "updated_at": "2026-11-20T09:31:52.008Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OrgDomainVerifyResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listAuditEvents: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["Limit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Only entries made by this kind of actor. */
+                actor_type?: components["schemas"]["AuditActorType"];
+                /**
+                 * @description Only entries made by this actor: a user id also matches the entries of that user's
+                 *     API tokens and MCP clients (they act for the user); a token, SCIM token, MCP server
+                 *     or OAuth client id matches that credential only.
+                 */
+                actor_id?: string;
+                /** @description Only this action (`team.member_added`), or every action on one kind of resource (`team.*`). */
+                action?: string;
+                /** @description Only entries about this kind of resource (`team`, `member`, `connector`, …). */
+                target_type?: string;
+                /** @description Only entries about this resource (an id, or a custom connector's slug). */
+                target_id?: string;
+                /** @description Only entries written at or after this time. */
+                since?: components["schemas"]["Timestamp"];
+                /** @description Only entries written before this time. */
+                until?: components["schemas"]["Timestamp"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of audit entries, newest first. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "aud_01jg3b7f0x5k9m3n7p1q5r9s3t",
+                     *           "actor": {
+                     *             "type": "user",
+                     *             "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *             "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *             "display": "ada@acme.example"
+                     *           },
+                     *           "action": "member.roles_updated",
+                     *           "target": {
+                     *             "type": "member",
+                     *             "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z"
+                     *           },
+                     *           "changes": {
+                     *             "role_ids": {
+                     *               "from": [
+                     *                 "role_01jg3b7f0n7w4k2d9s5h8g1q6z"
+                     *               ],
+                     *               "to": [
+                     *                 "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *                 "role_01jg4c1d2e3f4g5h6j7k8m9n0p"
+                     *               ]
+                     *             }
+                     *           },
+                     *           "ip": "198.51.100.7",
+                     *           "user_agent": "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_6) AppleWebKit/605.1.15",
+                     *           "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *           "created_at": "2026-11-22T10:47:31.005Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": "b25mZF8wMWpnM2I3ZjBrMnE4eXE5dzZyMWM0ZDVlNg"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AuditEventList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getAuditEvent: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationId"];
+            };
+            path: {
+                /** @description The audit entry's id. */
+                id: components["schemas"]["AuditEventId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The audit entry. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "aud_01jg3b7f0x5k9m3n7p1q5r9s3t",
+                     *       "actor": {
+                     *         "type": "api_token",
+                     *         "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+                     *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "display": "CI deploy (ada@acme.example)"
+                     *       },
+                     *       "action": "team.member_added",
+                     *       "target": {
+                     *         "type": "team",
+                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *       },
+                     *       "changes": {
+                     *         "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z"
+                     *       },
+                     *       "ip": "203.0.113.24",
+                     *       "user_agent": "acme-deploy/2.3 (+https://ci.acme.example)",
+                     *       "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *       "created_at": "2026-11-20T09:20:41.006Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AuditEvent"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
         };
     };

@@ -23,6 +23,7 @@ export const ERROR_CATALOG: { readonly [C in ErrorCode]: { status: number; title
   invalid_tool_arguments: { status: 400, title: 'Tool arguments not valid' },
   verification_failed: { status: 400, title: 'Verification failed' },
   challenge_expired: { status: 400, title: 'Challenge expired' },
+  domain_not_allowed: { status: 400, title: 'Domain cannot be claimed' },
   unauthenticated: { status: 401, title: 'Authentication required' },
   invalid_token: { status: 401, title: 'Credential not valid' },
   missing_permission: { status: 403, title: 'Permission missing' },
@@ -36,6 +37,7 @@ export const ERROR_CATALOG: { readonly [C in ErrorCode]: { status: number; title
   insufficient_access: { status: 403, title: 'Access not sufficient' },
   cannot_resolve_own_request: { status: 403, title: 'Cannot resolve own request' },
   tool_restricted: { status: 403, title: 'Tool restricted' },
+  permission_escalation: { status: 403, title: 'Permission escalation' },
   not_found: { status: 404, title: 'Not found' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   conflict: { status: 409, title: 'Conflict' },
@@ -57,6 +59,14 @@ export const ERROR_CATALOG: { readonly [C in ErrorCode]: { status: number; title
   connection_unavailable: { status: 409, title: 'Connection unavailable' },
   domain_not_verified: { status: 409, title: 'Domain not verified' },
   sso_connection_incomplete: { status: 409, title: 'SSO connection incomplete' },
+  system_role_immutable: { status: 409, title: 'System role cannot change' },
+  role_in_use: { status: 409, title: 'Role in use' },
+  team_in_use: { status: 409, title: 'Team in use' },
+  already_member: { status: 409, title: 'Already a member' },
+  invite_pending: { status: 409, title: 'Invite already pending' },
+  domain_taken: { status: 409, title: 'Domain already claimed' },
+  domain_in_use: { status: 409, title: 'Domain in use' },
+  subscription_active: { status: 409, title: 'Subscription active' },
   payload_too_large: { status: 413, title: 'Body too large' },
   unsupported_media_type: { status: 415, title: 'Media type not supported' },
   rate_limited: { status: 429, title: 'Too many requests' },
@@ -64,6 +74,7 @@ export const ERROR_CATALOG: { readonly [C in ErrorCode]: { status: number; title
   not_implemented: { status: 501, title: 'Not implemented' },
   upstream_unavailable: { status: 502, title: 'Upstream unavailable' },
   service_unavailable: { status: 503, title: 'Service unavailable' },
+  payment_provider_unavailable: { status: 503, title: 'Payment provider unavailable' },
 };
 
 /** An error a client caused or must react to. Thrown anywhere; rendered once as the Error object. */
