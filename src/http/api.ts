@@ -15,29 +15,41 @@ import { PathRouter } from './router';
 
 export type Handlers = HandlerMap<RequestContext>;
 
+// Members whose value is data (or a map of schemas), never a schema: `{ $ref }` cannot stand in for them.
+const DATA_MEMBERS = new Set(['enum', 'const', 'default', 'example', 'examples', 'required', 'discriminator', 'mapping', 'x-enumDescriptions']);
+const SCHEMA_MAPS = new Set(['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas']);
+
 /**
- * openapi-backend replaces every object it meets a second time with a `$ref` to the first,
- * meant for cycles but applied to anything shared: a dereferenced document shares schemas
- * (and their `enum`, `anyOf`, `required` arrays) between operations, and an array turned into
- * `{ $ref }` is a schema Ajv refuses. Only real cycles need a `$ref`; shared parts are copied.
+ * openapi-backend compiles each operation's schemas after replacing every object it meets a
+ * second time with a `$ref` to the first (cycle.js). That is right for a shared schema, but the
+ * dereferenced document also shares arrays and maps (`$ref` siblings are merged shallowly,
+ * so two schemas can hold the same `anyOf`, `required` or `properties`), and Ajv refuses
+ * `{ $ref }` in their place. Shared schemas still become `$ref`s (compact, and cycles stay
+ * finite); arrays, schema maps and data are copied.
  */
-function withoutCycles(root: unknown): unknown {
-  const ancestors = new Map<object, string>();
-  const copy = (value: unknown, path: string): unknown => {
+function decycleSchemas(root: unknown): unknown {
+  const seen = new WeakMap<object, string>();
+  const pointer = (path: string, key: string | number) => `${path}/${String(key).replace(/~/g, '~0').replace(/\//g, '~1')}`;
+  const copy = (value: unknown, path: string, role: 'schema' | 'array' | 'map' | 'data'): unknown => {
     if (typeof value !== 'object' || value === null) return value;
-    const cycle = ancestors.get(value);
-    if (cycle !== undefined) return { $ref: cycle };
-    ancestors.set(value, path);
-    const result = Array.isArray(value)
-      ? value.map((item, i) => copy(item, `${path}/${i}`))
-      : Object.fromEntries(Object.entries(value).map(([key, item]) => [key, copy(item, `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`)]));
-    ancestors.delete(value);
+    if (role === 'data') return structuredClone(value);
+    if (Array.isArray(value)) return value.map((item, i) => copy(item, pointer(path, i), 'schema'));
+    if (role === 'schema') {
+      const first = seen.get(value);
+      if (first !== undefined) return { $ref: first };
+      seen.set(value, path);
+    }
+    const result: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) {
+      const childRole = role === 'map' ? 'schema' : DATA_MEMBERS.has(key) ? 'data' : SCHEMA_MAPS.has(key) ? 'map' : 'schema';
+      result[key] = copy(item, pointer(path, key), childRole);
+    }
     return result;
   };
-  return copy(root, '#');
+  return copy(root, '#', 'schema');
 }
 (OpenAPIValidator as unknown as { compileSchema: (ajv: { compile(schema: unknown): unknown }, schema: unknown) => unknown }).compileSchema = (ajv, schema) =>
-  ajv.compile(withoutCycles(schema));
+  ajv.compile(decycleSchemas(schema));
 
 /**
  * openapi-backend wants a document it can dereference and validate with Ajv: JSON media
@@ -124,6 +136,8 @@ function checkBody(operation: Operation, req: ExpressRequest): void {
 export interface OperationRouter {
   handle(req: ExpressRequest, res: ExpressResponse): Promise<void>;
   operationCount: number;
+  /** Compiles every operation's validators now (they are otherwise compiled on first use); throws on a schema Ajv refuses. */
+  compileAll(): void;
 }
 
 /**
@@ -146,8 +160,19 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     definition: documentForValidation(spec) as any,
     strict: false,
     quick: false,
-    // Validation runs in the operation wrapper, after the guard, so the validator must exist but not run early.
-    validate: () => false,
+    // Validation runs in the operation wrapper, after the guard, with the validator made below.
+    validate: false,
+  });
+  // openapi-backend checks documents against the OpenAPI 3.0 meta-schema, which rejects 3.1;
+  // the spec is linted by Redocly instead (toolchain.md §2).
+  api.validateDefinition = () => api.document;
+  await api.init();
+  // Each operation's validators are compiled on its first request: compiling all ~220
+  // operations up front made every start (and every test file) seconds slower.
+  api.validator = new OpenAPIValidator({
+    definition: api.definition,
+    router: api.router,
+    lazyCompileValidators: true,
     coerceTypes: true,
     ajvOpts: { allErrors: true },
     customizeAjv: (_original, options) => {
@@ -156,10 +181,6 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       return ajv as any;
     },
   });
-  // openapi-backend checks documents against the OpenAPI 3.0 meta-schema, which rejects 3.1;
-  // the spec is linted by Redocly instead (toolchain.md §2).
-  api.validateDefinition = () => api.document;
-  await api.init();
 
   const routes = new PathRouter<Operation>();
   const all = api.router.getOperations();
@@ -290,6 +311,11 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
 
   return {
     operationCount: all.length,
+    compileAll() {
+      api.validator.preCompileRequestValidators();
+      api.validator.preCompileResponseValidators();
+      api.validator.preCompileResponseHeaderValidators();
+    },
     async handle(req, res) {
       try {
         await api.handleRequest(backendRequest(req), req, res);
