@@ -11,7 +11,7 @@ export interface paths {
          * Liveness of the API
          * @description Answers 200 while the process is up. Liveness only: it does not check data stores, so
          *     200 means the API answers, not that every dependency does. Needs no credential and is
-         *     not rate-limited; it is not written to the request log either.
+         *     not rate-limited; it is not written to the request log either. Changes nothing.
          *
          *     Errors: 400 `validation_failed` (a query parameter).
          */
@@ -33,7 +33,7 @@ export interface paths {
         };
         /**
          * This API description as JSON
-         * @description The OpenAPI 3.1 document of this API, identical to `GET /schema/openapi.json`. Needs no credential.
+         * @description The OpenAPI 3.1 document of this API, identical to `GET /schema/openapi.json`. Needs no credential. Changes nothing.
          *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
@@ -55,7 +55,7 @@ export interface paths {
         };
         /**
          * This API description as YAML
-         * @description The OpenAPI 3.1 document of this API as YAML, identical to `GET /schema/openapi.yml`. Needs no credential.
+         * @description The OpenAPI 3.1 document of this API as YAML, identical to `GET /schema/openapi.yml`. Needs no credential. Changes nothing.
          *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
@@ -77,7 +77,7 @@ export interface paths {
         };
         /**
          * This API description as JSON
-         * @description The OpenAPI 3.1 document of this API. Needs no credential.
+         * @description The OpenAPI 3.1 document of this API. Needs no credential. Changes nothing.
          *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
@@ -99,7 +99,7 @@ export interface paths {
         };
         /**
          * This API description as YAML
-         * @description The OpenAPI 3.1 document of this API as YAML, the same document as `GET /schema/openapi.json`. Needs no credential.
+         * @description The OpenAPI 3.1 document of this API as YAML, the same document as `GET /schema/openapi.json`. Needs no credential. Changes nothing.
          *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
@@ -123,7 +123,8 @@ export interface paths {
          * The API reference for people
          * @description An HTML page rendering this document with Redoc (served from this deployment, no
          *     third-party requests): every operation, schema and example, with search. Needs no
-         *     credential. Its script is served at `/docs/assets/redoc.standalone.js`.
+         *     credential. Its script is served at `/docs/assets/redoc.standalone.js`. Changes
+         *     nothing.
          *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
@@ -213,11 +214,11 @@ export interface paths {
          *     answers 302, to the web app's sign-in page with the reason: never an error body in the
          *     browser. Public: needs no credential. Not org-scoped.
          *
-         *     A new account whose email domain an organization has verified and opened to automatic
-         *     joining becomes a member of that organization with the domain's default role: that
-         *     records the audit action `member.joined` there and emits the `member.joined` event. A
-         *     returning person's sign-in records nothing. People of a domain whose SSO connection is
-         *     enforced are refused (reason `sso_required`).
+         *     A new account whose email domain an organization has verified and opened to
+         *     automatic joining becomes a member of that organization with the domain's default
+         *     role: that records the audit action `member.joined` there and emits `member.joined`.
+         *     A returning person's sign-in records nothing. People of a domain whose SSO
+         *     connection is enforced are refused (reason `sso_required`).
          *
          *     Errors: 400 `validation_failed` (a malformed query); 404 `not_found` (no provider with
          *     this key); 429 `rate_limited`. Sign-in failures are redirects, see `Location`.
@@ -333,7 +334,7 @@ export interface paths {
          *
          *     When an organization has verified the email's domain and opened it to automatic
          *     joining, the new account joins it with the domain's default role: that records the
-         *     audit action `member.joined` there and emits the `member.joined` event.
+         *     audit action `member.joined` there and emits `member.joined`.
          *
          *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
          *     Activation failures are redirects, see `Location`.
@@ -464,13 +465,13 @@ export interface paths {
          *       When the organization enforces SSO for the email's domain, to that SSO connection.
          *
          *     Accepting marks the invite `accepted`, records the audit action `invite.accepted` in
-         *     the inviting organization (actor: the new member; target: the invite) and emits the
-         *     `member.joined` event. An organization that requires a second factor still refuses the
-         *     new member's session with 403 `mfa_setup_required` until one is shown. Failures answer
+         *     the inviting organization (actor: the new member; target: the invite) and emits
+         *     `member.joined`. An organization that requires a second factor still refuses the new
+         *     member's session with 403 `mfa_setup_required` until one is shown. Failures answer
          *     302 to the sign-in page with the reason: `link_invalid`, `link_expired`,
-         *     `invite_revoked`, `invite_email_mismatch` (signed in as someone else; sign out first).
-         *     Public: the cookie is optional, and an unknown or expired cookie counts as signed out.
-         *     Not org-scoped.
+         *     `invite_revoked`, `invite_email_mismatch` (signed in as someone else; sign out
+         *     first). Public: the cookie is optional, and an unknown or expired cookie counts as
+         *     signed out. Not org-scoped.
          *
          *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
          *     401, 403 and 404 are declared because every endpoint may answer them (service
@@ -568,8 +569,8 @@ export interface paths {
          *
          *     A person who is not yet a member is provisioned just in time when the connection
          *     allows it: the account is created if needed and joins the connection's organization
-         *     with the connection's default role, which records the audit action `member.joined` in
-         *     that organization and emits the `member.joined` event. When the connection does not
+         *     with the connection's default role, which records the audit action `member.joined`
+         *     in that organization and emits `member.joined`. When the connection does not
          *     provision, the reason is `not_provisioned`. A returning member's sign-in records
          *     nothing.
          *
@@ -645,9 +646,9 @@ export interface paths {
          *
          *     A person who is not yet a member is provisioned just in time when the connection
          *     allows it: the account is created if needed and joins the connection's organization
-         *     with the connection's default role, which records the audit action `member.joined` in
-         *     that organization and emits the `member.joined` event. A returning member's sign-in
-         *     records nothing.
+         *     with the connection's default role, which records the audit action `member.joined`
+         *     in that organization and emits `member.joined`. A returning member's sign-in records
+         *     nothing.
          *
          *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, no
          *     `SAMLResponse`); 404 `not_found` (no such SAML connection); 413 `payload_too_large`;
@@ -1393,9 +1394,9 @@ export interface paths {
          *     can never do more than its owner, so any member may hold tokens of their own.
          *     Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401; 403 `requires_person`, `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a `user_id`
+         *     that is not a member), `organization_header_required`; 401; 403 `requires_person`,
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
          */
         get: operations["listApiTokens"];
         put?: never;
@@ -1542,12 +1543,12 @@ export interface paths {
         put?: never;
         /**
          * Create a role
-         * @description Creates a custom role from permissions of the catalog. A caller can only put in a role
-         *     permissions it holds itself (else 403 `permission_escalation`), so `role:manage`
-         *     cannot be used to mint a role stronger than its holder. Custom roles take a `billable`
-         *     seat. The plan must include `custom_roles` (else 403 `entitlement_exceeded`). Needs
-         *     `role:manage`. Records the audit action `role.created` and emits the event
-         *     `role.created`.
+         * @description Creates a custom role from permissions of the catalog. A caller can only put in a
+         *     role permissions it holds itself (else 403 `permission_escalation`), so
+         *     `role:manage` cannot be used to mint a role stronger than its holder. Custom roles
+         *     take a `billable` seat. Needs the plan feature `custom_roles` (else 403
+         *     `entitlement_exceeded`) and `role:manage`. Records the audit action `role.created`
+         *     and emits `role.created`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
@@ -1597,7 +1598,7 @@ export interface paths {
          *     answer is 409 `role_in_use` with `detail` saying which. Reassign those first (for
          *     members: `PATCH /member/{userId}`). System roles cannot be deleted (409
          *     `system_role_immutable`). Needs `role:manage`. Records the audit action
-         *     `role.deleted` and emits the event `role.deleted`.
+         *     `role.deleted` and emits `role.deleted`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also when
@@ -1611,9 +1612,9 @@ export interface paths {
          * @description Renames a custom role, changes its description, or replaces its permissions. The
          *     members holding it gain or lose the permissions at once (API tokens of those members
          *     too, through the intersection). Every permission added must be one the caller holds
-         *     (else 403 `permission_escalation`); removing is always allowed. System roles cannot be
-         *     changed (409 `system_role_immutable`). Needs `role:manage`. Records the audit action
-         *     `role.updated` with the old and new values, and emits the event `role.updated` when
+         *     (else 403 `permission_escalation`); removing is always allowed. System roles cannot
+         *     be changed (409 `system_role_immutable`). Needs `role:manage`. Records the audit
+         *     action `role.updated` with the old and new values, and emits `role.updated` when
          *     something changed.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
@@ -1635,8 +1636,9 @@ export interface paths {
          * @description Lists the organization's teams, oldest first, a page at a time. Needs `team:view`.
          *     Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a `user_id`
+         *     that is not a member), `organization_header_required`; 401; 403 `not_a_member`,
+         *     `mfa_setup_required`, `missing_permission`; 429.
          */
         get: operations["listTeams"];
         put?: never;
@@ -1748,11 +1750,12 @@ export interface paths {
          *     once what is shared with the team and fall under the restrictions aimed at it. Adding
          *     someone already in the team changes nothing and answers 200 with the existing entry
          *     instead of 201. A `user_id` that is not a member of this organization is 400
-         *     `validation_failed` pointing at `/user_id`. Group mappings may also add and remove
+         *     `unknown_reference` pointing at `/user_id`. Group mappings may also add and remove
          *     members as the identity provider's groups change. Needs `team:manage`. Records the
          *     audit action `team.member_added` (not when nothing changed). Emits no event.
          *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a `user_id` that is not a
+         *     member), `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (no such
          *     team); 413; 415; 429.
          */
@@ -1815,8 +1818,10 @@ export interface paths {
          *     their roles and teams. Without `status`, active and suspended members are listed;
          *     removed ones only with `status=removed`. Needs `member:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a `role_id`
+         *     or `team_id` that names nothing in this organization),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429.
          */
         get: operations["listMembers"];
         put?: never;
@@ -1866,14 +1871,18 @@ export interface paths {
          *     connectors) stays. The person keeps their account and may be invited again. A member
          *     the identity provider still lists may be provisioned again through SCIM.
          *
-         *     Removing an Owner needs the caller to be an Owner (403 `permission_escalation`), and
-         *     the last active Owner cannot be removed (409 `last_owner`). A member may remove
-         *     themselves under the same rules. Needs `member:manage`. Records the audit action
-         *     `member.removed` and emits the event `member.removed`.
+         *     Any member may remove themselves (leave the organization) without `member:manage`;
+         *     removing someone else needs `member:manage` (else 403 `missing_permission`). So the
+         *     operation declares no permission and the handler checks it when `{userId}` is not
+         *     the caller. Removing an Owner needs the caller to be an Owner (403
+         *     `permission_escalation`), and the last active Owner cannot be removed, nor leave
+         *     (409 `last_owner`). Records the audit action `member.removed` and emits
+         *     `member.removed`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
-         *     404 `not_found` (also when already removed); 409 `last_owner`; 429.
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission` (removing someone else
+         *     without `member:manage`), `permission_escalation`; 404 `not_found` (also when already
+         *     removed); 409 `last_owner`; 429.
          */
         delete: operations["removeMember"];
         options?: never;
@@ -1882,20 +1891,21 @@ export interface paths {
          * Change a member's roles
          * @description Replaces the set of roles the member holds with `role_ids`; roles left out are taken
          *     away. Effective at once, for the member's sessions and API tokens alike. A caller
-         *     cannot give more than it has: every role added must grant only permissions the caller
-         *     holds, and only an Owner may give or take the Owner role (else 403
+         *     cannot give more than it has: every role added must grant only permissions the
+         *     caller holds, and only an Owner may give or take the Owner role (else 403
          *     `permission_escalation`). The organization always keeps an active Owner (409
-         *     `last_owner`). Giving a `billable` role to someone who held none takes a seat (403
-         *     `entitlement_exceeded` when none is left). A role id that is not a role of this
-         *     organization is 400 `validation_failed` pointing at it. A removed member's roles
-         *     cannot change (409 `conflict`). Roles a group mapping gave may be given again by the
-         *     identity provider at its next change.
+         *     `last_owner`). Giving a `billable` role to someone who held none takes a seat of the
+         *     plan limit `seats` (403 `entitlement_exceeded` when none is left). A role id that is
+         *     not a role of this organization is 400 `unknown_reference` pointing at it. A removed
+         *     member's roles cannot change (409 `conflict`). Roles a group mapping gave may be
+         *     given again by the identity provider at its next change.
          *
-         *     Needs `member:manage`. Records the audit action `member.roles_updated` with the roles
-         *     before and after, and emits the event `member.roles_updated` when the set changed.
+         *     Needs `member:manage`. Records the audit action `member.roles_updated` with the
+         *     roles before and after, and emits `member.roles_updated` when the set changed.
          *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a role that is not this
+         *     organization's), `organization_header_required`; 401; 403 `not_a_member`,
+         *     `mfa_setup_required`, `missing_permission`, `permission_escalation`,
          *     `entitlement_exceeded`; 404 `not_found`; 409 `last_owner`, `conflict`; 413; 415; 429.
          */
         patch: operations["updateMember"];
@@ -1922,18 +1932,19 @@ export interface paths {
          * Send an invite
          * @description Invites an email address to join with the given roles (the Member role when none are
          *     given) and teams, and emails it a link that is valid for 7 days and leads to
-         *     `GET /auth/invite/activate`. The link's token is never returned. A caller cannot give
-         *     more than it has: every role must grant only permissions the caller holds, and only an
-         *     Owner may invite an Owner (else 403 `permission_escalation`). Role or team ids that are
-         *     not this organization's are 400 `validation_failed` pointing at each. An invite that
-         *     would take a `billable` seat needs one left (403 `entitlement_exceeded`); pending
-         *     invites count against seats.
+         *     `GET /auth/invite/activate`. The link's token is never returned. A caller cannot
+         *     give more than it has: every role must grant only permissions the caller holds, and
+         *     only an Owner may invite an Owner (else 403 `permission_escalation`). Role or team
+         *     ids that are not this organization's are 400 `unknown_reference` pointing at each.
+         *     An invite that would take a `billable` seat needs one left under the plan limit
+         *     `seats` (else 403 `entitlement_exceeded`); pending invites count against it.
          *
-         *     Needs `invite:manage`. Records the audit action `invite.created` and emits the event
+         *     Needs `invite:manage`. Records the audit action `invite.created` and emits
          *     `invite.sent`.
          *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a role or team that is not this
+         *     organization's), `organization_header_required`; 401; 403 `not_a_member`,
+         *     `mfa_setup_required`, `missing_permission`, `permission_escalation`,
          *     `entitlement_exceeded`; 409 `already_member` (the address belongs to an active or
          *     suspended member), `invite_pending` (resend that one instead); 413; 415; 429.
          */
@@ -2002,7 +2013,7 @@ export interface paths {
          * @description Withdraws a pending invite: its link stops working at once and it becomes `revoked`.
          *     The record stays, for the history. Only a pending invite can be revoked (409
          *     `invalid_transition` for an accepted, revoked or expired one). Takes no body. Needs
-         *     `invite:manage`. Records the audit action `invite.revoked` and emits the event
+         *     `invite:manage`. Records the audit action `invite.revoked` and emits
          *     `invite.revoked`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
@@ -2038,12 +2049,12 @@ export interface paths {
         /**
          * Resend an invite
          * @description Emails the invite again with a new link (the previous link stops working) and renews
-         *     its expiry to 7 days from now. Works on a pending or an expired invite, which becomes
-         *     pending again; an accepted or revoked one is 409 `invalid_transition`. The roles are
-         *     checked again against the caller (403 `permission_escalation`) and against the seats
-         *     left (403 `entitlement_exceeded`), as when sending. At most one resend per invite a
-         *     minute (429 `rate_limited`). Takes no body. Needs `invite:manage`. Records the audit
-         *     action `invite.resent` and emits the event `invite.sent`.
+         *     its expiry to 7 days from now. Works on a pending or an expired invite, which
+         *     becomes pending again; an accepted or revoked one is 409 `invalid_transition`. The
+         *     roles are checked again against the caller (403 `permission_escalation`) and against
+         *     the plan limit `seats` (403 `entitlement_exceeded`), as when sending. At most one
+         *     resend per invite a minute (429 `rate_limited`). Takes no body. Needs
+         *     `invite:manage`. Records the audit action `invite.resent` and emits `invite.sent`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`,
@@ -2079,22 +2090,25 @@ export interface paths {
          * Claim a domain
          * @description Claims a DNS domain for the organization and returns the TXT record that proves
          *     ownership: publish `verification.value` at `verification.name`
-         *     (`_mcp-control-plane.<domain>`), then call `POST /org-domain/{id}/verify`. The domain
-         *     starts `pending`. Several organizations may claim the same domain, but only one can
-         *     verify it: a domain another organization has verified is 409 `domain_taken`, as is a
-         *     domain this organization has claimed already. Public suffixes and shared email
-         *     providers are 400 `domain_not_allowed`. The joining defaults may be set now and take
-         *     effect once the domain is verified; `default_role_id` must be a role of this
-         *     organization other than Owner (else 400 `validation_failed`) granting only
-         *     permissions the caller holds (else 403 `permission_escalation`). The plan must
-         *     include `org_domains` (else 403 `entitlement_exceeded`).
+         *     (`_mcp-control-plane.<domain>`), then call `POST /org-domain/{id}/verify`. The
+         *     domain starts `pending`. Several organizations may claim the same domain, but only
+         *     one can verify it: a domain another organization has verified is 409 `domain_taken`,
+         *     as is a domain this organization has claimed already. Public suffixes and shared
+         *     email providers are 400 `domain_not_allowed`. The joining defaults may be set now
+         *     and take effect once the domain is verified; `default_role_id` must be a role of
+         *     this organization (else 400 `unknown_reference`) other than Owner (else 400
+         *     `validation_failed`) granting only permissions the caller holds (else 403
+         *     `permission_escalation`). Needs the plan feature `org_domains` (else 403
+         *     `entitlement_exceeded`).
          *
          *     Needs `org_domain:manage`. Records the audit action `org_domain.created`. Emits no
          *     event.
          *
-         *     Errors: 400 `validation_failed`, `domain_not_allowed`, `organization_header_required`;
-         *     401; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
-         *     `permission_escalation`, `entitlement_exceeded`; 409 `domain_taken`; 413; 415; 429.
+         *     Errors: 400 `validation_failed`, `domain_not_allowed`, `unknown_reference` (a
+         *     `default_role_id` that is not a role of this organization),
+         *     `organization_header_required`; 401; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `permission_escalation`, `entitlement_exceeded`; 409
+         *     `domain_taken`; 413; 415; 429.
          */
         post: operations["createOrgDomain"];
         delete?: never;
@@ -2152,13 +2166,14 @@ export interface paths {
          * @description Changes the joining defaults: whether people signing in with an address at the domain
          *     join without an invite (`auto_join`, effective while the domain is verified), and the
          *     role they receive (`default_role_id`; null: the Member role). The role must be one of
-         *     this organization other than Owner (else 400 `validation_failed`) granting only
-         *     permissions the caller holds (else 403 `permission_escalation`). People who joined
-         *     earlier keep their roles. The domain name cannot change. Needs `org_domain:manage`.
-         *     Records the audit action `org_domain.updated` with the old and new values. Emits no
-         *     event.
+         *     this organization (else 400 `unknown_reference`) other than Owner (else 400
+         *     `validation_failed`) granting only permissions the caller holds (else 403
+         *     `permission_escalation`). People who joined earlier keep their roles. The domain name
+         *     cannot change. Needs `org_domain:manage`. Records the audit action
+         *     `org_domain.updated` with the old and new values. Emits no event.
          *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a `default_role_id` that is not
+         *     a role of this organization), `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
          *     404 `not_found`; 413; 415; 429.
          */
@@ -2195,8 +2210,7 @@ export interface paths {
          *     the domain in the meantime the answer is 409 `domain_taken`. At most one lookup per
          *     domain every 10 seconds (429 `rate_limited`). Takes no body. Needs
          *     `org_domain:manage`. Records the audit action `org_domain.verification_checked` with
-         *     the outcome, and emits the event `org_domain.verified` when the domain becomes
-         *     verified.
+         *     the outcome, and emits `org_domain.verified` when the domain becomes verified.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
@@ -2300,12 +2314,12 @@ export interface paths {
         /**
          * Create a custom connector
          * @description Creates a custom connector owned by the organization, at version 1, without lineage
-         *     (`POST /connector/{slug}/fork` makes a copy that remembers its upstream). The slug must
-         *     be free among every connector the organization sees, built-in ones included. The
-         *     OAuth client secret is stored encrypted and never returned. The new connector is
-         *     visible to holders of `connector:manage`; share it (`POST /connector/{slug}/share`) to
-         *     let other members see it and connect to it. Needs `connector:manage`. Records the audit
-         *     action `connector.created` and emits the event `connector.created`.
+         *     (`POST /connector/{slug}/fork` makes a copy that remembers its upstream). The slug
+         *     must be free among every connector the organization sees, built-in ones included.
+         *     The OAuth client secret is stored encrypted and never returned. The new connector is
+         *     visible to holders of `connector:manage`; share it (`POST /connector/{slug}/share`)
+         *     to let other members see it and connect to it. Needs `connector:manage`. Records the
+         *     audit action `connector.created` and emits `connector.created`.
          *
          *     Errors: 400 `validation_failed` (including duplicate tool names or documentation keys,
          *     an icon URL that is not https, `value_prefix` with `placement: query`),
@@ -2357,11 +2371,11 @@ export interface paths {
         post?: never;
         /**
          * Delete a custom connector
-         * @description Deletes the custom connector, its documentation, its stored OAuth client secret and its
-         *     shares. Refused while a connection or a template entry still uses it: delete or move
-         *     those first. Forks of it keep working; their `upstream.current_version` becomes null and
-         *     they can no longer pull. Built-in connectors cannot be deleted. Needs
-         *     `connector:manage`. Records the audit action `connector.deleted` and emits the event
+         * @description Deletes the custom connector, its documentation, its stored OAuth client secret and
+         *     its shares. Refused while a connection or a template entry still uses it: delete or
+         *     move those first. Forks of it keep working; their `upstream.current_version` becomes
+         *     null and they can no longer pull. Built-in connectors cannot be deleted. Needs
+         *     `connector:manage`. Records the audit action `connector.deleted` and emits
          *     `connector.deleted`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
@@ -2389,8 +2403,9 @@ export interface paths {
          *     OAuth `authorize_url`, `scopes` or `pkce`) keep them; a connection whose credentials
          *     then stop working turns `needs_reauth` on its next use.
          *
-         *     Needs `connector:manage`. Records the audit action `connector.updated` with the names of
-         *     the changed members (never the client secret) and emits the event `connector.updated`.
+         *     Needs `connector:manage`. Records the audit action `connector.updated` with the
+         *     names of the changed members (never the client secret) and emits
+         *     `connector.updated`.
          *
          *     Errors: 400 `validation_failed`, `outbound_url_not_allowed`,
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -2423,13 +2438,14 @@ export interface paths {
         /**
          * Fork a connector into an org-owned copy
          * @description Copies a connector the caller can see (built-in, or a custom one) into a new custom
-         *     connector with the slug given: name (unless another is given), description, icon, URL,
-         *     transport, auth settings, tools and documentation. The copy starts at version 1 and
-         *     remembers its upstream: `upstream.slug` is the connector copied and `upstream.version`
-         *     its version at the time. The stored OAuth client secret is copied too, without being
-         *     shown, so a fork of a built-in connector keeps using the service's OAuth client until
-         *     the organization sets its own `client_id` and `client_secret`. Needs `connector:manage`.
-         *     Records the audit action `connector.forked` and emits the event `connector.created`.
+         *     connector with the slug given: name (unless another is given), description, icon,
+         *     URL, transport, auth settings, tools and documentation. The copy starts at version 1
+         *     and remembers its upstream: `upstream.slug` is the connector copied and
+         *     `upstream.version` its version at the time. The stored OAuth client secret is copied
+         *     too, without being shown, so a fork of a built-in connector keeps using the
+         *     service's OAuth client until the organization sets its own `client_id` and
+         *     `client_secret`. Needs `connector:manage`. Records the audit action
+         *     `connector.forked` and emits `connector.created`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -2483,16 +2499,17 @@ export interface paths {
         /**
          * Apply selected upstream changes
          * @description Takes the upstream changes named in `fields` (the `field` values of
-         *     `GET /connector/{slug}/pull`) into the fork, as one change: each named field gets the
-         *     upstream value (a tool or documentation entry removed upstream is removed). Changes not
-         *     named are declined. Either way the fork's base becomes `upstream_version`, so the next
-         *     preview only shows what upstream changes after it. `upstream_version` must still be the
-         *     upstream's current version, so a preview and its pull see the same thing. The fork's
-         *     `version` rises by one when something was taken. Taking `mcp_url` or `auth` affects
-         *     the client secret and existing connections as `PATCH /connector/{slug}` does (taking
-         *     `auth` takes the upstream's stored client secret with it; events
-         *     `connection.disconnected`). Needs `connector:manage`. Records the audit action
-         *     `connector.pulled` with the fields taken and emits the event `connector.updated`.
+         *     `GET /connector/{slug}/pull`) into the fork, as one change: each named field gets
+         *     the upstream value (a tool or documentation entry removed upstream is removed).
+         *     Changes not named are declined. Either way the fork's base becomes
+         *     `upstream_version`, so the next preview only shows what upstream changes after it.
+         *     `upstream_version` must still be the upstream's current version, so a preview and
+         *     its pull see the same thing. The fork's `version` rises by one when something was
+         *     taken. Taking `mcp_url` or `auth` affects the client secret and existing connections
+         *     as `PATCH /connector/{slug}` does (taking `auth` takes the upstream's stored client
+         *     secret with it; events `connection.disconnected`). Needs `connector:manage`. Records
+         *     the audit action `connector.pulled` with the fields taken and emits
+         *     `connector.updated`.
          *
          *     Errors: 400 `validation_failed` (a field that is not among the current changes),
          *     `outbound_url_not_allowed` (an upstream URL the outbound guard refuses),
@@ -2532,21 +2549,21 @@ export interface paths {
          * Attach upstream lineage
          * @description Makes an existing custom connector behave as a fork of another connector the caller
          *     can see (built-in, or another custom connector of the organization): `upstream.slug`
-         *     becomes `upstream_slug` and `upstream.version` (the base) becomes `upstream_version`,
-         *     by default the upstream's current version. Any previous lineage is replaced. The
-         *     connector's content does not change and its `version` stays; from now on
-         *     `GET /connector/{slug}/pull` compares against that base. Useful for a connector that
-         *     was created by hand from a vendor's definition, or to re-base a fork. A link to itself
-         *     or one that would make a cycle of upstreams is refused. Needs `connector:manage`.
-         *     Records the audit action `connector.upstream_linked` and emits the event
+         *     becomes `upstream_slug` and `upstream.version` (the base) becomes
+         *     `upstream_version`, by default the upstream's current version. Any previous lineage
+         *     is replaced. The connector's content does not change and its `version` stays; from
+         *     now on `GET /connector/{slug}/pull` compares against that base. Useful for a
+         *     connector that was created by hand from a vendor's definition, or to re-base a fork.
+         *     A link to itself or one that would make a cycle of upstreams is refused. Needs
+         *     `connector:manage`. Records the audit action `connector.upstream_linked` and emits
          *     `connector.updated`.
          *
-         *     Errors: 400 `validation_failed` (an `upstream_slug` the caller cannot see, the
-         *     connector itself or a cycle, an `upstream_version` the upstream never had),
-         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
-         *     `built_in_connector_read_only`; 413 `payload_too_large`; 415 `unsupported_media_type`;
-         *     429 `rate_limited`.
+         *     Errors: 400 `validation_failed` (the connector itself or a cycle, an
+         *     `upstream_version` the upstream never had), `unknown_reference` (an `upstream_slug`
+         *     the caller cannot see), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found`; 409 `built_in_connector_read_only`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["linkConnectorUpstream"];
         delete?: never;
@@ -2575,15 +2592,15 @@ export interface paths {
         get?: never;
         /**
          * Bulk upsert documentation
-         * @description Writes documentation entries, matched by `key`: an entry whose key is new is created,
-         *     one whose key exists is replaced whole (title, body, position). Entries not sent are
-         *     kept, unless `delete_missing` is true: then they are deleted, and the body is the
-         *     connector's complete documentation. Sending the same entries twice changes nothing the
-         *     second time. When anything changed, `version` rises by one (once for the whole
-         *     request). Bodies are Markdown, stored as sent; the web app renders them without raw
-         *     HTML. A connector holds at most 200 entries. Needs `connector:manage`. Records the
-         *     audit action `connector.documentation_updated` with the keys created, replaced and
-         *     deleted, and emits the event `connector.updated` when anything changed.
+         * @description Writes documentation entries, matched by `key`: an entry whose key is new is
+         *     created, one whose key exists is replaced whole (title, body, position). Entries not
+         *     sent are kept, unless `delete_missing` is true: then they are deleted, and the body
+         *     is the connector's complete documentation. Sending the same entries twice changes
+         *     nothing the second time. When anything changed, `version` rises by one (once for the
+         *     whole request). Bodies are Markdown, stored as sent; the web app renders them
+         *     without raw HTML. A connector holds at most 200 entries. Needs `connector:manage`.
+         *     Records the audit action `connector.documentation_updated` with the keys created,
+         *     replaced and deleted, and emits `connector.updated` when anything changed.
          *
          *     Errors: 400 `validation_failed` (a duplicate key in the body, more than 200 entries in
          *     the end), `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -2618,11 +2635,12 @@ export interface paths {
         };
         /**
          * List a connector's shares
-         * @description Lists who a custom connector is shared with, oldest first. A share of either level
-         *     makes the connector visible to members without `connector:manage` and lets them create
-         *     connections to it; changing the connector always needs `connector:manage`, whatever the
-         *     level. Built-in connectors are visible to everyone and have no shares: their list is
-         *     empty. Needs `connector:view` and a connector the caller can see. Changes nothing.
+         * @description Lists who a custom connector is shared with, oldest first, a page at a time. A share
+         *     of either level makes the connector visible to members without `connector:manage`
+         *     and lets them create connections to it; changing the connector always needs
+         *     `connector:manage`, whatever the level. Built-in connectors are visible to everyone
+         *     and have no shares: their list is empty. Needs `connector:view` and a connector the
+         *     caller can see. Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -2633,14 +2651,15 @@ export interface paths {
         /**
          * Share a custom connector
          * @description Shares a custom connector with a user, a team or the whole organization. Sharing again
-         *     with the same principal changes the level of the existing share (200) instead of adding
-         *     a second one (201). The principal must be an active member, a team of the
-         *     organization, or the organization itself. Built-in connectors cannot be shared: every
-         *     member already sees them. Needs `connector:manage`. Records the audit action
-         *     `connector.shared`; emits no event.
+         *     with the same principal answers 200 with the existing share, its level updated,
+         *     instead of adding a second one (201). The principal must be an active member, a team
+         *     of the organization, or the organization itself (else 400 `unknown_reference`).
+         *     Built-in connectors cannot be shared: every member already sees them. Needs
+         *     `connector:manage`. Records the audit action `connector.shared`; emits no event.
          *
-         *     Errors: 400 `validation_failed` (a principal that is not an active member, a team or
-         *     this organization), `organization_header_required`; 401 `unauthenticated`,
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a principal that is not an
+         *     active member, a team of this organization or this organization),
+         *     `organization_header_required`; 401 `unauthenticated`,
          *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
          *     `not_found`; 409 `built_in_connector_read_only`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -2705,10 +2724,11 @@ export interface paths {
          *     who holds `connection:manage`, every member's. Credentials are never included. Needs
          *     `connection:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission` (also `owner_user_id` naming someone else without
-         *     `connection:manage`); 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
+         *     `connector_slug` the caller cannot see, an `owner_user_id` that is not a member),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission` (also `owner_user_id`
+         *     naming someone else without `connection:manage`); 429 `rate_limited`.
          */
         get: operations["listConnections"];
         put?: never;
@@ -2727,11 +2747,13 @@ export interface paths {
          *       `GET /connection/{id}/callback`, which stores the tokens and makes it `active`. The
          *       redirect URI given to the provider is `{base_url}/connection/{id}/callback`.
          *
-         *     Counts against the plan's connection limit. Needs `connection:use`. Records the audit
-         *     action `connection.created` and emits the event `connection.created`.
+         *     Counts against the plan limit `connections` (403 `entitlement_exceeded` when it is
+         *     reached). Needs `connection:use`. Records the audit action `connection.created` and
+         *     emits `connection.created`.
          *
-         *     Errors: 400 `validation_failed` (a connector the caller cannot see, a member that does
-         *     not fit its auth type), `upstream_credentials_rejected`, `organization_header_required`;
+         *     Errors: 400 `validation_failed` (a member that does not fit the connector's auth
+         *     type), `unknown_reference` (a `connector_slug` the caller cannot see),
+         *     `upstream_credentials_rejected`, `organization_header_required`;
          *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`, `entitlement_exceeded`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`; 502 `upstream_unavailable` (nothing was
@@ -2779,11 +2801,12 @@ export interface paths {
         /**
          * Delete a connection
          * @description Deletes the connection and its stored credentials. For OAuth connections the server
-         *     also asks the provider to revoke the tokens when the connector has a `revocation_url`
-         *     (best effort: a failure there does not stop the deletion). Toolboxes and user toolboxes
-         *     that went through it lose those tools at once. Needs `connection:use` for one's own
-         *     connection; someone else's needs `connection:manage` as well. Records the audit action
-         *     `connection.deleted` and emits the event `connection.deleted`.
+         *     also asks the provider to revoke the tokens when the connector has a
+         *     `revocation_url` (best effort: a failure there does not stop the deletion).
+         *     Toolboxes and user toolboxes that went through it lose those tools at once. Needs
+         *     `connection:use` for one's own connection; someone else's needs `connection:manage`
+         *     as well. Records the audit action `connection.deleted` and emits
+         *     `connection.deleted`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -3009,11 +3032,12 @@ export interface paths {
          *     previous and new owner; emits no other event (the catalog has none for a change of
          *     owner).
          *
-         *     Errors: 400 `validation_failed` (a `user_id` that is not an active member holding
-         *     `connection:use` and seeing the connector), `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found`; 409 `conflict` (the member already owns it); 413
-         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed` (a member who does not hold `connection:use` or
+         *     cannot see the connector), `unknown_reference` (a `user_id` that is not an active
+         *     member), `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `conflict` (the member already owns it); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["transferConnection"];
         delete?: never;
@@ -3036,9 +3060,10 @@ export interface paths {
          *     organization); a member who holds `template:manage` sees all of the organization's.
          *     Needs `template:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (an
+         *     `owner_user_id` that is not a member, a `connector_slug` the caller cannot see),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429 `rate_limited`.
          */
         get: operations["listTemplates"];
         put?: never;
@@ -3049,8 +3074,8 @@ export interface paths {
          *     (`POST /user-toolbox`), bound to their own connections. Needs `template:manage`.
          *     Records the audit action `template.created`; emits no event.
          *
-         *     Errors: 400 `validation_failed` (a connector the caller cannot see, a tool the
-         *     connector does not declare, a connector in two entries),
+         *     Errors: 400 `validation_failed` (a tool the connector does not declare, a connector
+         *     in two entries), `unknown_reference` (a connector the caller cannot see),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
          *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
@@ -3112,7 +3137,8 @@ export interface paths {
          *     (any template of the organization, whoever owns it). Records the audit action
          *     `template.updated` with the names of the changed members; emits no event.
          *
-         *     Errors: 400 `validation_failed` (as for create), `organization_header_required`; 401
+         *     Errors: 400 `validation_failed`, `unknown_reference` (as for create),
+         *     `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -3147,11 +3173,11 @@ export interface paths {
          *     `template:manage`. Records the audit action `template.transferred` with the previous
          *     and new owner; emits no event.
          *
-         *     Errors: 400 `validation_failed` (a `user_id` that is not an active member),
-         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
-         *     `conflict` (the member already owns it); 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a `user_id` that is not an
+         *     active member), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found`; 409 `conflict` (the member already owns it); 413 `payload_too_large`;
+         *     415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["transferTemplate"];
         delete?: never;
@@ -3179,10 +3205,10 @@ export interface paths {
         };
         /**
          * List a template's shares
-         * @description Lists who a template is shared with, oldest first. A share of either level lets the
-         *     principal see the template and make user toolboxes from it; changing it always needs
-         *     `template:manage`, whatever the level. Needs `template:view` and a template the caller
-         *     can see. Changes nothing.
+         * @description Lists who a template is shared with, oldest first, a page at a time. A share of
+         *     either level lets the principal see the template and make user toolboxes from it;
+         *     changing it always needs `template:manage`, whatever the level. Needs
+         *     `template:view` and a template the caller can see. Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -3193,15 +3219,16 @@ export interface paths {
         /**
          * Share a template
          * @description Shares a template with a user, a team or the whole organization. Sharing again with the
-         *     same principal changes the level of the existing share (200) instead of adding a second
-         *     one (201). The principal must be an active member, a team of the organization, or the
-         *     organization itself. Needs `template:manage`. Records the audit action
-         *     `template.shared`; emits no event.
+         *     same principal answers 200 with the existing share, its level updated, instead of
+         *     adding a second one (201). The principal must be an active member, a team of the
+         *     organization, or the organization itself (else 400 `unknown_reference`). Needs
+         *     `template:manage`. Records the audit action `template.shared`; emits no event.
          *
-         *     Errors: 400 `validation_failed` (a principal that is not an active member, a team or
-         *     this organization), `organization_header_required`; 401 `unauthenticated`,
-         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
-         *     `not_found`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a principal that is not an
+         *     active member, a team of this organization or this organization),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["shareTemplate"];
         delete?: never;
@@ -3263,9 +3290,11 @@ export interface paths {
          *     and those shared with them (directly, through one of their teams, or with the whole
          *     organization). Needs `toolbox:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
+         *     `connection_id`, `synthetic_tool_id` or `created_by_user_id` that names nothing in
+         *     this organization), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429
+         *     `rate_limited`.
          */
         get: operations["listToolboxes"];
         put?: never;
@@ -3280,12 +3309,13 @@ export interface paths {
          *     `tools/list`. The new toolbox is shared with nobody yet (see `POST /toolbox/{id}/share`).
          *     Needs `toolbox:manage`. Records the audit action `toolbox.created`. Emits no event.
          *
-         *     Errors: 400 `validation_failed` (also for an unknown connection or synthetic tool, a
-         *     connection of another member without `connection:manage`, or a repeated entry; the
-         *     pointer names the entry), `organization_header_required`; 401 `unauthenticated`,
-         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 409
-         *     `name_taken`; 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed` (also for a repeated entry; the pointer names the
+         *     entry), `unknown_reference` (a connection or synthetic tool that is not the
+         *     organization's, or another member's connection, which a caller without
+         *     `connection:manage` cannot see; the pointer names the entry),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createToolbox"];
         delete?: never;
@@ -3351,10 +3381,12 @@ export interface paths {
          *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with the names of
          *     the changed members and, for `entries`, the entries added and removed. Emits no event.
          *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `unknown_reference` (an entry naming a connection
+         *     or synthetic tool the caller cannot use, as on create),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `name_taken`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
          */
         patch: operations["updateToolbox"];
         trace?: never;
@@ -3379,10 +3411,11 @@ export interface paths {
         /**
          * List a toolbox's shares
          * @description Lists who the toolbox is shared with (users, teams, the whole organization) and at
-         *     which level, oldest first. For a toolbox, `use` and `edit` both make it visible to the
-         *     principal and give each of its members a dynamic user toolbox; changing or sharing the
-         *     toolbox further needs `toolbox:manage` in any case. Needs `toolbox:view`, and the
-         *     toolbox must be visible to the caller (see `GET /toolbox/{id}`). Changes nothing.
+         *     which level, oldest first, a page at a time. For a toolbox, `use` and `edit` both
+         *     make it visible to the principal and give each of its members a dynamic user
+         *     toolbox; changing or sharing the toolbox further needs `toolbox:manage` in any case.
+         *     Needs `toolbox:view`, and the toolbox must be visible to the caller (see
+         *     `GET /toolbox/{id}`). Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -3396,12 +3429,13 @@ export interface paths {
          *     organization. Every person it reaches gets a dynamic user toolbox
          *     (`utbx_dyn_tbx_<toolbox id suffix>`) for which they can mint MCP servers; they call its
          *     tools through the connections of its entries. Sharing again with the same principal
-         *     changes the level of the existing share and answers 200 instead of 201. Needs
-         *     `toolbox:manage`. Records the audit action `toolbox.shared` (with the principal and the
-         *     level, old and new). Emits no event.
+         *     answers 200 with the existing share, its level updated, instead of adding a second one
+         *     (201). Needs `toolbox:manage`. Records the audit action `toolbox.shared` (with the
+         *     principal and the level, old and new). Emits no event.
          *
-         *     Errors: 400 `validation_failed` (also for a principal that is not an active member, a
-         *     team of this organization, or this organization), `organization_header_required`; 401
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a principal that is not an
+         *     active member, a team of this organization or this organization),
+         *     `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 404 `not_found`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -3465,9 +3499,10 @@ export interface paths {
          * @description Lists the organization's synthetic tools, oldest first, a page at a time. Needs
          *     `synthetic_tool:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
+         *     `connector_slug` or `created_by_user_id` that names nothing in this organization),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429 `rate_limited`.
          */
         get: operations["listSyntheticTools"];
         put?: never;
@@ -3483,10 +3518,12 @@ export interface paths {
          *     MCP once a toolbox lists it. Needs `synthetic_tool:manage`. Records the audit action
          *     `synthetic_tool.created`. Emits no event.
          *
-         *     Errors: 400 `validation_failed` (also for each problem above, with a pointer into the
-         *     body), `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
-         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed` (also for each problem above, with a pointer into
+         *     the body), `unknown_reference` (a step's connector, or a pinned connection, that is
+         *     not the organization's; the pointer names it), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createSyntheticTool"];
         delete?: never;
@@ -3549,7 +3586,8 @@ export interface paths {
          *     `synthetic_tool:manage`. Records the audit action `synthetic_tool.updated` with the
          *     names of the changed members. Emits no event.
          *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     Errors: 400 `validation_failed`, `unknown_reference` (as on create),
+         *     `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 404 `not_found`; 409 `name_taken`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -3599,13 +3637,15 @@ export interface paths {
          *     records (one for the synthetic tool and one per step, linked by the synthetic tool's
          *     id) that logging destinations export. Emits no event.
          *
-         *     Errors: 400 `validation_failed` (the body), `invalid_tool_arguments` (the arguments do
-         *     not match `input_schema`; `errors` lists every problem under `/arguments`),
-         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `tool_restricted` (the
-         *     detail names the tool and whether an access request can unlock it); 404 `not_found`;
-         *     409 `connection_unavailable` (the detail names the connector); 413 `payload_too_large`;
-         *     415 `unsupported_media_type`; 429 `rate_limited`; 502 `upstream_unavailable`.
+         *     Errors: 400 `validation_failed` (the body), `unknown_reference` (a connection in
+         *     `bindings` that does not exist in this organization), `invalid_tool_arguments` (the
+         *     arguments do not match `input_schema`; `errors` lists every problem under
+         *     `/arguments`), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `tool_restricted` (the detail names the tool and whether an access request can
+         *     unlock it); 404 `not_found`; 409 `connection_unavailable` (the detail names the
+         *     connector); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`; 502 `upstream_unavailable`.
          */
         post: operations["executeSyntheticTool"];
         delete?: never;
@@ -3703,9 +3743,9 @@ export interface paths {
         /**
          * List MCP servers for the caller
          * @description Lists the caller's own MCP servers in this organization, across all their user
-         *     toolboxes (template and dynamic), oldest first. Other members' servers are never listed,
-         *     whatever the caller's permissions. Tokens are not included. Needs `mcp_server:view`.
-         *     Changes nothing.
+         *     toolboxes (template and dynamic), oldest first, a page at a time. Other members'
+         *     servers are never listed, whatever the caller's permissions. Tokens are not
+         *     included. Needs `mcp_server:view`. Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
          *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -3739,8 +3779,8 @@ export interface paths {
         };
         /**
          * List MCP servers for a user toolbox
-         * @description Lists the MCP servers minted for one of the caller's user toolboxes, oldest first.
-         *     Tokens are not included. Needs `mcp_server:view`. Changes nothing.
+         * @description Lists the MCP servers minted for one of the caller's user toolboxes, oldest first, a
+         *     page at a time. Tokens are not included. Needs `mcp_server:view`. Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
          *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -3762,7 +3802,7 @@ export interface paths {
          *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `entitlement_exceeded`
-         *     (the plan's number of MCP servers is reached); 404 `not_found` (the user toolbox is
+         *     (the plan limit `mcp_servers` is reached); 404 `not_found` (the user toolbox is
          *     unknown or someone else's); 409 `name_taken`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
          */
@@ -3860,10 +3900,10 @@ export interface paths {
          * Rotate MCP server token
          * @description Replaces the MCP server's token with a new one, shown in this response only. The old
          *     token stops working at once, also inside sessions it opened (their next request gets
-         *     401). The URL, expiry and OAuth tokens issued for the URL are not affected (revoke those
-         *     with `POST /oauth/revoke`, or delete the server). Takes no body. Needs
+         *     401). The URL, expiry and OAuth tokens issued for the URL are not affected (revoke
+         *     those with `POST /oauth/revoke`, or delete the server). Takes no body. Needs
          *     `mcp_server:manage`. Records the audit action `mcp_server.token_rotated` (never the
-         *     token) and emits the event `mcp_server.token_rotated`.
+         *     token) and emits `mcp_server.token_rotated`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -3888,13 +3928,15 @@ export interface paths {
          * @description Lists the caller's own user toolboxes in this organization, both kinds: the stored
          *     `template` ones they made, and the `dynamic` ones the server computes for them
          *     (`utbx_dyn_all` with every tool of all their connections, always present, and one
-         *     `utbx_dyn_tbx_…` per toolbox shared with them directly, through a team or with the whole
-         *     organization). Ordered by id: template ones in creation order, then `utbx_dyn_all`, then
-         *     the shared toolboxes in toolbox creation order. Other members' user toolboxes are never
-         *     listed. Needs `mcp_server:view`. Changes nothing.
+         *     `utbx_dyn_tbx_…` per toolbox shared with them directly, through a team or with the
+         *     whole organization). Ordered by id: template ones in creation order, then
+         *     `utbx_dyn_all`, then the shared toolboxes in toolbox creation order, a page at a
+         *     time. Other members' user toolboxes are never listed. Needs `mcp_server:view`.
+         *     Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
+         *     `template_id` the caller cannot see), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 429 `rate_limited`.
          */
         get: operations["listUserToolboxes"];
@@ -3909,12 +3951,14 @@ export interface paths {
          *     has no MCP server yet (see `POST /user-toolbox/{id}/mcp`). Needs `mcp_server:manage`.
          *     Records the audit action `user_toolbox.created`. Emits no event.
          *
-         *     Errors: 400 `validation_failed` (also for a template the caller cannot see, a
-         *     connection that is not the caller's own or not of the binding's connector, a connector
-         *     the template does not use, or a connector bound twice; the pointer names the member),
-         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
-         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed` (also for a connection that is not the caller's own
+         *     or not of the binding's connector, a connector the template does not use, or a
+         *     connector bound twice; the pointer names the member), `unknown_reference` (a
+         *     template the caller cannot see, a connection that does not exist in this
+         *     organization; the pointer names the member), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createUserToolbox"];
         delete?: never;
@@ -3981,6 +4025,7 @@ export interface paths {
          *     `user_toolbox.updated` with the names of the changed members. Emits no event.
          *
          *     Errors: 400 `validation_failed` (also the binding problems listed on create),
+         *     `unknown_reference` (a connection that does not exist in this organization),
          *     `dynamic_toolbox_immutable`, `organization_header_required`; 401 `unauthenticated`,
          *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
          *     `not_found` (also someone else's); 409 `name_taken`; 413 `payload_too_large`; 415
@@ -4317,8 +4362,9 @@ export interface paths {
          * @description Lists the organization's restrictions, oldest first, a page at a time. Needs
          *     `restriction:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
+         *     `connector_slug` the caller cannot see), `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 429 `rate_limited`.
          */
         get: operations["listRestrictions"];
@@ -4326,12 +4372,12 @@ export interface paths {
         /**
          * Create a restriction
          * @description Creates a restriction: which tools it matches (a connector, a glob over tool names,
-         *     or both left open), its effect (`deny` hides and refuses the tools; `require_approval`
-         *     refuses calls until the member holds an approved access request) and whom it applies
-         *     to (everyone, or roles, teams and users). It is enforced from the next tool listing or
-         *     call of every MCP server and synthetic tool, unless created with `is_active: false`.
-         *     Needs `restriction:manage`. Records the audit action `restriction.created` and emits
-         *     the event `restriction.updated`.
+         *     or both left open), its effect (`deny` hides and refuses the tools;
+         *     `require_approval` refuses calls until the member holds an approved access request)
+         *     and whom it applies to (everyone, or roles, teams and users). It is enforced from
+         *     the next tool listing or call of every MCP server and synthetic tool, unless created
+         *     with `is_active: false`. Needs `restriction:manage`. Records the audit action
+         *     `restriction.created` and emits `restriction.updated`.
          *
          *     Errors: 400 `validation_failed` (including `everyone: true` with ids, or
          *     `everyone: false` without any), `unknown_reference` (a connector, role, team or user
@@ -4382,8 +4428,8 @@ export interface paths {
          *     Exceptions granted through its approved access requests end with it, and its pending
          *     access requests are closed as `denied` by the system (`resolved_by_user_id: null`),
          *     each emitting `access_request.resolved`. Its access requests stay readable. Needs
-         *     `restriction:manage`. Records the audit action `restriction.deleted` and emits the
-         *     event `restriction.updated`.
+         *     `restriction:manage`. Records the audit action `restriction.deleted` and emits
+         *     `restriction.updated`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -4396,11 +4442,11 @@ export interface paths {
          * Update a restriction
          * @description Changes the members sent: rename, describe, change what it matches, its effect or
          *     whom it applies to, deactivate (`is_active: false`) or reactivate. `match` and
-         *     `applies_to` replace the stored value whole when sent. The change is enforced from the
-         *     next tool listing or call. Exceptions already granted through approved access requests
-         *     keep their effect while the restriction exists. Needs `restriction:manage`. Records the
-         *     audit action `restriction.updated` with the names of the changed members and emits the
-         *     event `restriction.updated`.
+         *     `applies_to` replace the stored value whole when sent. The change is enforced from
+         *     the next tool listing or call. Exceptions already granted through approved access
+         *     requests keep their effect while the restriction exists. Needs `restriction:manage`.
+         *     Records the audit action `restriction.updated` with the names of the changed members
+         *     and emits `restriction.updated`.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference`, `organization_header_required`;
          *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -4425,10 +4471,12 @@ export interface paths {
          *     requests. Any member may call it, so the operation declares no permission and the
          *     handler narrows the list. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission` (`requester_user_id` naming someone else without
-         *     `access_request:view` or `access_request:resolve`); 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
+         *     `requester_user_id` or `restriction_id` that names nothing in this organization),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission` (`requester_user_id`
+         *     naming someone else without `access_request:view` or `access_request:resolve`); 429
+         *     `rate_limited`.
          */
         get: operations["listAccessRequests"];
         put?: never;
@@ -4438,10 +4486,11 @@ export interface paths {
          *     back from them: the whole restriction, one connector of it, or one tool. When an MCP
          *     call is refused by a `require_approval` restriction, the MCP error names the
          *     restriction id to file against. Any member may file, so the operation declares no
-         *     permission. Only active `require_approval` restrictions that apply to the caller take
-         *     requests; `deny` is final until an administrator changes the restriction. Records the
-         *     audit action `access_request.created` and emits the event `access_request.created`,
-         *     which notification destinations forward to the people who resolve requests.
+         *     permission. Only active `require_approval` restrictions that apply to the caller
+         *     take requests; `deny` is final until an administrator changes the restriction.
+         *     Records the audit action `access_request.created` and emits
+         *     `access_request.created`, which notification destinations forward to the people who
+         *     resolve requests.
          *
          *     Errors: 400 `validation_failed` (including a connector or tool the restriction does
          *     not match), `unknown_reference` (no such restriction in this organization),
@@ -4520,14 +4569,14 @@ export interface paths {
          * @description Approves or denies a pending access request of another member. Approving grants the
          *     requester an exception to the restriction for what was asked, until `expires_at` (or
          *     for as long as the restriction exists when null), effective from their next tool
-         *     listing or call. Approving is reserved for a person signed in to the web app (service
-         *     description §5.8): an API token sending `decision: approved` is refused with 403
-         *     `requires_person`. Denying grants nothing, so a token may deny, which lets an
-         *     integration close stale requests; that is why the operation accepts both credentials
-         *     instead of being person-only as a whole. Nobody resolves their own request. Needs
-         *     `access_request:resolve`. Records the audit action `access_request.resolved` (with
-         *     the decision) and emits the event `access_request.resolved`; the requester is told by
-         *     email.
+         *     listing or call. Approving is reserved for a person signed in to the web app
+         *     (service description §5.8): an API token sending `decision: approved` is refused
+         *     with 403 `requires_person`. Denying grants nothing, so a token may deny, which lets
+         *     an integration close stale requests; that is why the operation accepts both
+         *     credentials instead of being person-only as a whole. Nobody resolves their own
+         *     request. Needs `access_request:resolve`. Records the audit action
+         *     `access_request.resolved` (with the decision) and emits `access_request.resolved`;
+         *     the requester is told by email.
          *
          *     Errors: 400 `validation_failed` (including `expires_at` not in the future),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -4597,9 +4646,10 @@ export interface paths {
          *     Other members' unshared files are never listed, whatever the caller's permissions.
          *     Needs `file:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (an
+         *     `owner_user_id` or `upload_request_id` that names nothing in this organization),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429 `rate_limited`.
          */
         get: operations["listFiles"];
         put?: never;
@@ -4614,10 +4664,10 @@ export interface paths {
          *     header that cannot carry them safely. The server computes the SHA-256 while storing.
          *
          *     A file may be at most the deployment's per-file limit (25 MiB unless the operator
-         *     sets another): a larger one is refused with 413 without being stored. The
-         *     organization's plan caps the total stored (its file-storage entitlement): a file
-         *     that would pass it is refused with 403 `entitlement_exceeded`. Needs `file:manage`.
-         *     Records the audit action `file.created`; emits no event.
+         *     sets another): a larger one is refused with 413 without being stored. The plan limit
+         *     `file_storage_bytes` caps the total stored: a file that would pass it is refused
+         *     with 403 `entitlement_exceeded`. Needs `file:manage`. Records the audit action
+         *     `file.created`; emits no event.
          *
          *     Errors: 400 `validation_failed` (no `file` part, a bad `name`),
          *     `organization_header_required`; 401 `unauthenticated`,
@@ -4728,16 +4778,17 @@ export interface paths {
          *     exact size. Answers with the staged file's id and `upload_url`, where the bytes go
          *     next (`PUT`). Only the assignee may call it; the operation declares no permission
          *     because the upload request grants exactly this to that person (see
-         *     `getUploadRequest`). The declared size counts against the organization's file
-         *     storage. Records the audit action `upload_request.file_reserved`; emits no event.
+         *     `getUploadRequest`). The declared size counts against the plan limit
+         *     `file_storage_bytes`. Records the audit action `upload_request.file_reserved`; emits
+         *     no event.
          *
          *     Errors: 400 `validation_failed` (a media type the request does not accept, a size
          *     above its `max_file_bytes`), `organization_header_required`; 401 `unauthenticated`,
          *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `insufficient_access`
-         *     (the requester, who is not the assignee), `entitlement_exceeded` (file storage
-         *     full); 404 `not_found`; 409 `invalid_transition` (the request is not open),
-         *     `upload_request_full` (already `max_files` files); 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
+         *     (the requester, who is not the assignee), `entitlement_exceeded` (the plan limit
+         *     `file_storage_bytes` is reached); 404 `not_found`; 409 `invalid_transition` (the
+         *     request is not open), `upload_request_full` (already `max_files` files); 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["reserveUploadRequestFile"];
         delete?: never;
@@ -4789,9 +4840,10 @@ export interface paths {
         /**
          * Remove a staged file
          * @description Removes a staged file (reserved or uploaded) from an open upload request, with its
-         *     bytes; its place counts no more against `max_files` or file storage. Only the assignee
-         *     may call it (see `getUploadRequest` for why no permission is declared). Records the
-         *     audit action `upload_request.file_removed`; emits no event.
+         *     bytes; its place counts no more against `max_files` or the plan limit
+         *     `file_storage_bytes`. Only the assignee may call it (see `getUploadRequest` for why
+         *     no permission is declared). Records the audit action `upload_request.file_removed`;
+         *     emits no event.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -4835,9 +4887,10 @@ export interface paths {
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `insufficient_access` (not the assignee), `entitlement_exceeded` (file storage full);
-         *     404 `not_found`; 409 `invalid_transition` (the request is not open),
-         *     `upload_incomplete` (no files, or a file still `reserved`); 429 `rate_limited`.
+         *     `insufficient_access` (not the assignee), `entitlement_exceeded` (the plan limit
+         *     `file_storage_bytes` is reached); 404 `not_found`; 409 `invalid_transition` (the
+         *     request is not open), `upload_incomplete` (no files, or a file still `reserved`);
+         *     429 `rate_limited`.
          */
         post: operations["confirmUploadRequest"];
         delete?: never;
@@ -4928,13 +4981,13 @@ export interface paths {
         /**
          * Share a file
          * @description Shares the file with a user, a team or the whole organization at level `use` (read
-         *     and download) or `edit` (also share and revoke). Sharing again to the same principal
-         *     changes the level of the existing share: 200 instead of 201. Open to the owner and to
-         *     holders of an `edit` share. Needs `file:manage`. Records the audit action
-         *     `file.shared`; emits no event.
+         *     and download) or `edit` (also share and revoke). Sharing again with the same principal
+         *     answers 200 with the existing share, its level updated, instead of adding a second one
+         *     (201). Open to the owner and to holders of an `edit` share. Needs `file:manage`.
+         *     Records the audit action `file.shared`; emits no event.
          *
-         *     Errors: 400 `validation_failed` (including an `organization` principal that is not
-         *     this organization), `unknown_reference` (no such active member or team),
+         *     Errors: 400 `validation_failed`, `unknown_reference` (a principal that is not an
+         *     active member, a team of this organization or this organization),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `insufficient_access`;
          *     404 `not_found`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
@@ -5358,13 +5411,14 @@ export interface paths {
          *     `sso:manage`. Records the audit action `sso_connection.created`; emits no event.
          *
          *     Errors: 400 `validation_failed` (including settings that do not fit `type`, or mixed
-         *     ways of giving SAML settings), `idp_metadata_invalid`, `outbound_url_not_allowed`,
+         *     ways of giving SAML settings), `unknown_reference` (a default role that does not
+         *     exist in this organization), `idp_metadata_invalid`, `outbound_url_not_allowed`,
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission` (also for a default role
-         *     carrying permissions the caller lacks), `entitlement_exceeded` (the plan has no `sso`);
-         *     404 `not_found` (the default role does not exist); 409 `name_taken`,
-         *     `domain_not_verified`, `conflict` (a domain already served by another connection); 413
-         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     carrying permissions the caller lacks), `entitlement_exceeded` (the plan has no
+         *     `sso`); 409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served
+         *     by another connection); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
          */
         post: operations["createSsoConnection"];
         delete?: never;
@@ -5429,14 +5483,15 @@ export interface paths {
          *     `sso_connection.updated` with the names of the changed members (never the client
          *     secret); emits no event.
          *
-         *     Errors: 400 `validation_failed`, `immutable_field`, `idp_metadata_invalid`,
+         *     Errors: 400 `validation_failed`, `immutable_field`, `unknown_reference` (a default
+         *     role that does not exist in this organization), `idp_metadata_invalid`,
          *     `outbound_url_not_allowed`, `organization_header_required`; 401 `unauthenticated`,
-         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission` (also
-         *     for a default role carrying permissions the caller lacks), `entitlement_exceeded`
-         *     (activating without the plan feature `sso`); 404 `not_found` (the connection, or the
-         *     default role); 409 `name_taken`, `domain_not_verified`, `conflict` (a domain already
-         *     served by another connection), `sso_connection_incomplete` (`status: active` on a
-         *     draft); 413 `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`
+         *     (also for a default role carrying permissions the caller lacks),
+         *     `entitlement_exceeded` (activating without the plan feature `sso`); 404 `not_found`;
+         *     409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served by
+         *     another connection), `sso_connection_incomplete` (`status: active` on a draft); 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         patch: operations["updateSsoConnection"];
         trace?: never;
@@ -5456,9 +5511,10 @@ export interface paths {
          *     `group_mapping:view` (reading the groups serves mapping them, so it takes no permission
          *     of its own). Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a `user_id`
+         *     that is not a member), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 429
+         *     `rate_limited`.
          */
         get: operations["listScimGroups"];
         put?: never;
@@ -5618,19 +5674,20 @@ export interface paths {
          *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
          *     bodies instead of the Error object. Needs the plan feature `scim`.
          *
-         *     Provisions a person (RFC 7644 §3.3): finds their account by email or creates one, and
-         *     makes them a member of the organization (`via: scim`) with the system role Member, or
-         *     suspended when `active` is false. A person who is already a member but was not created by
-         *     SCIM (invited, or joined by verified domain) is taken over: the answer is 201 with their
-         *     existing id. Group mappings give roles and teams once groups are pushed. Counts against
-         *     the plan's seats. Records the audit action `scim_user.created` (actor: the SCIM token);
-         *     emits `member.joined` when the membership is active.
+         *     Provisions a person (RFC 7644 §3.3): finds their account by email or creates one,
+         *     and makes them a member of the organization (`via: scim`) with the system role
+         *     Member, or suspended when `active` is false. A person who is already a member but
+         *     was not created by SCIM (invited, or joined by verified domain) is taken over: the
+         *     answer is 201 with their existing id. Group mappings give roles and teams once
+         *     groups are pushed. Counts against the plan limit `seats`. Records the audit action
+         *     `scim_user.created` (actor: the SCIM token); emits `member.joined` when the
+         *     membership is active.
          *
-         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidValue:
-         *     a `userName` that is not an email address and no primary email); 401; 403 (plan without
-         *     `scim`, or no seat left); 409 (uniqueness: a person with this `userName` or `externalId`
-         *     is already provisioned); 413; 415; 429. 404 is declared because every endpoint may answer
-         *     it.
+         *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax,
+         *     invalidValue: a `userName` that is not an email address and no primary email); 401;
+         *     403 (plan without `scim`, or the plan limit `seats` reached); 409 (uniqueness: a
+         *     person with this `userName` or `externalId` is already provisioned); 413; 415; 429.
+         *     404 is declared because every endpoint may answer it.
          */
         post: operations["createScimV2User"];
         delete?: never;
@@ -5972,9 +6029,10 @@ export interface paths {
          * @description Lists the organization's group mappings, oldest first, a page at a time. Needs
          *     `group_mapping:view`. Changes nothing.
          *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 429 `rate_limited`.
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
+         *     `scim_group_id`, `role_id` or `team_id` that names nothing in this organization),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429 `rate_limited`.
          */
         get: operations["listGroupMappings"];
         put?: never;
@@ -5988,11 +6046,12 @@ export interface paths {
          *     roles change.
          *
          *     Errors: 400 `validation_failed` (including neither `role_id` nor `team_id`),
+         *     `unknown_reference` (the SCIM group, role or team is not in this organization),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission` (also for a role carrying
-         *     permissions the caller lacks); 404 `not_found` (the SCIM group, role or team is not in
-         *     this organization); 409 `conflict` (the same group, role and team are already mapped);
-         *     413 `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     permissions the caller lacks); 409 `conflict` (the same group, role and team are
+         *     already mapped); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
          */
         post: operations["createGroupMapping"];
         delete?: never;
@@ -6055,12 +6114,13 @@ export interface paths {
          *     whose roles change.
          *
          *     Errors: 400 `validation_failed` (including clearing both `role_id` and `team_id`),
-         *     `immutable_field`, `organization_header_required`; 401 `unauthenticated`,
-         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission` (also
-         *     for a role carrying permissions the caller lacks); 404 `not_found` (the mapping, role or
-         *     team); 409 `conflict` (the same group, role and team are already mapped), `last_owner`
-         *     (the group's members would take the last Owner role with them); 413
-         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
+         *     `immutable_field`, `unknown_reference` (a role or team that is not in this
+         *     organization), `organization_header_required`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`
+         *     (also for a role carrying permissions the caller lacks); 404 `not_found`; 409
+         *     `conflict` (the same group, role and team are already mapped), `last_owner` (the
+         *     group's members would take the last Owner role with them); 413 `payload_too_large`;
+         *     415 `unsupported_media_type`; 429 `rate_limited`.
          */
         patch: operations["updateGroupMapping"];
         trace?: never;
@@ -9735,8 +9795,9 @@ export interface components {
         };
         /**
          * @description The template's entries, at most one per connector (a repeated connector is 400
-         *     `validation_failed`). Each connector must be one the caller can see, and named tools must
-         *     be among its `tools`.
+         *     `validation_failed`). Each connector must be one the caller can see (else 400
+         *     `unknown_reference`), and named tools must be among its `tools` (else 400
+         *     `validation_failed`).
          */
         TemplateEntryList: components["schemas"]["TemplateEntry"][];
         /** @description A new template, owned by the caller. */
@@ -13844,7 +13905,7 @@ export interface components {
         /**
          * @description Just-in-time provisioning settings to set; members left out keep their value (on
          *     creation: `enabled` false, `default_role_id` null). The role must exist in the
-         *     organization (404 `not_found`) and carry no permission the caller lacks (403
+         *     organization (400 `unknown_reference`) and carry no permission the caller lacks (403
          *     `missing_permission`).
          */
         SsoJitProvisioningInput: {
@@ -15275,7 +15336,7 @@ export interface components {
                 "application/scim+json": components["schemas"]["ScimV2Error"];
             };
         };
-        /** @description The organization's plan does not include SCIM, or provisioning one more person would exceed its seats. */
+        /** @description The organization's plan lacks the feature `scim`, or provisioning one more person would exceed its limit `seats`. */
         ScimV2Forbidden: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestId"];
