@@ -2321,12 +2321,15 @@ export interface paths {
          *     to let other members see it and connect to it. Needs `connector:manage`. Records the
          *     audit action `connector.created` and emits `connector.created`.
          *
+         *     Needs the plan feature `custom_connectors`, within the plan limit `custom_connectors`.
+         *
          *     Errors: 400 `validation_failed` (including duplicate tool names or documentation keys,
          *     an icon URL that is not https, `value_prefix` with `placement: query`),
          *     `outbound_url_not_allowed` (an `mcp_url`, `token_url` or `revocation_url` that is not
          *     https or points to a private, loopback or link-local address; an `authorize_url` that
          *     is not https), `organization_header_required`; 401 `unauthenticated`, `invalid_token`;
-         *     403 `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `slug_taken`; 413
+         *     403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `entitlement_exceeded` (the plan lacks `custom_connectors` or its limit is reached); 409 `slug_taken`; 413
          *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createConnector"];
@@ -2447,9 +2450,12 @@ export interface paths {
          *     `client_secret`. Needs `connector:manage`. Records the audit action
          *     `connector.forked` and emits `connector.created`.
          *
+         *     Needs the plan feature `custom_connectors`, within the plan limit `custom_connectors`.
+         *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found` (a connector the caller cannot see); 409
+         *     `missing_permission`,
+         *     `entitlement_exceeded` (the plan lacks `custom_connectors` or its limit is reached); 404 `not_found` (a connector the caller cannot see); 409
          *     `slug_taken`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
          *     `rate_limited`.
          */
@@ -3309,12 +3315,15 @@ export interface paths {
          *     `tools/list`. The new toolbox is shared with nobody yet (see `POST /toolbox/{id}/share`).
          *     Needs `toolbox:manage`. Records the audit action `toolbox.created`. Emits no event.
          *
+         *     Counts against the plan limit `toolboxes`.
+         *
          *     Errors: 400 `validation_failed` (also for a repeated entry; the pointer names the
          *     entry), `unknown_reference` (a connection or synthetic tool that is not the
          *     organization's, or another member's connection, which a caller without
          *     `connection:manage` cannot see; the pointer names the entry),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 409 `name_taken`; 413
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `entitlement_exceeded` (the plan limit `toolboxes` is reached); 409 `name_taken`; 413
          *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createToolbox"];
@@ -3474,7 +3483,7 @@ export interface paths {
          * @description Removes one share. People who no longer reach the toolbox through any other share lose
          *     its dynamic user toolbox at once; MCP servers they minted for it are kept with status
          *     `unavailable` and list no tools until the toolbox is shared with them again. Needs
-         *     `toolbox:manage`. Records the audit action `toolbox.unshared`. Emits no event.
+         *     `toolbox:manage`. Records the audit action `toolbox.share_revoked`. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -3518,11 +3527,14 @@ export interface paths {
          *     MCP once a toolbox lists it. Needs `synthetic_tool:manage`. Records the audit action
          *     `synthetic_tool.created`. Emits no event.
          *
+         *     Needs the plan feature `synthetic_tools`, within the plan limit `synthetic_tools`.
+         *
          *     Errors: 400 `validation_failed` (also for each problem above, with a pointer into
          *     the body), `unknown_reference` (a step's connector, or a pinned connection, that is
          *     not the organization's; the pointer names it), `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `missing_permission`,
+         *     `entitlement_exceeded` (the plan lacks `synthetic_tools` or its limit is reached); 409 `name_taken`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createSyntheticTool"];
@@ -4379,11 +4391,14 @@ export interface paths {
          *     with `is_active: false`. Needs `restriction:manage`. Records the audit action
          *     `restriction.created` and emits `restriction.updated`.
          *
+         *     Needs the plan feature `restrictions`.
+         *
          *     Errors: 400 `validation_failed` (including `everyone: true` with ids, or
          *     `everyone: false` without any), `unknown_reference` (a connector, role, team or user
          *     that does not exist in this organization), `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `missing_permission`,
+         *     `entitlement_exceeded` (the plan lacks `restrictions`); 409 `name_taken`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createRestriction"];
@@ -5414,7 +5429,7 @@ export interface paths {
          *     ways of giving SAML settings), `unknown_reference` (a default role that does not
          *     exist in this organization), `idp_metadata_invalid`, `outbound_url_not_allowed`,
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission` (also for a default role
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation` (a default role
          *     carrying permissions the caller lacks), `entitlement_exceeded` (the plan has no
          *     `sso`); 409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served
          *     by another connection); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
@@ -5486,8 +5501,8 @@ export interface paths {
          *     Errors: 400 `validation_failed`, `immutable_field`, `unknown_reference` (a default
          *     role that does not exist in this organization), `idp_metadata_invalid`,
          *     `outbound_url_not_allowed`, `organization_header_required`; 401 `unauthenticated`,
-         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`
-         *     (also for a default role carrying permissions the caller lacks),
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `permission_escalation` (a default role carrying permissions the caller lacks),
          *     `entitlement_exceeded` (activating without the plan feature `sso`); 404 `not_found`;
          *     409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served by
          *     another connection), `sso_connection_incomplete` (`status: active` on a draft); 413
@@ -5628,7 +5643,7 @@ export interface paths {
          * @description Revokes the token at once: the identity provider's next request with it answers 401.
          *     Provisioned people and groups are not touched. Reserved for a person in the web app;
          *     an API token is refused. Needs `scim:manage`. Records the audit action
-         *     `scim_token.deleted`; emits no event.
+         *     `scim_token.revoked`; emits no event.
          *
          *     Errors: 400 `validation_failed` (an id that is not `scimtok_…`),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -6048,7 +6063,7 @@ export interface paths {
          *     Errors: 400 `validation_failed` (including neither `role_id` nor `team_id`),
          *     `unknown_reference` (the SCIM group, role or team is not in this organization),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission` (also for a role carrying
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation` (a role carrying
          *     permissions the caller lacks); 409 `conflict` (the same group, role and team are
          *     already mapped); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
          *     `rate_limited`.
@@ -6116,8 +6131,8 @@ export interface paths {
          *     Errors: 400 `validation_failed` (including clearing both `role_id` and `team_id`),
          *     `immutable_field`, `unknown_reference` (a role or team that is not in this
          *     organization), `organization_header_required`; 401 `unauthenticated`,
-         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`
-         *     (also for a role carrying permissions the caller lacks); 404 `not_found`; 409
+         *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
+         *     `permission_escalation` (a role carrying permissions the caller lacks); 404 `not_found`; 409
          *     `conflict` (the same group, role and team are already mapped), `last_owner` (the
          *     group's members would take the last Owner role with them); 413 `payload_too_large`;
          *     415 `unsupported_media_type`; 429 `rate_limited`.
@@ -13906,7 +13921,7 @@ export interface components {
          * @description Just-in-time provisioning settings to set; members left out keep their value (on
          *     creation: `enabled` false, `default_role_id` null). The role must exist in the
          *     organization (400 `unknown_reference`) and carry no permission the caller lacks (403
-         *     `missing_permission`).
+         *     `permission_escalation`).
          */
         SsoJitProvisioningInput: {
             /** @description Whether people signing in for the first time become members. */
