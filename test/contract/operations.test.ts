@@ -168,3 +168,41 @@ describe('examples', () => {
     expect(missing).toEqual([]);
   });
 });
+
+describe('error codes in descriptions', () => {
+  const codes = spec.components.schemas.ErrorCode as { enum: string[]; 'x-enumDescriptions': Record<string, string> };
+  const statusOf = new Map(codes.enum.map((c) => [c, codes['x-enumDescriptions'][c]!.slice(0, 3)]));
+
+  // The last paragraph of every non-protocol description is "Errors: 400 `code`, …; 403 …",
+  // naming codes of ErrorCode under the status they have, each status declared.
+  it.each(all.filter((e) => !isProtocol(e)).map((e) => [e.op.operationId as string, e] as const))('%s lists its errors', (_id, e) => {
+    const paragraphs = String(e.op.description).trim().split(/\n\s*\n/);
+    const last = paragraphs[paragraphs.length - 1] ?? '';
+    expect(last.startsWith('Errors:')).toBe(true);
+    const problems: string[] = [];
+    let status: string | null = null;
+    let depth = 0;
+    // Backticked names inside parentheses are prose (member names); outside them, codes.
+    for (const token of last.slice('Errors:'.length).matchAll(/`([^`]+)`|\b([45]\d\d)\b|([()])/g)) {
+      if (token[3]) {
+        depth += token[3] === '(' ? 1 : -1;
+        continue;
+      }
+      if (token[2] && depth === 0) {
+        status = token[2];
+        if (!(status in e.op.responses)) problems.push(`status ${status} is not declared`);
+        continue;
+      }
+      const code = token[1];
+      if (!code || !/^[a-z_]+$/.test(code)) continue;
+      if (!statusOf.has(code)) {
+        if (depth === 0) problems.push(`\`${code}\` is not in ErrorCode`);
+        continue;
+      }
+      const own = statusOf.get(code)!;
+      if (!(own in e.op.responses)) problems.push(`\`${code}\` is ${own}, which is not declared`);
+      if (status && own !== status && depth === 0) problems.push(`\`${code}\` (${own}) is listed under ${status}`);
+    }
+    expect(problems).toEqual([]);
+  });
+});
