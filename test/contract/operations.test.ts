@@ -206,3 +206,40 @@ describe('error codes in descriptions', () => {
     expect(problems).toEqual([]);
   });
 });
+
+describe('response objects', () => {
+  // Protocol shapes (WebAuthn, MCP JSON-RPC, OAuth, SCIM) keep their standards' optional
+  // members; synthetic-tool mapping values are the same objects a client sends.
+  const PROTOCOL_SHAPES = /^(WebAuthn|Mcp|ScimV2|SyntheticToolInputRef$|SyntheticToolStepRef$)/;
+  const schemas = spec.components.schemas as Record<string, any>;
+
+  it('carry every member their schema lists (`required` names all properties; empty ones are null)', () => {
+    const partial: string[] = [];
+    const seen = new Set<string>();
+    const visit = (schema: any, where: string, depth: number): void => {
+      if (!schema || typeof schema !== 'object' || depth > 20) return;
+      if (typeof schema.$ref === 'string') {
+        const name = schema.$ref.split('/').pop() as string;
+        if (seen.has(name) || PROTOCOL_SHAPES.test(name)) return;
+        seen.add(name);
+        return visit(schemas[name], name, depth + 1);
+      }
+      if (schema.properties && schema.additionalProperties !== true) {
+        const required = new Set<string>(schema.required ?? []);
+        const missing = Object.keys(schema.properties).filter((p) => !required.has(p));
+        if (missing.length > 0) partial.push(`${where}: ${missing.join(', ')}`);
+      }
+      for (const key of ['oneOf', 'anyOf', 'allOf']) for (const branch of schema[key] ?? []) visit(branch, where, depth + 1);
+      for (const [name, value] of Object.entries<any>(schema.properties ?? {})) visit(value, `${where}.${name}`, depth + 1);
+      if (schema.items) visit(schema.items, `${where}[]`, depth + 1);
+    };
+    for (const e of all) {
+      for (const [status, response] of Object.entries<any>(e.op.responses)) {
+        if (!status.startsWith('2')) continue;
+        const resolved = response.$ref ? spec.components.responses[response.$ref.split('/').pop()] : response;
+        for (const media of Object.values<any>(resolved.content ?? {})) visit(media.schema, `${e.op.operationId} ${status}`, 0);
+      }
+    }
+    expect(partial).toEqual([]);
+  });
+});
