@@ -19,6 +19,8 @@ export interface Config {
   validateResponses: 'off' | 'log';
   autoBootstrap: boolean;
   shutdownGraceMs: number;
+  /** How often the outbox worker looks for events to deliver; 0 turns it off in this process. */
+  outboxPollMs: number;
 }
 
 export class ConfigError extends Error {
@@ -115,5 +117,6 @@ export function loadConfig(env: Env = process.env): Config {
     validateResponses: oneOf(env, 'VALIDATE_RESPONSES', ['off', 'log'] as const, nodeEnv === 'development' ? 'log' : 'off'),
     autoBootstrap: bool(env, 'AUTO_BOOTSTRAP', true),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
+    outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
   };
 }

@@ -3,6 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { createApp } from './app';
 import { ConfigError, loadConfig } from './config';
 import { DatabaseInUseError, migrateToLatest, openDatabase } from './db/database';
+import { OutboxDispatcher } from './events/dispatcher';
 import { createMailer } from './events/email';
 import { SecretBox } from './lib/crypto';
 import { createLogger } from './lib/logger';
@@ -40,7 +41,10 @@ async function main(): Promise<void> {
   }
 
   const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs);
-  const app = await createApp({ config, db: database.db, pool: database.pool, secrets: new SecretBox(config.encryptionKey), mailer, logger });
+  const secrets = new SecretBox(config.encryptionKey);
+  const app = await createApp({ config, db: database.db, pool: database.pool, secrets, mailer, logger });
+  const dispatcher = new OutboxDispatcher(database.db, { mailer, secrets, outbound: config.outbound }, logger);
+  dispatcher.start(config.outboxPollMs);
   const server: Server = await new Promise((resolve, reject) => {
     const s = app.listen(config.port, config.host, () => resolve(s));
     s.on('error', reject);
@@ -58,6 +62,7 @@ async function main(): Promise<void> {
     const timer = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);
     await closed;
     clearTimeout(timer);
+    await dispatcher.stop();
     mailer.close();
     await database.close();
     logger.info('stopped');

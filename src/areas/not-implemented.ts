@@ -205,8 +205,6 @@ export const NOT_IMPLEMENTED = [
   'deleteLoggingDestination',
   'updateLoggingDestination',
   'testLoggingDestination',
-  // Notification destinations: the outbox worker that makes deliveries is not built yet
-  'listNotificationDeliveries',
   // SSO connections
   'listSsoConnections',
   'createSsoConnection',

@@ -172,6 +172,26 @@ export interface OutboxTable {
   attempts: Generated<number>;
   delivered_at: NullableTimestamp;
   last_error: string | null;
+  actor_type: ColumnType<EventActorType, EventActorType | undefined, EventActorType>;
+  actor_id: string | null;
+}
+
+export type EventActorType = 'user' | 'scim' | 'system';
+
+export type NotificationDeliveryStatus = 'pending' | 'delivered' | 'failed' | 'skipped';
+
+export interface NotificationDeliveriesTable {
+  id: string;
+  org_id: string;
+  destination_id: string;
+  event_id: string;
+  status: ColumnType<NotificationDeliveryStatus, NotificationDeliveryStatus | undefined, NotificationDeliveryStatus>;
+  attempts: Generated<number>;
+  last_attempt_at: NullableTimestamp;
+  next_attempt_at: NullableTimestamp;
+  last_error: string | null;
+  delivered_at: NullableTimestamp;
+  created_at: CreatedAt;
 }
 
 export interface SettingsTable {
@@ -201,6 +221,7 @@ export interface Database {
   notification_destinations: NotificationDestinationsTable;
   audit_log: AuditLogTable;
   outbox: OutboxTable;
+  notification_deliveries: NotificationDeliveriesTable;
   settings: SettingsTable;
   rate_limits: RateLimitsTable;
 }

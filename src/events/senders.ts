@@ -1,5 +1,7 @@
 import type { OutboundPolicy } from '../lib/outbound';
 import { OutboundRefused, postJson } from '../lib/outbound';
+import type { NotificationDestinationConfigRow } from '../db/schema';
+import type { SecretBox } from '../lib/crypto';
 import type { EmailMessage, Mailer } from './email';
 
 export type DeliveryOutcome = { status: 'ok'; error: null } | { status: 'failed'; error: string };
@@ -35,4 +37,36 @@ export async function sendEmailMessage(mailer: Mailer, message: EmailMessage): P
   } catch (err) {
     return { status: 'failed', error: describeFailure(err) };
   }
+}
+
+/** The encryption context binds a stored webhook URL to its destination. */
+export const webhookUrlContext = (destinationId: string) => `notification_destinations.webhook_url:${destinationId}`;
+
+export interface DestinationTarget {
+  id: string;
+  type: 'slack' | 'email';
+  config: NotificationDestinationConfigRow;
+  webhook_url_enc: string | null;
+}
+
+export interface SendingDeps {
+  mailer: Mailer;
+  secrets: SecretBox;
+  outbound: OutboundPolicy & { timeoutMs: number };
+}
+
+/** One message to one destination: Slack gets `subject` and `text` as one post, email gets both. */
+export async function sendToDestination(deps: SendingDeps, target: DestinationTarget, message: { subject: string; text: string }): Promise<DeliveryOutcome> {
+  const prefix = target.config.subject_prefix ? `${target.config.subject_prefix} ` : '';
+  if (target.type === 'email') {
+    return sendEmailMessage(deps.mailer, { to: target.config.to, cc: target.config.cc, bcc: target.config.bcc, subject: `${prefix}${message.subject}`, text: message.text });
+  }
+  if (!target.webhook_url_enc) return { status: 'failed', error: 'No webhook URL is stored; set config.webhook_url.' };
+  let url: string;
+  try {
+    url = deps.secrets.open(target.webhook_url_enc, webhookUrlContext(target.id));
+  } catch {
+    return { status: 'failed', error: 'The stored webhook URL cannot be decrypted (was ENCRYPTION_KEY changed?); set config.webhook_url again.' };
+  }
+  return sendSlackMessage(url, `${prefix}*${message.subject}*\n${message.text}`, deps.outbound, deps.outbound.timeoutMs);
 }

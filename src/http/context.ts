@@ -108,7 +108,15 @@ export class RequestContext {
         const orgId = this.orgId;
         await trx
           .insertInto('outbox')
-          .values(scope.events.map((e) => ({ id: newId('outboxEvent'), org_id: orgId, event_type: e.type, payload: JSON.stringify(e.payload) })))
+          .values(scope.events.map((e) => ({
+            id: newId('outboxEvent'),
+            org_id: orgId,
+            event_type: e.type,
+            payload: JSON.stringify(e.payload),
+            // An API token acts for its owner: the event names the person.
+            actor_type: caller ? 'user' : 'system',
+            actor_id: caller?.userId ?? null,
+          })))
           .execute();
       }
       return value;

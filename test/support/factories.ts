@@ -67,6 +67,16 @@ export class Factories {
     return minted.token;
   }
 
+  /** An organization event in the outbox, as a change that emits one writes it. */
+  async event(orgId: string, type: string, data: Record<string, unknown>, actorUserId: string | null = null): Promise<string> {
+    const id = newId('outboxEvent');
+    await this.db
+      .insertInto('outbox')
+      .values({ id, org_id: orgId, event_type: type, payload: JSON.stringify(data), actor_type: actorUserId ? 'user' : 'system', actor_id: actorUserId })
+      .execute();
+    return id;
+  }
+
   async tokenId(token: string): Promise<string> {
     return (await this.db.selectFrom('api_tokens').select('id').where('token_hash', '=', hashSecret(token)).executeTakeFirstOrThrow()).id;
   }

@@ -21,6 +21,10 @@ export const notificationDestinationsHandlers = {
     await destinations.remove(ctx, params.id);
     return { status: 204 };
   },
+  async listNotificationDeliveries({ params, query }, ctx) {
+    const page = pageRequest(query, 'notificationDelivery');
+    return { status: 200, body: await destinations.listDeliveries(ctx, params.id, page, { status: query.status, event_type: query.event_type }) };
+  },
   async testNotificationDestination({ params }, ctx) {
     return { status: 200, body: await destinations.test(ctx, params.id) };
   },

@@ -71,3 +71,22 @@ export function deleteDestination(db: Executor, orgId: string, id: string) {
 export function findOrganizationName(db: Executor, orgId: string) {
   return db.selectFrom('organizations').select(['name']).where('id', '=', orgId).executeTakeFirst();
 }
+
+/** A destination's delivery log, newest first, each with its event. */
+export function listDeliveries(db: Executor, orgId: string, destinationId: string, page: PageRequest, filter: { status?: string; event_type?: string }) {
+  return db
+    .selectFrom('notification_deliveries as nd')
+    .innerJoin('outbox as o', 'o.id', 'nd.event_id')
+    .select([
+      'nd.id', 'nd.destination_id', 'nd.status', 'nd.attempts', 'nd.last_attempt_at', 'nd.next_attempt_at', 'nd.last_error', 'nd.delivered_at', 'nd.created_at',
+      'o.id as event_id', 'o.org_id', 'o.event_type', 'o.payload', 'o.created_at as event_created_at', 'o.actor_type', 'o.actor_id',
+    ])
+    .where('nd.org_id', '=', orgId)
+    .where('nd.destination_id', '=', destinationId)
+    .$if(page.after !== undefined, (q) => q.where('nd.id', '<', page.after as string))
+    .$if(filter.status !== undefined, (q) => q.where('nd.status', '=', filter.status as 'pending'))
+    .$if(filter.event_type !== undefined, (q) => q.where('o.event_type', '=', filter.event_type as string))
+    .orderBy('nd.id', 'desc')
+    .limit(page.limit + 1)
+    .execute();
+}

@@ -1,7 +1,8 @@
 import type { components } from '../../../generated/openapi';
 import type { NotificationDestinationConfigRow } from '../../db/schema';
 import { EVENT_TYPES, type EventType } from '../../events/catalog';
-import { sendEmailMessage, sendSlackMessage, type DeliveryOutcome } from '../../events/senders';
+import { eventBody } from '../../events/dispatcher';
+import { sendToDestination, webhookUrlContext, type DeliveryOutcome } from '../../events/senders';
 import type { RequestContext } from '../../http/context';
 import { ApiError, isUniqueViolation, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
@@ -19,8 +20,6 @@ const NAME_CONSTRAINT = 'notification_destinations_org_id_name_key';
 const EMAIL_ONLY = new Set(['to', 'cc', 'bcc']);
 const SLACK_ONLY = new Set(['webhook_url']);
 
-/** The encryption context binds a stored webhook URL to its destination. */
-const webhookContext = (id: string) => `notification_destinations.webhook_url:${id}`;
 
 const inCatalogOrder = (types: readonly string[]): EventType[] =>
   EVENT_TYPES.filter((type) => types.includes(type));
@@ -74,6 +73,26 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: { typ
   return toPage(rows, page, toDestination);
 }
 
+type Delivery = components['schemas']['NotificationDelivery'];
+
+export async function listDeliveries(ctx: RequestContext, id: string, page: PageRequest, filter: { status?: string; event_type?: string }): Promise<Page<Delivery>> {
+  if (!(await repo.findDestination(ctx.db, ctx.orgId, id))) throw notFound(WHAT, id);
+  const rows = await repo.listDeliveries(ctx.db, ctx.orgId, id, page, filter);
+  const iso = (d: Date | null) => (d ? d.toISOString() : null);
+  return toPage(rows, page, (row) => ({
+    id: row.id,
+    destination_id: row.destination_id,
+    event: eventBody({ ...row, id: row.event_id, created_at: row.event_created_at }) as Delivery['event'],
+    status: row.status,
+    attempts: row.attempts,
+    last_attempt_at: iso(row.last_attempt_at),
+    next_attempt_at: iso(row.next_attempt_at),
+    last_error: row.last_error,
+    delivered_at: iso(row.delivered_at),
+    created_at: row.created_at.toISOString(),
+  }));
+}
+
 export async function get(ctx: RequestContext, id: string): Promise<Destination> {
   const row = await repo.findDestination(ctx.db, ctx.orgId, id);
   if (!row) throw notFound(WHAT, id);
@@ -86,7 +105,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Destina
   let webhookUrlEnc: string | null = null;
   if (body.type === 'slack') {
     checkWebhookUrl(ctx, body.config.webhook_url);
-    webhookUrlEnc = ctx.deps.secrets.seal(body.config.webhook_url, webhookContext(id));
+    webhookUrlEnc = ctx.deps.secrets.seal(body.config.webhook_url, webhookUrlContext(id));
     config = { to: [], cc: [], bcc: [], subject_prefix: body.config.subject_prefix ?? null };
   } else {
     config = { to: body.config.to, cc: body.config.cc ?? [], bcc: body.config.bcc ?? [], subject_prefix: body.config.subject_prefix ?? null };
@@ -132,7 +151,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
         const { webhook_url: webhookUrl, ...settings } = body.config;
         if (webhookUrl !== undefined) {
           checkWebhookUrl(ctx, webhookUrl);
-          changes.webhook_url_enc = ctx.deps.secrets.seal(webhookUrl, webhookContext(id));
+          changes.webhook_url_enc = ctx.deps.secrets.seal(webhookUrl, webhookUrlContext(id));
           audit.webhook_url = '[changed]';
         }
         if (Object.keys(settings).length > 0) {
@@ -167,26 +186,12 @@ function testText(destinationName: string, orgName: string, events: readonly str
   ].join('\n');
 }
 
-async function deliverTest(ctx: RequestContext, row: repo.DestinationRow, orgName: string): Promise<DeliveryOutcome> {
-  const prefix = row.config.subject_prefix ? `${row.config.subject_prefix} ` : '';
-  const text = testText(row.name, orgName, row.event_types);
-  if (row.type === 'email') {
-    return sendEmailMessage(ctx.deps.mailer, {
-      to: row.config.to,
-      cc: row.config.cc,
-      bcc: row.config.bcc,
-      subject: `${prefix}Test notification from the MCP control plane`,
-      text,
-    });
-  }
-  if (!row.webhook_url_enc) return { status: 'failed', error: 'No webhook URL is stored; set config.webhook_url.' };
-  let url: string;
-  try {
-    url = ctx.deps.secrets.open(row.webhook_url_enc, webhookContext(row.id));
-  } catch {
-    return { status: 'failed', error: 'The stored webhook URL cannot be decrypted (was ENCRYPTION_KEY changed?); set config.webhook_url again.' };
-  }
-  return sendSlackMessage(url, `${prefix}${text}`, ctx.deps.config.outbound, ctx.deps.config.outbound.timeoutMs);
+function deliverTest(ctx: RequestContext, row: repo.DestinationRow, orgName: string): Promise<DeliveryOutcome> {
+  return sendToDestination(
+    { mailer: ctx.deps.mailer, secrets: ctx.deps.secrets, outbound: ctx.deps.config.outbound },
+    row,
+    { subject: 'Test notification from the MCP control plane', text: testText(row.name, orgName, row.event_types) },
+  );
 }
 
 /** Sends first, outside any transaction, then records the outcome with its audit entry. */

@@ -1,0 +1,229 @@
+import { randomBytes } from 'node:crypto';
+import { DEFAULT_DISPATCHER_OPTIONS, OutboxDispatcher, type DispatcherOptions } from '../../src/events/dispatcher';
+import { newId } from '../../src/lib/ids';
+import { startTestApp, type TestApp } from '../support/app';
+import { startHttpReceiver, startSmtpServer } from '../support/peers';
+
+/*
+ * The outbox worker against a real SMTP server and a real HTTP receiver (standing in for
+ * Slack), and the delivery log it leaves behind (GET /notification-destination/{id}/delivery).
+ * Rounds are run explicitly with a chosen clock, so backoff is tested without waiting.
+ */
+
+let t: TestApp;
+let smtp: Awaited<ReturnType<typeof startSmtpServer>>;
+let receiver: Awaited<ReturnType<typeof startHttpReceiver>>;
+
+beforeAll(async () => {
+  smtp = await startSmtpServer();
+  receiver = await startHttpReceiver();
+  t = await startTestApp({ env: { SMTP_URL: smtp.url } });
+});
+afterAll(async () => {
+  await t.close();
+  await receiver.close();
+  await smtp.close();
+});
+beforeEach(() => receiver.respondWith({ status: 200, body: 'ok' }));
+
+const unique = () => randomBytes(6).toString('hex');
+const hookUrl = () => `${receiver.url}/services/T${unique()}/B${unique()}/${unique()}`;
+const dispatcher = (options: Partial<DispatcherOptions> = {}) =>
+  new OutboxDispatcher(t.db, { mailer: t.deps.mailer, secrets: t.deps.secrets, outbound: t.deps.config.outbound }, t.deps.logger, { ...DEFAULT_DISPATCHER_OPTIONS, ...options });
+const postsTo = (url: string) => receiver.requests.filter((r) => url.endsWith(r.path));
+
+async function setup() {
+  const seeded = await t.factories.org();
+  const client = t.as({ token: seeded.token, org: seeded.orgId });
+  const create = async (body: Record<string, unknown>) => {
+    const res = await client.post('/notification-destination', body);
+    expect(res.status).toBe(201);
+    return res.body.id as string;
+  };
+  const deliveries = async (id: string, query = '') => {
+    const res = await client.get(`/notification-destination/${id}/delivery${query}`);
+    expect(res.status).toBe(200);
+    return res.body as { data: any[]; next_cursor: string | null };
+  };
+  return { ...seeded, client, create, deliveries };
+}
+
+const memberJoined = (userId: string) => ({ member: { user_id: userId, email: 'ada@acme.example', name: 'Ada Lovelace' }, via: 'invite' });
+
+describe('the outbox worker', () => {
+  it('delivers an event once to every active destination subscribed to it, and to no other', async () => {
+    const org = await setup();
+    const other = await setup();
+    const url = hookUrl();
+    const email = await org.create({ name: `Ops ${unique()}`, type: 'email', config: { to: ['ops@acme.example'], subject_prefix: '[Acme]' }, event_types: ['member.joined'] });
+    const slack = await org.create({ name: `Slack ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['member.joined', 'role.created'] });
+    const paused = await org.create({ name: `Paused ${unique()}`, type: 'email', config: { to: ['paused@acme.example'] }, event_types: ['member.joined'], is_active: false });
+    const elsewhere = await org.create({ name: `Roles ${unique()}`, type: 'email', config: { to: ['roles@acme.example'] }, event_types: ['role.created'] });
+    const otherOrg = await other.create({ name: `Other ${unique()}`, type: 'email', config: { to: ['other@beta.example'] }, event_types: ['member.joined'] });
+
+    const eventId = await t.factories.event(org.orgId, 'member.joined', memberJoined(org.ownerId), org.ownerId);
+    const mailsBefore = smtp.messages.length;
+    const round = await dispatcher().runOnce();
+    expect(round).toMatchObject({ fannedOut: expect.any(Number), delivered: 2, retrying: 0, failed: 0 });
+
+    const mails = smtp.messages.slice(mailsBefore);
+    expect(mails.map((m) => m.to)).toEqual([['ops@acme.example']]);
+    expect(mails[0]!.raw).toMatch(/Subject: \[Acme\] Someone became an active member/);
+    expect(mails[0]!.raw).toContain(eventId);
+    const posts = postsTo(url);
+    expect(posts).toHaveLength(1);
+    expect(JSON.parse(posts[0]!.body).text).toContain('member.joined');
+
+    const log = await org.deliveries(email);
+    expect(log.data).toEqual([
+      {
+        id: expect.stringMatching(/^ndlv_/),
+        destination_id: email,
+        event: {
+          id: eventId,
+          type: 'member.joined',
+          organization_id: org.orgId,
+          occurred_at: expect.any(String),
+          actor: { type: 'user', id: org.ownerId },
+          data: memberJoined(org.ownerId),
+        },
+        status: 'delivered',
+        attempts: 1,
+        last_attempt_at: expect.any(String),
+        next_attempt_at: null,
+        last_error: null,
+        delivered_at: expect.any(String),
+        created_at: expect.any(String),
+      },
+    ]);
+    expect((await org.deliveries(slack)).data.map((d) => d.status)).toEqual(['delivered']);
+    expect((await org.deliveries(paused)).data).toEqual([]);
+    expect((await org.deliveries(elsewhere)).data).toEqual([]);
+    expect((await other.deliveries(otherOrg)).data).toEqual([]);
+
+    // A second round finds nothing left to do: nothing is sent twice.
+    expect(await dispatcher().runOnce()).toMatchObject({ delivered: 0, retrying: 0 });
+    expect(postsTo(url)).toHaveLength(1);
+  });
+
+  it('retries a failed delivery with exponential backoff, and gives up after the last attempt', async () => {
+    const org = await setup();
+    const url = hookUrl();
+    const slack = await org.create({ name: `Flaky ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['role.deleted'] });
+    await t.factories.event(org.orgId, 'role.deleted', { role: { id: newId('role'), name: 'Contractors', permissions: [] } });
+    receiver.respondWith({ status: 500, body: 'down' });
+    const worker = dispatcher({ maxAttempts: 3 });
+    const start = new Date(Date.now() + 1000);
+
+    expect(await worker.runOnce(start)).toMatchObject({ retrying: 1 });
+    let [entry] = (await org.deliveries(slack)).data;
+    expect(entry).toMatchObject({ status: 'pending', attempts: 1, last_error: 'The webhook answered 500 Internal Server Error.' });
+    expect(Date.parse(entry.next_attempt_at) - start.getTime()).toBe(30_000);
+
+    // Not due yet: nothing is sent.
+    expect(await worker.runOnce(new Date(start.getTime() + 29_000))).toMatchObject({ retrying: 0, failed: 0 });
+    expect(postsTo(url)).toHaveLength(1);
+
+    expect(await worker.runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ retrying: 1 });
+    [entry] = (await org.deliveries(slack)).data;
+    expect(entry).toMatchObject({ status: 'pending', attempts: 2 });
+    expect(Date.parse(entry.next_attempt_at) - (start.getTime() + 30_000)).toBe(60_000);
+
+    expect(await worker.runOnce(new Date(start.getTime() + 90_000))).toMatchObject({ failed: 1 });
+    [entry] = (await org.deliveries(slack)).data;
+    expect(entry).toMatchObject({ status: 'failed', attempts: 3, next_attempt_at: null, delivered_at: null });
+    expect(postsTo(url)).toHaveLength(3);
+    expect((await org.deliveries(slack, '?status=failed')).data).toHaveLength(1);
+    expect((await org.deliveries(slack, '?status=delivered')).data).toHaveLength(0);
+  });
+
+  it('delivers after a failure once the webhook recovers', async () => {
+    const org = await setup();
+    const url = hookUrl();
+    const slack = await org.create({ name: `Recovers ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['invite.revoked'] });
+    await t.factories.event(org.orgId, 'invite.revoked', {
+      invite: { id: newId('invite'), email: 'bob@acme.example', role_ids: [], invited_by_user_id: org.ownerId, expires_at: new Date().toISOString() },
+    });
+    const worker = dispatcher();
+    const start = new Date(Date.now() + 1000);
+    receiver.respondWith({ status: 503, body: 'busy' });
+    expect(await worker.runOnce(start)).toMatchObject({ retrying: 1 });
+    receiver.respondWith({ status: 200, body: 'ok' });
+    expect(await worker.runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ delivered: 1 });
+    expect((await org.deliveries(slack)).data[0]).toMatchObject({ status: 'delivered', attempts: 2, last_error: null });
+  });
+
+  it('skips a destination paused after the event and before its delivery', async () => {
+    const org = await setup();
+    const url = hookUrl();
+    const slack = await org.create({ name: `Paused later ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['role.created'] });
+    await t.factories.event(org.orgId, 'role.created', { role: { id: newId('role'), name: 'Auditors', permissions: ['audit_log:view'] } });
+    const start = new Date(Date.now() + 1000);
+    receiver.respondWith({ status: 500 });
+    await dispatcher().runOnce(start);
+    expect((await org.client.patch(`/notification-destination/${slack}`, { is_active: false })).status).toBe(200);
+    expect(await dispatcher().runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ skipped: 1 });
+    expect((await org.deliveries(slack)).data[0]).toMatchObject({ status: 'skipped', next_attempt_at: null });
+    expect(postsTo(url)).toHaveLength(1);
+  });
+
+  it('lets two workers share the queue without sending anything twice', async () => {
+    const org = await setup();
+    const url = hookUrl();
+    await org.create({ name: `Shared ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['connector.created'] });
+    for (let i = 0; i < 5; i += 1) {
+      await t.factories.event(org.orgId, 'connector.created', { connector: { slug: `crm-${i}`, name: `CRM ${i}`, version: '1' }, forked_from: null });
+    }
+    receiver.respondWith({ status: 200, body: 'ok', delayMs: 50 });
+    const [a, b] = await Promise.all([dispatcher({ batchSize: 3 }).runOnce(), dispatcher({ batchSize: 3 }).runOnce()]);
+    await dispatcher().runOnce();
+    expect(postsTo(url)).toHaveLength(5);
+    expect(a.delivered + b.delivered).toBeLessThanOrEqual(5);
+  });
+
+  it('runs by itself on a timer and stops cleanly', async () => {
+    const org = await setup();
+    const url = hookUrl();
+    await org.create({ name: `Timer ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['org_domain.verified'] });
+    await t.factories.event(org.orgId, 'org_domain.verified', { org_domain: { id: newId('orgDomain'), domain: 'acme.example' } });
+    const worker = dispatcher();
+    worker.start(20);
+    for (let i = 0; i < 200 && postsTo(url).length === 0; i += 1) await new Promise((r) => setTimeout(r, 10));
+    await worker.stop();
+    expect(postsTo(url)).toHaveLength(1);
+  });
+});
+
+describe('listNotificationDeliveries', () => {
+  it('pages newest first and refuses what it must', async () => {
+    const org = await setup();
+    const email = await org.create({ name: `Paged ${unique()}`, type: 'email', config: { to: ['ops@acme.example'] }, event_types: ['member.removed'] });
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i += 1) {
+      ids.push(await t.factories.event(org.orgId, 'member.removed', { member: { user_id: org.ownerId, email: `m${i}@acme.example`, name: null }, status: 'removed' }));
+    }
+    await dispatcher().runOnce();
+    const first = await org.deliveries(email, '?limit=2');
+    expect(first.data.map((d) => d.event.id)).toEqual([ids[2], ids[1]]);
+    const second = await org.deliveries(email, `?limit=2&cursor=${first.next_cursor}`);
+    expect(second.data.map((d) => d.event.id)).toEqual([ids[0]]);
+    expect(second.next_cursor).toBeNull();
+    expect((await org.deliveries(email, '?event_type=role.created')).data).toEqual([]);
+
+    const bad = await org.client.get(`/notification-destination/${email}/delivery?status=sent`);
+    expect([bad.status, bad.body.code]).toEqual([400, 'validation_failed']);
+    const cursor = await org.client.get(`/notification-destination/${email}/delivery?cursor=${Buffer.from(email).toString('base64url')}`);
+    expect([cursor.status, cursor.body.code]).toEqual([400, 'invalid_cursor']);
+
+    const other = await setup();
+    const foreign = await other.client.get(`/notification-destination/${email}/delivery`);
+    expect([foreign.status, foreign.body.code]).toEqual([404, 'not_found']);
+    const viewer = await t.factories.token(org.orgId, org.ownerId, ['role:view']);
+    const refused = await t.as({ token: viewer, org: org.orgId }).get(`/notification-destination/${email}/delivery`);
+    expect([refused.status, refused.body.code]).toEqual([403, 'missing_permission']);
+
+    // Deleting the destination deletes its log with it.
+    expect((await org.client.delete(`/notification-destination/${email}`)).status).toBe(204);
+    expect(await t.db.selectFrom('notification_deliveries').select('id').where('destination_id', '=', email).execute()).toEqual([]);
+  });
+});
