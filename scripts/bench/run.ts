@@ -23,6 +23,7 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
+import { processAlive } from '../../src/db/database';
 
 const ROOT = resolve(__dirname, '..', '..');
 const HOST = '127.0.0.1';
@@ -105,14 +106,6 @@ async function onServer<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 async function createDatabase(): Promise<string> {
   const name = `cp_bench_${process.pid}_${randomBytes(4).toString('hex')}`;

@@ -102,7 +102,8 @@ function preparingPool(pool: pg.Pool): PostgresPool {
   return { connect, end: () => pool.end() } as PostgresPool;
 }
 
-function processAlive(pid: number): boolean {
+/** Whether a process of this pid exists (EPERM: it does, owned by someone else). */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

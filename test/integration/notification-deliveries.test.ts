@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { DEFAULT_DISPATCHER_OPTIONS, OutboxDispatcher, type DispatcherOptions } from '../../src/events/dispatcher';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
-import { startHttpReceiver, startSmtpServer } from '../support/peers';
+import { usePeers } from '../support/peers';
 
 /*
  * The outbox worker against a real SMTP server and a real HTTP receiver (standing in for
@@ -10,27 +10,18 @@ import { startHttpReceiver, startSmtpServer } from '../support/peers';
  * Rounds are run explicitly with a chosen clock, so backoff is tested without waiting.
  */
 
+const peers = usePeers();
 let t: TestApp;
-let smtp: Awaited<ReturnType<typeof startSmtpServer>>;
-let receiver: Awaited<ReturnType<typeof startHttpReceiver>>;
-
 beforeAll(async () => {
-  smtp = await startSmtpServer();
-  receiver = await startHttpReceiver();
-  t = await startTestApp({ env: { SMTP_URL: smtp.url } });
+  t = await startTestApp({ env: { SMTP_URL: peers.smtp.url } });
 });
-afterAll(async () => {
-  await t.close();
-  await receiver.close();
-  await smtp.close();
-});
-beforeEach(() => receiver.respondWith({ status: 200, body: 'ok' }));
+afterAll(() => t.close());
 
 const unique = () => randomBytes(6).toString('hex');
-const hookUrl = () => `${receiver.url}/services/T${unique()}/B${unique()}/${unique()}`;
+const hookUrl = () => `${peers.receiver.url}/services/T${unique()}/B${unique()}/${unique()}`;
 const dispatcher = (options: Partial<DispatcherOptions> = {}) =>
   new OutboxDispatcher(t.db, { mailer: t.deps.mailer, secrets: t.deps.secrets, outbound: t.deps.config.outbound }, t.deps.logger, { ...DEFAULT_DISPATCHER_OPTIONS, ...options });
-const postsTo = (url: string) => receiver.requests.filter((r) => url.endsWith(r.path));
+const postsTo = (url: string) => peers.receiver.requests.filter((r) => url.endsWith(r.path));
 
 async function setup() {
   const seeded = await t.factories.org();
@@ -62,11 +53,11 @@ describe('the outbox worker', () => {
     const otherOrg = await other.create({ name: `Other ${unique()}`, type: 'email', config: { to: ['other@beta.example'] }, event_types: ['member.joined'] });
 
     const eventId = await t.factories.event(org.orgId, 'member.joined', memberJoined(org.ownerId), org.ownerId);
-    const mailsBefore = smtp.messages.length;
+    const mailsBefore = peers.smtp.messages.length;
     const round = await dispatcher().runOnce();
     expect(round).toMatchObject({ fannedOut: expect.any(Number), delivered: 2, retrying: 0, failed: 0 });
 
-    const mails = smtp.messages.slice(mailsBefore);
+    const mails = peers.smtp.messages.slice(mailsBefore);
     expect(mails.map((m) => m.to)).toEqual([['ops@acme.example']]);
     expect(mails[0]!.raw).toMatch(/Subject: \[Acme\] Someone became an active member/);
     expect(mails[0]!.raw).toContain(eventId);
@@ -111,7 +102,7 @@ describe('the outbox worker', () => {
     const url = hookUrl();
     const slack = await org.create({ name: `Flaky ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['role.deleted'] });
     await t.factories.event(org.orgId, 'role.deleted', { role: { id: newId('role'), name: 'Contractors', permissions: [] } });
-    receiver.respondWith({ status: 500, body: 'down' });
+    peers.receiver.respondWith({ status: 500, body: 'down' });
     const worker = dispatcher({ maxAttempts: 3 });
     const start = new Date(Date.now() + 1000);
 
@@ -146,9 +137,9 @@ describe('the outbox worker', () => {
     });
     const worker = dispatcher();
     const start = new Date(Date.now() + 1000);
-    receiver.respondWith({ status: 503, body: 'busy' });
+    peers.receiver.respondWith({ status: 503, body: 'busy' });
     expect(await worker.runOnce(start)).toMatchObject({ retrying: 1 });
-    receiver.respondWith({ status: 200, body: 'ok' });
+    peers.receiver.respondWith({ status: 200, body: 'ok' });
     expect(await worker.runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ delivered: 1 });
     expect((await org.deliveries(slack)).data[0]).toMatchObject({ status: 'delivered', attempts: 2, last_error: null });
   });
@@ -159,7 +150,7 @@ describe('the outbox worker', () => {
     const slack = await org.create({ name: `Paused later ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['role.created'] });
     await t.factories.event(org.orgId, 'role.created', { role: { id: newId('role'), name: 'Auditors', permissions: ['audit_log:view'] } });
     const start = new Date(Date.now() + 1000);
-    receiver.respondWith({ status: 500 });
+    peers.receiver.respondWith({ status: 500 });
     await dispatcher().runOnce(start);
     expect((await org.client.patch(`/notification-destination/${slack}`, { is_active: false })).status).toBe(200);
     expect(await dispatcher().runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ skipped: 1 });
@@ -174,7 +165,7 @@ describe('the outbox worker', () => {
     for (let i = 0; i < 5; i += 1) {
       await t.factories.event(org.orgId, 'connector.created', { connector: { slug: `crm-${i}`, name: `CRM ${i}`, version: '1' }, forked_from: null });
     }
-    receiver.respondWith({ status: 200, body: 'ok', delayMs: 50 });
+    peers.receiver.respondWith({ status: 200, body: 'ok', delayMs: 50 });
     const [a, b] = await Promise.all([dispatcher({ batchSize: 3 }).runOnce(), dispatcher({ batchSize: 3 }).runOnce()]);
     await dispatcher().runOnce();
     expect(postsTo(url)).toHaveLength(5);

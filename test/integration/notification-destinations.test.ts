@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp, type TestResponse } from '../support/app';
-import { startHttpReceiver, startSmtpServer } from '../support/peers';
+import { startHttpReceiver, startSmtpServer, usePeers } from '../support/peers';
 
 /*
  * The six notification destination operations over HTTP, against the real app on a fresh
@@ -20,21 +20,12 @@ const AUDIT_PREFIX = 'notification_destination.';
 type Client = ReturnType<TestApp['as']>;
 type Body = Record<string, unknown>;
 
+const peers = usePeers();
 let t: TestApp;
-let smtp: Awaited<ReturnType<typeof startSmtpServer>>;
-let receiver: Awaited<ReturnType<typeof startHttpReceiver>>;
-
 beforeAll(async () => {
-  smtp = await startSmtpServer();
-  receiver = await startHttpReceiver();
-  t = await startTestApp({ env: { SMTP_URL: smtp.url } });
+  t = await startTestApp({ env: { SMTP_URL: peers.smtp.url } });
 });
-afterAll(async () => {
-  await t.close();
-  await receiver.close();
-  await smtp.close();
-});
-beforeEach(() => receiver.respondWith({ status: 200, body: 'ok' }));
+afterAll(() => t.close());
 
 // ---------------------------------------------------------------------------------------
 // Helpers: valid bodies, a fresh organization, and what the database and peers saw.
@@ -43,7 +34,7 @@ beforeEach(() => receiver.respondWith({ status: 200, body: 'ok' }));
 const unique = () => randomBytes(6).toString('hex');
 
 /** A Slack incoming-webhook URL on the local receiver; the last segment is the secret. */
-const hookUrl = (base = receiver.url) => `${base}/services/T${unique()}/B${unique()}/${unique()}${unique()}`;
+const hookUrl = (base = peers.receiver.url) => `${base}/services/T${unique()}/B${unique()}/${unique()}${unique()}`;
 
 /** A valid email destination body. */
 const emailBody = (overrides: Body = {}): Body => ({
@@ -116,10 +107,10 @@ async function destinationAudit(orgId: string, app: TestApp = t) {
 }
 
 /** Requests the receiver got for one webhook URL. */
-const deliveredTo = (url: string) => receiver.requests.filter((r) => r.path === new URL(url).pathname);
+const deliveredTo = (url: string) => peers.receiver.requests.filter((r) => r.path === new URL(url).pathname);
 
 /** Messages the SMTP peer accepted for one recipient. */
-const mailFor = (address: string) => smtp.messages.filter((m) => m.to.includes(address));
+const mailFor = (address: string) => peers.smtp.messages.filter((m) => m.to.includes(address));
 
 /** The header block of a raw message, with folded lines unfolded. */
 const headersOf = (raw: string) => raw.slice(0, raw.indexOf('\r\n\r\n')).replace(/\r\n[ \t]+/g, ' ');
@@ -670,7 +661,7 @@ describe('testNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url));
-    receiver.respondWith({ status: 500, body: 'upstream broke' });
+    peers.receiver.respondWith({ status: 500, body: 'upstream broke' });
 
     const res = await client.post(testPath(created.id));
     expect(res.status).toBe(200);
@@ -688,9 +679,9 @@ describe('testNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url));
-    receiver.respondWith({ status: 404, body: 'no_team' });
+    peers.receiver.respondWith({ status: 404, body: 'no_team' });
     expect((await client.post(testPath(created.id))).body).toMatchObject({ status: 'failed', error: expect.stringContaining('404') });
-    receiver.respondWith({ status: 200, body: 'ok' });
+    peers.receiver.respondWith({ status: 200, body: 'ok' });
     const res = await client.post(testPath(created.id));
     expect(res.body).toMatchObject({ status: 'ok', error: null, destination: { last_test_status: 'ok', last_test_error: null } });
   });
@@ -699,7 +690,7 @@ describe('testNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url));
-    receiver.respondWith({ status: 302, body: '' });
+    peers.receiver.respondWith({ status: 302, body: '' });
     const res = await client.post(testPath(created.id));
     expect(res.body).toMatchObject({ status: 'failed', error: expect.stringContaining('302') });
     expect(deliveredTo(url)).toHaveLength(1);
@@ -1169,7 +1160,7 @@ describe('audit', () => {
   it('records a failed test too', async () => {
     const { client, orgId } = await newOrg();
     const created = await create(client, slackBody(hookUrl()));
-    receiver.respondWith({ status: 500 });
+    peers.receiver.respondWith({ status: 500 });
     expect((await client.post(testPath(created.id))).body.status).toBe('failed');
     const entries = await destinationAudit(orgId);
     expect(entries.map((e) => e.action)).toEqual(['notification_destination.created', 'notification_destination.tested']);
@@ -1196,7 +1187,7 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
   });
   afterAll(() => strict.close());
 
-  const port = () => new URL(receiver.url).port;
+  const port = () => new URL(peers.receiver.url).port;
   const loopbackUrls = () => [
     hookUrl(),
     `https://127.0.0.1:${port()}/services/T0/B0/${unique()}`,
@@ -1267,7 +1258,7 @@ describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', (
 
   it('refuses the unspecified address, which reaches loopback', async () => {
     const { client, orgId } = await newOrg(privateOnly);
-    const port = new URL(receiver.url).port;
+    const port = new URL(peers.receiver.url).port;
     for (const url of [`http://0.0.0.0:${port}/services/T0/B0/${unique()}`, `http://[::]:${port}/services/T0/B0/${unique()}`]) {
       expectError(await client.post(LIST, slackBody(url)), 400, 'outbound_url_not_allowed');
       expect(deliveredTo(url)).toEqual([]);
@@ -1277,7 +1268,7 @@ describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', (
 
   it('still refuses 127.0.0.0/8 and ::1', async () => {
     const { client } = await newOrg(privateOnly);
-    const port = new URL(receiver.url).port;
+    const port = new URL(peers.receiver.url).port;
     for (const url of [`http://127.0.0.1:${port}/services/T0/B0/${unique()}`, `http://[::1]:${port}/services/T0/B0/${unique()}`]) {
       expectError(await client.post(LIST, slackBody(url)), 400, 'outbound_url_not_allowed');
     }

@@ -78,3 +78,21 @@ export async function startHttpReceiver() {
       }),
   };
 }
+
+/**
+ * An SMTP server and an HTTP receiver for one test file, started before its tests and
+ * closed after them; the receiver answers 200 unless a test says otherwise.
+ */
+export function usePeers() {
+  const peers = {} as { smtp: Awaited<ReturnType<typeof startSmtpServer>>; receiver: Awaited<ReturnType<typeof startHttpReceiver>> };
+  beforeAll(async () => {
+    peers.smtp = await startSmtpServer();
+    peers.receiver = await startHttpReceiver();
+  });
+  afterAll(async () => {
+    await peers.receiver?.close();
+    await peers.smtp?.close();
+  });
+  beforeEach(() => peers.receiver.respondWith({ status: 200, body: 'ok' }));
+  return peers;
+}
