@@ -246,7 +246,7 @@ export interface paths {
          * @description Ends the caller's session: the cookie stops working at once, everywhere, and the
          *     response clears it. Other sessions of the same person stay signed in. Needs a session
          *     (a person); an API token is refused. Not org-scoped. Records no audit entry: it changes
-         *     nothing an organization owns.
+         *     nothing an organization owns. Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
          *     `invalid_token` (no session, or one that already ended); 403 `requires_person`; 429
@@ -277,7 +277,7 @@ export interface paths {
          *     the address has an account: for an address that already has one, a sign-in link is
          *     emailed instead, and for a domain whose SSO connection is enforced, an email pointing
          *     to SSO. Public: needs no credential. Not org-scoped. Records no audit entry.
-         *     Rate-limited per address and per client address.
+         *     Rate-limited per address and per client address. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -304,6 +304,7 @@ export interface paths {
          *     previous link stops working. Like `POST /auth/signup`, always answers 202 with the same
          *     body whatever the state of the address. Public: needs no credential. Not org-scoped.
          *     Records no audit entry. Rate-limited per address (at most one email a minute).
+         *     Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -365,7 +366,7 @@ export interface paths {
          *     address gets no email, and an address whose domain enforces SSO gets an email pointing
          *     to SSO. Requesting a new link makes earlier unused ones stop working. Public: needs no
          *     credential. Not org-scoped. Records no audit entry. Rate-limited per address and per
-         *     client address.
+         *     client address. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -426,7 +427,7 @@ export interface paths {
          *     refreshes `second_factor_at`. Needs a session (a person), including one in the
          *     `mfa_pending` state; an API token is refused. Not org-scoped. Records no audit entry.
          *     Wrong codes are rate-limited per account: after 5 failures in 15 minutes the account
-         *     answers 429 until the window passes.
+         *     answers 429 until the window passes. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (a wrong or
          *     already used code, an assertion that does not verify or is not one of the user's
@@ -705,11 +706,11 @@ export interface paths {
         /**
          * Begin step-up reauthentication
          * @description Starts a step-up check: a fresh second factor the session must show before a
-         *     sensitive action (turning off TOTP, regenerating recovery codes). Answers with the
-         *     methods the user has enrolled and, when the user has a passkey, WebAuthn request
-         *     options whose single-use challenge is bound to this session. Send the proof to
-         *     `POST /auth/step-up/verify`. Needs a session (a person); an API token is refused. Not
-         *     org-scoped. Records no audit entry.
+         *     sensitive action (turning off TOTP, regenerating recovery codes, changing an
+         *     organization's `require_mfa`). Answers with the methods the user has enrolled and,
+         *     when the user has a passkey, WebAuthn request options whose single-use challenge is
+         *     bound to this session. Send the proof to `POST /auth/step-up/verify`. Needs a session (a person); an API token is refused. Not
+         *     org-scoped. Records no audit entry. Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
          *     `invalid_token`; 403 `requires_person`; 409 `conflict` (the user has no second factor
@@ -740,6 +741,7 @@ export interface paths {
          *     `step_up_expires_at`, 5 minutes later) and counts as having shown a second factor.
          *     Needs a session (a person); an API token is refused. Not org-scoped. Records no audit
          *     entry. Wrong codes are rate-limited per account like `POST /auth/mfa/verify`.
+         *     Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (a wrong or
          *     used code, an assertion that does not verify or is not the user's),
@@ -772,7 +774,7 @@ export interface paths {
          *     credential with user verification, no attestation, and the user's existing passkeys
          *     in `excludeCredentials`. Pass them to `navigator.credentials.create()` and send the
          *     result to `POST /auth/passkey/registration/verify`. Needs a session (a person); an API
-         *     token is refused. Not org-scoped. Records no audit entry.
+         *     token is refused. Not org-scoped. Records no audit entry. Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
          *     `invalid_token`; 403 `requires_person`; 429 `rate_limited`. 404 is declared because
@@ -802,7 +804,7 @@ export interface paths {
          *     public key, counter and transports. The passkey counts as a second factor from now on
          *     (so `can_disable_mfa` may become true), and this session is recorded as having shown
          *     one. Needs a session (a person); an API token is refused. Not org-scoped. Records no
-         *     audit entry: passkeys belong to the person, not to an organization.
+         *     audit entry: passkeys belong to the person, not to an organization. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the response
          *     does not verify), `challenge_expired` (the challenge expired, was used, or belongs to
@@ -863,7 +865,7 @@ export interface paths {
          *     same rule as turning off TOTP applies: the last second factor of a user (no TOTP, no
          *     other passkey) cannot be deleted while an organization of the user requires one.
          *     Needs a session (a person); an API token is refused. Not org-scoped. Records no audit
-         *     entry.
+         *     entry. Emits no event.
          *
          *     Errors: 400 `validation_failed` (an id that is not `pkey_…`); 401 `unauthenticated`,
          *     `invalid_token`; 403 `requires_person`; 404 `not_found` (also for another person's
@@ -876,7 +878,7 @@ export interface paths {
         /**
          * Rename passkey
          * @description Changes the label of one of the caller's passkeys. Needs a session (a person); an API
-         *     token is refused. Not org-scoped. Records no audit entry.
+         *     token is refused. Not org-scoped. Records no audit entry. Emits no event.
          *
          *     Errors: 400 `validation_failed` (an id that is not `pkey_…`, an empty name),
          *     `malformed_json`; 401 `unauthenticated`, `invalid_token`; 403 `requires_person`; 404
@@ -904,6 +906,7 @@ export interface paths {
          *     `POST /auth/mfa/verify` with `method: passkey` (to complete a second-factor
          *     challenge). Public: needs no credential (service description §5.3). Not org-scoped.
          *     Records no audit entry; stores only the challenge. Rate-limited per client address.
+         *     Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 429 `rate_limited`.
          */
@@ -933,7 +936,7 @@ export interface paths {
          *     starts `active` even where organizations require one. Public: the credential is the
          *     assertion. Not org-scoped. Records no audit entry: it changes nothing an organization
          *     owns. An unknown credential is a failed verification, so nothing reveals which
-         *     passkeys exist.
+         *     passkeys exist. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the
          *     assertion does not verify or names no passkey), `challenge_expired` (the challenge
@@ -961,9 +964,18 @@ export interface paths {
          *     their permissions. It is the first call a client makes to learn which organization ids
          *     may go in `X-Organization-Id`.
          *
+         *     With a session, `mfa_setup_required` is true when at least one organization of the
+         *     user requires a second factor the session has not shown; those organizations answer
+         *     its org-scoped requests with 403 `mfa_setup_required` until it shows one
+         *     (`POST /auth/mfa/verify`, or enrolling TOTP or a passkey). `mfa_setup_required_org_ids`
+         *     names at most 50 of them, the one in `current_org_id` first, and
+         *     `mfa_setup_required_org_count` gives their true number.
+         *
          *     With an API token, `organizations` holds only the token's organization and its
-         *     permissions are the token's effective ones; `mfa_setup_required` is always false.
-         *     Not org-scoped: send no `X-Organization-Id`. Changes nothing.
+         *     permissions are the token's effective ones; `mfa_setup_required` is always false (a
+         *     token is never asked for a second factor). Not org-scoped: send no
+         *     `X-Organization-Id`. Needs no permission. Changes nothing, so records no audit entry
+         *     and emits no event.
          *
          *     Errors: 400 `validation_failed` (a malformed `current_org_id`, a body); 401
          *     `unauthenticated` or `invalid_token`; 429 `rate_limited`. 403 and 404 are declared
@@ -996,6 +1008,7 @@ export interface paths {
          *     pending secret. Needs a session (a person); an API token is refused. Works on a session
          *     that organizations refuse with `mfa_setup_required`, since this is how it gets a second
          *     factor. Not org-scoped. Records no audit entry: second factors belong to the person.
+         *     Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
          *     `invalid_token`; 403 `requires_person`; 409 `conflict` (TOTP is already on; turn it off
@@ -1011,6 +1024,7 @@ export interface paths {
          *     (`can_disable_mfa` false in `GET /user/me`): add a passkey first. Sessions keep the
          *     second factor they already showed. Needs a session (a person); an API token is
          *     refused. Not org-scoped. Records no audit entry: second factors belong to the person.
+         *     Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
          *     `invalid_token`; 403 `requires_person`, `step_up_required`; 404 `not_found` (TOTP is
@@ -1037,7 +1051,7 @@ export interface paths {
          *     on (`mfa_enabled: true`), this session counts as having shown a second factor, and the
          *     answer carries ten recovery codes, shown exactly once. Needs a session (a person); an
          *     API token is refused. Not org-scoped. Records no audit entry: second factors belong to
-         *     the person.
+         *     the person. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the code
          *     does not match the pending secret); 401 `unauthenticated`, `invalid_token`; 403
@@ -1067,7 +1081,7 @@ export interface paths {
          * @description Replaces the caller's recovery codes with ten new ones, shown exactly once; the old
          *     codes stop working at once. Needs a step-up passed within the last 5 minutes
          *     (`POST /auth/step-up/verify`). Needs a session (a person); an API token is refused. Not
-         *     org-scoped. Records no audit entry: second factors belong to the person.
+         *     org-scoped. Records no audit entry: second factors belong to the person. Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
          *     `invalid_token`; 403 `requires_person`, `step_up_required`; 409 `conflict` (TOTP is
@@ -1185,7 +1199,8 @@ export interface paths {
          *     Changing `require_mfa` is reserved for a person (service description §5.8): an API
          *     token sending it with a different value is refused with 403 `requires_person` (sending
          *     the current value changes nothing and is allowed). The person must also have passed a
-         *     step-up (`/auth/step-up/*`) within the last few minutes, else 403 `step_up_required`;
+         *     step-up (`/auth/step-up/*`) within the last 5 minutes (until the session's
+         *     `step_up_expires_at`), else 403 `step_up_required`;
          *     this proves they hold a second factor, so turning the requirement on cannot lock them
          *     out. Once on, sessions that have not shown a second factor are refused with 403
          *     `mfa_setup_required` in this organization; API tokens are not affected.
@@ -1863,8 +1878,9 @@ export interface paths {
         post?: never;
         /**
          * Remove a member
-         * @description Removes the person from the organization: the membership becomes `removed`, they leave
-         *     every team, lose their roles, and their API tokens are revoked; their sessions can no
+         * @description Removes the person from the organization: the membership becomes `removed`
+         *     (`status_reason` `left` when they removed themselves, else `removed`), they leave every
+         *     team, lose their roles, and their API tokens are revoked; their sessions can no
          *     longer act here. Their user toolboxes and MCP servers are deleted (the endpoints stop
          *     answering). Their connections stay, unusable, for someone with `connection:manage` to
          *     transfer or delete; what they created for the organization (templates, toolboxes,
@@ -1897,8 +1913,8 @@ export interface paths {
          *     `last_owner`). Giving a `billable` role to someone who held none takes a seat of the
          *     plan limit `seats` (403 `entitlement_exceeded` when none is left). A role id that is
          *     not a role of this organization is 400 `unknown_reference` pointing at it. A removed
-         *     member's roles cannot change (409 `conflict`). Roles a group mapping gave may be
-         *     given again by the identity provider at its next change.
+         *     member's roles cannot change (409 `invalid_transition`). Roles a group mapping gave may
+         *     be given again by the identity provider at its next change.
          *
          *     Needs `member:manage`. Records the audit action `member.roles_updated` with the
          *     roles before and after, and emits `member.roles_updated` when the set changed.
@@ -1906,7 +1922,8 @@ export interface paths {
          *     Errors: 400 `validation_failed`, `unknown_reference` (a role that is not this
          *     organization's), `organization_header_required`; 401; 403 `not_a_member`,
          *     `mfa_setup_required`, `missing_permission`, `permission_escalation`,
-         *     `entitlement_exceeded`; 404 `not_found`; 409 `last_owner`, `conflict`; 413; 415; 429.
+         *     `entitlement_exceeded`; 404 `not_found`; 409 `last_owner`, `invalid_transition`; 413;
+         *     415; 429.
          */
         patch: operations["updateMember"];
         trace?: never;
@@ -2010,8 +2027,8 @@ export interface paths {
         put?: never;
         /**
          * Revoke an invite
-         * @description Withdraws a pending invite: its link stops working at once and it becomes `revoked`.
-         *     The record stays, for the history. Only a pending invite can be revoked (409
+         * @description Withdraws a pending invite: its link stops working at once and it becomes `revoked`,
+         *     with `revoked_at` and `revoked_by_user_id` set. The record stays, for the history. Only a pending invite can be revoked (409
          *     `invalid_transition` for an accepted, revoked or expired one). Takes no body. Needs
          *     `invite:manage`. Records the audit action `invite.revoked` and emits
          *     `invite.revoked`.
@@ -4069,7 +4086,7 @@ export interface paths {
          *     authorization are deleted after 30 days. Public (open registration): needs no
          *     credential; rate-limited per client address. Served with
          *     `Access-Control-Allow-Origin: *` for browser-based clients. Not org-scoped. Records no
-         *     audit entry: a client belongs to no organization.
+         *     audit entry: a client belongs to no organization. Emits no event.
          *
          *     Errors (OAuth format): 400 `invalid_redirect_uri`, `invalid_client_metadata`. Errors
          *     (Error object): 413 `payload_too_large`; 415 `unsupported_media_type` (not JSON); 429
@@ -4157,7 +4174,7 @@ export interface paths {
          *     the consenting person on that one MCP server, within the granted scopes, and stops
          *     working when revoked, when the person loses access to the MCP server, or when it is
          *     deleted. Served with `Access-Control-Allow-Origin: *`. Not org-scoped. Records no
-         *     audit entry.
+         *     audit entry. Emits no event.
          *
          *     Errors (OAuth format): 400 `invalid_request`, `invalid_grant`, `unauthorized_client`,
          *     `unsupported_grant_type`, `invalid_scope`, `invalid_target`; 401 `invalid_client`.
@@ -4189,7 +4206,7 @@ export interface paths {
          *     200 with an empty body whether or not the token was known, valid, or issued to this
          *     client, so it reveals nothing; a token of another client is left alone. Clients
          *     authenticate as at `/oauth/token`. Served with `Access-Control-Allow-Origin: *`. Not
-         *     org-scoped. Records no audit entry.
+         *     org-scoped. Records no audit entry. Emits no event.
          *
          *     Errors (OAuth format): 400 `invalid_request`, `unsupported_token_type`; 401
          *     `invalid_client`. Errors (Error object): 413 `payload_too_large`; 415
@@ -4228,7 +4245,7 @@ export interface paths {
          * UserInfo endpoint (OIDC Core section 5.3), by POST
          * @description The same as `GET /oauth/userinfo`, for clients that use POST (OpenID Connect Core
          *     §5.3.1). The access token goes in the `Authorization: Bearer` header; the request has
-         *     no body. Not org-scoped. Changes nothing, so records no audit entry.
+         *     no body. Not org-scoped. Changes nothing, so records no audit entry. Emits no event.
          *
          *     Errors (OAuth format): 400 `invalid_request`; 401 `invalid_token`; 403
          *     `insufficient_scope`. Errors (Error object): 429 `rate_limited`.
@@ -5493,8 +5510,8 @@ export interface paths {
          *     turn enforcement or just-in-time provisioning on or off, deactivate (`status:
          *     inactive`) or reactivate. A draft whose settings become complete turns `active` unless
          *     the same request sends `status: inactive`. `type` is immutable. Turning `enforce` on
-         *     signs out, in this organization, the sessions of people of the domains that did not
-         *     come through this connection. Needs `sso:manage`. Records the audit action
+         *     ends the sessions of people of the domains that did not come through this connection,
+         *     and from then on their other sign-in methods are refused (`sso_required`). Needs `sso:manage`. Records the audit action
          *     `sso_connection.updated` with the names of the changed members (never the client
          *     secret); emits no event.
          *
@@ -5586,8 +5603,9 @@ export interface paths {
         /**
          * List SCIM tokens
          * @description Lists the organization's SCIM tokens, oldest first, a page at a time, without their
-         *     secrets: name, last four characters, expiry and last use. Reserved for a person in the
-         *     web app (managing SCIM tokens is); an API token is refused. Needs `scim:manage`.
+         *     secrets: name, last four characters (`token_hint`), expiry and last use. Reserved for
+         *     a person in the web app (managing SCIM tokens is, service description §5.8): an API
+         *     token is refused with 403 `requires_person`. Needs `scim:manage`.
          *     Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
@@ -5598,10 +5616,12 @@ export interface paths {
         put?: never;
         /**
          * Create a SCIM token
-         * @description Creates a SCIM token for the organization's identity provider and returns it once:
-         *     give the identity provider `token` and `{base_url}/scim/v2` as the SCIM base URL. Only
-         *     its SHA-256 hash is stored. Several tokens may exist at once, so that one can be
-         *     replaced without a gap. Reserved for a person in the web app; an API token is refused.
+         * @description Creates a SCIM token for the organization's identity provider and returns it once, in
+         *     `token` (`scim_…`), beside its record in `scim_token`: give the identity provider
+         *     `token` and `{base_url}/scim/v2` as the SCIM base URL. Only its SHA-256 hash is
+         *     stored. Several tokens may exist at once, so that one can be replaced without a gap.
+         *     Reserved for a person in the web app (service description §5.8): an API token is
+         *     refused with 403 `requires_person`.
          *     Needs the plan feature `scim` and `scim:manage`. Records the audit action
          *     `scim_token.created` (never the token); emits no event.
          *
@@ -5641,8 +5661,8 @@ export interface paths {
         /**
          * Revoke a SCIM token
          * @description Revokes the token at once: the identity provider's next request with it answers 401.
-         *     Provisioned people and groups are not touched. Reserved for a person in the web app;
-         *     an API token is refused. Needs `scim:manage`. Records the audit action
+         *     Provisioned people and groups are not touched. Reserved for a person in the web app
+         *     (service description §5.8): an API token is refused with 403 `requires_person`. Needs `scim:manage`. Records the audit action
          *     `scim_token.revoked`; emits no event.
          *
          *     Errors: 400 `validation_failed` (an id that is not `scimtok_…`),
@@ -5743,13 +5763,14 @@ export interface paths {
          *     `application/scim+json` (`application/json` is accepted too), camelCase, and SCIM error
          *     bodies instead of the Error object. Needs the plan feature `scim`.
          *
-         *     Replaces the person's SCIM attributes with the body (RFC 7644 §3.5.1): attributes left out
-         *     are cleared, and a missing `active` counts as true. `active: false` suspends the
-         *     membership (the person keeps their roles but can do nothing in the organization, and their
-         *     sessions, API tokens and MCP servers stop working there); `active: true` restores it.
-         *     Groups are not changed here. Honours `If-Match`. Records the audit action
-         *     `scim_user.updated` with the names of the changed attributes; emits `member.removed` when
-         *     the membership is suspended and `member.joined` when it is restored.
+         *     Replaces the person's SCIM attributes with the body (RFC 7644 §3.5.1): attributes left
+         *     out are cleared, and a missing `active` counts as true. `active: false` suspends the
+         *     membership (`status_reason` `scim_deactivated`; the person keeps their roles but can do
+         *     nothing in the organization, and their sessions, API tokens and MCP servers stop working
+         *     there); `active: true` restores it. Groups are not changed here. Honours `If-Match`.
+         *     Records the audit action `scim_user.updated` with the names of the changed attributes;
+         *     emits `member.removed` when the membership is suspended and `member.joined` when it is
+         *     restored.
          *
          *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidValue,
          *     mutability: a different `id`); 401; 403 (plan without `scim`); 404; 409 (uniqueness:
@@ -5766,11 +5787,12 @@ export interface paths {
          *     bodies instead of the Error object. Needs the plan feature `scim`.
          *
          *     Removes the person from the organization (RFC 7644 §3.6): the membership becomes
-         *     `removed`, they leave every SCIM group and team of the organization, lose its roles, and
-         *     their sessions, API tokens and MCP servers stop working there; their connections are kept
-         *     for an administrator to transfer or delete. The person's account itself remains (it may
-         *     belong to other organizations). Afterwards the id answers 404. Honours `If-Match`. Records
-         *     the audit action `scim_user.deleted`; emits `member.removed`.
+         *     `removed` (`status_reason` `scim_deprovisioned`), they leave every SCIM group and team
+         *     of the organization, lose its roles, and their sessions, API tokens and MCP servers stop
+         *     working there; their connections are kept for an administrator to transfer or delete.
+         *     The person's account itself remains (it may belong to other organizations). Afterwards
+         *     the id answers 404. Honours `If-Match`. Records the audit action `scim_user.deleted`;
+         *     emits `member.removed`.
          *
          *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidValue: an id that is not
          *     `usr_…`); 401; 403 (plan without `scim`); 404 (also when already removed); 409 (without
@@ -5788,12 +5810,13 @@ export interface paths {
          *
          *     Applies a SCIM PatchOp (RFC 7644 §3.5.2) as Okta and Microsoft Entra ID send it: `op` in
          *     any case, with or without `path`, booleans as strings (`"False"`). The usual use is
-         *     deprovisioning, `replace` `active` with false, which suspends the membership (the person
-         *     keeps their roles but can do nothing in the organization, and their sessions, API tokens
-         *     and MCP servers stop working there); true restores it. All operations apply or none.
-         *     Honours `If-Match`. Records the audit action `scim_user.updated` with the names of the
-         *     changed attributes; emits `member.removed` when the membership is suspended and
-         *     `member.joined` when it is restored.
+         *     deprovisioning, `replace` `active` with false, which suspends the membership
+         *     (`status_reason` `scim_deactivated`; the person keeps their roles but can do nothing in
+         *     the organization, and their sessions, API tokens and MCP servers stop working there);
+         *     true restores it. All operations apply or none. Honours `If-Match`. Records the audit
+         *     action `scim_user.updated` with the names of the changed attributes; emits
+         *     `member.removed` when the membership is suspended and `member.joined` when it is
+         *     restored.
          *
          *     Errors (SCIM error bodies; `scimType` in parentheses): 400 (invalidSyntax, invalidPath,
          *     noTarget, invalidValue, mutability); 401; 403 (plan without `scim`); 404; 409 (uniqueness:
@@ -6056,17 +6079,18 @@ export interface paths {
          * @description Ties a SCIM group to a role and/or a team, and applies it at once: every current
          *     member of the group gets the role and joins the team, and so does everyone the identity
          *     provider adds to the group later. Nobody may grant through a mapping a role carrying
-         *     permissions they do not hold themselves. Needs `group_mapping:manage`. Records the audit
-         *     action `group_mapping.created`; emits `member.roles_updated` for each member whose
-         *     roles change.
+         *     permissions they do not hold themselves. Needs the plan feature `scim` (else 403
+         *     `entitlement_exceeded`) and `group_mapping:manage`. Records the audit action
+         *     `group_mapping.created`; emits `member.roles_updated` for each member whose roles
+         *     change.
          *
          *     Errors: 400 `validation_failed` (including neither `role_id` nor `team_id`),
          *     `unknown_reference` (the SCIM group, role or team is not in this organization),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation` (a role carrying
-         *     permissions the caller lacks); 409 `conflict` (the same group, role and team are
-         *     already mapped); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
-         *     `rate_limited`.
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation` (a
+         *     role carrying permissions the caller lacks), `entitlement_exceeded` (the plan has no
+         *     `scim`); 409 `conflict` (the same group, role and team are already mapped); 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createGroupMapping"];
         delete?: never;
@@ -6307,21 +6331,24 @@ export interface components {
          * @description The caller's profile, second-factor state and one entry per active organization
          *     membership. For an API token, `organizations` holds only the token's own organization,
          *     with the token's effective permissions, because that is the only organization the token
-         *     can act in.
+         *     can act in; and since a token is never asked for a second factor, `mfa_setup_required`
+         *     is false, `mfa_setup_required_org_ids` empty and `mfa_setup_required_org_count` 0.
+         *     `mfa_enabled`, `passkey_count`, `can_disable_mfa` and `mfa_disable_blocked_reason`
+         *     describe the person either way.
          * @example {
          *       "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "email": "ada@acme.example",
          *       "name": "Ada Lovelace",
          *       "avatar_url": null,
-         *       "created_at": "2026-11-20T09:14:03.120Z",
-         *       "updated_at": "2026-11-20T09:14:03.120Z",
-         *       "mfa_enabled": false,
+         *       "created_at": "2026-11-20T09:13:40.512Z",
+         *       "updated_at": "2026-11-20T11:40:12.733Z",
+         *       "mfa_enabled": true,
          *       "mfa_setup_required": false,
          *       "mfa_setup_required_org_ids": [],
          *       "mfa_setup_required_org_count": 0,
          *       "can_disable_mfa": true,
          *       "mfa_disable_blocked_reason": null,
-         *       "passkey_count": 0,
+         *       "passkey_count": 2,
          *       "is_root_org_staff": false,
          *       "organizations": [
          *         {
@@ -6329,11 +6356,11 @@ export interface components {
          *             "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
          *             "name": "Acme Inc.",
          *             "slug": "acme",
-         *             "logo_url": null,
-         *             "require_mfa": false,
-         *             "plan": "free",
+         *             "logo_url": "/organization/org_01jg3b7f0k2q8yq9w6r1c4d5e6/logo",
+         *             "require_mfa": true,
+         *             "plan": "team",
          *             "created_at": "2026-11-20T09:14:03.120Z",
-         *             "updated_at": "2026-11-20T09:14:03.120Z"
+         *             "updated_at": "2026-11-21T16:02:45.511Z"
          *           },
          *           "member": {
          *             "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -6343,7 +6370,7 @@ export interface components {
          *           },
          *           "roles": [
          *             {
-         *               "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+         *               "id": "role_01jg3b7f0k3w5y7a9c1e3g5j7m",
          *               "name": "Owner",
          *               "is_system": true,
          *               "seat_class": "billable"
@@ -6356,8 +6383,10 @@ export interface components {
          *             }
          *           ],
          *           "permissions": [
-         *             "notification:manage",
-         *             "notification:view"
+         *             "connector:manage",
+         *             "connector:view",
+         *             "toolbox:manage",
+         *             "toolbox:view"
          *           ]
          *         }
          *       ],
@@ -6366,10 +6395,12 @@ export interface components {
          *         "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
          *         "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
          *         "permissions": [
-         *           "notification:manage",
-         *           "notification:view"
+         *           "connector:manage",
+         *           "connector:view",
+         *           "toolbox:manage",
+         *           "toolbox:view"
          *         ],
-         *         "expires_at": null
+         *         "expires_at": "2027-05-20T00:00:00.000Z"
          *       }
          *     }
          */
@@ -6464,11 +6495,7 @@ export interface components {
              * @example Acme Inc.
              */
             name: string;
-            /**
-             * @description A URL-safe handle, unique across organizations.
-             * @example acme
-             */
-            slug: string;
+            slug: components["schemas"]["OrganizationSlug"];
             /**
              * Format: uri-reference
              * @description Where the logo is served, or null when none was uploaded.
@@ -6517,7 +6544,7 @@ export interface components {
         /**
          * @description The identifying facts of a role.
          * @example {
-         *       "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+         *       "id": "role_01jg3b7f0k3w5y7a9c1e3g5j7m",
          *       "name": "Owner",
          *       "is_system": true,
          *       "seat_class": "billable"
@@ -6561,11 +6588,8 @@ export interface components {
              * @enum {string}
              */
             type: "api_token" | "session";
-            /**
-             * @description The token's id (`tok_…`) or the session's id (`ses_…`).
-             * @example tok_01jg3b7f0r8t2y6v4h1q9p3a5s
-             */
-            id: string;
+            /** @description The token's id (`tok_…`) or the session's id (`ses_…`). */
+            id: components["schemas"]["ApiTokenId"] | components["schemas"]["SessionId"];
             /** @description The organization an API token belongs to; null for a session. */
             organization_id: components["schemas"]["OrganizationId"] | null;
             /** @description The permissions the API token was created with (before intersecting with its owner's); null for a session. */
@@ -7038,8 +7062,9 @@ export interface components {
             /** @description When this session last passed a step-up check, or null if never. */
             step_up_at: components["schemas"]["Timestamp"] | null;
             /**
-             * @description Until when sensitive actions (turning off TOTP, regenerating recovery codes) are allowed
-             *     without another step-up: `step_up_at` plus 5 minutes. Null when no step-up was done.
+             * @description Until when sensitive actions (turning off TOTP, regenerating recovery codes, changing
+             *     an organization's `require_mfa`) are allowed without another step-up: `step_up_at`
+             *     plus 5 minutes. Null when no step-up was done.
              */
             step_up_expires_at: components["schemas"]["Timestamp"] | null;
             created_at: components["schemas"]["Timestamp"];
@@ -7519,6 +7544,17 @@ export interface components {
             redirect_to: string;
         };
         /**
+         * @description A URL-safe handle, unique across all organizations of the deployment: lowercase letters,
+         *     digits and `-`, 1–63 characters, not starting or ending with `-`.
+         * @example acme
+         */
+        OrganizationSlug: string;
+        /**
+         * @description An API token id (`tok_…`).
+         * @example tok_01jg3b7f0r8t2y6v4h1q9p3a5s
+         */
+        ApiTokenId: string;
+        /**
          * @description A pending TOTP enrollment (RFC 6238). The secret is shown exactly once, here: put it in an
          *     authenticator app (usually by rendering `otpauth_uri` as a QR code), then confirm with a
          *     code at `POST /user/me/mfa/totp/verify` before `expires_at`. Until then TOTP stays off.
@@ -7640,12 +7676,6 @@ export interface components {
          */
         OrganizationName: string;
         /**
-         * @description A URL-safe handle, unique across all organizations of the deployment: lowercase letters,
-         *     digits and `-`, 1–63 characters, not starting or ending with `-`.
-         * @example acme
-         */
-        OrganizationSlug: string;
-        /**
          * @description A new organization. The caller becomes its first member, holding the Owner role.
          * @example {
          *       "name": "Acme Inc.",
@@ -7676,7 +7706,7 @@ export interface components {
             /**
              * @description Whether members' sessions must show a second factor before acting in this
              *     organization. Only a person may change it (an API token gets 403 `requires_person`),
-             *     and only within a few minutes of a step-up (`/auth/step-up/*`), which also proves the
+             *     and only within 5 minutes of a step-up (`/auth/step-up/*`), which also proves the
              *     person holds a second factor and will not lock themselves out.
              */
             require_mfa?: boolean;
@@ -7816,11 +7846,6 @@ export interface components {
          * @enum {string}
          */
         ApiTokenStatus: "active" | "expired";
-        /**
-         * @description An API token id (`tok_…`).
-         * @example tok_01jg3b7f0r8t2y6v4h1q9p3a5s
-         */
-        ApiTokenId: string;
         /**
          * @description An API token of this organization, without the token itself (only its last four
          *     characters). Its effective permissions are `permissions` intersected with its owner's
@@ -8120,7 +8145,7 @@ export interface components {
          *     exist in every organization and cannot be changed or deleted; custom roles belong to one
          *     organization.
          * @example {
-         *       "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+         *       "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
          *       "name": "Connector maintainer",
          *       "description": "Maintains the custom connectors and the toolboxes built on them.",
          *       "permissions": [
@@ -8133,8 +8158,9 @@ export interface components {
          *       "system_key": null,
          *       "seat_class": "billable",
          *       "member_count": 3,
-         *       "created_at": "2026-11-20T09:14:03.120Z",
-         *       "updated_at": "2026-11-20T09:14:03.120Z"
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "created_at": "2026-11-21T13:05:44.210Z",
+         *       "updated_at": "2026-11-21T13:05:44.210Z"
          *     }
          */
         Role: {
@@ -8154,6 +8180,8 @@ export interface components {
             seat_class: components["schemas"]["SeatClass"];
             /** @description How many members (active or suspended) hold the role. */
             member_count: number;
+            /** @description Who created the custom role; null for a system role, or when the user is gone or the operator CLI created it. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
@@ -8221,6 +8249,7 @@ export interface components {
          *       "name": "Platform",
          *       "description": "Runs the shared infrastructure and the internal MCP servers.",
          *       "member_count": 6,
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "created_at": "2026-11-20T09:14:03.120Z",
          *       "updated_at": "2026-11-20T09:14:03.120Z"
          *     }
@@ -8235,6 +8264,8 @@ export interface components {
             description: components["schemas"]["TeamDescription"];
             /** @description How many members the team has (active or suspended). */
             member_count: number;
+            /** @description Who created the team, or null when the user is gone or the operator CLI created it. */
+            created_by_user_id: components["schemas"]["UserId"] | null;
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
@@ -8310,7 +8341,8 @@ export interface components {
          *         "avatar_url": null
          *       },
          *       "member_status": "active",
-         *       "added_at": "2026-11-20T09:20:41.006Z"
+         *       "added_at": "2026-11-20T09:20:41.006Z",
+         *       "added_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
          *     }
          */
         TeamMember: {
@@ -8320,6 +8352,11 @@ export interface components {
             member_status: components["schemas"]["MembershipStatus"];
             /** @description When the person was added to the team. */
             added_at: components["schemas"]["Timestamp"];
+            /**
+             * @description Who added the person, or null when no person did: an accepted invite naming the
+             *     team, a group mapping applied for the identity provider, or the operator CLI.
+             */
+            added_by_user_id: components["schemas"]["UserId"] | null;
         };
         /** @description A page of a team's members, in the order they were added. */
         TeamMemberList: {
@@ -8338,22 +8375,40 @@ export interface components {
             user_id: components["schemas"]["UserId"];
         };
         /**
+         * @description Why a membership is not `active`: `left` (the person left), `removed` (someone holding
+         *     `member:manage` removed them), `scim_deactivated` (the identity provider set
+         *     `active: false`; the membership is `suspended`), `scim_deprovisioned` (the identity
+         *     provider deleted the user). Null while the membership is active.
+         * @enum {string|null}
+         */
+        MembershipStatusReason: "left" | "removed" | "scim_deactivated" | "scim_deprovisioned" | null;
+        /**
          * @description One person's membership of the organization: who they are, how and when they joined,
-         *     the roles they hold and the teams they are in. Addressed by the user id.
+         *     the roles they hold and the teams they are in. Addressed by the user id. It carries the
+         *     members of `MembershipFacts` (`user_id`, `status`, `via`, `joined_at`) under the same
+         *     names, plus the person and what the membership grants.
          * @example {
+         *       "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
          *       "user": {
-         *         "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-         *         "email": "ada@acme.example",
-         *         "name": "Ada Lovelace",
-         *         "avatar_url": null
+         *         "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+         *         "email": "grace@acme.example",
+         *         "name": "Grace Hopper",
+         *         "avatar_url": "https://avatars.example/grace.png"
          *       },
          *       "status": "active",
+         *       "status_reason": null,
          *       "via": "invite",
-         *       "joined_at": "2026-11-20T09:14:03.120Z",
+         *       "joined_at": "2026-11-21T08:02:13.450Z",
          *       "roles": [
          *         {
          *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
-         *           "name": "People manager",
+         *           "name": "Member",
+         *           "is_system": true,
+         *           "seat_class": "billable"
+         *         },
+         *         {
+         *           "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+         *           "name": "Connector maintainer",
          *           "is_system": false,
          *           "seat_class": "billable"
          *         }
@@ -8365,18 +8420,35 @@ export interface components {
          *         }
          *       ],
          *       "permissions": [
-         *         "member:manage",
+         *         "connection:use",
+         *         "connection:view",
+         *         "connector:manage",
+         *         "connector:view",
+         *         "file:manage",
+         *         "file:view",
+         *         "mcp_server:manage",
+         *         "mcp_server:view",
          *         "member:view",
-         *         "team:manage",
-         *         "team:view"
+         *         "organization:view",
+         *         "restriction:view",
+         *         "role:view",
+         *         "synthetic_tool:execute",
+         *         "synthetic_tool:view",
+         *         "team:view",
+         *         "template:view",
+         *         "toolbox:manage",
+         *         "toolbox:view"
          *       ],
-         *       "has_second_factor": true,
-         *       "updated_at": "2026-11-21T11:40:19.774Z"
+         *       "has_second_factor": false,
+         *       "updated_at": "2026-11-22T10:47:31.005Z"
          *     }
          */
         Member: {
+            /** @description The member's user id, the `{userId}` of `/member/{userId}` (the same as `user.id`). */
+            user_id: components["schemas"]["UserId"];
             user: components["schemas"]["MemberUser"];
             status: components["schemas"]["MembershipStatus"];
+            status_reason: components["schemas"]["MembershipStatusReason"];
             /** @description How the person joined; null when unknown. */
             via: components["schemas"]["MembershipVia"] | null;
             /** @description When the person became a member. */
@@ -8458,6 +8530,8 @@ export interface components {
          *       "accepted_at": null,
          *       "accepted_by_user_id": null,
          *       "revoked_at": null,
+         *       "revoked_by_user_id": null,
+         *       "message": "Welcome aboard — this is where our MCP servers live.",
          *       "last_sent_at": "2026-11-20T09:14:03.120Z",
          *       "send_count": 1,
          *       "created_at": "2026-11-20T09:14:03.120Z",
@@ -8482,6 +8556,13 @@ export interface components {
             accepted_by_user_id: components["schemas"]["UserId"] | null;
             /** @description When it was revoked, or null. */
             revoked_at: components["schemas"]["Timestamp"] | null;
+            /** @description Who revoked it, or null when it was not revoked (or the user is gone, or the operator CLI did). */
+            revoked_by_user_id: components["schemas"]["UserId"] | null;
+            /**
+             * @description The personal note sent with the invite (plain text), or null when none was given.
+             * @example Welcome aboard — this is where our MCP servers live.
+             */
+            message: string | null;
             /** @description When the email was last sent. */
             last_sent_at: components["schemas"]["Timestamp"];
             /** @description How many times the email was sent (1 plus the resends). */
@@ -8773,18 +8854,21 @@ export interface components {
          *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *         "display": "CI deploy (ada@acme.example)"
          *       },
-         *       "action": "team.member_added",
+         *       "action": "toolbox.updated",
          *       "target": {
-         *         "type": "team",
-         *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+         *         "type": "toolbox",
+         *         "id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9"
          *       },
          *       "changes": {
-         *         "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z"
+         *         "name": {
+         *           "from": "Support",
+         *           "to": "Support desk"
+         *         }
          *       },
          *       "ip": "203.0.113.24",
          *       "user_agent": "acme-deploy/2.3 (+https://ci.acme.example)",
-         *       "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
-         *       "created_at": "2026-11-20T09:20:41.006Z"
+         *       "request_id": "req_01jg3d2a6f9k3m7p1s5v8x2z4b",
+         *       "created_at": "2026-11-21T08:03:12.418Z"
          *     }
          */
         AuditEvent: {
@@ -13752,25 +13836,25 @@ export interface components {
             /**
              * Format: uri
              * @description This service's entity id for the connection (the audience of assertions); `{base_url}/auth/saml/{id}/metadata`. Read-only.
-             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata
+             * @example https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata
              */
             sp_entity_id: string;
             /**
              * Format: uri
              * @description The assertion consumer service URL (HTTP-POST binding); `{base_url}/auth/saml/{id}/acs`. Read-only.
-             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs
+             * @example https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs
              */
             acs_url: string;
             /**
              * Format: uri
              * @description This service's SAML metadata for the connection, public (`GET /auth/saml/{connectionId}/metadata`); `{base_url}/auth/saml/{id}/metadata`. Read-only.
-             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata
+             * @example https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata
              */
             sp_metadata_url: string;
             /**
              * Format: uri
              * @description Starts a sign-in through this connection (SP-initiated); `{base_url}/auth/saml/{id}/login`. Read-only.
-             * @example https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login
+             * @example https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login
              */
             login_url: string;
         };
@@ -13824,13 +13908,13 @@ export interface components {
             /**
              * Format: uri
              * @description The redirect URI to register at the identity provider; `{base_url}/auth/oidc/{id}/callback`. Read-only.
-             * @example https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/callback
+             * @example https://api.mcpcp.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/callback
              */
             redirect_uri: string;
             /**
              * Format: uri
              * @description Starts a sign-in through this connection; `{base_url}/auth/oidc/{id}/login`. Read-only.
-             * @example https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/login
+             * @example https://api.mcpcp.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/login
              */
             login_url: string;
         };
@@ -13858,10 +13942,10 @@ export interface components {
          *         "idp_certificate_fingerprint_sha256": "4A:1F:9C:03:7E:B2:55:D8:61:0C:AF:93:2E:47:B1:6D:08:F5:C2:39:7A:E4:1B:96:D0:53:8C:2F:A7:64:E1:0B",
          *         "idp_certificate_not_after": "2036-11-18T12:00:00.000Z",
          *         "idp_metadata_url": "https://acme.okta.com/app/exk1a2b3c4d5e6f7g8h9/sso/saml/metadata",
-         *         "sp_entity_id": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
-         *         "acs_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs",
-         *         "sp_metadata_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
-         *         "login_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login"
+         *         "sp_entity_id": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+         *         "acs_url": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs",
+         *         "sp_metadata_url": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+         *         "login_url": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login"
          *       },
          *       "oidc": null,
          *       "last_sign_in_at": "2026-11-21T08:02:17.554Z",
@@ -13883,8 +13967,10 @@ export interface components {
             domains: components["schemas"]["SsoDomain"][];
             /**
              * @description While the connection is `active`, people whose email is in `domains` must sign in
-             *     through it: other sign-in methods (magic link, social login, passkeys) are refused
-             *     for them in this organization, and their existing sessions must sign in again.
+             *     through it: other sign-in methods (magic link, social login, passkeys, signup links)
+             *     are refused for them with the reason `sso_required` (`GET /auth/oidc/resolve` answers
+             *     `enforced: true`), and their sessions that did not come through this connection must
+             *     sign in again.
              */
             enforce: boolean;
             jit_provisioning: components["schemas"]["SsoJitProvisioning"];
@@ -13920,7 +14006,8 @@ export interface components {
         /**
          * @description Just-in-time provisioning settings to set; members left out keep their value (on
          *     creation: `enabled` false, `default_role_id` null). The role must exist in the
-         *     organization (400 `unknown_reference`) and carry no permission the caller lacks (403
+         *     organization (400 `unknown_reference`), not be the Owner role (400 `validation_failed`),
+         *     as for a verified domain's default role, and carry no permission the caller lacks (403
          *     `permission_escalation`).
          */
         SsoJitProvisioningInput: {
@@ -14119,8 +14206,8 @@ export interface components {
          * @example {
          *       "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
          *       "name": "Okta provisioning",
-         *       "last_four": "k7Qz",
-         *       "expires_at": null,
+         *       "token_hint": "k7Qz",
+         *       "expires_at": "2027-11-20T00:00:00.000Z",
          *       "last_used_at": "2026-11-21T07:45:00.000Z",
          *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "created_at": "2026-11-20T09:14:03.120Z",
@@ -14135,10 +14222,10 @@ export interface components {
              */
             name: string;
             /**
-             * @description The last four characters of the token, to tell tokens apart.
+             * @description The last four characters of the token, to tell tokens apart (`scim_…k7Qz`), named as on API tokens and MCP servers.
              * @example k7Qz
              */
-            last_four: string;
+            token_hint: string;
             /** @description When the token stops working, or null when it does not expire. */
             expires_at: components["schemas"]["Timestamp"] | null;
             /** @description When the identity provider last used the token, to the minute, or null if never. */
@@ -14166,39 +14253,24 @@ export interface components {
             expires_at?: components["schemas"]["Timestamp"];
         };
         /**
-         * @description A new SCIM token with its secret, which this response shows once and never again.
+         * @description A newly created SCIM token: the secret `token`, shown this once and never again (only its
+         *     SHA-256 is stored), and the token's record. The same shape as a newly minted API token
+         *     (`ApiTokenCreated`).
          * @example {
-         *       "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
-         *       "name": "Okta provisioning",
-         *       "last_four": "k7Qz",
-         *       "expires_at": "2027-11-20T00:00:00.000Z",
-         *       "last_used_at": null,
-         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-         *       "created_at": "2026-11-20T09:14:03.120Z",
-         *       "updated_at": "2026-11-20T09:14:03.120Z",
-         *       "token": "scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz"
+         *       "token": "scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz",
+         *       "scim_token": {
+         *         "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
+         *         "name": "Okta provisioning",
+         *         "token_hint": "k7Qz",
+         *         "expires_at": "2027-11-20T00:00:00.000Z",
+         *         "last_used_at": null,
+         *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "created_at": "2026-11-20T09:14:03.120Z",
+         *         "updated_at": "2026-11-20T09:14:03.120Z"
+         *       }
          *     }
          */
         ScimTokenCreated: {
-            id: components["schemas"]["ScimTokenId"];
-            /**
-             * @description A name unique among the organization's SCIM tokens.
-             * @example Okta provisioning
-             */
-            name: string;
-            /**
-             * @description The last four characters of the token.
-             * @example k7Qz
-             */
-            last_four: string;
-            /** @description When the token stops working, or null when it does not expire. */
-            expires_at: components["schemas"]["Timestamp"] | null;
-            /** @description Always null for a new token. */
-            last_used_at: null;
-            /** @description The person who created it. */
-            created_by_user_id: components["schemas"]["UserId"] | null;
-            created_at: components["schemas"]["Timestamp"];
-            updated_at: components["schemas"]["Timestamp"];
             /**
              * @description The token to give the identity provider, with `{base_url}/scim/v2` as the SCIM base
              *     URL; it sends it as `Authorization: Bearer scim_…`. Shown only in this response:
@@ -14206,6 +14278,7 @@ export interface components {
              * @example scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz
              */
             token: string;
+            scim_token: components["schemas"]["ScimToken"];
         };
         /** @description Always `["urn:ietf:params:scim:api:messages:2.0:ListResponse"]`. */
         ScimV2ListResponseSchemas: "urn:ietf:params:scim:api:messages:2.0:ListResponse"[];
@@ -14279,7 +14352,7 @@ export interface components {
             /**
              * Format: uri
              * @description The resource's URL, `{base_url}/scim/v2/Users/{id}` or `{base_url}/scim/v2/Groups/{id}`.
-             * @example https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e
+             * @example https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e
              */
             location: string;
             /**
@@ -14329,7 +14402,7 @@ export interface components {
          *         "resourceType": "User",
          *         "created": "2026-11-20T09:14:03.120Z",
          *         "lastModified": "2026-11-21T07:45:12.309Z",
-         *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *         "version": "W/\"3\""
          *       }
          *     }
@@ -14385,7 +14458,7 @@ export interface components {
          *             "resourceType": "User",
          *             "created": "2026-11-20T09:14:03.120Z",
          *             "lastModified": "2026-11-21T07:45:12.309Z",
-         *             "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *             "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *             "version": "W/\"3\""
          *           }
          *         }
@@ -14554,7 +14627,7 @@ export interface components {
          *         "resourceType": "Group",
          *         "created": "2026-11-20T09:14:03.120Z",
          *         "lastModified": "2026-11-21T07:45:12.309Z",
-         *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *         "location": "https://api.mcpcp.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
          *         "version": "W/\"7\""
          *       }
          *     }
@@ -14599,7 +14672,7 @@ export interface components {
          *             "resourceType": "Group",
          *             "created": "2026-11-20T09:14:03.120Z",
          *             "lastModified": "2026-11-21T07:45:12.309Z",
-         *             "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+         *             "location": "https://api.mcpcp.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
          *             "version": "W/\"7\""
          *           }
          *         }
@@ -14683,7 +14756,7 @@ export interface components {
             /**
              * Format: uri
              * @description The document's URL.
-             * @example https://api.mcp-control.example/scim/v2/ServiceProviderConfig
+             * @example https://api.mcpcp.example/scim/v2/ServiceProviderConfig
              */
             location: string;
         };
@@ -14693,7 +14766,7 @@ export interface components {
          *       "schemas": [
          *         "urn:ietf:params:scim:schemas:core:2.0:ServiceProviderConfig"
          *       ],
-         *       "documentationUri": "https://api.mcp-control.example/openapi.json",
+         *       "documentationUri": "https://api.mcpcp.example/openapi.json",
          *       "patch": {
          *         "supported": true
          *       },
@@ -14726,7 +14799,7 @@ export interface components {
          *       ],
          *       "meta": {
          *         "resourceType": "ServiceProviderConfig",
-         *         "location": "https://api.mcp-control.example/scim/v2/ServiceProviderConfig"
+         *         "location": "https://api.mcpcp.example/scim/v2/ServiceProviderConfig"
          *       }
          *     }
          */
@@ -14736,7 +14809,7 @@ export interface components {
             /**
              * Format: uri
              * @description Where this API is documented (its OpenAPI document).
-             * @example https://api.mcp-control.example/openapi.json
+             * @example https://api.mcpcp.example/openapi.json
              */
             documentationUri: string;
             /** @description PATCH is supported. */
@@ -14819,7 +14892,7 @@ export interface components {
          *           "schemaExtensions": [],
          *           "meta": {
          *             "resourceType": "ResourceType",
-         *             "location": "https://api.mcp-control.example/scim/v2/ResourceTypes/User"
+         *             "location": "https://api.mcpcp.example/scim/v2/ResourceTypes/User"
          *           }
          *         },
          *         {
@@ -14834,7 +14907,7 @@ export interface components {
          *           "schemaExtensions": [],
          *           "meta": {
          *             "resourceType": "ResourceType",
-         *             "location": "https://api.mcp-control.example/scim/v2/ResourceTypes/Group"
+         *             "location": "https://api.mcpcp.example/scim/v2/ResourceTypes/Group"
          *           }
          *         }
          *       ]
@@ -17729,7 +17802,7 @@ export interface operations {
                      * @example {
                      *       "data": [
                      *         {
-                     *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *           "id": "role_01jg3b7f0n8x5m3e0t6j9r2h4c",
                      *           "name": "Billing admin",
                      *           "description": "Manages the plan and payment details; takes no paid seat.",
                      *           "permissions": [
@@ -17742,6 +17815,42 @@ export interface operations {
                      *           "system_key": "billing_admin",
                      *           "seat_class": "free_admin",
                      *           "member_count": 1,
+                     *           "created_by_user_id": null,
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         },
+                     *         {
+                     *           "id": "role_01jg3b7f0n9y6n4f1v7k0s3j5d",
+                     *           "name": "Auditor",
+                     *           "description": "Reads everything, including the audit log, and changes nothing; takes no paid seat.",
+                     *           "permissions": [
+                     *             "access_request:view",
+                     *             "audit_log:view",
+                     *             "billing:view",
+                     *             "connection:view",
+                     *             "connector:view",
+                     *             "file:view",
+                     *             "group_mapping:view",
+                     *             "invite:view",
+                     *             "mcp_server:view",
+                     *             "member:view",
+                     *             "notification:view",
+                     *             "observability:view",
+                     *             "org_domain:view",
+                     *             "organization:view",
+                     *             "restriction:view",
+                     *             "role:view",
+                     *             "sso:view",
+                     *             "synthetic_tool:view",
+                     *             "team:view",
+                     *             "template:view",
+                     *             "toolbox:view"
+                     *           ],
+                     *           "is_system": true,
+                     *           "system_key": "auditor",
+                     *           "seat_class": "free_admin",
+                     *           "member_count": 0,
+                     *           "created_by_user_id": null,
                      *           "created_at": "2026-11-20T09:14:03.120Z",
                      *           "updated_at": "2026-11-20T09:14:03.120Z"
                      *         },
@@ -17759,11 +17868,12 @@ export interface operations {
                      *           "system_key": null,
                      *           "seat_class": "billable",
                      *           "member_count": 3,
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "created_at": "2026-11-21T13:05:44.210Z",
                      *           "updated_at": "2026-11-21T13:05:44.210Z"
                      *         }
                      *       ],
-                     *       "next_cursor": "b25mZF8wMWpnM2I3ZjBrMnE4eXE5dzZyMWM0ZDVlNg"
+                     *       "next_cursor": null
                      *     }
                      */
                     "application/json": components["schemas"]["RoleList"];
@@ -17820,6 +17930,7 @@ export interface operations {
                      *       "system_key": null,
                      *       "seat_class": "billable",
                      *       "member_count": 0,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "created_at": "2026-11-21T13:05:44.210Z",
                      *       "updated_at": "2026-11-21T13:05:44.210Z"
                      *     }
@@ -17878,6 +17989,7 @@ export interface operations {
                      *       "system_key": null,
                      *       "seat_class": "billable",
                      *       "member_count": 3,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "created_at": "2026-11-21T13:05:44.210Z",
                      *       "updated_at": "2026-11-21T13:05:44.210Z"
                      *     }
@@ -17973,6 +18085,7 @@ export interface operations {
                      *       "system_key": null,
                      *       "seat_class": "billable",
                      *       "member_count": 3,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "created_at": "2026-11-21T13:05:44.210Z",
                      *       "updated_at": "2026-11-22T10:47:31.005Z"
                      *     }
@@ -18028,6 +18141,7 @@ export interface operations {
                      *           "name": "Platform",
                      *           "description": "Runs the shared infrastructure and the internal MCP servers.",
                      *           "member_count": 6,
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "created_at": "2026-11-20T09:14:03.120Z",
                      *           "updated_at": "2026-11-20T09:14:03.120Z"
                      *         }
@@ -18080,6 +18194,7 @@ export interface operations {
                      *       "name": "Platform",
                      *       "description": "Runs the shared infrastructure and the internal MCP servers.",
                      *       "member_count": 0,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
@@ -18129,6 +18244,7 @@ export interface operations {
                      *       "name": "Platform",
                      *       "description": "Runs the shared infrastructure and the internal MCP servers.",
                      *       "member_count": 6,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
@@ -18214,6 +18330,7 @@ export interface operations {
                      *       "name": "Platform engineering",
                      *       "description": "Runs the shared infrastructure and the internal MCP servers.",
                      *       "member_count": 6,
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-22T10:47:31.005Z"
                      *     }
@@ -18274,7 +18391,8 @@ export interface operations {
                      *             "avatar_url": null
                      *           },
                      *           "member_status": "active",
-                     *           "added_at": "2026-11-20T09:20:41.006Z"
+                     *           "added_at": "2026-11-20T09:20:41.006Z",
+                     *           "added_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
                      *         }
                      *       ],
                      *       "next_cursor": null
@@ -18330,7 +18448,8 @@ export interface operations {
                      *         "avatar_url": null
                      *       },
                      *       "member_status": "active",
-                     *       "added_at": "2026-11-20T09:20:41.006Z"
+                     *       "added_at": "2026-11-20T09:20:41.006Z",
+                     *       "added_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
                      *     }
                      */
                     "application/json": components["schemas"]["TeamMember"];
@@ -18355,7 +18474,8 @@ export interface operations {
                      *         "avatar_url": null
                      *       },
                      *       "member_status": "active",
-                     *       "added_at": "2026-11-22T10:47:31.005Z"
+                     *       "added_at": "2026-11-22T10:47:31.005Z",
+                     *       "added_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
                      *     }
                      */
                     "application/json": components["schemas"]["TeamMember"];
@@ -18446,6 +18566,7 @@ export interface operations {
                      * @example {
                      *       "data": [
                      *         {
+                     *           "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "user": {
                      *             "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *             "email": "ada@acme.example",
@@ -18453,12 +18574,94 @@ export interface operations {
                      *             "avatar_url": null
                      *           },
                      *           "status": "active",
-                     *           "via": "invite",
+                     *           "status_reason": null,
+                     *           "via": "creator",
                      *           "joined_at": "2026-11-20T09:14:03.120Z",
                      *           "roles": [
                      *             {
+                     *               "id": "role_01jg3b7f0k3w5y7a9c1e3g5j7m",
+                     *               "name": "Owner",
+                     *               "is_system": true,
+                     *               "seat_class": "billable"
+                     *             }
+                     *           ],
+                     *           "teams": [
+                     *             {
+                     *               "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *               "name": "Platform"
+                     *             }
+                     *           ],
+                     *           "permissions": [
+                     *             "access_request:resolve",
+                     *             "access_request:view",
+                     *             "audit_log:view",
+                     *             "billing:manage",
+                     *             "billing:view",
+                     *             "connection:manage",
+                     *             "connection:use",
+                     *             "connection:view",
+                     *             "connector:manage",
+                     *             "connector:view",
+                     *             "file:manage",
+                     *             "file:view",
+                     *             "group_mapping:manage",
+                     *             "group_mapping:view",
+                     *             "invite:manage",
+                     *             "invite:view",
+                     *             "mcp_server:manage",
+                     *             "mcp_server:view",
+                     *             "member:manage",
+                     *             "member:view",
+                     *             "notification:manage",
+                     *             "notification:view",
+                     *             "observability:manage",
+                     *             "observability:view",
+                     *             "org_domain:manage",
+                     *             "org_domain:view",
+                     *             "organization:manage",
+                     *             "organization:view",
+                     *             "restriction:manage",
+                     *             "restriction:view",
+                     *             "role:manage",
+                     *             "role:view",
+                     *             "scim:manage",
+                     *             "sso:manage",
+                     *             "sso:view",
+                     *             "synthetic_tool:execute",
+                     *             "synthetic_tool:manage",
+                     *             "synthetic_tool:view",
+                     *             "team:manage",
+                     *             "team:view",
+                     *             "template:manage",
+                     *             "template:view",
+                     *             "toolbox:manage",
+                     *             "toolbox:view"
+                     *           ],
+                     *           "has_second_factor": true,
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         },
+                     *         {
+                     *           "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *           "user": {
+                     *             "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *             "email": "grace@acme.example",
+                     *             "name": "Grace Hopper",
+                     *             "avatar_url": "https://avatars.example/grace.png"
+                     *           },
+                     *           "status": "active",
+                     *           "status_reason": null,
+                     *           "via": "invite",
+                     *           "joined_at": "2026-11-21T08:02:13.450Z",
+                     *           "roles": [
+                     *             {
+                     *               "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
+                     *               "name": "Member",
+                     *               "is_system": true,
+                     *               "seat_class": "billable"
+                     *             },
+                     *             {
                      *               "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
-                     *               "name": "People manager",
+                     *               "name": "Connector maintainer",
                      *               "is_system": false,
                      *               "seat_class": "billable"
                      *             }
@@ -18470,15 +18673,27 @@ export interface operations {
                      *             }
                      *           ],
                      *           "permissions": [
-                     *             "invite:manage",
-                     *             "invite:view",
-                     *             "member:manage",
+                     *             "connection:use",
+                     *             "connection:view",
+                     *             "connector:manage",
+                     *             "connector:view",
+                     *             "file:manage",
+                     *             "file:view",
+                     *             "mcp_server:manage",
+                     *             "mcp_server:view",
                      *             "member:view",
-                     *             "team:manage",
-                     *             "team:view"
+                     *             "organization:view",
+                     *             "restriction:view",
+                     *             "role:view",
+                     *             "synthetic_tool:execute",
+                     *             "synthetic_tool:view",
+                     *             "team:view",
+                     *             "template:view",
+                     *             "toolbox:manage",
+                     *             "toolbox:view"
                      *           ],
-                     *           "has_second_factor": true,
-                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *           "has_second_factor": false,
+                     *           "updated_at": "2026-11-22T10:47:31.005Z"
                      *         }
                      *       ],
                      *       "next_cursor": "b25mZF8wMWpnM2I3ZjBrMnE4eXE5dzZyMWM0ZDVlNg"
@@ -18522,6 +18737,7 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "user": {
                      *         "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *         "email": "grace@acme.example",
@@ -18529,6 +18745,7 @@ export interface operations {
                      *         "avatar_url": "https://avatars.example/grace.png"
                      *       },
                      *       "status": "active",
+                     *       "status_reason": null,
                      *       "via": "invite",
                      *       "joined_at": "2026-11-21T08:02:13.450Z",
                      *       "roles": [
@@ -18539,14 +18756,29 @@ export interface operations {
                      *           "seat_class": "billable"
                      *         }
                      *       ],
-                     *       "teams": [],
+                     *       "teams": [
+                     *         {
+                     *           "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *           "name": "Platform"
+                     *         }
+                     *       ],
                      *       "permissions": [
                      *         "connection:use",
                      *         "connection:view",
                      *         "connector:view",
+                     *         "file:manage",
+                     *         "file:view",
                      *         "mcp_server:manage",
                      *         "mcp_server:view",
-                     *         "organization:view"
+                     *         "member:view",
+                     *         "organization:view",
+                     *         "restriction:view",
+                     *         "role:view",
+                     *         "synthetic_tool:execute",
+                     *         "synthetic_tool:view",
+                     *         "team:view",
+                     *         "template:view",
+                     *         "toolbox:view"
                      *       ],
                      *       "has_second_factor": false,
                      *       "updated_at": "2026-11-21T08:02:13.450Z"
@@ -18629,6 +18861,7 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "user": {
                      *         "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *         "email": "grace@acme.example",
@@ -18636,6 +18869,7 @@ export interface operations {
                      *         "avatar_url": "https://avatars.example/grace.png"
                      *       },
                      *       "status": "active",
+                     *       "status_reason": null,
                      *       "via": "invite",
                      *       "joined_at": "2026-11-21T08:02:13.450Z",
                      *       "roles": [
@@ -18652,15 +18886,29 @@ export interface operations {
                      *           "seat_class": "billable"
                      *         }
                      *       ],
-                     *       "teams": [],
+                     *       "teams": [
+                     *         {
+                     *           "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *           "name": "Platform"
+                     *         }
+                     *       ],
                      *       "permissions": [
                      *         "connection:use",
                      *         "connection:view",
                      *         "connector:manage",
                      *         "connector:view",
+                     *         "file:manage",
+                     *         "file:view",
                      *         "mcp_server:manage",
                      *         "mcp_server:view",
+                     *         "member:view",
                      *         "organization:view",
+                     *         "restriction:view",
+                     *         "role:view",
+                     *         "synthetic_tool:execute",
+                     *         "synthetic_tool:view",
+                     *         "team:view",
+                     *         "template:view",
                      *         "toolbox:manage",
                      *         "toolbox:view"
                      *       ],
@@ -18727,13 +18975,20 @@ export interface operations {
                      *               "seat_class": "billable"
                      *             }
                      *           ],
-                     *           "teams": [],
+                     *           "teams": [
+                     *             {
+                     *               "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *               "name": "Platform"
+                     *             }
+                     *           ],
                      *           "status": "pending",
                      *           "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "expires_at": "2026-11-27T09:14:03.120Z",
                      *           "accepted_at": null,
                      *           "accepted_by_user_id": null,
                      *           "revoked_at": null,
+                     *           "revoked_by_user_id": null,
+                     *           "message": "Welcome aboard — this is where our MCP servers live.",
                      *           "last_sent_at": "2026-11-20T09:14:03.120Z",
                      *           "send_count": 1,
                      *           "created_at": "2026-11-20T09:14:03.120Z",
@@ -18806,6 +19061,8 @@ export interface operations {
                      *       "accepted_at": null,
                      *       "accepted_by_user_id": null,
                      *       "revoked_at": null,
+                     *       "revoked_by_user_id": null,
+                     *       "message": "Welcome aboard — this is where our MCP servers live.",
                      *       "last_sent_at": "2026-11-20T09:14:03.120Z",
                      *       "send_count": 1,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
@@ -18863,13 +19120,20 @@ export interface operations {
                      *           "seat_class": "billable"
                      *         }
                      *       ],
-                     *       "teams": [],
+                     *       "teams": [
+                     *         {
+                     *           "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
+                     *           "name": "Platform"
+                     *         }
+                     *       ],
                      *       "status": "accepted",
                      *       "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "expires_at": "2026-11-27T09:14:03.120Z",
                      *       "accepted_at": "2026-11-21T08:02:13.450Z",
                      *       "accepted_by_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "revoked_at": null,
+                     *       "revoked_by_user_id": null,
+                     *       "message": "Welcome aboard — this is where our MCP servers live.",
                      *       "last_sent_at": "2026-11-20T09:14:03.120Z",
                      *       "send_count": 1,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
@@ -18914,8 +19178,8 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
-                     *       "email": "grace@acme.example",
+                     *       "id": "inv_01jg5a2b4c6d8e0f2g4h6j8k0m",
+                     *       "email": "alan@acme.example",
                      *       "roles": [
                      *         {
                      *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
@@ -18927,13 +19191,15 @@ export interface operations {
                      *       "teams": [],
                      *       "status": "revoked",
                      *       "invited_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *       "expires_at": "2026-11-27T09:14:03.120Z",
+                     *       "expires_at": "2026-11-28T16:40:05.312Z",
                      *       "accepted_at": null,
                      *       "accepted_by_user_id": null,
                      *       "revoked_at": "2026-11-22T10:47:31.005Z",
-                     *       "last_sent_at": "2026-11-20T09:14:03.120Z",
+                     *       "revoked_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "message": null,
+                     *       "last_sent_at": "2026-11-21T16:40:05.312Z",
                      *       "send_count": 1,
-                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "created_at": "2026-11-21T16:40:05.312Z",
                      *       "updated_at": "2026-11-22T10:47:31.005Z"
                      *     }
                      */
@@ -18976,8 +19242,8 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "id": "inv_01jg3b7f0v7h1j5k9m3n7p1q5r",
-                     *       "email": "grace@acme.example",
+                     *       "id": "inv_01jg5b3c5d7e9f1g3h5j7k9m1n",
+                     *       "email": "katherine@acme.example",
                      *       "roles": [
                      *         {
                      *           "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
@@ -18993,9 +19259,11 @@ export interface operations {
                      *       "accepted_at": null,
                      *       "accepted_by_user_id": null,
                      *       "revoked_at": null,
+                     *       "revoked_by_user_id": null,
+                     *       "message": null,
                      *       "last_sent_at": "2026-11-29T10:47:31.005Z",
                      *       "send_count": 2,
-                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "created_at": "2026-11-21T17:02:48.771Z",
                      *       "updated_at": "2026-11-29T10:47:31.005Z"
                      *     }
                      */
@@ -19405,7 +19673,7 @@ export interface operations {
                      * @example {
                      *       "data": [
                      *         {
-                     *           "id": "aud_01jg3b7f0x5k9m3n7p1q5r9s3t",
+                     *           "id": "aud_01jg5c7d9e1f3g5h7j9k1m3n5p",
                      *           "actor": {
                      *             "type": "user",
                      *             "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -19430,7 +19698,7 @@ export interface operations {
                      *           },
                      *           "ip": "198.51.100.7",
                      *           "user_agent": "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_6) AppleWebKit/605.1.15",
-                     *           "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
+                     *           "request_id": "req_01jg5c7d9e1f3g5h7j9k1m3n5q",
                      *           "created_at": "2026-11-22T10:47:31.005Z"
                      *         }
                      *       ],
@@ -19482,18 +19750,21 @@ export interface operations {
                      *         "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *         "display": "CI deploy (ada@acme.example)"
                      *       },
-                     *       "action": "team.member_added",
+                     *       "action": "toolbox.updated",
                      *       "target": {
-                     *         "type": "team",
-                     *         "id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k"
+                     *         "type": "toolbox",
+                     *         "id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9"
                      *       },
                      *       "changes": {
-                     *         "user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z"
+                     *         "name": {
+                     *           "from": "Support",
+                     *           "to": "Support desk"
+                     *         }
                      *       },
                      *       "ip": "203.0.113.24",
                      *       "user_agent": "acme-deploy/2.3 (+https://ci.acme.example)",
-                     *       "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6",
-                     *       "created_at": "2026-11-20T09:20:41.006Z"
+                     *       "request_id": "req_01jg3d2a6f9k3m7p1s5v8x2z4b",
+                     *       "created_at": "2026-11-21T08:03:12.418Z"
                      *     }
                      */
                     "application/json": components["schemas"]["AuditEvent"];
@@ -25998,8 +26269,8 @@ export interface operations {
                      *             "authorization_endpoint": null,
                      *             "token_endpoint": null,
                      *             "jwks_uri": null,
-                     *             "redirect_uri": "https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/callback",
-                     *             "login_url": "https://api.mcp-control.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/login"
+                     *             "redirect_uri": "https://api.mcpcp.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/callback",
+                     *             "login_url": "https://api.mcpcp.example/auth/oidc/sso_01jg3b8m3n5p7q9r1s3t5v7w9x/login"
                      *           },
                      *           "last_sign_in_at": null,
                      *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -26070,10 +26341,10 @@ export interface operations {
                      *         "idp_certificate_fingerprint_sha256": null,
                      *         "idp_certificate_not_after": null,
                      *         "idp_metadata_url": null,
-                     *         "sp_entity_id": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
-                     *         "acs_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs",
-                     *         "sp_metadata_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
-                     *         "login_url": "https://api.mcp-control.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login"
+                     *         "sp_entity_id": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+                     *         "acs_url": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/acs",
+                     *         "sp_metadata_url": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/metadata",
+                     *         "login_url": "https://api.mcpcp.example/auth/saml/sso_01jg3b7f18y3z7a1b5c9d3e7f1/login"
                      *       },
                      *       "oidc": null,
                      *       "last_sign_in_at": null,
@@ -26362,7 +26633,7 @@ export interface operations {
                      *         {
                      *           "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
                      *           "name": "Okta provisioning",
-                     *           "last_four": "k7Qz",
+                     *           "token_hint": "k7Qz",
                      *           "expires_at": "2027-11-20T00:00:00.000Z",
                      *           "last_used_at": "2026-11-21T07:45:00.000Z",
                      *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -26414,15 +26685,17 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
-                     *       "name": "Okta provisioning",
-                     *       "last_four": "k7Qz",
-                     *       "expires_at": "2027-11-20T00:00:00.000Z",
-                     *       "last_used_at": null,
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *       "created_at": "2026-11-20T09:14:03.120Z",
-                     *       "updated_at": "2026-11-20T09:14:03.120Z",
-                     *       "token": "scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz"
+                     *       "token": "scim_Fq8Lr2Wc9Xn7Tb1Hs5Jd3Kv6Pm0Gz8Ya2Ue4Ri7k7Qz",
+                     *       "scim_token": {
+                     *         "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
+                     *         "name": "Okta provisioning",
+                     *         "token_hint": "k7Qz",
+                     *         "expires_at": "2027-11-20T00:00:00.000Z",
+                     *         "last_used_at": null,
+                     *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "created_at": "2026-11-20T09:14:03.120Z",
+                     *         "updated_at": "2026-11-20T09:14:03.120Z"
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["ScimTokenCreated"];
@@ -26545,7 +26818,7 @@ export interface operations {
                      *             "resourceType": "User",
                      *             "created": "2026-11-20T09:14:03.120Z",
                      *             "lastModified": "2026-11-21T07:45:12.309Z",
-                     *             "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *             "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *             "version": "W/\"3\""
                      *           }
                      *         }
@@ -26613,7 +26886,7 @@ export interface operations {
                      *         "resourceType": "User",
                      *         "created": "2026-11-22T10:00:41.337Z",
                      *         "lastModified": "2026-11-22T10:00:41.337Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
                      *         "version": "W/\"1\""
                      *       }
                      *     }
@@ -26688,7 +26961,7 @@ export interface operations {
                      *         "resourceType": "User",
                      *         "created": "2026-11-20T09:14:03.120Z",
                      *         "lastModified": "2026-11-21T07:45:12.309Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *         "version": "W/\"3\""
                      *       }
                      *     }
@@ -26763,7 +27036,7 @@ export interface operations {
                      *         "resourceType": "User",
                      *         "created": "2026-11-20T09:14:03.120Z",
                      *         "lastModified": "2026-11-23T12:30:00.517Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *         "version": "W/\"4\""
                      *       }
                      *     }
@@ -26874,7 +27147,7 @@ export interface operations {
                      *         "resourceType": "User",
                      *         "created": "2026-11-20T09:14:03.120Z",
                      *         "lastModified": "2026-11-23T17:05:48.090Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *         "version": "W/\"4\""
                      *       }
                      *     }
@@ -26946,7 +27219,7 @@ export interface operations {
                      *             "resourceType": "Group",
                      *             "created": "2026-11-20T09:14:03.120Z",
                      *             "lastModified": "2026-11-22T10:02:18.004Z",
-                     *             "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *             "location": "https://api.mcpcp.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
                      *             "version": "W/\"8\""
                      *           }
                      *         }
@@ -27006,7 +27279,7 @@ export interface operations {
                      *         "resourceType": "Group",
                      *         "created": "2026-11-20T09:14:03.120Z",
                      *         "lastModified": "2026-11-20T09:14:03.120Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
                      *         "version": "W/\"1\""
                      *       }
                      *     }
@@ -27073,7 +27346,7 @@ export interface operations {
                      *         "resourceType": "Group",
                      *         "created": "2026-11-20T09:14:03.120Z",
                      *         "lastModified": "2026-11-22T10:02:18.004Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
                      *         "version": "W/\"8\""
                      *       }
                      *     }
@@ -27140,7 +27413,7 @@ export interface operations {
                      *         "resourceType": "Group",
                      *         "created": "2026-11-20T09:14:03.120Z",
                      *         "lastModified": "2026-11-22T10:02:18.004Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
                      *         "version": "W/\"8\""
                      *       }
                      *     }
@@ -27243,7 +27516,7 @@ export interface operations {
                      *         "resourceType": "Group",
                      *         "created": "2026-11-20T09:14:03.120Z",
                      *         "lastModified": "2026-11-22T10:02:18.004Z",
-                     *         "location": "https://api.mcp-control.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Groups/grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
                      *         "version": "W/\"8\""
                      *       }
                      *     }
@@ -27396,7 +27669,7 @@ export interface operations {
                      *           ],
                      *           "meta": {
                      *             "resourceType": "Schema",
-                     *             "location": "https://api.mcp-control.example/scim/v2/Schemas/urn:ietf:params:scim:schemas:core:2.0:User"
+                     *             "location": "https://api.mcpcp.example/scim/v2/Schemas/urn:ietf:params:scim:schemas:core:2.0:User"
                      *           }
                      *         },
                      *         {
@@ -27435,7 +27708,7 @@ export interface operations {
                      *           ],
                      *           "meta": {
                      *             "resourceType": "Schema",
-                     *             "location": "https://api.mcp-control.example/scim/v2/Schemas/urn:ietf:params:scim:schemas:core:2.0:Group"
+                     *             "location": "https://api.mcpcp.example/scim/v2/Schemas/urn:ietf:params:scim:schemas:core:2.0:Group"
                      *           }
                      *         }
                      *       ]
@@ -27678,7 +27951,7 @@ export interface operations {
                      * @example {
                      *       "id": "gmap_01jg3b7f1bb5c9d3e7f1g5h9j3",
                      *       "scim_group_id": "grp_01jg3b7f1aa1b5c9d3e7f1g5h9",
-                     *       "role_id": "role_01jg3bct7v9w1x3y5z7a9b1c3d",
+                     *       "role_id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
                      *       "team_id": "team_01jg3b7f0p3m6q9x2v5c8n1b4k",
                      *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
