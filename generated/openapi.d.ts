@@ -5603,10 +5603,10 @@ export interface paths {
         /**
          * List SCIM tokens
          * @description Lists the organization's SCIM tokens, oldest first, a page at a time, without their
-         *     secrets: name, last four characters (`token_hint`), expiry and last use. Reserved for
-         *     a person in the web app (managing SCIM tokens is, service description §5.8): an API
-         *     token is refused with 403 `requires_person`. Needs `scim:manage`.
-         *     Changes nothing.
+         *     secrets: name, last four characters (`token_hint`), status, expiry and last use.
+         *     Reserved for a person in the web app (managing SCIM tokens is, service description
+         *     §5.8): an API token is refused with 403 `requires_person`. Needs `scim:manage`. Changes
+         *     nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
          *     401 `unauthenticated`, `invalid_token`; 403 `requires_person`, `not_a_member`,
@@ -7842,10 +7842,13 @@ export interface components {
             return_path?: components["schemas"]["OrganizationBillingReturnPath"];
         };
         /**
-         * @description `active`: the token works; `expired`: its `expires_at` has passed and it is refused with 401 `invalid_token`. A revoked token is gone from the list.
+         * @description `active`: the token works; `expired`: its `expires_at` has passed and it is refused with
+         *     401 `invalid_token`; `owner_suspended`: its owner's membership is suspended (the identity
+         *     provider turned them off), so it is refused with 403 `not_a_member` until the membership
+         *     is restored. A revoked token, or one whose owner was removed, is gone from the list.
          * @enum {string}
          */
-        ApiTokenStatus: "active" | "expired";
+        ApiTokenStatus: "active" | "expired" | "owner_suspended";
         /**
          * @description An API token of this organization, without the token itself (only its last four
          *     characters). Its effective permissions are `permissions` intersected with its owner's
@@ -14201,12 +14204,18 @@ export interface components {
          */
         ScimTokenId: string;
         /**
+         * @description `active`: the token works; `expired`: its `expires_at` has passed and the identity provider's requests with it answer 401. A revoked token is gone from the list.
+         * @enum {string}
+         */
+        ScimTokenStatus: "active" | "expired";
+        /**
          * @description A SCIM token of the organization, without its secret. The token acts in this
          *     organization only, on `/scim/v2/*` only; it is stored as a SHA-256 hash.
          * @example {
          *       "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
          *       "name": "Okta provisioning",
          *       "token_hint": "k7Qz",
+         *       "status": "active",
          *       "expires_at": "2027-11-20T00:00:00.000Z",
          *       "last_used_at": "2026-11-21T07:45:00.000Z",
          *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -14226,6 +14235,7 @@ export interface components {
              * @example k7Qz
              */
             token_hint: string;
+            status: components["schemas"]["ScimTokenStatus"];
             /** @description When the token stops working, or null when it does not expire. */
             expires_at: components["schemas"]["Timestamp"] | null;
             /** @description When the identity provider last used the token, to the minute, or null if never. */
@@ -14262,6 +14272,7 @@ export interface components {
          *         "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
          *         "name": "Okta provisioning",
          *         "token_hint": "k7Qz",
+         *         "status": "active",
          *         "expires_at": "2027-11-20T00:00:00.000Z",
          *         "last_used_at": null,
          *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -17477,7 +17488,7 @@ export interface operations {
                 user_id?: components["schemas"]["UserId"];
                 /** @description Every member's tokens (needs `member:manage`). Cannot be combined with `user_id`. */
                 all?: boolean;
-                /** @description Only active or only expired tokens. */
+                /** @description Only tokens in this state. */
                 status?: components["schemas"]["ApiTokenStatus"];
             };
             header: {
@@ -26634,6 +26645,7 @@ export interface operations {
                      *           "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
                      *           "name": "Okta provisioning",
                      *           "token_hint": "k7Qz",
+                     *           "status": "active",
                      *           "expires_at": "2027-11-20T00:00:00.000Z",
                      *           "last_used_at": "2026-11-21T07:45:00.000Z",
                      *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -26690,6 +26702,7 @@ export interface operations {
                      *         "id": "scimtok_01jg3b7f19z7a1b5c9d3e7f1g5",
                      *         "name": "Okta provisioning",
                      *         "token_hint": "k7Qz",
+                     *         "status": "active",
                      *         "expires_at": "2027-11-20T00:00:00.000Z",
                      *         "last_used_at": null,
                      *         "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -26864,7 +26877,7 @@ export interface operations {
                      *       "schemas": [
                      *         "urn:ietf:params:scim:schemas:core:2.0:User"
                      *       ],
-                     *       "id": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *       "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "externalId": "00u9z8y7x6w5v4u3t2s1",
                      *       "userName": "grace@acme.example",
                      *       "name": {
@@ -26886,7 +26899,7 @@ export interface operations {
                      *         "resourceType": "User",
                      *         "created": "2026-11-22T10:00:41.337Z",
                      *         "lastModified": "2026-11-22T10:00:41.337Z",
-                     *         "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *         "location": "https://api.mcpcp.example/scim/v2/Users/usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *         "version": "W/\"1\""
                      *       }
                      *     }
@@ -27337,7 +27350,7 @@ export interface operations {
                      *           "type": "User"
                      *         },
                      *         {
-                     *           "value": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *           "value": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *           "display": "Grace Hopper",
                      *           "type": "User"
                      *         }
@@ -27404,7 +27417,7 @@ export interface operations {
                      *           "type": "User"
                      *         },
                      *         {
-                     *           "value": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *           "value": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *           "display": "Grace Hopper",
                      *           "type": "User"
                      *         }
@@ -27507,7 +27520,7 @@ export interface operations {
                      *           "type": "User"
                      *         },
                      *         {
-                     *           "value": "usr_01jg3bdv8w0x2y4z6a8b0c2d4e",
+                     *           "value": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *           "display": "Grace Hopper",
                      *           "type": "User"
                      *         }
