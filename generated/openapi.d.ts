@@ -2318,9 +2318,9 @@ export interface paths {
          * @description Lists the connectors the caller can see, by slug, a page at a time, without their tools
          *     and documentation (`GET /connector/{slug}` has them). A member with `connector:view`
          *     sees every built-in connector and the organization's custom connectors shared with
-         *     them (directly, through a team, or with the whole organization); a member who also
-         *     holds `connector:manage` sees all of the organization's custom connectors. Needs
-         *     `connector:view`. Changes nothing.
+         *     them (directly, through one of their teams, or with the whole organization); a
+         *     member who also holds `connector:manage` sees all of the organization's custom
+         *     connectors. Needs `connector:view`. Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
          *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
@@ -2826,7 +2826,10 @@ export interface paths {
          * @description Deletes the connection and its stored credentials. For OAuth connections the server
          *     also asks the provider to revoke the tokens when the connector has a
          *     `revocation_url` (best effort: a failure there does not stop the deletion).
-         *     Toolboxes and user toolboxes that went through it lose those tools at once. Needs
+         *     Toolboxes and user toolboxes that went through it lose those tools at once: toolbox
+         *     entries naming it are removed from their toolboxes, user-toolbox bindings to it are
+         *     dropped (those user toolboxes become `incomplete`), and synthetic-tool steps pinned to
+         *     it find no connection (409 `connection_unavailable` when run). Needs
          *     `connection:use` for one's own connection; someone else's needs `connection:manage`
          *     as well. Records the audit action `connection.deleted` and emits
          *     `connection.deleted`.
@@ -3079,8 +3082,8 @@ export interface paths {
         /**
          * List templates
          * @description Lists the templates the caller can see, oldest first, a page at a time: the ones they
-         *     own and the ones shared with them (directly, through a team, or with the whole
-         *     organization); a member who holds `template:manage` sees all of the organization's.
+         *     own and the ones shared with them (directly, through one of their teams, or with the
+         *     whole organization); a member who holds `template:manage` sees all of the organization's.
          *     Needs `template:view`. Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (an
@@ -3327,7 +3330,10 @@ export interface paths {
          *     tools) and synthetic-tool entries. Each connection must be one of the organization's:
          *     the caller's own, or any member's when the caller also holds `connection:manage`,
          *     because the people the toolbox is shared with will call tools through that connection's
-         *     credentials. Each synthetic tool must be one of the organization's. Tool names are not
+         *     credentials; each entry shows that owner (`connection_owner_user_id`) and the
+         *     connection's `connection_status`, and the tools of a connection that is not `active`
+         *     are left out of `tools/list` until its owner reconnects. Each synthetic tool must be
+         *     one of the organization's. Tool names are not
          *     checked against the upstream now; a name the upstream does not list is left out of
          *     `tools/list`. The new toolbox is shared with nobody yet (see `POST /toolbox/{id}/share`).
          *     Needs `toolbox:manage`. Records the audit action `toolbox.created`. Emits no event.
@@ -3540,15 +3546,19 @@ export interface paths {
          *     server checks that `input_schema` and `output_schema` are valid JSON Schemas of type
          *     `object`, that step ids are unique and `$step` refers only to earlier steps, that each
          *     step's connector exists for the organization and declares the tool, and that a pinned
-         *     connection belongs to the organization and to that connector. It becomes callable over
-         *     MCP once a toolbox lists it. Needs `synthetic_tool:manage`. Records the audit action
+         *     connection is of that connector and is one the caller may pin: their own, or any
+         *     member's when they also hold `connection:manage` (the rule of toolbox entries, since
+         *     everyone who runs the tool then acts with that connection's credentials). It becomes
+         *     callable over MCP once a toolbox lists it; a restriction can name it
+         *     (`match.synthetic_tool_id`) or hold it back through a tool one of its steps calls. Needs `synthetic_tool:manage`. Records the audit action
          *     `synthetic_tool.created`. Emits no event.
          *
          *     Needs the plan feature `synthetic_tools`, within the plan limit `synthetic_tools`.
          *
          *     Errors: 400 `validation_failed` (also for each problem above, with a pointer into
-         *     the body), `unknown_reference` (a step's connector, or a pinned connection, that is
-         *     not the organization's; the pointer names it), `organization_header_required`; 401
+         *     the body), `unknown_reference` (a step's connector that is not the organization's, or
+         *     a pinned connection the caller may not pin; the pointer names it),
+         *     `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`,
          *     `entitlement_exceeded` (the plan lacks `synthetic_tools` or its limit is reached); 409 `name_taken`; 413 `payload_too_large`; 415
@@ -3593,15 +3603,16 @@ export interface paths {
         post?: never;
         /**
          * Delete a synthetic tool
-         * @description Deletes the synthetic tool. A tool still listed by a toolbox is not deleted: remove it
-         *     from those toolboxes first (`PATCH /toolbox/{id}` with the new `entries`); the 409 names
-         *     them. Needs `synthetic_tool:manage`. Records the audit action `synthetic_tool.deleted`.
+         * @description Deletes the synthetic tool. A tool still listed by a toolbox, or named by a restriction
+         *     (`match.synthetic_tool_id`), is not deleted: remove it from those toolboxes first
+         *     (`PATCH /toolbox/{id}` with the new `entries`) and change or delete those restrictions;
+         *     the 409 names them. Needs `synthetic_tool:manage`. Records the audit action `synthetic_tool.deleted`.
          *     Emits no event.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 404 `not_found` (also when already deleted); 409 `conflict` (a
-         *     toolbox lists it); 429 `rate_limited`.
+         *     toolbox lists it or a restriction names it); 429 `rate_limited`.
          */
         delete: operations["deleteSyntheticTool"];
         options?: never;
@@ -3648,9 +3659,11 @@ export interface paths {
          * @description Runs the synthetic tool once, as the caller, and answers with the result and a trace of
          *     every step; the same run an MCP client gets from `tools/call`. Before any step runs the
          *     server checks, in this order: the arguments against `input_schema` (defaults applied);
-         *     the restrictions that apply to the caller, for the synthetic tool and for every step's
-         *     tool (a `deny` or `require_approval` match refuses the whole run); and a usable
-         *     connection for every step (a pinned connection the caller owns or reaches through a
+         *     the restrictions that apply to the caller, for the synthetic tool (restrictions naming
+         *     it by `match.synthetic_tool_id`) and for every step's tool (by its connector and tool
+         *     name), where a `deny` match, or a `require_approval` match the caller holds no approved
+         *     access request for, refuses the whole run; and a usable connection for every step (a
+         *     pinned connection the caller owns or reaches through a
          *     toolbox shared with them; otherwise the connection named in `bindings`, or the caller's
          *     oldest `active` connection of the connector). Steps then run one after the other with
          *     the connections' own credentials; the caller's credential is never sent upstream. Each
@@ -3957,8 +3970,8 @@ export interface paths {
          * @description Lists the caller's own user toolboxes in this organization, both kinds: the stored
          *     `template` ones they made, and the `dynamic` ones the server computes for them
          *     (`utbx_dyn_all` with every tool of all their connections, always present, and one
-         *     `utbx_dyn_tbx_…` per toolbox shared with them directly, through a team or with the
-         *     whole organization). Ordered by id: template ones in creation order, then
+         *     `utbx_dyn_tbx_…` per toolbox shared with them directly, through one of their teams, or
+         *     with the whole organization). Ordered by id: template ones in creation order, then
          *     `utbx_dyn_all`, then the shared toolboxes in toolbox creation order, a page at a
          *     time. Other members' user toolboxes are never listed. Needs `mcp_server:view`.
          *     Changes nothing.
@@ -3974,8 +3987,9 @@ export interface paths {
          * Instantiate a template toolbox for the caller
          * @description Makes a `template` user toolbox for the caller from a template visible to them, binding
          *     each connector the template uses to one of the caller's own connections of that
-         *     connector. A connector left unbound contributes no tools and makes the toolbox
-         *     `incomplete`; bindings can be added later with `PATCH`. The same template may be used
+         *     connector. The template's entries are copied into it (`entries`): later changes to the
+         *     template, or its deletion, do not reach it. A connector left unbound contributes no
+         *     tools and makes the toolbox `incomplete`; bindings can be added later with `PATCH`. The same template may be used
          *     several times (for example with two accounts of the same service). The new user toolbox
          *     has no MCP server yet (see `POST /user-toolbox/{id}/mcp`). Needs `mcp_server:manage`.
          *     Records the audit action `user_toolbox.created`. Emits no event.
@@ -4030,7 +4044,8 @@ export interface paths {
         /**
          * Delete a user toolbox
          * @description Deletes one of the caller's `template` user toolboxes together with its MCP servers:
-         *     their tokens stop working and their open sessions end at once. The connections it bound
+         *     their tokens, and the OAuth access and refresh tokens issued for their URLs, stop
+         *     working and their open sessions end at once. The connections it bound
          *     are not touched. A dynamic id is refused with 400 `dynamic_toolbox_immutable`. Needs
          *     `mcp_server:manage`. Records the audit action `user_toolbox.deleted`, naming the MCP
          *     servers deleted with it. Emits no event.
@@ -4392,7 +4407,8 @@ export interface paths {
          *     `restriction:view`. Changes nothing.
          *
          *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a
-         *     `connector_slug` the caller cannot see), `organization_header_required`; 401
+         *     `connector_slug` the caller cannot see, a `synthetic_tool_id` that is not the
+         *     organization's), `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 429 `rate_limited`.
          */
@@ -4400,8 +4416,10 @@ export interface paths {
         put?: never;
         /**
          * Create a restriction
-         * @description Creates a restriction: which tools it matches (a connector, a glob over tool names,
-         *     or both left open), its effect (`deny` hides and refuses the tools;
+         * @description Creates a restriction: which tools it matches (upstream tools by connector and a glob
+         *     over tool names, either or both left open, or one synthetic tool by
+         *     `synthetic_tool_id`; a synthetic tool is also held back by a restriction that matches
+         *     a tool one of its steps calls), its effect (`deny` hides and refuses the tools;
          *     `require_approval` refuses calls until the member holds an approved access request)
          *     and whom it applies to (everyone, or roles, teams and users). It is enforced from
          *     the next tool listing or call of every MCP server and synthetic tool, unless created
@@ -4410,8 +4428,9 @@ export interface paths {
          *
          *     Needs the plan feature `restrictions`.
          *
-         *     Errors: 400 `validation_failed` (including `everyone: true` with ids, or
-         *     `everyone: false` without any), `unknown_reference` (a connector, role, team or user
+         *     Errors: 400 `validation_failed` (including `everyone: true` with ids,
+         *     `everyone: false` without any, or `synthetic_tool_id` sent with `connector_slug` or
+         *     `tool_pattern`), `unknown_reference` (a connector, synthetic tool, role, team or user
          *     that does not exist in this organization), `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`,
@@ -8986,7 +9005,7 @@ export interface components {
          *       "slug": "github",
          *       "name": "GitHub",
          *       "description": "Repositories, issues and pull requests.",
-         *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+         *       "icon_url": "https://cdn.mcpcp.example/icons/github.png",
          *       "source": "built_in",
          *       "transport": "streamable_http",
          *       "auth_type": "oauth2",
@@ -9026,7 +9045,9 @@ export interface components {
          * Format: uri
          * @description The upstream MCP server's endpoint. Must be https; the server refuses URLs that resolve to
          *     private, loopback or link-local addresses (400 `outbound_url_not_allowed`), when saved and
-         *     again on every call.
+         *     again on every call. Not a secret: every member who sees the connector reads it, so a URL
+         *     with a user name or password is refused (400 `validation_failed`); per-member keys belong
+         *     in connections (`auth.type: api_key`).
          * @example https://mcp.acme.example/mcp
          */
         ConnectorMcpUrl: string;
@@ -9629,6 +9650,18 @@ export interface components {
          */
         ConnectionName: string;
         /**
+         * @description Why a connection is `needs_reauth` or `disconnected`, so that a client can tell its owner
+         *     what to do without parsing `last_error`. For `needs_reauth`: `credentials_rejected` (the
+         *     upstream refused the API key or access token), `refresh_failed` (the OAuth provider
+         *     refused the refresh token). For `disconnected`: `owner_left` (the owner's membership
+         *     ended), `connector_access_lost` (the owner can no longer see the custom connector, for
+         *     example after a share was revoked), `connector_changed` (the connector changed where
+         *     credentials are sent), `transferred` (a holder of `connection:manage` gave it to a new
+         *     owner). Null while `pending` or `active`.
+         * @enum {string|null}
+         */
+        ConnectionStatusReason: "credentials_rejected" | "refresh_failed" | "owner_left" | "connector_access_lost" | "connector_changed" | "transferred" | null;
+        /**
          * @description OAuth scopes.
          * @example [
          *       "repo",
@@ -9644,6 +9677,8 @@ export interface components {
          *       "name": "Acme CRM",
          *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "status": "active",
+         *       "status_reason": null,
+         *       "status_changed_at": "2026-11-20T09:14:03.120Z",
          *       "auth_type": "api_key",
          *       "has_credentials": true,
          *       "scopes": [],
@@ -9663,6 +9698,9 @@ export interface components {
             /** @description The member whose connection it is; tools called through it act with these credentials. */
             owner_user_id: components["schemas"]["UserId"];
             status: components["schemas"]["ConnectionStatus"];
+            status_reason: components["schemas"]["ConnectionStatusReason"];
+            /** @description When `status` last changed (its creation time until then). */
+            status_changed_at: components["schemas"]["Timestamp"];
             auth_type: components["schemas"]["ConnectorAuthType"];
             /** @description Whether credentials (an API key, or OAuth tokens) are stored. False while `pending` and once `disconnected`, and always for `none`. */
             has_credentials: boolean;
@@ -9674,7 +9712,7 @@ export interface components {
              *     URL the owner's browser must open; it carries a single-use `state` and a PKCE
              *     challenge and works until `authorize_expires_at`. Null otherwise, and always null
              *     when someone other than the owner reads the connection.
-             * @example https://github.com/login/oauth/authorize?client_id=Iv23liAcmeExample01&redirect_uri=https%3A%2F%2Fcp.acme.example%2Fconnection%2Fconn_01jg3b7f0y8m2n6p1q5r9s3t7v%2Fcallback&response_type=code&scope=repo+read%3Aorg&state=K7p2Qm9Xz4Lw&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256
+             * @example https://github.com/login/oauth/authorize?client_id=Iv23liAcmeExample01&redirect_uri=https%3A%2F%2Fapi.mcpcp.example%2Fconnection%2Fconn_01jg3b7f0y8m2n6p1q5r9s3t7v%2Fcallback&response_type=code&scope=repo+read%3Aorg&state=K7p2Qm9Xz4Lw&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256
              */
             authorize_url: string | null;
             /** @description When `authorize_url` stops working (10 minutes after it was made), or null. */
@@ -9962,8 +10000,10 @@ export interface components {
          *     connection's credentials (the connection's owner's account at the upstream).
          * @example {
          *       "type": "connection",
-         *       "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *       "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
          *       "connector_slug": "github",
+         *       "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "connection_status": "active",
          *       "tools": [
          *         "search_issues",
          *         "get_issue"
@@ -9979,6 +10019,10 @@ export interface components {
             connection_id: components["schemas"]["ConnectionId"];
             /** @description The connector of the connection (read-only, for display). */
             connector_slug: components["schemas"]["ConnectorSlug"];
+            /** @description Whose upstream account the entry's tools act as, the connection's owner (read-only). */
+            connection_owner_user_id: components["schemas"]["UserId"];
+            /** @description The connection's status now (read-only). The entry's tools are offered only while it is `active`; otherwise they are left out of `tools/list` until the owner reconnects. */
+            connection_status: components["schemas"]["ConnectionStatus"];
             tools: components["schemas"]["ToolboxToolSelection"];
         };
         /**
@@ -10005,8 +10049,8 @@ export interface components {
         /** @description One entry of a toolbox; `type` says which kind. */
         ToolboxEntry: components["schemas"]["ToolboxConnectionEntry"] | components["schemas"]["ToolboxSyntheticToolEntry"];
         /**
-         * @description An organization's curated set of tools. People it is shared with (directly, through a
-         *     team, or the whole organization) see it as a dynamic user toolbox
+         * @description An organization's curated set of tools. People it is shared with (directly, through one
+         *     of their teams, or with the whole organization) see it as a dynamic user toolbox
          *     (`utbx_dyn_tbx_<toolbox id suffix>`) and can mint MCP servers for it.
          * @example {
          *       "id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
@@ -10015,8 +10059,10 @@ export interface components {
          *       "entries": [
          *         {
          *           "type": "connection",
-         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *           "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
          *           "connector_slug": "github",
+         *           "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *           "connection_status": "active",
          *           "tools": [
          *             "search_issues",
          *             "get_issue"
@@ -10026,6 +10072,8 @@ export interface components {
          *           "type": "connection",
          *           "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
          *           "connector_slug": "zendesk",
+         *           "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *           "connection_status": "active",
          *           "tools": "all"
          *         },
          *         {
@@ -10093,7 +10141,7 @@ export interface components {
          *       "entries": [
          *         {
          *           "type": "connection",
-         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *           "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
          *           "tools": [
          *             "search_issues",
          *             "get_issue"
@@ -10190,11 +10238,8 @@ export interface components {
             connector_slug: components["schemas"]["ConnectorSlug"];
             /** @description The pinned connection, or null for the caller's own connection of the connector. */
             connection_id: components["schemas"]["ConnectionId"] | null;
-            /**
-             * @description The upstream tool's name.
-             * @example search_issues
-             */
-            name: string;
+            /** @description The upstream tool's name. */
+            name: components["schemas"]["ConnectorToolName"];
         };
         /**
          * @description A JSON pointer (RFC 6901); the empty string means the whole value.
@@ -10413,12 +10458,17 @@ export interface components {
             next_cursor: components["schemas"]["NextCursor"];
         };
         /**
-         * @description The tool a step calls: `name`, a tool the connector `connector_slug` declares. Without
-         *     `connection_id` the tool runs through the caller's own connection of that connector,
-         *     resolved at each run, so every caller acts with their own account. With `connection_id`
-         *     it always runs through that connection (of the organization, of this connector), which the
-         *     caller must own or reach through a toolbox shared with them. A synthetic tool cannot call
-         *     a synthetic tool.
+         * @description The tool a step calls, named as upstream tools are everywhere (toolboxes, templates,
+         *     restrictions, access requests): `connector_slug` and `name`, a tool that connector
+         *     declares. Without `connection_id` the tool runs through the caller's own connection of
+         *     that connector, resolved at each run, so every caller acts with their own account. With
+         *     `connection_id` it always runs through that connection (of the organization, of this
+         *     connector). Pinning follows the rule of toolbox entries: the one who writes the synthetic
+         *     tool may pin only their own connections, or any member's when they also hold
+         *     `connection:manage` (else 400 `unknown_reference`), since everyone who runs it then acts
+         *     with that connection's credentials. At run time the caller must own the pinned connection
+         *     or reach it through a toolbox shared with them. A synthetic tool cannot call a synthetic
+         *     tool.
          * @example {
          *       "connector_slug": "github",
          *       "name": "search_issues"
@@ -10427,11 +10477,8 @@ export interface components {
         SyntheticToolStepToolInput: {
             connector_slug: components["schemas"]["ConnectorSlug"];
             connection_id?: components["schemas"]["ConnectionId"];
-            /**
-             * @description The upstream tool's name, as the connector declares it.
-             * @example search_issues
-             */
-            name: string;
+            /** @description The upstream tool's name, as the connector declares it. */
+            name: components["schemas"]["ConnectorToolName"];
         };
         /**
          * @description One step: a tool call whose arguments are mapped from the input and earlier results.
@@ -10491,7 +10538,7 @@ export interface components {
          * @description Which of the person's own connections serves a connector.
          * @example {
          *       "connector_slug": "github",
-         *       "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+         *       "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w"
          *     }
          */
         UserToolboxBinding: {
@@ -10688,7 +10735,7 @@ export interface components {
          *           "id": "search",
          *           "tool": {
          *             "connector_slug": "github",
-         *             "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+         *             "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
          *             "name": "search_issues"
          *           },
          *           "status": "succeeded",
@@ -11022,7 +11069,7 @@ export interface components {
             serverInfo: components["schemas"]["McpImplementation"];
             /**
              * @description A sentence for the model naming the user toolbox and its organization.
-             * @example Tools of the user toolbox "My GitHub and Linear" in Acme.
+             * @example Tools of the user toolbox "Sales assistant (work)" in Acme.
              */
             instructions?: string;
         } & {
@@ -11048,10 +11095,13 @@ export interface components {
             [key: string]: unknown;
         };
         /**
-         * @description A tool as `tools/list` shows it. Upstream tools are named `<connector_slug>__<tool>`
-         *     (`github__search_issues`); when the user toolbox holds two connections of one connector,
-         *     the later ones add `_2`, `_3`… to the slug (`github_2__search_issues`), in entry order.
-         *     Synthetic tools keep their own name, which never contains `__`.
+         * @description A tool as `tools/list` shows it. Upstream tools are named by the same tool reference as
+         *     toolboxes, templates, synthetic-tool steps, restrictions and access requests (connector
+         *     slug and tool name), joined as `<connector_slug>__<tool>` (`github__search_issues`); a
+         *     slug never contains `_`, so the first `__` always splits the two. When the user toolbox
+         *     holds two connections of one connector, the later ones add `_2`, `_3`… to the slug
+         *     (`github_2__search_issues`), in entry order. Synthetic tools keep their own name, which
+         *     never contains `__`.
          * @example {
          *       "name": "github__search_issues",
          *       "title": "Search issues (GitHub)",
@@ -11129,12 +11179,13 @@ export interface components {
          *     be reached, the connection is not `active`, a restriction holds the tool for approval, a
          *     per-tool rate limit, arguments that do not match `inputSchema`) is a result with
          *     `isError: true` and a text saying what to do, so that the model can react; JSON-RPC errors
-         *     are kept for protocol problems.
+         *     are kept for protocol problems. A tool held for approval names the restriction's name and
+         *     id, which an access request (`POST /access-request`, `restriction_id`) files against.
          * @example {
          *       "content": [
          *         {
          *           "type": "text",
-         *           "text": "This tool needs approval for your account. Ask for access with POST /access-request, or from the web app."
+         *           "text": "github__delete_branch is held for approval by the restriction \"No deletes on GitHub\" (rst_01jg3b7f13s3t7v1w5x9y3z7a1). Ask for access in the web app, or with POST /access-request and that restriction_id."
          *         }
          *       ],
          *       "isError": true
@@ -11211,7 +11262,7 @@ export interface components {
          *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
          *       "name": "Claude Desktop (laptop)",
-         *       "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *       "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *       "token_hint": "x7Qe",
          *       "status": "active",
          *       "expires_at": null,
@@ -11228,7 +11279,7 @@ export interface components {
             /**
              * Format: uri
              * @description The endpoint to configure in the MCP client, `{base_url}/mcp/{id}`; also the OAuth `resource` (RFC 8707) for it.
-             * @example https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3
+             * @example https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3
              */
             url: string;
             /**
@@ -11279,7 +11330,7 @@ export interface components {
          *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
          *         "name": "Claude Desktop (laptop)",
-         *         "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *         "token_hint": "x7Qe",
          *         "status": "active",
          *         "expires_at": null,
@@ -11315,7 +11366,7 @@ export interface components {
         UserToolboxKind: "template" | "dynamic";
         /**
          * @description A name unique among the owner's user toolboxes in this organization.
-         * @example My GitHub and Linear
+         * @example Sales assistant (work)
          */
         UserToolboxName: string;
         /**
@@ -11326,8 +11377,8 @@ export interface components {
         /**
          * @description `ready`: every connector the toolbox uses has an `active` connection. `incomplete`: a
          *     connector of the template is not bound, or a connection it uses is `pending`,
-         *     `needs_reauth` or `disconnected`; the tools of those connectors are left out of
-         *     `tools/list` until it is fixed.
+         *     `needs_reauth` or `disconnected`; the tools of those connectors (listed in
+         *     `incomplete_connector_slugs`) are left out of `tools/list` until it is fixed.
          * @enum {string}
          */
         UserToolboxStatus: "ready" | "incomplete";
@@ -11339,21 +11390,35 @@ export interface components {
          * @example {
          *       "id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
          *       "kind": "template",
-         *       "name": "My GitHub and Linear",
+         *       "name": "Sales assistant (work)",
          *       "description": "Work account, used by Claude Desktop on my laptop.",
          *       "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
          *       "toolbox_id": null,
+         *       "entries": [
+         *         {
+         *           "connector_slug": "acme-crm",
+         *           "tools": "all"
+         *         },
+         *         {
+         *           "connector_slug": "github",
+         *           "tools": [
+         *             "create_issue",
+         *             "search_issues"
+         *           ]
+         *         }
+         *       ],
          *       "bindings": [
          *         {
          *           "connector_slug": "github",
-         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+         *           "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w"
          *         },
          *         {
-         *           "connector_slug": "linear",
-         *           "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+         *           "connector_slug": "acme-crm",
+         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
          *         }
          *       ],
          *       "status": "ready",
+         *       "incomplete_connector_slugs": [],
          *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "mcp_server_count": 1,
          *       "created_at": "2026-11-20T10:01:12.480Z",
@@ -11366,8 +11431,10 @@ export interface components {
          *       "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
          *       "template_id": null,
          *       "toolbox_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+         *       "entries": [],
          *       "bindings": [],
          *       "status": "ready",
+         *       "incomplete_connector_slugs": [],
          *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "mcp_server_count": 0,
          *       "created_at": "2026-11-20T09:14:03.120Z",
@@ -11385,9 +11452,25 @@ export interface components {
             template_id: components["schemas"]["TemplateId"] | null;
             /** @description The shared toolbox it is computed from (`utbx_dyn_tbx_…`), or null. */
             toolbox_id: components["schemas"]["ToolboxId"] | null;
+            /**
+             * @description What a template user toolbox offers: the template's entries (connector and tools) as
+             *     they were when it was made; later changes to the template, or its deletion, do not
+             *     reach it. Empty for a dynamic one, whose tools are those of the toolbox
+             *     (`GET /toolbox/{id}`) or of all the owner's connections.
+             */
+            entries: components["schemas"]["TemplateEntry"][];
             /** @description The owner's connections per connector of the template (template kind); empty for a dynamic one. */
             bindings: components["schemas"]["UserToolboxBinding"][];
             status: components["schemas"]["UserToolboxStatus"];
+            /**
+             * @description Why `status` is `incomplete`: the connectors whose tools are left out of `tools/list`
+             *     now, because the template's connector is not bound or the connection that serves it
+             *     is not `active` (see that connection's `status_reason`). Empty when `ready`.
+             * @example [
+             *       "github"
+             *     ]
+             */
+            incomplete_connector_slugs: components["schemas"]["ConnectorSlug"][];
             /** @description The person it belongs to; always the caller. */
             owner_user_id: components["schemas"]["UserId"];
             /**
@@ -11416,15 +11499,15 @@ export interface components {
          * @description A user toolbox made from a template, bound to the caller's own connections.
          * @example {
          *       "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
-         *       "name": "My GitHub and Linear",
+         *       "name": "Sales assistant (work)",
          *       "bindings": [
          *         {
          *           "connector_slug": "github",
-         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+         *           "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w"
          *         },
          *         {
-         *           "connector_slug": "linear",
-         *           "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+         *           "connector_slug": "acme-crm",
+         *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
          *         }
          *       ]
          *     }
@@ -11445,7 +11528,7 @@ export interface components {
          *       "bindings": [
          *         {
          *           "connector_slug": "github",
-         *           "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p"
+         *           "connection_id": "conn_01jg3d1a3c5e7g9j1m3p5r7t9w"
          *         }
          *       ]
          *     }
@@ -12167,7 +12250,10 @@ export interface components {
          * @description `deny`: the matched tools are left out of `tools/list` and every call is refused.
          *     `require_approval`: the matched tools are listed, but a call is refused until the member
          *     holds an approved access request (an exception) for it. When several restrictions match
-         *     the same call, `deny` wins.
+         *     the same call, `deny` wins. A synthetic tool is matched by a restriction that names it
+         *     (`match.synthetic_tool_id`) and by one that matches a tool one of its steps calls: the
+         *     effect then applies to the synthetic tool as a whole, in `tools/list`, over MCP and on
+         *     `POST /synthetic-tool/{id}/execute`.
          * @enum {string}
          */
         RestrictionEffect: "deny" | "require_approval";
@@ -12182,18 +12268,22 @@ export interface components {
          */
         RestrictionDescription: string | null;
         /**
-         * @description A glob over tool names: `*` matches any run of characters (also none), `?` exactly one;
+         * @description A glob over upstream tool names (the characters of a tool name, as in
+         *     `ConnectorToolName`, plus `*` and `?`): `*` matches any run of characters (also none), `?` exactly one;
          *     every other character matches itself, case-sensitively. The whole name must match
          *     (`delete_*` matches `delete_issue`, not `bulk_delete_issue`).
          * @example delete_*
          */
         RestrictionToolPattern: string;
         /**
-         * @description Which tool calls the restriction covers. A null member matches everything: both null
-         *     covers every tool of every connector.
+         * @description Which tool calls the restriction covers. Upstream tools are named as everywhere else, by
+         *     connector slug and tool name: a null member matches everything, and both null cover
+         *     every tool of every connector. A synthetic tool is named by `synthetic_tool_id`; the
+         *     other two members are then null.
          * @example {
          *       "connector_slug": "github",
-         *       "tool_pattern": "delete_*"
+         *       "tool_pattern": "delete_*",
+         *       "synthetic_tool_id": null
          *     }
          */
         RestrictionMatch: {
@@ -12201,6 +12291,8 @@ export interface components {
             connector_slug: components["schemas"]["ConnectorSlug"] | null;
             /** @description The tool names covered, as a glob, or null for all tools of the connector. */
             tool_pattern: components["schemas"]["RestrictionToolPattern"] | null;
+            /** @description The one synthetic tool covered, or null when the restriction covers upstream tools. */
+            synthetic_tool_id: components["schemas"]["SyntheticToolId"] | null;
         };
         /**
          * @description Whom the restriction applies to. With `everyone: true` it applies to every member and
@@ -12236,7 +12328,8 @@ export interface components {
          *       "description": "Deleting repositories or issues needs a second pair of eyes.",
          *       "match": {
          *         "connector_slug": "github",
-         *         "tool_pattern": "delete_*"
+         *         "tool_pattern": "delete_*",
+         *         "synthetic_tool_id": null
          *       },
          *       "effect": "require_approval",
          *       "applies_to": {
@@ -12283,11 +12376,16 @@ export interface components {
          */
         RestrictionName: string;
         /**
-         * @description Which tool calls the restriction covers. A member left out or null matches everything;
-         *     an empty object covers every tool of every connector.
+         * @description Which tool calls the restriction covers. For upstream tools, a member left out or null
+         *     matches everything; an empty object covers every tool of every connector. For a
+         *     synthetic tool, send only `synthetic_tool_id` (with `connector_slug` or `tool_pattern`
+         *     as well: 400 `validation_failed`).
          * @example {
          *       "connector_slug": "github",
          *       "tool_pattern": "delete_*"
+         *     }
+         * @example {
+         *       "synthetic_tool_id": "stool_01jg3c6g8j0m2p4r6t8w0y2a4c"
          *     }
          */
         RestrictionMatchInput: {
@@ -12301,6 +12399,11 @@ export interface components {
              * @default null
              */
             tool_pattern?: components["schemas"]["RestrictionToolPattern"] | null;
+            /**
+             * @description A synthetic tool of the organization to cover (400 `unknown_reference` otherwise), or null for upstream tools.
+             * @default null
+             */
+            synthetic_tool_id?: components["schemas"]["SyntheticToolId"] | null;
         };
         /**
          * @description Whom the restriction applies to. Either `everyone: true` with no ids, or
@@ -12336,7 +12439,7 @@ export interface components {
             user_ids?: components["schemas"]["UserId"][];
         };
         /**
-         * @description A new restriction. `match` left out covers every tool of every connector.
+         * @description A new restriction. `match` left out covers every upstream tool of every connector (and so every synthetic tool, through its steps).
          * @example {
          *       "name": "No deletes on GitHub",
          *       "description": "Deleting repositories or issues needs a second pair of eyes.",
@@ -12396,7 +12499,7 @@ export interface components {
          */
         AccessRequestId: string;
         /**
-         * @description A tool's exact name (no glob characters).
+         * @description An upstream tool's exact name, shaped as `ConnectorToolName` (no glob characters).
          * @example delete_branch
          */
         AccessRequestToolName: string;
@@ -12407,10 +12510,11 @@ export interface components {
          *     exists when that is null.
          * @example {
          *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-         *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+         *       "requester_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
          *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
          *       "connector_slug": "github",
          *       "tool_name": "delete_branch",
+         *       "synthetic_tool_id": null,
          *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
          *       "status": "approved",
          *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -12435,6 +12539,12 @@ export interface components {
             connector_slug: components["schemas"]["ConnectorSlug"] | null;
             /** @description The one tool access is asked for, or null for every tool the restriction matches (on `connector_slug` when set). */
             tool_name: components["schemas"]["AccessRequestToolName"] | null;
+            /**
+             * @description The synthetic tool access is asked for, when the restriction names one
+             *     (`match.synthetic_tool_id`); `connector_slug` and `tool_name` are then null. Null for
+             *     a restriction on upstream tools.
+             */
+            synthetic_tool_id: components["schemas"]["SyntheticToolId"] | null;
             /**
              * @description Why the requester needs access.
              * @example I need to delete the stale release branches of acme/api before Friday's cut.
@@ -12470,7 +12580,8 @@ export interface components {
          * @description A request for an exception to a restriction. Leave out `connector_slug` and `tool_name`
          *     to ask for everything the restriction holds back from the caller; name them to ask for
          *     less. A named connector must be the restriction's own (when it names one) and a named
-         *     tool must match its `tool_pattern` (400 `validation_failed` otherwise).
+         *     tool must match its `tool_pattern` (400 `validation_failed` otherwise). A restriction on
+         *     a synthetic tool covers just that tool: send neither.
          * @example {
          *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
          *       "connector_slug": "github",
@@ -12727,7 +12838,7 @@ export interface components {
          * @example {
          *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
          *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-         *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+         *       "assignee_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
          *       "assignee_email": "grace@acme.example",
          *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
          *       "accepted_content_types": [
@@ -12812,9 +12923,10 @@ export interface components {
         /**
          * @description A kind of record a destination exports. `audit`: every audit log entry of the
          *     organization (actor, action, target, summary of the change, ip, user agent, request id,
-         *     time; never secrets). `tool_call`: one record per MCP tool call (who, MCP server, user
-         *     toolbox, connector, tool, outcome, duration, restriction decisions; never arguments or
-         *     results).
+         *     time; never secrets). `tool_call`: one record per tool call, over MCP or through
+         *     `POST /synthetic-tool/{id}/execute`, and one per step of a synthetic tool, linked to the
+         *     synthetic tool's record (who, MCP server, user toolbox, connection, connector, tool or
+         *     synthetic tool, outcome, duration, restriction decisions; never arguments or results).
          * @enum {string}
          */
         LoggingRecordType: "audit" | "tool_call";
@@ -12975,7 +13087,11 @@ export interface components {
          * Format: uri
          * @description An https URL the server posts records to. The server refuses URLs that are not https or
          *     that resolve to private, loopback or link-local addresses, unless the operator allows
-         *     them (400 `outbound_url_not_allowed`).
+         *     them (400 `outbound_url_not_allowed`). The URL is not a secret: it is returned in
+         *     `config.url` to everyone holding `observability:view`. So it must not carry credentials:
+         *     a URL with a user name or password (`https://user:pass@host/…`) is refused with 400
+         *     `validation_failed`; send tokens in `headers` (or `hec_token`), whose values are never
+         *     returned.
          * @example https://logs.acme.example/ingest/mcp
          */
         LoggingDestinationUrl: string;
@@ -19843,7 +19959,7 @@ export interface operations {
                      *           "slug": "github",
                      *           "name": "GitHub",
                      *           "description": "Repositories, issues and pull requests.",
-                     *           "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *           "icon_url": "https://cdn.mcpcp.example/icons/github.png",
                      *           "source": "built_in",
                      *           "transport": "streamable_http",
                      *           "auth_type": "oauth2",
@@ -19857,7 +19973,7 @@ export interface operations {
                      *           "slug": "github-acme",
                      *           "name": "GitHub (Acme)",
                      *           "description": "GitHub for the Acme engineering org.",
-                     *           "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *           "icon_url": "https://cdn.mcpcp.example/icons/github.png",
                      *           "source": "custom",
                      *           "transport": "streamable_http",
                      *           "auth_type": "oauth2",
@@ -20009,7 +20125,7 @@ export interface operations {
                      *       "slug": "github-acme",
                      *       "name": "GitHub (Acme)",
                      *       "description": "GitHub for the Acme engineering org.",
-                     *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *       "icon_url": "https://cdn.mcpcp.example/icons/github.png",
                      *       "source": "custom",
                      *       "mcp_url": "https://api.githubcopilot.com/mcp/",
                      *       "transport": "streamable_http",
@@ -20243,7 +20359,7 @@ export interface operations {
                      *       "slug": "github-acme",
                      *       "name": "GitHub (Acme)",
                      *       "description": "Repositories, issues and pull requests.",
-                     *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *       "icon_url": "https://cdn.mcpcp.example/icons/github.png",
                      *       "source": "custom",
                      *       "mcp_url": "https://api.githubcopilot.com/mcp/",
                      *       "transport": "streamable_http",
@@ -20426,7 +20542,7 @@ export interface operations {
                      *       "slug": "github-acme",
                      *       "name": "GitHub (Acme)",
                      *       "description": "GitHub for the Acme engineering org.",
-                     *       "icon_url": "https://cdn.mcp-control-plane.example/icons/github.png",
+                     *       "icon_url": "https://cdn.mcpcp.example/icons/github.png",
                      *       "source": "custom",
                      *       "mcp_url": "https://api.githubcopilot.com/mcp/",
                      *       "transport": "streamable_http",
@@ -20895,6 +21011,8 @@ export interface operations {
                      *           "name": "Acme CRM",
                      *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "status": "active",
+                     *           "status_reason": null,
+                     *           "status_changed_at": "2026-11-20T09:14:03.120Z",
                      *           "auth_type": "api_key",
                      *           "has_credentials": true,
                      *           "scopes": [],
@@ -20911,6 +21029,8 @@ export interface operations {
                      *           "name": "GitHub (work)",
                      *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "status": "needs_reauth",
+                     *           "status_reason": "refresh_failed",
+                     *           "status_changed_at": "2026-11-20T06:00:00.002Z",
                      *           "auth_type": "oauth2",
                      *           "has_credentials": true,
                      *           "scopes": [
@@ -20974,13 +21094,15 @@ export interface operations {
                      *       "name": "GitHub (work)",
                      *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "status": "pending",
+                     *       "status_reason": null,
+                     *       "status_changed_at": "2026-11-20T09:14:03.120Z",
                      *       "auth_type": "oauth2",
                      *       "has_credentials": false,
                      *       "scopes": [
                      *         "repo",
                      *         "read:org"
                      *       ],
-                     *       "authorize_url": "https://github.com/login/oauth/authorize?client_id=Iv23liServiceExample&redirect_uri=https%3A%2F%2Fcp.acme.example%2Fconnection%2Fconn_01jg3c5k2m8n4p6q0r2s4t6v8w%2Fcallback&response_type=code&scope=repo+read%3Aorg&state=K7p2Qm9Xz4Lw&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256",
+                     *       "authorize_url": "https://github.com/login/oauth/authorize?client_id=Iv23liServiceExample&redirect_uri=https%3A%2F%2Fapi.mcpcp.example%2Fconnection%2Fconn_01jg3c5k2m8n4p6q0r2s4t6v8w%2Fcallback&response_type=code&scope=repo+read%3Aorg&state=K7p2Qm9Xz4Lw&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256",
                      *       "authorize_expires_at": "2026-11-20T09:24:03.120Z",
                      *       "last_used_at": null,
                      *       "last_error": null,
@@ -21034,6 +21156,8 @@ export interface operations {
                      *       "name": "Acme CRM",
                      *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "status": "active",
+                     *       "status_reason": null,
+                     *       "status_changed_at": "2026-11-20T09:14:03.120Z",
                      *       "auth_type": "api_key",
                      *       "has_credentials": true,
                      *       "scopes": [],
@@ -21126,6 +21250,8 @@ export interface operations {
                      *       "name": "CRM (sales pipeline)",
                      *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "status": "active",
+                     *       "status_reason": null,
+                     *       "status_changed_at": "2026-11-20T09:14:03.120Z",
                      *       "auth_type": "api_key",
                      *       "has_credentials": true,
                      *       "scopes": [],
@@ -21230,13 +21356,15 @@ export interface operations {
                      *       "name": "GitHub (work)",
                      *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "status": "needs_reauth",
+                     *       "status_reason": "refresh_failed",
+                     *       "status_changed_at": "2026-11-20T06:00:00.002Z",
                      *       "auth_type": "oauth2",
                      *       "has_credentials": true,
                      *       "scopes": [
                      *         "repo",
                      *         "read:org"
                      *       ],
-                     *       "authorize_url": "https://github.com/login/oauth/authorize?client_id=Iv23liServiceExample&redirect_uri=https%3A%2F%2Fcp.acme.example%2Fconnection%2Fconn_01jg3c5k2m8n4p6q0r2s4t6v8w%2Fcallback&response_type=code&scope=repo+read%3Aorg+project&state=Wq3nT8vYb1Ks&code_challenge=Qh7dXk2Lp9Vr4Tz6Bm1Nc8Fs5Gj3Hw0Ye2Ua7Ri4Oe9&code_challenge_method=S256",
+                     *       "authorize_url": "https://github.com/login/oauth/authorize?client_id=Iv23liServiceExample&redirect_uri=https%3A%2F%2Fapi.mcpcp.example%2Fconnection%2Fconn_01jg3c5k2m8n4p6q0r2s4t6v8w%2Fcallback&response_type=code&scope=repo+read%3Aorg+project&state=Wq3nT8vYb1Ks&code_challenge=Qh7dXk2Lp9Vr4Tz6Bm1Nc8Fs5Gj3Hw0Ye2Ua7Ri4Oe9&code_challenge_method=S256",
                      *       "authorize_expires_at": "2026-11-21T08:55:10.902Z",
                      *       "last_used_at": "2026-11-19T17:40:02.031Z",
                      *       "last_error": "The provider refused the refresh token (invalid_grant).",
@@ -21392,8 +21520,10 @@ export interface operations {
                      *       "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
                      *       "connector_slug": "acme-crm",
                      *       "name": "Acme CRM",
-                     *       "owner_user_id": "usr_01jg3c2d4e6f8g0h2j4k6m8n0p",
+                     *       "owner_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "status": "active",
+                     *       "status_reason": null,
+                     *       "status_changed_at": "2026-11-20T09:14:03.120Z",
                      *       "auth_type": "api_key",
                      *       "has_credentials": true,
                      *       "scopes": [],
@@ -21742,11 +21872,18 @@ export interface operations {
                      *       "id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
                      *       "name": "Sales assistant",
                      *       "description": "CRM lookups and GitHub issues for the sales engineers.",
-                     *       "owner_user_id": "usr_01jg3c2d4e6f8g0h2j4k6m8n0p",
+                     *       "owner_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "entries": [
                      *         {
                      *           "connector_slug": "acme-crm",
                      *           "tools": "all"
+                     *         },
+                     *         {
+                     *           "connector_slug": "github",
+                     *           "tools": [
+                     *             "create_issue",
+                     *             "search_issues"
+                     *           ]
                      *         }
                      *       ],
                      *       "created_at": "2026-11-20T09:14:03.120Z",
@@ -21988,8 +22125,10 @@ export interface operations {
                      *           "entries": [
                      *             {
                      *               "type": "connection",
-                     *               "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *               "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
                      *               "connector_slug": "github",
+                     *               "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *               "connection_status": "active",
                      *               "tools": [
                      *                 "search_issues",
                      *                 "get_issue"
@@ -21999,6 +22138,8 @@ export interface operations {
                      *               "type": "connection",
                      *               "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
                      *               "connector_slug": "zendesk",
+                     *               "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *               "connection_status": "active",
                      *               "tools": "all"
                      *             },
                      *             {
@@ -22062,8 +22203,10 @@ export interface operations {
                      *       "entries": [
                      *         {
                      *           "type": "connection",
-                     *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *           "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
                      *           "connector_slug": "github",
+                     *           "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "connection_status": "active",
                      *           "tools": [
                      *             "search_issues",
                      *             "get_issue"
@@ -22201,8 +22344,10 @@ export interface operations {
                      *       "entries": [
                      *         {
                      *           "type": "connection",
-                     *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *           "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w",
                      *           "connector_slug": "github",
+                     *           "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "connection_status": "active",
                      *           "tools": [
                      *             "search_issues"
                      *           ]
@@ -22211,6 +22356,8 @@ export interface operations {
                      *           "type": "connection",
                      *           "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
                      *           "connector_slug": "zendesk",
+                     *           "connection_owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "connection_status": "active",
                      *           "tools": "all"
                      *         }
                      *       ],
@@ -22284,7 +22431,7 @@ export interface operations {
                      *           "resource_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
                      *           "principal": {
                      *             "type": "user",
-                     *             "id": "usr_01jg3c8r2t4v6x8z0b2d4f6h8k"
+                     *             "id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z"
                      *           },
                      *           "level": "edit",
                      *           "created_at": "2026-11-21T10:02:15.771Z",
@@ -22354,7 +22501,7 @@ export interface operations {
             /** @description The toolbox was shared. */
             201: {
                 headers: {
-                    /** @description The URL of the toolbox's shares. */
+                    /** @description The URL of the new share. */
                     Location?: string;
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
@@ -22566,7 +22713,7 @@ export interface operations {
                      *           "id": "post",
                      *           "tool": {
                      *             "connector_slug": "slack",
-                     *             "connection_id": "conn_01jg3c2a4b6d8f0h2j4k6m8n0p",
+                     *             "connection_id": "conn_01jg3c9q1s3v5x7z9b1d3f5h7k",
                      *             "name": "post_message"
                      *           },
                      *           "arguments": {
@@ -22945,7 +23092,7 @@ export interface operations {
                      *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
                      *           "name": "Claude Desktop (laptop)",
-                     *           "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "token_hint": "x7Qe",
                      *           "status": "active",
                      *           "expires_at": null,
@@ -22958,7 +23105,7 @@ export interface operations {
                      *           "id": "mcp_01jg3d5k7m9p1r3t5v7x9z1b3d",
                      *           "user_toolbox_id": "utbx_dyn_tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
                      *           "name": "Cursor",
-                     *           "url": "https://mcp.acme.example/mcp/mcp_01jg3d5k7m9p1r3t5v7x9z1b3d",
+                     *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3d5k7m9p1r3t5v7x9z1b3d",
                      *           "token_hint": "9fKd",
                      *           "status": "active",
                      *           "expires_at": "2027-03-01T00:00:00.000Z",
@@ -23019,7 +23166,7 @@ export interface operations {
                      *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
                      *           "name": "Claude Desktop (laptop)",
-                     *           "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "token_hint": "x7Qe",
                      *           "status": "active",
                      *           "expires_at": null,
@@ -23080,7 +23227,7 @@ export interface operations {
                      *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
                      *         "name": "Claude Desktop (laptop)",
-                     *         "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "token_hint": "x7Qe",
                      *         "status": "active",
                      *         "expires_at": null,
@@ -23216,7 +23363,7 @@ export interface operations {
                      *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
                      *       "name": "Claude Desktop (laptop)",
-                     *       "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *       "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *       "token_hint": "x7Qe",
                      *       "status": "active",
                      *       "expires_at": "2027-03-01T00:00:00.000Z",
@@ -23273,7 +23420,7 @@ export interface operations {
                      *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
                      *         "name": "Claude Desktop (laptop)",
-                     *         "url": "https://mcp.acme.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "token_hint": "Wm2c",
                      *         "status": "active",
                      *         "expires_at": null,
@@ -23333,21 +23480,35 @@ export interface operations {
                      *         {
                      *           "id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
                      *           "kind": "template",
-                     *           "name": "My GitHub and Linear",
+                     *           "name": "Sales assistant (work)",
                      *           "description": "Work account, used by Claude Desktop on my laptop.",
                      *           "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
                      *           "toolbox_id": null,
+                     *           "entries": [
+                     *             {
+                     *               "connector_slug": "acme-crm",
+                     *               "tools": "all"
+                     *             },
+                     *             {
+                     *               "connector_slug": "github",
+                     *               "tools": [
+                     *                 "create_issue",
+                     *                 "search_issues"
+                     *               ]
+                     *             }
+                     *           ],
                      *           "bindings": [
                      *             {
                      *               "connector_slug": "github",
-                     *               "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+                     *               "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w"
                      *             },
                      *             {
-                     *               "connector_slug": "linear",
-                     *               "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+                     *               "connector_slug": "acme-crm",
+                     *               "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
                      *             }
                      *           ],
                      *           "status": "ready",
+                     *           "incomplete_connector_slugs": [],
                      *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "mcp_server_count": 1,
                      *           "created_at": "2026-11-20T10:01:12.480Z",
@@ -23360,8 +23521,12 @@ export interface operations {
                      *           "description": null,
                      *           "template_id": null,
                      *           "toolbox_id": null,
+                     *           "entries": [],
                      *           "bindings": [],
                      *           "status": "incomplete",
+                     *           "incomplete_connector_slugs": [
+                     *             "github"
+                     *           ],
                      *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "mcp_server_count": 0,
                      *           "created_at": "2026-11-19T14:22:05.000Z",
@@ -23374,8 +23539,10 @@ export interface operations {
                      *           "description": "Ticket triage: read and update Zendesk tickets, search the GitHub issue tracker.",
                      *           "template_id": null,
                      *           "toolbox_id": "tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "entries": [],
                      *           "bindings": [],
                      *           "status": "ready",
+                     *           "incomplete_connector_slugs": [],
                      *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "mcp_server_count": 1,
                      *           "created_at": "2026-11-20T09:14:03.120Z",
@@ -23428,21 +23595,35 @@ export interface operations {
                      * @example {
                      *       "id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
                      *       "kind": "template",
-                     *       "name": "My GitHub and Linear",
+                     *       "name": "Sales assistant (work)",
                      *       "description": null,
                      *       "template_id": "tpl_01jg3b7f0z3n7p1q5r9s3t7v1w",
                      *       "toolbox_id": null,
+                     *       "entries": [
+                     *         {
+                     *           "connector_slug": "acme-crm",
+                     *           "tools": "all"
+                     *         },
+                     *         {
+                     *           "connector_slug": "github",
+                     *           "tools": [
+                     *             "create_issue",
+                     *             "search_issues"
+                     *           ]
+                     *         }
+                     *       ],
                      *       "bindings": [
                      *         {
                      *           "connector_slug": "github",
-                     *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
+                     *           "connection_id": "conn_01jg3c5k2m8n4p6q0r2s4t6v8w"
                      *         },
                      *         {
-                     *           "connector_slug": "linear",
-                     *           "connection_id": "conn_01jg3c7h9k1m3p5r7t9w1y3a5c"
+                     *           "connector_slug": "acme-crm",
+                     *           "connection_id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v"
                      *         }
                      *       ],
                      *       "status": "ready",
+                     *       "incomplete_connector_slugs": [],
                      *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "mcp_server_count": 0,
                      *       "created_at": "2026-11-20T10:01:12.480Z",
@@ -24039,6 +24220,8 @@ export interface operations {
                  *     match any connector (`connector_slug: null`) are not included.
                  */
                 connector_slug?: components["schemas"]["ConnectorSlug"];
+                /** @description Only restrictions that name this synthetic tool (`match.synthetic_tool_id`). */
+                synthetic_tool_id?: components["schemas"]["SyntheticToolId"];
                 /** @description Only enforced (true) or inactive (false) restrictions. */
                 is_active?: boolean;
             };
@@ -24071,7 +24254,8 @@ export interface operations {
                      *           "description": "Deleting repositories or issues needs a second pair of eyes.",
                      *           "match": {
                      *             "connector_slug": "github",
-                     *             "tool_pattern": "delete_*"
+                     *             "tool_pattern": "delete_*",
+                     *             "synthetic_tool_id": null
                      *           },
                      *           "effect": "require_approval",
                      *           "applies_to": {
@@ -24093,7 +24277,8 @@ export interface operations {
                      *           "description": null,
                      *           "match": {
                      *             "connector_slug": "acme-crm",
-                     *             "tool_pattern": "export_*"
+                     *             "tool_pattern": "export_*",
+                     *             "synthetic_tool_id": null
                      *           },
                      *           "effect": "deny",
                      *           "applies_to": {
@@ -24157,7 +24342,8 @@ export interface operations {
                      *       "description": "Deleting repositories or issues needs a second pair of eyes.",
                      *       "match": {
                      *         "connector_slug": "github",
-                     *         "tool_pattern": "delete_*"
+                     *         "tool_pattern": "delete_*",
+                     *         "synthetic_tool_id": null
                      *       },
                      *       "effect": "require_approval",
                      *       "applies_to": {
@@ -24294,7 +24480,8 @@ export interface operations {
                      *       "description": "Deleting repositories or issues needs a second pair of eyes.",
                      *       "match": {
                      *         "connector_slug": "github",
-                     *         "tool_pattern": "delete_*"
+                     *         "tool_pattern": "delete_*",
+                     *         "synthetic_tool_id": null
                      *       },
                      *       "effect": "require_approval",
                      *       "applies_to": {
@@ -24366,10 +24553,11 @@ export interface operations {
                      *       "data": [
                      *         {
                      *           "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *           "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *           "requester_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *           "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
                      *           "connector_slug": "github",
                      *           "tool_name": "delete_branch",
+                     *           "synthetic_tool_id": null,
                      *           "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
                      *           "status": "pending",
                      *           "resolved_by_user_id": null,
@@ -24425,10 +24613,11 @@ export interface operations {
                     /**
                      * @example {
                      *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "requester_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
                      *       "connector_slug": "github",
                      *       "tool_name": "delete_branch",
+                     *       "synthetic_tool_id": null,
                      *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
                      *       "status": "pending",
                      *       "resolved_by_user_id": null,
@@ -24521,10 +24710,11 @@ export interface operations {
                     /**
                      * @example {
                      *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "requester_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
                      *       "connector_slug": "github",
                      *       "tool_name": "delete_branch",
+                     *       "synthetic_tool_id": null,
                      *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
                      *       "status": "approved",
                      *       "resolved_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -24577,10 +24767,11 @@ export interface operations {
                     /**
                      * @example {
                      *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
-                     *       "requester_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "requester_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "restriction_id": "rst_01jg3b7f13s3t7v1w5x9y3z7a1",
                      *       "connector_slug": "github",
                      *       "tool_name": "delete_branch",
+                     *       "synthetic_tool_id": null,
                      *       "reason": "I need to delete the stale release branches of acme/api before Friday's cut.",
                      *       "status": "withdrawn",
                      *       "resolved_by_user_id": null,
@@ -24658,7 +24849,7 @@ export interface operations {
                      *           "content_type": "text/csv; charset=utf-8",
                      *           "size_bytes": 20417,
                      *           "sha256": "a1c9e7b5d3f1a9c7e5b3d1f9a7c5e3b1d9f7a5c3e1b9d7f5a3c1e9b7d5f3a1c9",
-                     *           "owner_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *           "owner_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *           "source": "tool_output",
                      *           "upload_request_id": null,
                      *           "caller_access": "use",
@@ -24768,7 +24959,7 @@ export interface operations {
                      * @example {
                      *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
                      *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "assignee_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "assignee_email": "grace@acme.example",
                      *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
                      *       "accepted_content_types": [
@@ -24826,7 +25017,7 @@ export interface operations {
                      * @example {
                      *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
                      *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "assignee_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "assignee_email": "grace@acme.example",
                      *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
                      *       "accepted_content_types": [
@@ -25069,7 +25260,7 @@ export interface operations {
                      * @example {
                      *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
                      *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *       "assignee_user_id": "usr_01jg3d9k2x6c0v4b8n2m6q0r4s",
+                     *       "assignee_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
                      *       "assignee_email": "grace@acme.example",
                      *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
                      *       "accepted_content_types": [
@@ -25493,14 +25684,14 @@ export interface operations {
                      *           "record_types": [
                      *             "audit"
                      *           ],
-                     *           "is_active": false,
+                     *           "is_active": true,
                      *           "created_at": "2026-11-22T10:31:57.004Z",
                      *           "updated_at": "2026-11-23T08:00:12.518Z",
                      *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *           "last_test_at": null,
-                     *           "last_test_status": null,
+                     *           "last_test_at": "2026-11-22T10:32:40.771Z",
+                     *           "last_test_status": "ok",
                      *           "last_test_error": null,
-                     *           "last_delivery_at": null,
+                     *           "last_delivery_at": "2026-11-23T08:14:09.236Z",
                      *           "last_delivery_error": "The endpoint answered 503 Service Unavailable; retrying in 60 seconds."
                      *         }
                      *       ],
@@ -26186,8 +26377,8 @@ export interface operations {
                      *             },
                      *             "data": {
                      *               "role": {
-                     *                 "id": "role_01jg3b7f0n7w4k2d9s5h8g1q6z",
-                     *                 "name": "Connector admins",
+                     *                 "id": "role_01jg4c1d2e3f4g5h6j7k8m9n0p",
+                     *                 "name": "Connector maintainer",
                      *                 "permissions": [
                      *                   "connector:view",
                      *                   "connector:manage"
