@@ -2394,7 +2394,10 @@ export interface paths {
          * @description Deletes the custom connector, its documentation, its stored OAuth client secret and
          *     its shares. Refused while a connection or a template entry still uses it: delete or
          *     move those first. Forks of it keep working; their `upstream.current_version` becomes
-         *     null and they can no longer pull. Built-in connectors cannot be deleted. Needs
+         *     null and they can no longer pull. Restrictions and synthetic-tool steps that name its
+         *     slug are kept: a restriction then matches nothing until a connector with that slug
+         *     exists again, and a step finds no connection (409 `connection_unavailable` when the
+         *     synthetic tool runs). Built-in connectors cannot be deleted. Needs
          *     `connector:manage`. Records the audit action `connector.deleted` and emits
          *     `connector.deleted`.
          *
@@ -3382,7 +3385,7 @@ export interface paths {
          *     Errors: 400 `validation_failed` (an id that is not `tbx_…`),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found` (also for
-         *     another organization's id, or one not visible to the caller); 429 `rate_limited`.
+         *     a toolbox the caller cannot see, or another organization's); 429 `rate_limited`.
          */
         get: operations["getToolbox"];
         put?: never;
@@ -3735,7 +3738,11 @@ export interface paths {
          *     restriction denies to the owner), `tools/call` (forwards to the upstream MCP server
          *     through the connection's own credentials, never the client's token, or runs a synthetic
          *     tool), and the notifications `notifications/initialized` and `notifications/cancelled`.
-         *     Other methods get the JSON-RPC error -32601. A tool that fails, is held for approval,
+         *     Synthetic tools are listed and run only while the owner holds `synthetic_tool:execute`,
+         *     the permission `POST /synthetic-tool/{id}/execute` needs; restrictions apply to them as
+         *     there (one naming the synthetic tool, or matching a tool one of its steps calls).
+         *     Tool names join the connector slug and the tool name, `<connector_slug>__<tool>`
+         *     (see `McpTool`). Other methods get the JSON-RPC error -32601. A tool that fails, is held for approval,
          *     or whose connection is not `active` answers with a result carrying `isError: true`; a
          *     tool this server does not list (or a restriction denies) gets -32602.
          *
@@ -11261,6 +11268,7 @@ export interface components {
          * @example {
          *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+         *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "name": "Claude Desktop (laptop)",
          *       "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *       "token_hint": "x7Qe",
@@ -11275,6 +11283,8 @@ export interface components {
         McpServer: {
             id: components["schemas"]["McpServerId"];
             user_toolbox_id: components["schemas"]["UserToolboxId"];
+            /** @description The person the server acts as, the owner of its user toolbox; always the caller. */
+            owner_user_id: components["schemas"]["UserId"];
             name: components["schemas"]["McpServerName"];
             /**
              * Format: uri
@@ -11329,6 +11339,7 @@ export interface components {
          *       "mcp_server": {
          *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+         *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *         "name": "Claude Desktop (laptop)",
          *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
          *         "token_hint": "x7Qe",
@@ -23091,6 +23102,7 @@ export interface operations {
                      *         {
                      *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "name": "Claude Desktop (laptop)",
                      *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "token_hint": "x7Qe",
@@ -23104,6 +23116,7 @@ export interface operations {
                      *         {
                      *           "id": "mcp_01jg3d5k7m9p1r3t5v7x9z1b3d",
                      *           "user_toolbox_id": "utbx_dyn_tbx_01jg3b7f10p1q5r9s3t7v1w5x9",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "name": "Cursor",
                      *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3d5k7m9p1r3t5v7x9z1b3d",
                      *           "token_hint": "9fKd",
@@ -23165,6 +23178,7 @@ export interface operations {
                      *         {
                      *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *           "name": "Claude Desktop (laptop)",
                      *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *           "token_hint": "x7Qe",
@@ -23226,6 +23240,7 @@ export interface operations {
                      *       "mcp_server": {
                      *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *         "name": "Claude Desktop (laptop)",
                      *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "token_hint": "x7Qe",
@@ -23362,6 +23377,7 @@ export interface operations {
                      * @example {
                      *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *       "name": "Claude Desktop (laptop)",
                      *       "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *       "token_hint": "x7Qe",
@@ -23419,6 +23435,7 @@ export interface operations {
                      *       "mcp_server": {
                      *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
                      *         "name": "Claude Desktop (laptop)",
                      *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
                      *         "token_hint": "Wm2c",
