@@ -13729,6 +13729,15 @@ export interface components {
         /** @description The access request an event is about. */
         EventAccessRequest: {
             id: components["schemas"]["AccessRequestId"];
+            /** @description The connector of the tool asked for; null when the request is for everything the restriction holds back, or for a synthetic tool. */
+            connector_slug: components["schemas"]["ConnectorSlug"] | null;
+            /**
+             * @description The tool asked for; null when the request is for every tool the restriction holds back.
+             * @example delete_issue
+             */
+            tool_name: string | null;
+            /** @description The synthetic tool asked for, when the request is for one; null otherwise. */
+            synthetic_tool_id: components["schemas"]["SyntheticToolId"] | null;
             requester_user_id: components["schemas"]["UserId"];
             restriction_id: components["schemas"]["RestrictionId"];
             /**
@@ -13759,7 +13768,8 @@ export interface components {
         /** @description What a `access_request.resolved` event carries. */
         AccessRequestResolvedData: {
             access_request: components["schemas"]["EventAccessRequest"];
-            resolved_by_user_id: components["schemas"]["UserId"];
+            /** @description Who approved or denied it; null when the system closed it (its restriction was deleted). */
+            resolved_by_user_id: components["schemas"]["UserId"] | null;
         };
         /** @description `access_request.resolved`: An access request was approved or denied. */
         AccessRequestResolvedEvent: {
