@@ -9591,7 +9591,8 @@ export interface components {
          *       },
          *       "level": "use",
          *       "created_at": "2026-11-20T09:14:03.120Z",
-         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+         *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "updated_at": "2026-11-20T09:14:03.120Z"
          *     }
          */
         Share: {
@@ -9609,6 +9610,8 @@ export interface components {
             principal: components["schemas"]["SharePrincipal"];
             level: components["schemas"]["ShareLevel"];
             created_at: components["schemas"]["Timestamp"];
+            /** @description When the share last changed (sharing again to the same principal changes its level). */
+            updated_at: components["schemas"]["Timestamp"];
             /** @description Who shared it; null when the operator CLI or a system process did. */
             created_by_user_id: components["schemas"]["UserId"] | null;
         };
@@ -20854,7 +20857,8 @@ export interface operations {
                      *           },
                      *           "level": "use",
                      *           "created_at": "2026-11-20T09:14:03.120Z",
-                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
                      *         }
                      *       ],
                      *       "next_cursor": null
@@ -20911,7 +20915,8 @@ export interface operations {
                      *       },
                      *       "level": "edit",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
@@ -20937,7 +20942,8 @@ export interface operations {
                      *       },
                      *       "level": "use",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
@@ -21968,7 +21974,8 @@ export interface operations {
                      *           },
                      *           "level": "use",
                      *           "created_at": "2026-11-20T09:14:03.120Z",
-                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
                      *         }
                      *       ],
                      *       "next_cursor": null
@@ -22025,7 +22032,8 @@ export interface operations {
                      *       },
                      *       "level": "edit",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
@@ -22051,7 +22059,8 @@ export interface operations {
                      *       },
                      *       "level": "use",
                      *       "created_at": "2026-11-20T09:14:03.120Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
@@ -22444,7 +22453,8 @@ export interface operations {
                      *           },
                      *           "level": "use",
                      *           "created_at": "2026-11-20T09:20:41.006Z",
-                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "updated_at": "2026-11-20T09:20:41.006Z"
                      *         },
                      *         {
                      *           "id": "acl_01jg3c9s3v5x7z9b1d3f5h7k9m",
@@ -22456,7 +22466,8 @@ export interface operations {
                      *           },
                      *           "level": "edit",
                      *           "created_at": "2026-11-21T10:02:15.771Z",
-                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "updated_at": "2026-11-21T10:02:15.771Z"
                      *         }
                      *       ],
                      *       "next_cursor": null
@@ -22513,7 +22524,8 @@ export interface operations {
                      *       },
                      *       "level": "edit",
                      *       "created_at": "2026-11-20T09:20:41.006Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-20T09:20:41.006Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
@@ -22539,7 +22551,8 @@ export interface operations {
                      *       },
                      *       "level": "use",
                      *       "created_at": "2026-11-20T09:20:41.006Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-20T09:20:41.006Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
@@ -25441,7 +25454,8 @@ export interface operations {
                      *           },
                      *           "level": "use",
                      *           "created_at": "2026-11-21T15:20:44.316Z",
-                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *           "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "updated_at": "2026-11-21T15:20:44.316Z"
                      *         }
                      *       ],
                      *       "next_cursor": null
@@ -25498,7 +25512,8 @@ export interface operations {
                      *       },
                      *       "level": "edit",
                      *       "created_at": "2026-11-21T15:20:44.316Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-21T15:20:44.316Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
@@ -25524,7 +25539,8 @@ export interface operations {
                      *       },
                      *       "level": "use",
                      *       "created_at": "2026-11-21T15:20:44.316Z",
-                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e"
+                     *       "created_by_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "updated_at": "2026-11-21T15:20:44.316Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Share"];
