@@ -3713,11 +3713,12 @@ export interface paths {
         put?: never;
         /**
          * Send an MCP message
-         * @description Takes one JSON-RPC 2.0 message from an MCP client (a batch only from clients that
-         *     negotiated 2025-03-26). The client sends `Accept: application/json, text/event-stream`
+         * @description Takes one JSON-RPC 2.0 message from an MCP client (a batch only with
+         *     `MCP-Protocol-Version` 2025-03-26, or none). The client sends
+         *     `Accept: application/json, text/event-stream`
          *     (otherwise 406) and `Content-Type: application/json`.
          *
-         *     **Credential.** Every request carries a bearer token, even inside a session: the MCP
+         *     **Credential.** Every request carries a bearer token: the MCP
          *     server's own token (`mcpt_…`), or an OAuth access token issued by `/oauth/token` for
          *     this server's URL as `resource` (RFC 8707), with the `mcp` scope, to the server's owner.
          *     Without one the answer is 401 with `WWW-Authenticate: Bearer
@@ -3727,12 +3728,15 @@ export interface paths {
          *     organization. An `Origin` header, when sent, must be the deployment's own origin or one
          *     the operator allows (403 otherwise).
          *
-         *     **Session.** The response to `initialize` carries a new `Mcp-Session-Id`; every later
-         *     request must send it (400 without) along with `MCP-Protocol-Version` (the negotiated
-         *     revision; when missing, `2025-03-26` is assumed; unsupported: 400). Sessions are kept
-         *     by the server in its database, so any replica serves them; one ends on `DELETE`, after
-         *     24 hours without a request, or when the server is deleted, and is then answered with
-         *     404, on which the client sends `initialize` again.
+         *     **Stateless.** Every POST is authenticated and served on its own; nothing is kept
+         *     between requests, so any replica serves any request. `initialize` is answered (with the
+         *     revision the client asked for when it is one of the supported ones, otherwise the
+         *     latest, 2025-11-25) but opens no session: the response carries no `Mcp-Session-Id`, and
+         *     a request does not need to follow an `initialize`. A client that sends an
+         *     `Mcp-Session-Id` anyway is not refused; the header is ignored. `MCP-Protocol-Version`
+         *     names the revision the request speaks: `2025-11-25`, `2025-06-18` or `2025-03-26`;
+         *     when missing, `2025-03-26` is assumed (as the transport does); any other value is
+         *     answered with 400 (-32000) naming the supported revisions.
          *
          *     **Methods.** `initialize`, `ping`, `tools/list` (the user toolbox's tools, minus those a
          *     restriction denies to the owner), `tools/call` (forwards to the upstream MCP server
@@ -3757,24 +3761,25 @@ export interface paths {
          *     audit entry (`x-audit: null`), and no event is emitted. `last_used_at` of the server is
          *     updated at most once a minute.
          *
-         *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (no session,
+         *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (unsupported
          *     protocol version); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
-         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server), -32001 (no
-         *     such session); 406, 413, 415 -32000; 429 -32000 with `Retry-After`.
+         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 406, 413,
+         *     415 -32000; 429 -32000 with `Retry-After`.
          */
         post: operations["postMcpMessage"];
         /**
-         * End an MCP session
-         * @description Ends the session named by `Mcp-Session-Id`; later requests with it get 404. The MCP
-         *     server, its token and other sessions are not affected. The same credential rules as
-         *     for POST apply, and the session must be one of this server's opened by the same user.
-         *     Records no audit entry (`x-audit: null`: nothing the organization owns changes) and
-         *     emits no event.
+         * End an MCP session (nothing to end)
+         * @description The endpoint is stateless and keeps no sessions, so there is nothing to end: a `DELETE`
+         *     is accepted and answered with 204 so that clients that end their sessions (as 2025-06-18
+         *     and 2025-11-25 clients may, with the `Mcp-Session-Id` they hold) see no error. An
+         *     `Mcp-Session-Id`, when sent, is ignored. The same credential rules as for POST apply
+         *     (bearer token, `Origin`, the MCP server must exist). Changes nothing: records no audit
+         *     entry (`x-audit: null`) and emits no event.
          *
-         *     Errors (JSON-RPC error objects unless said): 400 -32000 (no `Mcp-Session-Id`); 401
-         *     bearer `invalid_request` or `invalid_token`; 403 bearer `insufficient_scope`, or -32000
-         *     (`Origin`); 404 -32000 (no such MCP server), -32001 (no such session); 429 -32000 with
-         *     `Retry-After`.
+         *     Errors (JSON-RPC error objects unless said): 400 -32000 (unsupported
+         *     `MCP-Protocol-Version`); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
+         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 429 -32000
+         *     with `Retry-After`.
          */
         delete: operations["deleteMcpSession"];
         options?: never;
@@ -4300,6 +4305,36 @@ export interface paths {
          *     Errors: 400 `validation_failed` (unknown query parameters); 429 `rate_limited`.
          */
         get: operations["getOAuthAuthorizationServerMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/openid-configuration": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OpenID Connect discovery metadata
+         * @description The authorization server's OpenID Connect discovery document (OpenID Connect Discovery
+         *     1.0), for clients that look for `/.well-known/openid-configuration` rather than (or
+         *     after) `/.well-known/oauth-authorization-server`, as MCP clients may. It is the RFC 8414
+         *     metadata, with the same `issuer` (`{base_url}`), endpoints and values, plus the OpenID
+         *     Provider members: `subject_types_supported`, `id_token_signing_alg_values_supported`
+         *     and `claims_supported` (`userinfo_endpoint` and `jwks_uri` are in both). Every URL is
+         *     derived from the configured `BASE_URL`. Public: needs no credential. Served with
+         *     `Access-Control-Allow-Origin: *` and cacheable for an hour. Not org-scoped. Changes
+         *     nothing.
+         *
+         *     Errors: 400 `validation_failed` (unknown query parameters); 429 `rate_limited`.
+         */
+        get: operations["getOpenIdConfiguration"];
         put?: never;
         post?: never;
         delete?: never;
@@ -10791,18 +10826,20 @@ export interface components {
          */
         McpServerId: string;
         /**
-         * @description An MCP session id: opaque visible ASCII, issued by the server in the `Mcp-Session-Id`
-         *     header of the `initialize` response. It is not a credential: every request still carries
-         *     the bearer token, and the session is bound to the MCP server and the authenticated user.
+         * @description An MCP session id (opaque visible ASCII) a client may send in `Mcp-Session-Id`. This
+         *     server is stateless: it issues none and ignores one that is sent (the request is not
+         *     refused for it). It is never a credential: every request carries the bearer token.
          * @example 7c1d0f6a4e2b49d8a3f5c6b7e8d9f0a1
          */
         McpSessionId: string;
         /**
-         * @description An MCP protocol revision this server speaks. `2025-06-18` is preferred; `2025-03-26` is
-         *     accepted for older clients (it also allows JSON-RPC batches).
+         * @description An MCP protocol revision this server speaks, statelessly (no sessions). `2025-11-25` is
+         *     the latest and `2025-06-18` is also served; `2025-03-26` is accepted for older clients
+         *     (it also allows JSON-RPC batches) and is assumed when the header is missing. Any other
+         *     value is answered with 400 (JSON-RPC error -32000) naming the supported revisions.
          * @enum {string}
          */
-        McpProtocolVersion: "2025-06-18" | "2025-03-26";
+        McpProtocolVersion: "2025-11-25" | "2025-06-18" | "2025-03-26";
         /**
          * @description A JSON-RPC request id, chosen by the sender and echoed in the response. Never null in a request.
          * @example 1
@@ -10861,7 +10898,7 @@ export interface components {
         /** @description The client's side of the handshake. */
         McpInitializeParams: {
             /**
-             * @description The revision the client wants. When the server does not speak it, the server answers with `2025-06-18` and the client decides whether to go on.
+             * @description The revision the client wants. When the server does not speak it, the server answers with the latest it speaks, `2025-11-25`, and the client decides whether to go on.
              * @example 2025-06-18
              */
             protocolVersion: string;
@@ -10873,7 +10910,7 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
-        /** @description The `initialize` request, the first of a session. */
+        /** @description The `initialize` request; answered with the server's capabilities, it opens no session. */
         McpInitializeRequest: components["schemas"]["JsonRpcRequest"] & {
             /**
              * @description Always `initialize`.
@@ -10989,10 +11026,11 @@ export interface components {
         };
         /**
          * @description The JSON-RPC error codes this server sends. The first five are JSON-RPC 2.0's own; -32000
-         *     and -32001 are the transport's (as the MCP SDKs use them).
+         *     is the transport's (as the MCP SDKs use it). The server keeps no sessions, so it never
+         *     sends -32001 (Session not found).
          * @enum {integer}
          */
-        JsonRpcErrorCode: -32700 | -32600 | -32601 | -32602 | -32603 | -32000 | -32001;
+        JsonRpcErrorCode: -32700 | -32600 | -32601 | -32602 | -32603 | -32000;
         /**
          * @description The error member of a JSON-RPC 2.0 error response.
          * @example {
@@ -11004,7 +11042,7 @@ export interface components {
             code: components["schemas"]["JsonRpcErrorCode"];
             /**
              * @description A short description of the error, for people.
-             * @example Bad Request: Mcp-Session-Id header is required
+             * @example Bad Request: Unsupported protocol version 2024-11-05 (supported: 2025-11-25, 2025-06-18, 2025-03-26)
              */
             message: string;
             /**
@@ -11024,7 +11062,7 @@ export interface components {
          *       "id": null,
          *       "error": {
          *         "code": -32000,
-         *         "message": "Bad Request: Mcp-Session-Id header is required",
+         *         "message": "Bad Request: Unsupported protocol version 2024-11-05 (supported: 2025-11-25, 2025-06-18, 2025-03-26)",
          *         "data": {
          *           "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6"
          *         }
@@ -11050,8 +11088,8 @@ export interface components {
          */
         McpClientMessage: components["schemas"]["McpInitializeRequest"] | components["schemas"]["McpPingRequest"] | components["schemas"]["McpToolsListRequest"] | components["schemas"]["McpToolsCallRequest"] | components["schemas"]["JsonRpcRequest"] | components["schemas"]["JsonRpcNotification"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
         /**
-         * @description The body of a POST: one JSON-RPC message, or (only for a session that negotiated
-         *     `2025-03-26`) a JSON array of them, a batch.
+         * @description The body of a POST: one JSON-RPC message, or (only with `MCP-Protocol-Version`
+         *     `2025-03-26`, or none) a JSON array of them, a batch.
          */
         McpRequestBody: components["schemas"]["McpClientMessage"] | components["schemas"]["McpClientMessage"][];
         /**
@@ -12145,6 +12183,171 @@ export interface components {
              * @example https://api.mcpcp.example/schema/openapi.json
              */
             service_documentation: string;
+        };
+        /**
+         * @description OpenID Connect discovery metadata (OpenID Connect Discovery 1.0 §3): the same document as
+         *     `OAuthAuthorizationServerMetadata` (same `issuer`, endpoints and values; RFC 8414 §2 names
+         *     the members both share), plus the OpenID Provider members `subject_types_supported`,
+         *     `id_token_signing_alg_values_supported` and `claims_supported`. The shared members are
+         *     defined exactly as in `OAuthAuthorizationServerMetadata` (which is closed, so it cannot be
+         *     extended with `allOf`); keep the two in step.
+         * @example {
+         *       "issuer": "https://api.mcpcp.example",
+         *       "authorization_endpoint": "https://api.mcpcp.example/oauth/authorize",
+         *       "token_endpoint": "https://api.mcpcp.example/oauth/token",
+         *       "registration_endpoint": "https://api.mcpcp.example/oauth/register",
+         *       "revocation_endpoint": "https://api.mcpcp.example/oauth/revoke",
+         *       "userinfo_endpoint": "https://api.mcpcp.example/oauth/userinfo",
+         *       "jwks_uri": "https://api.mcpcp.example/oauth/jwks",
+         *       "scopes_supported": [
+         *         "mcp",
+         *         "offline_access",
+         *         "openid",
+         *         "profile",
+         *         "email"
+         *       ],
+         *       "response_types_supported": [
+         *         "code"
+         *       ],
+         *       "response_modes_supported": [
+         *         "query"
+         *       ],
+         *       "grant_types_supported": [
+         *         "authorization_code",
+         *         "refresh_token"
+         *       ],
+         *       "code_challenge_methods_supported": [
+         *         "S256"
+         *       ],
+         *       "token_endpoint_auth_methods_supported": [
+         *         "none",
+         *         "client_secret_basic",
+         *         "client_secret_post"
+         *       ],
+         *       "revocation_endpoint_auth_methods_supported": [
+         *         "none",
+         *         "client_secret_basic",
+         *         "client_secret_post"
+         *       ],
+         *       "authorization_response_iss_parameter_supported": true,
+         *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json",
+         *       "subject_types_supported": [
+         *         "public"
+         *       ],
+         *       "id_token_signing_alg_values_supported": [
+         *         "ES256"
+         *       ],
+         *       "claims_supported": [
+         *         "sub",
+         *         "iss",
+         *         "aud",
+         *         "exp",
+         *         "iat",
+         *         "auth_time",
+         *         "nonce",
+         *         "name",
+         *         "email",
+         *         "email_verified"
+         *       ]
+         *     }
+         */
+        OpenIdProviderMetadata: {
+            /**
+             * Format: uri
+             * @description The issuer identifier, `{base_url}`; the `iss` of every access token and authorization response.
+             * @example https://api.mcpcp.example
+             */
+            issuer: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/authorize`.
+             * @example https://api.mcpcp.example/oauth/authorize
+             */
+            authorization_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/token`.
+             * @example https://api.mcpcp.example/oauth/token
+             */
+            token_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/register` (RFC 7591 dynamic client registration).
+             * @example https://api.mcpcp.example/oauth/register
+             */
+            registration_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/revoke` (RFC 7009).
+             * @example https://api.mcpcp.example/oauth/revoke
+             */
+            revocation_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/userinfo` (OpenID Connect Core §5.3).
+             * @example https://api.mcpcp.example/oauth/userinfo
+             */
+            userinfo_endpoint: string;
+            /**
+             * Format: uri
+             * @description `{base_url}/oauth/jwks`: the keys access tokens are signed with.
+             * @example https://api.mcpcp.example/oauth/jwks
+             */
+            jwks_uri: string;
+            /**
+             * @description The scopes clients may ask for.
+             * @example [
+             *       "mcp",
+             *       "offline_access",
+             *       "openid",
+             *       "profile",
+             *       "email"
+             *     ]
+             */
+            scopes_supported: string[];
+            /** @description Only the authorization code flow. */
+            response_types_supported: "code"[];
+            /** @description The authorization response comes back in the query. */
+            response_modes_supported: "query"[];
+            /** @description The grants `/oauth/token` accepts. */
+            grant_types_supported: ("authorization_code" | "refresh_token")[];
+            /** @description PKCE methods; only `S256`. MCP clients refuse a server that does not list it. */
+            code_challenge_methods_supported: "S256"[];
+            /** @description How clients may authenticate at the token endpoint. */
+            token_endpoint_auth_methods_supported: ("none" | "client_secret_basic" | "client_secret_post")[];
+            /** @description How clients may authenticate at the revocation endpoint. */
+            revocation_endpoint_auth_methods_supported: ("none" | "client_secret_basic" | "client_secret_post")[];
+            /**
+             * @description Authorization responses carry `iss` (RFC 9207); clients should check it.
+             * @constant
+             */
+            authorization_response_iss_parameter_supported: true;
+            /**
+             * Format: uri
+             * @description This API's description, for developers.
+             * @example https://api.mcpcp.example/schema/openapi.json
+             */
+            service_documentation: string;
+            /** @description `sub` is the user's id, the same for every client (`public`). */
+            subject_types_supported: "public"[];
+            /** @description ID tokens are signed with ES256, with the keys at `jwks_uri`. */
+            id_token_signing_alg_values_supported: "ES256"[];
+            /**
+             * @description The claims ID tokens and `/oauth/userinfo` may carry, depending on the scopes granted.
+             * @example [
+             *       "sub",
+             *       "iss",
+             *       "aud",
+             *       "exp",
+             *       "iat",
+             *       "auth_time",
+             *       "nonce",
+             *       "name",
+             *       "email",
+             *       "email_verified"
+             *     ]
+             */
+            claims_supported: string[];
         };
         /**
          * @description Protected-resource metadata (RFC 9728 §2). `resource` is identical, byte for byte, to the
@@ -15407,8 +15610,8 @@ export interface components {
         };
         /**
          * @description The transport refused the request (JSON-RPC error, `id` null): a body that is not JSON
-         *     (-32700) or not JSON-RPC (-32600), a request other than `initialize` without
-         *     `Mcp-Session-Id`, or an unsupported `MCP-Protocol-Version` (-32000).
+         *     (-32700) or not JSON-RPC (-32600), or an unsupported `MCP-Protocol-Version` (-32000).
+         *     A missing or unknown `Mcp-Session-Id` is never a reason: the server keeps no sessions.
          */
         McpBadRequest: {
             headers: {
@@ -15449,9 +15652,8 @@ export interface components {
             };
         };
         /**
-         * @description No such MCP server (unknown or deleted; -32000), or no such session (unknown, ended or
-         *     idle for 24 hours; -32001): the client must send `initialize` again without
-         *     `Mcp-Session-Id`.
+         * @description No such MCP server (unknown or deleted; -32000). Never about a session: the server keeps
+         *     none.
          */
         McpNotFound: {
             headers: {
@@ -22945,9 +23147,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description The session id from the `initialize` response; required on every request but `initialize`. */
+                /** @description Not needed and ignored; accepted so that clients that keep sessions are not refused. The server issues none. */
                 "Mcp-Session-Id"?: components["schemas"]["McpSessionId"];
-                /** @description The negotiated protocol revision; sent on every request after `initialize`. Missing means `2025-03-26`. */
+                /** @description The protocol revision the request speaks, sent on every POST (after `initialize`, the one it answered). Missing means `2025-03-26`; an unsupported one gets 400. */
                 "MCP-Protocol-Version"?: components["schemas"]["McpProtocolVersion"];
             };
             path: {
@@ -22965,8 +23167,6 @@ export interface operations {
             /** @description The JSON-RPC response to the request (or to each request of a batch). */
             200: {
                 headers: {
-                    /** @description The new session's id; only on the response to `initialize`. */
-                    "Mcp-Session-Id"?: components["schemas"]["McpSessionId"];
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
@@ -23060,10 +23260,10 @@ export interface operations {
     deleteMcpSession: {
         parameters: {
             query?: never;
-            header: {
-                /** @description The session to end. */
-                "Mcp-Session-Id": components["schemas"]["McpSessionId"];
-                /** @description The negotiated protocol revision. */
+            header?: {
+                /** @description Ignored; the server issues no sessions. */
+                "Mcp-Session-Id"?: components["schemas"]["McpSessionId"];
+                /** @description The client's protocol revision. Missing means `2025-03-26`; an unsupported one gets 400. */
                 "MCP-Protocol-Version"?: components["schemas"]["McpProtocolVersion"];
             };
             path: {
@@ -23074,7 +23274,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The session was ended. */
+            /** @description Accepted; there was no session to end and nothing changed. */
             204: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -24115,6 +24315,91 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["OAuthAuthorizationServerMetadata"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getOpenIdConfiguration: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metadata. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["PublicCache"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "issuer": "https://api.mcpcp.example",
+                     *       "authorization_endpoint": "https://api.mcpcp.example/oauth/authorize",
+                     *       "token_endpoint": "https://api.mcpcp.example/oauth/token",
+                     *       "registration_endpoint": "https://api.mcpcp.example/oauth/register",
+                     *       "revocation_endpoint": "https://api.mcpcp.example/oauth/revoke",
+                     *       "userinfo_endpoint": "https://api.mcpcp.example/oauth/userinfo",
+                     *       "jwks_uri": "https://api.mcpcp.example/oauth/jwks",
+                     *       "scopes_supported": [
+                     *         "mcp",
+                     *         "offline_access",
+                     *         "openid",
+                     *         "profile",
+                     *         "email"
+                     *       ],
+                     *       "response_types_supported": [
+                     *         "code"
+                     *       ],
+                     *       "response_modes_supported": [
+                     *         "query"
+                     *       ],
+                     *       "grant_types_supported": [
+                     *         "authorization_code",
+                     *         "refresh_token"
+                     *       ],
+                     *       "code_challenge_methods_supported": [
+                     *         "S256"
+                     *       ],
+                     *       "token_endpoint_auth_methods_supported": [
+                     *         "none",
+                     *         "client_secret_basic",
+                     *         "client_secret_post"
+                     *       ],
+                     *       "revocation_endpoint_auth_methods_supported": [
+                     *         "none",
+                     *         "client_secret_basic",
+                     *         "client_secret_post"
+                     *       ],
+                     *       "authorization_response_iss_parameter_supported": true,
+                     *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json",
+                     *       "subject_types_supported": [
+                     *         "public"
+                     *       ],
+                     *       "id_token_signing_alg_values_supported": [
+                     *         "ES256"
+                     *       ],
+                     *       "claims_supported": [
+                     *         "sub",
+                     *         "iss",
+                     *         "aud",
+                     *         "exp",
+                     *         "iat",
+                     *         "auth_time",
+                     *         "nonce",
+                     *         "name",
+                     *         "email",
+                     *         "email_verified"
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OpenIdProviderMetadata"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -152,6 +152,7 @@ export const operations = {
   getOAuthUserInfo: {"method":"get","path":"/oauth/userinfo","tag":"MCP OAuth","security":["mcpOAuth"],"credentialOptional":false,"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   postOAuthUserInfo: {"method":"post","path":"/oauth/userinfo","tag":"MCP OAuth","security":["mcpOAuth"],"credentialOptional":false,"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   getOAuthAuthorizationServerMetadata: {"method":"get","path":"/.well-known/oauth-authorization-server","tag":"OAuth discovery","security":[],"credentialOptional":false,"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
+  getOpenIdConfiguration: {"method":"get","path":"/.well-known/openid-configuration","tag":"OAuth discovery","security":[],"credentialOptional":false,"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   getOAuthProtectedResourceMetadata: {"method":"get","path":"/.well-known/oauth-protected-resource","tag":"OAuth discovery","security":[],"credentialOptional":false,"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   getMcpServerProtectedResourceMetadata: {"method":"get","path":"/.well-known/oauth-protected-resource/mcp/{mcpId}","tag":"OAuth discovery","security":[],"credentialOptional":false,"orgScoped":false,"permission":null,"audit":null,"personOnly":false},
   getOAuthJwks: {"method":"get","path":"/oauth/jwks","tag":"OAuth discovery","security":[],"credentialOptional":false,"orgScoped":false,"permission":null,"audit":null,"personOnly":false},

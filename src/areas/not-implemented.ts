@@ -168,6 +168,7 @@ export const NOT_IMPLEMENTED = [
   'postOAuthUserInfo',
   // OAuth discovery
   'getOAuthAuthorizationServerMetadata',
+  'getOpenIdConfiguration',
   'getOAuthProtectedResourceMetadata',
   'getMcpServerProtectedResourceMetadata',
   'getOAuthJwks',
