@@ -1,6 +1,6 @@
 import type { OperationId } from '../../generated/operations';
 import type { Handlers } from '../http/api';
-import { ApiError } from '../http/errors';
+import { notImplementedError } from '../http/errors';
 import { currentUserHandlers } from './current-user/current-user.handlers';
 import { healthHandlers } from './health/health.handlers';
 import { notificationDestinationsHandlers } from './notification-destinations/notification-destinations.handlers';
@@ -25,7 +25,7 @@ void builtAndPending;
 /** Stands in for an operation whose area is not built; the router answers 501 before reaching it. */
 function pending(operationId: OperationId) {
   return async (): Promise<never> => {
-    throw new ApiError('not_implemented', `${operationId} is part of the contract but not built yet.`);
+    throw notImplementedError(operationId);
   };
 }
 

@@ -59,7 +59,7 @@ function render(event: ReturnType<typeof eventBody>, orgName: string): { subject
   return {
     subject: title,
     text: [
-      `${title}`,
+      title,
       '',
       `Organization: ${orgName} (${event.organization_id})`,
       `Event: ${event.type} (${event.id})`,

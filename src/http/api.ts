@@ -8,7 +8,7 @@ import { authenticate, loadOrgAccess, type Authentication, type Caller, type Org
 import { isId } from '../lib/ids';
 import type { OpenApiDocument } from '../spec';
 import { RequestContext, type AppDeps } from './context';
-import { ApiError, validationError, type ValidationProblem } from './errors';
+import { ApiError, notImplementedError, validationError, type ValidationProblem } from './errors';
 import { fromParserError, requestState, sendError } from './respond';
 import { failedAuthenticationLimit } from './rate-limit';
 import { PathRouter } from './router';
@@ -30,7 +30,7 @@ const SCHEMA_MAPS = new Set(['properties', 'patternProperties', '$defs', 'defini
 function decycleSchemas(root: unknown): unknown {
   const seen = new WeakMap<object, string>();
   const pointer = (path: string, key: string | number) => `${path}/${String(key).replace(/~/g, '~0').replace(/\//g, '~1')}`;
-  const copy = (value: unknown, path: string, role: 'schema' | 'array' | 'map' | 'data'): unknown => {
+  const copy = (value: unknown, path: string, role: 'schema' | 'map' | 'data'): unknown => {
     if (typeof value !== 'object' || value === null) return value;
     if (role === 'data') return structuredClone(value);
     if (Array.isArray(value)) return value.map((item, i) => copy(item, pointer(path, i), 'schema'));
@@ -244,7 +244,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
   // A gap in the contract is answered as one, to every caller: there is nothing to protect yet.
   const refuseIfNotImplemented = (operationId: OperationId) => {
     if (notImplemented.has(operationId)) {
-      throw new ApiError('not_implemented', `${operationId} is part of the contract but not built yet.`);
+      throw notImplementedError(operationId);
     }
   };
 

@@ -103,6 +103,10 @@ export function validationError(problems: ValidationProblem[]): ApiError {
   return new ApiError('validation_failed', `The request has ${count} problem${count === 1 ? '' : 's'}; see errors.`, { errors: problems });
 }
 
+/** The answer of an operation the contract has but the server does not build yet. */
+export const notImplementedError = (operationId: string): ApiError =>
+  new ApiError('not_implemented', `${operationId} is part of the contract but not built yet.`);
+
 export const notFound = (what: string, id: string): ApiError =>
   new ApiError('not_found', `No ${what} ${id} in this organization.`);
 

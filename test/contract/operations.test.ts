@@ -9,6 +9,14 @@ const all = Object.entries(spec.paths).flatMap(([path, item]) =>
 );
 const params = (e: (typeof all)[number]) => [...(e.item.parameters ?? []), ...(e.op.parameters ?? [])] as Record<string, any>[];
 const isOrgScoped = (e: (typeof all)[number]) => params(e).some((p) => p.$ref === '#/components/parameters/OrganizationId');
+/** Follows local `$ref`s to what they point at. */
+const resolve = (node: any): any => {
+  let current = node;
+  while (current && typeof current.$ref === 'string') {
+    current = current.$ref.split('/').slice(1).reduce((n: any, key: string) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], spec);
+  }
+  return current;
+};
 const PROTOCOL_TAGS = new Set(['MCP OAuth', 'OAuth discovery']);
 const PROTOCOL_SCHEMES = new Set(['scimToken', 'mcpToken']);
 /** OAuth, SCIM and MCP speak their own wire formats, errors included (spec/STYLE.md, "Protocol exceptions"). */
@@ -69,11 +77,10 @@ describe('the contract', () => {
   });
 
   it('uses the Error object for every error response outside the protocol endpoints', () => {
-    const responses = spec.components.responses as Record<string, any>;
     for (const e of all.filter((x) => !isProtocol(x))) {
       for (const [status, response] of Object.entries<Record<string, any>>(e.op.responses)) {
         if (Number(status) < 400) continue;
-        const resolved = response.$ref ? responses[response.$ref.split('/').pop()] : response;
+        const resolved = resolve(response);
         expect([e.op.operationId, status, resolved.content?.['application/json']?.schema]).toEqual([e.op.operationId, status, { $ref: '#/components/schemas/Error' }]);
       }
     }
@@ -140,13 +147,6 @@ describe('operations not built yet', () => {
 });
 
 describe('examples', () => {
-  const resolve = (node: any): any => {
-    let current = node;
-    while (current && typeof current.$ref === 'string') {
-      current = current.$ref.split('/').slice(1).reduce((n: any, key: string) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], spec);
-    }
-    return current;
-  };
   const exemplified = (media: any) => 'example' in media || 'examples' in media || 'examples' in (resolve(media.schema) ?? {});
   // Bytes have no meaningful example.
   const binary = (type: string) => type === 'application/octet-stream' || type === '*/*' || type.startsWith('image/');
@@ -236,7 +236,7 @@ describe('response objects', () => {
     for (const e of all) {
       for (const [status, response] of Object.entries<any>(e.op.responses)) {
         if (!status.startsWith('2')) continue;
-        const resolved = response.$ref ? spec.components.responses[response.$ref.split('/').pop()] : response;
+        const resolved = resolve(response);
         for (const media of Object.values<any>(resolved.content ?? {})) visit(media.schema, `${e.op.operationId} ${status}`, 0);
       }
     }

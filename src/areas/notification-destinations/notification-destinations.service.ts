@@ -78,17 +78,16 @@ type Delivery = components['schemas']['NotificationDelivery'];
 export async function listDeliveries(ctx: RequestContext, id: string, page: PageRequest, filter: { status?: string; event_type?: string }): Promise<Page<Delivery>> {
   if (!(await repo.findDestination(ctx.db, ctx.orgId, id))) throw notFound(WHAT, id);
   const rows = await repo.listDeliveries(ctx.db, ctx.orgId, id, page, filter);
-  const iso = (d: Date | null) => (d ? d.toISOString() : null);
   return toPage(rows, page, (row) => ({
     id: row.id,
     destination_id: row.destination_id,
     event: eventBody({ ...row, id: row.event_id, created_at: row.event_created_at }) as Delivery['event'],
     status: row.status,
     attempts: row.attempts,
-    last_attempt_at: iso(row.last_attempt_at),
-    next_attempt_at: iso(row.next_attempt_at),
+    last_attempt_at: row.last_attempt_at?.toISOString() ?? null,
+    next_attempt_at: row.next_attempt_at?.toISOString() ?? null,
     last_error: row.last_error,
-    delivered_at: iso(row.delivered_at),
+    delivered_at: row.delivered_at?.toISOString() ?? null,
     created_at: row.created_at.toISOString(),
   }));
 }
