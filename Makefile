@@ -1,7 +1,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install start dev build test test-pg generate check-generated lint typecheck migrate bench coverage ci clean
+.PHONY: help install start dev build test test-fast test-pg generate check-generated migration lint typecheck migrate bench coverage ci clean
 
 # A PostgreSQL server for `make test-pg` and CI's second run (trust auth on loopback here).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
@@ -11,7 +11,8 @@ help: ## List the targets
 
 node_modules/.installed: package.json package-lock.json
 	@# npm ci refuses lock files written with omit-lockfile-registry-resolved (this machine's npm config); install honours the lock.
-	npm install --no-audit --no-fund
+	@# --include=dev: the build needs TypeScript even when NODE_ENV=production leaves devDependencies out.
+	npm install --no-audit --no-fund --include=dev
 	@touch $@
 
 install: node_modules/.installed ## Install dependencies (when missing or out of date)
@@ -25,20 +26,28 @@ start: build ## Run the server (embedded PostgreSQL in ./data unless DATABASE_UR
 dev: install ## Run the server and restart on changes
 	npx tsx watch src/main.ts
 
-test: install ## Run every test (embedded PostgreSQL; TEST_DATABASE_URL for a server); ends with "N passed, N failed"
+test: install ## Every test on the embedded database, then the database-sensitive ones on PostgreSQL when it answers; ends with "N passed, N failed"
 	node scripts/run-tests.js
 
-test-pg: install ## Run every test against the PostgreSQL server at TEST_DATABASE_URL
+test-fast: install ## The inner loop: unit, contract and integration tests on the embedded database (ARGS=paths to narrow it)
+	node scripts/run-tests.js $(or $(ARGS),test/unit test/contract test/integration) --testPathIgnorePatterns test/contract/validators
+
+test-pg: install ## Every test against the PostgreSQL server at TEST_DATABASE_URL
 	TEST_DATABASE_URL=$(TEST_DATABASE_URL) node scripts/run-tests.js
 
-generate: install ## Regenerate generated/ from spec/
+generate: install ## Regenerate generated/ from spec/ and the migrations
 	npx tsx scripts/generate.ts
+	NODE_OPTIONS=--no-warnings npx tsx scripts/db-types.ts
 
 check-generated: install ## Fail when generated/ is stale
 	npx tsx scripts/generate.ts --check
+	NODE_OPTIONS=--no-warnings npx tsx scripts/db-types.ts --check
+
+migration: install ## A new migration named by the current UTC time: make migration name=add_widgets
+	npx tsx scripts/new-migration.ts "$(name)"
 
 lint: install ## Lint the spec with Redocly (zero errors, zero warnings)
-	npx redocly lint spec/openapi.yml --config redocly.yaml --format stylish 2>&1 | grep -v 'Node.js 20\|nodejs.org\|Update Node\|Future Redocly\|You are using\|reached end-of-life\|^ *║ *║$$\|╔\|╚' ; exit $${PIPESTATUS[0]}
+	npx tsx scripts/lint-spec.ts
 
 typecheck: install ## Type-check everything (strict)
 	npx tsc --noEmit -p tsconfig.json
@@ -52,7 +61,7 @@ coverage: install ## Implemented / total operations per tag (--missing lists the
 bench: install ## Benchmark against bare Express (needs PostgreSQL at BENCH_DATABASE_URL)
 	npx tsx scripts/bench/run.ts
 
-ci: install check-generated lint typecheck test ## What .ci/run runs (then test-pg when PostgreSQL answers)
+ci: install check-generated lint typecheck test ## What .ci/run runs
 
 clean: ## Remove build output and test leftovers (not ./data)
 	rm -rf dist .test-results

@@ -521,7 +521,7 @@ export interface paths {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -553,7 +553,7 @@ export interface paths {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -594,7 +594,7 @@ export interface paths {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -627,7 +627,7 @@ export interface paths {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -669,7 +669,7 @@ export interface paths {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -1096,6 +1096,101 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List API tokens
+         * @description Lists API tokens of this organization, oldest first, a page at a time: by default the
+         *     caller's own. A person holding `member:manage` may also name another member in
+         *     `user_id`, or pass `all=true` for every member's tokens; without it, either is 403
+         *     `missing_permission`. Revoked tokens are not listed (the audit log keeps their
+         *     history); expired ones are, with `status: expired`, until revoked. The tokens
+         *     themselves are never returned, only their last four characters.
+         *
+         *     Reserved for a person (service description §5.8): an API token is refused with 403
+         *     `requires_person`. Needs `organization:view`, which every system role grants: a token
+         *     can never do more than its owner, so any member may hold tokens of their own.
+         *     Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a `user_id`
+         *     that is not a member), `organization_header_required`; 401; 403 `requires_person`,
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
+         */
+        get: operations["listApiTokens"];
+        put?: never;
+        /**
+         * Create an API token
+         * @description Mints an API token for the caller in this organization and returns it once, in
+         *     `token` (`cpt_…`); only its SHA-256 is stored, so it cannot be shown again. The token
+         *     acts as the caller: its effective permissions are its `permissions` intersected with
+         *     the caller's current ones, on every request. Each permission asked for must be one the
+         *     caller holds now (else 403 `permission_escalation`). Tokens are personal: nobody mints
+         *     a token for someone else. The token is not subject to the second-factor requirement
+         *     and stops working when it expires, is revoked, or its owner is removed or suspended.
+         *
+         *     Reserved for a person (service description §5.8): an API token is refused with 403
+         *     `requires_person`. Needs `organization:view` (see `listApiTokens`). Records the audit
+         *     action `api_token.created` with the name, permissions and expiry (never the token).
+         *     Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (including an `expires_at` in the past or more than
+         *     366 days away), `organization_header_required`; 401; 403 `requires_person`,
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
+         *     409 `name_taken` (the caller has a token of that name here); 413; 415; 429.
+         */
+        post: operations["createApiToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-token/{id}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The token's id (`tok_…`), not the token itself. */
+                id: components["schemas"]["ApiTokenId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API token
+         * @description Revokes the token: it is refused with 401 `invalid_token` from the next request on,
+         *     and leaves the list. A person revokes their own tokens; revoking another member's
+         *     needs `member:manage` as well (without it the token is 404 `not_found`, as if it did
+         *     not exist).
+         *
+         *     Reserved for a person (service description §5.8): an API token is refused with 403
+         *     `requires_person`, even for itself. Needs `organization:view` (see `listApiTokens`).
+         *     Records the audit action `api_token.revoked`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
+         *     `requires_person`, `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
+         *     `not_found` (also when already revoked); 429.
+         */
+        delete: operations["revokeApiToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/organization": {
         parameters: {
             query?: never;
@@ -1145,7 +1240,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -1282,7 +1377,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -1317,7 +1412,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -1358,7 +1453,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -1383,101 +1478,6 @@ export interface paths {
          */
         post: operations["createBillingPortalSession"];
         delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/api-token": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /**
-         * List API tokens
-         * @description Lists API tokens of this organization, oldest first, a page at a time: by default the
-         *     caller's own. A person holding `member:manage` may also name another member in
-         *     `user_id`, or pass `all=true` for every member's tokens; without it, either is 403
-         *     `missing_permission`. Revoked tokens are not listed (the audit log keeps their
-         *     history); expired ones are, with `status: expired`, until revoked. The tokens
-         *     themselves are never returned, only their last four characters.
-         *
-         *     Reserved for a person (service description §5.8): an API token is refused with 403
-         *     `requires_person`. Needs `organization:view`, which every system role grants: a token
-         *     can never do more than its owner, so any member may hold tokens of their own.
-         *     Changes nothing.
-         *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `unknown_reference` (a `user_id`
-         *     that is not a member), `organization_header_required`; 401; 403 `requires_person`,
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 429.
-         */
-        get: operations["listApiTokens"];
-        put?: never;
-        /**
-         * Create an API token
-         * @description Mints an API token for the caller in this organization and returns it once, in
-         *     `token` (`cpt_…`); only its SHA-256 is stored, so it cannot be shown again. The token
-         *     acts as the caller: its effective permissions are its `permissions` intersected with
-         *     the caller's current ones, on every request. Each permission asked for must be one the
-         *     caller holds now (else 403 `permission_escalation`). Tokens are personal: nobody mints
-         *     a token for someone else. The token is not subject to the second-factor requirement
-         *     and stops working when it expires, is revoked, or its owner is removed or suspended.
-         *
-         *     Reserved for a person (service description §5.8): an API token is refused with 403
-         *     `requires_person`. Needs `organization:view` (see `listApiTokens`). Records the audit
-         *     action `api_token.created` with the name, permissions and expiry (never the token).
-         *     Emits no event.
-         *
-         *     Errors: 400 `validation_failed` (including an `expires_at` in the past or more than
-         *     366 days away), `organization_header_required`; 401; 403 `requires_person`,
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation`;
-         *     409 `name_taken` (the caller has a token of that name here); 413; 415; 429.
-         */
-        post: operations["createApiToken"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/api-token/{id}": {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The token's id (`tok_…`), not the token itself. */
-                id: components["schemas"]["ApiTokenId"];
-            };
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
-        /**
-         * Revoke an API token
-         * @description Revokes the token: it is refused with 401 `invalid_token` from the next request on,
-         *     and leaves the list. A person revokes their own tokens; revoking another member's
-         *     needs `member:manage` as well (without it the token is 404 `not_found`, as if it did
-         *     not exist).
-         *
-         *     Reserved for a person (service description §5.8): an API token is refused with 403
-         *     `requires_person`, even for itself. Needs `organization:view` (see `listApiTokens`).
-         *     Records the audit action `api_token.revoked`. Emits no event.
-         *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
-         *     `requires_person`, `not_a_member`, `mfa_setup_required`, `missing_permission`; 404
-         *     `not_found` (also when already revoked); 429.
-         */
-        delete: operations["revokeApiToken"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1585,7 +1585,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The role's id. */
@@ -1682,7 +1682,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -1740,7 +1740,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -1790,7 +1790,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -1856,7 +1856,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The member's user id. */
@@ -1981,7 +1981,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The invite's id. */
@@ -2015,7 +2015,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The invite's id. */
@@ -2053,7 +2053,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The invite's id. */
@@ -2143,7 +2143,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The claimed domain's id. */
@@ -2206,7 +2206,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The claimed domain's id. */
@@ -2280,7 +2280,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The audit entry's id. */
@@ -2365,7 +2365,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connector's slug. */
@@ -2448,7 +2448,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The slug of the connector to copy (built-in or custom). */
@@ -2495,7 +2495,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The fork's slug. */
@@ -2561,7 +2561,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector to give lineage to. */
@@ -2607,7 +2607,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector's slug. */
@@ -2651,7 +2651,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector's slug. */
@@ -2706,7 +2706,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector's slug. */
@@ -2801,7 +2801,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -2930,7 +2930,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -2984,7 +2984,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -3031,7 +3031,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -3125,7 +3125,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -3184,7 +3184,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -3224,7 +3224,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -3275,7 +3275,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -3368,7 +3368,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -3435,7 +3435,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -3491,7 +3491,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -3583,7 +3583,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The synthetic tool's id. */
@@ -3647,7 +3647,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The synthetic tool's id. */
@@ -3814,162 +3814,6 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/user-toolbox/{id}/mcp": {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-            };
-            cookie?: never;
-        };
-        /**
-         * List MCP servers for a user toolbox
-         * @description Lists the MCP servers minted for one of the caller's user toolboxes, oldest first, a
-         *     page at a time. Tokens are not included. Needs `mcp_server:view`. Changes nothing.
-         *
-         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
-         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found` (the user toolbox is unknown or someone else's);
-         *     429 `rate_limited`.
-         */
-        get: operations["listUserToolboxMcpServers"];
-        put?: never;
-        /**
-         * Mint an MCP endpoint for a user toolbox
-         * @description Mints an MCP server for one of the caller's user toolboxes (stored or dynamic): an
-         *     endpoint at `{base_url}/mcp/{id}` and its bearer token (`mcpt_…`). The token appears in
-         *     this response only; the server keeps a hash of it and shows `token_hint` afterwards.
-         *     An MCP client can use the token (`Authorization: Bearer mcpt_…`), or the URL alone and
-         *     go through OAuth (the endpoint's 401 points it to the protected-resource metadata). Every
-         *     request acts as the caller. Needs `mcp_server:manage`. Records the audit action
-         *     `mcp_server.created` (never the token). Emits no event.
-         *
-         *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
-         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `entitlement_exceeded`
-         *     (the plan limit `mcp_servers` is reached); 404 `not_found` (the user toolbox is
-         *     unknown or someone else's); 409 `name_taken`; 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
-         */
-        post: operations["createMcpServer"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/user-toolbox/{id}/mcp/{mcpId}": {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-                /** @description The MCP server's id. */
-                mcpId: components["schemas"]["McpServerId"];
-            };
-            cookie?: never;
-        };
-        /**
-         * Get an MCP server
-         * @description Returns one MCP server of one of the caller's user toolboxes, without its token. Needs
-         *     `mcp_server:view`. Changes nothing.
-         *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found` (an unknown or someone else's user toolbox, or a
-         *     server that is not one of this user toolbox's); 429 `rate_limited`.
-         */
-        get: operations["getMcpServer"];
-        put?: never;
-        post?: never;
-        /**
-         * Delete an MCP server
-         * @description Deletes the MCP server: its endpoint answers 404 from now on, its token and the OAuth
-         *     access and refresh tokens issued for its URL stop working, and its open sessions end at
-         *     once. The user toolbox is not touched. Needs `mcp_server:manage`. Records the audit
-         *     action `mcp_server.deleted`. Emits no event.
-         *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
-         */
-        delete: operations["deleteMcpServer"];
-        options?: never;
-        head?: never;
-        /**
-         * Update an MCP server
-         * @description Renames the MCP server or changes its expiry (`null` removes it). Moving `expires_at`
-         *     into the future makes an `expired` server `active` again with the same token. The token
-         *     and URL do not change. Needs `mcp_server:manage`. Records the audit action
-         *     `mcp_server.updated`. Emits no event.
-         *
-         *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
-         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
-         *     `name_taken`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
-         *     `rate_limited`.
-         */
-        patch: operations["updateMcpServer"];
-        trace?: never;
-    };
-    "/user-toolbox/{id}/mcp/{mcpId}/rotate": {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-                /** @description The MCP server's id. */
-                mcpId: components["schemas"]["McpServerId"];
-            };
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * Rotate MCP server token
-         * @description Replaces the MCP server's token with a new one, shown in this response only. The old
-         *     token stops working at once, also inside sessions it opened (their next request gets
-         *     401). The URL, expiry and OAuth tokens issued for the URL are not affected (revoke
-         *     those with `POST /oauth/revoke`, or delete the server). Takes no body. Needs
-         *     `mcp_server:manage`. Records the audit action `mcp_server.token_rotated` (never the
-         *     token) and emits `mcp_server.token_rotated`.
-         *
-         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
-         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
-         */
-        post: operations["rotateMcpServerToken"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
     "/user-toolbox": {
         parameters: {
             query?: never;
@@ -4031,7 +3875,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
@@ -4088,6 +3932,162 @@ export interface paths {
          *     `unsupported_media_type`; 429 `rate_limited`.
          */
         patch: operations["updateUserToolbox"];
+        trace?: never;
+    };
+    "/user-toolbox/{id}/mcp": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List MCP servers for a user toolbox
+         * @description Lists the MCP servers minted for one of the caller's user toolboxes, oldest first, a
+         *     page at a time. Tokens are not included. Needs `mcp_server:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (the user toolbox is unknown or someone else's);
+         *     429 `rate_limited`.
+         */
+        get: operations["listUserToolboxMcpServers"];
+        put?: never;
+        /**
+         * Mint an MCP endpoint for a user toolbox
+         * @description Mints an MCP server for one of the caller's user toolboxes (stored or dynamic): an
+         *     endpoint at `{base_url}/mcp/{id}` and its bearer token (`mcpt_…`). The token appears in
+         *     this response only; the server keeps a hash of it and shows `token_hint` afterwards.
+         *     An MCP client can use the token (`Authorization: Bearer mcpt_…`), or the URL alone and
+         *     go through OAuth (the endpoint's 401 points it to the protected-resource metadata). Every
+         *     request acts as the caller. Needs `mcp_server:manage`. Records the audit action
+         *     `mcp_server.created` (never the token). Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `entitlement_exceeded`
+         *     (the plan limit `mcp_servers` is reached); 404 `not_found` (the user toolbox is
+         *     unknown or someone else's); 409 `name_taken`; 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
+         */
+        post: operations["createMcpServer"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user-toolbox/{id}/mcp/{mcpId}": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get an MCP server
+         * @description Returns one MCP server of one of the caller's user toolboxes, without its token. Needs
+         *     `mcp_server:view`. Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (an unknown or someone else's user toolbox, or a
+         *     server that is not one of this user toolbox's); 429 `rate_limited`.
+         */
+        get: operations["getMcpServer"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an MCP server
+         * @description Deletes the MCP server: its endpoint answers 404 from now on, its token and the OAuth
+         *     access and refresh tokens issued for its URL stop working, and its open sessions end at
+         *     once. The user toolbox is not touched. Needs `mcp_server:manage`. Records the audit
+         *     action `mcp_server.deleted`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found` (also when already deleted); 429 `rate_limited`.
+         */
+        delete: operations["deleteMcpServer"];
+        options?: never;
+        head?: never;
+        /**
+         * Update an MCP server
+         * @description Renames the MCP server or changes its expiry (`null` removes it). Moving `expires_at`
+         *     into the future makes an `expired` server `active` again with the same token. The token
+         *     and URL do not change. Needs `mcp_server:manage`. Records the audit action
+         *     `mcp_server.updated`. Emits no event.
+         *
+         *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
+         *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409
+         *     `name_taken`; 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     `rate_limited`.
+         */
+        patch: operations["updateMcpServer"];
+        trace?: never;
+    };
+    "/user-toolbox/{id}/mcp/{mcpId}/rotate": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate MCP server token
+         * @description Replaces the MCP server's token with a new one, shown in this response only. The old
+         *     token stops working at once, also inside sessions it opened (their next request gets
+         *     401). The URL, expiry and OAuth tokens issued for the URL are not affected (revoke
+         *     those with `POST /oauth/revoke`, or delete the server). Takes no body. Needs
+         *     `mcp_server:manage`. Records the audit action `mcp_server.token_rotated` (never the
+         *     token) and emits `mcp_server.token_rotated`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 404 `not_found`; 429 `rate_limited`.
+         */
+        post: operations["rotateMcpServerToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/oauth/register": {
@@ -4495,7 +4495,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The restriction's id. */
@@ -4609,7 +4609,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The access request's id. */
@@ -4647,7 +4647,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The access request's id. */
@@ -4694,7 +4694,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The access request's id. */
@@ -4816,7 +4816,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -4855,7 +4855,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -4899,7 +4899,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -4958,7 +4958,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -5001,7 +5001,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -5051,7 +5051,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -5102,7 +5102,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -5141,7 +5141,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -5224,7 +5224,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -5285,7 +5285,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -5363,7 +5363,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -5417,7 +5417,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -5434,11 +5434,14 @@ export interface paths {
          *     on a paused destination too, so it can be checked before it is resumed. A failed
          *     delivery is an answer, not an error: 200 with `status: failed` and the reason. Outbound
          *     calls to private, loopback or link-local addresses are refused unless the operator
-         *     allows them. Needs `notification:manage`. Records the audit action
+         *     allows them. Since a test reaches real inboxes and channels, a destination takes one
+         *     test per cooldown (10 seconds unless the operator sets another): the next answers 429
+         *     `rate_limited` with `Retry-After`. Needs `notification:manage`. Records the audit action
          *     `notification_destination.tested`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
-         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429.
+         *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429
+         *     `rate_limited` (the request rate, or the destination's test cooldown).
          */
         post: operations["testNotificationDestination"];
         delete?: never;
@@ -5529,7 +5532,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -5627,7 +5630,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The group's id. */
@@ -5708,7 +5711,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The token's id. */
@@ -6169,7 +6172,7 @@ export interface paths {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The mapping's id. */
@@ -6287,11 +6290,7 @@ export interface components {
         ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "domain_not_allowed" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "permission_escalation" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "system_role_immutable" | "role_in_use" | "team_in_use" | "already_member" | "invite_pending" | "domain_taken" | "domain_in_use" | "subscription_active" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable" | "payment_provider_unavailable";
         /** @description One problem with one part of a request. */
         ValidationProblem: {
-            /**
-             * @description The part of the request the problem is in.
-             * @enum {string}
-             */
-            in: "path" | "query" | "header" | "body";
+            in: components["schemas"]["ValidationProblemLocation"];
             /**
              * @description A JSON pointer (RFC 6901) into that part: `/event_types/0` in the body, `/limit` in the
              *     query, `/x-organization-id` in the headers. An empty string means the part as a whole.
@@ -6349,7 +6348,7 @@ export interface components {
          * @description An organization event a notification destination can subscribe to.
          * @enum {string}
          */
-        EventType: "connection.created" | "connection.needs_reauth" | "connection.disconnected" | "connection.deleted" | "member.joined" | "member.removed" | "member.roles_updated" | "invite.sent" | "invite.revoked" | "role.created" | "role.updated" | "role.deleted" | "restriction.updated" | "connector.created" | "connector.updated" | "connector.deleted" | "access_request.created" | "access_request.resolved" | "org_domain.verified" | "mcp_server.token_rotated";
+        EventType: "access_request.created" | "access_request.resolved" | "connection.created" | "connection.deleted" | "connection.disconnected" | "connection.needs_reauth" | "connector.created" | "connector.deleted" | "connector.updated" | "invite.revoked" | "invite.sent" | "mcp_server.token_rotated" | "member.joined" | "member.removed" | "member.roles_updated" | "org_domain.verified" | "restriction.updated" | "role.created" | "role.deleted" | "role.updated";
         /**
          * @description Liveness of the API process. It does not check data stores.
          * @example {
@@ -6394,8 +6393,10 @@ export interface components {
          *     with the token's effective permissions, because that is the only organization the token
          *     can act in; and since a token is never asked for a second factor, `mfa_setup_required`
          *     is false, `mfa_setup_required_org_ids` empty and `mfa_setup_required_org_count` 0.
-         *     `mfa_enabled`, `passkey_count`, `can_disable_mfa` and `mfa_disable_blocked_reason`
-         *     describe the person either way.
+         *     `mfa_enabled` and `passkey_count` describe the person either way; `can_disable_mfa` and
+         *     `mfa_disable_blocked_reason` consider, for a token, only the token's organization, so that
+         *     a token never learns of its owner's other organizations. A token whose owner is no longer
+         *     an active member of its organization is refused (401 `invalid_token`).
          * @example {
          *       "id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
          *       "email": "ada@acme.example",
@@ -6707,11 +6708,8 @@ export interface components {
             created_by_user_id: components["schemas"]["UserId"] | null;
             /** @description When the last test message was attempted, or null if never. */
             last_test_at: components["schemas"]["Timestamp"] | null;
-            /**
-             * @description Whether the last test message was delivered, or null if never tested.
-             * @enum {string|null}
-             */
-            last_test_status: "ok" | "failed" | null;
+            /** @description Whether the last test message was delivered, or null if never tested. */
+            last_test_status: ("ok" | "failed") | null;
             /**
              * @description Why the last test failed (without secrets), or null.
              * @example The webhook answered 404 Not Found.
@@ -6784,7 +6782,9 @@ export interface components {
             /**
              * Format: uri
              * @description The Slack incoming-webhook URL (https). A secret: stored encrypted, never returned. The
-             *     server refuses URLs that point to private, loopback or link-local addresses.
+             *     server refuses URLs that point to private, loopback or link-local addresses, and hosts
+             *     other than Slack's webhook host (`hooks.slack.com`) or the compatible hosts the
+             *     operator lists (400 `outbound_url_not_allowed`).
              * @example https://hooks.slack.com/services/T000/B000/XXXXXXXX
              */
             webhook_url: string;
@@ -6870,6 +6870,11 @@ export interface components {
             error: string | null;
             destination: components["schemas"]["NotificationDestination"];
         };
+        /**
+         * @description The part of the request a problem is in.
+         * @enum {string}
+         */
+        ValidationProblemLocation: "path" | "query" | "header" | "body";
         /**
          * @description The key of a social sign-in provider configured by the operator (lowercase letters, digits,
          *     `-`). Which keys exist is configuration, not part of the contract; `GET /auth/providers`
@@ -7046,14 +7051,11 @@ export interface components {
             rawId: components["schemas"]["WebAuthnBase64Url"];
             /**
              * @description Always `public-key`.
-             * @constant
+             * @enum {string}
              */
             type: "public-key";
-            /**
-             * @description How the authenticator is attached, when the browser says.
-             * @enum {string|null}
-             */
-            authenticatorAttachment?: "platform" | "cross-platform" | null;
+            /** @description How the authenticator is attached, when the browser says. */
+            authenticatorAttachment?: ("platform" | "cross-platform") | null;
             /** @description The assertion (`AuthenticatorAssertionResponseJSON`). */
             response: {
                 /** @description The client data, carrying the challenge and origin. */
@@ -7182,11 +7184,8 @@ export interface components {
             email_domain: string;
             /** @description The SSO connection serving the domain, or null when none does. */
             connection_id: components["schemas"]["SsoConnectionId"] | null;
-            /**
-             * @description The connection's protocol, or null when none.
-             * @enum {string|null}
-             */
-            type: "saml" | "oidc" | null;
+            /** @description The connection's protocol, or null when none. */
+            type: ("saml" | "oidc") | null;
             /**
              * Format: uri-reference
              * @description Where the browser goes to sign in through it (`/auth/saml/{connectionId}/login` or
@@ -7228,7 +7227,7 @@ export interface components {
             id: components["schemas"]["WebAuthnBase64Url"];
             /**
              * @description Always `public-key`.
-             * @constant
+             * @enum {string}
              */
             type: "public-key";
             /** @description Transports the authenticator was reached by at registration. */
@@ -7407,7 +7406,7 @@ export interface components {
             pubKeyCredParams: {
                 /**
                  * @description Always `public-key`.
-                 * @constant
+                 * @enum {string}
                  */
                 type: "public-key";
                 /**
@@ -7480,14 +7479,11 @@ export interface components {
             rawId: components["schemas"]["WebAuthnBase64Url"];
             /**
              * @description Always `public-key`.
-             * @constant
+             * @enum {string}
              */
             type: "public-key";
-            /**
-             * @description How the authenticator is attached, when the browser says.
-             * @enum {string|null}
-             */
-            authenticatorAttachment?: "platform" | "cross-platform" | null;
+            /** @description How the authenticator is attached, when the browser says. */
+            authenticatorAttachment?: ("platform" | "cross-platform") | null;
             /** @description The attestation response (`AuthenticatorAttestationResponseJSON`). */
             response: {
                 /** @description The client data, carrying the challenge and origin. */
@@ -7654,17 +7650,17 @@ export interface components {
             account_name: string;
             /**
              * @description The HMAC algorithm; SHA1, which every authenticator app supports.
-             * @constant
+             * @enum {string}
              */
             algorithm: "SHA1";
             /**
              * @description Digits per code.
-             * @constant
+             * @enum {integer}
              */
             digits: 6;
             /**
              * @description Seconds per code.
-             * @constant
+             * @enum {integer}
              */
             period: 30;
             /** @description When the pending enrollment lapses unless confirmed (15 minutes). */
@@ -7707,200 +7703,6 @@ export interface components {
             /** @description Ten codes; each works once, with or without its dash. */
             recovery_codes: string[];
             generated_at: components["schemas"]["Timestamp"];
-        };
-        /**
-         * @description A page of the caller's organizations, oldest first.
-         * @example {
-         *       "data": [
-         *         {
-         *           "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
-         *           "name": "Acme Inc.",
-         *           "slug": "acme",
-         *           "logo_url": "/organization/org_01jg3b7f0k2q8yq9w6r1c4d5e6/logo",
-         *           "require_mfa": true,
-         *           "plan": "team",
-         *           "created_at": "2026-11-20T09:14:03.120Z",
-         *           "updated_at": "2026-11-21T16:02:45.511Z"
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        OrganizationList: {
-            /** @description The organizations on this page. */
-            data: components["schemas"]["Organization"][];
-            next_cursor: components["schemas"]["NextCursor"];
-        };
-        /**
-         * @description The organization's display name.
-         * @example Acme Inc.
-         */
-        OrganizationName: string;
-        /**
-         * @description A new organization. The caller becomes its first member, holding the Owner role.
-         * @example {
-         *       "name": "Acme Inc.",
-         *       "slug": "acme"
-         *     }
-         */
-        OrganizationCreate: {
-            name: components["schemas"]["OrganizationName"];
-            /**
-             * @description The handle to use. Left out, one is made from `name` (with a short random suffix when
-             *     that is taken). A slug sent and already taken is 409 `slug_taken`.
-             */
-            slug?: components["schemas"]["OrganizationSlug"];
-        };
-        /**
-         * @description The members to change. `plan` changes through billing (checkout and the customer portal),
-         *     never here. Changing `require_mfa` is reserved for a person with a fresh second factor.
-         * @example {
-         *       "name": "Acme Corporation"
-         *     }
-         * @example {
-         *       "require_mfa": true
-         *     }
-         */
-        OrganizationUpdate: {
-            name?: components["schemas"]["OrganizationName"];
-            slug?: components["schemas"]["OrganizationSlug"];
-            /**
-             * @description Whether members' sessions must show a second factor before acting in this
-             *     organization. Only a person may change it (an API token gets 403 `requires_person`),
-             *     and only within 5 minutes of a step-up (`/auth/step-up/*`), which also proves the
-             *     person holds a second factor and will not lock themselves out.
-             */
-            require_mfa?: boolean;
-        };
-        /**
-         * @description Where the organization's subscription stands with the payment provider. `none`: no
-         *     subscription (the free plan); `trialing`, `active`: paid features on; `past_due`: a
-         *     payment failed and the provider is retrying, features stay on; `unpaid`: retries are
-         *     exhausted, the organization is back on the free plan's limits; `canceled`: the
-         *     subscription ended.
-         * @enum {string}
-         */
-        OrganizationBillingStatus: "none" | "trialing" | "active" | "past_due" | "unpaid" | "canceled";
-        /**
-         * @description The organization's plan and subscription as last reported by the payment provider.
-         *     Payment details (cards, invoices, tax ids) stay with the provider; open the customer
-         *     portal to see them.
-         * @example {
-         *       "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
-         *       "plan": "team",
-         *       "status": "active",
-         *       "billing_interval": "month",
-         *       "billable_seats": 14,
-         *       "seat_limit": 20,
-         *       "trial_ends_at": null,
-         *       "current_period_start": "2026-11-01T00:00:00.000Z",
-         *       "current_period_end": "2026-12-01T00:00:00.000Z",
-         *       "cancel_at_period_end": false,
-         *       "has_payment_method": true,
-         *       "billing_email": "billing@acme.example",
-         *       "updated_at": "2026-11-01T00:00:04.318Z"
-         *     }
-         */
-        OrganizationBilling: {
-            organization_id: components["schemas"]["OrganizationId"];
-            /**
-             * @description The plan in force, as in `Organization.plan`.
-             * @example team
-             */
-            plan: string;
-            status: components["schemas"]["OrganizationBillingStatus"];
-            /**
-             * @description How often the subscription is charged; null without a subscription.
-             * @enum {string|null}
-             */
-            billing_interval: "month" | "year" | null;
-            /**
-             * @description Active members holding at least one `billable` role now. Members holding only
-             *     `free_admin` roles, and suspended members, take no seat.
-             */
-            billable_seats: number;
-            /** @description The seats the subscription pays for, or null when the plan does not cap seats. */
-            seat_limit: number | null;
-            /** @description When the trial ends, or null outside a trial. */
-            trial_ends_at: components["schemas"]["Timestamp"] | null;
-            /** @description Start of the billing period in progress, or null without a subscription. */
-            current_period_start: components["schemas"]["Timestamp"] | null;
-            /** @description End of the billing period in progress (the next charge, or the end of service when `cancel_at_period_end`), or null. */
-            current_period_end: components["schemas"]["Timestamp"] | null;
-            /** @description The subscription was cancelled and stops at `current_period_end`. */
-            cancel_at_period_end: boolean;
-            /** @description Whether the provider holds a payment method for the organization. */
-            has_payment_method: boolean;
-            /**
-             * Format: email
-             * @description Where the provider sends invoices, or null when none is set.
-             * @example billing@acme.example
-             */
-            billing_email: string | null;
-            /** @description When the provider last reported a change, or null when it never has (free plan). */
-            updated_at: components["schemas"]["Timestamp"] | null;
-        };
-        /**
-         * @description A path of the web app (starting with a single `/`) to send the person back to when they
-         *     leave the provider's page. Only paths are accepted, never a full URL, so the link cannot
-         *     send anyone elsewhere. Left out: the web app's billing page.
-         * @example /settings/billing
-         */
-        OrganizationBillingReturnPath: string;
-        /**
-         * @description The subscription to start with the payment provider.
-         * @example {
-         *       "plan": "team",
-         *       "billing_interval": "year",
-         *       "seats": 20,
-         *       "return_path": "/settings/billing"
-         *     }
-         */
-        OrganizationBillingCheckoutCreate: {
-            /**
-             * @description A self-serve plan the deployment sells (for example `team`). A plan it does not sell
-             *     is 400 `validation_failed`.
-             * @example team
-             */
-            plan: string;
-            /**
-             * @description How often to charge.
-             * @default month
-             * @enum {string}
-             */
-            billing_interval?: "month" | "year";
-            /**
-             * @description Seats to pay for. Left out: the current `billable_seats` (at least 1). Fewer than the
-             *     current `billable_seats` is 400 `validation_failed`.
-             */
-            seats?: number;
-            return_path?: components["schemas"]["OrganizationBillingReturnPath"];
-        };
-        /**
-         * @description A short-lived page of the payment provider to send the person to.
-         * @example {
-         *       "url": "https://checkout.stripe.com/c/pay/cs_live_a1B2c3D4e5F6g7H8",
-         *       "expires_at": "2026-11-21T10:14:03.120Z"
-         *     }
-         */
-        OrganizationBillingSession: {
-            /**
-             * Format: uri
-             * @description The provider's page (https). Open it in the person's browser; it works once and expires.
-             * @example https://checkout.stripe.com/c/pay/cs_live_a1B2c3D4e5F6g7H8
-             */
-            url: string;
-            /** @description When the link stops working, or null when the provider does not say. */
-            expires_at: components["schemas"]["Timestamp"] | null;
-        };
-        /**
-         * @description Where to come back to from the customer portal. May be empty (`{}`).
-         * @example {
-         *       "return_path": "/settings/billing"
-         *     }
-         */
-        OrganizationBillingPortalCreate: {
-            return_path?: components["schemas"]["OrganizationBillingReturnPath"];
         };
         /**
          * @description `active`: the token works; `expired`: its `expires_at` has passed and it is refused with
@@ -8024,6 +7826,197 @@ export interface components {
              */
             token: string;
             api_token: components["schemas"]["ApiToken"];
+        };
+        /**
+         * @description A page of the caller's organizations, oldest first.
+         * @example {
+         *       "data": [
+         *         {
+         *           "id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *           "name": "Acme Inc.",
+         *           "slug": "acme",
+         *           "logo_url": "/organization/org_01jg3b7f0k2q8yq9w6r1c4d5e6/logo",
+         *           "require_mfa": true,
+         *           "plan": "team",
+         *           "created_at": "2026-11-20T09:14:03.120Z",
+         *           "updated_at": "2026-11-21T16:02:45.511Z"
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        OrganizationList: {
+            /** @description The organizations on this page. */
+            data: components["schemas"]["Organization"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description The organization's display name.
+         * @example Acme Inc.
+         */
+        OrganizationName: string;
+        /**
+         * @description A new organization. The caller becomes its first member, holding the Owner role.
+         * @example {
+         *       "name": "Acme Inc.",
+         *       "slug": "acme"
+         *     }
+         */
+        OrganizationCreate: {
+            name: components["schemas"]["OrganizationName"];
+            /**
+             * @description The handle to use. Left out, one is made from `name` (with a short random suffix when
+             *     that is taken). A slug sent and already taken is 409 `slug_taken`.
+             */
+            slug?: components["schemas"]["OrganizationSlug"];
+        };
+        /**
+         * @description The members to change. `plan` changes through billing (checkout and the customer portal),
+         *     never here. Changing `require_mfa` is reserved for a person with a fresh second factor.
+         * @example {
+         *       "name": "Acme Corporation"
+         *     }
+         * @example {
+         *       "require_mfa": true
+         *     }
+         */
+        OrganizationUpdate: {
+            name?: components["schemas"]["OrganizationName"];
+            slug?: components["schemas"]["OrganizationSlug"];
+            /**
+             * @description Whether members' sessions must show a second factor before acting in this
+             *     organization. Only a person may change it (an API token gets 403 `requires_person`),
+             *     and only within 5 minutes of a step-up (`/auth/step-up/*`), which also proves the
+             *     person holds a second factor and will not lock themselves out.
+             */
+            require_mfa?: boolean;
+        };
+        /**
+         * @description Where the organization's subscription stands with the payment provider. `none`: no
+         *     subscription (the free plan); `trialing`, `active`: paid features on; `past_due`: a
+         *     payment failed and the provider is retrying, features stay on; `unpaid`: retries are
+         *     exhausted, the organization is back on the free plan's limits; `canceled`: the
+         *     subscription ended.
+         * @enum {string}
+         */
+        OrganizationBillingStatus: "none" | "trialing" | "active" | "past_due" | "unpaid" | "canceled";
+        /**
+         * @description The organization's plan and subscription as last reported by the payment provider.
+         *     Payment details (cards, invoices, tax ids) stay with the provider; open the customer
+         *     portal to see them.
+         * @example {
+         *       "organization_id": "org_01jg3b7f0k2q8yq9w6r1c4d5e6",
+         *       "plan": "team",
+         *       "status": "active",
+         *       "billing_interval": "month",
+         *       "billable_seats": 14,
+         *       "seat_limit": 20,
+         *       "trial_ends_at": null,
+         *       "current_period_start": "2026-11-01T00:00:00.000Z",
+         *       "current_period_end": "2026-12-01T00:00:00.000Z",
+         *       "cancel_at_period_end": false,
+         *       "has_payment_method": true,
+         *       "billing_email": "billing@acme.example",
+         *       "updated_at": "2026-11-01T00:00:04.318Z"
+         *     }
+         */
+        OrganizationBilling: {
+            organization_id: components["schemas"]["OrganizationId"];
+            /**
+             * @description The plan in force, as in `Organization.plan`.
+             * @example team
+             */
+            plan: string;
+            status: components["schemas"]["OrganizationBillingStatus"];
+            /** @description How often the subscription is charged; null without a subscription. */
+            billing_interval: ("month" | "year") | null;
+            /**
+             * @description Active members holding at least one `billable` role now. Members holding only
+             *     `free_admin` roles, and suspended members, take no seat.
+             */
+            billable_seats: number;
+            /** @description The seats the subscription pays for, or null when the plan does not cap seats. */
+            seat_limit: number | null;
+            /** @description When the trial ends, or null outside a trial. */
+            trial_ends_at: components["schemas"]["Timestamp"] | null;
+            /** @description Start of the billing period in progress, or null without a subscription. */
+            current_period_start: components["schemas"]["Timestamp"] | null;
+            /** @description End of the billing period in progress (the next charge, or the end of service when `cancel_at_period_end`), or null. */
+            current_period_end: components["schemas"]["Timestamp"] | null;
+            /** @description The subscription was cancelled and stops at `current_period_end`. */
+            cancel_at_period_end: boolean;
+            /** @description Whether the provider holds a payment method for the organization. */
+            has_payment_method: boolean;
+            /**
+             * Format: email
+             * @description Where the provider sends invoices, or null when none is set.
+             * @example billing@acme.example
+             */
+            billing_email: string | null;
+            /** @description When the provider last reported a change, or null when it never has (free plan). */
+            updated_at: components["schemas"]["Timestamp"] | null;
+        };
+        /**
+         * @description A path of the web app (starting with a single `/`) to send the person back to when they
+         *     leave the provider's page. Only paths are accepted, never a full URL, so the link cannot
+         *     send anyone elsewhere. Left out: the web app's billing page.
+         * @example /settings/billing
+         */
+        OrganizationBillingReturnPath: string;
+        /**
+         * @description The subscription to start with the payment provider.
+         * @example {
+         *       "plan": "team",
+         *       "billing_interval": "year",
+         *       "seats": 20,
+         *       "return_path": "/settings/billing"
+         *     }
+         */
+        OrganizationBillingCheckoutCreate: {
+            /**
+             * @description A self-serve plan the deployment sells (for example `team`). A plan it does not sell
+             *     is 400 `validation_failed`.
+             * @example team
+             */
+            plan: string;
+            /**
+             * @description How often to charge.
+             * @default month
+             * @enum {string}
+             */
+            billing_interval?: "month" | "year";
+            /**
+             * @description Seats to pay for. Left out: the current `billable_seats` (at least 1). Fewer than the
+             *     current `billable_seats` is 400 `validation_failed`.
+             */
+            seats?: number;
+            return_path?: components["schemas"]["OrganizationBillingReturnPath"];
+        };
+        /**
+         * @description A short-lived page of the payment provider to send the person to.
+         * @example {
+         *       "url": "https://checkout.stripe.com/c/pay/cs_live_a1B2c3D4e5F6g7H8",
+         *       "expires_at": "2026-11-21T10:14:03.120Z"
+         *     }
+         */
+        OrganizationBillingSession: {
+            /**
+             * Format: uri
+             * @description The provider's page (https). Open it in the person's browser; it works once and expires.
+             * @example https://checkout.stripe.com/c/pay/cs_live_a1B2c3D4e5F6g7H8
+             */
+            url: string;
+            /** @description When the link stops working, or null when the provider does not say. */
+            expires_at: components["schemas"]["Timestamp"] | null;
+        };
+        /**
+         * @description Where to come back to from the customer portal. May be empty (`{}`).
+         * @example {
+         *       "return_path": "/settings/billing"
+         *     }
+         */
+        OrganizationBillingPortalCreate: {
+            return_path?: components["schemas"]["OrganizationBillingReturnPath"];
         };
         /**
          * @description Features the plan turns on. Using a feature that is off is refused with 403
@@ -8443,9 +8436,8 @@ export interface components {
          *     `member:manage` removed them), `scim_deactivated` (the identity provider set
          *     `active: false`; the membership is `suspended`), `scim_deprovisioned` (the identity
          *     provider deleted the user). Null while the membership is active.
-         * @enum {string|null}
          */
-        MembershipStatusReason: "left" | "removed" | "scim_deactivated" | "scim_deprovisioned" | null;
+        MembershipStatusReason: ("left" | "removed" | "scim_deactivated" | "scim_deprovisioned") | null;
         /**
          * @description One person's membership of the organization: who they are, how and when they joined,
          *     the roles they hold and the teams they are in. Addressed by the user id. It carries the
@@ -8690,7 +8682,7 @@ export interface components {
         OrgDomainVerificationRecord: {
             /**
              * @description Always `TXT`.
-             * @constant
+             * @enum {string}
              */
             type: "TXT";
             /**
@@ -8834,9 +8826,8 @@ export interface components {
              * @description Why it failed: `record_not_found` (no TXT record at the name), `value_mismatch` (TXT
              *     records exist, none with the expected value), `dns_error` (the lookup timed out or the
              *     resolver failed; try again later). Null when verified.
-             * @enum {string|null}
              */
-            failure_reason: "record_not_found" | "value_mismatch" | "dns_error" | null;
+            failure_reason: ("record_not_found" | "value_mismatch" | "dns_error") | null;
             /**
              * @description The failure in a sentence for a person, or null.
              * @example No TXT record at _mcp-control-plane.acme.example; DNS changes can take a while to appear.
@@ -9212,7 +9203,7 @@ export interface components {
         ConnectorToolInputSchema: {
             /**
              * @description Always `object`.
-             * @constant
+             * @enum {string}
              */
             type: "object";
         } & {
@@ -9703,9 +9694,8 @@ export interface components {
          *     example after a share was revoked), `connector_changed` (the connector changed where
          *     credentials are sent), `transferred` (a holder of `connection:manage` gave it to a new
          *     owner). Null while `pending` or `active`.
-         * @enum {string|null}
          */
-        ConnectionStatusReason: "credentials_rejected" | "refresh_failed" | "owner_left" | "connector_access_lost" | "connector_changed" | "transferred" | null;
+        ConnectionStatusReason: ("credentials_rejected" | "refresh_failed" | "owner_left" | "connector_access_lost" | "connector_changed" | "transferred") | null;
         /**
          * @description OAuth scopes.
          * @example [
@@ -10260,7 +10250,7 @@ export interface components {
         SyntheticToolJsonSchema: {
             /**
              * @description Always `object`.
-             * @constant
+             * @enum {string}
              */
             type: "object";
         } & {
@@ -10370,7 +10360,7 @@ export interface components {
          *       }
          *     }
          */
-        SyntheticToolValue: components["schemas"]["SyntheticToolInputRef"] | components["schemas"]["SyntheticToolStepRef"] | components["schemas"]["SyntheticToolTemplate"] | components["schemas"]["SyntheticToolLiteral"] | (string | number | boolean | null) | unknown[] | {
+        SyntheticToolValue: components["schemas"]["SyntheticToolInputRef"] | components["schemas"]["SyntheticToolStepRef"] | components["schemas"]["SyntheticToolTemplate"] | components["schemas"]["SyntheticToolLiteral"] | string | number | boolean | null | unknown[] | {
             [key: string]: unknown;
         };
         /**
@@ -10859,7 +10849,7 @@ export interface components {
         JsonRpcRequest: {
             /**
              * @description Always `2.0`.
-             * @constant
+             * @enum {string}
              */
             jsonrpc: "2.0";
             id: components["schemas"]["JsonRpcId"];
@@ -10914,7 +10904,7 @@ export interface components {
         McpInitializeRequest: components["schemas"]["JsonRpcRequest"] & {
             /**
              * @description Always `initialize`.
-             * @constant
+             * @enum {string}
              */
             method?: "initialize";
             params: components["schemas"]["McpInitializeParams"];
@@ -10923,7 +10913,7 @@ export interface components {
         McpPingRequest: components["schemas"]["JsonRpcRequest"] & {
             /**
              * @description Always `ping`.
-             * @constant
+             * @enum {string}
              */
             method?: "ping";
         };
@@ -10938,7 +10928,7 @@ export interface components {
         McpToolsListRequest: components["schemas"]["JsonRpcRequest"] & {
             /**
              * @description Always `tools/list`.
-             * @constant
+             * @enum {string}
              */
             method?: "tools/list";
             params?: components["schemas"]["McpToolsListParams"];
@@ -10968,7 +10958,7 @@ export interface components {
         McpToolsCallRequest: components["schemas"]["JsonRpcRequest"] & {
             /**
              * @description Always `tools/call`.
-             * @constant
+             * @enum {string}
              */
             method?: "tools/call";
             params: components["schemas"]["McpToolsCallParams"];
@@ -10987,7 +10977,7 @@ export interface components {
             id?: never;
             /**
              * @description Always `2.0`.
-             * @constant
+             * @enum {string}
              */
             jsonrpc: "2.0";
             /**
@@ -11013,7 +11003,7 @@ export interface components {
         JsonRpcResultResponse: {
             /**
              * @description Always `2.0`.
-             * @constant
+             * @enum {string}
              */
             jsonrpc: "2.0";
             id: components["schemas"]["JsonRpcId"];
@@ -11072,7 +11062,7 @@ export interface components {
         JsonRpcErrorResponse: {
             /**
              * @description Always `2.0`.
-             * @constant
+             * @enum {string}
              */
             jsonrpc: "2.0";
             /** @description The request's id, or null. */
@@ -11105,7 +11095,7 @@ export interface components {
                 tools: {
                     /**
                      * @description Always false; no list-changed notifications are sent.
-                     * @constant
+                     * @enum {boolean}
                      */
                     listChanged?: false;
                 } & {
@@ -11191,7 +11181,7 @@ export interface components {
             inputSchema: {
                 /**
                  * @description Always `object`.
-                 * @constant
+                 * @enum {string}
                  */
                 type: "object";
             } & {
@@ -11353,60 +11343,6 @@ export interface components {
             /** @description The MCP servers on this page. */
             data: components["schemas"]["McpServer"][];
             next_cursor: components["schemas"]["NextCursor"];
-        };
-        /** @description When the endpoint stops accepting requests (in the future), or null for never. */
-        McpServerExpiry: components["schemas"]["Timestamp"] | null;
-        /**
-         * @description A new MCP server for the user toolbox.
-         * @example {
-         *       "name": "Claude Desktop (laptop)",
-         *       "expires_at": null
-         *     }
-         */
-        McpServerCreate: {
-            name: components["schemas"]["McpServerName"];
-            expires_at?: components["schemas"]["McpServerExpiry"];
-        };
-        /**
-         * @description The MCP server's bearer token: `mcpt_` and 43 characters (32 random bytes, base64url).
-         *     Shown only in this response; the server keeps a hash. Configure the client with
-         *     `Authorization: Bearer <token>`.
-         * @example mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe
-         */
-        McpServerToken: string;
-        /**
-         * @description A newly minted or rotated MCP server token, shown once, with the server.
-         * @example {
-         *       "mcp_server": {
-         *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-         *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
-         *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-         *         "name": "Claude Desktop (laptop)",
-         *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-         *         "token_hint": "x7Qe",
-         *         "status": "active",
-         *         "expires_at": null,
-         *         "last_used_at": null,
-         *         "token_rotated_at": null,
-         *         "created_at": "2026-11-20T10:03:44.905Z",
-         *         "updated_at": "2026-11-20T10:03:44.905Z"
-         *       },
-         *       "token": "mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe"
-         *     }
-         */
-        McpServerMinted: {
-            mcp_server: components["schemas"]["McpServer"];
-            token: components["schemas"]["McpServerToken"];
-        };
-        /**
-         * @description The members to change. `null` for `expires_at` removes the expiry.
-         * @example {
-         *       "expires_at": "2027-03-01T00:00:00.000Z"
-         *     }
-         */
-        McpServerUpdate: {
-            name?: components["schemas"]["McpServerName"];
-            expires_at?: components["schemas"]["McpServerExpiry"];
         };
         /**
          * @description `template`: made by the person from a template and bound to their own connections; stored
@@ -11590,6 +11526,60 @@ export interface components {
             description?: components["schemas"]["UserToolboxDescription"];
             bindings?: components["schemas"]["UserToolboxBindingList"];
         };
+        /** @description When the endpoint stops accepting requests (in the future), or null for never. */
+        McpServerExpiry: components["schemas"]["Timestamp"] | null;
+        /**
+         * @description A new MCP server for the user toolbox.
+         * @example {
+         *       "name": "Claude Desktop (laptop)",
+         *       "expires_at": null
+         *     }
+         */
+        McpServerCreate: {
+            name: components["schemas"]["McpServerName"];
+            expires_at?: components["schemas"]["McpServerExpiry"];
+        };
+        /**
+         * @description The MCP server's bearer token: `mcpt_` and 43 characters (32 random bytes, base64url).
+         *     Shown only in this response; the server keeps a hash. Configure the client with
+         *     `Authorization: Bearer <token>`.
+         * @example mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe
+         */
+        McpServerToken: string;
+        /**
+         * @description A newly minted or rotated MCP server token, shown once, with the server.
+         * @example {
+         *       "mcp_server": {
+         *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+         *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *         "name": "Claude Desktop (laptop)",
+         *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *         "token_hint": "x7Qe",
+         *         "status": "active",
+         *         "expires_at": null,
+         *         "last_used_at": null,
+         *         "token_rotated_at": null,
+         *         "created_at": "2026-11-20T10:03:44.905Z",
+         *         "updated_at": "2026-11-20T10:03:44.905Z"
+         *       },
+         *       "token": "mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe"
+         *     }
+         */
+        McpServerMinted: {
+            mcp_server: components["schemas"]["McpServer"];
+            token: components["schemas"]["McpServerToken"];
+        };
+        /**
+         * @description The members to change. `null` for `expires_at` removes the expiry.
+         * @example {
+         *       "expires_at": "2027-03-01T00:00:00.000Z"
+         *     }
+         */
+        McpServerUpdate: {
+            name?: components["schemas"]["McpServerName"];
+            expires_at?: components["schemas"]["McpServerExpiry"];
+        };
         /**
          * Format: uri
          * @description A redirect URI: `https`, or `http` on a loopback host (`localhost`, `127.0.0.1`, `[::1]`,
@@ -11756,7 +11746,7 @@ export interface components {
             client_secret?: string;
             /**
              * @description Present with `client_secret`; 0 because secrets do not expire.
-             * @constant
+             * @enum {integer}
              */
             client_secret_expires_at?: 0;
             /** @description The registered redirect URIs. */
@@ -11921,7 +11911,7 @@ export interface components {
             access_token: string;
             /**
              * @description Always `Bearer`.
-             * @constant
+             * @enum {string}
              */
             token_type: "Bearer";
             /**
@@ -12174,7 +12164,7 @@ export interface components {
             revocation_endpoint_auth_methods_supported: ("none" | "client_secret_basic" | "client_secret_post")[];
             /**
              * @description Authorization responses carry `iss` (RFC 9207); clients should check it.
-             * @constant
+             * @enum {boolean}
              */
             authorization_response_iss_parameter_supported: true;
             /**
@@ -12319,7 +12309,7 @@ export interface components {
             revocation_endpoint_auth_methods_supported: ("none" | "client_secret_basic" | "client_secret_post")[];
             /**
              * @description Authorization responses carry `iss` (RFC 9207); clients should check it.
-             * @constant
+             * @enum {boolean}
              */
             authorization_response_iss_parameter_supported: true;
             /**
@@ -12408,12 +12398,12 @@ export interface components {
         OAuthJwk: {
             /**
              * @description The key type.
-             * @constant
+             * @enum {string}
              */
             kty: "EC";
             /**
              * @description The curve.
-             * @constant
+             * @enum {string}
              */
             crv: "P-256";
             /**
@@ -12433,12 +12423,12 @@ export interface components {
             kid: string;
             /**
              * @description Signing.
-             * @constant
+             * @enum {string}
              */
             use: "sig";
             /**
              * @description The algorithm.
-             * @constant
+             * @enum {string}
              */
             alg: "ES256";
         };
@@ -13270,11 +13260,8 @@ export interface components {
             created_by_user_id: components["schemas"]["UserId"] | null;
             /** @description When the last test record was attempted, or null if never. */
             last_test_at: components["schemas"]["Timestamp"] | null;
-            /**
-             * @description Whether the last test record was accepted by the backend, or null if never tested.
-             * @enum {string|null}
-             */
-            last_test_status: "ok" | "failed" | null;
+            /** @description Whether the last test record was accepted by the backend, or null if never tested. */
+            last_test_status: ("ok" | "failed") | null;
             /**
              * @description Why the last test failed (without secrets), or null.
              * @example Datadog answered 403 Forbidden: the API key is not valid for site datadoghq.eu.
@@ -13563,375 +13550,6 @@ export interface components {
             /** @description The user id for `user`; null otherwise. */
             id: components["schemas"]["UserId"] | null;
         };
-        /** @description The connection an event is about. */
-        EventConnection: {
-            id: components["schemas"]["ConnectionId"];
-            /** @description The connection's name. */
-            name: string;
-            connector_slug: components["schemas"]["ConnectorSlug"];
-            owner_user_id: components["schemas"]["UserId"];
-            /**
-             * @description The connection's status after the event.
-             * @enum {string}
-             */
-            status: "pending" | "active" | "needs_reauth" | "disconnected";
-        };
-        /** @description What a `connection.created` event carries. */
-        ConnectionCreatedData: {
-            connection: components["schemas"]["EventConnection"];
-        };
-        /** @description `connection.created`: A member created a connection. */
-        ConnectionCreatedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "connection.created";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["ConnectionCreatedData"];
-        };
-        /** @description What a `connection.needs_reauth` event carries. */
-        ConnectionNeedsReauthData: {
-            connection: components["schemas"]["EventConnection"];
-            /**
-             * @description What the upstream answered, for a person (never a credential).
-             * @example The upstream answered 401 invalid_grant to a token refresh.
-             */
-            reason: string;
-        };
-        /** @description `connection.needs_reauth`: A connection's credentials stopped working; its owner must reconnect. */
-        ConnectionNeedsReauthEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "connection.needs_reauth";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["ConnectionNeedsReauthData"];
-        };
-        /** @description What a `connection.disconnected` event carries. */
-        ConnectionDisconnectedData: {
-            connection: components["schemas"]["EventConnection"];
-            /** @description Why, when known. */
-            reason: string | null;
-        };
-        /** @description `connection.disconnected`: A connection was disconnected. */
-        ConnectionDisconnectedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "connection.disconnected";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["ConnectionDisconnectedData"];
-        };
-        /** @description What a `connection.deleted` event carries. */
-        ConnectionDeletedData: {
-            connection: components["schemas"]["EventConnection"];
-        };
-        /** @description `connection.deleted`: A connection was deleted. */
-        ConnectionDeletedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "connection.deleted";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["ConnectionDeletedData"];
-        };
-        /** @description The person an event is about. */
-        EventMember: {
-            user_id: components["schemas"]["UserId"];
-            /**
-             * Format: email
-             * @description The person's email address.
-             */
-            email: string;
-            /** @description The person's display name, when known. */
-            name: string | null;
-        };
-        /** @description What a `member.joined` event carries. */
-        MemberJoinedData: {
-            member: components["schemas"]["EventMember"];
-            via: components["schemas"]["MembershipVia"];
-        };
-        /** @description `member.joined`: Someone became an active member. */
-        MemberJoinedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "member.joined";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["MemberJoinedData"];
-        };
-        /** @description What a `member.removed` event carries. */
-        MemberRemovedData: {
-            member: components["schemas"]["EventMember"];
-            /**
-             * @description `removed`, or `suspended` when the identity provider turned the person off.
-             * @enum {string}
-             */
-            status: "removed" | "suspended";
-        };
-        /** @description `member.removed`: A member was removed or suspended. */
-        MemberRemovedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "member.removed";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["MemberRemovedData"];
-        };
-        /** @description What a `member.roles_updated` event carries. */
-        MemberRolesUpdatedData: {
-            member: components["schemas"]["EventMember"];
-            /** @description The roles held now. */
-            role_ids: components["schemas"]["RoleId"][];
-            /** @description The roles held before. */
-            previous_role_ids: components["schemas"]["RoleId"][];
-        };
-        /** @description `member.roles_updated`: A member's roles changed. */
-        MemberRolesUpdatedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "member.roles_updated";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["MemberRolesUpdatedData"];
-        };
-        /** @description The invite an event is about. */
-        EventInvite: {
-            id: components["schemas"]["InviteId"];
-            /**
-             * Format: email
-             * @description Who is invited.
-             */
-            email: string;
-            /** @description The roles the person gets on joining. */
-            role_ids: components["schemas"]["RoleId"][];
-            /** @description Who sent it; null for the operator CLI. */
-            invited_by_user_id: components["schemas"]["UserId"] | null;
-            expires_at: components["schemas"]["Timestamp"];
-        };
-        /** @description What a `invite.sent` event carries. */
-        InviteSentData: {
-            invite: components["schemas"]["EventInvite"];
-            /** @description True when this is a resend of an existing invite. */
-            resent: boolean;
-        };
-        /** @description `invite.sent`: An invite was sent or resent. */
-        InviteSentEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "invite.sent";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["InviteSentData"];
-        };
-        /** @description What a `invite.revoked` event carries. */
-        InviteRevokedData: {
-            invite: components["schemas"]["EventInvite"];
-        };
-        /** @description `invite.revoked`: An invite was revoked. */
-        InviteRevokedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "invite.revoked";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["InviteRevokedData"];
-        };
-        /** @description The role an event is about, as it is after the change (before it, for a deletion). */
-        EventRole: {
-            id: components["schemas"]["RoleId"];
-            /** @description The role's name. */
-            name: string;
-            /** @description The role's permissions. */
-            permissions: components["schemas"]["Permission"][];
-        };
-        /** @description What a `role.created` event carries. */
-        RoleCreatedData: {
-            role: components["schemas"]["EventRole"];
-        };
-        /** @description `role.created`: A custom role was created. */
-        RoleCreatedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "role.created";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["RoleCreatedData"];
-        };
-        /** @description What a `role.updated` event carries. */
-        RoleUpdatedData: {
-            role: components["schemas"]["EventRole"];
-            /** @description The members of the role that changed. */
-            changed: ("name" | "description" | "permissions" | "seat_class")[];
-        };
-        /** @description `role.updated`: A custom role's name, description or permissions changed. */
-        RoleUpdatedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "role.updated";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["RoleUpdatedData"];
-        };
-        /** @description What a `role.deleted` event carries. */
-        RoleDeletedData: {
-            role: components["schemas"]["EventRole"];
-        };
-        /** @description `role.deleted`: A custom role was deleted. */
-        RoleDeletedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "role.deleted";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["RoleDeletedData"];
-        };
-        /** @description What a `restriction.updated` event carries. */
-        RestrictionUpdatedData: {
-            /** @description The restriction as it is after the change (before it, for a deletion). */
-            restriction: {
-                id: components["schemas"]["RestrictionId"];
-                /** @description The restriction's name. */
-                name: string;
-                /**
-                 * @description What the restriction does to the tools it matches.
-                 * @enum {string}
-                 */
-                effect: "deny" | "require_approval";
-            };
-            /**
-             * @description What happened to it.
-             * @enum {string}
-             */
-            change: "created" | "updated" | "deleted";
-        };
-        /** @description `restriction.updated`: A restriction was created, changed or deleted. */
-        RestrictionUpdatedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "restriction.updated";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["RestrictionUpdatedData"];
-        };
-        /** @description The custom connector an event is about. */
-        EventConnector: {
-            slug: components["schemas"]["ConnectorSlug"];
-            /** @description The connector's name. */
-            name: string;
-            /**
-             * @description The connector's version after the change.
-             * @example 3
-             */
-            version: string;
-        };
-        /** @description What a `connector.created` event carries. */
-        ConnectorCreatedData: {
-            connector: components["schemas"]["EventConnector"];
-            /** @description The connector it was forked from; null when created from scratch. */
-            forked_from: components["schemas"]["ConnectorSlug"] | null;
-        };
-        /** @description `connector.created`: A custom connector was created or forked. */
-        ConnectorCreatedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "connector.created";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["ConnectorCreatedData"];
-        };
-        /** @description What a `connector.updated` event carries. */
-        ConnectorUpdatedData: {
-            connector: components["schemas"]["EventConnector"];
-            /** @description The fields that changed (`tools`, `mcp_url`, `documentation`, …). */
-            changed: string[];
-        };
-        /** @description `connector.updated`: A custom connector changed (including pulled upstream changes). */
-        ConnectorUpdatedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "connector.updated";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["ConnectorUpdatedData"];
-        };
-        /** @description What a `connector.deleted` event carries. */
-        ConnectorDeletedData: {
-            connector: components["schemas"]["EventConnector"];
-        };
-        /** @description `connector.deleted`: A custom connector was deleted. */
-        ConnectorDeletedEvent: {
-            id: components["schemas"]["EventId"];
-            /**
-             * @description The event type. (enum property replaced by openapi-typescript)
-             * @enum {string}
-             */
-            type: "connector.deleted";
-            organization_id: components["schemas"]["OrganizationId"];
-            occurred_at: components["schemas"]["Timestamp"];
-            actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["ConnectorDeletedData"];
-        };
         /** @description The access request an event is about. */
         EventAccessRequest: {
             id: components["schemas"]["AccessRequestId"];
@@ -13990,6 +13608,306 @@ export interface components {
             actor: components["schemas"]["EventActor"];
             data: components["schemas"]["AccessRequestResolvedData"];
         };
+        /** @description The connection an event is about. */
+        EventConnection: {
+            id: components["schemas"]["ConnectionId"];
+            /** @description The connection's name. */
+            name: string;
+            connector_slug: components["schemas"]["ConnectorSlug"];
+            owner_user_id: components["schemas"]["UserId"];
+            /**
+             * @description The connection's status after the event.
+             * @enum {string}
+             */
+            status: "pending" | "active" | "needs_reauth" | "disconnected";
+        };
+        /** @description What a `connection.created` event carries. */
+        ConnectionCreatedData: {
+            connection: components["schemas"]["EventConnection"];
+        };
+        /** @description `connection.created`: A member created a connection. */
+        ConnectionCreatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.created";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionCreatedData"];
+        };
+        /** @description What a `connection.deleted` event carries. */
+        ConnectionDeletedData: {
+            connection: components["schemas"]["EventConnection"];
+        };
+        /** @description `connection.deleted`: A connection was deleted. */
+        ConnectionDeletedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.deleted";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionDeletedData"];
+        };
+        /** @description What a `connection.disconnected` event carries. */
+        ConnectionDisconnectedData: {
+            connection: components["schemas"]["EventConnection"];
+            /** @description Why, when known. */
+            reason: string | null;
+        };
+        /** @description `connection.disconnected`: A connection was disconnected. */
+        ConnectionDisconnectedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.disconnected";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionDisconnectedData"];
+        };
+        /** @description What a `connection.needs_reauth` event carries. */
+        ConnectionNeedsReauthData: {
+            connection: components["schemas"]["EventConnection"];
+            /**
+             * @description What the upstream answered, for a person (never a credential).
+             * @example The upstream answered 401 invalid_grant to a token refresh.
+             */
+            reason: string;
+        };
+        /** @description `connection.needs_reauth`: A connection's credentials stopped working; its owner must reconnect. */
+        ConnectionNeedsReauthEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connection.needs_reauth";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectionNeedsReauthData"];
+        };
+        /** @description The custom connector an event is about. */
+        EventConnector: {
+            slug: components["schemas"]["ConnectorSlug"];
+            /** @description The connector's name. */
+            name: string;
+            /**
+             * @description The connector's version after the change.
+             * @example 3
+             */
+            version: string;
+        };
+        /** @description What a `connector.created` event carries. */
+        ConnectorCreatedData: {
+            connector: components["schemas"]["EventConnector"];
+            /** @description The connector it was forked from; null when created from scratch. */
+            forked_from: components["schemas"]["ConnectorSlug"] | null;
+        };
+        /** @description `connector.created`: A custom connector was created or forked. */
+        ConnectorCreatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connector.created";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectorCreatedData"];
+        };
+        /** @description What a `connector.deleted` event carries. */
+        ConnectorDeletedData: {
+            connector: components["schemas"]["EventConnector"];
+        };
+        /** @description `connector.deleted`: A custom connector was deleted. */
+        ConnectorDeletedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connector.deleted";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectorDeletedData"];
+        };
+        /** @description What a `connector.updated` event carries. */
+        ConnectorUpdatedData: {
+            connector: components["schemas"]["EventConnector"];
+            /** @description The fields that changed (`tools`, `mcp_url`, `documentation`, …). */
+            changed: string[];
+        };
+        /** @description `connector.updated`: A custom connector changed (including pulled upstream changes). */
+        ConnectorUpdatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "connector.updated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["ConnectorUpdatedData"];
+        };
+        /** @description The invite an event is about. */
+        EventInvite: {
+            id: components["schemas"]["InviteId"];
+            /**
+             * Format: email
+             * @description Who is invited.
+             */
+            email: string;
+            /** @description The roles the person gets on joining. */
+            role_ids: components["schemas"]["RoleId"][];
+            /** @description Who sent it; null for the operator CLI. */
+            invited_by_user_id: components["schemas"]["UserId"] | null;
+            expires_at: components["schemas"]["Timestamp"];
+        };
+        /** @description What a `invite.revoked` event carries. */
+        InviteRevokedData: {
+            invite: components["schemas"]["EventInvite"];
+        };
+        /** @description `invite.revoked`: An invite was revoked. */
+        InviteRevokedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "invite.revoked";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["InviteRevokedData"];
+        };
+        /** @description What a `invite.sent` event carries. */
+        InviteSentData: {
+            invite: components["schemas"]["EventInvite"];
+            /** @description True when this is a resend of an existing invite. */
+            resent: boolean;
+        };
+        /** @description `invite.sent`: An invite was sent or resent. */
+        InviteSentEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "invite.sent";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["InviteSentData"];
+        };
+        /** @description What a `mcp_server.token_rotated` event carries. */
+        McpServerTokenRotatedData: {
+            /** @description The MCP server whose token changed (never the token). */
+            mcp_server: {
+                id: components["schemas"]["McpServerId"];
+                /** @description The server's name. */
+                name: string;
+                user_toolbox_id: components["schemas"]["UserToolboxId"];
+                owner_user_id: components["schemas"]["UserId"];
+            };
+        };
+        /** @description `mcp_server.token_rotated`: An MCP server's token was rotated. */
+        McpServerTokenRotatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "mcp_server.token_rotated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["McpServerTokenRotatedData"];
+        };
+        /** @description The person an event is about. */
+        EventMember: {
+            user_id: components["schemas"]["UserId"];
+            /**
+             * Format: email
+             * @description The person's email address.
+             */
+            email: string;
+            /** @description The person's display name, when known. */
+            name: string | null;
+        };
+        /** @description What a `member.joined` event carries. */
+        MemberJoinedData: {
+            member: components["schemas"]["EventMember"];
+            via: components["schemas"]["MembershipVia"];
+        };
+        /** @description `member.joined`: Someone became an active member (invite, verified domain, SCIM or SSO). */
+        MemberJoinedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "member.joined";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["MemberJoinedData"];
+        };
+        /** @description What a `member.removed` event carries. */
+        MemberRemovedData: {
+            member: components["schemas"]["EventMember"];
+            /**
+             * @description `removed`, or `suspended` when the identity provider turned the person off.
+             * @enum {string}
+             */
+            status: "removed" | "suspended";
+        };
+        /** @description `member.removed`: A member was removed or suspended. */
+        MemberRemovedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "member.removed";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["MemberRemovedData"];
+        };
+        /** @description What a `member.roles_updated` event carries. */
+        MemberRolesUpdatedData: {
+            member: components["schemas"]["EventMember"];
+            /** @description The roles held now. */
+            role_ids: components["schemas"]["RoleId"][];
+            /** @description The roles held before. */
+            previous_role_ids: components["schemas"]["RoleId"][];
+        };
+        /** @description `member.roles_updated`: A member's roles changed. */
+        MemberRolesUpdatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "member.roles_updated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["MemberRolesUpdatedData"];
+        };
         /** @description What a `org_domain.verified` event carries. */
         OrgDomainVerifiedData: {
             /** @description The verified domain. */
@@ -14015,36 +13933,105 @@ export interface components {
             actor: components["schemas"]["EventActor"];
             data: components["schemas"]["OrgDomainVerifiedData"];
         };
-        /** @description What a `mcp_server.token_rotated` event carries. */
-        McpServerTokenRotatedData: {
-            /** @description The MCP server whose token changed (never the token). */
-            mcp_server: {
-                id: components["schemas"]["McpServerId"];
-                /** @description The server's name. */
+        /** @description What a `restriction.updated` event carries. */
+        RestrictionUpdatedData: {
+            /** @description The restriction as it is after the change (before it, for a deletion). */
+            restriction: {
+                id: components["schemas"]["RestrictionId"];
+                /** @description The restriction's name. */
                 name: string;
-                user_toolbox_id: components["schemas"]["UserToolboxId"];
-                owner_user_id: components["schemas"]["UserId"];
+                /**
+                 * @description What the restriction does to the tools it matches.
+                 * @enum {string}
+                 */
+                effect: "deny" | "require_approval";
             };
+            /**
+             * @description What happened to it.
+             * @enum {string}
+             */
+            change: "created" | "updated" | "deleted";
         };
-        /** @description `mcp_server.token_rotated`: An MCP server's token was rotated; the old one stopped working. */
-        McpServerTokenRotatedEvent: {
+        /** @description `restriction.updated`: A restriction was created, changed or deleted. */
+        RestrictionUpdatedEvent: {
             id: components["schemas"]["EventId"];
             /**
              * @description The event type. (enum property replaced by openapi-typescript)
              * @enum {string}
              */
-            type: "mcp_server.token_rotated";
+            type: "restriction.updated";
             organization_id: components["schemas"]["OrganizationId"];
             occurred_at: components["schemas"]["Timestamp"];
             actor: components["schemas"]["EventActor"];
-            data: components["schemas"]["McpServerTokenRotatedData"];
+            data: components["schemas"]["RestrictionUpdatedData"];
+        };
+        /** @description The role an event is about, as it is after the change (before it, for a deletion). */
+        EventRole: {
+            id: components["schemas"]["RoleId"];
+            /** @description The role's name. */
+            name: string;
+            /** @description The role's permissions. */
+            permissions: components["schemas"]["Permission"][];
+        };
+        /** @description What a `role.created` event carries. */
+        RoleCreatedData: {
+            role: components["schemas"]["EventRole"];
+        };
+        /** @description `role.created`: A custom role was created. */
+        RoleCreatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "role.created";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["RoleCreatedData"];
+        };
+        /** @description What a `role.deleted` event carries. */
+        RoleDeletedData: {
+            role: components["schemas"]["EventRole"];
+        };
+        /** @description `role.deleted`: A custom role was deleted. */
+        RoleDeletedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "role.deleted";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["RoleDeletedData"];
+        };
+        /** @description What a `role.updated` event carries. */
+        RoleUpdatedData: {
+            role: components["schemas"]["EventRole"];
+            /** @description The members of the role that changed. */
+            changed: ("name" | "description" | "permissions" | "seat_class")[];
+        };
+        /** @description `role.updated`: A custom role's name, description or permissions changed. */
+        RoleUpdatedEvent: {
+            id: components["schemas"]["EventId"];
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "role.updated";
+            organization_id: components["schemas"]["OrganizationId"];
+            occurred_at: components["schemas"]["Timestamp"];
+            actor: components["schemas"]["EventActor"];
+            data: components["schemas"]["RoleUpdatedData"];
         };
         /**
          * @description One organization event, as recorded in the outbox and delivered to every active
          *     destination subscribed to its `type`. Slack and email render it for people; the
          *     delivery log (`GET /notification-destination/{id}/delivery`) shows it as it is here.
          */
-        Event: components["schemas"]["ConnectionCreatedEvent"] | components["schemas"]["ConnectionNeedsReauthEvent"] | components["schemas"]["ConnectionDisconnectedEvent"] | components["schemas"]["ConnectionDeletedEvent"] | components["schemas"]["MemberJoinedEvent"] | components["schemas"]["MemberRemovedEvent"] | components["schemas"]["MemberRolesUpdatedEvent"] | components["schemas"]["InviteSentEvent"] | components["schemas"]["InviteRevokedEvent"] | components["schemas"]["RoleCreatedEvent"] | components["schemas"]["RoleUpdatedEvent"] | components["schemas"]["RoleDeletedEvent"] | components["schemas"]["RestrictionUpdatedEvent"] | components["schemas"]["ConnectorCreatedEvent"] | components["schemas"]["ConnectorUpdatedEvent"] | components["schemas"]["ConnectorDeletedEvent"] | components["schemas"]["AccessRequestCreatedEvent"] | components["schemas"]["AccessRequestResolvedEvent"] | components["schemas"]["OrgDomainVerifiedEvent"] | components["schemas"]["McpServerTokenRotatedEvent"];
+        Event: components["schemas"]["AccessRequestCreatedEvent"] | components["schemas"]["AccessRequestResolvedEvent"] | components["schemas"]["ConnectionCreatedEvent"] | components["schemas"]["ConnectionDeletedEvent"] | components["schemas"]["ConnectionDisconnectedEvent"] | components["schemas"]["ConnectionNeedsReauthEvent"] | components["schemas"]["ConnectorCreatedEvent"] | components["schemas"]["ConnectorDeletedEvent"] | components["schemas"]["ConnectorUpdatedEvent"] | components["schemas"]["InviteRevokedEvent"] | components["schemas"]["InviteSentEvent"] | components["schemas"]["McpServerTokenRotatedEvent"] | components["schemas"]["MemberJoinedEvent"] | components["schemas"]["MemberRemovedEvent"] | components["schemas"]["MemberRolesUpdatedEvent"] | components["schemas"]["OrgDomainVerifiedEvent"] | components["schemas"]["RestrictionUpdatedEvent"] | components["schemas"]["RoleCreatedEvent"] | components["schemas"]["RoleDeletedEvent"] | components["schemas"]["RoleUpdatedEvent"];
         /**
          * @description One event's delivery to one destination, with its attempts so far.
          * @example {
@@ -14901,9 +14888,8 @@ export interface components {
             /**
              * @description False suspends the membership, true restores it. The strings `"True"` and `"False"` (as Microsoft Entra ID sends them) are accepted.
              * @example true
-             * @enum {boolean|string}
              */
-            active?: true | false | "True" | "False" | "true" | "false";
+            active?: boolean | ("True" | "False" | "true" | "false");
         } & {
             [key: string]: unknown;
         };
@@ -14953,7 +14939,7 @@ export interface components {
             display: string;
             /**
              * @description Always `User`.
-             * @constant
+             * @enum {string}
              */
             type: "User";
         };
@@ -15492,16 +15478,6 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The server failed (`internal_error`); the request id finds the details in its logs. */
-        InternalError: {
-            headers: {
-                "X-Request-Id": components["headers"]["RequestId"];
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["Error"];
-            };
-        };
         /** @description An upstream server the operation depends on failed (`upstream_unavailable`). */
         BadGateway: {
             headers: {
@@ -15859,15 +15835,15 @@ export interface components {
          *     API token only works in its own organization. Missing: 400
          *     `organization_header_required`; not a member: 403 `not_a_member`.
          */
-        OrganizationId: components["schemas"]["OrganizationId"];
+        OrganizationHeader: components["schemas"]["OrganizationId"];
         /** @description How many items one page holds at most. */
-        Limit: number;
+        PageLimit: number;
         /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-        Cursor: components["schemas"]["Cursor"];
+        PageCursor: components["schemas"]["Cursor"];
         /** @description The single-use token from the emailed link. */
         EmailLinkToken: string;
         /** @description The SSO connection's id. */
-        SsoConnectionId: components["schemas"]["SsoConnectionId"];
+        SsoConnectionIdPath: components["schemas"]["SsoConnectionId"];
         /**
          * @description A SCIM filter (RFC 7644 §3.4.2.2), as identity providers send it. Users: `eq` on
          *     `userName`, `emails.value` (both ignoring case), `externalId`, `id`, and `active`;
@@ -15898,8 +15874,6 @@ export interface components {
         RetryAfter: number;
         /** @description The authentication scheme the operation accepts (RFC 9110 §11.6.1). */
         WwwAuthenticate: string;
-        /** @description The methods the path does support. */
-        Allow: string;
         /**
          * @description Where the browser goes next, on the web app's origin.
          *
@@ -16402,7 +16376,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -16433,7 +16407,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -16456,7 +16430,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -16483,7 +16457,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -16513,7 +16487,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description The SSO connection's id. */
-                connectionId: components["parameters"]["SsoConnectionId"];
+                connectionId: components["parameters"]["SsoConnectionIdPath"];
             };
             cookie?: never;
         };
@@ -16805,9 +16779,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header?: never;
             path?: never;
@@ -17291,13 +17265,179 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
+    listApiTokens: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["PageCursor"];
+                /** @description Only this member's tokens. Another member than the caller needs `member:manage`. */
+                user_id?: components["schemas"]["UserId"];
+                /** @description Every member's tokens (needs `member:manage`). Cannot be combined with `user_id`. */
+                all?: boolean;
+                /** @description Only tokens in this state. */
+                status?: components["schemas"]["ApiTokenStatus"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of API tokens. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+                     *           "name": "CI deploy",
+                     *           "token_hint": "a5s9",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "permissions": [
+                     *             "connector:manage",
+                     *             "connector:view",
+                     *             "toolbox:manage",
+                     *             "toolbox:view"
+                     *           ],
+                     *           "status": "active",
+                     *           "expires_at": "2027-05-20T00:00:00.000Z",
+                     *           "last_used_at": "2026-11-21T08:03:00.000Z",
+                     *           "created_at": "2026-11-20T09:14:03.120Z",
+                     *           "updated_at": "2026-11-20T09:14:03.120Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiTokenList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createApiToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApiTokenCreate"];
+            };
+        };
+        responses: {
+            /** @description The token was minted. `token` is shown this once. */
+            201: {
+                headers: {
+                    /** @description The URL of the new token (for `DELETE`). */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "token": "cpt_Xq3v9LmT0pR7sW2yB5nK8dF1hJ4gC6zA0eU3iO7a5s9",
+                     *       "api_token": {
+                     *         "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
+                     *         "name": "CI deploy",
+                     *         "token_hint": "a5s9",
+                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "permissions": [
+                     *           "connector:manage",
+                     *           "connector:view",
+                     *           "toolbox:manage",
+                     *           "toolbox:view"
+                     *         ],
+                     *         "status": "active",
+                     *         "expires_at": "2027-05-20T00:00:00.000Z",
+                     *         "last_used_at": null,
+                     *         "created_at": "2026-11-20T09:14:03.120Z",
+                     *         "updated_at": "2026-11-20T09:14:03.120Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiTokenCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    revokeApiToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The token's id (`tok_…`), not the token itself. */
+                id: components["schemas"]["ApiTokenId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The token was revoked. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
     listOrganizations: {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header?: never;
             path?: never;
@@ -17405,7 +17545,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -17456,7 +17596,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -17491,7 +17631,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -17585,7 +17725,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. */
@@ -17642,7 +17782,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. */
@@ -17676,7 +17816,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -17729,7 +17869,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -17779,7 +17919,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The organization's id. It must equal `X-Organization-Id`; any other id is 404 `not_found`. */
@@ -17819,172 +17959,6 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
-    listApiTokens: {
-        parameters: {
-            query?: {
-                /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
-                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
-                /** @description Only this member's tokens. Another member than the caller needs `member:manage`. */
-                user_id?: components["schemas"]["UserId"];
-                /** @description Every member's tokens (needs `member:manage`). Cannot be combined with `user_id`. */
-                all?: boolean;
-                /** @description Only tokens in this state. */
-                status?: components["schemas"]["ApiTokenStatus"];
-            };
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A page of API tokens. */
-            200: {
-                headers: {
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "data": [
-                     *         {
-                     *           "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
-                     *           "name": "CI deploy",
-                     *           "token_hint": "a5s9",
-                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *           "permissions": [
-                     *             "connector:manage",
-                     *             "connector:view",
-                     *             "toolbox:manage",
-                     *             "toolbox:view"
-                     *           ],
-                     *           "status": "active",
-                     *           "expires_at": "2027-05-20T00:00:00.000Z",
-                     *           "last_used_at": "2026-11-21T08:03:00.000Z",
-                     *           "created_at": "2026-11-20T09:14:03.120Z",
-                     *           "updated_at": "2026-11-20T09:14:03.120Z"
-                     *         }
-                     *       ],
-                     *       "next_cursor": null
-                     *     }
-                     */
-                    "application/json": components["schemas"]["ApiTokenList"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
-    createApiToken: {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["ApiTokenCreate"];
-            };
-        };
-        responses: {
-            /** @description The token was minted. `token` is shown this once. */
-            201: {
-                headers: {
-                    /** @description The URL of the new token (for `DELETE`). */
-                    Location?: string;
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "token": "cpt_Xq3v9LmT0pR7sW2yB5nK8dF1hJ4gC6zA0eU3iO7a5s9",
-                     *       "api_token": {
-                     *         "id": "tok_01jg3b7f0r8t2y6v4h1q9p3a5s",
-                     *         "name": "CI deploy",
-                     *         "token_hint": "a5s9",
-                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *         "permissions": [
-                     *           "connector:manage",
-                     *           "connector:view",
-                     *           "toolbox:manage",
-                     *           "toolbox:view"
-                     *         ],
-                     *         "status": "active",
-                     *         "expires_at": "2027-05-20T00:00:00.000Z",
-                     *         "last_used_at": null,
-                     *         "created_at": "2026-11-20T09:14:03.120Z",
-                     *         "updated_at": "2026-11-20T09:14:03.120Z"
-                     *       }
-                     *     }
-                     */
-                    "application/json": components["schemas"]["ApiTokenCreated"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
-    revokeApiToken: {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The token's id (`tok_…`), not the token itself. */
-                id: components["schemas"]["ApiTokenId"];
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The token was revoked. */
-            204: {
-                headers: {
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
     getEntitlements: {
         parameters: {
             query?: never;
@@ -17994,7 +17968,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -18071,9 +18045,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only the permissions of this resource (the part of the name before the colon). */
                 resource?: string;
             };
@@ -18125,9 +18099,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only system roles (true) or only custom roles (false). */
                 is_system?: boolean;
             };
@@ -18137,7 +18111,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -18248,7 +18222,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -18310,7 +18284,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The role's id. */
@@ -18366,7 +18340,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The role's id. */
@@ -18401,7 +18375,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The role's id. */
@@ -18460,9 +18434,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only the teams this member is in. */
                 user_id?: components["schemas"]["UserId"];
             };
@@ -18472,7 +18446,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -18521,7 +18495,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -18574,7 +18548,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -18621,7 +18595,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -18656,7 +18630,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -18705,9 +18679,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header: {
                 /**
@@ -18715,7 +18689,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -18770,7 +18744,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -18852,7 +18826,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The team's id. */
@@ -18883,9 +18857,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only members in this state. */
                 status?: components["schemas"]["MembershipStatus"];
                 /** @description Only members holding this role. */
@@ -18901,7 +18875,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -19071,7 +19045,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The member's user id. */
@@ -19156,7 +19130,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The member's user id. */
@@ -19191,7 +19165,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The member's user id. */
@@ -19286,9 +19260,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only invites in this state. */
                 status?: components["schemas"]["InviteStatus"];
                 /** @description Only invites to this address (compared without regard to case). */
@@ -19300,7 +19274,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -19370,7 +19344,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -19444,7 +19418,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The invite's id. */
@@ -19512,7 +19486,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The invite's id. */
@@ -19576,7 +19550,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The invite's id. */
@@ -19635,9 +19609,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only domains in this state. */
                 status?: components["schemas"]["OrgDomainStatus"];
             };
@@ -19647,7 +19621,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -19705,7 +19679,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -19767,7 +19741,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The claimed domain's id. */
@@ -19823,7 +19797,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The claimed domain's id. */
@@ -19858,7 +19832,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The claimed domain's id. */
@@ -19920,7 +19894,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The claimed domain's id. */
@@ -19980,9 +19954,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only entries made by this kind of actor. */
                 actor_type?: components["schemas"]["AuditActorType"];
                 /**
@@ -20008,7 +19982,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -20077,7 +20051,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The audit entry's id. */
@@ -20134,9 +20108,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only built-in (`built_in`) or only the organization's own (`custom`) connectors. */
                 source?: components["schemas"]["ConnectorSource"];
                 /** @description Only connectors whose slug, name or description contains this text (case-insensitive). */
@@ -20150,7 +20124,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -20238,7 +20212,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -20329,7 +20303,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connector's slug. */
@@ -20438,7 +20412,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connector's slug. */
@@ -20473,7 +20447,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connector's slug. */
@@ -20557,7 +20531,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The slug of the connector to copy (built-in or custom). */
@@ -20664,7 +20638,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The fork's slug. */
@@ -20742,7 +20716,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The fork's slug. */
@@ -20863,7 +20837,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector to give lineage to. */
@@ -20942,7 +20916,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector's slug. */
@@ -21019,9 +20993,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header: {
                 /**
@@ -21029,7 +21003,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector's slug. */
@@ -21085,7 +21059,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector's slug. */
@@ -21170,7 +21144,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The custom connector's slug. */
@@ -21201,9 +21175,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only connections to this connector. */
                 connector_slug?: components["schemas"]["ConnectorSlug"];
                 /** @description Only connections in this status. */
@@ -21217,7 +21191,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -21296,7 +21270,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -21361,7 +21335,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -21417,7 +21391,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -21451,7 +21425,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -21557,7 +21531,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -21619,9 +21593,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header: {
                 /**
@@ -21629,7 +21603,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -21723,7 +21697,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -21781,9 +21755,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only templates this member owns. */
                 owner_user_id?: components["schemas"]["UserId"];
                 /** @description Only templates with an entry for this connector. */
@@ -21795,7 +21769,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -21856,7 +21830,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -21921,7 +21895,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -21980,7 +21954,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -22014,7 +21988,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -22075,7 +22049,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -22136,9 +22110,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header: {
                 /**
@@ -22146,7 +22120,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -22202,7 +22176,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -22286,7 +22260,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The template's id. */
@@ -22317,9 +22291,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only toolboxes with an entry for this connection. */
                 connection_id?: components["schemas"]["ConnectionId"];
                 /** @description Only toolboxes with an entry for this synthetic tool. */
@@ -22333,7 +22307,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -22407,7 +22381,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -22477,7 +22451,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -22513,7 +22487,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -22547,7 +22521,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -22615,9 +22589,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header: {
                 /**
@@ -22625,7 +22599,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -22694,7 +22668,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -22778,7 +22752,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The toolbox's id. */
@@ -22809,9 +22783,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only synthetic tools with a step on this connector (see `connector_slugs`). */
                 connector_slug?: components["schemas"]["ConnectorSlug"];
                 /** @description Only synthetic tools this member created. */
@@ -22823,7 +22797,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -22906,7 +22880,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -22994,7 +22968,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The synthetic tool's id. */
@@ -23030,7 +23004,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The synthetic tool's id. */
@@ -23065,7 +23039,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The synthetic tool's id. */
@@ -23108,7 +23082,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The synthetic tool's id. */
@@ -23293,9 +23267,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only servers with this status. */
                 status?: components["schemas"]["McpServerStatus"];
             };
@@ -23305,7 +23279,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -23364,331 +23338,13 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
         };
     };
-    listUserToolboxMcpServers: {
-        parameters: {
-            query?: {
-                /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
-                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
-            };
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A page of the user toolbox's MCP servers. */
-            200: {
-                headers: {
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "data": [
-                     *         {
-                     *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
-                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *           "name": "Claude Desktop (laptop)",
-                     *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *           "token_hint": "x7Qe",
-                     *           "status": "active",
-                     *           "expires_at": null,
-                     *           "last_used_at": "2026-11-21T15:58:20.000Z",
-                     *           "token_rotated_at": null,
-                     *           "created_at": "2026-11-20T10:03:44.905Z",
-                     *           "updated_at": "2026-11-20T10:03:44.905Z"
-                     *         }
-                     *       ],
-                     *       "next_cursor": null
-                     *     }
-                     */
-                    "application/json": components["schemas"]["McpServerList"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
-    createMcpServer: {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["McpServerCreate"];
-            };
-        };
-        responses: {
-            /** @description The MCP server was minted. The token is shown this once. */
-            201: {
-                headers: {
-                    /** @description The URL of the new MCP server's resource. */
-                    Location?: string;
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "mcp_server": {
-                     *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
-                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *         "name": "Claude Desktop (laptop)",
-                     *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *         "token_hint": "x7Qe",
-                     *         "status": "active",
-                     *         "expires_at": null,
-                     *         "last_used_at": null,
-                     *         "token_rotated_at": null,
-                     *         "created_at": "2026-11-20T10:03:44.905Z",
-                     *         "updated_at": "2026-11-20T10:03:44.905Z"
-                     *       },
-                     *       "token": "mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe"
-                     *     }
-                     */
-                    "application/json": components["schemas"]["McpServerMinted"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
-    getMcpServer: {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-                /** @description The MCP server's id. */
-                mcpId: components["schemas"]["McpServerId"];
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The MCP server. */
-            200: {
-                headers: {
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["McpServer"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
-    deleteMcpServer: {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-                /** @description The MCP server's id. */
-                mcpId: components["schemas"]["McpServerId"];
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The MCP server was deleted. */
-            204: {
-                headers: {
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
-    updateMcpServer: {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-                /** @description The MCP server's id. */
-                mcpId: components["schemas"]["McpServerId"];
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["McpServerUpdate"];
-            };
-        };
-        responses: {
-            /** @description The MCP server as it now is. */
-            200: {
-                headers: {
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
-                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *       "name": "Claude Desktop (laptop)",
-                     *       "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *       "token_hint": "x7Qe",
-                     *       "status": "active",
-                     *       "expires_at": "2027-03-01T00:00:00.000Z",
-                     *       "last_used_at": "2026-11-21T15:58:20.000Z",
-                     *       "token_rotated_at": null,
-                     *       "created_at": "2026-11-20T10:03:44.905Z",
-                     *       "updated_at": "2026-11-22T08:12:00.530Z"
-                     *     }
-                     */
-                    "application/json": components["schemas"]["McpServer"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
-            413: components["responses"]["PayloadTooLarge"];
-            415: components["responses"]["UnsupportedMediaType"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
-    rotateMcpServerToken: {
-        parameters: {
-            query?: never;
-            header: {
-                /**
-                 * @description The organization this request acts in. The caller must be an active member of it; an
-                 *     API token only works in its own organization. Missing: 400
-                 *     `organization_header_required`; not a member: 403 `not_a_member`.
-                 */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
-            };
-            path: {
-                /** @description The user toolbox's id, stored or dynamic. */
-                id: components["schemas"]["UserToolboxId"];
-                /** @description The MCP server's id. */
-                mcpId: components["schemas"]["McpServerId"];
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The new token, shown this once, and the server. */
-            200: {
-                headers: {
-                    "X-Request-Id": components["headers"]["RequestId"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "mcp_server": {
-                     *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
-                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
-                     *         "name": "Claude Desktop (laptop)",
-                     *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
-                     *         "token_hint": "Wm2c",
-                     *         "status": "active",
-                     *         "expires_at": null,
-                     *         "last_used_at": "2026-11-21T15:58:20.000Z",
-                     *         "token_rotated_at": "2026-11-22T08:41:09.317Z",
-                     *         "created_at": "2026-11-20T10:03:44.905Z",
-                     *         "updated_at": "2026-11-22T08:41:09.317Z"
-                     *       },
-                     *       "token": "mcpt_Q8rLz1Yx4Nd7Ke2Tb9Hs6Vj3Pf0Ga5Mc8Uw1Rn4Wm2c"
-                     *     }
-                     */
-                    "application/json": components["schemas"]["McpServerMinted"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            429: components["responses"]["TooManyRequests"];
-        };
-    };
     listUserToolboxes: {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only user toolboxes of this kind. */
                 kind?: components["schemas"]["UserToolboxKind"];
                 /** @description Only user toolboxes made from this template. */
@@ -23700,7 +23356,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -23811,7 +23467,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -23892,7 +23548,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
@@ -23928,7 +23584,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
@@ -23962,7 +23618,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The user toolbox's id, stored (`utbx_…`) or dynamic (`utbx_dyn_all`, `utbx_dyn_tbx_…`). */
@@ -23993,6 +23649,324 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    listUserToolboxMcpServers: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["PageCursor"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the user toolbox's MCP servers. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *           "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "name": "Claude Desktop (laptop)",
+                     *           "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "token_hint": "x7Qe",
+                     *           "status": "active",
+                     *           "expires_at": null,
+                     *           "last_used_at": "2026-11-21T15:58:20.000Z",
+                     *           "token_rotated_at": null,
+                     *           "created_at": "2026-11-20T10:03:44.905Z",
+                     *           "updated_at": "2026-11-20T10:03:44.905Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServerList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    createMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["McpServerCreate"];
+            };
+        };
+        responses: {
+            /** @description The MCP server was minted. The token is shown this once. */
+            201: {
+                headers: {
+                    /** @description The URL of the new MCP server's resource. */
+                    Location?: string;
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "mcp_server": {
+                     *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "name": "Claude Desktop (laptop)",
+                     *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "token_hint": "x7Qe",
+                     *         "status": "active",
+                     *         "expires_at": null,
+                     *         "last_used_at": null,
+                     *         "token_rotated_at": null,
+                     *         "created_at": "2026-11-20T10:03:44.905Z",
+                     *         "updated_at": "2026-11-20T10:03:44.905Z"
+                     *       },
+                     *       "token": "mcpt_Vb3kP9sQ2wXz7LmN4rT8yU1cE6hJ0aFgD5oKiR2x7Qe"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServerMinted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    getMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The MCP server. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpServer"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    deleteMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The MCP server was deleted. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    updateMcpServer: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["McpServerUpdate"];
+            };
+        };
+        responses: {
+            /** @description The MCP server as it now is. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *       "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *       "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "name": "Claude Desktop (laptop)",
+                     *       "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *       "token_hint": "x7Qe",
+                     *       "status": "active",
+                     *       "expires_at": "2027-03-01T00:00:00.000Z",
+                     *       "last_used_at": "2026-11-21T15:58:20.000Z",
+                     *       "token_rotated_at": null,
+                     *       "created_at": "2026-11-20T10:03:44.905Z",
+                     *       "updated_at": "2026-11-22T08:12:00.530Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServer"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+        };
+    };
+    rotateMcpServerToken: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The user toolbox's id, stored or dynamic. */
+                id: components["schemas"]["UserToolboxId"];
+                /** @description The MCP server's id. */
+                mcpId: components["schemas"]["McpServerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new token, shown this once, and the server. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "mcp_server": {
+                     *         "id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "user_toolbox_id": "utbx_01jg3b7f1ee7f1g5h9j3k7m1n5",
+                     *         "owner_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *         "name": "Claude Desktop (laptop)",
+                     *         "url": "https://api.mcpcp.example/mcp/mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *         "token_hint": "Wm2c",
+                     *         "status": "active",
+                     *         "expires_at": null,
+                     *         "last_used_at": "2026-11-21T15:58:20.000Z",
+                     *         "token_rotated_at": "2026-11-22T08:41:09.317Z",
+                     *         "created_at": "2026-11-20T10:03:44.905Z",
+                     *         "updated_at": "2026-11-22T08:41:09.317Z"
+                     *       },
+                     *       "token": "mcpt_Q8rLz1Yx4Nd7Ke2Tb9Hs6Vj3Pf0Ga5Mc8Uw1Rn4Wm2c"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["McpServerMinted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
         };
     };
@@ -24535,9 +24509,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only restrictions with this effect. */
                 effect?: components["schemas"]["RestrictionEffect"];
                 /**
@@ -24556,7 +24530,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -24640,7 +24614,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -24707,7 +24681,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The restriction's id. */
@@ -24743,7 +24717,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The restriction's id. */
@@ -24777,7 +24751,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The restriction's id. */
@@ -24840,9 +24814,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only requests in this status. */
                 status?: components["schemas"]["AccessRequestStatus"];
                 /**
@@ -24859,7 +24833,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -24915,7 +24889,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -24975,7 +24949,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The access request's id. */
@@ -25011,7 +24985,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The access request's id. */
@@ -25072,7 +25046,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The access request's id. */
@@ -25122,9 +25096,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only files that came in this way. */
                 source?: components["schemas"]["ToolFileSource"];
                 /** @description Only files owned by this member (the caller's own id lists the caller's files). */
@@ -25138,7 +25112,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -25204,7 +25178,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -25260,7 +25234,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -25321,7 +25295,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -25402,7 +25376,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -25468,7 +25442,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -25527,7 +25501,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -25564,7 +25538,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The upload request's id. */
@@ -25634,7 +25608,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -25670,7 +25644,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -25699,9 +25673,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header: {
                 /**
@@ -25709,7 +25683,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -25765,7 +25739,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -25849,7 +25823,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -25885,7 +25859,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The tool file's id. */
@@ -25928,9 +25902,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only destinations of this type. */
                 type?: components["schemas"]["LoggingDestinationType"];
                 /** @description Only destinations exporting this kind of record. */
@@ -25944,7 +25918,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -26045,7 +26019,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -26119,7 +26093,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26188,7 +26162,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26222,7 +26196,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26299,7 +26273,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26366,9 +26340,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only destinations of this type. */
                 type?: components["schemas"]["NotificationDestinationType"];
                 /** @description Only active (true) or paused (false) destinations. */
@@ -26380,7 +26354,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -26445,7 +26419,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -26513,7 +26487,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26549,7 +26523,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26583,7 +26557,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26626,7 +26600,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26657,9 +26631,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only deliveries in this status. */
                 status?: components["schemas"]["NotificationDeliveryStatus"];
                 /** @description Only deliveries of this event type. */
@@ -26671,7 +26645,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The destination's id. */
@@ -26740,9 +26714,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only connections of this type. */
                 type?: components["schemas"]["SsoConnectionType"];
                 /** @description Only connections in this status. */
@@ -26756,7 +26730,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -26830,7 +26804,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -26905,7 +26879,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -26941,7 +26915,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -26975,7 +26949,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The connection's id. */
@@ -27013,9 +26987,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only groups whose `display_name` contains this text, ignoring case. */
                 q?: string;
                 /** @description Only groups this person is a member of. */
@@ -27029,7 +27003,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -27089,7 +27063,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The group's id. */
@@ -27133,9 +27107,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
             };
             header: {
                 /**
@@ -27143,7 +27117,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -27194,7 +27168,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -27252,7 +27226,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The token's id. */
@@ -28260,9 +28234,9 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description How many items one page holds at most. */
-                limit?: components["parameters"]["Limit"];
+                limit?: components["parameters"]["PageLimit"];
                 /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
-                cursor?: components["parameters"]["Cursor"];
+                cursor?: components["parameters"]["PageCursor"];
                 /** @description Only mappings of this SCIM group. */
                 scim_group_id?: components["schemas"]["ScimGroupId"];
                 /** @description Only mappings granting this role. */
@@ -28276,7 +28250,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -28334,7 +28308,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path?: never;
             cookie?: never;
@@ -28387,7 +28361,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The mapping's id. */
@@ -28423,7 +28397,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The mapping's id. */
@@ -28458,7 +28432,7 @@ export interface operations {
                  *     API token only works in its own organization. Missing: 400
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
-                "X-Organization-Id": components["parameters"]["OrganizationId"];
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
             };
             path: {
                 /** @description The mapping's id. */

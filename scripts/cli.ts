@@ -2,7 +2,9 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../src/config';
 import { DatabaseInUseError, migrateToLatest, openDatabase, type DatabaseHandle } from '../src/db/database';
-import { bootstrap, createOrganization, createToken, OperatorError, revokeToken, writeBootstrapFile } from '../src/operator';
+import { serviceRegistry } from '../src/areas';
+import { secretBoxOf } from '../src/lib/crypto';
+import { bootstrap, createOrganization, createToken, OperatorError, resealSecrets, revokeToken, writeBootstrapFile } from '../src/operator';
 
 const HELP = `Usage: npm run cli -- <command> [options]
 
@@ -17,12 +19,16 @@ Commands:
       An API token for an active member; printed once.
   token revoke TOKEN_ID
       Revokes a token at once.
+  secrets reseal
+      After a new key was put first in ENCRYPTION_KEYS (older ones after it): seals every
+      stored secret with it. Then the old keys can be dropped. Safe to repeat, and to run
+      while the server runs.
 
 Options:
   --json   print the result as JSON
 The database is the server's: DATABASE_URL, or the embedded one in DATA_DIR (stop the server first).`;
 
-const COMMANDS = new Set(['bootstrap', 'org create', 'token create', 'token revoke']);
+const COMMANDS = new Set(['bootstrap', 'org create', 'token create', 'token revoke', 'secrets reseal']);
 
 type Flags = Record<string, string | boolean | undefined>;
 
@@ -65,7 +71,7 @@ async function main(): Promise<number> {
   const config = loadConfig(typeof values['base-url'] === 'string' ? { ...process.env, BASE_URL: values['base-url'] } : process.env);
   let database: DatabaseHandle | null = null;
   try {
-    database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
+    database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir, preparedStatements: config.databasePreparedStatements });
     await migrateToLatest(database.db);
     const db = database.db;
     if (command === 'bootstrap') {
@@ -73,10 +79,11 @@ async function main(): Promise<number> {
         baseUrl: config.baseUrl,
         email: typeof values.email === 'string' ? values.email : process.env.BOOTSTRAP_EMAIL || 'owner@example.com',
         organizationName: typeof values['org-name'] === 'string' ? values['org-name'] : process.env.BOOTSTRAP_ORGANIZATION || 'My organization',
+        tokenDays: config.bootstrapTokenDays,
       });
       const file = result.created ? writeBootstrapFile(config.dataDir, result) : null;
       print({ ...result }, json, result.created
-        ? `Created organization ${result.organization_id} and its owner ${result.user_id}.\nAPI token (shown once, also in ${file}): ${result.api_token}`
+        ? `Created organization ${result.organization_id} and its owner ${result.user_id}.\nAPI token (shown once, also in ${file}; expires ${result.api_token_expires_at ?? 'never'}): ${result.api_token}`
         : `Already bootstrapped: organization ${result.organization_id}, owner ${result.user_id}. Create another token with: npm run cli -- token create --org ${result.organization_id} --user ${result.user_id}`);
       return 0;
     }
@@ -106,6 +113,12 @@ async function main(): Promise<number> {
       const result = await revokeToken(db, arg);
       print(result, json, `Revoked ${result.token_id}.`);
       return 0;
+    }
+    if (key === 'secrets reseal') {
+      const report = await resealSecrets(db, secretBoxOf(config.encryptionKeys), serviceRegistry().sealed);
+      print({ ...report }, json, `Re-sealed ${report.resealed} secret(s) with the current key; ${report.current} already were.${
+        report.unreadable.length > 0 ? `\nNo configured key opens: ${report.unreadable.join(', ')}. Add the key that sealed them to ENCRYPTION_KEYS and run again.` : ''}`);
+      return report.unreadable.length > 0 ? 1 : 0;
     }
     throw new OperatorError(`Unknown command "${key}". See: npm run cli -- help`);
   } finally {

@@ -4,7 +4,7 @@ import { migrateToLatest, openDatabase } from '../src/db/database';
 
 async function main(): Promise<void> {
   const config = loadConfig();
-  const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
+  const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir, preparedStatements: config.databasePreparedStatements });
   try {
     const applied = await migrateToLatest(database.db);
     console.log(applied.length > 0 ? `Applied: ${applied.join(', ')}` : 'Already at the latest migration.');

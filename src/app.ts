@@ -1,45 +1,55 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
-import { handlers, notImplemented } from './areas';
-import { presentedCredential } from './auth/credentials';
-import type { AppDeps } from './http/context';
-import { createOperationRouter, type Handlers } from './http/api';
-import type { OperationId, OperationMeta } from '../generated/operations';
-import { ApiError } from './http/errors';
-import { rateLimit } from './http/rate-limit';
-import { requestState, sendError, setRequestState } from './http/respond';
 import type { Logger } from 'pino';
-import { newRequestId } from './lib/ids';
-import { healthHandlers } from './areas/health/health.handlers';
-import { docsAssets } from './areas/schema/docs';
+import { loadAreas } from './areas';
+import { HEALTH } from './areas/health/health.area';
+import { presentedCredential } from './auth/credentials';
+import type { Area } from './http/area';
+import type { AppDeps } from './http/context';
+import { ApiError } from './http/errors';
+import { createOperationRouter } from './http/operation-router';
+import { RateLimits, type CounterStore } from './http/rate-limit';
+import { Redis } from 'ioredis';
+import { buildRegistry, type Registry } from './http/registry';
 import { logRequest } from './http/request-log';
+import { sendError, setRequestState } from './http/respond';
+import { newRequestId } from './lib/ids';
+import { docsAssets } from './areas/schema/docs';
 import { loadSpec, type OpenApiDocument } from './spec';
+import { describeOperations } from './spec/operations';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
 export interface AppOptions {
-  /** Another document and handlers than the service's own; tests of the shared machinery use small fixtures. */
+  /** Another document and areas than the service's own; tests of the shared machinery use small fixtures. */
   spec?: OpenApiDocument;
-  handlers?: Handlers;
-  notImplemented?: ReadonlySet<OperationId>;
-  operations?: Readonly<Record<string, OperationMeta>>;
+  areas?: readonly Area[];
 }
 
-export async function createApp(deps: AppDeps, options: AppOptions = {}): Promise<Express> {
-  const router = await createOperationRouter(deps, {
-    spec: options.spec ?? loadSpec(),
-    handlers: options.handlers ?? handlers,
-    notImplemented: options.notImplemented ?? notImplemented,
-    operations: options.operations,
-  });
+export interface App {
+  app: Express;
+  /** What the areas brought: handlers, authenticators, engines, outbox consumers, and what is not built. */
+  registry: Registry;
+  /** Closes what the app opened itself (the Redis connection of the rate limits). */
+  close(): Promise<void>;
+}
+
+export async function createApp(deps: AppDeps, options: AppOptions = {}): Promise<App> {
+  const spec = options.spec ?? loadSpec();
+  const { operations, problems } = describeOperations(spec);
+  if (problems.length > 0) throw new Error(`The spec breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
+  const registry = buildRegistry(options.areas ?? loadAreas(), operations, Object.keys(spec.components?.securitySchemes ?? {}));
+  const counters = counterStore(deps);
+  const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store });
+  const router = await createOperationRouter(deps, { spec, operations, registry, limits });
   const app = express();
+  app.set('trust proxy', deps.config.trustProxy);
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
 
   const securityHeaders = helmetHeaders();
-  const health = await healthHandlers.getHealth();
-  const healthBody = JSON.stringify(health.body);
+  const healthBody = JSON.stringify(HEALTH);
 
   app.use((req, res, next) => {
     const incoming = req.headers['x-request-id'];
@@ -63,32 +73,35 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     // Liveness probes arrive every few seconds from every balancer: answered here, without a
     // log line, the rate limit or the router. The body is the getHealth handler's.
     if (req.url === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
-      res.writeHead(health.status, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(healthBody) });
+      res.writeHead(200, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(healthBody) });
       res.end(req.method === 'HEAD' ? undefined : healthBody);
       return;
     }
     logRequest(deps.logger, req, res, requestId);
     next();
   });
-  app.use(
-    rateLimit({
-      points: deps.config.rateLimit.points,
-      durationSeconds: deps.config.rateLimit.durationSeconds,
-      pool: deps.config.rateLimit.store === 'postgres' ? deps.pool : null,
-    }),
-  );
-  const parseJson = express.json({ limit: deps.config.bodyLimitBytes, type: ['application/json', 'application/*+json'], strict: false });
-  app.use((req, res, next) =>
-    parseJson(req, res, (err?: unknown) => {
-      // Kept for later: an unknown path is still a 404 and a missing credential still a 401.
-      if (err) requestState(req).bodyError = err;
-      next();
-    }),
-  );
+  app.use(limits.anonymous());
   app.use(docsAssets());
+  // Engines that own their wire format (an OAuth server library, say) answer their paths
+  // before the router; their operations are still in the spec, marked x-engine.
+  for (const engine of registry.engines) app.use(engine.path, engine.create(deps));
+  // Bodies are read by the router, per operation, once the caller is known.
   app.use((req, res) => router.handle(req, res));
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
-  return app;
+  return { app, registry, close: counters.close };
+}
+
+/** The rate limits' counters: in this process, or shared by the replicas in PostgreSQL or Redis. */
+function counterStore(deps: AppDeps): { store: CounterStore; close(): Promise<void> } {
+  const { store } = deps.config.rateLimit;
+  if (store === 'postgres' && deps.pool) return { store: { kind: 'postgres', pool: deps.pool }, close: async () => undefined };
+  if (store === 'redis' && deps.config.redisUrl) {
+    // No offline queue: while Redis is away, commands fail at once and the limiter's in-memory stand-in answers.
+    const client = new Redis(deps.config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
+    client.on('error', (err) => deps.logger.warn({ err: { message: err.message } }, 'rate-limit store (Redis) unavailable'));
+    return { store: { kind: 'redis', client }, close: async () => void (await client.quit().catch(() => undefined)) };
+  }
+  return { store: { kind: 'memory' }, close: async () => undefined };
 }
 
 /**

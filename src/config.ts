@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 
 /** Every setting, read from the environment once and validated. README lists them. */
@@ -9,18 +10,33 @@ export interface Config {
   port: number;
   baseUrl: string;
   databaseUrl: string | null;
+  /** Name each distinct statement so PostgreSQL plans it once per connection; off behind PgBouncer in transaction mode. */
+  databasePreparedStatements: boolean;
   dataDir: string;
-  encryptionKey: Buffer;
+  /** The key that seals secrets now, and older ones that still open what they sealed. */
+  encryptionKeys: { current: Buffer; older: Buffer[] };
   logLevel: string;
   bodyLimitBytes: number;
-  rateLimit: { points: number; durationSeconds: number; store: 'memory' | 'postgres'; authFailures: number };
+  /** Raw uploads and multipart files, which are streamed rather than parsed in memory. */
+  uploadLimitBytes: number;
+  rateLimit: { points: number; durationSeconds: number; store: 'memory' | 'postgres' | 'redis'; authFailures: number };
+  /** Redis for shared rate-limit counters (RATE_LIMIT_STORE=redis). */
+  redisUrl: string | null;
+  /** Express's `trust proxy`: false, a hop count, or addresses and CIDRs of the proxies in front. */
+  trustProxy: boolean | number | string[];
   outbound: { allowLoopback: boolean; allowPrivate: boolean; timeoutMs: number };
+  /** Hosts a Slack destination's webhook URL may name: Slack's own, or compatible endpoints the operator lists. */
+  slackWebhookHosts: readonly string[];
   smtp: { url: string | null; from: string };
   validateResponses: 'off' | 'log';
   autoBootstrap: boolean;
+  /** Days the bootstrap token works: it is for setting up, not for running (0: no expiry). */
+  bootstrapTokenDays: number;
   shutdownGraceMs: number;
   /** How often the outbox worker looks for events to deliver; 0 turns it off in this process. */
   outboxPollMs: number;
+  /** The least time between two test messages to one notification destination (they mail real people). */
+  notificationTestCooldownSeconds: number;
 }
 
 export class ConfigError extends Error {
@@ -54,31 +70,69 @@ function oneOf<T extends string>(env: Env, name: string, values: readonly T[], f
   return raw as T;
 }
 
-/**
- * The 32-byte key that encrypts secrets at rest. Given as ENCRYPTION_KEY (64 hex characters
- * or base64); otherwise, outside production, generated once into DATA_DIR so an embedded
- * deployment keeps working across restarts.
- */
-function encryptionKey(env: Env, dataDir: string, production: boolean): Buffer {
-  const raw = env.ENCRYPTION_KEY;
-  if (raw) {
-    const key = /^[0-9a-fA-F]{64}$/.test(raw) ? Buffer.from(raw, 'hex') : Buffer.from(raw, 'base64');
-    if (key.length !== 32) throw new ConfigError('ENCRYPTION_KEY must be 32 bytes: 64 hex characters or base64.');
-    return key;
+/** A 32-byte key as 64 hex characters or base64 (or base64url) of exactly 32 bytes; nothing looser. */
+function parseKey(raw: string, name: string): Buffer {
+  const value = raw.trim();
+  if (/^[0-9a-fA-F]{64}$/.test(value)) return Buffer.from(value, 'hex');
+  if (/^[A-Za-z0-9+/_-]{43}=?$/.test(value)) {
+    const key = Buffer.from(value.replace(/-/g, '+').replace(/_/g, '/'), 'base64');
+    if (key.length === 32) return key;
   }
-  if (production) throw new ConfigError('ENCRYPTION_KEY is required when NODE_ENV=production.');
-  const file = join(dataDir, 'encryption.key');
-  if (existsSync(file)) return encryptionKey({ ENCRYPTION_KEY: readFileSync(file, 'utf8').trim() }, dataDir, production);
-  mkdirSync(dataDir, { recursive: true });
-  const key = randomBytes(32);
-  writeFileSync(file, `${key.toString('hex')}\n`, { mode: 0o600 });
-  return key;
+  throw new ConfigError(`${name} must be 32 bytes: 64 hex characters or base64 (openssl rand -hex 32 makes one).`);
 }
 
-function rateLimitStore(env: Env): 'memory' | 'postgres' {
-  const store = oneOf(env, 'RATE_LIMIT_STORE', ['memory', 'postgres'] as const, 'memory');
+/**
+ * The keys that encrypt secrets at rest. ENCRYPTION_KEYS lists the current key first, then
+ * older ones that still open what they sealed (rotation: add the new key in front, run `npm
+ * run cli -- secrets reseal`, then drop the old one); ENCRYPTION_KEY is one key. Required
+ * whenever the data is not the embedded default's (DATABASE_URL set, or NODE_ENV=production):
+ * a key generated into DATA_DIR would differ between replicas and be lost with the folder.
+ */
+function encryptionKeys(env: Env, dataDir: string, required: string | null): { current: Buffer; older: Buffer[] } {
+  if (env.ENCRYPTION_KEYS && env.ENCRYPTION_KEY) throw new ConfigError('Set ENCRYPTION_KEYS or ENCRYPTION_KEY, not both.');
+  if (env.ENCRYPTION_KEYS) {
+    const [current, ...older] = env.ENCRYPTION_KEYS.split(',').map((k, i) => parseKey(k, `ENCRYPTION_KEYS (key ${i + 1})`));
+    return { current: current as Buffer, older };
+  }
+  if (env.ENCRYPTION_KEY) return { current: parseKey(env.ENCRYPTION_KEY, 'ENCRYPTION_KEY'), older: [] };
+  if (required) throw new ConfigError(`ENCRYPTION_KEY is required ${required}. Make one once (openssl rand -hex 32), keep it with your secrets, and give the same one to every replica.`);
+  const file = join(dataDir, 'encryption.key');
+  if (existsSync(file)) return { current: parseKey(readFileSync(file, 'utf8'), file), older: [] };
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const key = randomBytes(32);
+  writeFileSync(file, `${key.toString('hex')}\n`, { mode: 0o600 });
+  return { current: key, older: [] };
+}
+
+/** A comma-separated list of host names, lowercased. */
+function hostList(env: Env, name: string, fallback: readonly string[]): readonly string[] {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const hosts = raw.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean);
+  const bad = hosts.find((h) => !/^[a-z0-9.-]+$|^\[[0-9a-f:.]+\]$/.test(h));
+  if (bad !== undefined || hosts.length === 0) throw new ConfigError(`${name} must be a comma-separated list of host names; got "${raw}".`);
+  return hosts;
+}
+
+function rateLimitStore(env: Env): 'memory' | 'postgres' | 'redis' {
+  const store = oneOf(env, 'RATE_LIMIT_STORE', ['memory', 'postgres', 'redis'] as const, env.REDIS_URL ? 'redis' : 'memory');
   if (store === 'postgres' && !env.DATABASE_URL) throw new ConfigError('RATE_LIMIT_STORE=postgres needs DATABASE_URL (a PostgreSQL server shared by the replicas).');
+  if (store === 'redis' && !env.REDIS_URL) throw new ConfigError('RATE_LIMIT_STORE=redis needs REDIS_URL.');
   return store;
+}
+
+/**
+ * Which proxies' X-Forwarded-For to believe, as Express's `trust proxy` takes it: off by
+ * default (the client address is the connection's), a hop count, or the proxies' addresses.
+ */
+function trustProxy(env: Env): boolean | number | string[] {
+  const raw = env.TRUST_PROXY?.trim();
+  if (!raw || /^(false|off|no|0)$/i.test(raw)) return false;
+  if (/^\d+$/.test(raw)) return Number(raw);
+  const entries = raw.split(',').map((e) => e.trim()).filter(Boolean);
+  const bad = entries.find((e) => !['loopback', 'linklocal', 'uniquelocal'].includes(e) && !isIP(e.split('/')[0] ?? ''));
+  if (bad !== undefined) throw new ConfigError(`TRUST_PROXY must be a hop count or a comma-separated list of proxy addresses or CIDRs; got "${raw}".`);
+  return entries;
 }
 
 export function loadConfig(env: Env = process.env): Config {
@@ -98,25 +152,33 @@ export function loadConfig(env: Env = process.env): Config {
     port,
     baseUrl,
     databaseUrl: env.DATABASE_URL || null,
+    databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),
     dataDir,
-    encryptionKey: encryptionKey(env, dataDir, nodeEnv === 'production'),
+    encryptionKeys: encryptionKeys(env, dataDir, nodeEnv === 'production' ? 'when NODE_ENV=production' : env.DATABASE_URL ? 'with DATABASE_URL' : null),
     logLevel: oneOf(env, 'LOG_LEVEL', ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const, 'info'),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 1_048_576, 1024, 104_857_600),
+    uploadLimitBytes: int(env, 'UPLOAD_LIMIT_BYTES', 52_428_800, 1024, 10_737_418_240),
     rateLimit: {
       points: int(env, 'RATE_LIMIT_REQUESTS', 600, 1, 10_000_000),
       durationSeconds: int(env, 'RATE_LIMIT_WINDOW_SECONDS', 60, 1, 86_400),
       store: rateLimitStore(env),
       authFailures: int(env, 'RATE_LIMIT_AUTH_FAILURES', 60, 1, 10_000_000),
     },
+    redisUrl: env.REDIS_URL || null,
+    trustProxy: trustProxy(env),
     outbound: {
       allowLoopback: bool(env, 'OUTBOUND_ALLOW_LOOPBACK', false),
       allowPrivate: bool(env, 'OUTBOUND_ALLOW_PRIVATE', false),
       timeoutMs: int(env, 'OUTBOUND_TIMEOUT_MS', 10_000, 100, 120_000),
     },
+    slackWebhookHosts: hostList(env, 'SLACK_WEBHOOK_HOSTS', ['hooks.slack.com']),
     smtp: { url: env.SMTP_URL || null, from: env.SMTP_FROM || 'MCP control plane <no-reply@localhost>' },
     validateResponses: oneOf(env, 'VALIDATE_RESPONSES', ['off', 'log'] as const, nodeEnv === 'development' ? 'log' : 'off'),
-    autoBootstrap: bool(env, 'AUTO_BOOTSTRAP', true),
+    // A production database is set up on purpose (the CLI's bootstrap), not by whichever replica starts first.
+    autoBootstrap: bool(env, 'AUTO_BOOTSTRAP', nodeEnv !== 'production'),
+    bootstrapTokenDays: int(env, 'BOOTSTRAP_TOKEN_DAYS', 7, 0, 3650),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
+    notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
   };
 }

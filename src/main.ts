@@ -1,49 +1,61 @@
 import type { Server } from 'node:http';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync } from 'node:fs';
 import { createApp } from './app';
 import { ConfigError, loadConfig } from './config';
 import { DatabaseInUseError, migrateToLatest, openDatabase } from './db/database';
-import { OutboxDispatcher } from './events/dispatcher';
+import { OutboxDispatcher } from './events/outbox';
 import { createMailer } from './events/email';
-import { SecretBox } from './lib/crypto';
+import { secretBoxOf } from './lib/crypto';
 import { createLogger } from './lib/logger';
 import { bootstrap, writeBootstrapFile } from './operator';
 
 async function main(): Promise<void> {
+  // DATA_DIR holds the embedded database, the generated key and the bootstrap token: whatever
+  // this process creates is its owner's alone.
+  process.umask(0o077);
   const config = loadConfig();
   const logger = createLogger(config.logLevel);
-  mkdirSync(config.dataDir, { recursive: true });
-  const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(config.dataDir, 0o700);
+  const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir, preparedStatements: config.databasePreparedStatements });
   const applied = await migrateToLatest(database.db);
   logger.info({ database: database.kind, migrations: applied }, 'database ready');
 
   if (config.autoBootstrap) {
-    const empty = !(await database.db.selectFrom('organizations').select('id').limit(1).executeTakeFirst());
-    if (empty) {
-      const result = await bootstrap(database.db, {
-        baseUrl: config.baseUrl,
-        email: process.env.BOOTSTRAP_EMAIL || 'owner@example.com',
-        organizationName: process.env.BOOTSTRAP_ORGANIZATION || 'My organization',
-      });
+    // Only a database without organizations is bootstrapped; replicas starting together on an
+    // empty one create one organization between them (bootstrap serializes itself).
+    const result = await bootstrap(database.db, {
+      baseUrl: config.baseUrl,
+      email: process.env.BOOTSTRAP_EMAIL || 'owner@example.com',
+      organizationName: process.env.BOOTSTRAP_ORGANIZATION || 'My organization',
+      tokenDays: config.bootstrapTokenDays,
+      onlyIfEmpty: true,
+    });
+    if (result?.created) {
       const file = writeBootstrapFile(config.dataDir, result);
-      process.stdout.write(
+      // For the person at the terminal: on stderr, so the token never enters the structured
+      // log stream (stdout), which is shipped and kept.
+      process.stderr.write(
         [
           '',
           'First start: created an organization, its owner and an API token with every permission.',
           `  base URL:        ${result.base_url}`,
           `  organization id: ${result.organization_id}`,
           `  API token:       ${result.api_token}   (shown once; also in ${file}, mode 0600)`,
+          `  expires:         ${result.api_token_expires_at ?? 'never'} (BOOTSTRAP_TOKEN_DAYS; make longer-lived tokens with the CLI)`,
           `  try:             curl -H "Authorization: Bearer ${result.api_token}" ${result.base_url}/user/me`,
           '',
         ].join('\n'),
       );
+      logger.info({ organization_id: result.organization_id, bootstrap_file: file }, 'first start: organization, owner and bootstrap token created');
     }
   }
 
   const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs);
-  const secrets = new SecretBox(config.encryptionKey);
-  const app = await createApp({ config, db: database.db, pool: database.pool, secrets, mailer, logger });
-  const dispatcher = new OutboxDispatcher(database.db, { mailer, secrets, outbound: config.outbound }, logger);
+  const secrets = secretBoxOf(config.encryptionKeys);
+  const deps = { config, db: database.db, pool: database.pool, secrets, mailer, logger };
+  const { app, registry, close: closeApp } = await createApp(deps);
+  const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger);
   dispatcher.start(config.outboxPollMs);
   const server: Server = await new Promise((resolve, reject) => {
     const s = app.listen(config.port, config.host, () => resolve(s));
@@ -63,6 +75,7 @@ async function main(): Promise<void> {
     await closed;
     clearTimeout(timer);
     await dispatcher.stop();
+    await closeApp();
     mailer.close();
     await database.close();
     logger.info('stopped');

@@ -461,6 +461,8 @@ async function main(): Promise<void> {
     ENCRYPTION_KEY: randomBytes(32).toString('hex'),
     RATE_LIMIT_REQUESTS: RATE_LIMIT,
     VALIDATE_RESPONSES: 'off',
+    // Production does not bootstrap by itself; the bench needs the organization and token it prints.
+    AUTO_BOOTSTRAP: 'true',
   };
   const server = await startRealServer(real.args, env);
   const boot = JSON.parse(await waitForFile(join(server.dataDir, 'bootstrap.json'), server.child)) as {

@@ -1,10 +1,19 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database';
 import { hashSecret } from '../lib/crypto';
+import { heldPermissions } from './permissions';
 
 export const API_TOKEN_PREFIX = 'cpt';
 export const SESSION_PREFIX = 'cps';
 export const SESSION_COOKIE = 'cp_session';
+
+/** The caller's standing in one organization. */
+export interface OrgAccess {
+  orgId: string;
+  requireMfa: boolean;
+  /** Effective permissions: the union of the member's roles, intersected with a token's own list. */
+  permissions: ReadonlySet<string>;
+}
 
 export interface ApiTokenCaller {
   kind: 'api_token';
@@ -13,8 +22,8 @@ export interface ApiTokenCaller {
   orgId: string;
   tokenPermissions: string[];
   expiresAt: Date | null;
-  /** The token's standing in its own organization, read with the token itself; null when the owner is no longer an active member. */
-  access: OrgAccess | null;
+  /** The token's standing in its own organization, read with the token itself (its owner is an active member there). */
+  access: OrgAccess;
 }
 
 export interface SessionCaller {
@@ -26,24 +35,42 @@ export interface SessionCaller {
   expiresAt: Date;
 }
 
-export type Caller = ApiTokenCaller | SessionCaller;
+/** An organization's identity provider with a SCIM token: bound to that organization, acting for no person. */
+export interface ScimTokenCaller {
+  kind: 'scim_token';
+  userId: null;
+  tokenId: string;
+  orgId: string;
+  access: OrgAccess;
+}
 
-export type Authentication =
-  | { status: 'none' }
-  | { status: 'ok'; caller: Caller; secretHash: string }
-  | { status: 'invalid'; scheme: 'bearer' | 'cookie'; detail: string };
+/** An MCP client, with its MCP server's token or an OAuth access token: acts for a person, in that server's organization. */
+export interface McpClientCaller {
+  kind: 'mcp_client';
+  userId: string;
+  via: 'server_token' | 'oauth';
+  mcpServerId: string;
+  /** The OAuth client, when the credential came from /oauth/token. */
+  clientId: string | null;
+  orgId: string;
+  access: OrgAccess | null;
+}
 
-/** What a request presents, before any lookup: enough to key rate limits without the database. */
+export type Caller = ApiTokenCaller | SessionCaller | ScimTokenCaller | McpClientCaller;
+
+/** What a request presents, before any lookup: enough to choose a scheme and key rate limits without the database. */
 export interface PresentedCredential {
-  scheme: 'bearer' | 'cookie';
+  /** `other`: an Authorization header of a scheme this server does not speak. */
+  scheme: 'bearer' | 'basic' | 'cookie' | 'other';
   secret: string;
 }
 
 export function presentedCredential(headers: Record<string, string | string[] | undefined>): PresentedCredential | null {
   const authorization = headers.authorization;
   if (typeof authorization === 'string' && authorization !== '') {
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-    return { scheme: 'bearer', secret: match?.[1] ?? '' };
+    const match = /^(Bearer|Basic)\s+(\S+)\s*$/i.exec(authorization);
+    if (!match) return { scheme: /^Bearer\b/i.test(authorization) ? 'bearer' : 'other', secret: '' };
+    return { scheme: match[1]?.toLowerCase() === 'basic' ? 'basic' : 'bearer', secret: match[2] ?? '' };
   }
   const cookie = headers.cookie;
   if (typeof cookie === 'string') {
@@ -66,38 +93,65 @@ function decodeCookie(value: string): string {
   }
 }
 
-// Only an occasional write: a token used many times a second must not write on every request.
+export type AuthenticationResult = { status: 'ok'; caller: Caller } | { status: 'invalid'; detail: string };
+
+/**
+ * How one security scheme of the spec turns a presented credential into a caller. The
+ * machinery brings `apiToken` and `session`; an area that builds a protocol registers its
+ * own (`scimToken`, `mcpToken`, …) in its area definition.
+ */
+export interface Authenticator {
+  /** Whether the credential has this scheme's form (a cookie, a bearer token with its prefix): only then is it looked up. */
+  recognizes(credential: PresentedCredential): boolean;
+  authenticate(credential: PresentedCredential, db: Db, now?: Date): Promise<AuthenticationResult>;
+  /** How a person names this credential in an error ("an API token"). */
+  describes: string;
+  /** What to do to present one, for a 401 without any credential ("sign in"). */
+  howToSend: string;
+}
+
+// Only an occasional write: a credential used many times a second must not write on every request.
 const LAST_USED_RESOLUTION_MS = 60_000;
 
-export async function authenticate(db: Db, presented: PresentedCredential | null, now = new Date()): Promise<Authentication> {
-  if (!presented) return { status: 'none' };
-  const { scheme, secret } = presented;
-  if (scheme === 'bearer') {
-    if (!secret.startsWith(`${API_TOKEN_PREFIX}_`)) {
-      return { status: 'invalid', scheme, detail: 'The bearer token is not an API token (cpt_…).' };
-    }
-    const secretHash = hashSecret(secret);
+/**
+ * Records when a credential was last used, at most once a minute, and never waiting for it:
+ * conditional, so concurrent requests (or several servers) write it once.
+ */
+export function touchLastUsed(db: Db, table: 'api_tokens' | 'sessions', column: 'last_used_at' | 'last_seen_at', id: string, last: Date | null, now: Date): void {
+  if (last && now.getTime() - last.getTime() <= LAST_USED_RESOLUTION_MS) return;
+  const stale = new Date(now.getTime() - LAST_USED_RESOLUTION_MS);
+  void db
+    .updateTable(table as 'api_tokens')
+    .set({ [column]: now } as never)
+    .where('id', '=', id)
+    .where((eb) => eb.or([eb(column as 'last_used_at', 'is', null), eb(column as 'last_used_at', '<', stale)]))
+    .execute()
+    .catch(() => undefined);
+}
+
+export const apiTokenAuthenticator: Authenticator = {
+  describes: 'an API token',
+  howToSend: 'send an API token as "Authorization: Bearer cpt_…"',
+  recognizes: (credential) => credential.scheme === 'bearer' && credential.secret.startsWith(`${API_TOKEN_PREFIX}_`),
+  async authenticate(credential, db, now = new Date()) {
     // One query for the token and its owner's standing in the token's organization: an API
     // token only ever acts there, so the guard needs nothing else from the database.
     const token = await db
       .selectFrom('api_tokens as t')
-      .leftJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 't.org_id').onRef('m.user_id', '=', 't.user_id').on('m.status', '=', 'active'))
-      .leftJoin('organizations as o', 'o.id', 'm.org_id')
-      .select(['t.id', 't.org_id', 't.user_id', 't.permissions', 't.expires_at', 't.revoked_at', 't.last_used_at', 'o.require_mfa', memberPermissions('m')])
-      .where('t.token_hash', '=', secretHash)
+      .leftJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 't.org_id').onRef('m.user_id', '=', 't.user_id'))
+      .leftJoin('organizations as o', 'o.id', 't.org_id')
+      .select(['t.id', 't.org_id', 't.user_id', 't.permissions', 't.expires_at', 't.revoked_at', 't.last_used_at', 'm.status', 'o.require_mfa', ...rolesHeld('m')])
+      .where('t.token_hash', '=', hashSecret(credential.secret))
       .executeTakeFirst();
-    if (!token || token.revoked_at) return { status: 'invalid', scheme, detail: 'The API token is unknown or revoked.' };
-    if (token.expires_at && token.expires_at <= now) return { status: 'invalid', scheme, detail: 'The API token has expired.' };
-    if (!token.last_used_at || now.getTime() - token.last_used_at.getTime() > LAST_USED_RESOLUTION_MS) {
-      // Conditional, so concurrent requests of one token (or several servers) write it once.
-      const stale = new Date(now.getTime() - LAST_USED_RESOLUTION_MS);
-      void db.updateTable('api_tokens').set({ last_used_at: now }).where('id', '=', token.id)
-        .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', stale)]))
-        .execute().catch(() => undefined);
+    if (!token || token.revoked_at) return { status: 'invalid', detail: 'The API token is unknown or revoked.' };
+    if (token.expires_at && token.expires_at <= now) return { status: 'invalid', detail: 'The API token has expired.' };
+    // A token acts for its owner: it stops when they stop being an active member.
+    if (token.status !== 'active' || token.require_mfa === null) {
+      return { status: 'invalid', detail: inactiveMember(token.status === 'suspended' || token.status === 'removed' ? token.status : 'none', token.org_id, 'This API token’s owner’s') };
     }
+    touchLastUsed(db, 'api_tokens', 'last_used_at', token.id, token.last_used_at, now);
     return {
       status: 'ok',
-      secretHash,
       caller: {
         kind: 'api_token',
         userId: token.user_id,
@@ -105,79 +159,95 @@ export async function authenticate(db: Db, presented: PresentedCredential | null
         orgId: token.org_id,
         tokenPermissions: token.permissions,
         expiresAt: token.expires_at,
-        access: token.require_mfa === null ? null : {
-          orgId: token.org_id,
-          requireMfa: token.require_mfa,
-          permissions: effectivePermissions(token.permissions_held, token.permissions),
-        },
+        access: { orgId: token.org_id, requireMfa: token.require_mfa, permissions: effectivePermissions(token, token.permissions) },
       },
     };
-  }
-  const secretHash = hashSecret(secret);
-  const session = await db
-    .selectFrom('sessions')
-    .select(['id', 'user_id', 'second_factor_at', 'step_up_at', 'expires_at', 'revoked_at', 'last_seen_at'])
-    .where('token_hash', '=', secretHash)
-    .executeTakeFirst();
-  if (!session || session.revoked_at || session.expires_at <= now) {
-    return { status: 'invalid', scheme, detail: 'The session has ended; sign in again.' };
-  }
-  if (!session.last_seen_at || now.getTime() - session.last_seen_at.getTime() > LAST_USED_RESOLUTION_MS) {
-    const stale = new Date(now.getTime() - LAST_USED_RESOLUTION_MS);
-    void db.updateTable('sessions').set({ last_seen_at: now }).where('id', '=', session.id)
-      .where((eb) => eb.or([eb('last_seen_at', 'is', null), eb('last_seen_at', '<', stale)]))
-      .execute().catch(() => undefined);
-  }
-  return {
-    status: 'ok',
-    secretHash,
-    caller: {
-      kind: 'session',
-      userId: session.user_id,
-      sessionId: session.id,
-      secondFactorAt: session.second_factor_at,
-      stepUpAt: session.step_up_at,
-      expiresAt: session.expires_at,
-    },
-  };
-}
+  },
+};
 
-export interface OrgAccess {
-  orgId: string;
-  requireMfa: boolean;
-  /** Effective permissions: the union of the member's roles, intersected with a token's list. */
-  permissions: ReadonlySet<string>;
-}
+export const sessionAuthenticator: Authenticator = {
+  describes: 'a session',
+  howToSend: 'sign in',
+  recognizes: (credential) => credential.scheme === 'cookie',
+  async authenticate(credential, db, now = new Date()) {
+    const session = await db
+      .selectFrom('sessions')
+      .select(['id', 'user_id', 'second_factor_at', 'step_up_at', 'expires_at', 'revoked_at', 'last_seen_at'])
+      .where('token_hash', '=', hashSecret(credential.secret))
+      .executeTakeFirst();
+    if (!session || session.revoked_at || session.expires_at <= now) {
+      return { status: 'invalid', detail: 'The session has ended; sign in again.' };
+    }
+    touchLastUsed(db, 'sessions', 'last_seen_at', session.id, session.last_seen_at, now);
+    return {
+      status: 'ok',
+      caller: {
+        kind: 'session',
+        userId: session.user_id,
+        sessionId: session.id,
+        secondFactorAt: session.second_factor_at,
+        stepUpAt: session.step_up_at,
+        expiresAt: session.expires_at,
+      },
+    };
+  },
+};
 
-/** The union of the permissions of the roles a membership row holds; `{}` when none or no row. */
-function memberPermissions(membership: 'm') {
-  return sql<string[]>`coalesce((
-    select array_agg(distinct p.permission)
-    from role_assignments ra
-    join roles r on r.id = ra.role_id
-    cross join lateral unnest(r.permissions) as p(permission)
-    where ra.org_id = ${sql.ref(`${membership}.org_id`)} and ra.user_id = ${sql.ref(`${membership}.user_id`)}
-  ), '{}')`.as('permissions_held');
+/**
+ * What the roles of a membership row grant, as two columns: custom roles' permissions
+ * (stored) and system roles' keys (their permissions come from the catalog). Empty for no row.
+ */
+export function rolesHeld(membership: 'm') {
+  const orgId = sql.ref(`${membership}.org_id`);
+  const userId = sql.ref(`${membership}.user_id`);
+  return [
+    sql<string[]>`coalesce((
+      select array_agg(distinct p.permission)
+      from role_assignments ra
+      join roles r on r.id = ra.role_id and r.system_key is null
+      cross join lateral unnest(r.permissions) as p(permission)
+      where ra.org_id = ${orgId} and ra.user_id = ${userId}
+    ), '{}')`.as('custom_permissions'),
+    sql<string[]>`coalesce((
+      select array_agg(r.system_key)
+      from role_assignments ra
+      join roles r on r.id = ra.role_id and r.system_key is not null
+      where ra.org_id = ${orgId} and ra.user_id = ${userId}
+    ), '{}')`.as('system_keys'),
+  ] as const;
 }
 
 /** What a member may do: the roles' permissions, intersected with a token's own list when there is one. */
-function effectivePermissions(held: string[], tokenPermissions: string[] | null): ReadonlySet<string> {
-  if (!tokenPermissions) return new Set(held);
+export function effectivePermissions(held: { custom_permissions: string[]; system_keys: string[] }, tokenPermissions: string[] | null): ReadonlySet<string> {
+  const permissions = heldPermissions(held.custom_permissions, held.system_keys);
+  if (!tokenPermissions) return permissions;
   const granted = new Set(tokenPermissions);
-  return new Set(held.filter((p) => granted.has(p)));
+  return new Set([...permissions].filter((p) => granted.has(p)));
 }
 
-/** The caller's standing in one organization, or null when not an active member. At most one query. */
-export async function loadOrgAccess(db: Db, caller: Caller, orgId: string): Promise<OrgAccess | null> {
-  if (caller.kind === 'api_token') return caller.orgId === orgId ? caller.access : null;
+/** Why someone who is not an active member of an organization is refused there, in a sentence. */
+export function inactiveMember(status: 'suspended' | 'removed' | 'none', orgId: string, whose: string): string {
+  if (status === 'suspended') return `${whose} membership in organization ${orgId} is suspended; an administrator can reactivate it.`;
+  if (status === 'removed') return `${whose} membership in organization ${orgId} was removed.`;
+  return `${whose} account is not a member of organization ${orgId}.`;
+}
+
+/** The status of a membership that is not active, for the refusal (`none`: there is no membership). */
+export async function membershipStatus(db: Db, userId: string, orgId: string): Promise<'suspended' | 'removed' | 'none'> {
+  const row = await db.selectFrom('memberships').select('status').where('org_id', '=', orgId).where('user_id', '=', userId).executeTakeFirst();
+  return row && row.status !== 'active' ? row.status : 'none';
+}
+
+/** A person's standing in one organization, or null when not an active member. One query. */
+export async function loadMemberAccess(db: Db, userId: string, orgId: string): Promise<OrgAccess | null> {
   const row = await db
     .selectFrom('memberships as m')
     .innerJoin('organizations as o', 'o.id', 'm.org_id')
-    .select(['o.require_mfa', memberPermissions('m')])
+    .select(['o.require_mfa', ...rolesHeld('m')])
     .where('m.org_id', '=', orgId)
-    .where('m.user_id', '=', caller.userId)
+    .where('m.user_id', '=', userId)
     .where('m.status', '=', 'active')
     .executeTakeFirst();
   if (!row) return null;
-  return { orgId, requireMfa: row.require_mfa, permissions: effectivePermissions(row.permissions_held, null) };
+  return { orgId, requireMfa: row.require_mfa, permissions: effectivePermissions(row, null) };
 }

@@ -2,19 +2,27 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { Kysely, Migrator, PostgresDialect, type Dialect, type PostgresPool } from 'kysely';
+import { Kysely, Migrator, PostgresDialect, type Dialect, type PostgresPool, type Transaction } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
-import { migrations } from './migrations';
+import { loadMigrations } from './migrations';
 import type { Database } from './schema';
 
 export type Db = Kysely<Database>;
+/** What a repository function runs on: the database, or a transaction a write opened. */
+export type Executor = Db | Transaction<Database>;
 
 export interface DatabaseHandle {
   db: Db;
   kind: 'postgres' | 'embedded';
   /** The pg pool behind `db` when on a PostgreSQL server (shared rate-limit counters use it). */
   pool: pg.Pool | null;
+  /**
+   * Calls `onNotify` for every NOTIFY on `channel`, from any process on this database;
+   * `onLost` when the connection that listens breaks (notifications may have been missed),
+   * and `onNotify` again once it listens anew. Resolves with a function that stops listening.
+   */
+  listen(channel: string, onNotify: () => void, onLost?: () => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -29,13 +37,19 @@ export interface DatabaseOptions {
   /** An embedded database that is already open (tests load one from a snapshot). */
   pglite?: PGlite;
   poolSize?: number;
+  /**
+   * Named prepared statements (default on). A pooler that hands each transaction another
+   * server connection (PgBouncer in transaction mode before 1.21) loses them: turn them off there.
+   */
+  preparedStatements?: boolean;
 }
 
 export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHandle> {
   if (options.url) {
     const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 20, options: '-c TimeZone=UTC' });
-    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: preparingPool(pool) }) });
-    return { db, kind: 'postgres', pool, close: () => db.destroy() };
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
+    const listen = (channel: string, onNotify: () => void, onLost?: () => void) => listenOnServer(options.url as string, channel, onNotify, onLost);
+    return { db, kind: 'postgres', pool, listen, close: () => db.destroy() };
   }
   let pglite = options.pglite;
   let releaseLock = () => {};
@@ -58,6 +72,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     db,
     kind: 'embedded',
     pool: null,
+    listen: async (channel, onNotify) => {
+      const stop = await owned.listen(channel, () => onNotify());
+      return async () => {
+        if (!owned.closed) await stop();
+      };
+    },
     close: async () => {
       await db.destroy();
       if (!owned.closed) await owned.close();
@@ -102,6 +122,37 @@ function preparingPool(pool: pg.Pool): PostgresPool {
   return { connect, end: () => pool.end() } as PostgresPool;
 }
 
+/**
+ * LISTEN on a connection of its own (a pooled one would be lent to queries), reconnecting
+ * after a second when it breaks; `onLost` is told at once, `onNotify` once listening again.
+ */
+async function listenOnServer(url: string, channel: string, onNotify: () => void, onLost?: () => void): Promise<() => Promise<void>> {
+  let stopped = false;
+  let client: pg.Client | null = null;
+  const connect = async (): Promise<void> => {
+    const next = new pg.Client({ connectionString: url });
+    next.on('notification', (message) => {
+      if (message.channel === channel) onNotify();
+    });
+    next.on('error', () => undefined);
+    next.on('end', () => {
+      if (stopped) return;
+      onLost?.();
+      retry();
+    });
+    await next.connect();
+    await next.query(`listen ${pg.escapeIdentifier(channel)}`);
+    client = next;
+    onNotify();
+  };
+  const retry = () => setTimeout(() => void connect().catch(retry), 1000).unref();
+  await connect();
+  return async () => {
+    stopped = true;
+    await client?.end().catch(() => undefined);
+  };
+}
+
 /** Whether a process of this pid exists (EPERM: it does, owned by someone else). */
 export function processAlive(pid: number): boolean {
   try {
@@ -134,10 +185,13 @@ function lockDataDir(dataDir: string): () => void {
   return () => rmSync(file, { force: true });
 }
 
+export function migrator(db: Db): Migrator {
+  return new Migrator({ db, provider: { getMigrations: async () => loadMigrations() } });
+}
+
 /** Brings the schema to the latest migration. Fails loudly and names the migration that broke. */
 export async function migrateToLatest(db: Db): Promise<string[]> {
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
-  const { error, results } = await migrator.migrateToLatest();
+  const { error, results } = await migrator(db).migrateToLatest();
   const failed = results?.find((r) => r.status === 'Error');
   if (error || failed) {
     const cause = error instanceof Error ? error.message : String(error);

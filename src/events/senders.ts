@@ -1,10 +1,10 @@
 import type { OutboundPolicy } from '../lib/outbound';
 import { OutboundRefused, postJson } from '../lib/outbound';
-import type { NotificationDestinationConfigRow } from '../db/schema';
 import type { SecretBox } from '../lib/crypto';
 import type { EmailMessage, Mailer } from './email';
 
-export type DeliveryOutcome = { status: 'ok'; error: null } | { status: 'failed'; error: string };
+/** `error` is what the customer sees (the delivery log, a test's answer); `detail`, when there is more, is for the operator's log only. */
+export type DeliveryOutcome = { status: 'ok'; error: null } | { status: 'failed'; error: string; detail?: string };
 
 const ok: DeliveryOutcome = { status: 'ok', error: null };
 
@@ -24,9 +24,10 @@ export async function sendSlackMessage(webhookUrl: string, text: string, policy:
   try {
     const res = await postJson(webhookUrl, { text }, policy, timeoutMs);
     if (res.status >= 200 && res.status < 300) return ok;
-    return { status: 'failed', error: `The webhook answered ${res.status} ${res.statusText}.`.replace(/ \.$/, '.') };
+    // The status code only: the remote's status line and body are its words, not ours to repeat.
+    return { status: 'failed', error: `The webhook answered with HTTP status ${res.status}.`, detail: `webhook answered ${res.status}: ${res.body.slice(0, 300)}` };
   } catch (err) {
-    return { status: 'failed', error: describeFailure(err) };
+    return { status: 'failed', error: describeFailure(err), detail: err instanceof OutboundRefused ? err.detail : undefined };
   }
 }
 
@@ -42,10 +43,18 @@ export async function sendEmailMessage(mailer: Mailer, message: EmailMessage): P
 /** The encryption context binds a stored webhook URL to its destination. */
 export const webhookUrlContext = (destinationId: string) => `notification_destinations.webhook_url:${destinationId}`;
 
+/** What a notification destination keeps in its `config` column (the webhook URL is sealed apart). */
+export interface DestinationConfig {
+  to: string[];
+  cc: string[];
+  bcc: string[];
+  subject_prefix: string | null;
+}
+
 export interface DestinationTarget {
   id: string;
   type: 'slack' | 'email';
-  config: NotificationDestinationConfigRow;
+  config: DestinationConfig;
   webhook_url_enc: string | null;
 }
 

@@ -1,14 +1,15 @@
 import type { Logger } from 'pino';
 import type { Transaction } from 'kysely';
-import type { OperationId, OperationMeta } from '../../generated/operations';
 import type { Caller, OrgAccess } from '../auth/credentials';
 import type { Config } from '../config';
 import type { Db } from '../db/database';
-import type { Database } from '../db/schema';
-import type { EventType } from '../events/catalog';
+import type { ActorType, Database, EventActorType } from '../db/schema';
+import type { EventDataMap, EventType } from '../events/catalog';
 import type { Mailer } from '../events/email';
+import { appendEvents } from '../events/outbox';
 import type { SecretBox } from '../lib/crypto';
 import { newId } from '../lib/ids';
+import type { OperationMeta } from '../spec/operations';
 
 /** Long-lived collaborators every request may use; built once per process. */
 export interface AppDeps {
@@ -19,6 +20,8 @@ export interface AppDeps {
   logger: Logger;
   /** The pg pool when on a PostgreSQL server; null on the embedded database. */
   pool?: import('pg').Pool | null;
+  /** Told of every event a write commits (the test harness checks them against each operation's x-events). */
+  onEvent?: (operationId: string, type: EventType) => void;
 }
 
 export interface AuditDetails {
@@ -29,19 +32,49 @@ export interface AuditDetails {
   changes?: Record<string, unknown>;
 }
 
+/** Who an audit entry names for a caller: the credential itself, and the person it acts for. */
+function auditActor(caller: Caller | null): { actor_type: ActorType; actor_id: string | null; actor_user_id: string | null } {
+  if (!caller) return { actor_type: 'system', actor_id: null, actor_user_id: null };
+  switch (caller.kind) {
+    case 'api_token':
+      return { actor_type: 'api_token', actor_id: caller.tokenId, actor_user_id: caller.userId };
+    case 'session':
+      return { actor_type: 'user', actor_id: caller.userId, actor_user_id: caller.userId };
+    case 'scim_token':
+      return { actor_type: 'scim', actor_id: caller.tokenId, actor_user_id: null };
+    case 'mcp_client':
+      return { actor_type: 'mcp_client', actor_id: caller.clientId ?? caller.mcpServerId, actor_user_id: caller.userId };
+  }
+}
+
+/** Who an event names: a person (whatever credential acted for them), the identity provider, or the system. */
+function eventActor(caller: Caller | null): { actor_type: EventActorType; actor_id: string | null } {
+  if (!caller) return { actor_type: 'system', actor_id: null };
+  if (caller.kind === 'scim_token') return { actor_type: 'scim', actor_id: null };
+  return { actor_type: 'user', actor_id: caller.userId };
+}
+
 /** The transaction a write runs in, with the audit entry and events that commit with it. */
 export class WriteScope {
   auditDetails: AuditDetails | null = null;
-  readonly events: { type: EventType; payload: Record<string, unknown> }[] = [];
+  readonly events: { type: EventType; data: unknown }[] = [];
 
-  constructor(readonly db: Transaction<Database>) {}
+  constructor(
+    readonly db: Transaction<Database>,
+    private readonly operationId: string,
+    private readonly declaredEvents: readonly string[],
+  ) {}
 
   audit(details: AuditDetails): void {
     this.auditDetails = details;
   }
 
-  emit(type: EventType, payload: Record<string, unknown>): void {
-    this.events.push({ type, payload });
+  /** An event with the data its schema in the spec defines; the operation must declare it in x-events. */
+  emit<T extends EventType>(type: T, data: EventDataMap[T]): void {
+    if (!this.declaredEvents.includes(type)) {
+      throw new Error(`${this.operationId} emits ${type}, which its x-events in the spec does not declare.`);
+    }
+    this.events.push({ type, data });
   }
 }
 
@@ -50,28 +83,39 @@ export class RequestContext {
 
   constructor(
     readonly deps: AppDeps,
-    readonly operationId: OperationId,
+    readonly operationId: string,
     readonly operation: OperationMeta,
     readonly requestId: string,
     readonly log: Logger,
     readonly caller: Caller | null,
+    /** The organization the request acts in: named by X-Organization-Id, or the one the credential is bound to. */
     readonly org: OrgAccess | null,
     readonly client: { ip: string | null; userAgent: string | null },
+    /** Aborted when the client goes away before the response is complete: stop upstream work. */
+    readonly signal: AbortSignal,
   ) {}
 
   get db(): Db {
     return this.deps.db;
   }
 
-  /** The organization of an org-scoped operation. */
+  /** The organization of an org-scoped operation, or of an organization-bound credential. */
   get orgId(): string {
-    if (!this.org) throw new Error(`${this.operationId} is not org-scoped; it has no organization.`);
+    if (!this.org) throw new Error(`${this.operationId} acts in no organization.`);
     return this.org.orgId;
   }
 
-  get user(): string {
+  /** The authenticated caller of an operation that requires one. */
+  get authenticated(): Caller {
     if (!this.caller) throw new Error(`${this.operationId} has no authenticated caller.`);
-    return this.caller.userId;
+    return this.caller;
+  }
+
+  /** The person the caller acts for. */
+  get user(): string {
+    const userId = this.authenticated.userId;
+    if (!userId) throw new Error(`${this.operationId}: a ${this.authenticated.kind} acts for no person.`);
+    return userId;
   }
 
   /**
@@ -82,19 +126,13 @@ export class RequestContext {
   async write<T>(change: (scope: WriteScope) => Promise<T>): Promise<T> {
     const action = this.operation.audit;
     if (!action) throw new Error(`${this.operationId} declares no x-audit; it cannot write.`);
-    const result = await this.db.transaction().execute(async (trx) => {
-      const scope = new WriteScope(trx);
-      const value = await change(scope);
-      const details = scope.auditDetails ?? { targetId: null };
-      const caller = this.caller;
+    const result = await this.commit(change, async (trx, details) => {
       await trx
         .insertInto('audit_log')
         .values({
           id: newId('auditEvent'),
           org_id: this.org?.orgId ?? null,
-          actor_type: caller ? (caller.kind === 'api_token' ? 'api_token' : 'user') : 'system',
-          actor_id: caller ? (caller.kind === 'api_token' ? caller.tokenId : caller.userId) : null,
-          actor_user_id: caller?.userId ?? null,
+          ...auditActor(this.caller),
           action,
           target_type: details.targetType ?? action.slice(0, action.indexOf('.')),
           target_id: details.targetId,
@@ -104,24 +142,36 @@ export class RequestContext {
           request_id: this.requestId,
         })
         .execute();
-      if (scope.events.length > 0) {
-        const orgId = this.orgId;
-        await trx
-          .insertInto('outbox')
-          .values(scope.events.map((e) => ({
-            id: newId('outboxEvent'),
-            org_id: orgId,
-            event_type: e.type,
-            payload: JSON.stringify(e.payload),
-            // An API token acts for its owner: the event names the person.
-            actor_type: caller ? 'user' : 'system',
-            actor_id: caller?.userId ?? null,
-          })))
-          .execute();
-      }
+    }, eventActor(this.caller));
+    this.wrote = true;
+    return result;
+  }
+
+  /**
+   * A change the server makes on its own account while serving the request, not the
+   * caller's (a connection found to need re-authorization when the upstream refused its
+   * credentials): no audit entry, and its events (still declared in x-events) name the
+   * system as their actor.
+   */
+  systemWrite<T>(change: (scope: WriteScope) => Promise<T>): Promise<T> {
+    return this.commit(change, async () => undefined, { actor_type: 'system', actor_id: null });
+  }
+
+  private async commit<T>(
+    change: (scope: WriteScope) => Promise<T>,
+    audit: (trx: Transaction<Database>, details: AuditDetails) => Promise<void>,
+    actor: { actor_type: EventActorType; actor_id: string | null },
+  ): Promise<T> {
+    let events: WriteScope['events'] = [];
+    const result = await this.db.transaction().execute(async (trx) => {
+      const scope = new WriteScope(trx, this.operationId, this.operation.events);
+      const value = await change(scope);
+      await audit(trx, scope.auditDetails ?? { targetId: null });
+      if (scope.events.length > 0) await appendEvents(trx, this.orgId, scope.events, actor);
+      events = scope.events;
       return value;
     });
-    this.wrote = true;
+    for (const event of events) this.deps.onEvent?.(this.operationId, event.type);
     return result;
   }
 }

@@ -97,10 +97,15 @@ export function errorBody(code: ErrorCode, detail: string, requestId: string, er
   return { type: `/problems/${code}`, title, status, code, detail, request_id: requestId, errors };
 }
 
-/** 400 validation_failed listing every problem found. */
-export function validationError(problems: ValidationProblem[]): ApiError {
-  const count = problems.length;
-  return new ApiError('validation_failed', `The request has ${count} problem${count === 1 ? '' : 's'}; see errors.`, { errors: problems });
+/** At most this many problems are listed: a 100,000-item array must not answer with megabytes of errors. */
+export const MAX_LISTED_PROBLEMS = 50;
+
+/** 400 validation_failed listing the problems found (the first MAX_LISTED_PROBLEMS; `detail` gives the total). */
+export function validationError(problems: ValidationProblem[], total = problems.length): ApiError {
+  const count = Math.max(total, problems.length);
+  const listed = problems.slice(0, MAX_LISTED_PROBLEMS);
+  const which = count > listed.length ? `; errors lists the first ${listed.length}` : '; see errors';
+  return new ApiError('validation_failed', `The request has ${count} problem${count === 1 ? '' : 's'}${which}.`, { errors: listed });
 }
 
 /** The answer of an operation the contract has but the server does not build yet. */

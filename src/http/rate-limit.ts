@@ -1,78 +1,118 @@
 import type { NextFunction, Request, Response } from 'express';
+import type { Redis } from 'ioredis';
 import type pg from 'pg';
-import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import { hashSecret } from '../lib/crypto';
+import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { Caller } from '../auth/credentials';
 import { ApiError } from './errors';
 import { requestState, sendError } from './respond';
 
-/** Paths load balancers and clients probe often; never limited. */
-const EXEMPT = new Set(['/health']);
+/** Where the counters live: this process, or a store every replica shares. */
+export type CounterStore = { kind: 'memory' } | { kind: 'postgres'; pool: pg.Pool } | { kind: 'redis'; client: Redis };
 
-export interface RateLimitOptions {
+export interface RateLimitSettings {
+  /** Requests per window, per authenticated credential or, without one, per client address. */
   points: number;
   durationSeconds: number;
-  /** Counters in PostgreSQL, shared by every replica; in process memory otherwise. */
-  pool?: pg.Pool | null;
+  /** Failed authentications per client address per window. */
+  authFailures: number;
+  store: CounterStore;
 }
 
-function createLimiter({ points, durationSeconds, pool }: RateLimitOptions): RateLimiterAbstract {
-  const memory = new RateLimiterMemory({ points, duration: durationSeconds });
-  if (!pool) return memory;
-  // The in-memory limiter stands in while the database cannot answer, so an outage of the
+function limiter(store: CounterStore, keyPrefix: string, points: number, duration: number): RateLimiterAbstract {
+  const memory = new RateLimiterMemory({ points, duration, keyPrefix });
+  // The in-memory limiter stands in while a shared store cannot answer, so an outage of the
   // counter store does not turn into an outage of the API.
-  return new RateLimiterPostgres({
-    storeClient: pool,
-    storeType: 'pool',
-    tableName: 'rate_limits',
-    tableCreated: true,
-    clearExpiredByTimeout: true,
-    keyPrefix: 'api',
-    points,
-    duration: durationSeconds,
-    insuranceLimiter: memory,
-  });
+  if (store.kind === 'postgres') {
+    return new RateLimiterPostgres({
+      storeClient: store.pool, storeType: 'pool', tableName: 'rate_limits', tableCreated: true, clearExpiredByTimeout: true,
+      keyPrefix, points, duration, insuranceLimiter: memory,
+    });
+  }
+  if (store.kind === 'redis') return new RateLimiterRedis({ storeClient: store.client, keyPrefix, points, duration, insuranceLimiter: memory });
+  return memory;
+}
+
+const tooMany = (what: string, rejection: RateLimiterRes) => {
+  const seconds = Math.max(1, Math.ceil(rejection.msBeforeNext / 1000));
+  return new ApiError('rate_limited', `${what}; retry in ${seconds} seconds.`, { headers: { 'Retry-After': String(seconds) } });
+};
+
+async function consume(l: RateLimiterAbstract, key: string, what: string): Promise<void> {
+  try {
+    await l.consume(key);
+  } catch (rejection) {
+    if (rejection instanceof RateLimiterRes) throw tooMany(what, rejection);
+    throw rejection;
+  }
+}
+
+/** The identity a credential's requests are counted under, once it has authenticated. */
+function callerKey(caller: Caller): string {
+  switch (caller.kind) {
+    case 'api_token':
+    case 'scim_token':
+      return `${caller.kind}:${caller.tokenId}`;
+    case 'session':
+      return `session:${caller.sessionId}`;
+    case 'mcp_client':
+      return `mcp:${caller.mcpServerId}:${caller.clientId ?? 'token'}`;
+  }
 }
 
 /**
- * Failed authentications per client address. A different invented token on every request
- * gets a fresh per-credential bucket each time, so guessing is limited here instead.
- * Valid credentials from the same address are not affected.
+ * The three budgets of the request path. A credential is counted as itself only once it has
+ * authenticated: until then, and for anonymous requests and requests that match no
+ * operation, the client address is. Failed authentications have their own, smaller budget
+ * per address, checked before the database is asked about the next credential.
  */
-export function failedAuthenticationLimit(points: number, durationSeconds: number) {
-  const limiter = new RateLimiterMemory({ points, duration: durationSeconds, keyPrefix: 'auth-failures' });
-  return async (ip: string | undefined): Promise<void> => {
-    try {
-      await limiter.consume(ip ?? 'unknown');
-    } catch (rejection) {
-      if (!(rejection instanceof RateLimiterRes)) throw rejection;
-      const seconds = Math.max(1, Math.ceil(rejection.msBeforeNext / 1000));
-      throw new ApiError('rate_limited', `Too many failed authentications from this address; retry in ${seconds} seconds.`, {
-        headers: { 'Retry-After': String(seconds) },
-      });
-    }
-  };
-}
+export class RateLimits {
+  private readonly perCaller: RateLimiterAbstract;
+  private readonly perAddress: RateLimiterAbstract;
+  private readonly failures: RateLimiterAbstract;
 
-/**
- * A fixed-window limit per credential (the hash of the presented token or session), or per
- * client address for anonymous requests. Needs no credential lookup.
- */
-export function rateLimit(options: RateLimitOptions) {
-  const { points, durationSeconds } = options;
-  const limiter = createLimiter(options);
-  return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
-    if (EXEMPT.has(req.path)) return next();
-    const { credential } = requestState(req);
-    const key = credential ? `cred:${hashSecret(credential.secret)}` : `ip:${req.ip ?? 'unknown'}`;
-    try {
-      await limiter.consume(key);
-      next();
-    } catch (rejection) {
-      if (!(rejection instanceof RateLimiterRes)) return next(rejection);
-      const seconds = Math.max(1, Math.ceil(rejection.msBeforeNext / 1000));
-      sendError(req, res, new ApiError('rate_limited', `More than ${points} requests in ${durationSeconds} seconds; retry in ${seconds} seconds.`, {
-        headers: { 'Retry-After': String(seconds) },
-      }));
-    }
-  };
+  constructor(private readonly settings: RateLimitSettings) {
+    const { store, points, durationSeconds, authFailures } = settings;
+    this.perCaller = limiter(store, 'caller', points, durationSeconds);
+    this.perAddress = limiter(store, 'address', points, durationSeconds);
+    this.failures = limiter(store, 'auth-failures', authFailures, durationSeconds);
+  }
+
+  private get window(): string {
+    return `More than ${this.settings.points} requests in ${this.settings.durationSeconds} seconds`;
+  }
+
+  caller(caller: Caller): Promise<void> {
+    return consume(this.perCaller, callerKey(caller), this.window);
+  }
+
+  address(ip: string | undefined): Promise<void> {
+    return consume(this.perAddress, ip ?? 'unknown', `${this.window} from this address`);
+  }
+
+  /** Before a credential is looked up: refused when this address has used up its failures. */
+  async mayAuthenticate(ip: string | undefined): Promise<void> {
+    const used = await this.failures.get(ip ?? 'unknown');
+    if (used && used.remainingPoints <= 0) throw tooMany('Too many failed authentications from this address', used);
+  }
+
+  failedAuthentication(ip: string | undefined): Promise<void> {
+    return consume(this.failures, ip ?? 'unknown', 'Too many failed authentications from this address');
+  }
+
+  /**
+   * Middleware for what reaches no operation's guard with a credential: anonymous requests,
+   * and everything served before the router (engines, the docs assets).
+   */
+  anonymous() {
+    return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
+      if (requestState(req).credential) return next();
+      try {
+        await this.address(req.ip);
+        next();
+      } catch (err) {
+        if (err instanceof ApiError) sendError(req, res, err);
+        else next(err);
+      }
+    };
+  }
 }

@@ -4,6 +4,15 @@ import type { Logger } from 'pino';
 // Query parameters that carry one-time secrets in sign-in and OAuth links.
 const SECRET_QUERY = /token|code|secret|password|state|key|assertion|verifier/i;
 
+/** `%74oken` is `token` to the parser that reads it, so it is to the redaction too. */
+function decodedName(name: string): string {
+  try {
+    return decodeURIComponent(name.replace(/\+/g, ' '));
+  } catch {
+    return name;
+  }
+}
+
 /** The URL as logged: query values that may be secrets are replaced, so links never leak from the logs. */
 export function loggableUrl(url: string): string {
   const q = url.indexOf('?');
@@ -14,7 +23,7 @@ export function loggableUrl(url: string): string {
     .map((pair) => {
       const eq = pair.indexOf('=');
       const name = eq < 0 ? pair : pair.slice(0, eq);
-      return eq >= 0 && SECRET_QUERY.test(name) ? `${name}=[Redacted]` : pair;
+      return eq >= 0 && SECRET_QUERY.test(decodedName(name)) ? `${name}=[Redacted]` : pair;
     })
     .join('&');
   return `${url.slice(0, q)}?${query}`;
@@ -22,7 +31,8 @@ export function loggableUrl(url: string): string {
 
 /**
  * One log line per request when it ends: method, URL (secrets redacted), status and
- * duration, keyed by the request id. Headers are never logged, so credentials cannot be.
+ * duration, keyed by the request id; 5xx at error, 401/403/429 at warn, the rest at info.
+ * Headers are never logged, so credentials cannot be.
  * Written here rather than with pino-http because a per-request child logger and its
  * serializers cost a sixth of a small request's CPU time in profiles.
  */
@@ -37,7 +47,10 @@ export function logRequest(logger: Logger, req: Request, res: Response, requestI
       ms: Math.round((performance.now() - started) * 10) / 10,
     };
     if (!res.writableFinished) logger.warn(entry, 'request aborted');
-    else if (res.statusCode >= 500) logger.error(entry, 'request failed');
+    // 501 is the contract's documented answer for an operation not built yet, not a failure.
+    else if (res.statusCode >= 500 && res.statusCode !== 501) logger.error(entry, 'request failed');
+    // Refused credentials and rate limits are what an operator watches for abuse.
+    else if (res.statusCode === 401 || res.statusCode === 403 || res.statusCode === 429) logger.warn(entry, 'request refused');
     else logger.info(entry, 'request completed');
   });
 }

@@ -1,18 +1,20 @@
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
-import type { Request as BackendRequest } from 'openapi-backend';
-import type { Authentication, PresentedCredential } from '../auth/credentials';
+import type { PresentedCredential } from '../auth/credentials';
+import type { RenderedError } from './area';
+import { fromParserError } from './body';
 import { ApiError, errorBody } from './errors';
+import type { AnyResult, ServerSentEvent } from './handler-types';
 
 /** What the middleware learns about a request once, for every later step to read. */
 export interface RequestState {
   requestId: string;
   log: Logger;
   credential: PresentedCredential | null;
-  authentication?: Promise<Authentication>;
-  backendRequest?: BackendRequest & { allowed?: string[] };
-  /** A body that could not be parsed; answered only after matching and the guard. */
-  bodyError?: unknown;
+  /** The operation matched, once the router knows it: errors are rendered in its area's format. */
+  operationId?: string;
 }
 
 const STATE = Symbol('requestState');
@@ -27,19 +29,11 @@ export function requestState(req: Request): RequestState {
   return state;
 }
 
-/** Express body-parser failures, recognised by the `type` the parser sets. */
-export function fromParserError(err: { type?: string; status?: number; limit?: number }): ApiError | null {
-  if (err.type === 'entity.parse.failed') return new ApiError('malformed_json', 'The body is not well-formed JSON.');
-  if (err.type === 'entity.too.large') return new ApiError('payload_too_large', `The body is larger than the limit of ${err.limit} bytes.`);
-  if (err.type === 'encoding.unsupported' || err.type === 'charset.unsupported') {
-    return new ApiError('unsupported_media_type', 'Send the body as UTF-8 JSON.');
-  }
-  if (err.type === 'request.aborted') return new ApiError('validation_failed', 'The body ended early.');
-  return null;
-}
+/** Renders an error in an area's own format when the matched operation's area has one. */
+export type ErrorRenderer = (operationId: string, error: ApiError, requestId: string) => RenderedError | null;
 
-/** Renders any thrown value as the Error object; anything that is not an ApiError is a 500 and is logged. */
-export function sendError(req: Request, res: Response, err: unknown): void {
+/** Renders any thrown value as the Error object (or the area's format); anything that is not an ApiError is a 500 and is logged. */
+export function sendError(req: Request, res: Response, err: unknown, render?: ErrorRenderer): void {
   const state = requestState(req);
   let error = err instanceof ApiError ? err : fromParserError((err ?? {}) as { type?: string });
   if (!error) {
@@ -50,11 +44,78 @@ export function sendError(req: Request, res: Response, err: unknown): void {
     res.destroy();
     return;
   }
-  for (const [name, value] of Object.entries(error.options.headers ?? {})) res.setHeader(name, value);
-  if (error.status === 401) {
+  // A stream that failed before its first byte leaves its length behind; the error has its own.
+  res.removeHeader('Content-Length');
+  const rendered = state.operationId && render ? render(state.operationId, error, state.requestId) : null;
+  for (const [name, value] of Object.entries({ ...error.options.headers, ...rendered?.headers })) res.setHeader(name, value);
+  if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) {
     res.setHeader('WWW-Authenticate', error.code === 'invalid_token'
       ? 'Bearer realm="mcp-control-plane", error="invalid_token"'
       : 'Bearer realm="mcp-control-plane"');
   }
+  if (rendered) {
+    res.status(rendered.status).type(rendered.contentType).send(typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body));
+    return;
+  }
   res.status(error.status).json(errorBody(error.code, error.detail, state.requestId, error.options.errors));
+}
+
+function serverSentEvent(event: ServerSentEvent): string {
+  const data = typeof event.data === 'string' ? event.data : JSON.stringify(event.data);
+  let text = '';
+  if (event.event) text += `event: ${event.event}\n`;
+  if (event.id) text += `id: ${event.id}\n`;
+  for (const line of data.split('\n')) text += `data: ${line}\n`;
+  return `${text}\n`;
+}
+
+/**
+ * Streams server-sent events as the handler produces them. When the client goes away the
+ * iterator is closed (its `finally` runs) and nothing more is written.
+ */
+async function sendEvents(res: Response, events: AsyncIterable<ServerSentEvent>): Promise<void> {
+  res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
+  res.setHeader('Cache-Control', 'no-cache, no-transform');
+  // Proxies (nginx) buffer responses by default; an event stream must pass as it is written.
+  res.setHeader('X-Accel-Buffering', 'no');
+  res.flushHeaders();
+  const iterator = events[Symbol.asyncIterator]();
+  let finished = false;
+  res.once('close', () => {
+    if (!finished) void iterator.return?.()?.catch(() => undefined);
+  });
+  try {
+    for (;;) {
+      const next = await iterator.next();
+      if (next.done || res.destroyed) break;
+      if (!res.write(serverSentEvent(next.value))) await new Promise((resolve) => res.once('drain', resolve));
+    }
+  } finally {
+    finished = true;
+  }
+  res.end();
+}
+
+/** Sends a handler's result: JSON, text or bytes, a stream, or server-sent events. */
+export async function sendResult(res: Response, result: AnyResult): Promise<void> {
+  res.status(result.status);
+  for (const [name, value] of Object.entries(result.headers ?? {})) res.setHeader(name, value as string | number | readonly string[]);
+  if (result.events) return sendEvents(res, result.events);
+  const body = result.body;
+  if (body === undefined) {
+    res.end();
+    return;
+  }
+  if (body instanceof Readable) {
+    res.setHeader('Content-Type', result.contentType ?? 'application/octet-stream');
+    if (result.contentLength !== undefined) res.setHeader('Content-Length', result.contentLength);
+    await pipeline(body, res);
+    return;
+  }
+  if (result.contentType && !result.contentType.includes('json')) {
+    res.type(result.contentType).send(typeof body === 'string' ? body : Buffer.from(body as Uint8Array));
+    return;
+  }
+  if (result.contentType) res.type(result.contentType);
+  res.json(body);
 }

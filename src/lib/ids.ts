@@ -1,44 +1,14 @@
 import { randomFillSync } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
+import { ID_PREFIXES } from '../../generated/ids';
 
 /**
  * Every resource id is `<prefix>_<ulid>` in lowercase Crockford base32: sortable, so id order
  * is creation order and keyset pagination on the primary key is creation order too.
- * The prefixes are listed once here and in spec/schemas/ids.yml.
+ * The prefixes come from the spec's `…Id` schemas (generated/ids.ts): an area declares its
+ * id once, in its schema file.
  */
-export const ID_PREFIXES = {
-  organization: 'org',
-  user: 'usr',
-  role: 'role',
-  team: 'team',
-  apiToken: 'tok',
-  session: 'ses',
-  passkey: 'pkey',
-  invite: 'inv',
-  orgDomain: 'dom',
-  auditEvent: 'aud',
-  connection: 'conn',
-  template: 'tpl',
-  toolbox: 'tbx',
-  userToolbox: 'utbx',
-  mcpServer: 'mcp',
-  syntheticTool: 'stool',
-  restriction: 'rst',
-  accessRequest: 'areq',
-  file: 'file',
-  uploadRequest: 'upreq',
-  loggingDestination: 'obsd',
-  notificationDestination: 'onfd',
-  ssoConnection: 'sso',
-  scimToken: 'scimtok',
-  scimGroup: 'grp',
-  groupMapping: 'gmap',
-  share: 'acl',
-  oauthClient: 'oac',
-  outboxEvent: 'evt',
-  notificationDelivery: 'ndlv',
-  request: 'req',
-} as const;
+export { ID_PREFIXES };
 
 export type IdKind = keyof typeof ID_PREFIXES;
 
@@ -47,6 +17,9 @@ const nextUlid = monotonicFactory();
 export function newId(kind: IdKind): string {
   return `${ID_PREFIXES[kind]}_${nextUlid().toLowerCase()}`;
 }
+
+/** Request ids name requests, not resources, so they are not among the spec's ids. */
+const REQUEST_ID_PREFIX = 'req';
 
 const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz';
 const randomPool = Buffer.alloc(4096);
@@ -71,7 +44,7 @@ export function newRequestId(): string {
   let randomPart = '';
   for (let i = 0; i < 16; i += 1) randomPart += CROCKFORD[randomPool[randomOffset + i]! & 31];
   randomOffset += 16;
-  return `${ID_PREFIXES.request}_${timePart}${randomPart}`;
+  return `${REQUEST_ID_PREFIX}_${timePart}${randomPart}`;
 }
 
 const SUFFIX = /^[0-7][0-9a-hjkmnp-tv-z]{25}$/;

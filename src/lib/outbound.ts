@@ -21,16 +21,24 @@ loopback.addSubnet('0.0.0.0', 8, 'ipv4');
 loopback.addAddress('::1', 'ipv6');
 loopback.addAddress('::', 'ipv6');
 
-const privateRanges = new BlockList();
+// IPv4 special-use ranges (RFC 6890 and successors): none of them is the public internet.
+const specialIpv4 = new BlockList();
 for (const [net, bits] of [
   ['10.0.0.0', 8], ['100.64.0.0', 10], ['169.254.0.0', 16], ['172.16.0.0', 12],
-  ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24],
+  ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.88.99.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24],
   ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4],
 ] as const) {
-  privateRanges.addSubnet(net, bits, 'ipv4');
+  specialIpv4.addSubnet(net, bits, 'ipv4');
 }
-for (const [net, bits] of [['fc00::', 7], ['fe80::', 10], ['ff00::', 8], ['64:ff9b::', 96], ['2001:db8::', 32]] as const) {
-  privateRanges.addSubnet(net, bits, 'ipv6');
+
+// IPv6: only global unicast (2000::/3) is public, minus its special-use blocks. Everything
+// else, the forms that embed an IPv4 address (::a.b.c.d, ::ffff:0:a.b.c.d, 64:ff9b::/96,
+// 64:ff9b:1::/48) and site-local fec0::/10 included, is not.
+const globalUnicast = new BlockList();
+globalUnicast.addSubnet('2000::', 3, 'ipv6');
+const specialIpv6 = new BlockList();
+for (const [net, bits] of [['2001::', 23], ['2001:db8::', 32], ['2002::', 16], ['3fff::', 20]] as const) {
+  specialIpv6.addSubnet(net, bits, 'ipv6');
 }
 
 type AddressClass = 'loopback' | 'private' | 'public';
@@ -38,12 +46,25 @@ type AddressClass = 'loopback' | 'private' | 'public';
 export function classifyAddress(address: string): AddressClass {
   const family = isIP(address);
   if (family === 0) throw new Error(`Not an IP address: ${address}`);
-  const mapped = family === 6 ? /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)?.[1] : undefined;
+  // IPv4-mapped (::ffff:a.b.c.d, or as Node writes it, ::ffff:7f00:1) is the IPv4 address itself.
+  const mapped = family === 6 ? mappedIpv4(address) : null;
   if (mapped) return classifyAddress(mapped);
-  const type = family === 4 ? 'ipv4' : 'ipv6';
-  if (loopback.check(address, type)) return 'loopback';
-  if (privateRanges.check(address, type)) return 'private';
-  return 'public';
+  if (family === 4) {
+    if (loopback.check(address, 'ipv4')) return 'loopback';
+    return specialIpv4.check(address, 'ipv4') ? 'private' : 'public';
+  }
+  if (loopback.check(address, 'ipv6')) return 'loopback';
+  return globalUnicast.check(address, 'ipv6') && !specialIpv6.check(address, 'ipv6') ? 'public' : 'private';
+}
+
+function mappedIpv4(address: string): string | null {
+  const dotted = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)?.[1];
+  if (dotted) return dotted;
+  const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address);
+  if (!hex) return null;
+  const high = parseInt(hex[1] as string, 16);
+  const low = parseInt(hex[2] as string, 16);
+  return [high >> 8, high & 255, low >> 8, low & 255].join('.');
 }
 
 function allowed(kind: AddressClass, policy: OutboundPolicy): boolean {
@@ -52,8 +73,16 @@ function allowed(kind: AddressClass, policy: OutboundPolicy): boolean {
   return true;
 }
 
+/**
+ * An outbound call the server refused or gave up on. `message` is for the customer and never
+ * says more than they need (which internal names exist, what a remote said in its status
+ * line); `detail` is for the operator's log.
+ */
 export class OutboundRefused extends Error {
   override readonly name = 'OutboundRefused';
+  constructor(message: string, readonly detail: string = message) {
+    super(message);
+  }
 }
 
 function hostOf(url: URL): string {
@@ -89,28 +118,36 @@ function guardedLookup(policy: OutboundPolicy, plainHttp: boolean) {
       for (const { address } of addresses) {
         const kind = classifyAddress(address);
         if (!allowed(kind, policy)) {
-          return callback(new OutboundRefused(`${hostname} resolves to a ${kind} address, which the server does not call`));
+          return callback(new OutboundRefused(UNREACHABLE, `${hostname} resolves to ${address}, a ${kind} address`));
         }
-        if (plainHttp && kind === 'public') return callback(new OutboundRefused('plain http to a public address is refused; use https'));
+        if (plainHttp && kind === 'public') return callback(new OutboundRefused('Plain http to a public address is refused; use https.'));
       }
       const all = (options as { all?: boolean }).all;
       if (all) return callback(null, addresses);
       const first = addresses[0];
-      if (!first) return callback(new OutboundRefused(`${hostname} has no address`));
+      if (!first) return callback(new OutboundRefused(UNREACHABLE, `${hostname} has no address`));
       return callback(null, first.address, first.family);
     });
   };
 }
 
+/** What a customer is told when the destination cannot be reached, whatever the reason. */
+const UNREACHABLE = 'The destination could not be reached from this server.';
+
 export interface OutboundResponse {
   status: number;
-  statusText: string;
+  /** The first bytes of the answer (at most RESPONSE_CAP), for the log; never shown to customers. */
   body: string;
 }
 
+/** How much of an answer is read: enough to log, never a whole body a remote chose. */
+const RESPONSE_CAP = 4096;
+
 /**
- * POSTs a JSON body with a timeout, following no redirects (a redirect could lead to a
- * private address). Returns the status and up to 4 KiB of the answer.
+ * POSTs a JSON body under an overall deadline (connecting, sending, the answer's headers and
+ * its first RESPONSE_CAP bytes must all fit in `timeoutMs`, however slowly the remote
+ * drips), following no redirects (a redirect could lead to a private address). Resolves
+ * with the status once the headers and at most RESPONSE_CAP bytes are in.
  */
 export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, timeoutMs = 10_000): Promise<OutboundResponse> {
   const refusal = refuseUrl(raw, policy);
@@ -118,35 +155,43 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
   const url = new URL(raw);
   const body = Buffer.from(JSON.stringify(payload));
   const client = url.protocol === 'https:' ? https : http;
-  const host = hostOf(url);
   return new Promise((resolve, reject) => {
-    if (isIP(host) !== 0) {
-      const kind = classifyAddress(host);
-      if (!allowed(kind, policy)) return reject(new OutboundRefused(`The URL points to a ${kind} address.`));
-    }
+    let settled = false;
+    const finish = (outcome: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(deadline);
+      outcome();
+    };
     const req = client.request(
       url,
       {
         method: 'POST',
         headers: { 'content-type': 'application/json', 'content-length': body.length, 'user-agent': 'mcp-control-plane/0.1' },
         lookup: guardedLookup(policy, url.protocol === 'http:') as any,
-        timeout: timeoutMs,
       },
       (res) => {
         const chunks: Buffer[] = [];
         let size = 0;
+        const done = () => {
+          finish(() => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8').slice(0, RESPONSE_CAP) }));
+          res.destroy();
+        };
         res.on('data', (chunk: Buffer) => {
-          if (size < 4096) chunks.push(chunk);
+          chunks.push(chunk);
           size += chunk.length;
+          if (size >= RESPONSE_CAP) done();
         });
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, statusText: res.statusMessage ?? '', body: Buffer.concat(chunks).toString('utf8').slice(0, 4096) }),
-        );
-        res.on('error', reject);
+        res.on('end', done);
+        res.on('error', (err) => finish(() => reject(err)));
       },
     );
-    req.on('timeout', () => req.destroy(new OutboundRefused(`No answer within ${timeoutMs / 1000} seconds.`)));
-    req.on('error', reject);
+    const deadline = setTimeout(() => {
+      const timedOut = new OutboundRefused(`No answer within ${timeoutMs / 1000} seconds.`, `no complete answer from ${url.host} within ${timeoutMs} ms`);
+      finish(() => reject(timedOut));
+      req.destroy(timedOut);
+    }, timeoutMs);
+    req.on('error', (err) => finish(() => reject(err)));
     req.end(body);
   });
 }

@@ -64,6 +64,7 @@ describe('operator CLI', () => {
       organization_id: expect.stringMatching(/^org_[0-9a-z]{26}$/),
       user_id: expect.stringMatching(/^usr_[0-9a-z]{26}$/),
       api_token: expect.stringMatching(/^cpt_\S+$/),
+      api_token_expires_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/),
     });
     boot = out;
 
@@ -74,6 +75,7 @@ describe('operator CLI', () => {
       organization_id: out.organization_id,
       user_id: out.user_id,
       api_token: out.api_token,
+      api_token_expires_at: out.api_token_expires_at,
     });
   }, FIRST);
 
@@ -87,6 +89,7 @@ describe('operator CLI', () => {
       organization_id: boot.organization_id,
       user_id: boot.user_id,
       api_token: null,
+      api_token_expires_at: null,
     });
     // The saved token is not overwritten by the second run.
     expect(readFileSync(join(dataDir, 'bootstrap.json'), 'utf8')).toBe(before);
@@ -178,7 +181,7 @@ describe('operator CLI', () => {
     test('starts without a second bootstrap; while it runs the CLI refuses the locked database', async () => {
       server = await startServer({ DATA_DIR: dataDir, ENCRYPTION_KEY: encryptionKey });
       await server.waitUntilHealthy();
-      expect(server.output().stdout).not.toContain('First start');
+      expect(server.output().stderr).not.toContain('First start');
 
       expectRefusal(await cli('bootstrap', '--json'), new RegExp(`in use by process ${server.child.pid}`));
       // The refused command must not have taken the lock away from the server.

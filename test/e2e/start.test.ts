@@ -3,13 +3,15 @@
 // once and keeps working across a restart.
 //
 // The tests run in order and build on each other (one DATA_DIR for the file).
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanUp, getJson, startServer, tempDir, type ServerProcess } from './support';
 
 const START = 120_000;
 
 const dataDir = tempDir('cp-e2e-start-');
+// As an operator might have made it: readable by everyone, until the server closes it.
+chmodSync(dataDir, 0o755);
 // What a user's shell gives `make start`: only DATA_DIR is chosen here (PORT and HOST by the helper).
 const env = { DATA_DIR: dataDir };
 
@@ -38,14 +40,20 @@ afterAll(async () => {
 describe('first start on an empty DATA_DIR', () => {
   test('prints the bootstrap block (base URL, organization id, token) and answers /health', async () => {
     first = await startServer(env);
-    await first.waitForStdout((out) => /API token:\s+cpt_\S+/.test(out), START);
+    await first.waitForStderr((out) => /API token:\s+cpt_\S+/.test(out), START);
     await first.waitUntilHealthy();
+    // The log line is written after the socket listens, so /health can answer before it is out.
+    await first.waitForStdout((out) => out.includes('"msg":"listening"'), START);
 
-    const { stdout } = first.output();
-    expect(stdout).toContain('First start: created an organization, its owner and an API token with every permission.');
-    const baseUrl = /base URL:\s+(\S+)/.exec(stdout)?.[1];
-    const organizationId = /organization id:\s+(org_[0-9a-z]{26})\b/.exec(stdout)?.[1];
-    const token = /API token:\s+(cpt_\S+)/.exec(stdout)?.[1];
+    // The block is for the person at the terminal (stderr); stdout is the structured log stream.
+    const { stdout, stderr } = first.output();
+    expect(stderr).toContain('First start: created an organization, its owner and an API token with every permission.');
+    const baseUrl = /base URL:\s+(\S+)/.exec(stderr)?.[1];
+    const organizationId = /organization id:\s+(org_[0-9a-z]{26})\b/.exec(stderr)?.[1];
+    const token = /API token:\s+(cpt_\S+)/.exec(stderr)?.[1];
+    const expires = Date.parse(/expires:\s+(\S+)/.exec(stderr)?.[1] ?? '');
+    // BOOTSTRAP_TOKEN_DAYS is 7 by default: a token for setting up, not for running.
+    expect(Math.round((expires - Date.now()) / 86_400_000)).toBe(7);
     expect({ baseUrl, organizationId, token }).toEqual({
       baseUrl: first.baseUrl,
       organizationId: expect.any(String),
@@ -53,9 +61,9 @@ describe('first start on an empty DATA_DIR', () => {
     });
     printed = { baseUrl: baseUrl!, organizationId: organizationId!, token: token! };
     // The try-line is a working command.
-    expect(stdout).toContain(`curl -H "Authorization: Bearer ${token}" ${first.baseUrl}/user/me`);
-    // The token never reaches a log line (only the block printed once).
-    for (const line of logLines(stdout)) expect(JSON.stringify(line)).not.toContain(token);
+    expect(stderr).toContain(`curl -H "Authorization: Bearer ${token}" ${first.baseUrl}/user/me`);
+    // The token never reaches the log stream.
+    expect(stdout).not.toContain(token);
     expect(logLines(stdout).map((l) => l.msg)).toEqual(expect.arrayContaining(['database ready', 'listening']));
   }, START);
 
@@ -67,11 +75,28 @@ describe('first start on an empty DATA_DIR', () => {
       organization_id: printed.organizationId,
       user_id: expect.stringMatching(/^usr_[0-9a-z]{26}$/),
       api_token: printed.token,
+      api_token_expires_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/),
     });
 
     const key = join(dataDir, 'encryption.key');
     expect(statSync(key).mode & 0o777).toBe(0o600);
     expect(readFileSync(key, 'utf8')).toMatch(/^[0-9a-f]{64}\n$/);
+  });
+
+  test('keeps DATA_DIR to its owner: the folder 0700, every file in it (the database included) no more than 0600', () => {
+    expect(statSync(dataDir).mode & 0o777).toBe(0o700);
+    const open: string[] = [];
+    const walk = (dir: string) => {
+      for (const entry of readdirSync(dir, { withFileTypes: true })) {
+        const path = join(dir, entry.name);
+        if (entry.isDirectory()) {
+          if ((statSync(path).mode & 0o077) !== 0) open.push(path);
+          walk(path);
+        } else if ((statSync(path).mode & 0o077) !== 0) open.push(path);
+      }
+    };
+    walk(dataDir);
+    expect(open).toEqual([]);
   });
 
   test('GET /user/me with the printed token: 200 and lists that organization', async () => {
@@ -107,10 +132,12 @@ describe('restart on the same DATA_DIR', () => {
     await second.waitUntilHealthy(START);
     await second.waitForStdout((out) => logLines(out).some((l) => l.msg === 'listening'));
 
-    const { stdout } = second.output();
-    expect(stdout).not.toContain('First start');
-    expect(stdout).not.toContain('API token:');
-    expect(stdout).not.toContain(printed.token);
+    const { stdout, stderr } = second.output();
+    for (const output of [stdout, stderr]) {
+      expect(output).not.toContain('First start');
+      expect(output).not.toContain('API token:');
+      expect(output).not.toContain(printed.token);
+    }
     // Nothing regenerated.
     expect(readFileSync(join(dataDir, 'encryption.key'), 'utf8')).toBe(keyBefore);
     expect(readFileSync(join(dataDir, 'bootstrap.json'), 'utf8')).toBe(bootstrapBefore);

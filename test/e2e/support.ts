@@ -54,6 +54,13 @@ function spawnTs(file: string, args: string[], env: NodeJS.ProcessEnv): ChildPro
   return child;
 }
 
+function spawnNode(cwd: string, file: string, env: NodeJS.ProcessEnv): ChildProcess {
+  const child = spawn(process.execPath, [file], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
 export interface CliResult {
   code: number | null;
   stdout: string;
@@ -93,16 +100,19 @@ export interface ServerProcess {
   exited: Promise<number | null>;
   /** Waits until `test` holds for stdout (the process must keep running meanwhile). */
   waitForStdout(test: (stdout: string) => boolean, timeoutMs?: number): Promise<void>;
+  /** The same for stderr, where the server writes what is for the person at the terminal. */
+  waitForStderr(test: (stderr: string) => boolean, timeoutMs?: number): Promise<void>;
   /** Waits until GET /health answers 200. */
   waitUntilHealthy(timeoutMs?: number): Promise<void>;
   /** SIGTERM; resolves with the exit code and how long the exit took (SIGKILL after `timeoutMs`). */
   stop(timeoutMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null; ms: number }>;
 }
 
-/** Starts `src/main.ts` on a free port of 127.0.0.1. */
-export async function startServer(env: Record<string, string | undefined>): Promise<ServerProcess> {
+/** Starts `src/main.ts` (or, given `built`, a build's `dist/src/main.js` in that checkout) on a free port of 127.0.0.1. */
+export async function startServer(env: Record<string, string | undefined>, built?: { root: string }): Promise<ServerProcess> {
   const port = await freePort();
-  const child = spawnTs('src/main.ts', [], cleanEnv({ ...env, PORT: String(port), HOST }));
+  const serverEnv = cleanEnv({ ...env, PORT: String(port), HOST });
+  const child = built ? spawnNode(built.root, 'dist/src/main.js', serverEnv) : spawnTs('src/main.ts', [], serverEnv);
   let stdout = '';
   let stderr = '';
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -135,6 +145,7 @@ export async function startServer(env: Record<string, string | undefined>): Prom
     output: () => ({ stdout, stderr }),
     exited,
     waitForStdout: (test, timeoutMs = 60_000) => poll('its output', timeoutMs, () => test(stdout)),
+    waitForStderr: (test, timeoutMs = 60_000) => poll('its stderr', timeoutMs, () => test(stderr)),
     waitUntilHealthy: (timeoutMs = 60_000) =>
       poll('GET /health', timeoutMs, async () => {
         try {

@@ -1,6 +1,6 @@
-import { PERMISSIONS } from '../../src/areas/roles/system-roles';
+import { PERMISSIONS, rolePermissions as permissionsOf } from '../../src/auth/permissions';
 import { newId } from '../../src/lib/ids';
-import { startTestApp, type TestApp } from '../support/app';
+import { settle, startTestApp, type TestApp } from '../support/app';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -10,7 +10,9 @@ afterAll(() => t.close());
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const sorted = (values: readonly string[]) => [...values].sort();
-const me = (credential: { token?: string; session?: string }, query = '') => t.as(credential).get(`/user/me${query}`);
+/** GET /user/me through the typed client. */
+const me = (credential: { token?: string; session?: string }, query: { current_org_id?: string } = {}) =>
+  settle(t.client(credential).GET('/user/me', { params: { query } }));
 
 async function organizationRow(orgId: string) {
   const row = await t.db.selectFrom('organizations').selectAll().where('id', '=', orgId).executeTakeFirstOrThrow();
@@ -31,8 +33,9 @@ async function joinedAt(orgId: string, userId: string): Promise<string> {
   return row.joined_at.toISOString();
 }
 
+/** What a role grants as the server reads it: a system role's permissions come from the catalog. */
 async function rolePermissions(roleId: string): Promise<string[]> {
-  return (await t.db.selectFrom('roles').select('permissions').where('id', '=', roleId).executeTakeFirstOrThrow()).permissions;
+  return [...permissionsOf(await t.db.selectFrom('roles').select(['system_key', 'permissions']).where('id', '=', roleId).executeTakeFirstOrThrow())];
 }
 
 describe('getCurrentUser: profile', () => {
@@ -104,7 +107,7 @@ describe('getCurrentUser: profile', () => {
 
   it('refuses unknown query parameters', async () => {
     const userId = await t.factories.user();
-    const res = await me({ session: await t.factories.session(userId) }, '?verbose=1');
+    const res = await t.as({ session: await t.factories.session(userId) }).get('/user/me?verbose=1');
     expect(res.status).toBe(400);
     expect(res.body.code).toBe('validation_failed');
     expect(res.body.errors).toEqual([{ in: 'query', pointer: '/verbose', message: 'is not a parameter of this operation' }]);
@@ -265,7 +268,7 @@ describe('getCurrentUser: with an API token', () => {
     expect(res.body.organizations[0].organization.require_mfa).toBe(true);
   });
 
-  it('lists no organization once the token’s owner is no longer an active member', async () => {
+  it('refuses the token once its owner is no longer an active member of its organization', async () => {
     const { orgId } = await t.factories.org();
     const userId = await t.factories.member(orgId, { roles: ['admin'] });
     const token = await t.factories.token(orgId, userId);
@@ -273,8 +276,23 @@ describe('getCurrentUser: with an API token', () => {
 
     const res = await me({ token });
 
-    expect(res.status).toBe(200);
-    expect(res.body.organizations).toEqual([]);
+    expect([res.status, res.body.code]).toEqual([401, 'invalid_token']);
+    expect(res.body.detail).toContain('is suspended');
+  });
+
+  it('names no other organization of the owner, not even in the second-factor members', async () => {
+    const userId = await t.factories.user();
+    const strict = await t.factories.org({ name: 'Strict Elsewhere', requireMfa: true, ownerId: userId });
+    const { orgId } = await t.factories.org({ ownerId: userId });
+    await t.factories.enableTotp(userId);
+    const token = await t.factories.token(orgId, userId);
+
+    const res = await me({ token });
+
+    expect(res.body.organizations.map((o: { organization: { id: string } }) => o.organization.id)).toEqual([orgId]);
+    expect(res.body).toMatchObject({ can_disable_mfa: true, mfa_disable_blocked_reason: null });
+    expect(res.text).not.toContain(strict.orgId);
+    expect(res.text).not.toContain('Strict Elsewhere');
   });
 });
 
@@ -356,7 +374,7 @@ describe('getCurrentUser: second factor required by organizations', () => {
 
     it('puts current_org_id first when it is one of them, even beyond the first 50', async () => {
       const last = requiring[54] as string;
-      const res = await me({ session }, `?current_org_id=${last}`);
+      const res = await me({ session }, { current_org_id: last });
       expect(res.status).toBe(200);
       expect(res.body.mfa_setup_required_org_ids).toHaveLength(50);
       expect(res.body.mfa_setup_required_org_ids).toEqual([last, ...requiring.slice(0, 49)]);
@@ -365,13 +383,13 @@ describe('getCurrentUser: second factor required by organizations', () => {
 
     it('moves a current_org_id inside the first 50 to the front without repeating it', async () => {
       const tenth = requiring[9] as string;
-      const res = await me({ session }, `?current_org_id=${tenth}`);
+      const res = await me({ session }, { current_org_id: tenth });
       expect(res.body.mfa_setup_required_org_ids).toEqual([tenth, ...requiring.slice(0, 50).filter((id) => id !== tenth)]);
     });
 
     it('changes nothing for a current_org_id that is not one of them', async () => {
-      const unrelated = await me({ session }, `?current_org_id=${newId('organization')}`);
-      const plain = await me({ session }, `?current_org_id=${plainOrgId}`);
+      const unrelated = await me({ session }, { current_org_id: newId('organization') });
+      const plain = await me({ session }, { current_org_id: plainOrgId });
       for (const res of [unrelated, plain]) {
         expect(res.status).toBe(200);
         expect(res.body.mfa_setup_required_org_ids).toEqual(requiring.slice(0, 50));
@@ -381,7 +399,7 @@ describe('getCurrentUser: second factor required by organizations', () => {
 
     it('refuses a malformed current_org_id', async () => {
       for (const value of ['acme', 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e', 'org_123']) {
-        const res = await me({ session }, `?current_org_id=${value}`);
+        const res = await me({ session }, { current_org_id: value });
         expect(res.status).toBe(400);
         expect(res.body.code).toBe('validation_failed');
         expect(res.body.errors).toEqual([expect.objectContaining({ in: 'query', pointer: '/current_org_id' })]);

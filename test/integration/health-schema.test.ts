@@ -1,4 +1,9 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import YAML from 'yaml';
+import { projectRoot } from '../../src/spec';
+
+const generatedYaml = () => readFileSync(join(projectRoot, 'generated', 'openapi.yml'), 'utf8');
 import { startTestApp, type TestApp } from '../support/app';
 
 let t: TestApp;
@@ -32,6 +37,8 @@ describe('OpenAPI documents', () => {
     expect(a.body.openapi).toBe('3.1.0');
     expect(a.body.info.version).toBe('0.1.0');
     expect(a.body.servers).toEqual([{ url: t.url, description: 'This deployment.' }]);
+    // The one link that surely exists: this deployment's own reference.
+    expect(a.body.info.contact).toEqual({ name: 'MCP control plane team', url: `${t.url}/docs` });
   });
 
   it('serves the same document as YAML at /openapi.yaml and /schema/openapi.yml', async () => {
@@ -42,6 +49,13 @@ describe('OpenAPI documents', () => {
     expect(a.headers.get('content-type')).toMatch(/^application\/yaml/);
     expect(a.text).toBe(b.text);
     expect(YAML.parse(a.text)).toEqual(json.body);
+  });
+
+  it('serves YAML that a YAML 1.1 reader (PyYAML, SnakeYAML) reads as the JSON document: no dates, no yes/no/off', async () => {
+    const json = await t.call('GET', '/openapi.json');
+    const yaml = await t.call('GET', '/openapi.yaml');
+    expect(YAML.parse(yaml.text, { version: '1.1' })).toEqual(json.body);
+    expect(YAML.parse(generatedYaml(), { version: '1.1' })).toEqual(YAML.parse(generatedYaml()));
   });
 
   it('lists every tag of the service description, in its order', async () => {

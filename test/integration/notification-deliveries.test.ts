@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { DEFAULT_DISPATCHER_OPTIONS, OutboxDispatcher, type DispatcherOptions } from '../../src/events/dispatcher';
+import type { components } from '../../generated/openapi';
+import { notificationDeliveries } from '../../src/areas/notification-destinations/notification-destinations.consumer';
+import { DEFAULT_RETRY_POLICY, type RetryPolicy } from '../../src/events/delivery-queue';
+import { DEFAULT_OUTBOX_OPTIONS, OutboxDispatcher, type OutboxConsumer, type OutboxEvent } from '../../src/events/outbox';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { usePeers } from '../support/peers';
@@ -19,27 +22,35 @@ afterAll(() => t.close());
 
 const unique = () => randomBytes(6).toString('hex');
 const hookUrl = () => `${peers.receiver.url}/services/T${unique()}/B${unique()}/${unique()}`;
-const dispatcher = (options: Partial<DispatcherOptions> = {}) =>
-  new OutboxDispatcher(t.db, { mailer: t.deps.mailer, secrets: t.deps.secrets, outbound: t.deps.config.outbound }, t.deps.logger, { ...DEFAULT_DISPATCHER_OPTIONS, ...options });
+/** The outbox worker with the notification-destination consumer, as the server runs it. */
+const dispatcher = (options: Partial<RetryPolicy> = {}, others: OutboxConsumer[] = []) =>
+  new OutboxDispatcher(t.db, [notificationDeliveries(t.deps, { ...DEFAULT_RETRY_POLICY, ...options }), ...others], t.deps.logger, {
+    ...DEFAULT_OUTBOX_OPTIONS,
+    batchSize: options.batchSize ?? DEFAULT_OUTBOX_OPTIONS.batchSize,
+  });
 const postsTo = (url: string) => peers.receiver.requests.filter((r) => url.endsWith(r.path));
+
+type DeliveryQuery = { limit?: number; cursor?: string; status?: components['schemas']['NotificationDeliveryStatus']; event_type?: components['schemas']['EventType'] };
 
 async function setup() {
   const seeded = await t.factories.org();
-  const client = t.as({ token: seeded.token, org: seeded.orgId });
-  const create = async (body: Record<string, unknown>) => {
-    const res = await client.post('/notification-destination', body);
-    expect(res.status).toBe(201);
-    return res.body.id as string;
+  const credential = { token: seeded.token, org: seeded.orgId };
+  const client = t.as(credential);
+  const api = t.client(credential);
+  const create = async (body: components['schemas']['NotificationDestinationCreate']) => {
+    const { data, response } = await api.POST('/notification-destination', { body });
+    expect(response.status).toBe(201);
+    return data!.id;
   };
-  const deliveries = async (id: string, query = '') => {
-    const res = await client.get(`/notification-destination/${id}/delivery${query}`);
-    expect(res.status).toBe(200);
-    return res.body as { data: any[]; next_cursor: string | null };
+  const deliveries = async (id: string, query: DeliveryQuery = {}) => {
+    const { data, response } = await api.GET('/notification-destination/{id}/delivery', { params: { path: { id }, query } });
+    expect(response.status).toBe(200);
+    return data as { data: any[]; next_cursor: string | null };
   };
-  return { ...seeded, client, create, deliveries };
+  return { ...seeded, client, api, create, deliveries };
 }
 
-const memberJoined = (userId: string) => ({ member: { user_id: userId, email: 'ada@acme.example', name: 'Ada Lovelace' }, via: 'invite' });
+const memberJoined = (userId: string) => ({ member: { user_id: userId, email: 'ada@acme.example', name: 'Ada Lovelace' }, via: 'invite' as const });
 
 describe('the outbox worker', () => {
   it('delivers an event once to every active destination subscribed to it, and to no other', async () => {
@@ -55,7 +66,7 @@ describe('the outbox worker', () => {
     const eventId = await t.factories.event(org.orgId, 'member.joined', memberJoined(org.ownerId), org.ownerId);
     const mailsBefore = peers.smtp.messages.length;
     const round = await dispatcher().runOnce();
-    expect(round).toMatchObject({ fannedOut: expect.any(Number), delivered: 2, retrying: 0, failed: 0 });
+    expect(round).toMatchObject({ fannedOut: expect.any(Number), totals: { delivered: 2, retrying: 0, failed: 0 } });
 
     const mails = peers.smtp.messages.slice(mailsBefore);
     expect(mails.map((m) => m.to)).toEqual([['ops@acme.example']]);
@@ -93,7 +104,7 @@ describe('the outbox worker', () => {
     expect((await other.deliveries(otherOrg)).data).toEqual([]);
 
     // A second round finds nothing left to do: nothing is sent twice.
-    expect(await dispatcher().runOnce()).toMatchObject({ delivered: 0, retrying: 0 });
+    expect(await dispatcher().runOnce()).toMatchObject({ totals: { delivered: 0, retrying: 0 } });
     expect(postsTo(url)).toHaveLength(1);
   });
 
@@ -106,26 +117,26 @@ describe('the outbox worker', () => {
     const worker = dispatcher({ maxAttempts: 3 });
     const start = new Date(Date.now() + 1000);
 
-    expect(await worker.runOnce(start)).toMatchObject({ retrying: 1 });
+    expect(await worker.runOnce(start)).toMatchObject({ totals: { retrying: 1 } });
     let [entry] = (await org.deliveries(slack)).data;
-    expect(entry).toMatchObject({ status: 'pending', attempts: 1, last_error: 'The webhook answered 500 Internal Server Error.' });
+    expect(entry).toMatchObject({ status: 'pending', attempts: 1, last_error: 'The webhook answered with HTTP status 500.' });
     expect(Date.parse(entry.next_attempt_at) - start.getTime()).toBe(30_000);
 
     // Not due yet: nothing is sent.
-    expect(await worker.runOnce(new Date(start.getTime() + 29_000))).toMatchObject({ retrying: 0, failed: 0 });
+    expect(await worker.runOnce(new Date(start.getTime() + 29_000))).toMatchObject({ totals: { retrying: 0, failed: 0 } });
     expect(postsTo(url)).toHaveLength(1);
 
-    expect(await worker.runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ retrying: 1 });
+    expect(await worker.runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ totals: { retrying: 1 } });
     [entry] = (await org.deliveries(slack)).data;
     expect(entry).toMatchObject({ status: 'pending', attempts: 2 });
     expect(Date.parse(entry.next_attempt_at) - (start.getTime() + 30_000)).toBe(60_000);
 
-    expect(await worker.runOnce(new Date(start.getTime() + 90_000))).toMatchObject({ failed: 1 });
+    expect(await worker.runOnce(new Date(start.getTime() + 90_000))).toMatchObject({ totals: { failed: 1 } });
     [entry] = (await org.deliveries(slack)).data;
     expect(entry).toMatchObject({ status: 'failed', attempts: 3, next_attempt_at: null, delivered_at: null });
     expect(postsTo(url)).toHaveLength(3);
-    expect((await org.deliveries(slack, '?status=failed')).data).toHaveLength(1);
-    expect((await org.deliveries(slack, '?status=delivered')).data).toHaveLength(0);
+    expect((await org.deliveries(slack, { status: 'failed' })).data).toHaveLength(1);
+    expect((await org.deliveries(slack, { status: 'delivered' })).data).toHaveLength(0);
   });
 
   it('delivers after a failure once the webhook recovers', async () => {
@@ -138,9 +149,9 @@ describe('the outbox worker', () => {
     const worker = dispatcher();
     const start = new Date(Date.now() + 1000);
     peers.receiver.respondWith({ status: 503, body: 'busy' });
-    expect(await worker.runOnce(start)).toMatchObject({ retrying: 1 });
+    expect(await worker.runOnce(start)).toMatchObject({ totals: { retrying: 1 } });
     peers.receiver.respondWith({ status: 200, body: 'ok' });
-    expect(await worker.runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ delivered: 1 });
+    expect(await worker.runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ totals: { delivered: 1 } });
     expect((await org.deliveries(slack)).data[0]).toMatchObject({ status: 'delivered', attempts: 2, last_error: null });
   });
 
@@ -153,7 +164,7 @@ describe('the outbox worker', () => {
     peers.receiver.respondWith({ status: 500 });
     await dispatcher().runOnce(start);
     expect((await org.client.patch(`/notification-destination/${slack}`, { is_active: false })).status).toBe(200);
-    expect(await dispatcher().runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ skipped: 1 });
+    expect(await dispatcher().runOnce(new Date(start.getTime() + 30_000))).toMatchObject({ totals: { skipped: 1 } });
     expect((await org.deliveries(slack)).data[0]).toMatchObject({ status: 'skipped', next_attempt_at: null });
     expect(postsTo(url)).toHaveLength(1);
   });
@@ -169,7 +180,54 @@ describe('the outbox worker', () => {
     const [a, b] = await Promise.all([dispatcher({ batchSize: 3 }).runOnce(), dispatcher({ batchSize: 3 }).runOnce()]);
     await dispatcher().runOnce();
     expect(postsTo(url)).toHaveLength(5);
-    expect(a.delivered + b.delivered).toBeLessThanOrEqual(5);
+    expect((a.totals.delivered ?? 0) + (b.totals.delivered ?? 0)).toBeLessThanOrEqual(5);
+  });
+
+  it('hands every event once to each consumer, and one consumer failing its round does not stop another', async () => {
+    const org = await setup();
+    const url = hookUrl();
+    await org.create({ name: `Beside ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['role.updated'] });
+    const logged: OutboxEvent[] = [];
+    const logging: OutboxConsumer = {
+      name: 'log-export',
+      fanOut: async (_trx, events) => {
+        logged.push(...events.filter((e) => e.org_id === org.orgId));
+      },
+      deliver: async () => {
+        throw new Error('the log backend is down');
+      },
+    };
+    const ids = [
+      await t.factories.event(org.orgId, 'role.updated', { role: { id: newId('role'), name: 'Ops', permissions: [] }, changed: ['name'] }),
+      await t.factories.event(org.orgId, 'member.joined', memberJoined(org.ownerId), org.ownerId),
+    ];
+    const round = await dispatcher({}, [logging]).runOnce();
+    await dispatcher({}, [logging]).runOnce();
+    expect(logged.map((e) => e.id)).toEqual(ids);
+    expect(round.consumers).toEqual({ 'notification-destinations': expect.objectContaining({ delivered: 1 }) });
+    expect(postsTo(url)).toHaveLength(1);
+  });
+
+  it('does not hold one organization’s notifications behind another’s slow endpoint', async () => {
+    const slowOrg = await setup();
+    const fastOrg = await setup();
+    const slowUrl = hookUrl();
+    const fastUrl = hookUrl();
+    await slowOrg.create({ name: `Slow ${unique()}`, type: 'slack', config: { webhook_url: slowUrl }, event_types: ['restriction.updated'] });
+    const fast = await fastOrg.create({ name: `Fast ${unique()}`, type: 'slack', config: { webhook_url: fastUrl }, event_types: ['restriction.updated'] });
+    const restriction = { restriction: { id: newId('restriction'), name: 'No deletes', effect: 'deny' as const }, change: 'created' as const };
+    // The slow organization's event comes first in the queue.
+    await t.factories.event(slowOrg.orgId, 'restriction.updated', restriction);
+    await t.factories.event(fastOrg.orgId, 'restriction.updated', restriction);
+    peers.receiver.respondWith({ status: 200, drip: { everyMs: 100, forMs: 10_000 }, onlyFor: new URL(slowUrl).pathname });
+
+    const round = await dispatcher().runOnce();
+
+    expect(round.totals).toMatchObject({ delivered: 1, retrying: 1 });
+    const [fastRequest] = postsTo(fastUrl);
+    // Sent while the slow endpoint was still dripping its answer, not after its deadline.
+    expect(fastRequest?.alongside).toBeGreaterThanOrEqual(1);
+    expect((await fastOrg.deliveries(fast)).data[0]).toMatchObject({ status: 'delivered' });
   });
 
   it('runs by itself on a timer and stops cleanly', async () => {
@@ -194,12 +252,12 @@ describe('listNotificationDeliveries', () => {
       ids.push(await t.factories.event(org.orgId, 'member.removed', { member: { user_id: org.ownerId, email: `m${i}@acme.example`, name: null }, status: 'removed' }));
     }
     await dispatcher().runOnce();
-    const first = await org.deliveries(email, '?limit=2');
+    const first = await org.deliveries(email, { limit: 2 });
     expect(first.data.map((d) => d.event.id)).toEqual([ids[2], ids[1]]);
-    const second = await org.deliveries(email, `?limit=2&cursor=${first.next_cursor}`);
+    const second = await org.deliveries(email, { limit: 2, cursor: first.next_cursor! });
     expect(second.data.map((d) => d.event.id)).toEqual([ids[0]]);
     expect(second.next_cursor).toBeNull();
-    expect((await org.deliveries(email, '?event_type=role.created')).data).toEqual([]);
+    expect((await org.deliveries(email, { event_type: 'role.created' })).data).toEqual([]);
 
     const bad = await org.client.get(`/notification-destination/${email}/delivery?status=sent`);
     expect([bad.status, bad.body.code]).toEqual([400, 'validation_failed']);

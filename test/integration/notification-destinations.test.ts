@@ -1,6 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import { lookup } from 'node:dns/promises';
+import { hostname } from 'node:os';
+import type { components } from '../../generated/openapi';
 import { newId } from '../../src/lib/ids';
-import { startTestApp, type TestApp, type TestResponse } from '../support/app';
+import { classifyAddress } from '../../src/lib/outbound';
+import { settle, startTestApp, type ApiClient, type TestApp, type TestResponse } from '../support/app';
 import { startHttpReceiver, startSmtpServer, usePeers } from '../support/peers';
 
 /*
@@ -17,8 +21,29 @@ const DESTINATION_ID = /^onfd_[0-7][0-9a-hjkmnp-tv-z]{25}$/;
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const AUDIT_PREFIX = 'notification_destination.';
 
-type Client = ReturnType<TestApp['as']>;
-type Body = Record<string, unknown>;
+type Schemas = components['schemas'];
+type EmailCreate = Schemas['EmailDestinationCreate'];
+type SlackCreate = Schemas['SlackDestinationCreate'];
+
+/**
+ * The six operations through the typed client (a wrong path or body does not compile), and
+ * the untyped one for requests the spec forbids (bad input), both acting as one caller.
+ */
+function destinationClient(app: TestApp, credential: { token?: string; session?: string; org?: string }) {
+  const api: ApiClient = app.client(credential);
+  const item = (id: string) => ({ params: { path: { id } } });
+  return {
+    ...app.as(credential),
+    list: (query: { limit?: number; cursor?: string; type?: 'slack' | 'email'; is_active?: boolean } = {}) =>
+      settle(api.GET('/notification-destination', { params: { query } })),
+    create: (body: Schemas['NotificationDestinationCreate']) => settle(api.POST('/notification-destination', { body })),
+    read: (id: string) => settle(api.GET('/notification-destination/{id}', item(id))),
+    update: (id: string, body: Schemas['NotificationDestinationUpdate']) => settle(api.PATCH('/notification-destination/{id}', { ...item(id), body })),
+    remove: (id: string) => settle(api.DELETE('/notification-destination/{id}', item(id))),
+    test: (id: string) => settle(api.POST('/notification-destination/{id}/test', item(id))),
+  };
+}
+type Client = ReturnType<typeof destinationClient>;
 
 const peers = usePeers();
 let t: TestApp;
@@ -37,7 +62,7 @@ const unique = () => randomBytes(6).toString('hex');
 const hookUrl = (base = peers.receiver.url) => `${base}/services/T${unique()}/B${unique()}/${unique()}${unique()}`;
 
 /** A valid email destination body. */
-const emailBody = (overrides: Body = {}): Body => ({
+const emailBody = (overrides: Partial<EmailCreate> = {}): EmailCreate => ({
   name: 'Ops alerts',
   type: 'email',
   config: { to: ['ops@acme.example'] },
@@ -45,8 +70,13 @@ const emailBody = (overrides: Body = {}): Body => ({
   ...overrides,
 });
 
+/** Bodies the spec refuses: any member may be wrong. Sent with the untyped client. */
+type Body = Record<string, unknown>;
+const rawEmail = (overrides: Body = {}): Body => ({ ...emailBody(), ...overrides });
+const rawSlack = (webhookUrl: string, overrides: Body = {}): Body => ({ ...slackBody(webhookUrl), ...overrides });
+
 /** A valid Slack destination body. */
-const slackBody = (webhookUrl: string, overrides: Body = {}): Body => ({
+const slackBody = (webhookUrl: string, overrides: Partial<SlackCreate> = {}): SlackCreate => ({
   name: '#mcp-admin',
   type: 'slack',
   config: { webhook_url: webhookUrl },
@@ -57,11 +87,11 @@ const slackBody = (webhookUrl: string, overrides: Body = {}): Body => ({
 /** A fresh organization, its owner's all-permission token, and a client acting with it. */
 async function newOrg(app: TestApp = t, input: { name?: string } = {}) {
   const org = await app.factories.org(input);
-  return { ...org, client: app.as({ token: org.token, org: org.orgId }) };
+  return { ...org, client: destinationClient(app, { token: org.token, org: org.orgId }) };
 }
 
-async function create(client: Client, body: Body) {
-  const res = await client.post(LIST, body);
+async function create(client: Client, body: Schemas['NotificationDestinationCreate']) {
+  const res = await client.create(body);
   expect(res.status).toBe(201);
   return res.body;
 }
@@ -122,7 +152,7 @@ const mailbox = (label: string) => `${label}-${unique()}@acme.example`;
 describe('createNotificationDestination', () => {
   it('creates an email destination and answers 201 with the destination and its Location', async () => {
     const { client, orgId, ownerId } = await newOrg();
-    const res = await client.post(LIST, emailBody({
+    const res = await client.create(emailBody({
       config: { to: ['ops@acme.example'], cc: ['lead@acme.example'], bcc: ['audit@acme.example'], subject_prefix: '[Acme MCP]' },
       event_types: ['member.joined', 'connection.needs_reauth'],
     }));
@@ -163,7 +193,7 @@ describe('createNotificationDestination', () => {
   it('creates a Slack destination without ever returning the webhook URL, and stores it encrypted', async () => {
     const { client, ownerId } = await newOrg();
     const url = hookUrl();
-    const res = await client.post(LIST, slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' }, event_types: ['role.deleted', 'role.created'] }));
+    const res = await client.create(slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' }, event_types: ['role.deleted', 'role.created'] }));
 
     expect(res.status).toBe(201);
     expectNoSecret(res, url);
@@ -188,7 +218,7 @@ describe('createNotificationDestination', () => {
     expect(row!.webhook_url_enc).not.toContain(new URL(url).pathname);
     expect(JSON.stringify(row!.config)).not.toContain(url);
 
-    for (const read of [await client.get(itemPath(res.body.id)), await client.get(LIST)]) {
+    for (const read of [await client.read(res.body.id), await client.list()]) {
       expect(read.status).toBe(200);
       expectNoSecret(read, url);
     }
@@ -204,13 +234,13 @@ describe('createNotificationDestination', () => {
   it('returns event_types in catalog order whatever order they were sent in', async () => {
     const { client } = await newOrg();
     const created = await create(client, emailBody({ event_types: ['mcp_server.token_rotated', 'member.joined', 'connection.created', 'role.updated'] }));
-    expect(created.event_types).toEqual(['connection.created', 'member.joined', 'role.updated', 'mcp_server.token_rotated']);
+    expect(created.event_types).toEqual(['connection.created', 'mcp_server.token_rotated', 'member.joined', 'role.updated']);
   });
 
   it('accepts a Slack webhook on a public https host without calling it', async () => {
     const { client } = await newOrg();
     const url = `https://hooks.slack.com/services/T000/B000/${unique()}`;
-    const res = await client.post(LIST, slackBody(url));
+    const res = await client.create(slackBody(url));
     expect(res.status).toBe(201);
     expectNoSecret(res, url);
     expect(res.body.config.has_webhook_url).toBe(true);
@@ -230,7 +260,7 @@ describe('createNotificationDestination', () => {
     const { client, orgId } = await newOrg();
     await create(client, emailBody({ name: 'Ops alerts' }));
     const url = hookUrl();
-    const res = await client.post(LIST, slackBody(url, { name: 'Ops alerts' }));
+    const res = await client.create(slackBody(url, { name: 'Ops alerts' }));
     expectError(res, 409, 'name_taken');
     expect(res.body.detail).toContain('Ops alerts');
     expectNoSecret(res, url);
@@ -259,7 +289,7 @@ describe('createNotificationDestination', () => {
 
     it.each(refused)('answers 400 outbound_url_not_allowed for %s, and writes nothing', async (_what, url) => {
       const { client, orgId } = await newOrg();
-      const res = await client.post(LIST, slackBody(url));
+      const res = await client.create(slackBody(url));
       expectError(res, 400, 'outbound_url_not_allowed');
       expect(res.body.errors).toEqual([problem('/config/webhook_url')]);
       expectNoSecret(res, url);
@@ -277,42 +307,42 @@ describe('createNotificationDestination', () => {
     const url = 'https://hooks.slack.com/services/T000/B000/XXXXXXXX';
     const withoutMember = (body: Body, member: string) => Object.fromEntries(Object.entries(body).filter(([key]) => key !== member));
     const cases: [string, unknown, ReturnType<typeof problem>[]][] = [
-      ['a missing name', withoutMember(emailBody(), 'name'), [problem('/name', 'is required')]],
-      ['a missing type', withoutMember(emailBody(), 'type'), [problem('/type', 'is required')]],
-      ['a missing config', withoutMember(emailBody(), 'config'), [problem('/config', 'is required')]],
-      ['missing event_types', withoutMember(emailBody(), 'event_types'), [problem('/event_types', 'is required')]],
-      ['a Slack config without webhook_url', slackBody(url, { config: { subject_prefix: '[x]' } }), [problem('/config/webhook_url', 'is required')]],
-      ['a name that is a number', emailBody({ name: 42 }), [problem('/name', 'must be string')]],
-      ['is_active as a string', emailBody({ is_active: 'true' }), [problem('/is_active', 'must be boolean')]],
-      ['event_types as a string', emailBody({ event_types: 'member.joined' }), [problem('/event_types', 'must be array')]],
-      ['a config that is a string', emailBody({ config: 'ops@acme.example' }), [problem('/config', 'must be object')]],
-      ['a recipient that is a number', emailBody({ config: { to: [42] } }), [problem('/config/to/0', 'must be string')]],
-      ['an unknown top-level member', emailBody({ colour: 'red' }), [problem('/colour', 'is not a known member')]],
-      ['an unknown member inside config', emailBody({ config: { to: ['ops@acme.example'], channel: '#ops' } }), [problem('/config/channel', 'is not a known member')]],
-      ['has_webhook_url sent by the client', emailBody({ config: { to: ['ops@acme.example'], has_webhook_url: false } }), [problem('/config/has_webhook_url', 'is not a known member')]],
-      ['a Slack config with `to` and no webhook_url', slackBody(url, { config: { to: ['ops@acme.example'] } }), [problem('/config/webhook_url', 'is required'), problem('/config/to', 'is not a known member')]],
-      ['a Slack config with `to` next to webhook_url', slackBody(url, { config: { webhook_url: url, to: ['ops@acme.example'] } }), [problem('/config/to', 'is not a known member')]],
-      ['an email config without `to`', emailBody({ config: { cc: ['ops@acme.example'] } }), [problem('/config/to', 'is required')]],
-      ['an email config with a webhook_url', emailBody({ config: { to: ['ops@acme.example'], webhook_url: url } }), [problem('/config/webhook_url', 'is not a known member')]],
-      ['an empty `to`', emailBody({ config: { to: [] } }), [problem('/config/to')]],
-      ['an unknown type', emailBody({ type: 'webhook' }), [problem('/type')]],
-      ['an unknown event type', emailBody({ event_types: ['member.exploded'] }), [problem('/event_types/0', expect.stringMatching(/^must be one of "connection.created", /))]],
-      ['an unknown event type after a good one', emailBody({ event_types: ['member.joined', 'member.left'] }), [problem('/event_types/1')]],
-      ['empty event_types', emailBody({ event_types: [] }), [problem('/event_types')]],
-      ['a repeated event type', emailBody({ event_types: ['member.joined', 'member.joined'] }), [problem('/event_types')]],
-      ['a malformed address in to', emailBody({ config: { to: ['not-an-address'] } }), [problem('/config/to/0', 'must match format "email"')]],
-      ['a malformed address in cc', emailBody({ config: { to: ['ops@acme.example'], cc: ['ops at acme'] } }), [problem('/config/cc/0')]],
-      ['a malformed address in bcc', emailBody({ config: { to: ['ops@acme.example'], bcc: ['audit@acme.example', '@acme.example'] } }), [problem('/config/bcc/1')]],
-      ['a repeated recipient', emailBody({ config: { to: ['ops@acme.example', 'ops@acme.example'] } }), [problem('/config/to')]],
-      ['an empty name', emailBody({ name: '' }), [problem('/name'), problem('/name')]],
-      ['a blank name', emailBody({ name: '   ' }), [problem('/name')]],
-      ['a name longer than 100 characters', emailBody({ name: 'n'.repeat(101) }), [problem('/name')]],
-      ['a subject prefix longer than 100 characters', emailBody({ config: { to: ['ops@acme.example'], subject_prefix: 'p'.repeat(101) } }), [problem('/config/subject_prefix')]],
-      ['a webhook_url that is not a URL', slackBody('not a url'), [problem('/config/webhook_url')]],
-      ['a webhook_url longer than 2048 characters', slackBody(`https://hooks.slack.com/services/${'x'.repeat(2048)}`), [problem('/config/webhook_url')]],
+      ['a missing name', withoutMember(rawEmail(), 'name'), [problem('/name', 'is required')]],
+      ['a missing type', withoutMember(rawEmail(), 'type'), [problem('/type', 'is required')]],
+      ['a missing config', withoutMember(rawEmail(), 'config'), [problem('/config', 'is required')]],
+      ['missing event_types', withoutMember(rawEmail(), 'event_types'), [problem('/event_types', 'is required')]],
+      ['a Slack config without webhook_url', rawSlack(url, { config: { subject_prefix: '[x]' } }), [problem('/config/webhook_url', 'is required')]],
+      ['a name that is a number', rawEmail({ name: 42 }), [problem('/name', 'must be string')]],
+      ['is_active as a string', rawEmail({ is_active: 'true' }), [problem('/is_active', 'must be boolean')]],
+      ['event_types as a string', rawEmail({ event_types: 'member.joined' }), [problem('/event_types', 'must be array')]],
+      ['a config that is a string', rawEmail({ config: 'ops@acme.example' }), [problem('/config', 'must be object')]],
+      ['a recipient that is a number', rawEmail({ config: { to: [42] } }), [problem('/config/to/0', 'must be string')]],
+      ['an unknown top-level member', rawEmail({ colour: 'red' }), [problem('/colour', 'is not a known member')]],
+      ['an unknown member inside config', rawEmail({ config: { to: ['ops@acme.example'], channel: '#ops' } }), [problem('/config/channel', 'is not a known member')]],
+      ['has_webhook_url sent by the client', rawEmail({ config: { to: ['ops@acme.example'], has_webhook_url: false } }), [problem('/config/has_webhook_url', 'is not a known member')]],
+      ['a Slack config with `to` and no webhook_url', rawSlack(url, { config: { to: ['ops@acme.example'] } }), [problem('/config/webhook_url', 'is required'), problem('/config/to', 'is not a known member')]],
+      ['a Slack config with `to` next to webhook_url', rawSlack(url, { config: { webhook_url: url, to: ['ops@acme.example'] } }), [problem('/config/to', 'is not a known member')]],
+      ['an email config without `to`', rawEmail({ config: { cc: ['ops@acme.example'] } }), [problem('/config/to', 'is required')]],
+      ['an email config with a webhook_url', rawEmail({ config: { to: ['ops@acme.example'], webhook_url: url } }), [problem('/config/webhook_url', 'is not a known member')]],
+      ['an empty `to`', rawEmail({ config: { to: [] } }), [problem('/config/to')]],
+      ['an unknown type', rawEmail({ type: 'webhook' }), [problem('/type')]],
+      ['an unknown event type', rawEmail({ event_types: ['member.exploded'] }), [problem('/event_types/0', expect.stringMatching(/^must be one of "access_request.created", /))]],
+      ['an unknown event type after a good one', rawEmail({ event_types: ['member.joined', 'member.left'] }), [problem('/event_types/1')]],
+      ['empty event_types', rawEmail({ event_types: [] }), [problem('/event_types')]],
+      ['a repeated event type', rawEmail({ event_types: ['member.joined', 'member.joined'] }), [problem('/event_types')]],
+      ['a malformed address in to', rawEmail({ config: { to: ['not-an-address'] } }), [problem('/config/to/0', 'must match format "email"')]],
+      ['a malformed address in cc', rawEmail({ config: { to: ['ops@acme.example'], cc: ['ops at acme'] } }), [problem('/config/cc/0')]],
+      ['a malformed address in bcc', rawEmail({ config: { to: ['ops@acme.example'], bcc: ['audit@acme.example', '@acme.example'] } }), [problem('/config/bcc/1')]],
+      ['a repeated recipient', rawEmail({ config: { to: ['ops@acme.example', 'ops@acme.example'] } }), [problem('/config/to')]],
+      ['an empty name', rawEmail({ name: '' }), [problem('/name'), problem('/name')]],
+      ['a blank name', rawEmail({ name: '   ' }), [problem('/name')]],
+      ['a name longer than 100 characters', rawEmail({ name: 'n'.repeat(101) }), [problem('/name')]],
+      ['a subject prefix longer than 100 characters', rawEmail({ config: { to: ['ops@acme.example'], subject_prefix: 'p'.repeat(101) } }), [problem('/config/subject_prefix')]],
+      ['a webhook_url that is not a URL', rawSlack('not a url'), [problem('/config/webhook_url')]],
+      ['a webhook_url longer than 2048 characters', rawSlack(`https://hooks.slack.com/services/${'x'.repeat(2048)}`), [problem('/config/webhook_url')]],
       [
         'several problems at once',
-        { ...emailBody({ name: 42, event_types: [], colour: 'red' }), config: { to: ['bad'] } },
+        { ...rawEmail({ name: 42, event_types: [], colour: 'red' }), config: { to: ['bad'] } },
         [problem('/name'), problem('/event_types'), problem('/colour'), problem('/config/to/0')],
       ],
     ];
@@ -323,7 +353,7 @@ describe('createNotificationDestination', () => {
     });
 
     it('writes nothing for any of them', async () => {
-      expect((await org.client.get(LIST)).body).toEqual({ data: [], next_cursor: null });
+      expect((await org.client.list()).body).toEqual({ data: [], next_cursor: null });
       expect(await countRows(org.orgId)).toBe(0);
       expect(await destinationAudit(org.orgId)).toEqual([]);
     });
@@ -349,7 +379,7 @@ describe('getNotificationDestination', () => {
   it('returns the destination as it was created', async () => {
     const { client } = await newOrg();
     const created = await create(client, emailBody({ config: { to: ['a@acme.example', 'b@acme.example'], subject_prefix: '[A]' } }));
-    const res = await client.get(itemPath(created.id));
+    const res = await client.read(created.id);
     expect(res.status).toBe(200);
     expect(res.body).toEqual(created);
   });
@@ -357,7 +387,7 @@ describe('getNotificationDestination', () => {
   it('answers 404 not_found for an id of the right shape that does not exist', async () => {
     const { client } = await newOrg();
     const id = newId('notificationDestination');
-    const res = await client.get(itemPath(id));
+    const res = await client.read(id);
     expectError(res, 404, 'not_found');
     expect(res.body.detail).toContain(id);
   });
@@ -365,7 +395,7 @@ describe('getNotificationDestination', () => {
   it('answers 400 validation_failed pointing at the path for an id that is not onfd_…', async () => {
     const { client } = await newOrg();
     for (const id of ['onfd_123', newId('user'), 'ops-alerts']) {
-      expectValidation(await client.get(itemPath(id)), [problem('/id', undefined, 'path')]);
+      expectValidation(await client.read(id), [problem('/id', undefined, 'path')]);
     }
   });
 });
@@ -379,16 +409,16 @@ describe('updateNotificationDestination', () => {
   it('renames and keeps every other member', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.patch(itemPath(created.id), { name: 'On-call' });
+    const res = await client.update(created.id, { name: 'On-call' });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ ...created, name: 'On-call', updated_at: expect.stringMatching(ISO_MS) });
-    expect((await client.get(itemPath(created.id))).body).toEqual(res.body);
+    expect((await client.read(created.id)).body).toEqual(res.body);
   });
 
   it('merges config: changing cc keeps to, bcc and the subject prefix', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.patch(itemPath(created.id), { config: { cc: ['cto@acme.example', 'cfo@acme.example'] } });
+    const res = await client.update(created.id, { config: { cc: ['cto@acme.example', 'cfo@acme.example'] } });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ ...created.config, cc: ['cto@acme.example', 'cfo@acme.example'] });
     expect(res.body.event_types).toEqual(created.event_types);
@@ -398,7 +428,7 @@ describe('updateNotificationDestination', () => {
   it('clears the subject prefix with null and keeps the recipients', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.patch(itemPath(created.id), { config: { subject_prefix: null } });
+    const res = await client.update(created.id, { config: { subject_prefix: null } });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ ...created.config, subject_prefix: null });
   });
@@ -406,7 +436,7 @@ describe('updateNotificationDestination', () => {
   it('replaces recipients and empties cc with an empty list', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.patch(itemPath(created.id), { config: { to: ['oncall@acme.example'], cc: [] } });
+    const res = await client.update(created.id, { config: { to: ['oncall@acme.example'], cc: [] } });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ ...created.config, to: ['oncall@acme.example'], cc: [] });
   });
@@ -414,29 +444,29 @@ describe('updateNotificationDestination', () => {
   it('replaces event_types, answering them in catalog order', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.patch(itemPath(created.id), { event_types: ['connection.disconnected', 'connection.needs_reauth'] });
+    const res = await client.update(created.id, { event_types: ['connection.disconnected', 'connection.needs_reauth'] });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ ...created, event_types: ['connection.needs_reauth', 'connection.disconnected'], updated_at: expect.any(String) });
+    expect(res.body).toEqual({ ...created, event_types: ['connection.disconnected', 'connection.needs_reauth'], updated_at: expect.any(String) });
   });
 
   it('pauses with is_active false and resumes with true, keeping the config', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const paused = await client.patch(itemPath(created.id), { is_active: false });
+    const paused = await client.update(created.id, { is_active: false });
     expect(paused.status).toBe(200);
     expect(paused.body).toEqual({ ...created, is_active: false, updated_at: expect.any(String) });
-    expect((await client.get(`${LIST}?is_active=false`)).body.data.map((d: { id: string }) => d.id)).toEqual([created.id]);
-    const resumed = await client.patch(itemPath(created.id), { is_active: true });
+    expect((await client.list({ is_active: false })).body.data.map((d: { id: string }) => d.id)).toEqual([created.id]);
+    const resumed = await client.update(created.id, { is_active: true });
     expect(resumed.body).toEqual({ ...created, updated_at: expect.any(String) });
   });
 
   it('accepts type with the value it already has', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.patch(itemPath(created.id), { type: 'email', name: 'Still email' });
+    const res = await client.update(created.id, { type: 'email', name: 'Still email' });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ ...created, name: 'Still email', updated_at: expect.any(String) });
-    const alone = await client.patch(itemPath(created.id), { type: 'email' });
+    const alone = await client.update(created.id, { type: 'email' });
     expect(alone.status).toBe(200);
     expect(alone.body.type).toBe('email');
   });
@@ -444,10 +474,10 @@ describe('updateNotificationDestination', () => {
   it('answers 400 immutable_field for another type, and changes nothing', async () => {
     const { client, orgId } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.patch(itemPath(created.id), { type: 'slack', name: 'Now Slack' });
+    const res = await client.update(created.id, { type: 'slack', name: 'Now Slack' });
     expectError(res, 400, 'immutable_field');
     expect(res.body.errors).toEqual([problem('/type')]);
-    expect((await client.get(itemPath(created.id))).body).toEqual(created);
+    expect((await client.read(created.id)).body).toEqual(created);
     expect(await destinationAudit(orgId)).toHaveLength(1);
   });
 
@@ -456,9 +486,9 @@ describe('updateNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
     const before = await storedRow(created.id);
-    expectValidation(await client.patch(itemPath(created.id), { config: { to: ['ops@acme.example'] } }), [problem('/config/to')]);
-    expectValidation(await client.patch(itemPath(created.id), { config: { cc: ['a@acme.example'], bcc: ['b@acme.example'] } }), [problem('/config/cc'), problem('/config/bcc')]);
-    expect((await client.get(itemPath(created.id))).body).toEqual(created);
+    expectValidation(await client.update(created.id, { config: { to: ['ops@acme.example'] } }), [problem('/config/to')]);
+    expectValidation(await client.update(created.id, { config: { cc: ['a@acme.example'], bcc: ['b@acme.example'] } }), [problem('/config/cc'), problem('/config/bcc')]);
+    expect((await client.read(created.id)).body).toEqual(created);
     expect(await storedRow(created.id)).toEqual(before);
   });
 
@@ -466,10 +496,10 @@ describe('updateNotificationDestination', () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
     const url = hookUrl();
-    const res = await client.patch(itemPath(created.id), { config: { webhook_url: url, cc: [] } });
+    const res = await client.update(created.id, { config: { webhook_url: url, cc: [] } });
     expectValidation(res, [problem('/config/webhook_url')]);
     expectNoSecret(res, url);
-    expect((await client.get(itemPath(created.id))).body).toEqual(created);
+    expect((await client.read(created.id)).body).toEqual(created);
     expect((await storedRow(created.id))!.webhook_url_enc).toBeNull();
   });
 
@@ -480,7 +510,7 @@ describe('updateNotificationDestination', () => {
     const created = await create(client, slackBody(oldUrl));
     const before = await storedRow(created.id);
 
-    const res = await client.patch(itemPath(created.id), { config: { webhook_url: newUrl } });
+    const res = await client.update(created.id, { config: { webhook_url: newUrl } });
     expect(res.status).toBe(200);
     expectNoSecret(res, newUrl);
     expectNoSecret(res, oldUrl);
@@ -489,7 +519,7 @@ describe('updateNotificationDestination', () => {
     expect(after!.webhook_url_enc).not.toBe(before!.webhook_url_enc);
     expect(after!.webhook_url_enc).not.toContain(newUrl);
 
-    expect((await client.post(testPath(created.id))).body.status).toBe('ok');
+    expect((await client.test(created.id)).body.status).toBe('ok');
     expect(deliveredTo(newUrl)).toHaveLength(1);
     expect(deliveredTo(oldUrl)).toHaveLength(0);
 
@@ -502,10 +532,10 @@ describe('updateNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url));
-    const res = await client.patch(itemPath(created.id), { config: { subject_prefix: '[Slack]' } });
+    const res = await client.update(created.id, { config: { subject_prefix: '[Slack]' } });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ to: [], cc: [], bcc: [], subject_prefix: '[Slack]', has_webhook_url: true });
-    await client.post(testPath(created.id));
+    await client.test(created.id);
     expect(deliveredTo(url)).toHaveLength(1);
   });
 
@@ -515,7 +545,7 @@ describe('updateNotificationDestination', () => {
     const created = await create(client, slackBody(url));
     const before = await storedRow(created.id);
     const refused = 'http://hooks.slack.com/services/T000/B000/YYYYYYYY';
-    const res = await client.patch(itemPath(created.id), { config: { webhook_url: refused } });
+    const res = await client.update(created.id, { config: { webhook_url: refused } });
     expectError(res, 400, 'outbound_url_not_allowed');
     expect(res.body.errors).toEqual([problem('/config/webhook_url')]);
     expectNoSecret(res, refused);
@@ -526,19 +556,19 @@ describe('updateNotificationDestination', () => {
     const { client, orgId } = await newOrg();
     await create(client, emailBody({ name: 'First' }));
     const second = await create(client, emailBody({ name: 'Second' }));
-    const res = await client.patch(itemPath(second.id), { name: 'First', is_active: false });
+    const res = await client.update(second.id, { name: 'First', is_active: false });
     expectError(res, 409, 'name_taken');
-    expect((await client.get(itemPath(second.id))).body).toEqual(second);
+    expect((await client.read(second.id)).body).toEqual(second);
     expect(await destinationAudit(orgId)).toHaveLength(2);
 
-    const same = await client.patch(itemPath(second.id), { name: 'Second' });
+    const same = await client.update(second.id, { name: 'Second' });
     expect(same.status).toBe(200);
     expect(same.body.name).toBe('Second');
   });
 
   it('answers 404 not_found for an unknown id', async () => {
     const { client, orgId } = await newOrg();
-    expectError(await client.patch(itemPath(newId('notificationDestination')), { name: 'x' }), 404, 'not_found');
+    expectError(await client.update(newId('notificationDestination'), { name: 'x' }), 404, 'not_found');
     expect(await destinationAudit(orgId)).toEqual([]);
   });
 
@@ -572,7 +602,7 @@ describe('updateNotificationDestination', () => {
     });
 
     it('changes nothing for any of them', async () => {
-      expect((await org.client.get(itemPath(created.id))).body).toEqual(created);
+      expect((await org.client.read(created.id)).body).toEqual(created);
       expect(await destinationAudit(org.orgId)).toHaveLength(1);
     });
   });
@@ -585,31 +615,31 @@ describe('deleteNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
 
-    const res = await client.delete(itemPath(created.id));
+    const res = await client.remove(created.id);
     expect(res.status).toBe(204);
     expect(res.text).toBe('');
     expect(await storedRow(created.id)).toBeUndefined();
 
-    expectError(await client.get(itemPath(created.id)), 404, 'not_found');
-    expectError(await client.delete(itemPath(created.id)), 404, 'not_found');
-    expectError(await client.patch(itemPath(created.id), { name: 'x' }), 404, 'not_found');
-    expectError(await client.post(testPath(created.id)), 404, 'not_found');
+    expectError(await client.read(created.id), 404, 'not_found');
+    expectError(await client.remove(created.id), 404, 'not_found');
+    expectError(await client.update(created.id, { name: 'x' }), 404, 'not_found');
+    expectError(await client.test(created.id), 404, 'not_found');
     expect(deliveredTo(url)).toHaveLength(0);
-    expect((await client.get(LIST)).body).toEqual({ data: [kept], next_cursor: null });
+    expect((await client.list()).body).toEqual({ data: [kept], next_cursor: null });
   });
 
   it('frees the name for a new destination', async () => {
     const { client } = await newOrg();
     const created = await create(client, emailBody({ name: 'Reused' }));
-    await client.delete(itemPath(created.id));
+    await client.remove(created.id);
     const again = await create(client, emailBody({ name: 'Reused' }));
     expect(again.id).not.toBe(created.id);
   });
 
   it('answers 404 not_found for an unknown id and 400 for a malformed one', async () => {
     const { client } = await newOrg();
-    expectError(await client.delete(itemPath(newId('notificationDestination'))), 404, 'not_found');
-    expectValidation(await client.delete(itemPath('onfd_nope')), [problem('/id', undefined, 'path')]);
+    expectError(await client.remove(newId('notificationDestination')), 404, 'not_found');
+    expectValidation(await client.remove('onfd_nope'), [problem('/id', undefined, 'path')]);
   });
 });
 
@@ -619,7 +649,7 @@ describe('testNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url, { name: '#ops-alerts', event_types: ['role.created', 'member.joined'] }));
 
-    const res = await client.post(testPath(created.id));
+    const res = await client.test(created.id);
     expect(res.status).toBe(200);
     expectNoSecret(res, url);
     expect(res.body).toEqual({
@@ -644,7 +674,7 @@ describe('testNotificationDestination', () => {
     expect(payload.text).toContain('Acme Robotics');
     expect(payload.text).toContain('member.joined');
 
-    const fetched = await client.get(itemPath(created.id));
+    const fetched = await client.read(created.id);
     expect(fetched.body).toEqual(res.body.destination);
     expect((await storedRow(created.id))!.last_test_status).toBe('ok');
   });
@@ -653,7 +683,7 @@ describe('testNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' } }));
-    await client.post(testPath(created.id));
+    await client.test(created.id);
     expect(JSON.parse(deliveredTo(url)[0]!.body).text).toMatch(/^\[Acme MCP\] /);
   });
 
@@ -663,7 +693,7 @@ describe('testNotificationDestination', () => {
     const created = await create(client, slackBody(url));
     peers.receiver.respondWith({ status: 500, body: 'upstream broke' });
 
-    const res = await client.post(testPath(created.id));
+    const res = await client.test(created.id);
     expect(res.status).toBe(200);
     expect(res.body.status).toBe('failed');
     expect(res.body.error).toEqual(expect.stringContaining('500'));
@@ -671,7 +701,7 @@ describe('testNotificationDestination', () => {
     expect(res.body.destination).toMatchObject({ last_test_status: 'failed', last_test_error: res.body.error, last_test_at: expect.stringMatching(ISO_MS) });
     expect(deliveredTo(url)).toHaveLength(1);
 
-    const fetched = await client.get(itemPath(created.id));
+    const fetched = await client.read(created.id);
     expect(fetched.body).toMatchObject({ last_test_status: 'failed', last_test_error: res.body.error, last_test_at: res.body.destination.last_test_at });
   });
 
@@ -680,9 +710,9 @@ describe('testNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
     peers.receiver.respondWith({ status: 404, body: 'no_team' });
-    expect((await client.post(testPath(created.id))).body).toMatchObject({ status: 'failed', error: expect.stringContaining('404') });
+    expect((await client.test(created.id)).body).toMatchObject({ status: 'failed', error: expect.stringContaining('404') });
     peers.receiver.respondWith({ status: 200, body: 'ok' });
-    const res = await client.post(testPath(created.id));
+    const res = await client.test(created.id);
     expect(res.body).toMatchObject({ status: 'ok', error: null, destination: { last_test_status: 'ok', last_test_error: null } });
   });
 
@@ -691,7 +721,7 @@ describe('testNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
     peers.receiver.respondWith({ status: 302, body: '' });
-    const res = await client.post(testPath(created.id));
+    const res = await client.test(created.id);
     expect(res.body).toMatchObject({ status: 'failed', error: expect.stringContaining('302') });
     expect(deliveredTo(url)).toHaveLength(1);
   });
@@ -702,7 +732,7 @@ describe('testNotificationDestination', () => {
     await closed.close();
     const { client } = await newOrg();
     const created = await create(client, slackBody(url));
-    const res = await client.post(testPath(created.id));
+    const res = await client.test(created.id);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ status: 'failed', error: expect.any(String), destination: { last_test_status: 'failed' } });
     expectNoSecret(res, url);
@@ -719,7 +749,7 @@ describe('testNotificationDestination', () => {
       event_types: ['invite.sent'],
     }));
 
-    const res = await client.post(testPath(created.id));
+    const res = await client.test(created.id);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ status: 'ok', error: null, destination: { id: created.id, last_test_status: 'ok', last_test_error: null } });
 
@@ -736,14 +766,14 @@ describe('testNotificationDestination', () => {
     expect(message!.raw).toContain('Mail test');
     expect(message!.raw).toContain('Acme Robotics');
 
-    expect((await client.get(itemPath(created.id))).body).toEqual(res.body.destination);
+    expect((await client.read(created.id)).body).toEqual(res.body.destination);
   });
 
   it('sends a subject without a prefix when none is set', async () => {
     const { client } = await newOrg();
     const to = mailbox('plain');
     const created = await create(client, emailBody({ config: { to: [to] } }));
-    await client.post(testPath(created.id));
+    await client.test(created.id);
     const [message] = mailFor(to);
     expect(headersOf(message!.raw)).toMatch(/^Subject: [^\s[]/m);
   });
@@ -753,7 +783,7 @@ describe('testNotificationDestination', () => {
     const to = mailbox('inject');
     const attacker = mailbox('attacker');
     const created = await create(client, emailBody({ config: { to: [to], subject_prefix: `[A]\r\nBcc: ${attacker}` } }));
-    expect((await client.post(testPath(created.id))).body.status).toBe('ok');
+    expect((await client.test(created.id)).body.status).toBe('ok');
     const [message] = mailFor(to);
     expect(message!.to).toEqual([to]);
     expect(headersOf(message!.raw)).not.toMatch(/^Bcc:/im);
@@ -764,15 +794,15 @@ describe('testNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url, { is_active: false }));
-    const res = await client.post(testPath(created.id));
+    const res = await client.test(created.id);
     expect(res.body).toMatchObject({ status: 'ok', destination: { is_active: false, last_test_status: 'ok' } });
     expect(deliveredTo(url)).toHaveLength(1);
   });
 
   it('answers 404 not_found for an unknown id and 400 for a malformed one', async () => {
     const { client } = await newOrg();
-    expectError(await client.post(testPath(newId('notificationDestination'))), 404, 'not_found');
-    expectValidation(await client.post(testPath('onfd_')), [problem('/id', undefined, 'path')]);
+    expectError(await client.test(newId('notificationDestination')), 404, 'not_found');
+    expectValidation(await client.test('onfd_'), [problem('/id', undefined, 'path')]);
   });
 
   describe('with an SMTP server that rejects recipients', () => {
@@ -790,7 +820,7 @@ describe('testNotificationDestination', () => {
     it('answers 200 with status failed and the server’s reply, and records it', async () => {
       const { client, orgId } = await newOrg(app);
       const created = await create(client, emailBody());
-      const res = await client.post(testPath(created.id));
+      const res = await client.test(created.id);
       expect(res.status).toBe(200);
       expect(res.body).toMatchObject({
         status: 'failed',
@@ -799,7 +829,7 @@ describe('testNotificationDestination', () => {
       });
       expect(res.body.destination.last_test_error).toBe(res.body.error);
       expect(rejecting.messages).toEqual([]);
-      expect((await client.get(itemPath(created.id))).body).toEqual(res.body.destination);
+      expect((await client.read(created.id)).body).toEqual(res.body.destination);
       expect((await destinationAudit(orgId, app)).map((e) => e.action)).toEqual(['notification_destination.created', 'notification_destination.tested']);
     });
   });
@@ -808,7 +838,7 @@ describe('testNotificationDestination', () => {
 describe('listNotificationDestinations', () => {
   it('answers an empty page for an organization without destinations', async () => {
     const { client } = await newOrg();
-    const res = await client.get(LIST);
+    const res = await client.list();
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: [], next_cursor: null });
   });
@@ -822,7 +852,7 @@ describe('listNotificationDestinations', () => {
     const b = await create(client, slackBody(url, { name: 'B' }));
     const c = await create(client, emailBody({ name: 'C', is_active: false }));
 
-    const res = await client.get(LIST);
+    const res = await client.list();
     expect(res.body).toEqual({ data: [a, b, c], next_cursor: null });
     expectNoSecret(res, url);
   });
@@ -873,7 +903,7 @@ describe('listNotificationDestinations', () => {
     const { client } = await newOrg();
     const created: string[] = [];
     for (let i = 1; i <= 4; i += 1) created.push((await create(client, emailBody({ name: `Destination ${i}` }))).id);
-    const first = await client.get(`${LIST}?limit=4`);
+    const first = await client.list({ limit: 4 });
     expect(first.body.next_cursor).toBeNull();
     const pages = await walk(client, 'limit=2');
     expect(pages.map((p) => p.length)).toEqual([2, 2]);
@@ -895,9 +925,9 @@ describe('listNotificationDestinations', () => {
     const { client } = await newOrg();
     const created: string[] = [];
     for (let i = 1; i <= 4; i += 1) created.push((await create(client, emailBody({ name: `Destination ${i}` }))).id);
-    const first = await client.get(`${LIST}?limit=2`);
-    await client.delete(itemPath(created[1]!));
-    const second = await client.get(`${LIST}?limit=2&cursor=${first.body.next_cursor}`);
+    const first = await client.list({ limit: 2 });
+    await client.remove(created[1]!);
+    const second = await client.list({ limit: 2, cursor: first.body.next_cursor });
     expect(second.body.data.map((d: { id: string }) => d.id)).toEqual(created.slice(2));
     expect(second.body.next_cursor).toBeNull();
   });
@@ -924,10 +954,10 @@ describe('listNotificationDestinations', () => {
     const { client } = await newOrg();
     await create(client, emailBody({ name: 'one' }));
     await create(client, emailBody({ name: 'two' }));
-    const one = await client.get(`${LIST}?limit=1`);
+    const one = await client.list({ limit: 1 });
     expect(one.body.data).toHaveLength(1);
     expect(one.body.next_cursor).toEqual(expect.any(String));
-    const all = await client.get(`${LIST}?limit=200`);
+    const all = await client.list({ limit: 200 });
     expect(all.body.data).toHaveLength(2);
     expect(all.body.next_cursor).toBeNull();
   });
@@ -974,7 +1004,7 @@ async function orgWithDestination() {
     url,
     destination,
     async expectUnchanged() {
-      expect((await org.client.get(itemPath(destination.id))).body).toEqual(destination);
+      expect((await org.client.read(destination.id)).body).toEqual(destination);
       expect(await storedRow(destination.id)).toEqual(row);
       expect(deliveredTo(url)).toEqual([]);
       expect(await countRows(org.orgId)).toBe(1);
@@ -988,8 +1018,8 @@ describe('permissions', () => {
     const org = await orgWithDestination();
     const userId = await t.factories.member(org.orgId, { roles: ['member'] });
     const clients = [
-      t.as({ session: await t.factories.session(userId), org: org.orgId }),
-      t.as({ token: await t.factories.token(org.orgId, userId), org: org.orgId }),
+      destinationClient(t, { session: await t.factories.session(userId), org: org.orgId }),
+      destinationClient(t, { token: await t.factories.token(org.orgId, userId), org: org.orgId }),
     ];
     for (const client of clients) {
       for (const op of OPERATIONS) {
@@ -1003,7 +1033,7 @@ describe('permissions', () => {
 
   it('lets a token limited to notification:view list and get, and refuses it every change', async () => {
     const org = await orgWithDestination();
-    const viewer = t.as({ token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
+    const viewer = destinationClient(t, { token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
     for (const op of READS) expect((await op.send(viewer, org.destination.id)).status).toBe(200);
     for (const op of WRITES) {
       const res = await op.send(viewer, org.destination.id);
@@ -1016,7 +1046,7 @@ describe('permissions', () => {
   it('lets an auditor read, and refuses the auditor every change', async () => {
     const org = await orgWithDestination();
     const auditorId = await t.factories.member(org.orgId, { roles: ['auditor'] });
-    const auditor = t.as({ session: await t.factories.session(auditorId), org: org.orgId });
+    const auditor = destinationClient(t, { session: await t.factories.session(auditorId), org: org.orgId });
     const list = await auditor.get(LIST);
     expect(list.body).toEqual({ data: [org.destination], next_cursor: null });
     expect((await auditor.get(itemPath(org.destination.id))).body).toEqual(org.destination);
@@ -1027,7 +1057,7 @@ describe('permissions', () => {
   it('lets an admin member do everything', async () => {
     const org = await orgWithDestination();
     const adminId = await t.factories.member(org.orgId, { roles: ['admin'] });
-    const admin = t.as({ session: await t.factories.session(adminId), org: org.orgId });
+    const admin = destinationClient(t, { session: await t.factories.session(adminId), org: org.orgId });
     const statuses = [];
     for (const op of OPERATIONS) statuses.push((await op.send(admin, org.destination.id)).status);
     expect(statuses).toEqual([200, 201, 200, 200, 204, 404]);
@@ -1035,27 +1065,16 @@ describe('permissions', () => {
 
   it('checks the permission before validating the body', async () => {
     const org = await orgWithDestination();
-    const viewer = t.as({ token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
+    const viewer = destinationClient(t, { token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
     expectError(await viewer.post(LIST, { nonsense: true }), 403, 'missing_permission');
     expectError(await viewer.patch(itemPath(org.destination.id), { type: 'email' }), 403, 'missing_permission');
   });
 });
 
 describe('credentials', () => {
-  it('answers 401 unauthenticated with WWW-Authenticate on every operation without a credential', async () => {
-    const org = await orgWithDestination();
-    const anonymous = t.as({ org: org.orgId });
-    for (const op of OPERATIONS) {
-      const res = await op.send(anonymous, org.destination.id);
-      expectError(res, 401, 'unauthenticated');
-      expect(res.headers.get('www-authenticate')).toMatch(/^Bearer realm="/);
-    }
-    await org.expectUnchanged();
-  });
-
   it('answers 401 invalid_token on every operation for a token that does not exist', async () => {
     const org = await orgWithDestination();
-    const forged = t.as({ token: `${org.token.slice(0, -6)}zzzzzz`, org: org.orgId });
+    const forged = destinationClient(t, { token: `${org.token.slice(0, -6)}zzzzzz`, org: org.orgId });
     for (const op of OPERATIONS) {
       const res = await op.send(forged, org.destination.id);
       expectError(res, 401, 'invalid_token');
@@ -1063,29 +1082,17 @@ describe('credentials', () => {
     }
     await org.expectUnchanged();
   });
-
-  it('answers 400 organization_header_required on every operation without X-Organization-Id', async () => {
-    const org = await orgWithDestination();
-    const headerless = t.as({ token: org.token });
-    for (const op of OPERATIONS) expectError(await op.send(headerless, org.destination.id), 400, 'organization_header_required');
-    await org.expectUnchanged();
-  });
 });
 
 describe('tenant isolation', () => {
-  it('answers 404 for another organization’s destination on get, patch, delete and test, and leaves it unchanged', async () => {
+  // 404 for another organization's destination on every operation, and the destination left
+  // as it was: every-operation.test.ts, from test/fixtures/notification-destinations.ts.
+  it('lists none of another organization’s destinations, and records nothing for the one that asked', async () => {
     const a = await newOrg();
     const b = await orgWithDestination();
-    const id = b.destination.id;
-
-    expectError(await a.client.get(itemPath(id)), 404, 'not_found');
-    expectError(await a.client.patch(itemPath(id), { name: 'Hijacked', is_active: false }), 404, 'not_found');
-    expectError(await a.client.patch(itemPath(id), { config: { webhook_url: hookUrl() } }), 404, 'not_found');
-    expectError(await a.client.post(testPath(id)), 404, 'not_found');
-    expectError(await a.client.delete(itemPath(id)), 404, 'not_found');
-    expect((await a.client.get(LIST)).body).toEqual({ data: [], next_cursor: null });
+    expectError(await a.client.update(b.destination.id, { config: { webhook_url: hookUrl() } }), 404, 'not_found');
+    expect((await a.client.list()).body).toEqual({ data: [], next_cursor: null });
     expect(await destinationAudit(a.orgId)).toEqual([]);
-
     await b.expectUnchanged();
   });
 
@@ -1095,8 +1102,8 @@ describe('tenant isolation', () => {
     await create(a.client, emailBody({ name: 'A1' }));
     await create(a.client, emailBody({ name: 'A2' }));
     const bOnly = await create(b.client, emailBody({ name: 'B1' }));
-    const page = await a.client.get(`${LIST}?limit=1`);
-    const res = await b.client.get(`${LIST}?cursor=${page.body.next_cursor}`);
+    const page = await a.client.list({ limit: 1 });
+    const res = await b.client.list({ cursor: page.body.next_cursor });
     expect(res.status).toBe(200);
     expect(res.body.data.map((d: { id: string }) => d.id)).toEqual([bOnly.id]);
   });
@@ -1104,7 +1111,7 @@ describe('tenant isolation', () => {
   it('answers 403 not_a_member when A’s token names B’s organization', async () => {
     const a = await newOrg();
     const b = await orgWithDestination();
-    const crossed = t.as({ token: a.token, org: b.orgId });
+    const crossed = destinationClient(t, { token: a.token, org: b.orgId });
     for (const op of OPERATIONS) expectError(await op.send(crossed, b.destination.id), 403, 'not_a_member');
     await b.expectUnchanged();
   });
@@ -1121,20 +1128,20 @@ describe('audit', () => {
     const steps: [string, () => Promise<TestResponse>][] = [];
     let id = '';
     steps.push(['notification_destination.created', async () => {
-      const res = await client.post(LIST, slackBody(firstUrl, { config: { webhook_url: firstUrl, subject_prefix: '[A]' } }));
+      const res = await client.create(slackBody(firstUrl, { config: { webhook_url: firstUrl, subject_prefix: '[A]' } }));
       id = res.body.id;
       return res;
     }]);
-    steps.push(['notification_destination.updated', () => client.patch(itemPath(id), { name: 'Renamed', config: { webhook_url: secondUrl } })]);
-    steps.push(['notification_destination.tested', () => client.post(testPath(id))]);
-    steps.push(['notification_destination.deleted', () => client.delete(itemPath(id))]);
+    steps.push(['notification_destination.updated', () => client.update(id, { name: 'Renamed', config: { webhook_url: secondUrl } })]);
+    steps.push(['notification_destination.tested', () => client.test(id)]);
+    steps.push(['notification_destination.deleted', () => client.remove(id)]);
 
     for (const [action, run] of steps) {
       const before = await destinationAudit(orgId);
       const res = await run();
       expect(res.status).toBeLessThan(300);
       // Reads in between write nothing.
-      await client.get(LIST);
+      await client.list();
       const after = await destinationAudit(orgId);
       expect(after).toHaveLength(before.length + 1);
       const entry = after[after.length - 1]!;
@@ -1161,7 +1168,7 @@ describe('audit', () => {
     const { client, orgId } = await newOrg();
     const created = await create(client, slackBody(hookUrl()));
     peers.receiver.respondWith({ status: 500 });
-    expect((await client.post(testPath(created.id))).body.status).toBe('failed');
+    expect((await client.test(created.id)).body.status).toBe('failed');
     const entries = await destinationAudit(orgId);
     expect(entries.map((e) => e.action)).toEqual(['notification_destination.created', 'notification_destination.tested']);
     expect(entries[1]!.target_id).toBe(created.id);
@@ -1170,13 +1177,78 @@ describe('audit', () => {
   it('writes nothing for refused requests', async () => {
     const { client, orgId } = await newOrg();
     const created = await create(client, emailBody({ name: 'Taken' }));
-    await client.post(LIST, emailBody({ name: 'Taken' }));
-    await client.post(LIST, emailBody({ event_types: [] }));
-    await client.patch(itemPath(created.id), { type: 'slack' });
-    await client.patch(itemPath(newId('notificationDestination')), { name: 'x' });
-    await client.delete(itemPath(newId('notificationDestination')));
-    await client.post(testPath(newId('notificationDestination')));
+    await client.create(emailBody({ name: 'Taken' }));
+    await client.create(emailBody({ event_types: [] }));
+    await client.update(created.id, { type: 'slack' });
+    await client.update(newId('notificationDestination'), { name: 'x' });
+    await client.remove(newId('notificationDestination'));
+    await client.test(newId('notificationDestination'));
     expect((await destinationAudit(orgId)).map((e) => e.action)).toEqual(['notification_destination.created']);
+  });
+});
+
+describe('Slack webhook hosts', () => {
+  it('takes only Slack’s webhook host by default, and the compatible hosts the operator lists', async () => {
+    const defaults = await startTestApp({ env: { SLACK_WEBHOOK_HOSTS: '' } });
+    try {
+      const { client } = await newOrg(defaults);
+      expect((await client.create(slackBody('https://hooks.slack.com/services/T000/B000/XXXXXXXX'))).status).toBe(201);
+      const elsewhere = await client.create(slackBody('https://webhooks.example.com/services/T000/B000/XXXXXXXX', { name: 'Elsewhere' }));
+      expectError(elsewhere, 400, 'outbound_url_not_allowed');
+      expect(elsewhere.body.errors).toEqual([problem('/config/webhook_url', 'must be a Slack incoming webhook on hooks.slack.com')]);
+    } finally {
+      await defaults.close();
+    }
+    const listed = await startTestApp({ env: { SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,chat.example.com' } });
+    try {
+      const { client } = await newOrg(listed);
+      expect((await client.create(slackBody('https://chat.example.com/hooks/abc'))).status).toBe(201);
+    } finally {
+      await listed.close();
+    }
+  });
+});
+
+describe('an outbound call’s deadline', () => {
+  it('gives up on a receiver that keeps the connection alive a byte at a time, and says so', async () => {
+    const { client } = await newOrg();
+    const url = hookUrl();
+    const created = await create(client, slackBody(url));
+    // OUTBOUND_TIMEOUT_MS is 3000 in tests; the receiver would take 10 s to finish.
+    peers.receiver.respondWith({ status: 200, drip: { everyMs: 100, forMs: 10_000 } });
+    const res = await client.test(created.id);
+    expect(res.body).toMatchObject({ status: 'failed', error: 'No answer within 3 seconds.' });
+  });
+});
+
+describe('with NOTIFICATION_TEST_COOLDOWN_SECONDS=60', () => {
+  let cool: TestApp;
+  beforeAll(async () => {
+    cool = await startTestApp({ env: { SMTP_URL: peers.smtp.url, NOTIFICATION_TEST_COOLDOWN_SECONDS: '60' } });
+  });
+  afterAll(() => cool.close());
+
+  it('sends one test message per destination per minute, and answers the next with 429 and Retry-After', async () => {
+    const { client } = await newOrg(cool);
+    const to = mailbox('cooldown');
+    const first = await create(client, emailBody({ config: { to: [to] } }));
+    const second = await create(client, emailBody({ name: 'Other', config: { to: [to] } }));
+    expect((await client.test(first.id)).body.status).toBe('ok');
+    const again = await client.test(first.id);
+    expectError(again, 429, 'rate_limited');
+    expect(Number(again.headers.get('retry-after'))).toBeGreaterThanOrEqual(59);
+    expect((await client.test(second.id)).body.status).toBe('ok');
+    expect(mailFor(to)).toHaveLength(2);
+    expect((await destinationAudit((await storedRow(first.id, cool))!.org_id, cool)).filter((e) => e.action === 'notification_destination.tested')).toHaveLength(2);
+  });
+
+  it('lets one of two simultaneous tests through', async () => {
+    const { client } = await newOrg(cool);
+    const to = mailbox('race');
+    const destination = await create(client, emailBody({ config: { to: [to] } }));
+    const answers = await Promise.all([client.test(destination.id), client.test(destination.id), client.test(destination.id)]);
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 429, 429]);
+    expect(mailFor(to)).toHaveLength(1);
   });
 });
 
@@ -1201,7 +1273,7 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
   it('answers 400 outbound_url_not_allowed for loopback webhook URLs on create, and writes nothing', async () => {
     const { client, orgId } = await newOrg(strict);
     for (const url of loopbackUrls()) {
-      const res = await client.post(LIST, slackBody(url));
+      const res = await client.create(slackBody(url));
       expectError(res, 400, 'outbound_url_not_allowed');
       expect(res.body.errors).toEqual([problem('/config/webhook_url')]);
       expectNoSecret(res, url);
@@ -1215,9 +1287,31 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
     const created = await create(client, slackBody(`https://hooks.slack.com/services/T000/B000/${unique()}`));
     const before = await storedRow(created.id, strict);
     for (const url of loopbackUrls()) {
-      expectError(await client.patch(itemPath(created.id), { config: { webhook_url: url } }), 400, 'outbound_url_not_allowed');
+      expectError(await client.update(created.id, { config: { webhook_url: url } }), 400, 'outbound_url_not_allowed');
     }
     expect(await storedRow(created.id, strict)).toEqual(before);
+  });
+
+  it('tells the customer only that a host resolving to an internal address could not be reached', async () => {
+    // The machine's own name is no literal address and no `localhost`: only resolving it shows
+    // where it leads (here, /etc/hosts maps it to loopback).
+    const host = hostname();
+    const resolved = await lookup(host).catch(() => null);
+    if (!resolved || classifyAddress(resolved.address) === 'public') return console.warn(`${host} does not resolve to an internal address here; nothing to test.`);
+    const { client, orgId, ownerId } = await newOrg(strict);
+    const url = `https://${host}:${new URL(peers.receiver.url).port}/services/T1/B1/${unique()}`;
+    const id = newId('notificationDestination');
+    await strict.db
+      .insertInto('notification_destinations')
+      .values({
+        id, org_id: orgId, name: 'Resolves inside', type: 'slack', config: JSON.stringify({ to: [], cc: [], bcc: [], subject_prefix: null }),
+        webhook_url_enc: strict.deps.secrets.seal(url, `notification_destinations.webhook_url:${id}`), event_types: ['member.joined'], is_active: true, created_by_user_id: ownerId,
+      })
+      .execute();
+    const res = await client.test(id);
+    expect(res.body).toMatchObject({ status: 'failed', error: 'The destination could not be reached from this server.' });
+    expect(res.text).not.toMatch(/loopback|private|127\.0\.0\.1/);
+    expect(deliveredTo(url)).toEqual([]);
   });
 
   it('refuses at send time a stored webhook URL that points to loopback, and records the failure', async () => {
@@ -1241,7 +1335,7 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
       })
       .execute();
 
-    const res = await client.post(testPath(id));
+    const res = await client.test(id);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ status: 'failed', error: expect.stringContaining('loopback'), destination: { id, last_test_status: 'failed' } });
     expectNoSecret(res, url);
@@ -1252,7 +1346,7 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
 describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', () => {
   let privateOnly: TestApp;
   beforeAll(async () => {
-    privateOnly = await startTestApp({ env: { OUTBOUND_ALLOW_LOOPBACK: 'false', OUTBOUND_ALLOW_PRIVATE: 'true' } });
+    privateOnly = await startTestApp({ env: { OUTBOUND_ALLOW_LOOPBACK: 'false', OUTBOUND_ALLOW_PRIVATE: 'true', SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,10.1.2.3' } });
   });
   afterAll(() => privateOnly.close());
 
@@ -1260,7 +1354,7 @@ describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', (
     const { client, orgId } = await newOrg(privateOnly);
     const port = new URL(peers.receiver.url).port;
     for (const url of [`http://0.0.0.0:${port}/services/T0/B0/${unique()}`, `http://[::]:${port}/services/T0/B0/${unique()}`]) {
-      expectError(await client.post(LIST, slackBody(url)), 400, 'outbound_url_not_allowed');
+      expectError(await client.create(slackBody(url)), 400, 'outbound_url_not_allowed');
       expect(deliveredTo(url)).toEqual([]);
     }
     expect(await countRows(orgId, privateOnly)).toBe(0);
@@ -1270,12 +1364,12 @@ describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', (
     const { client } = await newOrg(privateOnly);
     const port = new URL(peers.receiver.url).port;
     for (const url of [`http://127.0.0.1:${port}/services/T0/B0/${unique()}`, `http://[::1]:${port}/services/T0/B0/${unique()}`]) {
-      expectError(await client.post(LIST, slackBody(url)), 400, 'outbound_url_not_allowed');
+      expectError(await client.create(slackBody(url)), 400, 'outbound_url_not_allowed');
     }
   });
 
   it('accepts a private address', async () => {
     const { client } = await newOrg(privateOnly);
-    expect((await client.post(LIST, slackBody('https://10.1.2.3/services/T000/B000/PRIVATEOK'))).status).toBe(201);
+    expect((await client.create(slackBody('https://10.1.2.3/services/T000/B000/PRIVATEOK'))).status).toBe(201);
   });
 });

@@ -4,15 +4,17 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import createClient, { type Client, type Middleware } from 'openapi-fetch';
 import pino from 'pino';
+import type { paths } from '../../generated/openapi';
 import { createApp, type AppOptions } from '../../src/app';
-import { notImplemented as defaultNotImplemented } from '../../src/areas';
 import { loadConfig, type Config } from '../../src/config';
 import type { DatabaseHandle } from '../../src/db/database';
 import { createMailer } from '../../src/events/email';
 import type { AppDeps } from '../../src/http/context';
-import { SecretBox } from '../../src/lib/crypto';
+import { secretBoxOf } from '../../src/lib/crypto';
 import { freshDatabase } from './database';
+import { recordEvent } from './events-seen';
 import { Factories } from './factories';
 import { SpecChecker } from './spec-checker';
 
@@ -34,6 +36,33 @@ export interface CallOptions {
 
 let sharedChecker: SpecChecker | null = null;
 
+/**
+ * A typed client call, answered in the shape `call` answers (status, headers, body, text), so
+ * assertions read the same whichever client sent the request.
+ */
+export async function settle(call: Promise<{ data?: unknown; error?: unknown; response: Response }>): Promise<TestResponse> {
+  const { data, error, response } = await call;
+  const body = data ?? error;
+  return { status: response.status, headers: response.headers, body, text: body === undefined ? '' : typeof body === 'string' ? body : JSON.stringify(body) };
+}
+
+/**
+ * The generated `paths`, except that X-Organization-Id is optional: the typed client sends
+ * the organization it was made for on every call, so tests do not repeat it.
+ */
+type OrgHeaderOptional<P> = {
+  [Path in keyof P]: {
+    [M in keyof P[Path]]: P[Path][M] extends { parameters: infer Params }
+      ? Params extends { header: infer H }
+        ? Omit<P[Path][M], 'parameters'> & { parameters: Omit<Params, 'header'> & { header?: Omit<H, 'X-Organization-Id'> & { 'X-Organization-Id'?: string } } }
+        : P[Path][M]
+      : P[Path][M];
+  };
+};
+
+/** A client typed by the spec, as SDK users generate one: a wrong path, parameter or body does not compile. */
+export type ApiClient = Client<OrgHeaderOptional<paths>>;
+
 export class TestApp {
   readonly factories: Factories;
   /** Every response that failed the spec check; afterEach hooks may assert it is empty. */
@@ -44,6 +73,7 @@ export class TestApp {
     readonly database: DatabaseHandle,
     readonly deps: AppDeps,
     private readonly server: Server,
+    private readonly closeApp: () => Promise<void>,
     private readonly checker: SpecChecker | null,
     /** Operations this app answers with 501 not_implemented. */
     readonly pending: ReadonlySet<string>,
@@ -82,7 +112,37 @@ export class TestApp {
     return { status: res.status, headers: res.headers, body: parsed as T, text };
   }
 
-  /** A client whose requests carry the same credential and organization. */
+  /**
+   * The typed client (openapi-fetch over the generated types), carrying a credential and an
+   * organization. Every response is checked against the spec, as `call` does.
+   */
+  client(credential: { token?: string; session?: string; org?: string } = {}): ApiClient {
+    const headers: Record<string, string> = {};
+    if (credential.token) headers.authorization = `Bearer ${credential.token}`;
+    if (credential.session) headers.cookie = `cp_session=${credential.session}`;
+    if (credential.org) headers['x-organization-id'] = credential.org;
+    const client = createClient<OrgHeaderOptional<paths>>({ baseUrl: this.url, headers });
+    const checker = this.checker;
+    if (checker) {
+      const check: Middleware = {
+        onResponse: async ({ request, response }) => {
+          const text = await response.clone().text();
+          const type = response.headers.get('content-type') ?? '';
+          const body = text === '' ? undefined : type.includes('json') ? JSON.parse(text) : text;
+          const problems = checker.check(request.method.toLowerCase(), new URL(request.url).pathname, response.status, response.headers, body, this.pending);
+          if (problems.length > 0) {
+            this.specProblems.push(...problems);
+            throw new Error(`Response of ${request.method} ${new URL(request.url).pathname} breaks the spec:\n${problems.join('\n')}`);
+          }
+          return undefined;
+        },
+      };
+      client.use(check);
+    }
+    return client;
+  }
+
+  /** A client whose requests carry the same credential and organization, untyped: for requests the spec forbids. */
   as(credential: { token?: string; session?: string; org?: string }) {
     const call = <T = any>(method: string, path: string, body?: unknown, extra: CallOptions = {}) =>
       this.call<T>(method, path, body, { ...credential, ...extra, headers: { ...extra.headers } });
@@ -99,6 +159,7 @@ export class TestApp {
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.deps.mailer.close();
+    await this.closeApp();
     await this.database.close();
   }
 }
@@ -121,6 +182,10 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     RATE_LIMIT_REQUESTS: '100000',
     RATE_LIMIT_AUTH_FAILURES: '100000',
     OUTBOUND_TIMEOUT_MS: '3000',
+    // The webhook receiver on loopback stands in for Slack.
+    SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,127.0.0.1',
+    // Tests send test messages back to back; the cooldown has its own test.
+    NOTIFICATION_TEST_COOLDOWN_SECONDS: '0',
     ...options.env,
   });
   const logger = pino({ level: config.logLevel });
@@ -128,11 +193,12 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     config,
     db: database.db,
     pool: database.pool,
-    secrets: new SecretBox(config.encryptionKey),
+    secrets: secretBoxOf(config.encryptionKeys),
     mailer: createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs),
     logger,
+    onEvent: recordEvent,
   };
-  const app = await createApp(deps, options);
+  const { app, registry, close: closeApp } = await createApp(deps, options);
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -140,6 +206,5 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;
   if (options.checkSpec !== false) sharedChecker ??= new SpecChecker();
-  const pending = options.notImplemented ?? defaultNotImplemented;
-  return new TestApp(url, database, deps, server, options.checkSpec === false ? null : sharedChecker, pending);
+  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented);
 }

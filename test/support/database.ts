@@ -41,26 +41,38 @@ export function withDatabase(url: string, name: string): string {
   return u.toString();
 }
 
+/** A database of its own on the server (a copy of `template` when given), and how to drop it. */
+export async function serverDatabase(url: string, prefix: string, template?: string): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `cp_test_${prefix}_${randomBytes(6).toString('hex')}`;
+  await onServer(url, (admin) => admin.query(`create database ${name}${template ? ` template ${template}` : ''}`));
+  return { url: withDatabase(url, name), drop: () => onServer(url, (admin) => admin.query(`drop database if exists ${name} with (force)`)).then(() => undefined) };
+}
+
+async function openServerDatabase(url: string, prefix: string, template: string | undefined, poolSize: number): Promise<DatabaseHandle> {
+  const database = await serverDatabase(url, prefix, template);
+  const handle = await openDatabase({ url: database.url, poolSize });
+  return {
+    ...handle,
+    close: async () => {
+      await handle.close();
+      await database.drop();
+    },
+  };
+}
+
 /**
  * A fresh, migrated database for one test file: a PGlite loaded from the template dump, or a
  * PostgreSQL database cloned from the template database (CREATE DATABASE … TEMPLATE).
  */
 export async function freshDatabase(): Promise<DatabaseHandle> {
   const url = serverUrl();
-  if (!url) {
-    const blob = new Blob([readFileSync(templateName())]);
-    const pglite = await PGlite.create({ loadDataDir: blob });
-    return openDatabase({ pglite });
-  }
-  const template = templateName();
-  const name = `cp_test_${randomBytes(6).toString('hex')}`;
-  await onServer(url, (admin) => admin.query(`create database ${name} template ${template}`));
-  const handle = await openDatabase({ url: withDatabase(url, name), poolSize: 5 });
-  return {
-    ...handle,
-    close: async () => {
-      await handle.close();
-      await onServer(url, (admin) => admin.query(`drop database if exists ${name} with (force)`));
-    },
-  };
+  if (!url) return openDatabase({ pglite: await PGlite.create({ loadDataDir: new Blob([readFileSync(templateName())]) }) });
+  return openServerDatabase(url, 'file', templateName(), 5);
+}
+
+/** An empty database, with no migration applied: in-memory PGlite, or a new database on the server. */
+export async function emptyDatabase(): Promise<DatabaseHandle> {
+  const url = serverUrl();
+  if (!url) return openDatabase({ pglite: await PGlite.create() });
+  return openServerDatabase(url, 'empty', undefined, 2);
 }

@@ -1,11 +1,17 @@
 import { randomBytes } from 'node:crypto';
+import { addMember } from '../../src/areas/members/members.repo';
+import { createOrganizationWithOwner } from '../../src/areas/organizations/organizations.service';
+import { insertCustomRole, systemRoleId } from '../../src/areas/roles/roles.repo';
+import { addTeamMember, insertTeam } from '../../src/areas/teams/teams.repo';
 import { mintApiToken } from '../../src/auth/api-tokens';
-import { SESSION_PREFIX } from '../../src/auth/credentials';
+import { PERMISSIONS } from '../../src/auth/permissions';
+import { startSession } from '../../src/auth/sessions';
+import { createUser } from '../../src/auth/users';
 import type { Db } from '../../src/db/database';
 import type { MembershipStatus, SystemRoleKey } from '../../src/db/schema';
-import { createOrganizationWithOwner } from '../../src/areas/organizations/organizations.service';
-import { PERMISSIONS } from '../../src/areas/roles/system-roles';
-import { hashSecret, randomSecret } from '../../src/lib/crypto';
+import type { EventDataMap, EventType } from '../../src/events/catalog';
+import { appendEvents } from '../../src/events/outbox';
+import { hashSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
 
 const unique = () => randomBytes(4).toString('hex');
@@ -18,17 +24,12 @@ export interface SeededOrg {
   roleIds: Record<SystemRoleKey, string>;
 }
 
-/** Test data written through the same code paths the service uses. */
+/** Test data written through the same repositories the service uses. */
 export class Factories {
   constructor(private readonly db: Db) {}
 
-  async user(input: { email?: string; name?: string | null; staff?: boolean } = {}): Promise<string> {
-    const id = newId('user');
-    await this.db
-      .insertInto('users')
-      .values({ id, email: input.email ?? `user-${unique()}@example.com`, name: input.name ?? null, is_root_org_staff: input.staff ?? false })
-      .execute();
-    return id;
+  user(input: { email?: string; name?: string | null; staff?: boolean } = {}): Promise<string> {
+    return createUser(this.db, { email: input.email ?? `user-${unique()}@example.com`, name: input.name ?? null, isRootOrgStaff: input.staff ?? false });
   }
 
   async org(input: { name?: string; ownerId?: string; requireMfa?: boolean } = {}): Promise<SeededOrg> {
@@ -44,20 +45,13 @@ export class Factories {
   /** Adds a person to an organization with system roles (by key) or role ids. */
   async member(orgId: string, input: { userId?: string; roles?: (SystemRoleKey | string)[]; status?: MembershipStatus; via?: 'invite' | 'scim' } = {}): Promise<string> {
     const userId = input.userId ?? (await this.user());
-    await this.db.insertInto('memberships').values({ org_id: orgId, user_id: userId, status: input.status ?? 'active', via: input.via ?? 'invite' }).execute();
-    for (const role of input.roles ?? ['member']) {
-      const roleId = role.startsWith('role_')
-        ? role
-        : (await this.db.selectFrom('roles').select('id').where('org_id', '=', orgId).where('system_key', '=', role as SystemRoleKey).executeTakeFirstOrThrow()).id;
-      await this.db.insertInto('role_assignments').values({ org_id: orgId, user_id: userId, role_id: roleId }).execute();
-    }
+    const roleIds = await Promise.all((input.roles ?? ['member']).map((role) => (role.startsWith('role_') ? role : systemRoleId(this.db, orgId, role as SystemRoleKey))));
+    await addMember(this.db, { orgId, userId, status: input.status ?? 'active', via: input.via ?? 'invite', roleIds });
     return userId;
   }
 
-  async customRole(orgId: string, permissions: string[], name = `Role ${unique()}`): Promise<string> {
-    const id = newId('role');
-    await this.db.insertInto('roles').values({ id, org_id: orgId, name, description: null, permissions, is_system: false, system_key: null, seat_class: 'billable' }).execute();
-    return id;
+  customRole(orgId: string, permissions: string[], name = `Role ${unique()}`): Promise<string> {
+    return insertCustomRole(this.db, { orgId, name, permissions });
   }
 
   async token(orgId: string, userId: string, permissions: readonly string[] = PERMISSIONS, options: { expiresAt?: Date } = {}): Promise<string> {
@@ -67,43 +61,33 @@ export class Factories {
     return minted.token;
   }
 
-  /** An organization event in the outbox, as a change that emits one writes it. */
-  async event(orgId: string, type: string, data: Record<string, unknown>, actorUserId: string | null = null): Promise<string> {
-    const id = newId('outboxEvent');
-    await this.db
-      .insertInto('outbox')
-      .values({ id, org_id: orgId, event_type: type, payload: JSON.stringify(data), actor_type: actorUserId ? 'user' : 'system', actor_id: actorUserId })
-      .execute();
-    return id;
+  /** An organization event in the outbox, as a change that emits one writes it; `data` is typed by the event's schema. */
+  async event<T extends EventType>(orgId: string, type: T, data: EventDataMap[T], actorUserId: string | null = null): Promise<string> {
+    const [id] = await appendEvents(this.db, orgId, [{ type, data }], { actor_type: actorUserId ? 'user' : 'system', actor_id: actorUserId });
+    return id as string;
   }
 
   async tokenId(token: string): Promise<string> {
     return (await this.db.selectFrom('api_tokens').select('id').where('token_hash', '=', hashSecret(token)).executeTakeFirstOrThrow()).id;
   }
 
-  /** A web-app session; sign-in flows come later, so tests create sessions directly. */
+  /** A web-app session; sign-in flows come later, so tests start sessions directly. */
   async session(userId: string, input: { secondFactor?: boolean; expiresAt?: Date } = {}): Promise<string> {
-    const secret = randomSecret(SESSION_PREFIX);
-    await this.db
-      .insertInto('sessions')
-      .values({
-        id: newId('session'),
-        user_id: userId,
-        token_hash: hashSecret(secret),
-        second_factor_at: input.secondFactor ? new Date() : null,
-        expires_at: input.expiresAt ?? new Date(Date.now() + 86_400_000),
-      })
-      .execute();
-    return secret;
+    const session = await startSession(this.db, {
+      userId,
+      secondFactorAt: input.secondFactor ? new Date() : null,
+      expiresAt: input.expiresAt ?? new Date(Date.now() + 86_400_000),
+    });
+    return session.secret;
   }
 
   async team(orgId: string, name: string, memberIds: string[] = []): Promise<string> {
-    const id = newId('team');
-    await this.db.insertInto('teams').values({ id, org_id: orgId, name, description: null }).execute();
-    for (const userId of memberIds) await this.db.insertInto('team_members').values({ team_id: id, org_id: orgId, user_id: userId }).execute();
-    return id;
+    const teamId = await insertTeam(this.db, { orgId, name });
+    for (const userId of memberIds) await addTeamMember(this.db, { teamId, orgId, userId });
+    return teamId;
   }
 
+  // Passkeys and TOTP have no repository until sign-in is built: written directly for now.
   async passkey(userId: string): Promise<string> {
     const id = newId('passkey');
     await this.db.insertInto('passkeys').values({ id, user_id: userId, name: 'Laptop', credential_id: unique(), public_key: 'test' }).execute();
@@ -114,13 +98,14 @@ export class Factories {
     await this.db.updateTable('users').set({ totp_secret_enc: 'test', totp_enabled_at: new Date() }).where('id', '=', userId).execute();
   }
 
-  auditEntries(orgId: string, action?: string) {
-    return this.db
+  async auditEntries(orgId: string, action?: string) {
+    const rows = await this.db
       .selectFrom('audit_log')
       .selectAll()
       .where('org_id', '=', orgId)
       .$if(action !== undefined, (q) => q.where('action', '=', action as string))
       .orderBy('id')
       .execute();
+    return rows.map((row) => ({ ...row, changes: row.changes as Record<string, unknown> }));
   }
 }

@@ -1,12 +1,36 @@
 import { rmSync } from 'node:fs';
+import type { Config } from '@jest/types';
+import { operations } from '../../generated/operations';
+import { serviceRegistry } from '../../src/areas';
 import { onServer, serverUrl, templateName } from './database';
+import { takeEventsSeen } from './events-seen';
 
-export default async function globalTeardown(): Promise<void> {
+/**
+ * After a run of the whole suite: every event a built operation declares in x-events must
+ * have been seen emitted by some test. A partial run (a file, a pattern) proves too little
+ * to judge, so it only cleans up.
+ */
+function checkEventsSeen(globalConfig: Config.GlobalConfig): void {
+  const seen = takeEventsSeen();
+  const partial = globalConfig.testPathPatterns.isSet() || !!globalConfig.testNamePattern || globalConfig.onlyChanged || process.env.SKIP_EVENT_CHECK === '1';
+  if (partial) return;
+  const { notImplemented } = serviceRegistry();
+  const unseen = Object.entries(operations)
+    .filter(([id]) => !notImplemented.has(id))
+    .flatMap(([id, meta]) => meta.events.map((type) => `${id} ${type}`))
+    .filter((pair) => !seen.has(pair));
+  if (unseen.length > 0) {
+    throw new Error(`No test saw these declared events emitted (operation, event): ${unseen.join('; ')}. Test them, or take them out of x-events.`);
+  }
+}
+
+export default async function globalTeardown(globalConfig: Config.GlobalConfig): Promise<void> {
   const template = templateName();
   const url = serverUrl();
-  if (!url) {
-    rmSync(template, { force: true });
-    return;
+  try {
+    checkEventsSeen(globalConfig);
+  } finally {
+    if (!url) rmSync(template, { force: true });
+    else await onServer(url, (admin) => admin.query(`drop database if exists ${template} with (force)`));
   }
-  await onServer(url, (admin) => admin.query(`drop database if exists ${template} with (force)`));
 }

@@ -51,15 +51,44 @@ export interface ReceivedRequest {
 
 /** A real HTTP server on loopback standing in for Slack or a webhook receiver. */
 export async function startHttpReceiver() {
-  const requests: ReceivedRequest[] = [];
-  let reply: { status: number; body: string; delayMs?: number } = { status: 200, body: 'ok' };
+  /** `alongside`: how many other requests were still being answered when this one arrived. */
+  const requests: (ReceivedRequest & { at: number; alongside: number })[] = [];
+  let answering = 0;
+  type Reply = {
+    status: number;
+    body: string;
+    delayMs?: number;
+    /** Sends the headers, then one byte every `everyMs` for `forMs` before ending: alive, but never done in time. */
+    drip?: { everyMs: number; forMs: number };
+    /** Only for requests whose path contains this; others get 200 ok. */
+    onlyFor?: string;
+  };
+  let reply: Reply = { status: 200, body: 'ok' };
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
+    answering += 1;
+    res.once('close', () => (answering -= 1));
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      requests.push({ method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
-      const send = () => res.writeHead(reply.status, { 'content-type': 'text/plain' }).end(reply.body);
-      if (reply.delayMs) setTimeout(send, reply.delayMs);
+      const received = { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      requests.push({ ...received, at: Date.now(), alongside: answering - 1 });
+      const current: Reply = reply.onlyFor && !(req.url ?? '').includes(reply.onlyFor) ? { status: 200, body: 'ok' } : reply;
+      if (current.drip) {
+        const { everyMs, forMs } = current.drip;
+        res.writeHead(current.status, { 'content-type': 'text/plain' });
+        const timer = setInterval(() => res.write('.'), everyMs);
+        const stop = setTimeout(() => {
+          clearInterval(timer);
+          res.end();
+        }, forMs);
+        res.once('close', () => {
+          clearInterval(timer);
+          clearTimeout(stop);
+        });
+        return;
+      }
+      const send = () => res.writeHead(current.status, { 'content-type': 'text/plain' }).end(current.body);
+      if (current.delayMs) setTimeout(send, current.delayMs);
       else send();
     });
   });
@@ -68,7 +97,7 @@ export async function startHttpReceiver() {
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
-    respondWith(next: { status: number; body?: string; delayMs?: number }) {
+    respondWith(next: Omit<Reply, 'body'> & { body?: string }) {
       reply = { body: '', ...next };
     },
     close: () =>

@@ -1,9 +1,10 @@
-import { randomBytes } from 'node:crypto';
+import { createCipheriv, randomBytes } from 'node:crypto';
+import { operations as generatedOperations } from '../../generated/operations';
 import { ConfigError, loadConfig } from '../../src/config';
 import { ApiError } from '../../src/http/errors';
 import { pageRequest, toPage } from '../../src/http/pagination';
 import { PathRouter } from '../../src/http/router';
-import { SecretBox, hashSecret } from '../../src/lib/crypto';
+import { SecretBox, hashSecret, secretBoxOf } from '../../src/lib/crypto';
 import { isId, newId } from '../../src/lib/ids';
 import { classifyAddress, refuseUrl } from '../../src/lib/outbound';
 
@@ -38,6 +39,15 @@ describe('PathRouter', () => {
     expect(router.match('DELETE', '/team/mine/members/usr_1')?.route).toBe('removeTeamMember');
   });
 
+  it('tells the description\'s look-alike file paths apart in the real document: literal segments win', () => {
+    const routes = new PathRouter<string>();
+    for (const [id, meta] of Object.entries(generatedOperations)) routes.add(meta.method, meta.path, id);
+    expect(routes.match('GET', '/file/upload-request/upreq_01jg3b7f0k2q8yq9w6r1c4d5e6')?.route).toBe('getUploadRequest');
+    expect(routes.match('GET', '/file/file_01jg3b7f0k2q8yq9w6r1c4d5e6/content')?.route).toBe('downloadFile');
+    expect(routes.match('GET', '/file/upload-request/content')?.route).toBe('getUploadRequest');
+    expect(routes.match('GET', '/file/file_01jg3b7f0k2q8yq9w6r1c4d5e6/share')?.route).toBe('listFileShares');
+  });
+
   it('matches nothing for unknown or empty segments', () => {
     expect(router.match('GET', '/teams')).toBeNull();
     expect(router.match('GET', '/team//members/x')).toBeNull();
@@ -59,6 +69,19 @@ describe('outbound address policy', () => {
     expect(classifyAddress('93.184.216.34')).toBe('public');
   });
 
+  it('calls only global unicast IPv6: the forms that embed IPv4, 6to4, NAT64, site-local and documentation blocks are not public', () => {
+    for (const address of ['::127.0.0.1', '::7f00:1', '::ffff:0:127.0.0.1', '2002:7f00:1::', '64:ff9b::7f00:1', '64:ff9b:1::1', 'fec0::1', '2001:db8::1', '2001::1', '3fff::1', 'fd12::1']) {
+      expect([address, classifyAddress(address)]).toEqual([address, 'private']);
+    }
+    expect(classifyAddress('::ffff:7f00:1')).toBe('loopback');
+    expect(classifyAddress('::ffff:10.0.0.1')).toBe('private');
+    expect(classifyAddress('2606:4700:4700::1111')).toBe('public');
+    expect(classifyAddress('192.88.99.1')).toBe('private');
+    expect(refuseUrl('https://[::127.0.0.1]/', strict)).toMatch(/private/);
+    expect(refuseUrl('https://[64:ff9b::a00:1]/hook', strict)).toMatch(/private/);
+    expect(refuseUrl('https://[2606:4700:4700::1111]/hook', strict)).toBeNull();
+  });
+
   it('refuses URLs that are not https, carry credentials or name internal hosts', () => {
     expect(refuseUrl('https://hooks.slack.com/services/T/B/X', strict)).toBeNull();
     expect(refuseUrl('http://hooks.slack.com/services/T/B/X', strict)).toBe('must use https');
@@ -78,7 +101,7 @@ describe('outbound address policy', () => {
 });
 
 describe('SecretBox', () => {
-  const box = new SecretBox(randomBytes(32));
+  const box = secretBoxOf({ current: randomBytes(32), older: [] });
 
   it('round-trips and never stores the plaintext', () => {
     const sealed = box.seal('https://hooks.slack.com/services/T/B/secret', 'row:1');
@@ -92,7 +115,29 @@ describe('SecretBox', () => {
     const parts = sealed.split('.');
     parts[3] = Buffer.from('other').toString('base64url');
     expect(() => box.open(parts.join('.'), 'row:1')).toThrow();
-    expect(() => new SecretBox(randomBytes(32)).open(sealed, 'row:1')).toThrow();
+    expect(() => secretBoxOf({ current: randomBytes(32), older: [] }).open(sealed, 'row:1')).toThrow();
+  });
+
+  it('names the key a value was sealed with, so an older key still opens it after rotation', () => {
+    const [a, b] = [randomBytes(32), randomBytes(32)];
+    const sealedWithA = secretBoxOf({ current: a, older: [] }).seal('secret', 'row:1');
+    const rotated = secretBoxOf({ current: b, older: [a] });
+    expect(SecretBox.keyIdOf(sealedWithA)).not.toBe(rotated.currentKeyId);
+    expect(rotated.open(sealedWithA, 'row:1')).toBe('secret');
+    const resealed = rotated.seal(rotated.open(sealedWithA, 'row:1'), 'row:1');
+    expect(SecretBox.keyIdOf(resealed)).toBe(rotated.currentKeyId);
+    expect(secretBoxOf({ current: b, older: [] }).open(resealed, 'row:1')).toBe('secret');
+    expect(() => secretBoxOf({ current: b, older: [] }).open(sealedWithA, 'row:1')).toThrow(/which this server does not have/);
+  });
+
+  it('opens values sealed before key ids (v1) with whichever configured key sealed them', () => {
+    const key = randomBytes(32);
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', key, iv);
+    cipher.setAAD(Buffer.from('row:1'));
+    const data = Buffer.concat([cipher.update('old secret', 'utf8'), cipher.final()]);
+    const v1 = ['v1', iv.toString('base64url'), cipher.getAuthTag().toString('base64url'), data.toString('base64url')].join('.');
+    expect(secretBoxOf({ current: randomBytes(32), older: [key] }).open(v1, 'row:1')).toBe('old secret');
   });
 
   it('hashes credentials with SHA-256', () => {
@@ -119,6 +164,21 @@ describe('configuration', () => {
     const config = loadConfig({ ...base });
     expect(config).toMatchObject({ port: 8080, baseUrl: 'http://127.0.0.1:8080', databaseUrl: null, env: 'development' });
     expect(config.outbound).toMatchObject({ allowLoopback: false, allowPrivate: false });
+  });
+
+  it('requires an encryption key with DATABASE_URL or in production, and parses keys strictly', () => {
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://db/mcp' })).toThrow(/ENCRYPTION_KEY is required with DATABASE_URL/);
+    expect(() => loadConfig({ NODE_ENV: 'production' })).toThrow(/ENCRYPTION_KEY is required when NODE_ENV=production/);
+    const key = randomBytes(32);
+    for (const written of [key.toString('hex'), key.toString('base64'), key.toString('base64url')]) {
+      expect(loadConfig({ ENCRYPTION_KEY: written }).encryptionKeys.current).toEqual(key);
+    }
+    for (const bad of ['!'.repeat(44), randomBytes(31).toString('base64'), `${key.toString('base64')}x`, 'short']) {
+      expect(() => loadConfig({ ENCRYPTION_KEY: bad })).toThrow(ConfigError);
+    }
+    const older = randomBytes(32);
+    expect(loadConfig({ ENCRYPTION_KEYS: `${key.toString('hex')},${older.toString('hex')}` }).encryptionKeys).toEqual({ current: key, older: [older] });
+    expect(() => loadConfig({ ENCRYPTION_KEYS: key.toString('hex'), ENCRYPTION_KEY: key.toString('hex') })).toThrow(/not both/);
   });
 
   it('names the setting that is wrong', () => {

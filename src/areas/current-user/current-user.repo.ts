@@ -33,7 +33,7 @@ export function listRolesHeld(db: Db, userId: string, orgIds: string[]) {
   return db
     .selectFrom('role_assignments as ra')
     .innerJoin('roles as r', 'r.id', 'ra.role_id')
-    .select(['ra.org_id', 'r.id', 'r.name', 'r.is_system', 'r.seat_class', 'r.permissions'])
+    .select(['ra.org_id', 'r.id', 'r.name', 'r.is_system', 'r.seat_class', 'r.system_key', 'r.permissions'])
     .where('ra.user_id', '=', userId)
     .where('ra.org_id', 'in', orgIds)
     .orderBy('r.id')

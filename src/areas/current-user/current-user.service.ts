@@ -1,5 +1,6 @@
 import type { components } from '../../../generated/openapi';
-import type { Caller } from '../../auth/credentials';
+import type { ApiTokenCaller, SessionCaller } from '../../auth/credentials';
+import { rolePermissions } from '../../auth/permissions';
 import type { Db } from '../../db/database';
 import { ApiError } from '../../http/errors';
 import { toOrganization } from '../organizations/organizations.mapper';
@@ -28,7 +29,8 @@ function blockedReason(requiring: { name: string }[]): string {
   return `${subject} a second factor and you have no passkey; add a passkey before turning off TOTP.`;
 }
 
-export async function currentUser(db: Db, caller: Caller, currentOrgId: string | undefined): Promise<CurrentUser> {
+/** `GET /user/me` takes an API token or a session (its security schemes); no other credential reaches it. */
+export async function currentUser(db: Db, caller: ApiTokenCaller | SessionCaller, currentOrgId: string | undefined): Promise<CurrentUser> {
   const profile = await repo.findUserProfile(db, caller.userId);
   if (!profile) throw new ApiError('invalid_token', 'The credential belongs to a user that no longer exists.');
 
@@ -43,7 +45,7 @@ export async function currentUser(db: Db, caller: Caller, currentOrgId: string |
 
   const organizations = memberships.map((m) => {
     const held = rolesByOrg.get(m.id) ?? [];
-    const union = new Set(held.flatMap((r) => r.permissions));
+    const union = new Set(held.flatMap((r) => rolePermissions(r)));
     const effective = [...union].filter((p) => !tokenGrant || tokenGrant.has(p)).sort() as Permission[];
     return {
       organization: toOrganization(m),
@@ -54,7 +56,8 @@ export async function currentUser(db: Db, caller: Caller, currentOrgId: string |
     };
   });
 
-  const requiringMfa = allMemberships.filter((m) => m.require_mfa);
+  // A token sees its own organization only, in the second-factor members too (their reason names organizations).
+  const requiringMfa = memberships.filter((m) => m.require_mfa);
   const refusing = caller.kind === 'session' && !caller.secondFactorAt ? requiringMfa.map((m) => m.id) : [];
   const ordered = currentOrgId && refusing.includes(currentOrgId) ? [currentOrgId, ...refusing.filter((id) => id !== currentOrgId)] : refusing;
   const canDisableMfa = !(requiringMfa.length > 0 && profile.passkey_count === 0);

@@ -1,6 +1,6 @@
-import type { Selectable, Updateable } from 'kysely';
-import type { Db } from '../../db/database';
-import type { Database, NewRow, NotificationDestinationsTable } from '../../db/schema';
+import type { Executor } from '../../db/database';
+import type { NewRow, Row, RowChanges } from '../../db/schema';
+import type { DestinationConfig } from '../../events/senders';
 import type { PageRequest } from '../../http/pagination';
 
 const COLUMNS = [
@@ -8,8 +8,8 @@ const COLUMNS = [
   'last_test_at', 'last_test_status', 'last_test_error', 'created_at', 'updated_at',
 ] as const;
 
-export type DestinationRow = Pick<Selectable<NotificationDestinationsTable>, (typeof COLUMNS)[number]>;
-type Executor = Db | import('kysely').Transaction<Database>;
+/** A destination as stored, its JSON `config` read as the shape it is written in. */
+export type DestinationRow = Omit<Pick<Row<'notification_destinations'>, (typeof COLUMNS)[number]>, 'config'> & { config: DestinationConfig };
 
 export function listDestinations(db: Executor, orgId: string, page: PageRequest, filter: { type?: string; is_active?: boolean }) {
   return db
@@ -21,6 +21,7 @@ export function listDestinations(db: Executor, orgId: string, page: PageRequest,
     .$if(filter.is_active !== undefined, (q) => q.where('is_active', '=', filter.is_active as boolean))
     .orderBy('id')
     .limit(page.limit + 1)
+    .$castTo<DestinationRow>()
     .execute();
 }
 
@@ -31,24 +32,43 @@ export function findDestination(db: Executor, orgId: string, id: string, forUpda
     .where('org_id', '=', orgId)
     .where('id', '=', id)
     .$if(forUpdate, (q) => q.forUpdate())
+    .$castTo<DestinationRow>()
     .executeTakeFirst();
 }
 
 export function insertDestination(db: Executor, values: NewRow<'notification_destinations'>) {
-  return db.insertInto('notification_destinations').values(values).returning(COLUMNS).executeTakeFirstOrThrow();
+  return db.insertInto('notification_destinations').values(values).returning(COLUMNS).$castTo<DestinationRow>().executeTakeFirstOrThrow();
 }
 
-export function updateDestination(db: Executor, orgId: string, id: string, changes: Updateable<NotificationDestinationsTable>) {
+export function updateDestination(db: Executor, orgId: string, id: string, changes: RowChanges<'notification_destinations'>) {
   return db
     .updateTable('notification_destinations')
-    .set({ ...changes, updated_at: new Date() })
+    .set(changes)
     .where('org_id', '=', orgId)
     .where('id', '=', id)
     .returning(COLUMNS)
+    .$castTo<DestinationRow>()
     .executeTakeFirst();
 }
 
-/** Records a test delivery; not a settings change, so `updated_at` stays. */
+/**
+ * Takes the destination's turn to send a test message: stamps `last_test_at` unless the last
+ * test is more recent than the cooldown. Undefined: no such destination, or not its turn.
+ * Conditional, so that concurrent requests (on any replica) send one message.
+ */
+export function claimTest(db: Executor, orgId: string, id: string, at: Date, cooldownMs: number) {
+  return db
+    .updateTable('notification_destinations')
+    .set({ last_test_at: at })
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .where((eb) => eb.or([eb('last_test_at', 'is', null), eb('last_test_at', '<=', new Date(at.getTime() - cooldownMs))]))
+    .returning(COLUMNS)
+    .$castTo<DestinationRow>()
+    .executeTakeFirst();
+}
+
+/** Records a test delivery; not a settings change, so `updated_at` stays (the table's trigger ignores these columns). */
 export function recordTest(db: Executor, orgId: string, id: string, test: { at: Date; status: 'ok' | 'failed'; error: string | null }) {
   return db
     .updateTable('notification_destinations')
@@ -56,6 +76,7 @@ export function recordTest(db: Executor, orgId: string, id: string, test: { at: 
     .where('org_id', '=', orgId)
     .where('id', '=', id)
     .returning(COLUMNS)
+    .$castTo<DestinationRow>()
     .executeTakeFirst();
 }
 

@@ -1,8 +1,8 @@
 import type { components } from '../../../generated/openapi';
-import type { NotificationDestinationConfigRow } from '../../db/schema';
+
 import { EVENT_TYPES, type EventType } from '../../events/catalog';
-import { eventBody } from '../../events/dispatcher';
-import { sendToDestination, webhookUrlContext, type DeliveryOutcome } from '../../events/senders';
+import { eventBody } from '../../events/outbox';
+import { sendToDestination, webhookUrlContext, type DeliveryOutcome, type DestinationConfig } from '../../events/senders';
 import type { RequestContext } from '../../http/context';
 import { ApiError, isUniqueViolation, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
@@ -47,8 +47,14 @@ export function toDestination(row: repo.DestinationRow): Destination {
   };
 }
 
+/** Slack's incoming webhooks live on one host; anything else would make a Slack destination a general webhook. */
+function slackHostReason(url: string, allowed: readonly string[]): string | null {
+  const host = new URL(url).hostname.toLowerCase();
+  return allowed.includes(host) ? null : `must be a Slack incoming webhook on ${allowed.join(' or ')}`;
+}
+
 function checkWebhookUrl(ctx: RequestContext, url: string): void {
-  const reason = refuseUrl(url, ctx.deps.config.outbound);
+  const reason = refuseUrl(url, ctx.deps.config.outbound) ?? slackHostReason(url, ctx.deps.config.slackWebhookHosts);
   if (reason) {
     throw new ApiError('outbound_url_not_allowed', `config.webhook_url ${reason}.`, {
       errors: [{ in: 'body', pointer: '/config/webhook_url', message: reason }],
@@ -100,7 +106,7 @@ export async function get(ctx: RequestContext, id: string): Promise<Destination>
 
 export async function create(ctx: RequestContext, body: Create): Promise<Destination> {
   const id = newId('notificationDestination');
-  let config: NotificationDestinationConfigRow;
+  let config: DestinationConfig;
   let webhookUrlEnc: string | null = null;
   if (body.type === 'slack') {
     checkWebhookUrl(ctx, body.config.webhook_url);
@@ -194,14 +200,26 @@ function deliverTest(ctx: RequestContext, row: repo.DestinationRow, orgName: str
 }
 
 /** Sends first, outside any transaction, then records the outcome with its audit entry. */
-export async function test(ctx: RequestContext, id: string): Promise<TestResult> {
+/** A test message reaches real inboxes or channels: one per destination per cooldown (429 with Retry-After otherwise). */
+async function takeTestTurn(ctx: RequestContext, id: string): Promise<repo.DestinationRow> {
+  const cooldownMs = ctx.deps.config.notificationTestCooldownSeconds * 1000;
+  const now = new Date();
+  const claimed = await repo.claimTest(ctx.db, ctx.orgId, id, now, cooldownMs);
+  if (claimed) return claimed;
   const row = await repo.findDestination(ctx.db, ctx.orgId, id);
   if (!row) throw notFound(WHAT, id);
+  const seconds = Math.max(1, Math.ceil(((row.last_test_at?.getTime() ?? 0) + cooldownMs - now.getTime()) / 1000));
+  throw new ApiError('rate_limited', `This destination was tested moments ago; test it again in ${seconds} seconds.`, { headers: { 'Retry-After': String(seconds) } });
+}
+
+export async function test(ctx: RequestContext, id: string): Promise<TestResult> {
+  const row = await takeTestTurn(ctx, id);
   const org = await repo.findOrganizationName(ctx.db, ctx.orgId);
   const outcome = await deliverTest(ctx, row, org?.name ?? ctx.orgId);
+  if (outcome.status === 'failed') ctx.log.info({ destination_id: id, reason: outcome.detail ?? outcome.error }, 'test message not delivered');
   const at = new Date();
   const updated = await ctx.write(async (w) => {
-    const recorded = await repo.recordTest(w.db, ctx.orgId, id, { at, ...outcome });
+    const recorded = await repo.recordTest(w.db, ctx.orgId, id, { at, status: outcome.status, error: outcome.error });
     if (!recorded) throw notFound(WHAT, id);
     w.audit({ targetId: id, changes: { last_test_status: outcome.status } });
     return recorded;

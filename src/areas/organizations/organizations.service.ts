@@ -1,7 +1,8 @@
 import type { Transaction } from 'kysely';
 import type { Database, MembershipVia } from '../../db/schema';
 import { newId } from '../../lib/ids';
-import { SYSTEM_ROLES } from '../roles/system-roles';
+import { SYSTEM_ROLES } from '../../auth/permissions';
+import { addMember } from '../members/members.repo';
 
 export interface NewOrganization {
   orgId: string;
@@ -38,14 +39,14 @@ export async function createOrganizationWithOwner(
         const id = newId('role');
         roleIds[role.key] = id;
         return {
-          id, org_id: orgId, name: role.name, description: role.description, permissions: [...role.permissions],
+          // A system role's permissions are read from the catalog by system_key, not stored.
+          id, org_id: orgId, name: role.name, description: role.description, permissions: [],
           is_system: true, system_key: role.key, seat_class: role.seatClass,
         };
       }),
     )
     .execute();
-  await db.insertInto('memberships').values({ org_id: orgId, user_id: input.ownerUserId, status: 'active', via: input.via ?? 'creator' }).execute();
   const ownerRoleId = roleIds.owner as string;
-  await db.insertInto('role_assignments').values({ org_id: orgId, user_id: input.ownerUserId, role_id: ownerRoleId }).execute();
+  await addMember(db, { orgId, userId: input.ownerUserId, via: input.via ?? 'creator', roleIds: [ownerRoleId] });
   return { orgId, ownerRoleId, roleIds };
 }

@@ -1,6 +1,6 @@
-import type { components } from '../../../generated/openapi';
-import type { SystemRoleKey } from '../../db/schema';
-import { loadSpec } from '../../spec';
+import type { components } from '../../generated/openapi';
+import type { SystemRoleKey } from '../db/schema';
+import { loadSpec } from '../spec';
 
 export type Permission = components['schemas']['Permission'];
 
@@ -17,7 +17,11 @@ export interface SystemRole {
   permissions: readonly Permission[];
 }
 
-/** The roles every organization has. They cannot be changed or deleted. */
+/**
+ * The roles every organization has. They cannot be changed or deleted, and their
+ * permissions are read from here, by `system_key`, never from the row: a permission a new
+ * area adds to the catalog reaches every existing Owner, Admin and Auditor at once.
+ */
 export const SYSTEM_ROLES: readonly SystemRole[] = [
   {
     key: 'owner',
@@ -59,3 +63,17 @@ export const SYSTEM_ROLES: readonly SystemRole[] = [
     permissions: views.concat(['audit_log:view']),
   },
 ];
+
+const SYSTEM_ROLE_PERMISSIONS = new Map<string, readonly Permission[]>(SYSTEM_ROLES.map((role) => [role.key, role.permissions]));
+
+/** A role's permissions: a system role's from the catalog, a custom role's as stored. */
+export function rolePermissions(role: { system_key: string | null; permissions: readonly string[] }): readonly string[] {
+  return role.system_key === null ? role.permissions : (SYSTEM_ROLE_PERMISSIONS.get(role.system_key) ?? []);
+}
+
+/** The union of what a member's roles grant: custom roles' stored permissions and system roles' by key. */
+export function heldPermissions(customPermissions: readonly string[], systemKeys: readonly string[]): Set<string> {
+  const held = new Set(customPermissions);
+  for (const key of systemKeys) for (const permission of SYSTEM_ROLE_PERMISSIONS.get(key) ?? []) held.add(permission);
+  return held;
+}

@@ -1,0 +1,13 @@
+import type { ApiTokenCaller, SessionCaller } from '../../auth/credentials';
+import { defineArea } from '../../http/area';
+import { currentUser } from './current-user.service';
+
+export default defineArea({
+  tag: 'Current user',
+  handlers: {
+    async getCurrentUser({ query }, ctx) {
+      const caller = ctx.authenticated as ApiTokenCaller | SessionCaller;
+      return { status: 200, body: await currentUser(ctx.db, caller, query.current_org_id) };
+    },
+  },
+});

@@ -1,0 +1,17 @@
+import type { Executor } from '../db/database';
+import { newId } from '../lib/ids';
+
+/** People are found by email whatever its case. */
+export function findUserByEmail(db: Executor, email: string) {
+  return db.selectFrom('users').select(['id', 'email', 'name']).where((eb) => eb(eb.fn('lower', ['email']), '=', email.toLowerCase())).executeTakeFirst();
+}
+
+export async function createUser(db: Executor, input: { email: string; name?: string | null; isRootOrgStaff?: boolean }): Promise<string> {
+  const id = newId('user');
+  await db.insertInto('users').values({ id, email: input.email, name: input.name ?? null, is_root_org_staff: input.isRootOrgStaff ?? false }).execute();
+  return id;
+}
+
+export async function findOrCreateUser(db: Executor, email: string, name: string | null): Promise<string> {
+  return (await findUserByEmail(db, email))?.id ?? createUser(db, { email, name });
+}

@@ -1,0 +1,25 @@
+// Building blocks for migrations, so that every table is made the same way. Landed
+// migrations rely on them: change what they produce only in a way that is safe to re-run.
+import { type Kysely, sql } from 'kysely';
+
+/** A primary key holding a prefixed, sortable id (`tbx_01…`), checked by shape. */
+export const idColumn = (prefix: string) => sql`text collate "C" primary key check (id ~ ${sql.lit(`^${prefix}_[0-7][0-9a-hjkmnp-tv-z]{25}$`)})`;
+
+/** A column holding another row's id: byte-ordered like the ids themselves. */
+export const reference = sql`text collate "C"`;
+
+/**
+ * Keeps `updated_at` in one place: the trigger (function touch_updated_at, created by
+ * 2026_11_24_210000_spec_columns_and_touched_updates) sets it to now() whenever an update
+ * changes the row, unless the update set it itself. `ignoring` names columns whose change is
+ * bookkeeping, not an edit (a token's last use, a test delivery's outcome).
+ */
+export async function touchUpdatedAt(db: Kysely<any>, table: string, ignoring: readonly string[] = []): Promise<void> {
+  const args = sql.join(ignoring.map((column) => sql.lit(column)));
+  await sql`create trigger ${sql.id(`${table}_touch_updated_at`)} before update on ${sql.table(table)}
+    for each row execute function touch_updated_at(${ignoring.length > 0 ? args : sql``})`.execute(db);
+}
+
+export async function dropTouchUpdatedAt(db: Kysely<any>, table: string): Promise<void> {
+  await sql`drop trigger if exists ${sql.id(`${table}_touch_updated_at`)} on ${sql.table(table)}`.execute(db);
+}

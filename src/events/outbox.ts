@@ -1,0 +1,153 @@
+import { sql, type Transaction } from 'kysely';
+import type { Logger } from 'pino';
+import type { Db, Executor } from '../db/database';
+import type { Database, EventActorType, Row } from '../db/schema';
+import { newId } from '../lib/ids';
+
+/** An event as written to the outbox by the change that caused it. */
+export type OutboxEvent = Pick<Row<'outbox'>, 'id' | 'org_id' | 'event_type' | 'payload' | 'created_at' | 'actor_type' | 'actor_id'>;
+
+/**
+ * Writes events to the outbox, in the transaction of the change that caused them (ctx.write
+ * does this for handlers). Returns their ids.
+ */
+export async function appendEvents(
+  db: Executor,
+  orgId: string,
+  events: readonly { type: string; data: unknown }[],
+  actor: { actor_type: EventActorType; actor_id: string | null },
+): Promise<string[]> {
+  if (events.length === 0) return [];
+  const rows = events.map((e) => ({ id: newId('event'), org_id: orgId, event_type: e.type, payload: JSON.stringify(e.data), ...actor }));
+  await db.insertInto('outbox').values(rows).execute();
+  return rows.map((r) => r.id);
+}
+
+/** The event as the API shows it (the `Event` schema): envelope plus the type's data. */
+export function eventBody(row: OutboxEvent) {
+  return {
+    id: row.id,
+    type: row.event_type,
+    organization_id: row.org_id,
+    occurred_at: row.created_at.toISOString(),
+    actor: { type: row.actor_type, id: row.actor_type === 'user' ? row.actor_id : null },
+    data: row.payload,
+  };
+}
+
+/**
+ * What reads the outbox besides the core: notification destinations today, logging
+ * destinations next. An area brings its consumer in its area definition (`consumers`).
+ */
+export interface OutboxConsumer {
+  /** Names the consumer in logs and round results. */
+  name: string;
+  /**
+   * Inside the transaction that takes a batch of new events off the outbox: record what this
+   * consumer owes for them (its delivery rows). Nothing is lost or doubled: the batch and
+   * every consumer's rows commit together.
+   */
+  fanOut(trx: Transaction<Database>, events: readonly OutboxEvent[], now: Date): Promise<void>;
+  /** Outside any transaction: deliver what is due, and say how it went. */
+  deliver(now: Date): Promise<Record<string, number>>;
+}
+
+export interface OutboxOptions {
+  /** Events taken off the outbox per round. */
+  batchSize: number;
+  /** Events (and, by cascade, what consumers recorded for them) are deleted after this long. */
+  retentionMs: number;
+}
+
+export const DEFAULT_OUTBOX_OPTIONS: OutboxOptions = { batchSize: 50, retentionMs: 30 * 24 * 3_600_000 };
+
+export interface RoundResult {
+  fannedOut: number;
+  /** Each consumer's counts (delivered, retrying, failed, skipped, …). */
+  consumers: Record<string, Record<string, number>>;
+  /** The same counts summed over the consumers. */
+  totals: Record<string, number>;
+}
+
+const RETENTION_EVERY_MS = 3_600_000;
+
+/**
+ * Drains the outbox: a round takes new events in a batch (`for update skip locked`, so
+ * several processes can run rounds at once), hands them to every consumer in the same
+ * transaction, then lets each consumer deliver outside it. A consumer that fails its
+ * delivery round is logged and does not hold up the others.
+ */
+export class OutboxDispatcher {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private lastRetention = 0;
+
+  constructor(
+    private readonly db: Db,
+    private readonly consumers: readonly OutboxConsumer[],
+    private readonly logger: Logger,
+    private readonly options: OutboxOptions = DEFAULT_OUTBOX_OPTIONS,
+  ) {}
+
+  async runOnce(now = new Date()): Promise<RoundResult> {
+    const result: RoundResult = { fannedOut: await this.fanOut(now), consumers: {}, totals: {} };
+    for (const consumer of this.consumers) {
+      try {
+        const counts = await consumer.deliver(now);
+        result.consumers[consumer.name] = counts;
+        for (const [name, count] of Object.entries(counts)) result.totals[name] = (result.totals[name] ?? 0) + count;
+      } catch (err) {
+        this.logger.error({ err, consumer: consumer.name }, 'outbox consumer failed its delivery round');
+      }
+    }
+    if (now.getTime() - this.lastRetention >= RETENTION_EVERY_MS) {
+      this.lastRetention = now.getTime();
+      await this.db.deleteFrom('outbox').where('created_at', '<', new Date(now.getTime() - this.options.retentionMs)).execute();
+    }
+    return result;
+  }
+
+  /** Runs rounds every `pollMs` until stop(); a failing round is logged and the next one tries again. */
+  start(pollMs: number): void {
+    if (pollMs <= 0 || this.timer) return;
+    const tick = () => {
+      this.running = this.runOnce()
+        .then((r) => {
+          const busy = r.fannedOut > 0 || Object.values(r.totals).some((n) => n > 0);
+          if (busy) this.logger.info({ outbox: { fannedOut: r.fannedOut, ...r.consumers } }, 'outbox round');
+        })
+        .catch((err) => this.logger.error({ err }, 'outbox round failed'))
+        .finally(() => {
+          this.running = null;
+          if (this.timer) this.timer = setTimeout(tick, pollMs);
+        });
+    };
+    this.timer = setTimeout(tick, pollMs);
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  private async fanOut(now: Date): Promise<number> {
+    return this.db.transaction().execute(async (trx) => {
+      const events = await trx
+        .selectFrom('outbox')
+        .select(['id', 'org_id', 'event_type', 'payload', 'created_at', 'actor_type', 'actor_id'])
+        .where('delivered_at', 'is', null)
+        // available_at was stamped by the database clock, in microseconds: compare with it too.
+        .where('available_at', '<=', sql<Date>`greatest(now(), ${now})`)
+        .orderBy('id')
+        .limit(this.options.batchSize)
+        .forUpdate()
+        .skipLocked()
+        .execute();
+      if (events.length === 0) return 0;
+      for (const consumer of this.consumers) await consumer.fanOut(trx, events, now);
+      await trx.updateTable('outbox').set({ delivered_at: now }).where('id', 'in', events.map((e) => e.id)).execute();
+      return events.length;
+    });
+  }
+}

@@ -1,0 +1,184 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Transform, type TransformCallback } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import Busboy, { type BusboyHeaders } from '@fastify/busboy';
+import express, { type Request, type Response } from 'express';
+import type { OperationMeta } from '../spec/operations';
+import { ApiError, validationError } from './errors';
+import type { UploadedFile, UploadStream } from './handler-types';
+
+export interface BodyLimits {
+  /** JSON and form bodies, parsed in memory. */
+  parsedBytes: number;
+  /** Raw uploads and multipart files, streamed: never held whole in memory. */
+  uploadBytes: number;
+}
+
+export interface ReadBody {
+  /** What the handler receives. */
+  body: unknown;
+  /** What is validated against the schema (file parts stand in as their filename); undefined for streams. */
+  validated: unknown;
+  /** Removes what the body left on disk (spooled multipart files); runs when the response is done. */
+  cleanup(): Promise<void>;
+}
+
+type Kind = 'json' | 'form' | 'multipart' | 'raw';
+
+const kindOf = (media: string): Kind =>
+  media === 'application/json' || /^application\/[\w.-]+\+json$/.test(media)
+    ? 'json'
+    : media === 'application/x-www-form-urlencoded'
+      ? 'form'
+      : media === 'multipart/form-data'
+        ? 'multipart'
+        : 'raw';
+
+const matches = (declared: string, type: string) =>
+  declared === type || declared === '*/*' || (declared.endsWith('/*') && type.startsWith(declared.slice(0, -1)));
+
+const nothing: ReadBody = { body: undefined, validated: undefined, cleanup: async () => undefined };
+
+/** Express body-parser failures, recognised by the `type` the parser sets. */
+export function fromParserError(err: { type?: string; status?: number; limit?: number }): ApiError | null {
+  if (err.type === 'entity.parse.failed') return new ApiError('malformed_json', 'The body is not well-formed JSON.');
+  if (err.type === 'entity.too.large') return new ApiError('payload_too_large', `The body is larger than the limit of ${err.limit} bytes.`);
+  if (err.type === 'encoding.unsupported' || err.type === 'charset.unsupported') {
+    return new ApiError('unsupported_media_type', 'Send the body as UTF-8.');
+  }
+  if (err.type === 'request.aborted') return new ApiError('validation_failed', 'The body ended early.');
+  if (err.type === 'parameters.too.many') return new ApiError('payload_too_large', 'The form has too many fields.');
+  return null;
+}
+
+function parseWith(parser: express.RequestHandler, req: Request, res: Response): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    parser(req, res, (err?: unknown) => (err ? reject(fromParserError(err as { type?: string }) ?? err) : resolve(req.body)));
+  });
+}
+
+const tooLarge = (limit: number) => new ApiError('payload_too_large', `The body is larger than the limit of ${limit} bytes.`);
+
+/** Passes bytes through until there are more than `limit`, then fails with 413. */
+class ByteCap extends Transform {
+  private seen = 0;
+  constructor(private readonly limit: number) {
+    super();
+  }
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
+    this.seen += chunk.length;
+    if (this.seen > this.limit) done(tooLarge(this.limit));
+    else done(null, chunk);
+  }
+}
+
+function uploadStream(req: Request, contentType: string, limit: number): UploadStream {
+  const declared = req.headers['content-length'] === undefined ? null : Number(req.headers['content-length']);
+  const stream = new ByteCap(limit) as ByteCap & { contentType: string; declaredLength: number | null };
+  stream.contentType = contentType;
+  stream.declaredLength = declared;
+  req.on('aborted', () => stream.destroy(new ApiError('validation_failed', 'The body ended early.')));
+  req.pipe(stream);
+  return stream as unknown as UploadStream;
+}
+
+/**
+ * Multipart: text parts become members, parts that carry bytes (`format: binary` in the
+ * schema) are spooled to a temporary file under the upload cap and handed over as
+ * UploadedFile. Every part is read before the handler runs, so its members can be validated.
+ */
+async function readMultipart(req: Request, meta: OperationMeta, limit: number): Promise<ReadBody> {
+  const dir = await mkdtemp(join(tmpdir(), 'mcp-cp-upload-'));
+  const cleanup = () => rm(dir, { recursive: true, force: true });
+  const fields: Record<string, unknown> = {};
+  const validated: Record<string, unknown> = {};
+  const writes: Promise<void>[] = [];
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const parser = Busboy({ headers: req.headers as BusboyHeaders, limits: { fileSize: limit, files: 20, fields: 100, fieldSize: 65_536, parts: 120 } });
+      const fail = (err: unknown) => {
+        req.unpipe(parser);
+        reject(err);
+      };
+      parser.on('field', (name, value) => {
+        fields[name] = value;
+        validated[name] = value;
+      });
+      parser.on('file', (name, stream, filename, _encoding, mimeType) => {
+        if (!meta.fileParts.includes(name)) {
+          stream.resume();
+          fail(validationError([{ in: 'body', pointer: `/${name}`, message: 'is not a part that carries a file' }]));
+          return;
+        }
+        const path = join(dir, String(writes.length));
+        let size = 0;
+        stream.on('data', (chunk: Buffer) => (size += chunk.length));
+        stream.on('limit', () => fail(tooLarge(limit)));
+        const file: UploadedFile = {
+          filename: filename || null,
+          contentType: (mimeType || 'application/octet-stream').toLowerCase(),
+          get size() {
+            return size;
+          },
+          open: () => createReadStream(path),
+        };
+        fields[name] = file;
+        validated[name] = filename || name;
+        writes.push(pipeline(stream, createWriteStream(path)).catch(fail));
+      });
+      for (const event of ['partsLimit', 'filesLimit', 'fieldsLimit'] as const) parser.on(event, () => fail(tooLarge(limit)));
+      parser.on('error', (err) => fail(validationError([{ in: 'body', pointer: '', message: `is not valid multipart/form-data: ${(err as Error).message}` }])));
+      parser.on('finish', () => Promise.all(writes).then(() => resolve(), fail));
+      req.on('aborted', () => fail(new ApiError('validation_failed', 'The body ended early.')));
+      req.pipe(parser);
+    });
+    return { body: fields, validated, cleanup };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
+
+/**
+ * Reads the body as the operation declares it, after the guard has let the caller in: no
+ * bytes are parsed for a request that would be refused anyway. A body on an operation that
+ * takes none is a 400, one of an undeclared media type a 415.
+ */
+export async function readBody(req: Request, res: Response, meta: OperationMeta, limits: BodyLimits): Promise<ReadBody> {
+  const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+  if (!hasBody) {
+    if (meta.bodyRequired && meta.bodyMedia.every((m) => kindOf(m) === 'raw')) {
+      throw validationError([{ in: 'body', pointer: '', message: `a body is required (${meta.bodyMedia.join(' or ')})` }]);
+    }
+    return nothing;
+  }
+  if (meta.bodyMedia.length === 0) {
+    throw validationError([{ in: 'body', pointer: '', message: `${req.method} ${meta.path} takes no body` }]);
+  }
+  const type = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+  const declared = meta.bodyMedia.find((m) => matches(m, type));
+  if (!type || !declared) {
+    throw new ApiError('unsupported_media_type', `Send the body as ${meta.bodyMedia.join(' or ')}${type ? `, not ${type}` : ''}.`);
+  }
+  const kind = kindOf(declared);
+  const cap = meta.maxBodyBytes ?? (kind === 'json' || kind === 'form' ? limits.parsedBytes : limits.uploadBytes);
+  const declaredLength = Number(req.headers['content-length'] ?? 0);
+  if (declaredLength > cap) throw tooLarge(cap);
+  switch (kind) {
+    case 'json': {
+      const body = await parseWith(express.json({ limit: cap, type: () => true, strict: false }), req, res);
+      return { body, validated: body, cleanup: nothing.cleanup };
+    }
+    case 'form': {
+      const body = await parseWith(express.urlencoded({ limit: cap, type: () => true, extended: false, parameterLimit: 200 }), req, res);
+      return { body, validated: body, cleanup: nothing.cleanup };
+    }
+    case 'multipart':
+      return readMultipart(req, meta, cap);
+    case 'raw':
+      return { body: uploadStream(req, type, cap), validated: undefined, cleanup: nothing.cleanup };
+  }
+}

@@ -1,0 +1,246 @@
+// Everything that adapts openapi-backend lives here. We use it for what it does well:
+// dereferencing the document and compiling Ajv validators per operation. Routing, the guard
+// and dispatch are ours. The library is patched in two places (its OpenAPI 3.0 definition
+// check, and how it compiles schemas); `checkOpenApiBackend` verifies at start-up that the
+// installed version and each member relied on are what this file was written against, so an
+// upgrade fails loudly at boot instead of misrouting or mis-validating quietly.
+import Ajv2020 from 'ajv/dist/2020';
+import addFormats from 'ajv-formats';
+import type { ErrorObject } from 'ajv';
+import * as library from 'openapi-backend';
+import { OpenAPIBackend, OpenAPIValidator, type Operation, type Request as BackendRequest } from 'openapi-backend';
+import type { OpenApiDocument } from '../spec';
+import type { ValidationProblem } from './errors';
+
+/** The versions this adapter was written and tested against. */
+export const SUPPORTED_VERSIONS = ['5.20.1'];
+
+interface LibraryShape {
+  version: string;
+  OpenAPIBackend: { prototype: Record<string, unknown> };
+  OpenAPIValidator: Record<string, unknown> & { prototype: Record<string, unknown> };
+  OpenAPIRouter: { prototype: Record<string, unknown> };
+}
+
+const installed = (): LibraryShape => ({
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  version: (require('openapi-backend/package.json') as { version: string }).version,
+  OpenAPIBackend: library.OpenAPIBackend as unknown as LibraryShape['OpenAPIBackend'],
+  OpenAPIValidator: library.OpenAPIValidator as unknown as LibraryShape['OpenAPIValidator'],
+  OpenAPIRouter: library.OpenAPIRouter as unknown as LibraryShape['OpenAPIRouter'],
+});
+
+/** Throws, naming what differs, unless the library is a version and shape this adapter knows. */
+export function checkOpenApiBackend(lib: LibraryShape = installed()): void {
+  const problems: string[] = [];
+  if (!SUPPORTED_VERSIONS.includes(lib.version)) problems.push(`version ${lib.version} is installed; this adapter supports ${SUPPORTED_VERSIONS.join(', ')}`);
+  const expect = (owner: Record<string, unknown>, member: string, where: string) => {
+    if (typeof owner[member] !== 'function') problems.push(`${where}.${member} is not a function`);
+  };
+  expect(lib.OpenAPIBackend.prototype, 'init', 'OpenAPIBackend.prototype');
+  expect(lib.OpenAPIBackend.prototype, 'validateDefinition', 'OpenAPIBackend.prototype');
+  expect(lib.OpenAPIValidator, 'compileSchema', 'OpenAPIValidator');
+  for (const member of ['validateRequest', 'validateResponse', 'preCompileRequestValidators', 'preCompileResponseValidators']) {
+    expect(lib.OpenAPIValidator.prototype, member, 'OpenAPIValidator.prototype');
+  }
+  for (const member of ['getOperations', 'parseRequest']) expect(lib.OpenAPIRouter.prototype, member, 'OpenAPIRouter.prototype');
+  if (problems.length > 0) {
+    throw new Error(`openapi-backend does not fit src/http/openapi-backend.ts: ${problems.join('; ')}. Pin a supported version or adapt that file.`);
+  }
+}
+
+// Members whose value is data (or a map of schemas), never a schema: `{ $ref }` cannot stand in for them.
+const DATA_MEMBERS = new Set(['enum', 'const', 'default', 'example', 'examples', 'required', 'discriminator', 'mapping', 'x-enumDescriptions']);
+const SCHEMA_MAPS = new Set(['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas']);
+
+/**
+ * openapi-backend compiles each operation's schemas after replacing every object it meets a
+ * second time with a `$ref` to the first (cycle.js). That is right for a shared schema, but the
+ * dereferenced document also shares arrays and maps (`$ref` siblings are merged shallowly,
+ * so two schemas can hold the same `anyOf`, `required` or `properties`), and Ajv refuses
+ * `{ $ref }` in their place. Shared schemas still become `$ref`s (compact, and cycles stay
+ * finite); arrays, schema maps and data are copied.
+ */
+function decycleSchemas(root: unknown): unknown {
+  const seen = new WeakMap<object, string>();
+  const pointer = (path: string, key: string | number) => `${path}/${String(key).replace(/~/g, '~0').replace(/\//g, '~1')}`;
+  const copy = (value: unknown, path: string, role: 'schema' | 'map' | 'data'): unknown => {
+    if (typeof value !== 'object' || value === null) return value;
+    if (role === 'data') return structuredClone(value);
+    if (Array.isArray(value)) return value.map((item, i) => copy(item, pointer(path, i), 'schema'));
+    if (role === 'schema') {
+      const first = seen.get(value);
+      if (first !== undefined) return { $ref: first };
+      seen.set(value, path);
+    }
+    const result: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) {
+      const childRole = role === 'map' ? 'schema' : DATA_MEMBERS.has(key) ? 'data' : SCHEMA_MAPS.has(key) ? 'map' : 'schema';
+      result[key] = copy(item, pointer(path, key), childRole);
+    }
+    return result;
+  };
+  return copy(root, '#', 'schema');
+}
+
+/**
+ * The document as openapi-backend can dereference and validate it: JSON media types with a
+ * suffix (`application/scim+json`) are aliased to `application/json` so their bodies are
+ * validated too, and discriminator mappings (which Ajv does not support, and which carry no
+ * information beyond the branches' `const`) are dropped, as are examples. The served
+ * document keeps all of them.
+ */
+function documentForValidation(spec: OpenApiDocument): OpenApiDocument {
+  const copy = structuredClone(spec);
+  const visit = (node: unknown, parentKey?: string): void => {
+    if (Array.isArray(node)) return node.forEach((item) => visit(item));
+    if (!node || typeof node !== 'object') return;
+    const record = node as Record<string, any>;
+    // Examples validate nothing; dropping them spares Ajv the work. (`properties.examples`
+    // would be a member named so, and is kept.)
+    if (parentKey !== 'properties') {
+      delete record.examples;
+      delete record.example;
+    }
+    if (record.discriminator && typeof record.discriminator === 'object') delete record.discriminator.mapping;
+    if (record.content && typeof record.content === 'object' && !record.content['application/json']) {
+      const suffixed = Object.keys(record.content).find((type) => /^application\/[\w.-]+\+json$/.test(type));
+      if (suffixed) record.content['application/json'] = record.content[suffixed];
+    }
+    for (const [key, value] of Object.entries(record)) visit(value, key);
+  };
+  visit(copy);
+  return copy;
+}
+
+/** Ajv's errors as the Error object lists them: where, a JSON pointer, and a sentence. */
+function problemsFrom(errors: ErrorObject[]): ValidationProblem[] {
+  const seen = new Set<string>();
+  const problems: ValidationProblem[] = [];
+  for (const error of errors) {
+    // oneOf/anyOf summaries repeat what the branch errors already say.
+    if (error.keyword === 'oneOf' || error.keyword === 'anyOf' || error.keyword === 'if') continue;
+    const [, part = '', ...rest] = error.instancePath.split('/');
+    const where = part === 'requestBody' ? 'body' : part === 'header' ? 'header' : part === 'path' ? 'path' : part === 'query' ? 'query' : 'body';
+    let pointer = rest.length > 0 ? `/${rest.join('/')}` : '';
+    let message = error.message ?? 'is not valid';
+    const params = error.params as Record<string, unknown>;
+    if (error.keyword === 'required' && part === '' && params.missingProperty === 'requestBody') {
+      message = 'a body is required';
+    } else if (error.keyword === 'required') {
+      pointer += `/${String(params.missingProperty)}`;
+      message = 'is required';
+    } else if (error.keyword === 'additionalProperties') {
+      pointer += `/${String(params.additionalProperty)}`;
+      message = where === 'query' ? 'is not a parameter of this operation' : 'is not a known member';
+    } else if (error.keyword === 'enum' && Array.isArray(params.allowedValues)) {
+      const allowed = (params.allowedValues as unknown[]).map((v) => JSON.stringify(v));
+      message = `must be one of ${allowed.length > 25 ? `${allowed.slice(0, 25).join(', ')}, …` : allowed.join(', ')}`;
+    } else if (error.keyword === 'discriminator') {
+      pointer += `/${String(params.tag)}`;
+      message = params.tagValue === undefined ? 'is required' : `${JSON.stringify(params.tagValue)} is not one of the accepted values`;
+    } else if (error.keyword === 'const') {
+      message = `must be ${JSON.stringify(params.allowedValue)}`;
+    }
+    const key = `${where} ${pointer} ${message}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    problems.push({ in: where, pointer, message });
+  }
+  return problems;
+}
+
+/** A request as the validator reads it. */
+export interface RequestToValidate {
+  method: string;
+  path: string;
+  headers: Record<string, string | string[] | undefined>;
+  query: Record<string, unknown>;
+  /** A parsed JSON, form or multipart body; undefined when there is none or it is a stream. */
+  body: unknown;
+}
+
+export interface SpecValidator {
+  /** Every operation of the document, dereferenced, by operationId. */
+  operations: ReadonlyMap<string, Operation>;
+  /**
+   * The problems found (400 `validation_failed`; `total` counts them all when only the first
+   * ones were kept), or the path and query parameters coerced to their types.
+   */
+  validateRequest(req: RequestToValidate, operation: Operation): { problems: ValidationProblem[]; total: number } | { params: Record<string, unknown>; query: Record<string, unknown> };
+  /** What does not match the spec in a response body; empty when it matches. */
+  validateResponse(body: unknown, operation: Operation, status: number): string[];
+  /** Compiles every validator now (they are otherwise compiled on first use); throws on a schema Ajv refuses. */
+  compileAll(): void;
+}
+
+/** Ajv errors kept per validator run: openapi-backend spreads them into one call, which a huge body overflows. */
+const KEPT_ERRORS = 200;
+/** How many errors the last validator run found before they were cut to KEPT_ERRORS (validation is synchronous). */
+let lastErrorCount = 0;
+
+type CompiledSchema = ((data: unknown) => boolean) & { errors?: ErrorObject[] | null };
+
+function keepingFewErrors(validate: CompiledSchema): CompiledSchema {
+  const run = ((data: unknown) => {
+    const valid = validate(data);
+    const errors = validate.errors ?? null;
+    lastErrorCount += errors?.length ?? 0;
+    run.errors = errors && errors.length > KEPT_ERRORS ? errors.slice(0, KEPT_ERRORS) : errors;
+    return valid;
+  }) as CompiledSchema;
+  return run;
+}
+
+let patched = false;
+
+export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecValidator> {
+  checkOpenApiBackend();
+  if (!patched) {
+    patched = true;
+    (OpenAPIValidator as unknown as { compileSchema: (ajv: { compile(schema: unknown): CompiledSchema }, schema: unknown) => unknown }).compileSchema = (ajv, schema) =>
+      keepingFewErrors(ajv.compile(decycleSchemas(schema)));
+  }
+  const api = new OpenAPIBackend({ definition: documentForValidation(spec) as any, strict: true, quick: false, validate: false });
+  // openapi-backend checks documents against the OpenAPI 3.0 meta-schema, which rejects 3.1;
+  // the spec is linted by Redocly instead (toolchain.md §2).
+  api.validateDefinition = () => api.document;
+  await api.init();
+  // Each operation's validators are compiled on its first request: compiling all ~220
+  // operations up front made every start (and every test file) seconds slower.
+  const validator = new OpenAPIValidator({
+    definition: api.definition,
+    router: api.router,
+    lazyCompileValidators: true,
+    coerceTypes: true,
+    ajvOpts: { allErrors: true },
+    customizeAjv: (_original, options) => {
+      const ajv = new Ajv2020({ ...options, allErrors: true, strict: false, discriminator: true });
+      addFormats(ajv);
+      return ajv as any;
+    },
+  });
+  const operations = new Map(api.router.getOperations().map((op) => [op.operationId as string, op]));
+  return {
+    operations,
+    validateRequest(req, operation) {
+      lastErrorCount = 0;
+      const result = validator.validateRequest(req as BackendRequest, operation);
+      if (result.errors) {
+        const problems = problemsFrom(result.errors);
+        // Cut short: count what Ajv found (summaries of oneOf branches included, so a little high).
+        const cut = lastErrorCount > result.errors.length;
+        return { problems, total: cut ? lastErrorCount : problems.length };
+      }
+      return { params: (result.coerced?.params ?? {}) as Record<string, unknown>, query: (result.coerced?.query ?? {}) as Record<string, unknown> };
+    },
+    validateResponse(body, operation, status) {
+      const result = validator.validateResponse(body, operation, status);
+      return (result.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? 'is not valid'}`);
+    },
+    compileAll() {
+      validator.preCompileRequestValidators();
+      validator.preCompileResponseValidators();
+    },
+  };
+}

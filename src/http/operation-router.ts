@@ -1,0 +1,198 @@
+import type { Request, Response } from 'express';
+import type { Operation } from 'openapi-backend';
+import type { OperationMeta } from '../spec/operations';
+import type { OpenApiDocument } from '../spec';
+import { readBody, type BodyLimits, type ReadBody } from './body';
+import { RequestContext, type AppDeps } from './context';
+import { ApiError, notImplementedError, validationError } from './errors';
+import { guard, type Admitted, type GuardDeps } from './guard';
+import type { AnyResult } from './handler-types';
+import { createSpecValidator } from './openapi-backend';
+import type { RateLimits } from './rate-limit';
+import type { Registry } from './registry';
+import { requestState, sendError, sendResult } from './respond';
+import { PathRouter } from './router';
+
+interface Route {
+  operationId: string;
+  meta: OperationMeta;
+  operation: Operation;
+  /** Multipart file parts the schema requires: the validator drops binary members from `required`, so they are checked here. */
+  requiredFiles: string[];
+}
+
+function requiredFiles(meta: OperationMeta, operation: Operation): string[] {
+  const body = operation.requestBody as { content?: Record<string, { schema?: { required?: string[] } }> } | undefined;
+  const required = body?.content?.['multipart/form-data']?.schema?.required ?? [];
+  return meta.fileParts.filter((part) => required.includes(part));
+}
+
+/**
+ * A path parameter whose percent-encoding is broken (`%E0%A4%A`) cannot name anything: 400
+ * on every route, built or not, before anything tries to decode it.
+ */
+function refuseUndecodablePath(template: string, path: string): void {
+  const names = template.split('/');
+  const problems = path.split('/').flatMap((segment, i) => {
+    const name = /^\{(.+)\}$/.exec(names[i] ?? '')?.[1];
+    if (!name) return [];
+    try {
+      decodeURIComponent(segment);
+      return [];
+    } catch {
+      return [{ in: 'path' as const, pointer: `/${name}`, message: 'is not valid percent-encoding' }];
+    }
+  });
+  if (problems.length > 0) throw validationError(problems);
+}
+
+/**
+ * A request answered before its body was read to the end (refused by the guard, too large,
+ * or a handler that did not need it) leaves bytes on the connection: answer with
+ * `Connection: close` so that neither side reads the next request out of them.
+ */
+function closeIfUnread(req: Request, res: Response): void {
+  if (!req.complete && !res.headersSent) res.setHeader('Connection', 'close');
+}
+
+export interface OperationRouter {
+  handle(req: Request, res: Response): Promise<void>;
+  /** Compiles every operation's validators now (they are otherwise compiled on first use); throws on a schema Ajv refuses. */
+  compileAll(): void;
+}
+
+export interface RouterDefinition {
+  spec: OpenApiDocument;
+  operations: Readonly<Record<string, OperationMeta>>;
+  registry: Registry;
+  limits: RateLimits;
+}
+
+/**
+ * The path of a request through the spec, one named step each:
+ *   match     the operation, by method and path (404, 405), or 501 when nothing serves it
+ *   guard     credential, organization, person-only, permission (401, 400, 403)
+ *   read      the body, as the operation's media type says (400, 413, 415)
+ *   validate  parameters and body against the spec (400)
+ *   dispatch  the handler, then its result: JSON, text, bytes, a stream or events
+ * Errors from any step are rendered once, in the matched area's format when it has one.
+ */
+export async function createOperationRouter(deps: AppDeps, definition: RouterDefinition): Promise<OperationRouter> {
+  const { operations, registry } = definition;
+  const validator = await createSpecValidator(definition.spec);
+  const routes = new PathRouter<Route>();
+  for (const [operationId, meta] of Object.entries(operations)) {
+    const operation = validator.operations.get(operationId);
+    if (!operation) throw new Error(`${operationId} is missing from the dereferenced document.`);
+    routes.add(meta.method, meta.path, { operationId, meta, operation, requiredFiles: requiredFiles(meta, operation) });
+  }
+  const bodyLimits: BodyLimits = { parsedBytes: deps.config.bodyLimitBytes, uploadBytes: deps.config.uploadLimitBytes };
+  const { limits } = definition;
+  const guardDeps: GuardDeps = {
+    db: deps.db,
+    authenticators: registry.authenticators,
+    beforeLookup: (req) => limits.mayAuthenticate(req.ip),
+    countFailure: (req) => limits.failedAuthentication(req.ip),
+    admitted: (caller) => limits.caller(caller),
+  };
+
+  function match(req: Request): Route {
+    const found = routes.match(req.method, req.path);
+    if (!found) throw new ApiError('not_found', `No operation at ${req.path}.`);
+    if (!found.route) {
+      const allowed = found.allowed.join(', ');
+      throw new ApiError('method_not_allowed', `${req.path} supports ${allowed}, not ${req.method}.`, { headers: { Allow: allowed } });
+    }
+    const { operationId, meta } = found.route;
+    requestState(req).operationId = operationId;
+    refuseUndecodablePath(meta.path, req.path);
+    // A gap in the contract is answered as one, to every caller: there is nothing to protect yet.
+    if (registry.notImplemented.has(operationId)) throw notImplementedError(operationId);
+    if (meta.engine) throw new ApiError('not_found', `${operationId} is served by the ${meta.engine} engine, which did not answer ${req.path}.`);
+    return found.route;
+  }
+
+  function validate(route: Route, req: Request, body: ReadBody) {
+    const checked = validator.validateRequest(
+      { method: req.method, path: req.path, headers: req.headers, query: req.query as Record<string, unknown>, body: body.validated },
+      route.operation,
+    );
+    const fields = body.validated as Record<string, unknown> | undefined;
+    const missingFiles = fields ? route.requiredFiles.filter((part) => !(part in fields)) : [];
+    if ('problems' in checked || missingFiles.length > 0) {
+      const problems = 'problems' in checked ? checked.problems : [];
+      const total = ('problems' in checked ? checked.total : 0) + missingFiles.length;
+      throw validationError([...problems, ...missingFiles.map((part) => ({ in: 'body' as const, pointer: `/${part}`, message: 'is required' }))], total);
+    }
+    const headers: Record<string, string | undefined> = {};
+    for (const name of route.meta.headers) {
+      const value = req.headers[name.toLowerCase()];
+      headers[name] = Array.isArray(value) ? value.join(', ') : value;
+    }
+    return { params: checked.params, query: checked.query, headers, body: body.body };
+  }
+
+  async function dispatch(route: Route, req: Request, res: Response, admitted: Admitted, input: ReturnType<typeof validate>): Promise<AnyResult> {
+    const state = requestState(req);
+    const gone = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    const ctx = new RequestContext(deps, route.operationId, route.meta, state.requestId, state.log, admitted.caller, admitted.org, {
+      ip: req.ip ?? null,
+      userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
+    }, gone.signal);
+    const handler = registry.handlers.get(route.operationId);
+    if (!handler) throw notImplementedError(route.operationId);
+    const result = await handler(input, ctx);
+    if (route.meta.audit && !ctx.wrote && result.status < 300) {
+      throw new Error(`${route.operationId} succeeded without ctx.write(): its change has no audit entry.`);
+    }
+    if (deps.config.validateResponses === 'log' && result.body !== undefined && !result.events && (result.contentType ?? 'json').includes('json')) {
+      const problems = validator.validateResponse(result.body, route.operation, result.status);
+      if (problems.length > 0) state.log.warn({ operationId: route.operationId, status: result.status, problems }, 'response does not match the spec');
+    }
+    return result;
+  }
+
+  /** A request that matches nothing never reaches the guard: with a credential, it counts against its address. */
+  async function matchCounting(req: Request, withCredential: boolean): Promise<Route> {
+    try {
+      return match(req);
+    } catch (err) {
+      if (withCredential && err instanceof ApiError && (err.status === 404 || err.status === 405)) await limits.address(req.ip);
+      throw err;
+    }
+  }
+
+  return {
+    compileAll: () => validator.compileAll(),
+    async handle(req, res) {
+      let body: ReadBody | null = null;
+      const { credential } = requestState(req);
+      try {
+        const route = await matchCounting(req, credential !== null);
+        // What a credential was shown for is the caller's alone: no shared cache keeps it.
+        if (credential) res.setHeader('Cache-Control', 'no-store');
+        const admitted = await guard(route.meta, req, credential, guardDeps);
+        // A credential on an operation that takes none was never looked up: its address is what counts.
+        if (credential && !admitted.caller) await limits.address(req.ip);
+        body = await readBody(req, res, route.meta, bodyLimits);
+        const input = validate(route, req, body);
+        const result = await dispatch(route, req, res, admitted, input);
+        closeIfUnread(req, res);
+        await sendResult(res, result);
+      } catch (err) {
+        closeIfUnread(req, res);
+        sendError(req, res, err, registry.renderError);
+      } finally {
+        if (body) {
+          const cleanup = body.cleanup;
+          if (res.writableFinished || res.destroyed) void cleanup();
+          else res.once('close', () => void cleanup());
+        }
+      }
+    },
+  };
+}
+
