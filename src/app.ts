@@ -3,6 +3,7 @@ import helmet from 'helmet';
 import type { Logger } from 'pino';
 import { loadAreas } from './areas';
 import { HEALTH } from './areas/health/health.area';
+import { CredentialCache } from './auth/credential-cache';
 import { presentedCredential } from './auth/credentials';
 import type { Area } from './http/area';
 import type { AppDeps } from './http/context';
@@ -30,7 +31,9 @@ export interface App {
   app: Express;
   /** What the areas brought: handlers, authenticators, engines, outbox consumers, and what is not built. */
   registry: Registry;
-  /** Closes what the app opened itself (the Redis connection of the rate limits). */
+  /** What the app remembers of credentials; forgets on every change it hears of. */
+  credentials: CredentialCache;
+  /** Closes what the app opened itself (the Redis connection of the rate limits, the credential change listener). */
   close(): Promise<void>;
 }
 
@@ -41,7 +44,19 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   const registry = buildRegistry(options.areas ?? loadAreas(), operations, Object.keys(spec.components?.securitySchemes ?? {}));
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store });
-  const router = await createOperationRouter(deps, { spec, operations, registry, limits });
+  // Remembered only while this process hears every change (see CredentialCache); its own
+  // writes clear it before their response leaves, so a revocation is never one request late here.
+  const credentials = new CredentialCache({ maxAgeMs: deps.config.credentialCacheSeconds * 1000 });
+  const stopFollowing = deps.listen && deps.config.credentialCacheSeconds > 0 ? await credentials.follow(deps.listen, deps.logger) : async () => undefined;
+  const afterCommit = deps.afterCommit;
+  const appDeps: AppDeps = {
+    ...deps,
+    afterCommit: () => {
+      credentials.clear();
+      afterCommit?.();
+    },
+  };
+  const router = await createOperationRouter(appDeps, { spec, operations, registry, limits, credentials });
   const app = express();
   app.set('trust proxy', deps.config.trustProxy);
   app.disable('x-powered-by');
@@ -84,11 +99,19 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   app.use(docsAssets());
   // Engines that own their wire format (an OAuth server library, say) answer their paths
   // before the router; their operations are still in the spec, marked x-engine.
-  for (const engine of registry.engines) app.use(engine.path, engine.create(deps));
+  for (const engine of registry.engines) app.use(engine.path, engine.create(appDeps));
   // Bodies are read by the router, per operation, once the caller is known.
   app.use((req, res) => router.handle(req, res));
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
-  return { app, registry, close: counters.close };
+  return {
+    app,
+    registry,
+    credentials,
+    close: async () => {
+      await stopFollowing();
+      await counters.close();
+    },
+  };
 }
 
 /** The rate limits' counters: in this process, or shared by the replicas in PostgreSQL or Redis. */

@@ -35,6 +35,11 @@ export interface Config {
   shutdownGraceMs: number;
   /** How often the outbox worker looks for events to deliver; 0 turns it off in this process. */
   outboxPollMs: number;
+  /**
+   * How long a server may remember what a credential may do (0: never). Changes clear it
+   * at once wherever they are heard; this bounds only what nothing announced.
+   */
+  credentialCacheSeconds: number;
   /** The least time between two test messages to one notification destination (they mail real people). */
   notificationTestCooldownSeconds: number;
 }
@@ -179,6 +184,7 @@ export function loadConfig(env: Env = process.env): Config {
     bootstrapTokenDays: int(env, 'BOOTSTRAP_TOKEN_DAYS', 7, 0, 3650),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
+    credentialCacheSeconds: int(env, 'CREDENTIAL_CACHE_SECONDS', 60, 0, 3_600),
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
   };
 }

@@ -17,7 +17,12 @@ async function main(): Promise<void> {
   const logger = createLogger(config.logLevel);
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(config.dataDir, 0o700);
-  const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir, preparedStatements: config.databasePreparedStatements });
+  const database = await openDatabase({
+    url: config.databaseUrl,
+    dataDir: config.dataDir,
+    preparedStatements: config.databasePreparedStatements,
+    onIdleError: (err) => logger.warn({ err: { message: err.message } }, 'database: an idle connection broke; the pool opens another when needed'),
+  });
   const applied = await migrateToLatest(database.db);
   logger.info({ database: database.kind, migrations: applied }, 'database ready');
 
@@ -53,7 +58,7 @@ async function main(): Promise<void> {
 
   const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs);
   const secrets = secretBoxOf(config.encryptionKeys);
-  const deps = { config, db: database.db, pool: database.pool, secrets, mailer, logger };
+  const deps = { config, db: database.db, pool: database.pool, listen: database.listen, secrets, mailer, logger };
   const { app, registry, close: closeApp } = await createApp(deps);
   const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger);
   dispatcher.start(config.outboxPollMs);

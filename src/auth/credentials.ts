@@ -108,6 +108,13 @@ export interface Authenticator {
   describes: string;
   /** What to do to present one, for a 401 without any credential ("sign in"). */
   howToSend: string;
+  /**
+   * Present when a successful answer may be remembered (src/auth/credential-cache.ts): only
+   * when every table `authenticate` reads notifies `cp_credentials` on change (a migration
+   * adds the trigger with `notifyCredentialChanges`). `recordUse` then notes a use the cache
+   * answered, as `authenticate` would have.
+   */
+  cache?: { recordUse(caller: Caller, db: Db, now: Date): void };
 }
 
 // Only an occasional write: a credential used many times a second must not write on every request.
@@ -131,6 +138,11 @@ export function touchLastUsed(db: Db, table: 'api_tokens' | 'sessions', column: 
 
 export const apiTokenAuthenticator: Authenticator = {
   describes: 'an API token',
+  cache: {
+    recordUse(caller, db, now) {
+      if (caller.kind === 'api_token') touchLastUsed(db, 'api_tokens', 'last_used_at', caller.tokenId, null, now);
+    },
+  },
   howToSend: 'send an API token as "Authorization: Bearer cpt_…"',
   recognizes: (credential) => credential.scheme === 'bearer' && credential.secret.startsWith(`${API_TOKEN_PREFIX}_`),
   async authenticate(credential, db, now = new Date()) {
@@ -167,6 +179,11 @@ export const apiTokenAuthenticator: Authenticator = {
 
 export const sessionAuthenticator: Authenticator = {
   describes: 'a session',
+  cache: {
+    recordUse(caller, db, now) {
+      if (caller.kind === 'session') touchLastUsed(db, 'sessions', 'last_seen_at', caller.sessionId, null, now);
+    },
+  },
   howToSend: 'sign in',
   recognizes: (credential) => credential.scheme === 'cookie',
   async authenticate(credential, db, now = new Date()) {

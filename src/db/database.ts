@@ -42,11 +42,17 @@ export interface DatabaseOptions {
    * server connection (PgBouncer in transaction mode before 1.21) loses them: turn them off there.
    */
   preparedStatements?: boolean;
+  /**
+   * Told when an idle pooled connection breaks (the server restarted, an administrator
+   * ended it); the pool drops it and opens another when needed. Unheard, it would end the process.
+   */
+  onIdleError?: (err: Error) => void;
 }
 
 export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHandle> {
   if (options.url) {
     const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 20, options: '-c TimeZone=UTC' });
+    pool.on('error', (err) => options.onIdleError?.(err));
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
     const listen = (channel: string, onNotify: () => void, onLost?: () => void) => listenOnServer(options.url as string, channel, onNotify, onLost);
     return { db, kind: 'postgres', pool, listen, close: () => db.destroy() };
@@ -122,33 +128,60 @@ function preparingPool(pool: pg.Pool): PostgresPool {
   return { connect, end: () => pool.end() } as PostgresPool;
 }
 
+// How often the listening connection proves it is alive, and how long it may take to answer:
+// a connection that died without a word (a network partition) is noticed within seconds.
+const LISTEN_HEARTBEAT_MS = 5_000;
+const LISTEN_HEARTBEAT_TIMEOUT_MS = 3_000;
+
 /**
  * LISTEN on a connection of its own (a pooled one would be lent to queries), reconnecting
- * after a second when it breaks; `onLost` is told at once, `onNotify` once listening again.
+ * after a second when it breaks or stops answering; `onLost` is told at once, `onNotify`
+ * once listening again.
  */
 async function listenOnServer(url: string, channel: string, onNotify: () => void, onLost?: () => void): Promise<() => Promise<void>> {
   let stopped = false;
-  let client: pg.Client | null = null;
+  let current: pg.Client | null = null;
+  const lose = (client: pg.Client) => {
+    if (client !== current || stopped) return;
+    current = null;
+    onLost?.();
+    void client.end().catch(() => undefined);
+    retry();
+  };
   const connect = async (): Promise<void> => {
-    const next = new pg.Client({ connectionString: url });
+    const next = new pg.Client({ connectionString: url, keepAlive: true, query_timeout: LISTEN_HEARTBEAT_TIMEOUT_MS });
     next.on('notification', (message) => {
-      if (message.channel === channel) onNotify();
+      if (message.channel === channel && next === current) onNotify();
     });
-    next.on('error', () => undefined);
-    next.on('end', () => {
-      if (stopped) return;
-      onLost?.();
-      retry();
-    });
-    await next.connect();
-    await next.query(`listen ${pg.escapeIdentifier(channel)}`);
-    client = next;
+    next.on('error', () => lose(next));
+    next.on('end', () => lose(next));
+    try {
+      await next.connect();
+      await next.query(`listen ${pg.escapeIdentifier(channel)}`);
+    } catch (err) {
+      void next.end().catch(() => undefined);
+      throw err;
+    }
+    if (stopped) {
+      await next.end().catch(() => undefined);
+      return;
+    }
+    current = next;
     onNotify();
   };
-  const retry = () => setTimeout(() => void connect().catch(retry), 1000).unref();
+  const retry = () => {
+    if (!stopped) setTimeout(() => void connect().catch(retry), 1000).unref();
+  };
+  const heartbeat = setInterval(() => {
+    const client = current;
+    if (client) client.query('select 1').catch(() => lose(client));
+  }, LISTEN_HEARTBEAT_MS).unref();
   await connect();
   return async () => {
     stopped = true;
+    clearInterval(heartbeat);
+    const client = current;
+    current = null;
     await client?.end().catch(() => undefined);
   };
 }

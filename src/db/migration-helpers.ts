@@ -23,3 +23,20 @@ export async function touchUpdatedAt(db: Kysely<any>, table: string, ignoring: r
 export async function dropTouchUpdatedAt(db: Kysely<any>, table: string): Promise<void> {
   await sql`drop trigger if exists ${sql.id(`${table}_touch_updated_at`)} on ${sql.table(table)}`.execute(db);
 }
+
+/**
+ * Makes changes to `table` tell every server to forget the credentials it remembers
+ * (src/auth/credential-cache.ts): when the change commits, the trigger (function
+ * notify_credentials_changed, created by 2026_11_24_223124_notify_credential_changes)
+ * notifies `cp_credentials`. `on` is the trigger's event list: name only the columns an
+ * authenticator reads, so that bookkeeping (a token's last use) notifies nothing.
+ * Statement-level: a bulk change notifies once.
+ */
+export async function notifyCredentialChanges(db: Kysely<any>, table: string, on: string): Promise<void> {
+  await sql`create trigger ${sql.id(`${table}_notify_credentials`)} after ${sql.raw(on)} on ${sql.table(table)}
+    for each statement execute function notify_credentials_changed()`.execute(db);
+}
+
+export async function dropNotifyCredentialChanges(db: Kysely<any>, table: string): Promise<void> {
+  await sql`drop trigger if exists ${sql.id(`${table}_notify_credentials`)} on ${sql.table(table)}`.execute(db);
+}

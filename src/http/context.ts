@@ -20,6 +20,13 @@ export interface AppDeps {
   logger: Logger;
   /** The pg pool when on a PostgreSQL server; null on the embedded database. */
   pool?: import('pg').Pool | null;
+  /**
+   * Where committed changes to credentials are heard (DatabaseHandle.listen). Without it no
+   * process-wide credential cache is kept: every request asks the database.
+   */
+  listen?: import('../db/database').DatabaseHandle['listen'];
+  /** Called after every write commits, before the response (createApp's credential cache forgets). */
+  afterCommit?: () => void;
   /** Told of every event a write commits (the test harness checks them against each operation's x-events). */
   onEvent?: (operationId: string, type: EventType) => void;
 }
@@ -171,6 +178,7 @@ export class RequestContext {
       events = scope.events;
       return value;
     });
+    this.deps.afterCommit?.();
     for (const event of events) this.deps.onEvent?.(this.operationId, event.type);
     return result;
   }

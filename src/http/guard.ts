@@ -1,5 +1,6 @@
 import type { Request } from 'express';
 import { inactiveMember, loadMemberAccess, membershipStatus, type Authenticator, type Caller, type OrgAccess, type PresentedCredential } from '../auth/credentials';
+import type { CredentialCache } from '../auth/credential-cache';
 import type { Db } from '../db/database';
 import { isId } from '../lib/ids';
 import type { OperationMeta } from '../spec/operations';
@@ -8,6 +9,8 @@ import { ApiError, validationError } from './errors';
 export interface GuardDeps {
   db: Db;
   authenticators: ReadonlyMap<string, Authenticator>;
+  /** Remembers authenticated credentials and members' standing, forgetting on every change. */
+  credentials: CredentialCache;
   /** Before a credential is looked up: throws 429 when its address has failed too often. */
   beforeLookup(req: Request): Promise<void>;
   /** Counts a failed authentication against the client's address; throws 429 past the limit. */
@@ -45,7 +48,7 @@ async function authenticate(meta: OperationMeta, req: Request, credential: Prese
     throw new ApiError('invalid_token', `This operation takes ${schemes.map((a) => a.describes).join(' or ') || 'no credential this server issues yet'}; the credential sent is none of them.`);
   }
   await deps.beforeLookup(req);
-  const result = await reader.authenticate(credential, deps.db);
+  const result = await deps.credentials.authenticate(reader, credential, deps.db);
   if (result.status === 'invalid') {
     await deps.countFailure(req);
     throw new ApiError('invalid_token', result.detail);
@@ -59,7 +62,8 @@ async function authenticate(meta: OperationMeta, req: Request, credential: Prese
 }
 
 /** The organization named by X-Organization-Id, and the caller's standing in it. */
-async function organizationFromHeader(req: Request, caller: Caller, db: Db): Promise<OrgAccess> {
+async function organizationFromHeader(req: Request, caller: Caller, deps: GuardDeps): Promise<OrgAccess> {
+  const { db } = deps;
   const header = req.headers['x-organization-id'];
   if (header === undefined || header === '') {
     throw new ApiError('organization_header_required', 'Name the organization to act in with the X-Organization-Id header; GET /user/me lists yours.');
@@ -67,7 +71,12 @@ async function organizationFromHeader(req: Request, caller: Caller, db: Db): Pro
   if (typeof header !== 'string' || !isId('organization', header)) {
     throw validationError([{ in: 'header', pointer: '/x-organization-id', message: 'must be an organization id (org_…)' }]);
   }
-  const org = caller.kind === 'session' ? await loadMemberAccess(db, caller.userId, header) : caller.orgId === header ? caller.access : null;
+  const org =
+    caller.kind === 'session'
+      ? await deps.credentials.memberAccess(caller.userId, header, () => loadMemberAccess(db, caller.userId, header))
+      : caller.orgId === header
+        ? caller.access
+        : null;
   if (!org) {
     throw new ApiError('not_a_member', caller.kind === 'session'
       ? inactiveMember(await membershipStatus(db, caller.userId, header), header, 'Your')
@@ -87,7 +96,7 @@ async function organizationFromHeader(req: Request, caller: Caller, db: Db): Pro
 export async function guard(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Promise<Admitted> {
   const caller = await authenticate(meta, req, credential, deps);
   let org: OrgAccess | null = null;
-  if (caller && meta.orgScoped) org = await organizationFromHeader(req, caller, deps.db);
+  if (caller && meta.orgScoped) org = await organizationFromHeader(req, caller, deps);
   else if (caller && caller.kind !== 'session') org = caller.access;
   if (meta.personOnly && caller && caller.kind !== 'session') throw requiresPerson();
   if (meta.permission && !org?.permissions.has(meta.permission)) {

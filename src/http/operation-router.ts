@@ -5,6 +5,7 @@ import type { OpenApiDocument } from '../spec';
 import { readBody, type BodyLimits, type ReadBody } from './body';
 import { RequestContext, type AppDeps } from './context';
 import { ApiError, notImplementedError, validationError } from './errors';
+import type { CredentialCache } from '../auth/credential-cache';
 import { guard, type Admitted, type GuardDeps } from './guard';
 import type { AnyResult } from './handler-types';
 import { createSpecValidator } from './openapi-backend';
@@ -66,6 +67,7 @@ export interface RouterDefinition {
   operations: Readonly<Record<string, OperationMeta>>;
   registry: Registry;
   limits: RateLimits;
+  credentials: CredentialCache;
 }
 
 /**
@@ -91,6 +93,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
   const guardDeps: GuardDeps = {
     db: deps.db,
     authenticators: registry.authenticators,
+    credentials: definition.credentials,
     beforeLookup: (req) => limits.mayAuthenticate(req.ip),
     countFailure: (req) => limits.failedAuthentication(req.ip),
     admitted: (caller) => limits.caller(caller),

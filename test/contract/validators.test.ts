@@ -1,5 +1,6 @@
 // The server compiles an operation's validators on its first request. This compiles all of
 // them at once, so a schema Ajv refuses fails here rather than on some client's first call.
+import { CredentialCache } from '../../src/auth/credential-cache';
 import { loadConfig } from '../../src/config';
 import type { AppDeps } from '../../src/http/context';
 import { createOperationRouter } from '../../src/http/operation-router';
@@ -13,6 +14,6 @@ it('compiles the request, response and header validators of every operation', as
   const spec = loadSpec();
   const { operations } = describeOperations(spec);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: { kind: 'memory' } });
-  const router = await createOperationRouter(deps, { spec, operations, registry: buildRegistry([], operations, []), limits });
+  const router = await createOperationRouter(deps, { spec, operations, registry: buildRegistry([], operations, []), limits, credentials: new CredentialCache() });
   expect(() => router.compileAll()).not.toThrow();
 }, 120_000);

@@ -4,12 +4,14 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from 'kysely';
 import createClient, { type Client, type Middleware } from 'openapi-fetch';
 import pino from 'pino';
 import type { paths } from '../../generated/openapi';
 import { createApp, type AppOptions } from '../../src/app';
 import { loadConfig, type Config } from '../../src/config';
-import type { DatabaseHandle } from '../../src/db/database';
+import type { CredentialCache } from '../../src/auth/credential-cache';
+import type { DatabaseHandle, Db } from '../../src/db/database';
 import { createMailer } from '../../src/events/email';
 import type { AppDeps } from '../../src/http/context';
 import { secretBoxOf } from '../../src/lib/crypto';
@@ -77,12 +79,22 @@ export class TestApp {
     private readonly checker: SpecChecker | null,
     /** Operations this app answers with 501 not_implemented. */
     readonly pending: ReadonlySet<string>,
+    /** The app's credential cache (tests of the cache look inside). */
+    readonly credentials: CredentialCache,
   ) {
-    this.factories = new Factories(database.db);
+    this.writer = database.db.withPlugin(new ForgetCredentialsOnWrite(credentials));
+    this.factories = new Factories(this.writer);
   }
 
-  get db() {
-    return this.database.db;
+  private readonly writer: Db;
+
+  /**
+   * The test's own way into the database. Its writes stand in for operations not built yet,
+   * so the app forgets remembered credentials after each one, as after a write of its own
+   * (the notification from the database would come too, a moment later).
+   */
+  get db(): Db {
+    return this.writer;
   }
 
   /** Sends a request and checks the response against the spec; a mismatch throws. */
@@ -198,7 +210,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     logger,
     onEvent: recordEvent,
   };
-  const { app, registry, close: closeApp } = await createApp(deps, options);
+  const { app, registry, credentials, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -206,5 +218,22 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;
   if (options.checkSpec !== false) sharedChecker ??= new SpecChecker();
-  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented);
+  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented, credentials);
+}
+
+/** Clears the credential cache after every statement that is not a select. */
+class ForgetCredentialsOnWrite implements KyselyPlugin {
+  private readonly writes = new WeakSet<object>();
+
+  constructor(private readonly credentials: CredentialCache) {}
+
+  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
+    if (args.node.kind !== 'SelectQueryNode') this.writes.add(args.queryId);
+    return args.node;
+  }
+
+  async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    if (this.writes.has(args.queryId)) this.credentials.clear();
+    return args.result;
+  }
 }

@@ -1,0 +1,134 @@
+import type { Logger } from 'pino';
+import type { DatabaseHandle, Db } from '../db/database';
+import { hashSecret } from '../lib/crypto';
+import type { Authenticator, AuthenticationResult, Caller, OrgAccess, PresentedCredential } from './credentials';
+
+/** What the notify triggers (migration 2026_11_24_223124_notify_credential_changes) signal on. */
+export const CREDENTIALS_CHANNEL = 'cp_credentials';
+
+// A credential's last use is written at most this often, as the authenticators do themselves.
+const USE_RESOLUTION_MS = 60_000;
+
+interface CachedCaller {
+  caller: Caller;
+  authenticator: Authenticator;
+  cachedAt: number;
+  usedAt: number;
+}
+
+export interface CredentialCacheOptions {
+  maxAgeMs?: number;
+  maxEntries?: number;
+}
+
+/**
+ * What credentials may do, remembered per process so that an authenticated request costs no
+ * query before its own. It is dropped whole on every change that could alter an answer: at
+ * once by the process that made the change (after each write it commits), and, through
+ * PostgreSQL NOTIFY from triggers on the credential tables, within moments by every other
+ * process, the operator CLI's changes included. While the listening connection is down
+ * nothing is remembered. Entries also age out, and a credential's own expiry is checked on
+ * every use. Only authenticators that opt in (`Authenticator.cache`: every table they read
+ * notifies) are remembered, and only their successes: an unknown credential always reaches
+ * the database, behind the failed-authentication limit.
+ */
+export class CredentialCache {
+  private callers = new Map<string, CachedCaller>();
+  private access = new Map<string, { access: OrgAccess | null; cachedAt: number }>();
+  /** False until the listener is up, and whenever it is down: changes could be missed. */
+  private trusted = false;
+  /**
+   * Bumped by every clear. A lookup that started before a change and finishes after it must
+   * not put its (older) answer into the cache the change just emptied.
+   */
+  private generation = 0;
+  private readonly maxAgeMs: number;
+  private readonly maxEntries: number;
+
+  constructor(options: CredentialCacheOptions = {}) {
+    this.maxAgeMs = options.maxAgeMs ?? 60_000;
+    this.maxEntries = options.maxEntries ?? 50_000;
+  }
+
+  /** Forgets everything: a change was committed (here or, as notified, anywhere). */
+  clear(): void {
+    this.generation++;
+    this.callers.clear();
+    this.access.clear();
+  }
+
+  get size(): number {
+    return this.callers.size + this.access.size;
+  }
+
+  private fresh(cachedAt: number, now: number): boolean {
+    return this.trusted && now - cachedAt < this.maxAgeMs;
+  }
+
+  private remember<V>(map: Map<string, V>, key: string, value: V, generation: number): void {
+    if (!this.trusted || generation !== this.generation) return;
+    // Oldest first: a Map iterates in insertion order.
+    if (map.size >= this.maxEntries) map.delete(map.keys().next().value as string);
+    map.set(key, value);
+  }
+
+  /** The authenticator's answer, remembered when it may be. */
+  async authenticate(authenticator: Authenticator, credential: PresentedCredential, db: Db, now = new Date()): Promise<AuthenticationResult> {
+    if (!authenticator.cache) return authenticator.authenticate(credential, db, now);
+    const key = `${credential.scheme}:${hashSecret(credential.secret)}`;
+    const at = now.getTime();
+    const hit = this.callers.get(key);
+    if (hit && hit.authenticator === authenticator && this.fresh(hit.cachedAt, at) && !expired(hit.caller, now)) {
+      if (at - hit.usedAt > USE_RESOLUTION_MS) {
+        hit.usedAt = at;
+        authenticator.cache.recordUse(hit.caller, db, now);
+      }
+      return { status: 'ok', caller: hit.caller };
+    }
+    const generation = this.generation;
+    const result = await authenticator.authenticate(credential, db, now);
+    if (result.status === 'ok') this.remember(this.callers, key, { caller: result.caller, authenticator, cachedAt: at, usedAt: at }, generation);
+    return result;
+  }
+
+  /** A person's standing in an organization (sessions carry none of their own), remembered. */
+  async memberAccess(userId: string, orgId: string, load: () => Promise<OrgAccess | null>, now = Date.now()): Promise<OrgAccess | null> {
+    const key = `${userId}:${orgId}`;
+    const hit = this.access.get(key);
+    if (hit && this.fresh(hit.cachedAt, now)) return hit.access;
+    const generation = this.generation;
+    const access = await load();
+    this.remember(this.access, key, { access, cachedAt: now }, generation);
+    return access;
+  }
+
+  /**
+   * Starts trusting the cache once the database's change notifications are heard; every
+   * notification (and every reconnection, after which some may have been missed) clears it.
+   * Resolves with a function that stops listening.
+   */
+  async follow(listen: DatabaseHandle['listen'], logger: Logger): Promise<() => Promise<void>> {
+    const stop = await listen(
+      CREDENTIALS_CHANNEL,
+      () => {
+        this.clear();
+        this.trusted = true;
+      },
+      () => {
+        this.trusted = false;
+        this.clear();
+        logger.warn('credential cache: the change listener was lost; every request asks the database until it is back');
+      },
+    );
+    return async () => {
+      this.trusted = false;
+      this.clear();
+      await stop();
+    };
+  }
+}
+
+function expired(caller: Caller, now: Date): boolean {
+  const expiresAt = 'expiresAt' in caller ? caller.expiresAt : null;
+  return expiresAt !== null && expiresAt <= now;
+}

@@ -1,0 +1,171 @@
+// Two server processes on one PostgreSQL database remember what credentials may do
+// (src/auth/credential-cache.ts). A change made anywhere else (the operator CLI, another
+// replica, a statement in the database) must reach both within moments through NOTIFY,
+// although each may remember for an hour here (CREDENTIAL_CACHE_SECONDS=3600): only the
+// notification can explain a refusal within the polling bound. A server whose database
+// connections are cut keeps serving and hears changes again once it reconnects.
+// PGlite is one process's database, so this runs on a PostgreSQL server only.
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { cleanEnv, cleanUp, runCli, startServer, tempDir, type ServerProcess } from '../e2e/support';
+import { serverDatabase, serverUrl } from '../support/database';
+import { SpecChecker } from '../support/spec-checker';
+
+const url = serverUrl();
+const onServer = url ? describe : describe.skip;
+// Long enough for a loaded machine; the servers would otherwise remember for an hour.
+const NOTICE_MS = 15_000;
+
+let servers: ServerProcess[] = [];
+let database: { url: string; drop(): Promise<void> } | null = null;
+let admin: pg.Client;
+let env: Record<string, string>;
+let checker: SpecChecker;
+let orgId: string;
+let ownerId: string;
+
+async function get(server: ServerProcess, path: string, token: string, org?: string): Promise<{ status: number; body: any }> {
+  const headers: Record<string, string> = { authorization: `Bearer ${token}` };
+  if (org) headers['x-organization-id'] = org;
+  const res = await fetch(`${server.baseUrl}${path}`, { headers, signal: AbortSignal.timeout(5_000) });
+  const body = await res.json();
+  const problems = checker.check('GET', path, res.status, res.headers, body);
+  if (problems.length > 0) throw new Error(`GET ${path} answered against the spec:\n${problems.join('\n')}`);
+  return { status: res.status, body };
+}
+
+/** Polls every server until each answers `status`; fails with what they answered after NOTICE_MS. */
+async function untilEvery(status: number, ask: (server: ServerProcess) => Promise<{ status: number }>): Promise<void> {
+  const deadline = Date.now() + NOTICE_MS;
+  let last: number[] = [];
+  while (Date.now() < deadline) {
+    last = await Promise.all(servers.map(async (s) => (await ask(s)).status));
+    if (last.every((s) => s === status)) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`Expected every server to answer ${status}; they still answer ${last.join(', ')}.`);
+}
+
+async function cli(args: string[]): Promise<any> {
+  const run = await runCli([...args, '--json'], cleanEnv(env));
+  if (run.code !== 0) throw new Error(`cli ${args.join(' ')} failed:\n${run.stderr}`);
+  return JSON.parse(run.stdout);
+}
+
+async function newToken(): Promise<{ token: string; tokenId: string }> {
+  const created = await cli(['token', 'create', '--org', orgId, '--user', ownerId, '--name', 'cache test']);
+  return { token: created.api_token, tokenId: created.token_id };
+}
+
+/** Both servers have answered 200 for the token, so both remember it. */
+async function rememberedEverywhere(token: string): Promise<void> {
+  for (const server of servers) expect((await get(server, '/user/me', token)).status).toBe(200);
+  for (const server of servers) expect((await get(server, '/notification-destination', token, orgId)).status).toBe(200);
+}
+
+onServer('credential cache across server processes', () => {
+  beforeAll(async () => {
+    checker = new SpecChecker();
+    database = await serverDatabase(url!, 'cache');
+    env = {
+      DATABASE_URL: database.url,
+      ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+      LOG_LEVEL: 'warn',
+      OUTBOX_POLL_MS: '0',
+      CREDENTIAL_CACHE_SECONDS: '3600',
+      DATA_DIR: tempDir('cp-cache-cli-'),
+    };
+    const boot = await cli(['bootstrap']);
+    orgId = boot.organization_id;
+    ownerId = boot.user_id;
+    servers = await Promise.all([startServer({ ...env, DATA_DIR: tempDir('cp-cache-a-') }), startServer({ ...env, DATA_DIR: tempDir('cp-cache-b-') })]);
+    await Promise.all(servers.map((s) => s.waitUntilHealthy()));
+    admin = new pg.Client({ connectionString: database.url });
+    await admin.connect();
+  }, 120_000);
+
+  afterAll(async () => {
+    await admin?.end().catch(() => undefined);
+    await Promise.all(servers.map((s) => s.stop()));
+    await cleanUp();
+    await database?.drop();
+  }, 60_000);
+
+  it('remembers: a change nobody announces is not seen until a notification arrives', async () => {
+    const { token, tokenId } = await newToken();
+    await rememberedEverywhere(token);
+    // Triggers off for this statement only (replica mode): the revocation is committed but unannounced.
+    await admin.query('begin');
+    await admin.query(`set local session_replication_role = replica`);
+    await admin.query(`update api_tokens set revoked_at = now() where id = $1`, [tokenId]);
+    await admin.query('commit');
+    for (const server of servers) expect((await get(server, '/user/me', token)).status).toBe(200);
+    await admin.query(`select pg_notify('cp_credentials', 'api_tokens')`);
+    await untilEvery(401, (s) => get(s, '/user/me', token));
+  }, 60_000);
+
+  it('refuses a token on every server soon after the operator CLI revokes it', async () => {
+    const { token, tokenId } = await newToken();
+    await rememberedEverywhere(token);
+    await cli(['token', 'revoke', tokenId]);
+    await untilEvery(401, (s) => get(s, '/user/me', token));
+    const refused = await get(servers[1]!, '/notification-destination', token, orgId);
+    expect(refused).toMatchObject({ status: 401, body: { code: 'invalid_token' } });
+  }, 60_000);
+
+  it('refuses a suspended member’s token on every server, and accepts it again once reactivated', async () => {
+    const { token } = await newToken();
+    await rememberedEverywhere(token);
+    await admin.query(`update memberships set status = 'suspended' where org_id = $1 and user_id = $2`, [orgId, ownerId]);
+    try {
+      await untilEvery(401, (s) => get(s, '/notification-destination', token, orgId));
+      expect((await get(servers[0]!, '/user/me', token)).body.detail).toMatch(/suspended/);
+    } finally {
+      await admin.query(`update memberships set status = 'active' where org_id = $1 and user_id = $2`, [orgId, ownerId]);
+    }
+    await untilEvery(200, (s) => get(s, '/notification-destination', token, orgId));
+  }, 60_000);
+
+  it('applies a role change to the next requests on every server', async () => {
+    const { token } = await newToken();
+    await rememberedEverywhere(token);
+    const roles = await admin.query<{ role_id: string }>(`select role_id from role_assignments where org_id = $1 and user_id = $2`, [orgId, ownerId]);
+    await admin.query(`delete from role_assignments where org_id = $1 and user_id = $2`, [orgId, ownerId]);
+    try {
+      await untilEvery(403, (s) => get(s, '/notification-destination', token, orgId));
+    } finally {
+      for (const { role_id } of roles.rows) await admin.query(`insert into role_assignments (org_id, user_id, role_id) values ($1, $2, $3)`, [orgId, ownerId, role_id]);
+    }
+    await untilEvery(200, (s) => get(s, '/notification-destination', token, orgId));
+  }, 60_000);
+
+  it('does not forget on bookkeeping: a token’s last use announces nothing', async () => {
+    const { token, tokenId } = await newToken();
+    await rememberedEverywhere(token);
+    await admin.query(`update api_tokens set last_used_at = now() where id = $1`, [tokenId]);
+    // Had that announced a change, it would have arrived by now (loopback, milliseconds), and
+    // the unannounced revocation below would be seen at once.
+    await new Promise((r) => setTimeout(r, 500));
+    await admin.query('begin');
+    await admin.query(`set local session_replication_role = replica`);
+    await admin.query(`update api_tokens set revoked_at = now() where id = $1`, [tokenId]);
+    await admin.query('commit');
+    for (const server of servers) expect((await get(server, '/user/me', token)).status).toBe(200);
+    await admin.query(`update api_tokens set expires_at = now() where id = $1`, [tokenId]);
+    await untilEvery(401, (s) => get(s, '/user/me', token));
+  }, 60_000);
+
+  it('keeps serving when its database connections are cut, and hears changes again after reconnecting', async () => {
+    const { token, tokenId } = await newToken();
+    await rememberedEverywhere(token);
+    // Every connection of both servers: pooled ones and the listening ones.
+    const cut = await admin.query(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`);
+    expect(cut.rowCount).toBeGreaterThanOrEqual(2);
+    await untilEvery(200, (s) => get(s, '/notification-destination', token, orgId));
+    for (const server of servers) expect(server.child.exitCode).toBeNull();
+    // The listeners are back (or nothing is remembered meanwhile): a revocation still reaches both.
+    await cli(['token', 'revoke', tokenId]);
+    await untilEvery(401, (s) => get(s, '/user/me', token));
+    for (const server of servers) expect(server.output().stdout).toContain('the change listener was lost');
+  }, 60_000);
+});
