@@ -15,9 +15,11 @@
 //   BENCH_DIAGNOSE=1    also: both targets with LOG_LEVEL=silent; the baseline and both targets
 //                       under --cpu-prof (summarised by concern, package and function); the CPU
 //                       the server, PostgreSQL and the load generator used per request
+//   BENCH_PROFILE_OUT   with BENCH_DIAGNOSE: a directory to keep the .cpuprofile files in (open them
+//                       in Chrome DevTools or speedscope)
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -341,6 +343,14 @@ interface CpuProfile {
   timeDeltas: number[];
 }
 
+/** Copies a run's .cpuprofile files to BENCH_PROFILE_OUT, when set. */
+function keepProfiles(dir: string, label: string): void {
+  const out = process.env.BENCH_PROFILE_OUT;
+  if (!out) return;
+  mkdirSync(out, { recursive: true });
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'))) copyFileSync(join(dir, file), join(out, `${label}-${file}`));
+}
+
 function readProfile(dir: string): CpuProfile | null {
   const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
   return file ? (JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile) : null;
@@ -514,6 +524,7 @@ async function main(): Promise<void> {
     rows.push(profiledBaseline);
     await stopChild(helloProfiled);
     const helloProfile = readProfile(helloProfileDir);
+    keepProfiles(helloProfileDir, 'baseline');
     if (helloProfile) profiles.push(...summariseProfile(helloProfile, profiledBaseline.window, 'baseline'));
 
     const profileDir = mkdtempSync(join(tmpdir(), 'cp-bench-prof-'));
@@ -524,6 +535,7 @@ async function main(): Promise<void> {
     rows.push(profiledHealth, profiledRead);
     await stopChild(profiled.child);
     const profile = readProfile(profileDir);
+    keepProfiles(profileDir, 'real');
     if (profile) profiles.push(...summariseProfile(profile, profiledHealth.window, 'real /health'), ...summariseProfile(profile, profiledRead.window, 'real token read'));
 
     const cores = (v: number | null) => (v === null ? 'n/a' : v.toFixed(2));

@@ -161,6 +161,9 @@ onServer('credential cache across server processes', () => {
     // Every connection of both servers: pooled ones and the listening ones.
     const cut = await admin.query(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`);
     expect(cut.rowCount).toBeGreaterThanOrEqual(2);
+    // A request that takes a pooled connection in the instant it is cut fails (500; see the
+    // note on issue 8); a moment later the pools have dropped the dead ones.
+    await new Promise((r) => setTimeout(r, 500));
     await untilEvery(200, (s) => get(s, '/notification-destination', token, orgId));
     for (const server of servers) expect(server.child.exitCode).toBeNull();
     // The listeners are back (or nothing is remembered meanwhile): a revocation still reaches both.
