@@ -66,19 +66,28 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   const securityHeaders = helmetHeaders();
   const healthBody = JSON.stringify(HEALTH);
 
+  const assets = docsAssets();
+  // Engines that own their wire format (an OAuth server library, say) answer their paths
+  // before the router; their operations are still in the spec, marked x-engine.
+  const engines = registry.engines.length > 0;
+  // Bodies are read by the router, per operation, once the caller is known.
+  const route = (req: Request, res: Response, next: NextFunction) => assets(req, res, () => (engines ? next() : void router.handle(req, res)));
+
+  // One layer for what every request goes through: each Express layer costs its share of a small request.
   app.use((req, res, next) => {
     const incoming = req.headers['x-request-id'];
     const requestId = typeof incoming === 'string' && INCOMING_REQUEST_ID.test(incoming) ? incoming : newRequestId();
     res.setHeader('X-Request-Id', requestId);
     for (const [name, value] of securityHeaders) res.setHeader(name, value);
     let log: Logger | undefined;
+    const credential = presentedCredential(req.headers);
     setRequestState(req, {
       requestId,
       get log() {
         log ??= deps.logger.child({ req_id: requestId });
         return log;
       },
-      credential: presentedCredential(req.headers),
+      credential,
     });
     if (app.locals.draining) {
       res.setHeader('Connection', 'close');
@@ -93,15 +102,15 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
       return;
     }
     logRequest(deps.logger, req, res, requestId);
-    next();
+    // Without a credential the address is what the rate limit counts (with one, the router counts the caller).
+    if (credential) return route(req, res, next);
+    limits.address(req.ip).then(
+      () => route(req, res, next),
+      (err: unknown) => sendError(req, res, err),
+    );
   });
-  app.use(limits.anonymous());
-  app.use(docsAssets());
-  // Engines that own their wire format (an OAuth server library, say) answer their paths
-  // before the router; their operations are still in the spec, marked x-engine.
   for (const engine of registry.engines) app.use(engine.path, engine.create(appDeps));
-  // Bodies are read by the router, per operation, once the caller is known.
-  app.use((req, res) => router.handle(req, res));
+  if (engines) app.use((req, res) => router.handle(req, res));
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
   return {
     app,

@@ -1,6 +1,9 @@
-// The benchmark's baseline: a bare Express 5 server answering one small JSON body.
+// The benchmark's baselines: a bare Express 5 server answering one small JSON body, and, when
+// DATABASE_URL is set, the same server reading one row with pg (one prepared statement per
+// request, no framework): the least an authenticated read of one stored row could cost.
 // Run by scripts/bench/run.ts as its own process; listens on 127.0.0.1:$PORT.
 import express from 'express';
+import pg from 'pg';
 
 const port = Number(process.env.PORT ?? 0);
 const app = express();
@@ -8,10 +11,23 @@ app.get('/', (_req, res) => {
   res.json({ hello: 'world' });
 });
 
+const databaseUrl = process.env.DATABASE_URL;
+const pool = databaseUrl ? new pg.Pool({ connectionString: databaseUrl, max: 20 }) : null;
+if (pool) {
+  app.get('/notification-destination/:org/:id', async (req, res) => {
+    const result = await pool.query({
+      name: 'read_destination',
+      text: 'select * from notification_destinations where org_id = $1 and id = $2',
+      values: [req.params.org, req.params.id],
+    });
+    res.json(result.rows[0]);
+  });
+}
+
 const server = app.listen(port, '127.0.0.1', () => {
   const address = server.address();
   process.stdout.write(`listening on ${typeof address === 'object' && address ? address.port : port}\n`);
 });
-const stop = () => server.close(() => process.exit(0));
+const stop = () => server.close(() => void (pool ? pool.end() : Promise.resolve()).then(() => process.exit(0)));
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);

@@ -26,6 +26,11 @@ export function pageRequest(query: { limit?: number; cursor?: string }, kind: Id
   return { limit, after };
 }
 
+/** The cursor of the page that starts after the row `id`. */
+export function cursorAfter(id: string): string {
+  return Buffer.from(id, 'utf8').toString('base64url');
+}
+
 /** Rows fetched with `limit + 1`: the extra row only tells whether another page exists. */
 export function toPage<R extends { id: string }, T>(rows: R[], request: PageRequest, map: (row: R) => T): Page<T> {
   const more = rows.length > request.limit;
@@ -33,6 +38,6 @@ export function toPage<R extends { id: string }, T>(rows: R[], request: PageRequ
   const last = pageRows[pageRows.length - 1];
   return {
     data: pageRows.map(map),
-    next_cursor: more && last ? Buffer.from(last.id, 'utf8').toString('base64url') : null,
+    next_cursor: more && last ? cursorAfter(last.id) : null,
   };
 }

@@ -1,10 +1,8 @@
-import type { NextFunction, Request, Response } from 'express';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Caller } from '../auth/credentials';
 import { ApiError } from './errors';
-import { requestState, sendError } from './respond';
 
 /** Where the counters live: this process, or a store every replica shares. */
 export type CounterStore = { kind: 'memory' } | { kind: 'postgres'; pool: pg.Pool } | { kind: 'redis'; client: Redis };
@@ -97,22 +95,5 @@ export class RateLimits {
 
   failedAuthentication(ip: string | undefined): Promise<void> {
     return consume(this.failures, ip ?? 'unknown', 'Too many failed authentications from this address');
-  }
-
-  /**
-   * Middleware for what reaches no operation's guard with a credential: anonymous requests,
-   * and everything served before the router (engines, the docs assets).
-   */
-  anonymous() {
-    return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
-      if (requestState(req).credential) return next();
-      try {
-        await this.address(req.ip);
-        next();
-      } catch (err) {
-        if (err instanceof ApiError) sendError(req, res, err);
-        else next(err);
-      }
-    };
   }
 }

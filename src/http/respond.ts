@@ -116,6 +116,14 @@ export async function sendResult(res: Response, result: AnyResult): Promise<void
     res.type(result.contentType).send(typeof body === 'string' ? body : Buffer.from(body as Uint8Array));
     return;
   }
-  if (result.contentType) res.type(result.contentType);
-  res.json(body);
+  // What res.json would send, without its per-response work this server never needs (ETag,
+  // freshness, charset negotiation): a sixth of a small read's time in profiles.
+  const text = JSON.stringify(body);
+  res.setHeader('Content-Type', result.contentType ? withCharset(result.contentType) : 'application/json; charset=utf-8');
+  res.setHeader('Content-Length', Buffer.byteLength(text));
+  res.end(res.req.method === 'HEAD' ? undefined : text);
+}
+
+function withCharset(contentType: string): string {
+  return /;\s*charset=/i.test(contentType) ? contentType : `${contentType}; charset=utf-8`;
 }

@@ -7,17 +7,19 @@
 export interface RouteMatch<T> {
   /** The operation for the request's method, if the path has one. */
   route: T | undefined;
-  /** The methods the path supports, upper-case, for 405 answers. */
-  allowed: string[];
+  /** The methods the path supports, upper-case, for 405 answers (shared: do not change it). */
+  readonly allowed: readonly string[];
 }
 
 interface Node<T> {
   literal: Map<string, Node<T>>;
   param: Node<T> | undefined;
   methods: Map<string, T>;
+  /** The methods of `methods` as a 405 lists them, kept current by `add`. */
+  allowed: string[];
 }
 
-const newNode = <T>(): Node<T> => ({ literal: new Map(), param: undefined, methods: new Map() });
+const newNode = <T>(): Node<T> => ({ literal: new Map(), param: undefined, methods: new Map(), allowed: [] });
 
 export class PathRouter<T> {
   private readonly root: Node<T> = newNode();
@@ -35,6 +37,9 @@ export class PathRouter<T> {
       }
     }
     node.methods.set(method.toUpperCase(), route);
+    const allowed = [...node.methods.keys()];
+    if (node.methods.has('GET') && !node.methods.has('HEAD')) allowed.push('HEAD');
+    node.allowed = allowed.sort();
   }
 
   /** Null when no path matches at all. HEAD is answered wherever GET is (RFC 9110 §9.3.2). */
@@ -43,9 +48,7 @@ export class PathRouter<T> {
     if (!node) return null;
     const upper = method.toUpperCase();
     const route = node.methods.get(upper) ?? (upper === 'HEAD' ? node.methods.get('GET') : undefined);
-    const allowed = [...node.methods.keys()];
-    if (node.methods.has('GET') && !node.methods.has('HEAD')) allowed.push('HEAD');
-    return { route, allowed: allowed.sort() };
+    return { route, allowed: node.allowed };
   }
 
   private find(node: Node<T>, segments: string[], index: number): Node<T> | undefined {
