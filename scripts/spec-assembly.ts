@@ -27,13 +27,13 @@ const pointerEscape = (key: string) => key.replace(/~/g, '~0').replace(/\//g, '~
 /** `access_request.resolved` → `AccessRequestResolved`: the stem of its data and envelope schema names. */
 export const eventSchemaStem = (type: string) => type.split(/[._]/).map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join('');
 
-function assemblePaths(root: Json, problems: string[]): void {
+function assemblePaths(source: string, root: Json, problems: string[]): void {
   if (root.paths) problems.push('openapi.yml: paths are assembled from paths/*.yml; the root lists none');
   const tags: Json[] = [...(root.tags ?? [])];
   const entries: { url: string; file: string; tag: string | undefined }[] = [];
   const seen = new Map<string, string>();
-  for (const file of yamlFiles(join(SPEC, 'paths'))) {
-    const doc = readYaml(join(SPEC, 'paths', file));
+  for (const file of yamlFiles(join(source, 'paths'))) {
+    const doc = readYaml(join(source, 'paths', file));
     for (const tag of doc['x-tags'] ?? []) {
       if (tags.some((t) => t.name === tag.name)) problems.push(`paths/${file}: tag "${tag.name}" is declared twice`);
       tags.push(tag);
@@ -55,10 +55,10 @@ function assemblePaths(root: Json, problems: string[]): void {
 }
 
 /** The event catalog: every `x-event-types` of spec/schemas/*.yml, sorted by type. */
-function assembleEvents(dir: string, problems: string[]): void {
+function assembleEvents(source: string, dir: string, problems: string[]): void {
   const declared: { type: string; description: string; file: string }[] = [];
-  for (const file of yamlFiles(join(SPEC, 'schemas'))) {
-    const doc = readYaml(join(SPEC, 'schemas', file));
+  for (const file of yamlFiles(join(source, 'schemas'))) {
+    const doc = readYaml(join(source, 'schemas', file));
     for (const [type, description] of Object.entries<unknown>(doc['x-event-types'] ?? {})) {
       if (!/^[a-z_]+\.[a-z_]+$/.test(type)) problems.push(`schemas/${file}: event type ${type} must be resource.past_participle`);
       if (typeof description !== 'string' || !description) problems.push(`schemas/${file}: event ${type} needs a one-line description`);
@@ -102,16 +102,44 @@ function assembleEvents(dir: string, problems: string[]): void {
   writeFileSync(eventsFile, YAML.stringify({ ...events, ...envelopes }, { lineWidth: 0 }));
 }
 
+/**
+ * The permission catalog: the permissions of schemas/permissions.yml, then every
+ * `x-permissions` an area's schema file declares (`widget:manage: What it allows.`), in file
+ * order. An area adds its permissions without editing the shared list.
+ */
+function assemblePermissions(source: string, dir: string, problems: string[]): void {
+  const catalogFile = join(dir, 'schemas', 'permissions.yml');
+  const catalog = readYaml(catalogFile);
+  const names: string[] = [...(catalog.Permission?.enum ?? [])];
+  const descriptions: Json = { ...(catalog.Permission?.['x-enumDescriptions'] ?? {}) };
+  let added = false;
+  for (const file of yamlFiles(join(source, 'schemas'))) {
+    const doc = readYaml(join(source, 'schemas', file));
+    for (const [name, description] of Object.entries<unknown>(doc['x-permissions'] ?? {})) {
+      if (!/^[a-z_]+:[a-z_]+$/.test(name)) problems.push(`schemas/${file}: permission ${name} must be resource:action`);
+      if (typeof description !== 'string' || !description) problems.push(`schemas/${file}: permission ${name} needs a one-line description`);
+      if (names.includes(name)) problems.push(`schemas/${file}: permission ${name} is declared twice`);
+      names.push(name);
+      descriptions[name] = String(description);
+      added = true;
+    }
+  }
+  if (!added) return;
+  catalog.Permission = { ...catalog.Permission, enum: names, 'x-enumDescriptions': descriptions };
+  writeFileSync(catalogFile, YAML.stringify(catalog, { lineWidth: 0 }));
+}
+
 /** Copies spec/ and writes the assembled root into the copy. Throws listing every rule broken. */
-export function assembleSpec(): AssembledSpec {
+export function assembleSpec(source: string = SPEC): AssembledSpec {
   const dir = join(mkdtempSync(join(tmpdir(), 'spec-assembled-')), 'spec');
-  cpSync(SPEC, dir, { recursive: true });
+  cpSync(source, dir, { recursive: true });
   const cleanup = () => rmSync(resolve(dir, '..'), { recursive: true, force: true });
   const problems: string[] = [];
   try {
-    const root = readYaml(join(SPEC, 'openapi.yml'));
-    assemblePaths(root, problems);
-    assembleEvents(dir, problems);
+    const root = readYaml(join(source, 'openapi.yml'));
+    assemblePaths(source, root, problems);
+    assembleEvents(source, dir, problems);
+    assemblePermissions(source, dir, problems);
     if (problems.length > 0) throw new Error(`spec/ breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
     const rootFile = join(dir, 'openapi.yml');
     writeFileSync(rootFile, YAML.stringify(root, { lineWidth: 0 }));

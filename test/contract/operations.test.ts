@@ -114,9 +114,10 @@ describe('the contract', () => {
     for (const code of codes) expect(described[code]).toMatch(/^\d{3}: /);
   });
 
-  it('lists the 20 events of the catalog, the 12 of the description among them', () => {
+  // Areas add events in their own schema files; the catalog only has to keep the description's.
+  it('lists the 12 events of the description in the catalog, each once', () => {
     const events: string[] = spec.components.schemas.EventType.enum;
-    expect(events).toHaveLength(20);
+    expect(new Set(events).size).toBe(events.length);
     expect(events).toEqual(expect.arrayContaining([
       'connection.needs_reauth', 'connection.disconnected', 'member.joined', 'member.removed', 'member.roles_updated',
       'invite.sent', 'invite.revoked', 'role.created', 'role.updated', 'role.deleted', 'restriction.updated', 'connector.created',
