@@ -50,6 +50,34 @@ export interface AuditLog {
   user_agent: string | null;
 }
 
+export interface Connections {
+  auth_type: "none" | "api_key" | "oauth2";
+  authorize_enc: string | null;
+  authorize_expires_at: Timestamp | null;
+  authorize_state_hash: string | null;
+  connector_slug: string;
+  created_at: Generated<Timestamp>;
+  credentials_enc: string | null;
+  id: string;
+  last_error: string | null;
+  last_used_at: Timestamp | null;
+  name: string;
+  oauth_client_enc: string | null;
+  org_id: string;
+  owner_user_id: string;
+  scopes: Generated<string[]>;
+  status: "pending" | "active" | "needs_reauth" | "disconnected";
+  status_changed_at: Generated<Timestamp>;
+  status_reason: "credentials_rejected" | "refresh_failed" | "owner_left" | "connector_access_lost" | "connector_changed" | "transferred" | null;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface ConnectionTools {
+  connection_id: string;
+  fetched_at: Timestamp;
+  tools: Json;
+}
+
 export interface Memberships {
   created_at: Generated<Timestamp>;
   joined_at: Generated<Timestamp>;
@@ -212,6 +240,8 @@ export interface Users {
 export interface DB {
   api_tokens: ApiTokens;
   audit_log: AuditLog;
+  connection_tools: ConnectionTools;
+  connections: Connections;
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;
   notification_destinations: NotificationDestinations;

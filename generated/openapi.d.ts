@@ -2902,6 +2902,10 @@ export interface paths {
          *       reached). The connection keeps its status and credentials and records the reason in
          *       `last_error`.
          *
+         *     Query parameters the provider adds beyond those listed (`session_state`, …) are
+         *     accepted and ignored; `iss`, when present, must name the authorization server the
+         *     flow started with (RFC 9207).
+         *
          *     Records the audit action `connection.authorized` when the connection was connected;
          *     emits no event (`connection.created` was emitted when it was created). Answers with
          *     the Error object only when the request itself is refused (no session, a malformed id or
@@ -2999,6 +3003,10 @@ export interface paths {
          *     This is the upstream's own list, not filtered by restrictions: restrictions apply where
          *     tools are offered and called, on MCP servers. Only the connection's owner may do it,
          *     since it acts with their credentials. An expired OAuth access token is refreshed first.
+         *
+         *     The list is kept for a few minutes and answered from there; when the upstream is down,
+         *     the last list is answered with `Tools-Stale: true` and `Tools-Fetched-At` says how old
+         *     it is (502 only when there is none).
          *
          *     Not a pure read: it sets `last_used_at`, and when the upstream (or the provider, on
          *     refresh) refuses the credentials the connection becomes `needs_reauth`, emitting
@@ -21495,6 +21503,15 @@ export interface operations {
                 iss?: string;
                 /** @description Scopes some providers echo on the redirect; the granted scopes are taken from the token response. */
                 scope?: string;
+                /**
+                 * @description Any other query parameter the provider adds to the redirect (`session_state`,
+                 *     `authuser`, `prompt`, `hd`, …): accepted and ignored, as OAuth clients must
+                 *     (RFC 6749 §3.1.2: the redirect URI is the provider's to extend). Not a parameter to
+                 *     send by that name: each such member is a query parameter of its own.
+                 */
+                provider_parameters?: {
+                    [key: string]: string;
+                };
             };
             header?: never;
             path: {
@@ -21613,9 +21630,22 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of the upstream's tools. */
+            /**
+             * @description A page of the upstream's tools. The list is kept for a while (the server's
+             *     `CONNECTION_TOOLS_TTL_SECONDS`, 5 minutes by default) and answered from there until
+             *     then; every page of one walk comes from the same fetch while it is kept. When the
+             *     upstream cannot be reached and a list was fetched before, that list is answered,
+             *     however old, with `Tools-Stale: true`, and the connection's `last_error` says why.
+             */
             200: {
                 headers: {
+                    /** @description When the upstream gave this list (RFC 3339, UTC, milliseconds). */
+                    "Tools-Fetched-At": string;
+                    /**
+                     * @description `true` when the upstream could not be reached just now and this is the list it
+                     *     gave at `Tools-Fetched-At`, kept past its time; `false` otherwise.
+                     */
+                    "Tools-Stale": "true" | "false";
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
