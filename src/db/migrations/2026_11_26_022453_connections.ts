@@ -36,8 +36,8 @@ export async function up(db: Kysely<any>): Promise<void> {
   await db.schema.createIndex('connections_org_id_idx').on('connections').columns(['org_id', 'id']).execute();
   await db.schema.createIndex('connections_owner_idx').on('connections').columns(['org_id', 'owner_user_id', 'id']).execute();
   await db.schema.createIndex('connections_connector_idx').on('connections').columns(['org_id', 'connector_slug']).execute();
-  // Using a connection is bookkeeping, not an edit.
-  await touchUpdatedAt(db, 'connections', ['last_used_at']);
+  // Using a connection, and why the last use failed, are bookkeeping, not edits.
+  await touchUpdatedAt(db, 'connections', ['last_used_at', 'last_error']);
 
   await db.schema
     .createTable('connection_tools')
