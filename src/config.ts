@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
+import { projectRoot } from './spec';
 
 /** Every setting, read from the environment once and validated. README lists them. */
 export interface Config {
@@ -42,6 +43,8 @@ export interface Config {
   credentialCacheSeconds: number;
   /** The least time between two test messages to one notification destination (they mail real people). */
   notificationTestCooldownSeconds: number;
+  /** The folder of the built-in connector catalog: one `<slug>.yml` per connector, loaded and checked at start. */
+  catalogDir: string;
 }
 
 export class ConfigError extends Error {
@@ -186,5 +189,6 @@ export function loadConfig(env: Env = process.env): Config {
     outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
     credentialCacheSeconds: int(env, 'CREDENTIAL_CACHE_SECONDS', 60, 0, 3_600),
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
+    catalogDir: resolve(env.CATALOG_DIR || join(projectRoot, 'src', 'areas', 'connectors', 'catalog')),
   };
 }
