@@ -2333,7 +2333,11 @@ export interface paths {
          * @description Creates a custom connector owned by the organization, at version 1, without lineage
          *     (`POST /connector/{slug}/fork` makes a copy that remembers its upstream). The slug
          *     must be free among every connector the organization sees, built-in ones included.
-         *     The OAuth client secret is stored encrypted and never returned. The new connector is
+         *     An `oauth2` connector for an upstream that follows the MCP authorization spec needs only
+         *     its URL: without `authorize_url` and `token_url` the server discovers them from the MCP
+         *     server (RFC 9728, then RFC 8414), and without `client_id` it registers itself
+         *     (RFC 7591), when a connection authorizes. The OAuth client secret is stored encrypted
+         *     and never returned. The new connector is
          *     visible to holders of `connector:manage`; share it (`POST /connector/{slug}/share`)
          *     to let other members see it and connect to it. Needs `connector:manage`. Records the
          *     audit action `connector.created` and emits `connector.created`.
@@ -2341,7 +2345,8 @@ export interface paths {
          *     Needs the plan feature `custom_connectors`, within the plan limit `custom_connectors`.
          *
          *     Errors: 400 `validation_failed` (including duplicate tool names or documentation keys,
-         *     an icon URL that is not https, `value_prefix` with `placement: query`),
+         *     an icon URL that is not https, `value_prefix` with `placement: query`, a
+         *     `client_secret` without `client_id`),
          *     `outbound_url_not_allowed` (an `mcp_url`, `token_url` or `revocation_url` that is not
          *     https or points to a private, loopback or link-local address; an `authorize_url` that
          *     is not https), `organization_header_required`; 401 `unauthenticated`, `invalid_token`;
@@ -9137,9 +9142,13 @@ export interface components {
          */
         ConnectorOAuth2Scopes: string[];
         /**
-         * @description Connections use the OAuth authorization code flow. `token_url` and `revocation_url` are
-         *     called by the server and pass the outbound guard; `authorize_url` is opened by the
-         *     member's browser and must be https.
+         * @description Connections use the OAuth authorization code flow with PKCE. Only `type` is needed for an
+         *     upstream that follows the MCP authorization spec: without `authorize_url` and `token_url`
+         *     the server discovers the authorization server from the MCP URL (RFC 9728
+         *     protected-resource metadata, then RFC 8414), and without `client_id` it registers itself
+         *     there (RFC 7591) when a connection authorizes. `token_url` and `revocation_url` are called
+         *     by the server and pass the outbound guard; `authorize_url` is opened by the member's
+         *     browser and must be https.
          */
         ConnectorOAuth2AuthInput: {
             /**
@@ -9149,16 +9158,18 @@ export interface components {
             type: "oauth2";
             /**
              * Format: uri
-             * @description The provider's authorization endpoint (https).
+             * @description The provider's authorization endpoint (https); null or left out to discover it from the MCP server.
+             * @default null
              * @example https://auth.acme.example/oauth/authorize
              */
-            authorize_url: string;
+            authorize_url?: string | null;
             /**
              * Format: uri
-             * @description The provider's token endpoint (https, a public address).
+             * @description The provider's token endpoint (https, a public address); null or left out to discover it from the MCP server.
+             * @default null
              * @example https://auth.acme.example/oauth/token
              */
-            token_url: string;
+            token_url?: string | null;
             /**
              * Format: uri
              * @description The provider's revocation endpoint (RFC 7009), or null.
@@ -9169,14 +9180,16 @@ export interface components {
             /** @default [] */
             scopes?: components["schemas"]["ConnectorOAuth2Scopes"];
             /**
-             * @description The OAuth client id registered at the provider.
+             * @description The OAuth client id registered at the provider; null or left out to let the server register a client dynamically (RFC 7591).
+             * @default null
              * @example acme-mcp-control-plane
              */
-            client_id: string;
+            client_id?: string | null;
             /**
-             * @description The OAuth client secret. A secret: stored encrypted, never returned. Leave it out for a
-             *     public client. On update, leaving it out keeps the stored secret only when the type
-             *     stays `oauth2` and `client_id`, `token_url` and `revocation_url` do not change.
+             * @description The OAuth client secret of `client_id` (refused without one). A secret: stored
+             *     encrypted, never returned. Leave it out for a public client. On update, leaving it out
+             *     keeps the stored secret only when the type stays `oauth2` and `client_id`, `token_url`
+             *     and `revocation_url` do not change.
              * @example s3cr3t-from-the-provider
              */
             client_secret?: string;
@@ -9300,7 +9313,10 @@ export interface components {
         };
         /**
          * @description Each connection holds OAuth tokens obtained with the authorization code flow (PKCE). The
-         *     client secret is never returned; `has_client_secret` says whether one is stored.
+         *     client secret is never returned; `has_client_secret` says whether one is stored. A
+         *     connector added by URL alone has null `authorize_url`, `token_url` and `client_id`: the
+         *     server discovers the authorization server from the MCP server (RFC 9728 protected-resource
+         *     metadata, then RFC 8414) and registers itself there (RFC 7591) when a connection authorizes.
          */
         ConnectorOAuth2Auth: {
             /**
@@ -9310,29 +9326,29 @@ export interface components {
             type: "oauth2";
             /**
              * Format: uri
-             * @description The provider's authorization endpoint, opened in the member's browser.
+             * @description The provider's authorization endpoint, opened in the member's browser; null: discovered from the MCP server when a connection authorizes.
              * @example https://auth.acme.example/oauth/authorize
              */
-            authorize_url: string;
+            authorize_url: string | null;
             /**
              * Format: uri
-             * @description The provider's token endpoint, called by the server.
+             * @description The provider's token endpoint, called by the server; null: discovered from the MCP server when a connection authorizes.
              * @example https://auth.acme.example/oauth/token
              */
-            token_url: string;
+            token_url: string | null;
             /**
              * Format: uri
-             * @description The provider's revocation endpoint (RFC 7009) the server calls when a connection is deleted, or null when the provider has none.
+             * @description The provider's revocation endpoint (RFC 7009) the server calls when a connection is deleted, or null when the provider has none or it is discovered.
              * @example https://auth.acme.example/oauth/revoke
              */
             revocation_url: string | null;
             scopes: components["schemas"]["ConnectorOAuth2Scopes"];
             /**
-             * @description The OAuth client id registered at the provider.
+             * @description The OAuth client id registered at the provider; null: the server registers a client dynamically (RFC 7591) when a connection authorizes.
              * @example acme-mcp-control-plane
              */
-            client_id: string;
-            /** @description Whether a client secret is stored (false for a public client relying on PKCE alone). */
+            client_id: string | null;
+            /** @description Whether a client secret is stored (false for a public client relying on PKCE alone, or a dynamically registered one). */
             has_client_secret: boolean;
             /** @description Whether the authorization uses PKCE (S256). True unless the provider rejects it. */
             pkce: boolean;

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
+import { projectRoot } from './spec';
 
 /** Every setting, read from the environment once and validated. README lists them. */
 export interface Config {
@@ -46,6 +47,8 @@ export interface Config {
   webAppUrl: string | null;
   /** How long an upstream's tool list is answered from what was fetched before asking the upstream again. */
   connectionToolsTtlSeconds: number;
+  /** The folder of the built-in connector catalog: one `<slug>.yml` per connector, loaded and checked at start. */
+  catalogDir: string;
 }
 
 export class ConfigError extends Error {
@@ -206,5 +209,6 @@ export function loadConfig(env: Env = process.env): Config {
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
     webAppUrl: webAppUrl(env),
     connectionToolsTtlSeconds: int(env, 'CONNECTION_TOOLS_TTL_SECONDS', 300, 0, 86_400),
+    catalogDir: resolve(env.CATALOG_DIR || join(projectRoot, 'src', 'areas', 'connectors', 'catalog')),
   };
 }
