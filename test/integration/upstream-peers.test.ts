@@ -6,6 +6,9 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
+import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+import type { OAuthClientInformationMixed, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { manyTools, startApiKeyUpstream, startEverythingServer, startOAuthUpstream, useUpstream, type OAuthUpstream } from '../support/upstream-mcp';
@@ -326,6 +329,50 @@ describe('OAuth upstream', () => {
     const ok = await fetch(peer.endpoints.token, form(exchange, { authorization: basic }));
     expect(ok.status).toBe(200);
     expect(peer.tokenRequests.at(-1)).toMatchObject({ client_auth: 'client_secret_basic', client_id: reg.client_id });
+  });
+});
+
+describe('OAuth upstream with the SDK client doing the OAuth', () => {
+  it('discovers, registers, authorizes, and refreshes on its own after expireAccessTokens', async () => {
+    const peer = await startOAuthUpstream({ user: 'frank' });
+    const state: { client?: OAuthClientInformationMixed; tokens?: OAuthTokens; verifier?: string; authorizeUrl?: URL } = {};
+    const provider: OAuthClientProvider = {
+      redirectUrl: REDIRECT,
+      clientMetadata: { redirect_uris: [REDIRECT], client_name: 'sdk', token_endpoint_auth_method: 'none', grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'] },
+      clientInformation: () => state.client,
+      saveClientInformation: (c) => void (state.client = c),
+      tokens: () => state.tokens,
+      saveTokens: (t) => void (state.tokens = t),
+      redirectToAuthorization: (url) => void (state.authorizeUrl = url),
+      saveCodeVerifier: (v) => void (state.verifier = v),
+      codeVerifier: () => state.verifier!,
+    };
+    const open = async () => {
+      const client = new Client({ name: 'sdk-oauth', version: '1.0.0' });
+      await client.connect(new StreamableHTTPClientTransport(new URL(peer.url), { authProvider: provider }));
+      return client;
+    };
+    try {
+      const first = new StreamableHTTPClientTransport(new URL(peer.url), { authProvider: provider });
+      await expect(new Client({ name: 'sdk-oauth', version: '1.0.0' }).connect(first)).rejects.toBeInstanceOf(UnauthorizedError);
+      const back = new URL((await fetch(state.authorizeUrl!, { redirect: 'manual' })).headers.get('location')!);
+      await first.finishAuth(back.searchParams.get('code')!);
+      let client = await open();
+      expect(textOf(await client.callTool({ name: 'whoami', arguments: {} }))).toBe('frank');
+      await client.close();
+      const before = state.tokens!;
+      peer.expireAccessTokens();
+      client = await open();
+      expect(textOf(await client.callTool({ name: 'whoami', arguments: {} }))).toBe('frank');
+      await client.close();
+      expect(state.tokens!.refresh_token).not.toBe(before.refresh_token);
+      expect(peer.tokenRequests.map((r) => [r.grant_type, r.resource, r.status])).toEqual([
+        ['authorization_code', peer.resource, 200],
+        ['refresh_token', peer.resource, 200],
+      ]);
+    } finally {
+      await peer.close();
+    }
   });
 });
 
