@@ -7,6 +7,16 @@
 export { manyTools, type Caller, type SeenRequest, type Transport, type UpstreamTool } from './upstream/mcp';
 export type { UpstreamPeer } from './upstream/server';
 export { startApiKeyUpstream, BEARER_HEADER, type ApiKeyUpstream, type ApiKeyUpstreamOptions, type KeyPlacement } from './upstream/api-key';
+export {
+  startOAuthUpstream,
+  type OAuthUpstream,
+  type OAuthUpstreamOptions,
+  type OAuthClientRecord,
+  type AuthorizeRequestRecord,
+  type TokenRequestRecord,
+  type RevocationRecord,
+} from './upstream/oauth';
+export { startEverythingServer, freePort, type EverythingServer } from './upstream/everything';
 
 /**
  * Starts a peer before the file's tests and closes it after them:
