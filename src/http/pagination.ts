@@ -50,7 +50,8 @@ export function keyedPageRequest(query: { limit?: number; cursor?: string }, val
   const limit = query.limit ?? DEFAULT_LIMIT;
   if (query.cursor === undefined) return { limit, after: undefined };
   const after = Buffer.from(query.cursor, 'base64url').toString('utf8');
-  if (after === '' || !valid(after)) throw new ApiError('invalid_cursor', 'The cursor does not belong to this list; start again without it.');
+  // A cursor is only ever one this server wrote: it must encode back to itself.
+  if (after === '' || cursorAfter(after) !== query.cursor || !valid(after)) throw new ApiError('invalid_cursor', 'The cursor does not belong to this list; start again without it.');
   return { limit, after };
 }
 
