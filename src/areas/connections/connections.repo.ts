@@ -1,4 +1,4 @@
-import type { Executor } from '../../db/database';
+import type { Db, Executor } from '../../db/database';
 import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 
@@ -72,20 +72,25 @@ export function updateConnection(db: Executor, orgId: string, id: string, change
 
 /**
  * Takes the authorization in progress whose state hashes to `stateHash`, if it has not
- * expired: cleared in the same statement, so a state works once even when two callbacks race.
+ * expired, and clears it: a state works once, even when two callbacks race (the row is locked).
  */
-export function claimAuthorization(db: Executor, id: string, stateHash: string, now: Date) {
-  return db
-    .updateTable('connections')
-    .set({ authorize_state_hash: null, authorize_enc: null, authorize_expires_at: null })
-    .where('id', '=', id)
-    .where('authorize_state_hash', '=', stateHash)
-    .where('authorize_expires_at', '>', now)
-    .returning(['authorize_enc', 'oauth_client_enc'])
-    .executeTakeFirst();
+export function claimAuthorization(db: Db, id: string, stateHash: string, now: Date) {
+  return db.transaction().execute(async (trx) => {
+    const pending = await trx
+      .selectFrom('connections')
+      .select(['authorize_enc', 'oauth_client_enc'])
+      .where('id', '=', id)
+      .where('authorize_state_hash', '=', stateHash)
+      .where('authorize_expires_at', '>', now)
+      .forUpdate()
+      .executeTakeFirst();
+    if (!pending) return undefined;
+    await trx.updateTable('connections').set({ authorize_state_hash: null, authorize_enc: null, authorize_expires_at: null }).where('id', '=', id).execute();
+    return pending;
+  });
 }
 
-/** Records a use of the connection (bookkeeping: updated_at stays). */
+/** Records a use of the connection (bookkeeping: updated_at stays), and the error of the last use or null. */
 export function recordUse(db: Executor, id: string, at: Date, error: string | null) {
   return db.updateTable('connections').set({ last_used_at: at, last_error: error }).where('id', '=', id).execute();
 }
