@@ -85,9 +85,11 @@ function credentialFetch(session: OutboundSession, target: UpstreamTarget, seen:
   };
 }
 
-function describe(err: unknown): string {
-  if (err instanceof OutboundRefused) return err.detail;
-  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+/** What went wrong, for the operator's log, with the credential cut out wherever a message repeated it. */
+function describe(err: unknown, credential: UpstreamCredential): string {
+  const text = err instanceof OutboundRefused ? err.detail : err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  const secret = credential.kind === 'bearer' ? credential.token : credential.kind === 'none' ? '' : credential.value;
+  return secret.length >= 4 ? text.split(secret).join('[redacted]').split(encodeURIComponent(secret)).join('[redacted]') : text;
 }
 
 /**
@@ -113,7 +115,7 @@ export async function withUpstream<T>(target: UpstreamTarget, limits: UpstreamLi
     if (seen.refused) throw seen.refused;
     if (err instanceof UpstreamUnavailable) throw err;
     const reason = err instanceof OutboundRefused ? err.message : 'The upstream MCP server could not be reached or did not answer MCP.';
-    throw new UpstreamUnavailable(reason, describe(err));
+    throw new UpstreamUnavailable(reason, describe(err, target.credential));
   } finally {
     if (transport instanceof StreamableHTTPClientTransport && transport.sessionId && !session.signal.aborted) {
       await transport.terminateSession().catch(() => undefined);

@@ -196,6 +196,12 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
   });
 }
 
+/** A URL for the log: its query may carry a credential (an API key placed there). */
+function withoutQuery(raw: string): string {
+  const cut = raw.search(/[?#]/);
+  return cut === -1 ? raw : `${raw.slice(0, cut)}?…`;
+}
+
 /** Limits of one outbound exchange made of several requests (an MCP session, an OAuth flow step). */
 export interface OutboundLimits {
   policy: OutboundPolicy;
@@ -257,7 +263,7 @@ export class OutboundSession {
   readonly fetch = (input: string | URL | Request, init: RequestInit = {}): Promise<Response> => {
     const raw = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
     const refusal = refuseUrl(raw, this.limits.policy);
-    if (refusal) return Promise.reject(new OutboundRefused(UNREACHABLE, `${raw} ${refusal}`));
+    if (refusal) return Promise.reject(new OutboundRefused(UNREACHABLE, `${withoutQuery(raw)} ${refusal}`));
     if (this.deadline.signal.aborted) return Promise.reject(this.deadline.signal.reason);
     const url = new URL(raw);
     const headers: Record<string, string> = { 'user-agent': 'mcp-control-plane/0.1' };
