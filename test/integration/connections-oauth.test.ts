@@ -14,6 +14,8 @@ import { customConnector } from '../fixtures/connections';
  */
 
 const up = useUpstream(() => startOAuthUpstream({ extraRedirectParams: { session_state: 'a1b2c3' } }));
+/** Access tokens that live 30 seconds: less than the margin the server refreshes ahead of. */
+const shortLived = useUpstream(() => startOAuthUpstream({ accessTokenTtl: 30 }));
 
 let t: TestApp;
 let org: SeededOrg;
@@ -182,6 +184,22 @@ describe('tokens over time', () => {
     await t.db.deleteFrom('connection_tools').where('connection_id', '=', id).execute();
     expect((await alice.tools(id)).status).toBe(200);
     expect((await alice.read(id)).body.status).toBe('active');
+  });
+
+  it('refreshes before an access token expires rather than send one about to lapse', async () => {
+    const slug = await customConnector(t, org.orgId, {
+      mcp_url: shortLived.peer.resource,
+      auth: { type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, pkce: true },
+    });
+    const created = await alice.create({ connector_slug: slug });
+    expect((await callback(await consent(created.body.authorize_url))).location?.searchParams.get('result')).toBe('connected');
+    const mark = shortLived.peer.seen.length;
+    const refreshes = () => shortLived.peer.tokenRequests.filter((r) => r.grant_type === 'refresh_token' && r.status === 200).length;
+    const before = refreshes();
+    expect((await alice.tools(created.body.id)).status).toBe(200);
+    expect(refreshes()).toBe(before + 1);
+    // The upstream never saw the old token: nothing was refused.
+    expect(shortLived.peer.seen.slice(mark).every((s) => s.accepted)).toBe(true);
   });
 
   it('makes the connection needs_reauth with an event when the provider refuses the refresh', async () => {
