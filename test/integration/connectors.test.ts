@@ -1,7 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { components } from '../../generated/openapi';
 import { connectorAccessHooks, connectorChangeHooks, connectorUsageHooks } from '../../src/areas/connectors/hooks';
-import { resolveConnector, seesConnector } from '../../src/areas/connectors/resolve';
+import { serviceRegistry } from '../../src/areas';
+import { clientSecretContext, resolveConnector, seesConnector } from '../../src/areas/connectors/resolve';
+import { secretBoxOf } from '../../src/lib/crypto';
+import { resealSecrets } from '../../src/operator';
 import { settle, startTestApp, type ApiClient, type TestApp, type TestResponse } from '../support/app';
 import type { SeededOrg } from '../support/factories';
 
@@ -192,6 +195,22 @@ describe('createConnector', () => {
     const read = await client.read(body.slug);
     expect(read.body).toEqual(res.body);
     expect(read.text).not.toContain(SECRET);
+  });
+
+  it('re-seals the client secret with a new key (cli secrets reseal)', async () => {
+    const { client, orgId } = await newOrg();
+    const c = await created(client, oauthBody());
+    const newKey = randomBytes(32);
+    const rotating = secretBoxOf({ current: newKey, older: [t.deps.config.encryptionKeys.current] });
+    const columns = serviceRegistry().sealed.filter((col) => col.table === 'connectors');
+    expect(columns).toHaveLength(1);
+    const report = await resealSecrets(t.db, rotating, columns);
+    expect(report.unreadable).toEqual([]);
+    expect(report.resealed).toBeGreaterThanOrEqual(1);
+    const row = await t.db.selectFrom('connectors').select('client_secret_enc').where('org_id', '=', orgId).where('slug', '=', c.slug).executeTakeFirstOrThrow();
+    expect(secretBoxOf({ current: newKey, older: [] }).open(row.client_secret_enc!, clientSecretContext(orgId, c.slug))).toBe(SECRET);
+    // Back to the app's key, for the tests after this one.
+    await resealSecrets(t.db, secretBoxOf({ current: t.deps.config.encryptionKeys.current, older: [newKey] }), columns);
   });
 
   it('creates an oauth2 connector by URL alone', async () => {
