@@ -337,3 +337,47 @@ describe('none connections against the reference server', () => {
     expect(reconnected.body.status).toBe('active');
   });
 });
+
+describe('when the connector changes', () => {
+  async function connectorBy(slug: string, mcpUrl: string, share: { type: 'organization' | 'user'; id: string }) {
+    const res = await owner.post('/connector', {
+      slug, name: `Connector ${slug}`, mcp_url: mcpUrl, transport: 'streamable_http',
+      auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' },
+    });
+    expect(res.status).toBe(201);
+    const shared = await owner.post(`/connector/${slug}/share`, { principal: share, level: 'use' });
+    expect(shared.status).toBe(201);
+    return shared.body.id as string;
+  }
+
+  it('disconnects its connections when it sends credentials elsewhere', async () => {
+    await connectorBy('moving-crm', `${new URL(header.peer.url).origin}/mcp`, { type: 'organization', id: org.orgId });
+    const a = await connect(alice, KEY_A, 'moving-crm');
+    // A change that keeps the origin keeps the connection.
+    expect((await owner.patch('/connector/moving-crm', { name: 'Moving CRM' })).status).toBe(200);
+    expect((await alice.read(a.id)).body.status).toBe('active');
+    expect((await owner.patch('/connector/moving-crm', { mcp_url: 'https://crm.elsewhere.example/mcp' })).status).toBe(200);
+    expect((await alice.read(a.id)).body).toMatchObject({ status: 'disconnected', status_reason: 'connector_changed', has_credentials: false });
+    const event = (await eventsOf(t, org.orgId, 'connection.disconnected')).find((e) => e.payload.connection.id === a.id);
+    expect(event?.payload).toMatchObject({ connection: { id: a.id, status: 'disconnected' }, reason: expect.stringMatching(/changed where credentials are sent/) });
+    expectError(await alice.tools(a.id), 409, 'connection_needs_reauth');
+  });
+
+  it('disconnects a member’s connection when a revoked share leaves them without the connector', async () => {
+    const shareId = await connectorBy('private-crm', `${new URL(header.peer.url).origin}/mcp`, { type: 'user', id: aliceId });
+    const a = await connect(alice, KEY_A, 'private-crm');
+    expect((await owner.delete(`/connector/private-crm/share/${shareId}`)).status).toBe(204);
+    expect((await alice.read(a.id)).body).toMatchObject({ status: 'disconnected', status_reason: 'connector_access_lost', has_credentials: false });
+    expect((await eventsOf(t, org.orgId, 'connection.disconnected')).some((e) => e.payload.connection.id === a.id)).toBe(true);
+  });
+
+  it('cannot be deleted while connections use it', async () => {
+    await connectorBy('used-crm', `${new URL(header.peer.url).origin}/mcp`, { type: 'organization', id: org.orgId });
+    const a = await connect(alice, KEY_A, 'used-crm');
+    const refused = await owner.delete('/connector/used-crm');
+    expectError(refused, 409, 'connector_in_use');
+    expect(refused.body.detail).toMatch(/1 connection/);
+    expect((await alice.remove(a.id)).status).toBe(204);
+    expect((await owner.delete('/connector/used-crm')).status).toBe(204);
+  });
+});
