@@ -371,6 +371,19 @@ describe('when the connector changes', () => {
     expect((await eventsOf(t, org.orgId, 'connection.disconnected')).some((e) => e.payload.connection.id === a.id)).toBe(true);
   });
 
+  it('disconnects a fork’s connections when a pull moves where credentials go', async () => {
+    await connectorBy('upstream-crm', `${new URL(header.peer.url).origin}/mcp`, { type: 'organization', id: org.orgId });
+    expect((await owner.post('/connector/upstream-crm/fork', { slug: 'forked-crm' })).status).toBe(201);
+    expect((await owner.post('/connector/forked-crm/share', { principal: { type: 'organization', id: org.orgId }, level: 'use' })).status).toBe(201);
+    const a = await connect(alice, KEY_A, 'forked-crm');
+    const moved = await owner.patch('/connector/upstream-crm', { mcp_url: 'https://crm.moved.example/mcp' });
+    expect(moved.status).toBe(200);
+    const pulled = await owner.post('/connector/forked-crm/pull', { upstream_version: moved.body.version, fields: ['mcp_url'] });
+    expect(pulled.status).toBe(200);
+    expect((await alice.read(a.id)).body).toMatchObject({ status: 'disconnected', status_reason: 'connector_changed' });
+    expect((await eventsOf(t, org.orgId, 'connection.disconnected')).some((e) => e.payload.connection.id === a.id)).toBe(true);
+  });
+
   it('cannot be deleted while connections use it', async () => {
     await connectorBy('used-crm', `${new URL(header.peer.url).origin}/mcp`, { type: 'organization', id: org.orgId });
     const a = await connect(alice, KEY_A, 'used-crm');
