@@ -155,6 +155,18 @@ describe('the connect flow', () => {
     expect((await callback(redirect)).location?.searchParams.get('result')).toBe('connected');
   });
 
+  it('asks for a second factor where the organization requires one', async () => {
+    const created = await alice.create({ connector_slug: byUrl });
+    const redirect = await consent(created.body.authorize_url);
+    await t.db.updateTable('organizations').set({ require_mfa: true }).where('id', '=', org.orgId).execute();
+    try {
+      expectError((await callback(redirect)).res, 403, 'mfa_setup_required');
+    } finally {
+      await t.db.updateTable('organizations').set({ require_mfa: false }).where('id', '=', org.orgId).execute();
+    }
+    expect((await callback(redirect)).location?.searchParams.get('result')).toBe('connected');
+  });
+
   it('reports a refusal at the provider, and an issuer that is not the one asked', async () => {
     const created = await alice.create({ connector_slug: byUrl });
     up.peer.denyNext();

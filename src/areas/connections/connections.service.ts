@@ -187,7 +187,8 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
   });
   // After the commit, outside the transaction: the provider is asked to revoke, best effort.
   if (deleted.auth_type === 'oauth2' && deleted.credentials_enc) {
-    const connector = await connectorFor(ctx, deleted.connector_slug, deleted.owner_user_id, false).catch(() => null);
+    // The provider's settings as the connector holds them, whoever may see it now.
+    const connector = await connectorFor(ctx, deleted.connector_slug, deleted.owner_user_id, true).catch(() => null);
     await revokeTokens(ctx, deleted, connector).catch((err: unknown) => ctx.log.info({ connection_id: id, err: String(err) }, 'token revocation failed'));
   }
 }
