@@ -2423,7 +2423,8 @@ export interface paths {
          *     Credentials are only ever sent where they were given for. Sending `auth` without
          *     `client_secret` keeps the stored secret only when the type stays `oauth2` and
          *     `client_id`, `token_url` and `revocation_url` are unchanged; otherwise the stored
-         *     secret is dropped. Likewise, changing the origin (scheme, host, port) of `mcp_url`,
+         *     secret is dropped. Without a `token_url` (discovered from the MCP server), changing the
+         *     origin of `mcp_url` drops it as well. Likewise, changing the origin (scheme, host, port) of `mcp_url`,
          *     `auth.type`, or the OAuth `client_id`, `token_url` or `revocation_url` discards the
          *     stored credentials of every connection to the connector: they become `disconnected`,
          *     each emitting `connection.disconnected`, and their owners reconnect. Other changes (the
@@ -9189,7 +9190,8 @@ export interface components {
              * @description The OAuth client secret of `client_id` (refused without one). A secret: stored
              *     encrypted, never returned. Leave it out for a public client. On update, leaving it out
              *     keeps the stored secret only when the type stays `oauth2` and `client_id`, `token_url`
-             *     and `revocation_url` do not change.
+             *     and `revocation_url` do not change (and, without a `token_url`, neither does the
+             *     origin of `mcp_url`).
              * @example s3cr3t-from-the-provider
              */
             client_secret?: string;

@@ -39,7 +39,13 @@ beforeAll(async () => {
 afterAll(() => database.close());
 
 it('loads the shipped catalog (CATALOG_DIR by default) and the test fixtures', () => {
-  expect(() => loadCatalog(loadConfig({ NODE_ENV: 'test', ENCRYPTION_KEY: 'a'.repeat(64) }).catalogDir)).not.toThrow();
+  const shipped = loadCatalog(loadConfig({ NODE_ENV: 'test', ENCRYPTION_KEY: 'a'.repeat(64) }).catalogDir);
+  // Real remote MCP servers, each checked against its vendor's documentation on a recorded date.
+  expect(shipped.entries.size).toBeGreaterThanOrEqual(10);
+  for (const entry of shipped.entries.values()) {
+    expect(entry.docs_url).toMatch(/^https:\/\//);
+    expect(entry.content.mcp_url).toMatch(/^https:\/\//);
+  }
   const catalog = loadCatalog(FIXTURES);
   expect([...catalog.entries.keys()]).toEqual(['docs-demo', 'keys-demo', 'tickets-demo']);
   expect(catalog.entries.get('tickets-demo')?.content.auth).toEqual({

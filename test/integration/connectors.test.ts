@@ -305,6 +305,13 @@ describe('updateConnector', () => {
     expect(row.client_secret_enc).toBeNull();
     const audit = await t.factories.auditEntries(orgId);
     expect(JSON.stringify(audit)).not.toContain('new-secret-456');
+
+    // A discovered provider follows the MCP server: a new origin drops the secret, a new path keeps it.
+    const byUrl = await created(client, oauthBody({ auth: { type: 'oauth2', client_id: 'registered-1', client_secret: SECRET } }));
+    res = await client.update(byUrl.slug, { mcp_url: 'https://mcp.oauth.example/v2/mcp' });
+    expect(res.body.auth).toMatchObject({ has_client_secret: true });
+    res = await client.update(byUrl.slug, { mcp_url: 'https://mcp.elsewhere.example/mcp' });
+    expect(res.body.auth).toMatchObject({ client_id: 'registered-1', has_client_secret: false });
   });
 
   it('tells the connections to start over when the upstream changes identity, not otherwise', async () => {

@@ -16,7 +16,6 @@ import {
   storedDocumentation,
   storedTool,
   type ConnectorContent,
-  type StoredAuth,
 } from '../connectors/content';
 import * as repo from '../connectors/connectors.repo';
 import { present, visible, WHAT, type Connector } from '../connectors/connectors.service';
@@ -71,14 +70,21 @@ function identityChanged(before: ConnectorContent, after: ConnectorContent): boo
   return false;
 }
 
-/** Whether a stored client secret may stay with the new auth settings (same OAuth client at the same provider). */
-function secretMayStay(before: StoredAuth, after: StoredAuth): boolean {
+/**
+ * Whether a stored client secret may stay with the new content: the same OAuth client at the
+ * same provider. Without a token_url the provider is discovered from the MCP server, so the
+ * origin of `mcp_url` must stay too: the secret is never sent to another server than the one
+ * it was given for.
+ */
+function secretMayStay(before: ConnectorContent, after: ConnectorContent): boolean {
+  const [a, b] = [before.auth, after.auth];
   return (
-    before.type === 'oauth2' &&
-    after.type === 'oauth2' &&
-    before.client_id === after.client_id &&
-    before.token_url === after.token_url &&
-    before.revocation_url === after.revocation_url
+    a.type === 'oauth2' &&
+    b.type === 'oauth2' &&
+    a.client_id === b.client_id &&
+    a.token_url === b.token_url &&
+    a.revocation_url === b.revocation_url &&
+    (b.token_url !== null || originOf(before.mcp_url) === originOf(after.mcp_url))
   );
 }
 
@@ -186,9 +192,9 @@ export async function update(ctx: RequestContext, slug: string, body: Update): P
     let secretEnc = row.client_secret_enc;
     if (newSecret !== null) {
       const context = clientSecretContext(ctx.orgId, slug);
-      const same = row.client_secret_enc !== null && secretMayStay(row.content.auth, content.auth) && ctx.deps.secrets.open(row.client_secret_enc, context) === newSecret;
+      const same = row.client_secret_enc !== null && secretMayStay(row.content, content) && ctx.deps.secrets.open(row.client_secret_enc, context) === newSecret;
       if (!same) secretEnc = ctx.deps.secrets.seal(newSecret, context);
-    } else if (body.auth !== undefined && !secretMayStay(row.content.auth, content.auth)) {
+    } else if (!secretMayStay(row.content, content)) {
       secretEnc = null;
     }
     const { row: updated, changed } = await writeVersion(ctx, w, row, content, secretEnc);
@@ -293,7 +299,7 @@ export async function applyPull(ctx: RequestContext, slug: string, body: PullApp
     if (body.fields.includes('auth')) {
       const upstreamSecret = state.current.secretEnc;
       secretEnc = upstreamSecret === null ? null : ctx.deps.secrets.seal(ctx.deps.secrets.open(upstreamSecret, clientSecretContext(ctx.orgId, state.upstreamSlug)), clientSecretContext(ctx.orgId, slug));
-    } else if (!secretMayStay(row.content.auth, content.auth)) {
+    } else if (!secretMayStay(row.content, content)) {
       secretEnc = null;
     }
     const { row: updated, changed } = await writeVersion(ctx, w, row, content, secretEnc, { upstream_version: body.upstream_version, linked_at: now });
