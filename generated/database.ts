@@ -50,6 +50,63 @@ export interface AuditLog {
   user_agent: string | null;
 }
 
+export interface CatalogVersions {
+  content: Json;
+  loaded_at: Generated<Timestamp>;
+  slug: string;
+  version: number;
+}
+
+export interface Connections {
+  auth_type: "none" | "api_key" | "oauth2";
+  authorize_enc: string | null;
+  authorize_expires_at: Timestamp | null;
+  authorize_state_hash: string | null;
+  connector_slug: string;
+  created_at: Generated<Timestamp>;
+  credentials_enc: string | null;
+  id: string;
+  last_error: string | null;
+  last_used_at: Timestamp | null;
+  name: string;
+  oauth_client_enc: string | null;
+  org_id: string;
+  owner_user_id: string;
+  scopes: Generated<string[]>;
+  status: "pending" | "active" | "needs_reauth" | "disconnected";
+  status_changed_at: Generated<Timestamp>;
+  status_reason: "credentials_rejected" | "refresh_failed" | "owner_left" | "connector_access_lost" | "connector_changed" | "transferred" | null;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface ConnectionTools {
+  connection_id: string;
+  fetched_at: Timestamp;
+  tools: Json;
+}
+
+export interface Connectors {
+  client_secret_enc: string | null;
+  content: Json;
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  linked_at: Timestamp | null;
+  org_id: string;
+  slug: string;
+  updated_at: Generated<Timestamp>;
+  upstream_slug: string | null;
+  upstream_version: number | null;
+  version: number;
+}
+
+export interface ConnectorVersions {
+  content: Json;
+  created_at: Generated<Timestamp>;
+  org_id: string;
+  slug: string;
+  version: number;
+}
+
 export interface Memberships {
   created_at: Generated<Timestamp>;
   joined_at: Generated<Timestamp>;
@@ -179,6 +236,19 @@ export interface Settings {
   value: Json;
 }
 
+export interface Shares {
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  id: string;
+  level: "use" | "edit";
+  org_id: string;
+  principal_id: string;
+  principal_type: "user" | "team" | "organization";
+  resource_id: string;
+  resource_type: "connector" | "template" | "toolbox" | "file";
+  updated_at: Generated<Timestamp>;
+}
+
 export interface TeamMembers {
   added_at: Generated<Timestamp>;
   added_by_user_id: string | null;
@@ -212,6 +282,11 @@ export interface Users {
 export interface DB {
   api_tokens: ApiTokens;
   audit_log: AuditLog;
+  catalog_versions: CatalogVersions;
+  connection_tools: ConnectionTools;
+  connections: Connections;
+  connector_versions: ConnectorVersions;
+  connectors: Connectors;
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;
   notification_destinations: NotificationDestinations;
@@ -223,6 +298,7 @@ export interface DB {
   roles: Roles;
   sessions: Sessions;
   settings: Settings;
+  shares: Shares;
   team_members: TeamMembers;
   teams: Teams;
   users: Users;

@@ -2333,7 +2333,11 @@ export interface paths {
          * @description Creates a custom connector owned by the organization, at version 1, without lineage
          *     (`POST /connector/{slug}/fork` makes a copy that remembers its upstream). The slug
          *     must be free among every connector the organization sees, built-in ones included.
-         *     The OAuth client secret is stored encrypted and never returned. The new connector is
+         *     An `oauth2` connector for an upstream that follows the MCP authorization spec needs only
+         *     its URL: without `authorize_url` and `token_url` the server discovers them from the MCP
+         *     server (RFC 9728, then RFC 8414), and without `client_id` it registers itself
+         *     (RFC 7591), when a connection authorizes. The OAuth client secret is stored encrypted
+         *     and never returned. The new connector is
          *     visible to holders of `connector:manage`; share it (`POST /connector/{slug}/share`)
          *     to let other members see it and connect to it. Needs `connector:manage`. Records the
          *     audit action `connector.created` and emits `connector.created`.
@@ -2341,7 +2345,8 @@ export interface paths {
          *     Needs the plan feature `custom_connectors`, within the plan limit `custom_connectors`.
          *
          *     Errors: 400 `validation_failed` (including duplicate tool names or documentation keys,
-         *     an icon URL that is not https, `value_prefix` with `placement: query`),
+         *     an icon URL that is not https, `value_prefix` with `placement: query`, a
+         *     `client_secret` without `client_id`),
          *     `outbound_url_not_allowed` (an `mcp_url`, `token_url` or `revocation_url` that is not
          *     https or points to a private, loopback or link-local address; an `authorize_url` that
          *     is not https), `organization_header_required`; 401 `unauthenticated`, `invalid_token`;
@@ -2418,7 +2423,8 @@ export interface paths {
          *     Credentials are only ever sent where they were given for. Sending `auth` without
          *     `client_secret` keeps the stored secret only when the type stays `oauth2` and
          *     `client_id`, `token_url` and `revocation_url` are unchanged; otherwise the stored
-         *     secret is dropped. Likewise, changing the origin (scheme, host, port) of `mcp_url`,
+         *     secret is dropped. Without a `token_url` (discovered from the MCP server), changing the
+         *     origin of `mcp_url` drops it as well. Likewise, changing the origin (scheme, host, port) of `mcp_url`,
          *     `auth.type`, or the OAuth `client_id`, `token_url` or `revocation_url` discards the
          *     stored credentials of every connection to the connector: they become `disconnected`,
          *     each emitting `connection.disconnected`, and their owners reconnect. Other changes (the
@@ -2902,6 +2908,10 @@ export interface paths {
          *       reached). The connection keeps its status and credentials and records the reason in
          *       `last_error`.
          *
+         *     Query parameters the provider adds beyond those listed (`session_state`, …) are
+         *     accepted and ignored; `iss`, when present, must name the authorization server the
+         *     flow started with (RFC 9207).
+         *
          *     Records the audit action `connection.authorized` when the connection was connected;
          *     emits no event (`connection.created` was emitted when it was created). Answers with
          *     the Error object only when the request itself is refused (no session, a malformed id or
@@ -2999,6 +3009,10 @@ export interface paths {
          *     This is the upstream's own list, not filtered by restrictions: restrictions apply where
          *     tools are offered and called, on MCP servers. Only the connection's owner may do it,
          *     since it acts with their credentials. An expired OAuth access token is refreshed first.
+         *
+         *     The list is kept for a few minutes and answered from there; when the upstream is down,
+         *     the last list is answered with `Tools-Stale: true` and `Tools-Fetched-At` says how old
+         *     it is (502 only when there is none).
          *
          *     Not a pure read: it sets `last_used_at`, and when the upstream (or the provider, on
          *     refresh) refuses the credentials the connection becomes `needs_reauth`, emitting
@@ -9129,9 +9143,13 @@ export interface components {
          */
         ConnectorOAuth2Scopes: string[];
         /**
-         * @description Connections use the OAuth authorization code flow. `token_url` and `revocation_url` are
-         *     called by the server and pass the outbound guard; `authorize_url` is opened by the
-         *     member's browser and must be https.
+         * @description Connections use the OAuth authorization code flow with PKCE. Only `type` is needed for an
+         *     upstream that follows the MCP authorization spec: without `authorize_url` and `token_url`
+         *     the server discovers the authorization server from the MCP URL (RFC 9728
+         *     protected-resource metadata, then RFC 8414), and without `client_id` it registers itself
+         *     there (RFC 7591) when a connection authorizes. `token_url` and `revocation_url` are called
+         *     by the server and pass the outbound guard; `authorize_url` is opened by the member's
+         *     browser and must be https.
          */
         ConnectorOAuth2AuthInput: {
             /**
@@ -9141,16 +9159,18 @@ export interface components {
             type: "oauth2";
             /**
              * Format: uri
-             * @description The provider's authorization endpoint (https).
+             * @description The provider's authorization endpoint (https); null or left out to discover it from the MCP server.
+             * @default null
              * @example https://auth.acme.example/oauth/authorize
              */
-            authorize_url: string;
+            authorize_url?: string | null;
             /**
              * Format: uri
-             * @description The provider's token endpoint (https, a public address).
+             * @description The provider's token endpoint (https, a public address); null or left out to discover it from the MCP server.
+             * @default null
              * @example https://auth.acme.example/oauth/token
              */
-            token_url: string;
+            token_url?: string | null;
             /**
              * Format: uri
              * @description The provider's revocation endpoint (RFC 7009), or null.
@@ -9161,14 +9181,17 @@ export interface components {
             /** @default [] */
             scopes?: components["schemas"]["ConnectorOAuth2Scopes"];
             /**
-             * @description The OAuth client id registered at the provider.
+             * @description The OAuth client id registered at the provider; null or left out to let the server register a client dynamically (RFC 7591).
+             * @default null
              * @example acme-mcp-control-plane
              */
-            client_id: string;
+            client_id?: string | null;
             /**
-             * @description The OAuth client secret. A secret: stored encrypted, never returned. Leave it out for a
-             *     public client. On update, leaving it out keeps the stored secret only when the type
-             *     stays `oauth2` and `client_id`, `token_url` and `revocation_url` do not change.
+             * @description The OAuth client secret of `client_id` (refused without one). A secret: stored
+             *     encrypted, never returned. Leave it out for a public client. On update, leaving it out
+             *     keeps the stored secret only when the type stays `oauth2` and `client_id`, `token_url`
+             *     and `revocation_url` do not change (and, without a `token_url`, neither does the
+             *     origin of `mcp_url`).
              * @example s3cr3t-from-the-provider
              */
             client_secret?: string;
@@ -9292,7 +9315,10 @@ export interface components {
         };
         /**
          * @description Each connection holds OAuth tokens obtained with the authorization code flow (PKCE). The
-         *     client secret is never returned; `has_client_secret` says whether one is stored.
+         *     client secret is never returned; `has_client_secret` says whether one is stored. A
+         *     connector added by URL alone has null `authorize_url`, `token_url` and `client_id`: the
+         *     server discovers the authorization server from the MCP server (RFC 9728 protected-resource
+         *     metadata, then RFC 8414) and registers itself there (RFC 7591) when a connection authorizes.
          */
         ConnectorOAuth2Auth: {
             /**
@@ -9302,29 +9328,29 @@ export interface components {
             type: "oauth2";
             /**
              * Format: uri
-             * @description The provider's authorization endpoint, opened in the member's browser.
+             * @description The provider's authorization endpoint, opened in the member's browser; null: discovered from the MCP server when a connection authorizes.
              * @example https://auth.acme.example/oauth/authorize
              */
-            authorize_url: string;
+            authorize_url: string | null;
             /**
              * Format: uri
-             * @description The provider's token endpoint, called by the server.
+             * @description The provider's token endpoint, called by the server; null: discovered from the MCP server when a connection authorizes.
              * @example https://auth.acme.example/oauth/token
              */
-            token_url: string;
+            token_url: string | null;
             /**
              * Format: uri
-             * @description The provider's revocation endpoint (RFC 7009) the server calls when a connection is deleted, or null when the provider has none.
+             * @description The provider's revocation endpoint (RFC 7009) the server calls when a connection is deleted, or null when the provider has none or it is discovered.
              * @example https://auth.acme.example/oauth/revoke
              */
             revocation_url: string | null;
             scopes: components["schemas"]["ConnectorOAuth2Scopes"];
             /**
-             * @description The OAuth client id registered at the provider.
+             * @description The OAuth client id registered at the provider; null: the server registers a client dynamically (RFC 7591) when a connection authorizes.
              * @example acme-mcp-control-plane
              */
-            client_id: string;
-            /** @description Whether a client secret is stored (false for a public client relying on PKCE alone). */
+            client_id: string | null;
+            /** @description Whether a client secret is stored (false for a public client relying on PKCE alone, or a dynamically registered one). */
             has_client_secret: boolean;
             /** @description Whether the authorization uses PKCE (S256). True unless the provider rejects it. */
             pkce: boolean;
@@ -21495,6 +21521,15 @@ export interface operations {
                 iss?: string;
                 /** @description Scopes some providers echo on the redirect; the granted scopes are taken from the token response. */
                 scope?: string;
+                /**
+                 * @description Any other query parameter the provider adds to the redirect (`session_state`,
+                 *     `authuser`, `prompt`, `hd`, …): accepted and ignored, as OAuth clients must
+                 *     (RFC 6749 §3.1.2: the redirect URI is the provider's to extend). Not a parameter to
+                 *     send by that name: each such member is a query parameter of its own.
+                 */
+                provider_parameters?: {
+                    [key: string]: string;
+                };
             };
             header?: never;
             path: {
@@ -21613,9 +21648,22 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of the upstream's tools. */
+            /**
+             * @description A page of the upstream's tools. The list is kept for a while (the server's
+             *     `CONNECTION_TOOLS_TTL_SECONDS`, 5 minutes by default) and answered from there until
+             *     then; every page of one walk comes from the same fetch while it is kept. When the
+             *     upstream cannot be reached and a list was fetched before, that list is answered,
+             *     however old, with `Tools-Stale: true`, and the connection's `last_error` says why.
+             */
             200: {
                 headers: {
+                    /** @description When the upstream gave this list (RFC 3339, UTC, milliseconds). */
+                    "Tools-Fetched-At": string;
+                    /**
+                     * @description `true` when the upstream could not be reached just now and this is the list it
+                     *     gave at `Tools-Fetched-At`, kept past its time; `false` otherwise.
+                     */
+                    "Tools-Stale": "true" | "false";
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };

@@ -42,6 +42,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   const { operations, problems } = describeOperations(spec);
   if (problems.length > 0) throw new Error(`The spec breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
   const registry = buildRegistry(options.areas ?? loadAreas(), operations, Object.keys(spec.components?.securitySchemes ?? {}));
+  await registry.start(deps);
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store });
   // Remembered only while this process hears every change (see CredentialCache); its own

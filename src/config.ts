@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
+import { projectRoot } from './spec';
 
 /** Every setting, read from the environment once and validated. README lists them. */
 export interface Config {
@@ -42,6 +43,12 @@ export interface Config {
   credentialCacheSeconds: number;
   /** The least time between two test messages to one notification destination (they mail real people). */
   notificationTestCooldownSeconds: number;
+  /** The web app's address, where a connection's OAuth authorization sends the browser back to (its `return_to` path); null: BASE_URL. */
+  webAppUrl: string | null;
+  /** How long an upstream's tool list is answered from what was fetched before asking the upstream again. */
+  connectionToolsTtlSeconds: number;
+  /** The folder of the built-in connector catalog: one `<slug>.yml` per connector, loaded and checked at start. */
+  catalogDir: string;
 }
 
 export class ConfigError extends Error {
@@ -140,6 +147,20 @@ function trustProxy(env: Env): boolean | number | string[] {
   return entries;
 }
 
+/** WEB_APP_URL, an absolute http(s) URL without a trailing slash; null when unset (the server's own BASE_URL then). */
+function webAppUrl(env: Env): string | null {
+  const raw = env.WEB_APP_URL?.trim();
+  if (!raw) return null;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(`WEB_APP_URL must be an absolute URL; got "${raw}".`);
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new ConfigError(`WEB_APP_URL must be an http or https URL; got "${raw}".`);
+  return raw.replace(/\/+$/, '');
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -186,5 +207,8 @@ export function loadConfig(env: Env = process.env): Config {
     outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
     credentialCacheSeconds: int(env, 'CREDENTIAL_CACHE_SECONDS', 60, 0, 3_600),
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
+    webAppUrl: webAppUrl(env),
+    connectionToolsTtlSeconds: int(env, 'CONNECTION_TOOLS_TTL_SECONDS', 300, 0, 86_400),
+    catalogDir: resolve(env.CATALOG_DIR || join(projectRoot, 'src', 'areas', 'connectors', 'catalog')),
   };
 }

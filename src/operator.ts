@@ -184,9 +184,10 @@ export interface ResealReport {
 export async function resealSecrets(db: Db, secrets: SecretBox, columns: readonly SealedColumn[]): Promise<ResealReport> {
   const report: ResealReport = { resealed: 0, current: 0, unreadable: [] };
   const untyped = db as unknown as Kysely<any>;
-  for (const { table, column, context } of columns) {
-    const rows = (await untyped.selectFrom(table).select(['id', column]).where(column, 'is not', null).execute()) as { id: string; [c: string]: string }[];
+  for (const { table, column, context, key = ['id'] } of columns) {
+    const rows = (await untyped.selectFrom(table).select([...key, column]).where(column, 'is not', null).execute()) as Record<string, string>[];
     for (const row of rows) {
+      const id = key.map((k) => row[k]).join(':');
       const sealed = row[column] as string;
       if (SecretBox.keyIdOf(sealed) === secrets.currentKeyId) {
         report.current += 1;
@@ -194,13 +195,15 @@ export async function resealSecrets(db: Db, secrets: SecretBox, columns: readonl
       }
       let plain: string;
       try {
-        plain = secrets.open(sealed, context(row.id));
+        plain = secrets.open(sealed, context(id));
       } catch {
-        report.unreadable.push(`${table}.${column}#${row.id}`);
+        report.unreadable.push(`${table}.${column}#${id}`);
         continue;
       }
       // Conditional on the value read, so a concurrent change to the secret is never overwritten.
-      await untyped.updateTable(table).set({ [column]: secrets.seal(plain, context(row.id)) }).where('id', '=', row.id).where(column, '=', sealed).execute();
+      let update = untyped.updateTable(table).set({ [column]: secrets.seal(plain, context(id)) }).where(column, '=', sealed);
+      for (const k of key) update = update.where(k, '=', row[k]);
+      await update.execute();
       report.resealed += 1;
     }
   }

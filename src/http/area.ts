@@ -44,12 +44,22 @@ export interface Area<T extends Tag = Tag> {
    * protocol's format; null keeps the Error object for that operation.
    */
   renderError?: (error: ApiError, operationId: string, requestId: string) => RenderedError | null;
+  /**
+   * Runs once when the app starts, before it serves a request (loading and checking data the
+   * area ships, such as the connector catalog); a throw stops the start.
+   */
+  start?: (deps: AppDeps) => Promise<void>;
 }
 
 export interface SealedColumn {
   table: string;
   column: string;
-  /** The associated data the value was sealed with, from the row's id. */
+  /**
+   * The columns that identify a row, for a table keyed by more than `id` (default `['id']`);
+   * `context` then gets their values joined by `:` (`org_…:acme-crm`).
+   */
+  key?: readonly string[];
+  /** The associated data the value was sealed with, from the row's id (or key values). */
   context(id: string): string;
 }
 

@@ -96,7 +96,7 @@ export class RequestContext {
     readonly log: Logger,
     readonly caller: Caller | null,
     /** The organization the request acts in: named by X-Organization-Id, or the one the credential is bound to. */
-    readonly org: OrgAccess | null,
+    private acting: OrgAccess | null,
     readonly client: { ip: string | null; userAgent: string | null },
     /** Aborted when the client goes away before the response is complete: stop upstream work. */
     readonly signal: AbortSignal,
@@ -104,6 +104,22 @@ export class RequestContext {
 
   get db(): Db {
     return this.deps.db;
+  }
+
+  /** The organization the request acts in, and the caller's standing there. */
+  get org(): OrgAccess | null {
+    return this.acting;
+  }
+
+  /**
+   * For an operation outside any organization whose resource names one (a connection's
+   * OAuth callback, reached by a browser without X-Organization-Id): once the handler has
+   * checked the caller's standing there as the guard would, the request acts in it, so that
+   * its writes are that organization's (audit entry, events).
+   */
+  actIn(org: OrgAccess): void {
+    if (this.acting && this.acting.orgId !== org.orgId) throw new Error(`${this.operationId} already acts in ${this.acting.orgId}.`);
+    this.acting = org;
   }
 
   /** The organization of an org-scoped operation, or of an organization-bound credential. */

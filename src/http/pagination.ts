@@ -41,3 +41,25 @@ export function toPage<R extends { id: string }, T>(rows: R[], request: PageRequ
     next_cursor: more && last ? cursorAfter(last.id) : null,
   };
 }
+
+/**
+ * A page request over a list ordered by another key than an id (an upstream's tools by
+ * name): the cursor is the last key of the previous page, checked by `valid`.
+ */
+export function keyedPageRequest(query: { limit?: number; cursor?: string }, valid: (key: string) => boolean): PageRequest {
+  const limit = query.limit ?? DEFAULT_LIMIT;
+  if (query.cursor === undefined) return { limit, after: undefined };
+  const after = Buffer.from(query.cursor, 'base64url').toString('utf8');
+  // A cursor is only ever one this server wrote: it must encode back to itself.
+  if (after === '' || cursorAfter(after) !== query.cursor || !valid(after)) throw new ApiError('invalid_cursor', 'The cursor does not belong to this list; start again without it.');
+  return { limit, after };
+}
+
+/** A page of a list held in memory, sorted by `key` (byte order, as the database sorts ids). */
+export function pageOfSorted<T>(items: readonly T[], key: (item: T) => string, request: PageRequest): Page<T> {
+  const after = request.after;
+  const rest = after === undefined ? items : items.filter((item) => key(item) > after);
+  const pageItems = rest.slice(0, request.limit);
+  const last = pageItems[pageItems.length - 1];
+  return { data: pageItems, next_cursor: rest.length > request.limit && last ? cursorAfter(key(last)) : null };
+}

@@ -22,6 +22,8 @@ export interface Registry {
   consumers(deps: AppDeps): OutboxConsumer[];
   /** Every column of sealed secrets, for re-sealing after a key rotation. */
   sealed: readonly SealedColumn[];
+  /** Runs every area's start-up step, in area order; a throw stops the start. */
+  start(deps: AppDeps): Promise<void>;
 }
 
 /** The schemes the shared machinery authenticates itself; areas add the protocol ones. */
@@ -76,5 +78,8 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
     },
     consumers: (deps) => areas.flatMap((area) => area.consumers?.(deps) ?? []),
     sealed: areas.flatMap((area) => area.sealed ?? []),
+    async start(deps) {
+      for (const area of areas) await area.start?.(deps);
+    },
   };
 }

@@ -195,3 +195,143 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
     req.end(body);
   });
 }
+
+/** A URL for the log: its query may carry a credential (an API key placed there). */
+function withoutQuery(raw: string): string {
+  const cut = raw.search(/[?#]/);
+  return cut === -1 ? raw : `${raw.slice(0, cut)}?…`;
+}
+
+/** Limits of one outbound exchange made of several requests (an MCP session, an OAuth flow step). */
+export interface OutboundLimits {
+  policy: OutboundPolicy;
+  /** Everything fetched through the session, answers read to their end, must fit in this. */
+  timeoutMs: number;
+  /** Bytes of answers read over all the session's requests; past it the answer being read fails. */
+  maxBytes: number;
+}
+
+/** What a bad remote is told it did, for the operator's log (the customer sees OutboundRefused's message). */
+const TOO_LARGE = 'The answer was larger than this server reads.';
+
+function bodyBytes(body: unknown, headers: Record<string, string>): Buffer | undefined {
+  if (body === undefined || body === null) return undefined;
+  if (typeof body === 'string') return Buffer.from(body);
+  if (body instanceof URLSearchParams) {
+    headers['content-type'] ??= 'application/x-www-form-urlencoded;charset=UTF-8';
+    return Buffer.from(body.toString());
+  }
+  if (body instanceof ArrayBuffer) return Buffer.from(body);
+  if (ArrayBuffer.isView(body)) return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  throw new TypeError('The outbound guard sends string, form or byte bodies only.');
+}
+
+/**
+ * A `fetch` for code that expects one (the MCP SDK's transports, OAuth calls) with the
+ * guard's rules: the URL is checked before any connection and every address a name resolves
+ * to when the connection is made (loopback and private networks only as the policy allows),
+ * no redirect is followed (answered as they are), one overall deadline covers every request
+ * made through it and the reading of their answers, and the answers together may not exceed
+ * `maxBytes`. Answers stream (server-sent events work); `close()` ends whatever is open.
+ */
+export class OutboundSession {
+  private readonly deadline = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+  private bytesRead = 0;
+
+  constructor(private readonly limits: OutboundLimits, signal?: AbortSignal) {
+    this.timer = setTimeout(() => {
+      this.deadline.abort(new OutboundRefused(`No answer within ${limits.timeoutMs / 1000} seconds.`, `outbound session over its ${limits.timeoutMs} ms deadline`));
+    }, limits.timeoutMs);
+    this.timer.unref();
+    if (signal) {
+      if (signal.aborted) this.close();
+      else signal.addEventListener('abort', () => this.close(), { once: true });
+    }
+  }
+
+  /** The session's signal: aborted at the deadline or on close. */
+  get signal(): AbortSignal {
+    return this.deadline.signal;
+  }
+
+  close(): void {
+    clearTimeout(this.timer);
+    if (!this.deadline.signal.aborted) this.deadline.abort(new OutboundRefused('The outbound call was cancelled.'));
+  }
+
+  readonly fetch = (input: string | URL | Request, init: RequestInit = {}): Promise<Response> => {
+    const raw = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
+    const refusal = refuseUrl(raw, this.limits.policy);
+    if (refusal) return Promise.reject(new OutboundRefused(UNREACHABLE, `${withoutQuery(raw)} ${refusal}`));
+    if (this.deadline.signal.aborted) return Promise.reject(this.deadline.signal.reason);
+    const url = new URL(raw);
+    const headers: Record<string, string> = { 'user-agent': 'mcp-control-plane/0.1' };
+    new Headers(init.headers).forEach((value, name) => {
+      headers[name] = value;
+    });
+    let body: Buffer | undefined;
+    try {
+      body = bodyBytes(init.body, headers);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (body) headers['content-length'] = String(body.length);
+    const signals = [this.deadline.signal, ...(init.signal ? [init.signal] : [])];
+    const signal = signals.length === 1 ? this.deadline.signal : AbortSignal.any(signals);
+    const client = url.protocol === 'https:' ? https : http;
+    const method = (init.method ?? 'GET').toUpperCase();
+    return new Promise<Response>((resolve, reject) => {
+      const req = client.request(url, { method, headers, lookup: guardedLookup(this.limits.policy, url.protocol === 'http:') as any }, (res) => {
+        const responseHeaders = new Headers();
+        for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) responseHeaders.append(res.rawHeaders[i] as string, res.rawHeaders[i + 1] as string);
+        const status = res.statusCode ?? 502;
+        const noBody = method === 'HEAD' || status === 204 || status === 304;
+        let ended = false;
+        const stream = noBody
+          ? null
+          : new ReadableStream<Uint8Array>({
+              start: (controller) => {
+                const fail = (err: unknown) => {
+                  if (ended) return;
+                  ended = true;
+                  controller.error(err);
+                  res.destroy();
+                };
+                res.on('data', (chunk: Buffer) => {
+                  if (ended) return;
+                  this.bytesRead += chunk.length;
+                  if (this.bytesRead > this.limits.maxBytes) {
+                    fail(new OutboundRefused(TOO_LARGE, `answers from ${url.host} passed ${this.limits.maxBytes} bytes`));
+                    return;
+                  }
+                  controller.enqueue(new Uint8Array(chunk));
+                });
+                res.on('end', () => {
+                  if (ended) return;
+                  ended = true;
+                  controller.close();
+                });
+                res.on('error', fail);
+                res.on('close', () => fail(signal.aborted ? signal.reason : new OutboundRefused(UNREACHABLE, `${url.host} closed the answer early`)));
+                signal.addEventListener('abort', () => fail(signal.reason), { once: true });
+              },
+              cancel: () => {
+                ended = true;
+                res.destroy();
+              },
+            });
+        if (noBody) res.resume();
+        resolve(new Response(stream, { status, statusText: res.statusMessage ?? '', headers: responseHeaders }));
+      });
+      const onAbort = () => {
+        req.destroy(signal.reason instanceof Error ? signal.reason : new OutboundRefused('The outbound call was cancelled.'));
+      };
+      if (signal.aborted) return onAbort();
+      signal.addEventListener('abort', onAbort, { once: true });
+      req.on('close', () => signal.removeEventListener('abort', onAbort));
+      req.on('error', (err) => reject(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`)));
+      req.end(body);
+    });
+  };
+}

@@ -154,11 +154,17 @@ forEach(callable.filter((r) => r.meta.orgScoped), '%s without X-Organization-Id'
 forEach(callable, '%s with bad input', (row) => {
   const pointers = (res: TestResponse) => ((res.body as Json).errors as { in: string; pointer: string }[]).map((e) => `${e.in} ${e.pointer}`);
 
-  it('answers 400 for an unknown query parameter', async () => {
-    const res = await refused(row, `${pathOf(row)}?unknown_param_zz=1`, row.example, credentialFor(row));
-    expect([res.status, codeOf(res)]).toEqual([400, 'validation_failed']);
-    expect(pointers(res)).toContain('query /unknown_param_zz');
-  });
+  // An operation with a free-form query parameter (an OAuth redirect URI, which providers extend) takes any name.
+  const freeForm = [...(spec.paths[row.meta.path]?.parameters ?? []), ...(row.op.parameters ?? [])]
+    .map((p: Json) => resolve(p) as Json)
+    .some((p) => p.in === 'query' && resolve(p.schema)?.type === 'object' && resolve(p.schema)?.additionalProperties);
+  if (!freeForm) {
+    it('answers 400 for an unknown query parameter', async () => {
+      const res = await refused(row, `${pathOf(row)}?unknown_param_zz=1`, row.example, credentialFor(row));
+      expect([res.status, codeOf(res)]).toEqual([400, 'validation_failed']);
+      expect(pointers(res)).toContain('query /unknown_param_zz');
+    });
+  }
 
   const ids = row.pathParams.filter((p) => p.kind);
   if (ids.length > 0) {
@@ -214,6 +220,7 @@ forEach(ownedByAnother, '%s on another organization’s resource', (row) => {
     const before = reader ? await call(reader, path, undefined, credentialFor(reader, b)) : null;
     const res = await refused(row, path, row.example, credentialFor(row));
     expect([res.status, codeOf(res)]).toEqual([404, 'not_found']);
-    if (reader && before) expect((await call(reader, path, undefined, credentialFor(reader, b))).body).toEqual(before.body);
+    // A reader that answers an error (a connection's tools while it is pending) has nothing to compare but its request id.
+    if (reader && before && before.status < 300) expect((await call(reader, path, undefined, credentialFor(reader, b))).body).toEqual(before.body);
   });
 });

@@ -198,6 +198,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,127.0.0.1',
     // Tests send test messages back to back; the cooldown has its own test.
     NOTIFICATION_TEST_COOLDOWN_SECONDS: '0',
+    // A known catalog (test/fixtures/catalog), whatever the shipped one holds.
+    CATALOG_DIR: join(__dirname, '..', 'fixtures', 'catalog'),
     ...options.env,
   });
   const logger = pino({ level: config.logLevel });

@@ -1,0 +1,148 @@
+import type { Db, Executor } from '../../db/database';
+import type { NewRow, Row, RowChanges } from '../../db/schema';
+import type { PageRequest } from '../../http/pagination';
+
+const COLUMNS = [
+  'id', 'org_id', 'connector_slug', 'owner_user_id', 'name', 'status', 'status_reason', 'status_changed_at', 'auth_type',
+  'credentials_enc', 'scopes', 'last_used_at', 'last_error', 'oauth_client_enc', 'authorize_state_hash', 'authorize_enc',
+  'authorize_expires_at', 'created_at', 'updated_at',
+] as const;
+
+export type ConnectionRow = Pick<Row<'connections'>, (typeof COLUMNS)[number]>;
+export type ConnectionChanges = RowChanges<'connections'>;
+
+export interface ListFilter {
+  connector_slug?: string;
+  status?: ConnectionRow['status'];
+  owner_user_id?: string;
+}
+
+export function listConnections(db: Executor, orgId: string, page: PageRequest, filter: ListFilter) {
+  return db
+    .selectFrom('connections')
+    .select(COLUMNS)
+    .where('org_id', '=', orgId)
+    .$if(filter.owner_user_id !== undefined, (q) => q.where('owner_user_id', '=', filter.owner_user_id as string))
+    .$if(filter.connector_slug !== undefined, (q) => q.where('connector_slug', '=', filter.connector_slug as string))
+    .$if(filter.status !== undefined, (q) => q.where('status', '=', filter.status as ConnectionRow['status']))
+    .$if(page.after !== undefined, (q) => q.where('id', '>', page.after as string))
+    .orderBy('id')
+    .limit(page.limit + 1)
+    .execute();
+}
+
+export function findConnection(db: Executor, orgId: string, id: string, forUpdate = false): Promise<ConnectionRow | undefined> {
+  return db
+    .selectFrom('connections')
+    .select(COLUMNS)
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .$if(forUpdate, (q) => q.forUpdate())
+    .executeTakeFirst();
+}
+
+/** The OAuth callback names a connection without its organization: found by id alone. */
+export function findConnectionAnywhere(db: Executor, id: string): Promise<ConnectionRow | undefined> {
+  return db.selectFrom('connections').select(COLUMNS).where('id', '=', id).executeTakeFirst();
+}
+
+export async function countConnections(db: Executor, orgId: string): Promise<number> {
+  const row = await db.selectFrom('connections').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', orgId).executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+export function connectionsOfConnector(db: Executor, orgId: string, slug: string, forUpdate = false): Promise<ConnectionRow[]> {
+  return db
+    .selectFrom('connections')
+    .select(COLUMNS)
+    .where('org_id', '=', orgId)
+    .where('connector_slug', '=', slug)
+    .orderBy('id')
+    .$if(forUpdate, (q) => q.forUpdate())
+    .execute();
+}
+
+export function insertConnection(db: Executor, values: NewRow<'connections'>): Promise<ConnectionRow> {
+  return db.insertInto('connections').values(values).returning(COLUMNS).executeTakeFirstOrThrow();
+}
+
+export function updateConnection(db: Executor, orgId: string, id: string, changes: ConnectionChanges): Promise<ConnectionRow | undefined> {
+  return db.updateTable('connections').set(changes).where('org_id', '=', orgId).where('id', '=', id).returning(COLUMNS).executeTakeFirst();
+}
+
+/**
+ * Takes the authorization in progress whose state hashes to `stateHash`, if it has not
+ * expired, and clears it: a state works once, even when two callbacks race (the row is locked).
+ */
+export function claimAuthorization(db: Db, id: string, stateHash: string, now: Date) {
+  return db.transaction().execute(async (trx) => {
+    const pending = await trx
+      .selectFrom('connections')
+      .select(['authorize_enc', 'oauth_client_enc'])
+      .where('id', '=', id)
+      .where('authorize_state_hash', '=', stateHash)
+      .where('authorize_expires_at', '>', now)
+      .forUpdate()
+      .executeTakeFirst();
+    if (!pending) return undefined;
+    await trx.updateTable('connections').set({ authorize_state_hash: null, authorize_enc: null, authorize_expires_at: null }).where('id', '=', id).execute();
+    return pending;
+  });
+}
+
+/** Records a use of the connection (bookkeeping: updated_at stays), and the error of the last use or null. */
+export function recordUse(db: Executor, id: string, at: Date, error: string | null) {
+  return db.updateTable('connections').set({ last_used_at: at, last_error: error }).where('id', '=', id).execute();
+}
+
+/** Records why the last authorization or upstream call failed (bookkeeping, like a use). */
+export function recordError(db: Executor, id: string, error: string) {
+  return db.updateTable('connections').set({ last_error: error }).where('id', '=', id).execute();
+}
+
+/** Replaces refreshed OAuth tokens, unless someone else replaced them first (then nothing changes). */
+export function replaceCredentials(db: Executor, id: string, expected: string | null, next: string) {
+  return db
+    .updateTable('connections')
+    .set({ credentials_enc: next })
+    .where('id', '=', id)
+    .$if(expected === null, (q) => q.where('credentials_enc', 'is', null))
+    .$if(expected !== null, (q) => q.where('credentials_enc', '=', expected as string))
+    .executeTakeFirst();
+}
+
+export function deleteConnection(db: Executor, orgId: string, id: string) {
+  return db.deleteFrom('connections').where('org_id', '=', orgId).where('id', '=', id).returning(COLUMNS).executeTakeFirst();
+}
+
+// ---------------------------------------------------------------------------------------
+// The upstream's tools, as last fetched
+// ---------------------------------------------------------------------------------------
+
+export function findTools(db: Executor, connectionId: string) {
+  return db.selectFrom('connection_tools').select(['tools', 'fetched_at']).where('connection_id', '=', connectionId).executeTakeFirst();
+}
+
+export function saveTools(db: Executor, connectionId: string, tools: unknown, fetchedAt: Date) {
+  const values = { connection_id: connectionId, tools: JSON.stringify(tools), fetched_at: fetchedAt };
+  return db
+    .insertInto('connection_tools')
+    .values(values)
+    .onConflict((oc) => oc.column('connection_id').doUpdateSet({ tools: values.tools, fetched_at: fetchedAt }))
+    .execute();
+}
+
+/** Forgets the tools fetched with credentials that no longer apply. */
+export function forgetTools(db: Executor, connectionId: string) {
+  return db.deleteFrom('connection_tools').where('connection_id', '=', connectionId).execute();
+}
+
+export function activeMember(db: Executor, orgId: string, userId: string) {
+  return db
+    .selectFrom('memberships')
+    .select(['user_id'])
+    .where('org_id', '=', orgId)
+    .where('user_id', '=', userId)
+    .where('status', '=', 'active')
+    .executeTakeFirst();
+}

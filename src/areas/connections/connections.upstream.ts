@@ -1,0 +1,212 @@
+import type { components } from '../../../generated/openapi';
+import type { ResolvedConnector } from '../connectors/resolve';
+import type { RequestContext } from '../../http/context';
+import { ApiError } from '../../http/errors';
+import { listUpstreamTools, UpstreamRejected, UpstreamUnavailable, type UpstreamCredential, type UpstreamLimits, type UpstreamTool } from '../../lib/mcp-upstream';
+import { OAuthFailure, refreshTokens, type OAuthClientCredentials, type ProviderEndpoints } from '../../lib/oauth-client';
+import * as repo from './connections.repo';
+
+/**
+ * A connection's credentials and how they reach the upstream: sealing, placing them as the
+ * connector says, refreshing OAuth tokens (before expiry, and once on a 401), and marking the
+ * connection `needs_reauth` when the upstream or the provider refuses them.
+ */
+
+export type ConnectionTool = components['schemas']['ConnectionTool'];
+type OAuth2Auth = Extract<ResolvedConnector['auth'], { type: 'oauth2' }>;
+
+/** What `credentials_enc` holds, sealed with the connection's id. */
+export type StoredCredentials =
+  | { type: 'api_key'; api_key: string }
+  | { type: 'oauth2'; access_token: string; refresh_token: string | null; expires_at: number | null; token_type: string };
+
+/** What `oauth_client_enc` holds: the provider found by discovery, and the client registered there for this connection. */
+export interface StoredOAuthClient {
+  endpoints: ProviderEndpoints | null;
+  /** Registered by this server (RFC 7591) for `redirect_uri`; null when the connector brings its own client. */
+  client: OAuthClientCredentials | null;
+  redirect_uri: string;
+}
+
+export const credentialsContext = (id: string) => `connection:${id}`;
+export const oauthClientContext = (id: string) => `connection-oauth:${id}`;
+export const authorizeContext = (id: string) => `connection-authorize:${id}`;
+
+/** Refresh an access token this long before it expires rather than send one about to lapse. */
+const REFRESH_MARGIN_MS = 60_000;
+/** The most an upstream's answers may weigh together in one exchange, and the most `tools/list` pages read. */
+const UPSTREAM_MAX_BYTES = 8 * 1024 * 1024;
+const UPSTREAM_MAX_PAGES = 50;
+
+export function upstreamLimits(ctx: RequestContext): UpstreamLimits {
+  const { outbound } = ctx.deps.config;
+  return { policy: outbound, timeoutMs: outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES, maxPages: UPSTREAM_MAX_PAGES };
+}
+
+export function sealCredentials(ctx: RequestContext, id: string, credentials: StoredCredentials): string {
+  return ctx.deps.secrets.seal(JSON.stringify(credentials), credentialsContext(id));
+}
+
+export function openCredentials(ctx: RequestContext, row: { id: string; credentials_enc: string | null }): StoredCredentials | null {
+  return row.credentials_enc ? (JSON.parse(ctx.deps.secrets.open(row.credentials_enc, credentialsContext(row.id))) as StoredCredentials) : null;
+}
+
+export function openOAuthClient(ctx: RequestContext, row: { id: string; oauth_client_enc: string | null }): StoredOAuthClient | null {
+  return row.oauth_client_enc ? (JSON.parse(ctx.deps.secrets.open(row.oauth_client_enc, oauthClientContext(row.id))) as StoredOAuthClient) : null;
+}
+
+/** The credential as the connector places it on every request. */
+export function placeCredential(connector: ResolvedConnector, credentials: StoredCredentials | null): UpstreamCredential {
+  if (!credentials) return { kind: 'none' };
+  if (credentials.type === 'oauth2') return { kind: 'bearer', token: credentials.access_token };
+  const { auth } = connector;
+  if (auth.type !== 'api_key') return { kind: 'none' };
+  return auth.placement === 'query'
+    ? { kind: 'query', name: auth.name, value: credentials.api_key }
+    : { kind: 'header', name: auth.name, value: `${auth.value_prefix ?? ''}${credentials.api_key}` };
+}
+
+/** The provider's endpoints and our client there: the connector's own settings first, then what discovery and registration found. */
+export function providerOf(auth: OAuth2Auth, stored: StoredOAuthClient | null) {
+  const endpoints = stored?.endpoints ?? null;
+  const client: OAuthClientCredentials | null = auth.client_id
+    ? { client_id: auth.client_id, client_secret: auth.client_secret, auth_method: auth.client_secret ? 'client_secret_post' : 'none' }
+    : stored?.client ?? null;
+  return {
+    issuer: auth.authorize_url && auth.token_url ? null : endpoints?.issuer ?? null,
+    authorization_endpoint: auth.authorize_url ?? endpoints?.authorization_endpoint ?? null,
+    token_endpoint: auth.token_url ?? endpoints?.token_endpoint ?? null,
+    revocation_endpoint: auth.revocation_url ?? endpoints?.revocation_endpoint ?? null,
+    client,
+  };
+}
+
+export function toTool(tool: UpstreamTool): ConnectionTool {
+  const a = tool.annotations;
+  const flag = (v: unknown) => (typeof v === 'boolean' ? v : null);
+  return {
+    name: tool.name,
+    title: tool.title ?? (typeof a?.title === 'string' ? a.title : null),
+    description: tool.description ?? null,
+    input_schema: { ...tool.inputSchema, type: 'object' },
+    output_schema: (tool.outputSchema as Record<string, unknown> | undefined) ?? null,
+    annotations: a
+      ? { read_only_hint: flag(a.readOnlyHint), destructive_hint: flag(a.destructiveHint), idempotent_hint: flag(a.idempotentHint), open_world_hint: flag(a.openWorldHint) }
+      : null,
+  };
+}
+
+export const unavailable = (err: UpstreamUnavailable | OAuthFailure) => new ApiError('upstream_unavailable', `${err.message} Nothing was changed.`);
+
+/**
+ * Tries credentials against the upstream before they are stored: MCP `initialize` and
+ * `tools/list`. A refusal is 400 `upstream_credentials_rejected`, an unreachable upstream 502.
+ */
+export async function tryCredentials(ctx: RequestContext, connector: ResolvedConnector, credentials: StoredCredentials | null): Promise<ConnectionTool[]> {
+  try {
+    const tools = await listUpstreamTools({ url: connector.mcp_url, transport: connector.transport, credential: placeCredential(connector, credentials) }, upstreamLimits(ctx), ctx.signal);
+    return tools.map(toTool);
+  } catch (err) {
+    if (err instanceof UpstreamRejected) {
+      throw new ApiError('upstream_credentials_rejected', `The upstream MCP server at ${connector.mcp_url} refused the credentials (HTTP ${err.status}); nothing was stored. Check the key and try again.`);
+    }
+    if (err instanceof UpstreamUnavailable) {
+      ctx.log.info({ connector: connector.slug, reason: err.detail }, 'upstream unavailable while checking credentials');
+      throw unavailable(err);
+    }
+    throw err;
+  }
+}
+
+export function eventConnection(row: repo.ConnectionRow) {
+  return { id: row.id, name: row.name, connector_slug: row.connector_slug, owner_user_id: row.owner_user_id, status: row.status };
+}
+
+export const needsReauthError = (id: string, why: string) =>
+  new ApiError('connection_needs_reauth', `Connection ${id} cannot be used until its owner reconnects it (POST /connection/${id}/reconnect): ${why}`);
+
+/**
+ * The connection's credentials stopped working: `needs_reauth` with the reason, emitting
+ * `connection.needs_reauth` unless it already was (a change the server makes, not the caller).
+ */
+export async function markNeedsReauth(ctx: RequestContext, row: repo.ConnectionRow, reason: 'credentials_rejected' | 'refresh_failed', message: string): Promise<void> {
+  await ctx.systemWrite(async (w) => {
+    const current = await repo.findConnection(w.db, row.org_id, row.id, true);
+    if (!current) return;
+    const already = current.status === 'needs_reauth';
+    const updated = await repo.updateConnection(w.db, row.org_id, row.id, {
+      status: 'needs_reauth',
+      status_reason: reason,
+      ...(already ? {} : { status_changed_at: new Date() }),
+      last_error: message,
+    });
+    if (updated && !already) w.emit('connection.needs_reauth', { connection: eventConnection(updated), reason: message });
+  });
+}
+
+/** New OAuth tokens from the refresh token, stored; a refusal makes the connection `needs_reauth` (409). */
+async function refresh(ctx: RequestContext, row: repo.ConnectionRow, auth: OAuth2Auth, tokens: Extract<StoredCredentials, { type: 'oauth2' }>, connectorUrl: string) {
+  const provider = providerOf(auth, openOAuthClient(ctx, row));
+  if (!tokens.refresh_token || !provider.token_endpoint || !provider.client) {
+    const message = 'The access token expired and there is no refresh token to renew it.';
+    await markNeedsReauth(ctx, row, 'refresh_failed', message);
+    throw needsReauthError(row.id, message);
+  }
+  try {
+    const next = await refreshTokens(
+      { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: tokens.refresh_token, resource: connectorUrl },
+      { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
+    );
+    const stored: StoredCredentials = { type: 'oauth2', access_token: next.access_token, refresh_token: next.refresh_token, expires_at: next.expires_at, token_type: next.token_type };
+    await repo.replaceCredentials(ctx.db, row.id, row.credentials_enc, sealCredentials(ctx, row.id, stored));
+    return stored;
+  } catch (err) {
+    if (!(err instanceof OAuthFailure)) throw err;
+    if (err.kind === 'unreachable') throw new UpstreamUnavailable(err.message, err.detail);
+    // With rotation, a concurrent request may have used the refresh token first: its tokens are good.
+    const now = await repo.findConnection(ctx.db, row.org_id, row.id);
+    if (now && now.status === 'active' && now.credentials_enc && now.credentials_enc !== row.credentials_enc) {
+      const theirs = openCredentials(ctx, now);
+      if (theirs?.type === 'oauth2') return theirs;
+    }
+    await markNeedsReauth(ctx, row, 'refresh_failed', err.message);
+    throw needsReauthError(row.id, err.message);
+  }
+}
+
+/**
+ * Runs `work` against the upstream with the connection's credentials: an OAuth access token
+ * about to expire is refreshed first, and a 401/403 from the upstream refreshes once and
+ * retries. Credentials the upstream still refuses make the connection `needs_reauth` (409).
+ * UpstreamUnavailable passes through for the caller to decide.
+ */
+export async function withConnection<T>(
+  ctx: RequestContext,
+  row: repo.ConnectionRow,
+  connector: ResolvedConnector,
+  work: (credential: UpstreamCredential) => Promise<T>,
+): Promise<T> {
+  if (row.status !== 'active') throw needsReauthError(row.id, `it is ${row.status}.`);
+  let credentials = openCredentials(ctx, row);
+  const auth = connector.auth;
+  if (credentials?.type === 'oauth2' && auth.type === 'oauth2' && credentials.expires_at !== null && credentials.expires_at - Date.now() < REFRESH_MARGIN_MS) {
+    credentials = await refresh(ctx, row, auth, credentials, connector.mcp_url);
+  }
+  try {
+    return await work(placeCredential(connector, credentials));
+  } catch (err) {
+    if (!(err instanceof UpstreamRejected)) throw err;
+    if (credentials?.type === 'oauth2' && auth.type === 'oauth2' && credentials.refresh_token) {
+      const latest = (await repo.findConnection(ctx.db, row.org_id, row.id)) ?? row;
+      credentials = await refresh(ctx, latest, auth, credentials, connector.mcp_url);
+      try {
+        return await work(placeCredential(connector, credentials));
+      } catch (again) {
+        if (!(again instanceof UpstreamRejected)) throw again;
+      }
+    }
+    const message = `The upstream refused the connection's credentials (HTTP ${err.status}).`;
+    await markNeedsReauth(ctx, row, 'credentials_rejected', message);
+    throw needsReauthError(row.id, message);
+  }
+}
