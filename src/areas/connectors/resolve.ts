@@ -4,7 +4,7 @@ import { isSharedWith } from '../../auth/shares';
 import type { Db, Executor } from '../../db/database';
 import type { SecretBox } from '../../lib/crypto';
 import { builtIns } from './catalog';
-import type { ConnectorContent } from './content';
+import type { ConnectorContent, StoredAuth } from './content';
 import { findConnector, type ConnectorRow } from './connectors.repo';
 
 /** The associated data a custom connector's OAuth client secret is sealed with. */
@@ -17,21 +17,13 @@ export interface ResolvedConnector {
   name: string;
   mcp_url: string;
   transport: 'streamable_http' | 'sse';
-  auth:
-    | { type: 'none' }
-    | { type: 'api_key'; placement: 'header' | 'query'; name: string; value_prefix: string | null }
-    | {
-        type: 'oauth2';
-        authorize_url: string | null;
-        token_url: string | null;
-        revocation_url: string | null;
-        scopes: string[];
-        client_id: string | null;
-        /** Opened: never log it, never return it. */
-        client_secret: string | null;
-        pkce: boolean;
-      };
+  auth: ResolvedAuth;
 }
+
+/** A connector's auth settings with the OAuth client secret opened: never log it, never return it. */
+export type ResolvedAuth =
+  | Exclude<StoredAuth, { type: 'oauth2' }>
+  | (Extract<StoredAuth, { type: 'oauth2' }> & { client_secret: string | null });
 
 /**
  * Whether a member sees a custom connector: holders of `connector:manage` see every custom
