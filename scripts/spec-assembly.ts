@@ -129,6 +129,33 @@ function assemblePermissions(source: string, dir: string, problems: string[]): v
   writeFileSync(catalogFile, YAML.stringify(catalog, { lineWidth: 0 }));
 }
 
+/**
+ * Every operation that answers the shared error responses (it declares `TooManyRequests`)
+ * may also answer `ServiceUnavailable`: while the server drains for shutdown, or when it
+ * cannot reach its database. Declared here once rather than in 200 path items.
+ */
+function assembleServiceUnavailable(dir: string): void {
+  const shared = (name: string) => (response: unknown) =>
+    typeof (response as Json | null)?.$ref === 'string' && (response as Json).$ref.endsWith(`#/components/responses/${name}`);
+  for (const file of yamlFiles(join(dir, 'paths'))) {
+    const path = join(dir, 'paths', file);
+    const doc = readYaml(path);
+    let changed = false;
+    for (const [url, item] of Object.entries<Json>(doc)) {
+      if (!url.startsWith('/')) continue;
+      for (const method of METHODS) {
+        const responses = item[method]?.responses as Json | undefined;
+        if (!responses || '503' in responses) continue;
+        const tooMany = Object.values(responses).find(shared('TooManyRequests')) as Json | undefined;
+        if (!tooMany) continue;
+        responses['503'] = { $ref: tooMany.$ref.replace(/TooManyRequests$/, 'ServiceUnavailable') };
+        changed = true;
+      }
+    }
+    if (changed) writeFileSync(path, YAML.stringify(doc, { lineWidth: 0 }));
+  }
+}
+
 /** Copies spec/ and writes the assembled root into the copy. Throws listing every rule broken. */
 export function assembleSpec(source: string = SPEC): AssembledSpec {
   const dir = join(mkdtempSync(join(tmpdir(), 'spec-assembled-')), 'spec');
@@ -140,6 +167,7 @@ export function assembleSpec(source: string = SPEC): AssembledSpec {
     assemblePaths(source, root, problems);
     assembleEvents(source, dir, problems);
     assemblePermissions(source, dir, problems);
+    assembleServiceUnavailable(dir);
     if (problems.length > 0) throw new Error(`spec/ breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
     const rootFile = join(dir, 'openapi.yml');
     writeFileSync(rootFile, YAML.stringify(root, { lineWidth: 0 }));

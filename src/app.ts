@@ -1,3 +1,4 @@
+import type { Server } from 'node:http';
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
 import type { Logger } from 'pino';
@@ -153,4 +154,14 @@ function helmetHeaders(): Array<[string, string | number | readonly string[]]> {
   });
   if (!finished) throw new Error('helmet did not finish synchronously; its headers cannot be precomputed.');
   return headers;
+}
+
+/**
+ * The HTTP server's connection timing. Node closes idle connections after 5 s by default; a
+ * client or load balancer that keeps them longer then sends a request on a closing socket
+ * and sees a reset. The server should be the last to close an idle connection.
+ */
+export function tuneServer(server: Server, keepAliveTimeoutMs: number): void {
+  server.keepAliveTimeout = keepAliveTimeoutMs;
+  server.headersTimeout = keepAliveTimeoutMs + 1_000;
 }

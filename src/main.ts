@@ -1,6 +1,6 @@
 import type { Server } from 'node:http';
 import { chmodSync, mkdirSync } from 'node:fs';
-import { createApp } from './app';
+import { createApp, tuneServer } from './app';
 import { ConfigError, loadConfig } from './config';
 import { DatabaseInUseError, migrateToLatest, openDatabase } from './db/database';
 import { OutboxDispatcher } from './events/outbox';
@@ -66,6 +66,7 @@ async function main(): Promise<void> {
     const s = app.listen(config.port, config.host, () => resolve(s));
     s.on('error', reject);
   });
+  tuneServer(server, config.keepAliveTimeoutMs);
   logger.info({ url: config.baseUrl, host: config.host, port: config.port }, 'listening');
 
   let stopping = false;

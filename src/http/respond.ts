@@ -3,6 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { PresentedCredential } from '../auth/credentials';
+import { isDatabaseUnavailable } from '../db/unavailable';
 import type { RenderedError } from './area';
 import { fromParserError } from './body';
 import { ApiError, errorBody } from './errors';
@@ -36,6 +37,10 @@ export type ErrorRenderer = (operationId: string, error: ApiError, requestId: st
 export function sendError(req: Request, res: Response, err: unknown, render?: ErrorRenderer): void {
   const state = requestState(req);
   let error = err instanceof ApiError ? err : fromParserError((err ?? {}) as { type?: string });
+  if (!error && isDatabaseUnavailable(err)) {
+    state.log.error({ err }, 'request failed: the database cannot be reached');
+    error = new ApiError('service_unavailable', 'The database cannot be reached right now; retry shortly.', { headers: { 'Retry-After': '5' } });
+  }
   if (!error) {
     state.log.error({ err }, 'request failed');
     error = new ApiError('internal_error', 'The server failed to answer; quote the request id when reporting it.');

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { get } from 'node:http';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { projectRoot } from '../../src/spec';
@@ -17,6 +18,16 @@ describe('getHealth', () => {
     const res = await t.call('GET', '/health');
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ ok: true, service: 'mcp-control-plane' });
+  });
+
+  it('keeps idle connections longer than a load balancer in front (KEEP_ALIVE_TIMEOUT_MS, 65 s)', async () => {
+    const keepAlive = await new Promise<string | undefined>((resolve, reject) => {
+      get(`${t.url}/health`, (res) => {
+        res.resume();
+        resolve(res.headers['keep-alive']);
+      }).on('error', reject);
+    });
+    expect(keepAlive).toBe('timeout=65');
   });
 
   it('refuses unknown query parameters', async () => {
