@@ -19,6 +19,24 @@ export type JsonValue = JsonArray | JsonObject | JsonPrimitive;
 
 export type Timestamp = ColumnType<Date, Date | string, Date | string>;
 
+export interface AccessRequests {
+  connector_slug: string | null;
+  created_at: Generated<Timestamp>;
+  exception_expires_at: Timestamp | null;
+  id: string;
+  org_id: string;
+  reason: string;
+  requester_user_id: string;
+  resolution_note: string | null;
+  resolved_at: Timestamp | null;
+  resolved_by_user_id: string | null;
+  restriction_id: string;
+  status: "pending" | "approved" | "denied" | "withdrawn";
+  synthetic_tool_id: string | null;
+  tool_name: string | null;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface ApiTokens {
   created_at: Generated<Timestamp>;
   expires_at: Timestamp | null;
@@ -195,6 +213,25 @@ export interface RateLimits {
   points: Generated<number>;
 }
 
+export interface Restrictions {
+  applies_to_everyone: boolean;
+  applies_to_role_ids: Generated<string[]>;
+  applies_to_team_ids: Generated<string[]>;
+  applies_to_user_ids: Generated<string[]>;
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  description: string | null;
+  effect: "deny" | "require_approval";
+  id: string;
+  is_active: boolean;
+  match_connector_slug: string | null;
+  match_synthetic_tool_id: string | null;
+  match_tool_pattern: string | null;
+  name: string;
+  org_id: string;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface RoleAssignments {
   created_at: Generated<Timestamp>;
   org_id: string;
@@ -249,6 +286,20 @@ export interface Shares {
   updated_at: Generated<Timestamp>;
 }
 
+export interface SyntheticTools {
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  description: string;
+  id: string;
+  input_schema: Json;
+  name: string;
+  org_id: string;
+  output: Json;
+  output_schema: Json | null;
+  steps: Json;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface TeamMembers {
   added_at: Generated<Timestamp>;
   added_by_user_id: string | null;
@@ -258,6 +309,36 @@ export interface TeamMembers {
 }
 
 export interface Teams {
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  description: string | null;
+  id: string;
+  name: string;
+  org_id: string;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface Templates {
+  created_at: Generated<Timestamp>;
+  description: string | null;
+  entries: Json;
+  id: string;
+  name: string;
+  org_id: string;
+  owner_user_id: string;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface ToolboxEntries {
+  connection_id: string | null;
+  position: number;
+  synthetic_tool_id: string | null;
+  toolbox_id: string;
+  tools: Json | null;
+  type: "connection" | "synthetic_tool";
+}
+
+export interface Toolboxes {
   created_at: Generated<Timestamp>;
   created_by_user_id: string | null;
   description: string | null;
@@ -279,7 +360,26 @@ export interface Users {
   updated_at: Generated<Timestamp>;
 }
 
+export interface UserToolboxBindings {
+  connection_id: string;
+  connector_slug: string;
+  user_toolbox_id: string;
+}
+
+export interface UserToolboxes {
+  created_at: Generated<Timestamp>;
+  description: string | null;
+  entries: Json;
+  id: string;
+  name: string;
+  org_id: string;
+  owner_user_id: string;
+  template_id: string | null;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface DB {
+  access_requests: AccessRequests;
   api_tokens: ApiTokens;
   audit_log: AuditLog;
   catalog_versions: CatalogVersions;
@@ -294,12 +394,19 @@ export interface DB {
   outbox: Outbox;
   passkeys: Passkeys;
   rate_limits: RateLimits;
+  restrictions: Restrictions;
   role_assignments: RoleAssignments;
   roles: Roles;
   sessions: Sessions;
   settings: Settings;
   shares: Shares;
+  synthetic_tools: SyntheticTools;
   team_members: TeamMembers;
   teams: Teams;
+  templates: Templates;
+  toolbox_entries: ToolboxEntries;
+  toolboxes: Toolboxes;
+  user_toolbox_bindings: UserToolboxBindings;
+  user_toolboxes: UserToolboxes;
   users: Users;
 }
