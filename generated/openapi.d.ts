@@ -3425,7 +3425,10 @@ export interface paths {
          *     `entries` is sent it replaces the existing entries wholesale: the toolbox then holds
          *     exactly the entries of the new list, in that order, and entries left out are removed
          *     (send the complete list; there is no per-entry patch). Omitting `entries` keeps them.
-         *     The same rules as on create apply to each entry. The change reaches every dynamic user
+         *     The same rules as on create apply to each entry, except that a connection the toolbox
+         *     already holds may stay whoever its owner is: a curator without `connection:manage` can
+         *     edit a toolbox that holds other members' connections without dropping them, but cannot
+         *     add another one. The change reaches every dynamic user
          *     toolbox made from this toolbox, and so the `tools/list` of their MCP servers, at once.
          *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with the names of
          *     the changed members and, for `entries`, the entries added and removed. Emits no event.

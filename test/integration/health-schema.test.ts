@@ -24,7 +24,7 @@ describe('getHealth', () => {
     const keepAlive = await new Promise<string | undefined>((resolve, reject) => {
       get(`${t.url}/health`, (res) => {
         res.resume();
-        resolve(res.headers['keep-alive']);
+        resolve(String(res.headers['keep-alive']));
       }).on('error', reject);
     });
     expect(keepAlive).toBe('timeout=65');

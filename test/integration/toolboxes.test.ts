@@ -140,6 +140,13 @@ describe('create and read', () => {
     expect(res.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connection_id' })]);
     const byOwner = await created(owner, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] });
     expect(byOwner.entries).toEqual([{ type: 'connection', connection_id: bobConn, connector_slug: crm, connection_owner_user_id: bobId, connection_status: 'active', tools: 'all' }]);
+    // Alice may edit that toolbox and keep Bob's connection in it, but not bring it into another.
+    const kept = await alice.update(byOwner.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['search_contacts'] }, { type: 'connection', connection_id: aliceConn, tools: 'all' }] });
+    expect(kept.status).toBe(200);
+    expect(kept.body.entries.map((e: { connection_id: string }) => e.connection_id)).toEqual([bobConn, aliceConn]);
+    const dropped = await alice.update(byOwner.id, { entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }] });
+    expect(dropped.status).toBe(200);
+    expectError(await alice.update(byOwner.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] }), 400, 'unknown_reference');
   });
 
   it("refuses what is not the organization's, and repeated entries", async () => {

@@ -84,7 +84,7 @@ const entryKey = (entry: EntryInput | repo.NewToolboxEntry): string =>
  * `connection:manage`; each synthetic tool the organization's (else 400 unknown_reference
  * naming the entry's id).
  */
-async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInput[]): Promise<repo.NewToolboxEntry[]> {
+async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInput[], held: ReadonlySet<string> = new Set()): Promise<repo.NewToolboxEntry[]> {
   const repeated: ValidationProblem[] = [];
   const seen = new Set<string>();
   entries.forEach((entry, i) => {
@@ -101,7 +101,8 @@ async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInp
   const tools = toolIds.length === 0
     ? []
     : await db.selectFrom('synthetic_tools').select('id').where('org_id', '=', ctx.orgId).where('id', 'in', toolIds).execute();
-  const usable = new Set(connections.filter((c) => c.owner_user_id === ctx.user || managesConnections(ctx)).map((c) => c.id));
+  // A connection the toolbox already holds may stay: keeping it grants nobody anything new.
+  const usable = new Set(connections.filter((c) => c.owner_user_id === ctx.user || managesConnections(ctx) || held.has(c.id)).map((c) => c.id));
   const known = new Set(tools.map((s) => s.id));
   const unknown: ValidationProblem[] = [];
   entries.forEach((entry, i) => {
@@ -175,8 +176,9 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       const changed: string[] = Object.keys(changes);
       const audit: Record<string, unknown> = { ...changes };
       if (body.entries !== undefined) {
-        const next = await checkEntries(w.db, ctx, body.entries);
-        const current = ((await repo.toolboxEntries(w.db, [id])).get(id) ?? []).map((e): repo.NewToolboxEntry =>
+        const stored = (await repo.toolboxEntries(w.db, [id])).get(id) ?? [];
+        const next = await checkEntries(w.db, ctx, body.entries, new Set(stored.flatMap((e) => (e.connection_id ? [e.connection_id] : []))));
+        const current = stored.map((e): repo.NewToolboxEntry =>
           e.type === 'connection'
             ? { type: 'connection', connection_id: e.connection_id as string, tools: e.tools ?? 'all' }
             : { type: 'synthetic_tool', synthetic_tool_id: e.synthetic_tool_id as string },
