@@ -83,10 +83,10 @@ async function main() {
     const who = i % 5; // 0 everyone, 1 roles, 2 teams, 3 users, 4 groups the member is not in
     await db.insertInto('restrictions').values({
       id, org_id: org.orgId, name: `Bench restriction ${i}`, description: null,
-      match_connector_slug: synthetic || kind % 3 === 0 ? null : pick(CONNECTORS, i),
-      match_tool_pattern: synthetic || (kind % 4 === 0 && kind % 3 !== 0) ? null : [`${pick(VERBS, i)}_*`, `*_${pick(NOUNS, i)}`, `${pick(VERBS, i)}_?${pick(NOUNS, i + 1).slice(1)}`, `*${pick(NOUNS, i).slice(0, 3)}*`][i % 4] as string,
+      match_connector_slug: synthetic || kind === 3 ? null : pick(CONNECTORS, i),
+      match_tool_pattern: synthetic || kind === 4 ? null : [`${pick(VERBS, i)}_*`, `*_${pick(NOUNS, i)}`, `${pick(VERBS, i)}_?${pick(NOUNS, i + 1).slice(1)}`, `*${pick(NOUNS, i).slice(0, 3)}*`][i % 4] as string,
       match_synthetic_tool_id: synthetic,
-      effect: i % 3 === 0 ? 'deny' : 'require_approval',
+      effect: i % 5 === 1 ? 'deny' : 'require_approval',
       applies_to_everyone: who === 0,
       applies_to_role_ids: who === 1 ? [pick(roleIds, i), pick(foreignRoles, i)] : who === 4 ? [pick(foreignRoles, i)] : [],
       applies_to_team_ids: who === 2 ? [pick(teamIds, i), pick(foreignTeams, i)] : who === 4 ? [pick(foreignTeams, i)] : [],
@@ -122,25 +122,30 @@ async function main() {
   }
   let listed = 0;
   let callable = 0;
-  for (const tool of tools) policy.evaluate(tool); // warm-up
-  const passes = 20;
-  const start = process.hrtime.bigint();
-  for (let p = 0; p < passes; p += 1) {
-    for (const tool of tools) {
-      const v = policy.evaluate(tool);
-      if (p === 0) {
-        if (v.listed) listed += 1;
-        if (v.callable) callable += 1;
-      }
-    }
+  let held = 0;
+  for (const tool of tools) {
+    const v = policy.evaluate(tool);
+    if (v.listed) listed += 1;
+    if (v.callable) callable += 1;
+    if (v.listed && v.heldBy.length > 0) held += 1;
   }
-  const perTool = Number(process.hrtime.bigint() - start) / 1e3 / (passes * tools.length);
+  // Passes over every tool; the median pass, per tool (the machine may be shared).
+  const passes = 20;
+  const perPass: number[] = [];
+  for (let p = 0; p < passes; p += 1) {
+    const start = process.hrtime.bigint();
+    for (const tool of tools) policy.evaluate(tool);
+    perPass.push(Number(process.hrtime.bigint() - start) / 1e3 / tools.length);
+  }
+  perPass.sort((a, b) => a - b);
+  const perTool = percentile(perPass, 50);
+  const bestPerTool = perPass[0] as number;
 
   const applying = policy.restrictionIds.length;
   console.log(`policy bench (${database.kind} database): ${RESTRICTIONS} restrictions, member with ${subject.roleIds.length} roles and ${subject.teamIds.length} teams, ${applying} restrictions apply to them`);
   console.log(`  subjectOf  p50 ${subjectTime.p50.toFixed(3)} ms  p90 ${subjectTime.p90.toFixed(3)} ms  p99 ${subjectTime.p99.toFixed(3)} ms  (${COUNT} runs)`);
   console.log(`  load       p50 ${loadTime.p50.toFixed(3)} ms  p90 ${loadTime.p90.toFixed(3)} ms  p99 ${loadTime.p99.toFixed(3)} ms  (${COUNT} runs)`);
-  console.log(`  evaluate   ${perTool.toFixed(2)} µs per tool  (${tools.length} tools × ${passes} passes; ${listed} listed, ${callable} callable)`);
+  console.log(`  evaluate   ${perTool.toFixed(2)} µs per tool (median pass; best ${bestPerTool.toFixed(2)})  (${tools.length} tools × ${passes} passes; ${listed} listed, ${held} of them held, ${callable} callable)`);
   console.log(`  a listing of 100 tools: load + 100 evaluations ≈ ${(loadTime.p50 + (perTool * 100) / 1000).toFixed(3)} ms`);
   await database.close();
 }
