@@ -1,7 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { OutboundRefused, OutboundSession, type OutboundLimits } from './outbound';
 
 /**
@@ -141,6 +141,24 @@ export function listUpstreamTools(target: UpstreamTarget, limits: UpstreamLimits
       }
       throw new UpstreamUnavailable('The upstream MCP server gave more pages of tools than this server reads.', `tools/list still had a cursor after ${limits.maxPages} pages`);
     },
+    signal,
+  );
+}
+
+/** What an upstream's `tools/call` answered, passed through unchanged (content, structuredContent, isError). */
+export type UpstreamCallResult = CallToolResult;
+
+/**
+ * Calls one upstream tool (`tools/call`) in a session of its own and answers its result as
+ * the upstream gave it: a tool's own error is `isError: true` in the result, not a throw.
+ * 401/403 become UpstreamRejected; an unreachable upstream, a timeout (the limits' deadline
+ * covers the whole exchange) or a JSON-RPC error UpstreamUnavailable.
+ */
+export function callTool(target: UpstreamTarget, limits: OutboundLimits, name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<UpstreamCallResult> {
+  return withUpstream(
+    target,
+    { ...limits, maxPages: 1 },
+    async (client) => (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs })) as UpstreamCallResult,
     signal,
   );
 }
