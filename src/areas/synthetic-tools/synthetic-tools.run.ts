@@ -7,7 +7,7 @@ import * as connectionsRepo from '../connections/connections.repo';
 import { upstreamLimits, withConnection, type ConnectionContext } from '../connections/connections.upstream';
 import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors/resolve';
 import { evaluate, MappingError, type Json } from './mapping';
-import { Policy } from './policy-interim';
+import { Policy } from '../../policy/restrictions';
 import { problemsOf, validatorFor } from './schemas';
 import * as repo from './synthetic-tools.repo';
 import { stepToolsOf } from './synthetic-tools.service';
