@@ -10546,7 +10546,8 @@ export interface components {
          */
         SyntheticToolStepToolInput: {
             connector_slug: components["schemas"]["ConnectorSlug"];
-            connection_id?: components["schemas"]["ConnectionId"];
+            /** @description The connection to pin; null or left out for the caller's own connection (so a step read back from the tool can be sent again as it is). */
+            connection_id?: components["schemas"]["ConnectionId"] | null;
             /** @description The upstream tool's name, as the connector declares it. */
             name: components["schemas"]["ConnectorToolName"];
         };
