@@ -270,6 +270,12 @@ describe('saving', () => {
     const unknown = await owner.create(body('disc_unknown', 'anything_at_all'));
     expectError(unknown, 400, 'validation_failed');
     expect(unknown.body.errors[0]).toMatchObject({ pointer: '/steps/0/tool/name', message: expect.stringMatching(/as its connections last listed them/) });
+    // The name accepted before any listing: the upstream refuses it when it runs, an answer naming the step.
+    const before = (await owner.list({ connector_slug: discovered })).body.data.find((s: { name: string }) => s.name === 'disc_before');
+    const run = await carol.execute(before.id, {});
+    expect(run.status).toBe(200);
+    expect(run.body).toMatchObject({ is_error: true, error: { step_id: 'one', message: expect.stringMatching(/^Step one: The upstream refused the call: .*anything_at_all/) } });
+    expect(run.body.steps[0]).toMatchObject({ status: 'failed', tool: { connector_slug: discovered, name: 'anything_at_all' } });
   });
 
   it('is another organization\'s 404', async () => {
@@ -398,6 +404,17 @@ describe('executing', () => {
     }
     const runs = await alice.execute(slow.id, {});
     expect(runs.body.is_error).toBe(false);
+    // Under continue, the step that timed out is a failed step of an answer.
+    const tolerant = await created({ name: 'slow_tolerated', description: 'Slow, tolerated.', input_schema: { type: 'object' }, steps: [slow.steps[0] as Schemas['SyntheticToolStepInput']], output: { a: { $step: 'maybe', default: 'late' } } });
+    up.peer.delayMs = STEP_TIMEOUT_MS + 500;
+    try {
+      const res = await alice.execute(tolerant.id, {});
+      expect(res.body).toMatchObject({ is_error: false, result: { a: 'late' } });
+      expect(res.body.steps[0]).toMatchObject({ status: 'failed', error: 'Connector crm did not answer within 1000 ms.' });
+      expect(res.body.steps[0].duration_ms).toBeGreaterThanOrEqual(STEP_TIMEOUT_MS - 50);
+    } finally {
+      up.peer.delayMs = 0;
+    }
   });
 
   it('runs a pinned step through the pinned connection, for whoever may reach it', async () => {
