@@ -10,8 +10,8 @@ import { joinPointer, type MappingProblem } from './mapping';
  */
 const MAX_SCHEMA_BYTES = 64 * 1024;
 
-function newAjv() {
-  const ajv = new Ajv2020({ strict: false, allErrors: true, useDefaults: true, validateFormats: true });
+function newAjv(useDefaults = true) {
+  const ajv = new Ajv2020({ strict: false, allErrors: true, useDefaults, validateFormats: true });
   addFormats(ajv);
   return ajv;
 }
@@ -36,11 +36,15 @@ export function schemaProblems(schema: unknown, at: string): MappingProblem[] {
 const compiled = new Map<string, ValidateFunction>();
 const MAX_COMPILED = 500;
 
-/** The validator of a stored schema, compiled once per `key` (tool id, which schema, and its version). */
-export function validatorFor(key: string, schema: object): ValidateFunction {
+/**
+ * The validator of a stored schema, compiled once per `key` (tool id, which schema, and its
+ * version). `applyDefaults`: fill in the schema's defaults (arguments), or leave the value as
+ * it is (the output).
+ */
+export function validatorFor(key: string, schema: object, applyDefaults = true): ValidateFunction {
   let validate = compiled.get(key);
   if (!validate) {
-    validate = newAjv().compile(schema);
+    validate = newAjv(applyDefaults).compile(schema);
     if (compiled.size >= MAX_COMPILED) compiled.delete(compiled.keys().next().value as string);
     compiled.set(key, validate);
   }
