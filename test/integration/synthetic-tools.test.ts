@@ -1,5 +1,6 @@
 import type { components } from '../../generated/openapi';
 import { insertConnector } from '../../src/areas/connectors/connectors.repo';
+import { findSyntheticTool, runSyntheticTool } from '../../src/areas/synthetic-tools';
 import { PLANS } from '../../src/auth/entitlements';
 import { PERMISSIONS } from '../../src/auth/permissions';
 import { shareResource } from '../../src/auth/shares';
@@ -333,6 +334,13 @@ describe('executing', () => {
     expect(seenSince(mark2).map((c) => c.credential)).toEqual([KEY_B, KEY_B]);
     // Nobody else's key travelled with either run.
     expect(up.peer.seen.slice(mark).every((s) => s.credential !== null && [KEY_A, KEY_B].includes(s.credential))).toBe(true);
+  });
+
+  it('runs the same outside a request (the MCP endpoint\'s way in): runSyntheticTool with the app\'s deps', async () => {
+    const row = await findSyntheticTool(t.db, org.orgId, tool.id);
+    const run = await runSyntheticTool(t.deps, org.orgId, bobId, row!, { ticket_id: 11 }, new AbortController().signal);
+    expect(run).toMatchObject({ is_error: false, result: { ticket: { id: 11, member: 'bob' }, updated: { note: 'was open (none given) {{literal}}' } } });
+    await expect(runSyntheticTool(t.deps, org.orgId, bobId, row!, {}, new AbortController().signal)).rejects.toMatchObject({ code: 'invalid_tool_arguments' });
   });
 
   it('checks the arguments against input_schema before anything runs', async () => {
