@@ -233,6 +233,8 @@ describe('saving', () => {
     const notObject = await owner.create({ ...base, input_schema: { type: 'object', properties: { a: { type: 'strin' } } } });
     expectError(notObject, 400, 'validation_failed');
     expect(notObject.body.errors[0].pointer).toMatch(/^\/input_schema/);
+    const draft7 = await owner.create({ ...base, input_schema: { type: 'object', $schema: 'http://json-schema.org/draft-07/schema#' } });
+    expect(draft7.body.errors).toEqual([{ in: 'body', pointer: '/input_schema/$schema', message: expect.stringMatching(/draft 2020-12/) }]);
     const badOutputSchema = await owner.create({ ...base, output_schema: { type: 'object', required: 'x' } as never });
     expect(badOutputSchema.body.errors[0].pointer).toMatch(/^\/output_schema/);
     const unresolvable = await owner.create({ ...base, input_schema: { type: 'object', properties: { a: { $ref: 'https://schemas.example/a.json' } } } });

@@ -21,7 +21,17 @@ const checker = newAjv();
 /** Problems of a schema written at `at`: size, meta-schema, type object, compiles. */
 export function schemaProblems(schema: unknown, at: string): MappingProblem[] {
   if (JSON.stringify(schema).length > MAX_SCHEMA_BYTES) return [{ pointer: at, message: 'is larger than 64 KiB' }];
-  if (!checker.validateSchema(schema as object)) {
+  const declared = (schema as { $schema?: unknown }).$schema;
+  if (declared !== undefined && declared !== 'https://json-schema.org/draft/2020-12/schema') {
+    return [{ pointer: joinPointer(at, '$schema'), message: 'must be https://json-schema.org/draft/2020-12/schema (or left out): schemas are draft 2020-12' }];
+  }
+  let valid: boolean;
+  try {
+    valid = checker.validateSchema(schema as object) as boolean;
+  } catch (err) {
+    return [{ pointer: at, message: `is not a valid JSON Schema: ${err instanceof Error ? err.message : String(err)}` }];
+  }
+  if (!valid) {
     return (checker.errors ?? []).slice(0, 10).map((e) => ({ pointer: at + e.instancePath, message: `is not a valid JSON Schema: ${e.message ?? 'invalid'}` }));
   }
   if ((schema as { type?: unknown }).type !== 'object') return [{ pointer: joinPointer(at, 'type'), message: 'must be "object"' }];
