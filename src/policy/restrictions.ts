@@ -1,0 +1,196 @@
+// The one evaluation of restrictions (spec/schemas/restrictions.yml, RestrictionEffect):
+// which tools a member sees (`listed`), may call (`callable`), and which restrictions hold
+// them back. Loaded once per listing or call (two queries), then evaluated per tool with no
+// I/O. Tool listings (user toolboxes, MCP), synthetic tool runs and their execute endpoint
+// all go through `Policy.evaluate`.
+import { sql } from 'kysely';
+import type { Executor } from '../db/database';
+import { compileGlob, type GlobMatcher } from './glob';
+
+export interface PolicySubject {
+  orgId: string;
+  userId: string;
+  roleIds: readonly string[];
+  teamIds: readonly string[];
+}
+
+export type ToolRef =
+  | { kind: 'upstream'; connector_slug: string; tool: string }
+  | { kind: 'synthetic'; id: string; steps: readonly { connector_slug: string; tool: string }[] };
+
+export interface Verdict {
+  /** False when a `deny` matches. */
+  listed: boolean;
+  /** False when denied, or held by a require_approval without a live exception. */
+  callable: boolean;
+  /** The `deny` restrictions that match (ids, oldest first). */
+  deniedBy: string[];
+  /** The `require_approval` restrictions that match and that no live exception covers (to file against). */
+  heldBy: string[];
+}
+
+/** An approved, unexpired access request: an exception to one restriction, for what it asked. */
+interface Exception {
+  /** Null: every connector the restriction matches. */
+  connector_slug: string | null;
+  /** Null: every tool (on `connector_slug` when set). */
+  tool_name: string | null;
+  /** Set for a restriction on a synthetic tool: the exception covers that tool. */
+  synthetic_tool_id: string | null;
+}
+
+interface CompiledRestriction {
+  id: string;
+  effect: 'deny' | 'require_approval';
+  /** Upstream match (null members match everything); unused when `syntheticToolId` is set. */
+  connectorSlug: string | null;
+  tool: GlobMatcher | null;
+  syntheticToolId: string | null;
+  exceptions: Exception[];
+}
+
+export class Policy {
+  private constructor(
+    readonly subject: PolicySubject,
+    private readonly restrictions: readonly CompiledRestriction[],
+  ) {}
+
+  /** Active restrictions applying to the subject, and its live exceptions (approved, unexpired access requests), in two queries. */
+  static async load(db: Executor, subject: PolicySubject, now: Date): Promise<Policy> {
+    const roleIds = [...subject.roleIds];
+    const teamIds = [...subject.teamIds];
+    const [rows, exceptions] = await Promise.all([
+      db
+        .selectFrom('restrictions')
+        .select(['id', 'effect', 'match_connector_slug', 'match_tool_pattern', 'match_synthetic_tool_id'])
+        .where('org_id', '=', subject.orgId)
+        .where('is_active', '=', true)
+        .where((eb) =>
+          eb.or([
+            eb('applies_to_everyone', '=', true),
+            eb(sql<boolean>`applies_to_user_ids @> array[${subject.userId}]::text[]`, '=', true),
+            ...(roleIds.length > 0 ? [eb(sql<boolean>`applies_to_role_ids && ${sql.val(roleIds)}::text[]`, '=', true)] : []),
+            ...(teamIds.length > 0 ? [eb(sql<boolean>`applies_to_team_ids && ${sql.val(teamIds)}::text[]`, '=', true)] : []),
+          ]),
+        )
+        .orderBy('id')
+        .execute(),
+      db
+        .selectFrom('access_requests')
+        .select(['restriction_id', 'connector_slug', 'tool_name', 'synthetic_tool_id'])
+        .where('org_id', '=', subject.orgId)
+        .where('requester_user_id', '=', subject.userId)
+        .where('status', '=', 'approved')
+        .where((eb) => eb.or([eb('exception_expires_at', 'is', null), eb('exception_expires_at', '>', now)]))
+        .execute(),
+    ]);
+    const byRestriction = new Map<string, Exception[]>();
+    for (const e of exceptions) {
+      const list = byRestriction.get(e.restriction_id) ?? [];
+      list.push({ connector_slug: e.connector_slug, tool_name: e.tool_name, synthetic_tool_id: e.synthetic_tool_id });
+      byRestriction.set(e.restriction_id, list);
+    }
+    return new Policy(
+      subject,
+      rows.map((r) => ({
+        id: r.id,
+        effect: r.effect,
+        connectorSlug: r.match_connector_slug,
+        tool: r.match_tool_pattern === null ? null : compileGlob(r.match_tool_pattern),
+        syntheticToolId: r.match_synthetic_tool_id,
+        exceptions: byRestriction.get(r.id) ?? [],
+      })),
+    );
+  }
+
+  /** The member's roles and teams in the organization. */
+  static async subjectOf(db: Executor, orgId: string, userId: string): Promise<PolicySubject> {
+    const [roles, teams] = await Promise.all([
+      db.selectFrom('role_assignments').select('role_id').where('org_id', '=', orgId).where('user_id', '=', userId).execute(),
+      db.selectFrom('team_members').select('team_id').where('org_id', '=', orgId).where('user_id', '=', userId).execute(),
+    ]);
+    return { orgId, userId, roleIds: roles.map((r) => r.role_id), teamIds: teams.map((t) => t.team_id) };
+  }
+
+  /** A policy with the given restrictions and no database (tests, benches). */
+  static of(subject: PolicySubject, restrictions: readonly PolicyRestrictionInput[]): Policy {
+    return new Policy(
+      subject,
+      restrictions.map((r) => ({
+        id: r.id,
+        effect: r.effect,
+        connectorSlug: r.connector_slug,
+        tool: r.tool_pattern === null ? null : compileGlob(r.tool_pattern),
+        syntheticToolId: r.synthetic_tool_id,
+        exceptions: r.exceptions ?? [],
+      })),
+    );
+  }
+
+  /** The ids of the loaded restrictions (active, applying to the subject). */
+  get restrictionIds(): string[] {
+    return this.restrictions.map((r) => r.id);
+  }
+
+  evaluate(tool: ToolRef): Verdict {
+    const deniedBy: string[] = [];
+    const heldBy: string[] = [];
+    for (const r of this.restrictions) {
+      if (r.effect === 'deny') {
+        if (matches(r, tool)) deniedBy.push(r.id);
+      } else if (held(r, tool)) {
+        heldBy.push(r.id);
+      }
+    }
+    const listed = deniedBy.length === 0;
+    return { listed, callable: listed && heldBy.length === 0, deniedBy, heldBy };
+  }
+}
+
+export interface PolicyRestrictionInput {
+  id: string;
+  effect: 'deny' | 'require_approval';
+  connector_slug: string | null;
+  tool_pattern: string | null;
+  synthetic_tool_id: string | null;
+  exceptions?: Exception[];
+}
+
+function matchesUpstream(r: CompiledRestriction, connectorSlug: string, tool: string): boolean {
+  if (r.syntheticToolId !== null) return false;
+  if (r.connectorSlug !== null && r.connectorSlug !== connectorSlug) return false;
+  return r.tool === null || r.tool(tool);
+}
+
+function matches(r: CompiledRestriction, tool: ToolRef): boolean {
+  if (tool.kind === 'upstream') return matchesUpstream(r, tool.connector_slug, tool.tool);
+  if (r.syntheticToolId !== null) return r.syntheticToolId === tool.id;
+  return tool.steps.some((s) => matchesUpstream(r, s.connector_slug, s.tool));
+}
+
+/** An exception of `r` covering the upstream tool. */
+function coversUpstream(r: CompiledRestriction, connectorSlug: string, tool: string): boolean {
+  return r.exceptions.some(
+    (e) =>
+      e.synthetic_tool_id === null &&
+      (e.connector_slug === null || e.connector_slug === connectorSlug) &&
+      (e.tool_name === null || e.tool_name === tool),
+  );
+}
+
+/**
+ * Whether a require_approval restriction holds the tool back: it matches, and no live
+ * exception covers it. A synthetic tool matched through its steps is held while any step
+ * the restriction matches is not covered (an exception for the whole restriction, the
+ * step's connector or the step's tool lets it through); one named by id, unless an
+ * exception of the restriction exists (it covers just that tool).
+ */
+function held(r: CompiledRestriction, tool: ToolRef): boolean {
+  if (tool.kind === 'upstream') {
+    return matchesUpstream(r, tool.connector_slug, tool.tool) && !coversUpstream(r, tool.connector_slug, tool.tool);
+  }
+  if (r.syntheticToolId !== null) {
+    return r.syntheticToolId === tool.id && !r.exceptions.some((e) => e.connector_slug === null && e.tool_name === null);
+  }
+  return tool.steps.some((s) => matchesUpstream(r, s.connector_slug, s.tool) && !coversUpstream(r, s.connector_slug, s.tool));
+}

@@ -1,0 +1,62 @@
+import { newId } from '../../src/lib/ids';
+import { Policy } from '../../src/policy/restrictions';
+import { startTestApp, type TestApp } from '../support/app';
+
+/*
+ * Policy.load and Policy.subjectOf on the database (rows written directly): which
+ * restrictions apply (everyone, role, team, user; inactive ones not), which access
+ * requests are live exceptions (approved, unexpired, the member's own).
+ */
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(async () => {
+  await t.close();
+});
+
+it('loads the active restrictions applying to the member and their live exceptions', async () => {
+  const org = await t.factories.org();
+  const other = await t.factories.org();
+  const roleId = await t.factories.customRole(org.orgId, []);
+  const userId = await t.factories.member(org.orgId, { roles: ['member', roleId] });
+  const teamId = await t.factories.team(org.orgId, 'Ops', [userId]);
+  const bystander = await t.factories.member(org.orgId);
+  const rst = async (orgId: string, name: string, who: { everyone?: boolean; roles?: string[]; teams?: string[]; users?: string[] }, extra: { active?: boolean; effect?: 'deny' | 'require_approval'; pattern?: string } = {}) => {
+    const id = newId('restriction');
+    await t.db.insertInto('restrictions').values({
+      id, org_id: orgId, name, description: null, match_connector_slug: 'github', match_tool_pattern: extra.pattern ?? 'delete_*', match_synthetic_tool_id: null,
+      effect: extra.effect ?? 'require_approval', applies_to_everyone: who.everyone ?? false, applies_to_role_ids: who.roles ?? [], applies_to_team_ids: who.teams ?? [],
+      applies_to_user_ids: who.users ?? [], is_active: extra.active ?? true, created_by_user_id: null,
+    }).execute();
+    return id;
+  };
+  const everyone = await rst(org.orgId, 'everyone', { everyone: true });
+  const byRole = await rst(org.orgId, 'role', { roles: [roleId] });
+  const byTeam = await rst(org.orgId, 'team', { teams: [teamId] });
+  const byUser = await rst(org.orgId, 'user', { users: [userId] });
+  await rst(org.orgId, 'someone else', { users: [bystander] });
+  await rst(org.orgId, 'inactive', { everyone: true }, { active: false });
+  await rst(other.orgId, 'other org', { everyone: true });
+  const now = new Date();
+  const areq = async (restrictionId: string, requester: string, status: 'approved' | 'pending', expires: Date | null) =>
+    t.db.insertInto('access_requests').values({
+      id: newId('accessRequest'), org_id: org.orgId, requester_user_id: requester, restriction_id: restrictionId, connector_slug: null, tool_name: null,
+      synthetic_tool_id: null, reason: 'r', status, exception_expires_at: expires,
+    }).execute();
+  await areq(everyone, userId, 'approved', null);
+  await areq(byRole, userId, 'approved', new Date(now.getTime() - 1000)); // expired
+  await areq(byTeam, userId, 'pending', null);
+  await areq(byUser, bystander, 'approved', null); // someone else's
+
+  const subject = await Policy.subjectOf(t.db, org.orgId, userId);
+  expect([...subject.roleIds].sort()).toEqual([roleId, org.roleIds.member].sort());
+  expect(subject.teamIds).toEqual([teamId]);
+  const policy = await Policy.load(t.db, subject, now);
+  expect(policy.restrictionIds).toEqual([everyone, byRole, byTeam, byUser]);
+  expect(policy.evaluate({ kind: 'upstream', connector_slug: 'github', tool: 'delete_repo' })).toEqual({ listed: true, callable: false, deniedBy: [], heldBy: [byRole, byTeam, byUser] });
+
+  // No roles and no teams: only `everyone` and the user's own.
+  const bare = await Policy.load(t.db, { orgId: org.orgId, userId, roleIds: [], teamIds: [] }, now);
+  expect(bare.restrictionIds).toEqual([everyone, byUser]);
+});
