@@ -133,7 +133,7 @@ async function checkBindings(ctx: RequestContext, db: RequestContext['db'], entr
     const connection = connections.get(binding.connection_id);
     if (!connection) unknown.push({ in: 'body', pointer: `${at}/connection_id`, message: 'names no connection of this organization' });
     else if (connection.owner_user_id !== ctx.user) invalid.push({ in: 'body', pointer: `${at}/connection_id`, message: 'is not one of your own connections' });
-    else if (connection.connector_slug !== binding.connector_slug) {
+    else if (slugs.has(binding.connector_slug) && connection.connector_slug !== binding.connector_slug) {
       invalid.push({ in: 'body', pointer: `${at}/connection_id`, message: `is a connection of ${connection.connector_slug}, not of ${binding.connector_slug}` });
     }
   });
