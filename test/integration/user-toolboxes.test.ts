@@ -357,11 +357,18 @@ describe('toolsOf', () => {
       expect(allNames).not.toContain(`${crm}__crm_001`);
       expect((await policyNow()).evaluate({ kind: 'upstream', connector_slug: crm, tool: 'crm_001' }).listed).toBe(false);
 
+      // A list fetched again is read again (the parsed lists kept in process follow fetched_at).
+      const fresh = [{ name: 'crm_new', title: null, description: 'New upstream tool.', input_schema: { type: 'object' }, output_schema: null, annotations: null }];
+      await t.db.updateTable('connection_tools').set({ tools: JSON.stringify(fresh), fetched_at: new Date(Date.now() + 1000) }).where('connection_id', '=', c).execute();
+      expect((await toolsOf(t.deps, resolved, await policyNow())).map((tool) => tool.name).sort()).toEqual([`${crm}__crm_new`, `${tracker}__issue_001`, `${tracker}__issue_002`].sort());
+      await t.db.deleteFrom('connection_tools').where('connection_id', '=', c).execute();
+      expect((await toolsOf(t.deps, resolved, await policyNow())).map((tool) => tool.name).sort()).toEqual([`${tracker}__issue_001`, `${tracker}__issue_002`]);
+
       // Only active connections' tools are offered.
       await t.db.updateTable('connections').set({ status: 'needs_reauth', status_reason: 'credentials_rejected' }).where('id', '=', k).execute();
       const afterReauth = (await resolveUserToolbox(t.db, org.orgId, erinId, box.id))!;
       expect(afterReauth.status).toBe('incomplete');
-      expect((await toolsOf(t.deps, afterReauth, await policyNow())).map((tool) => tool.name).sort()).toEqual([`${crm}__echo`, `${crm}__whoami`]);
+      expect(await toolsOf(t.deps, afterReauth, await policyNow())).toEqual([]);
       expect(await resolveUserToolbox(t.db, org.orgId, bobId, box.id)).toBeNull();
       expect((await erin.read(box.id)).body.status).toBe('incomplete');
     } finally {

@@ -98,11 +98,42 @@ export async function joinedAt(db: Executor, orgId: string, userId: string): Pro
   return row?.created_at ?? new Date(0);
 }
 
-/** The cached tool lists of the connections, by connection id (absent: never fetched, or forgotten). */
-export async function toolCaches(db: Executor, connectionIds: readonly string[]): Promise<Map<string, unknown[]>> {
-  if (connectionIds.length === 0) return new Map();
-  const rows = await db.selectFrom('connection_tools').select(['connection_id', 'tools']).where('connection_id', 'in', connectionIds).execute();
-  return new Map(rows.map((r) => [r.connection_id, Array.isArray(r.tools) ? (r.tools as unknown[]) : []]));
+/**
+ * Tool lists already parsed, by connection, with the `fetched_at` they were read at: a list
+ * is read and parsed again only when the connection's row says it was fetched since (or was
+ * forgotten). Bounded; least recently used lists go first. Every process keeps its own and
+ * asks the database which lists changed on every call, so replicas never serve an old list.
+ */
+const PARSED_MAX = 256;
+const parsed = new Map<string, { fetchedAt: number; tools: unknown[] }>();
+
+function remember(connectionId: string, fetchedAt: Date, tools: unknown): unknown[] {
+  const list = Array.isArray(tools) ? (tools as unknown[]) : [];
+  parsed.delete(connectionId);
+  parsed.set(connectionId, { fetchedAt: fetchedAt.getTime(), tools: list });
+  while (parsed.size > PARSED_MAX) parsed.delete(parsed.keys().next().value as string);
+  return list;
+}
+
+/** The cached tool lists of the connections, by connection id (absent: never fetched, or forgotten). Callers must not change them. */
+export async function toolCaches(db: Executor, connectionIds: readonly string[]): Promise<Map<string, readonly unknown[]>> {
+  const lists = new Map<string, readonly unknown[]>();
+  if (connectionIds.length === 0) return lists;
+  const stamps = await db.selectFrom('connection_tools').select(['connection_id', 'fetched_at']).where('connection_id', 'in', connectionIds).execute();
+  const changed: string[] = [];
+  for (const { connection_id: id, fetched_at: fetchedAt } of stamps) {
+    const known = parsed.get(id);
+    if (known && known.fetchedAt === fetchedAt.getTime()) {
+      parsed.delete(id);
+      parsed.set(id, known);
+      lists.set(id, known.tools);
+    } else changed.push(id);
+  }
+  if (changed.length > 0) {
+    const rows = await db.selectFrom('connection_tools').select(['connection_id', 'tools', 'fetched_at']).where('connection_id', 'in', changed).execute();
+    for (const row of rows) lists.set(row.connection_id, remember(row.connection_id, row.fetched_at, row.tools));
+  }
+  return lists;
 }
 
 export async function syntheticTools(db: Executor, orgId: string, ids: readonly string[]) {
