@@ -1,0 +1,16 @@
+import type { WriteScope } from '../../http/context';
+
+/**
+ * Where other areas plug into what happens to toolboxes, inside the toolbox's own
+ * transaction. MCP servers (issue 11) register here: a deleted toolbox, or a revoked share
+ * that leaves members without it, makes the MCP servers minted for its dynamic user
+ * toolboxes `unavailable` (deleteToolbox, revokeToolboxShare say so). Nothing registers yet.
+ */
+
+/** The toolbox is being deleted (its row is still there, locked). */
+export type ToolboxDeletedHook = (w: WriteScope, orgId: string, toolboxId: string) => Promise<void>;
+export const toolboxDeletedHooks: ToolboxDeletedHook[] = [];
+
+/** A share of the toolbox was revoked: members who no longer reach it (toolboxesSharedWith tells) lose its dynamic user toolbox. */
+export type ToolboxAccessHook = (w: WriteScope, orgId: string, toolboxId: string) => Promise<void>;
+export const toolboxAccessHooks: ToolboxAccessHook[] = [];
