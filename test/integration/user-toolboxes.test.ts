@@ -319,6 +319,41 @@ describe('whose user toolboxes', () => {
   });
 });
 
+describe('through the template and toolbox operations', () => {
+  it('makes a user toolbox from a template once it is shared, and a dynamic one per toolbox share, gone when the share is revoked', async () => {
+    const owner = t.as({ token: org.token, org: org.orgId });
+    const frankId = await t.factories.member(org.orgId);
+    const credential = { token: await t.factories.token(org.orgId, frankId), org: org.orgId };
+    const frank = boxClient(t, credential);
+    const frankConn = connectionClient(t, credential);
+    const tpl = await owner.post('/template', { name: 'CRM only', entries: [{ connector_slug: crm, tools: 'all' }] });
+    expect(tpl.status).toBe(201);
+    expectError(await frank.create({ template_id: tpl.body.id }), 400, 'unknown_reference');
+    expect((await owner.post(`/template/${tpl.body.id}/share`, { principal: { type: 'user', id: frankId }, level: 'use' })).status).toBe(201);
+    const c = await connect(frankConn, crm, KEY_A);
+    const box = await created(frank, { template_id: tpl.body.id, bindings: [{ connector_slug: crm, connection_id: c }] });
+    expect(box).toMatchObject({ name: 'CRM only', entries: [{ connector_slug: crm, tools: 'all' }], status: 'ready' });
+    // Deleting the template leaves the user toolbox with its copy.
+    expect((await owner.delete(`/template/${tpl.body.id}`)).status).toBe(204);
+    expect((await frank.read(box.id)).body).toMatchObject({ template_id: null, entries: [{ connector_slug: crm, tools: 'all' }], status: 'ready' });
+
+    const teamId = await t.factories.team(org.orgId, 'Frank’s team', [frankId]);
+    const tbx = await owner.post('/toolbox', { name: 'Team CRM', entries: [{ type: 'connection', connection_id: c, tools: ['crm_001'] }] });
+    expect(tbx.status).toBe(201);
+    const dynId = `utbx_dyn_tbx_${(tbx.body.id as string).slice(4)}`;
+    expectError(await frank.read(dynId), 404, 'not_found');
+    const share = await owner.post(`/toolbox/${tbx.body.id}/share`, { principal: { type: 'team', id: teamId }, level: 'use' });
+    expect(share.status).toBe(201);
+    expect((await frank.list()).body.data.map((b: UserToolbox) => b.id)).toEqual([box.id, 'utbx_dyn_all', dynId]);
+    const dynamic = (await resolveUserToolbox(t.db, org.orgId, frankId, dynId))!;
+    const policy = await Policy.load(t.db, await Policy.subjectOf(t.db, org.orgId, frankId), new Date());
+    expect((await toolsOf(t.deps, dynamic, policy)).map((tool) => tool.name)).toEqual([`${crm}__crm_001`]);
+    expect((await owner.delete(`/toolbox/${tbx.body.id}/share/${share.body.id}`)).status).toBe(204);
+    expectError(await frank.read(dynId), 404, 'not_found');
+    expect(await resolveUserToolbox(t.db, org.orgId, frankId, dynId)).toBeNull();
+  });
+});
+
 describe('toolsOf', () => {
   it('offers the cached tools of the bound connections by selection, named <connector>__<tool>, minus what a deny restriction hides', async () => {
     const erinId = await t.factories.member(org.orgId);
