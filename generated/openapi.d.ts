@@ -3562,7 +3562,11 @@ export interface paths {
          *     `$step`, `$template`, `$literal`; no code), and an output mapping. Nothing runs now; the
          *     server checks that `input_schema` and `output_schema` are valid JSON Schemas of type
          *     `object`, that step ids are unique and `$step` refers only to earlier steps, that each
-         *     step's connector exists for the organization and declares the tool, and that a pinned
+         *     step's connector exists for the organization and declares the tool (a connector that
+         *     declares no tools, whose tools are discovered from the upstream, is checked against the
+         *     tools its connections in the organization last listed, the pinned connection's when one
+         *     is pinned; when none has listed any yet the name is accepted and the upstream decides at
+         *     run time), and that a pinned
          *     connection is of that connector and is one the caller may pin: their own, or any
          *     member's when they also hold `connection:manage` (the rule of toolbox entries, since
          *     everyone who runs the tool then acts with that connection's credentials). It becomes
@@ -3684,7 +3688,12 @@ export interface paths {
          *     toolbox shared with them; otherwise the connection named in `bindings`, or the caller's
          *     oldest `active` connection of the connector). Steps then run one after the other with
          *     the connections' own credentials; the caller's credential is never sent upstream. Each
-         *     step waits at most the configured step timeout (30 seconds by default).
+         *     step waits at most the configured step timeout (`SYNTHETIC_STEP_TIMEOUT_MS`, 30 seconds
+         *     by default), the whole run at most `SYNTHETIC_RUN_TIMEOUT_MS` (2 minutes). When an
+         *     upstream refuses a connection's credentials (after one refresh for OAuth), the
+         *     connection becomes `needs_reauth` as on any other use, emitting
+         *     `connection.needs_reauth` (the system acts, not the caller), and the run answers 409
+         *     `connection_unavailable` under `on_error: fail` (a `failed` step under `continue`).
          *
          *     A tool that answers with an error is an answer, not an HTTP error: under `on_error: fail`
          *     the run stops and answers 200 with `is_error: true` and the failing step in `error`.
@@ -3694,7 +3703,7 @@ export interface paths {
          *     Needs `synthetic_tool:execute`. Changes nothing the organization owns, so it records no
          *     audit entry (`x-audit: null`); like every tool call, the run is recorded as tool-call
          *     records (one for the synthetic tool and one per step, linked by the synthetic tool's
-         *     id) that logging destinations export. Emits no event.
+         *     id) that logging destinations export. Emits `connection.needs_reauth` only as said above.
          *
          *     Errors: 400 `validation_failed` (the body), `unknown_reference` (a connection in
          *     `bindings` that does not exist in this organization), `invalid_tool_arguments` (the
@@ -3703,7 +3712,7 @@ export interface paths {
          *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
          *     `tool_restricted` (the detail names the tool and whether an access request can
          *     unlock it); 404 `not_found`; 409 `connection_unavailable` (the detail names the
-         *     connector); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     connector; also when the upstream refused the connection's credentials); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
          *     `rate_limited`; 502 `upstream_unavailable`.
          */
         post: operations["executeSyntheticTool"];
@@ -10537,7 +10546,8 @@ export interface components {
          */
         SyntheticToolStepToolInput: {
             connector_slug: components["schemas"]["ConnectorSlug"];
-            connection_id?: components["schemas"]["ConnectionId"];
+            /** @description The connection to pin; null or left out for the caller's own connection (so a step read back from the tool can be sent again as it is). */
+            connection_id?: components["schemas"]["ConnectionId"] | null;
             /** @description The upstream tool's name, as the connector declares it. */
             name: components["schemas"]["ConnectorToolName"];
         };

@@ -49,6 +49,8 @@ export interface Config {
   connectionToolsTtlSeconds: number;
   /** The folder of the built-in connector catalog: one `<slug>.yml` per connector, loaded and checked at start. */
   catalogDir: string;
+  /** Synthetic tool runs: the most one step's upstream call may take, and the whole run. */
+  syntheticTools: { stepTimeoutMs: number; runTimeoutMs: number };
 }
 
 export class ConfigError extends Error {
@@ -210,5 +212,9 @@ export function loadConfig(env: Env = process.env): Config {
     webAppUrl: webAppUrl(env),
     connectionToolsTtlSeconds: int(env, 'CONNECTION_TOOLS_TTL_SECONDS', 300, 0, 86_400),
     catalogDir: resolve(env.CATALOG_DIR || join(projectRoot, 'src', 'areas', 'connectors', 'catalog')),
+    syntheticTools: {
+      stepTimeoutMs: int(env, 'SYNTHETIC_STEP_TIMEOUT_MS', 30_000, 100, 600_000),
+      runTimeoutMs: int(env, 'SYNTHETIC_RUN_TIMEOUT_MS', 120_000, 100, 3_600_000),
+    },
   };
 }

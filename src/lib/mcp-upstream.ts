@@ -1,7 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { OutboundRefused, OutboundSession, type OutboundLimits } from './outbound';
 
 /**
@@ -140,6 +140,35 @@ export function listUpstreamTools(target: UpstreamTarget, limits: UpstreamLimits
         if (!cursor) return tools;
       }
       throw new UpstreamUnavailable('The upstream MCP server gave more pages of tools than this server reads.', `tools/list still had a cursor after ${limits.maxPages} pages`);
+    },
+    signal,
+  );
+}
+
+/** What an upstream's `tools/call` answered, passed through unchanged (content, structuredContent, isError). */
+export type UpstreamCallResult = CallToolResult;
+
+/**
+ * Calls one upstream tool (`tools/call`) in a session of its own and answers its result as
+ * the upstream gave it: a tool's own error is `isError: true` in the result, not a throw.
+ * A JSON-RPC error the upstream answers the call with (an unknown tool, invalid arguments)
+ * is an answer too: a result with `isError: true` and the error's message, as MCP clients
+ * show it. 401/403 become UpstreamRejected; an unreachable upstream, a timeout (the limits'
+ * deadline covers the whole exchange) or an answer that is not MCP UpstreamUnavailable.
+ */
+export function callTool(target: UpstreamTarget, limits: OutboundLimits, name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<UpstreamCallResult> {
+  return withUpstream(
+    target,
+    { ...limits, maxPages: 1 },
+    async (client) => {
+      try {
+        return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs })) as UpstreamCallResult;
+      } catch (err) {
+        if (err instanceof McpError && err.code !== ErrorCode.RequestTimeout && err.code !== ErrorCode.ConnectionClosed) {
+          return { isError: true, content: [{ type: 'text', text: `The upstream refused the call: ${err.message}` }] };
+        }
+        throw err;
+      }
     },
     signal,
   );

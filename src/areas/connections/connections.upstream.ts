@@ -15,6 +15,12 @@ import * as repo from './connections.repo';
 export type ConnectionTool = components['schemas']['ConnectionTool'];
 type OAuth2Auth = Extract<ResolvedConnector['auth'], { type: 'oauth2' }>;
 
+/**
+ * What using a connection's credentials needs of the request: a RequestContext has it; work
+ * outside a request (the synthetic-tool runner for the MCP endpoint) brings its own.
+ */
+export type ConnectionContext = Pick<RequestContext, 'deps' | 'db' | 'systemWrite'>;
+
 /** What `credentials_enc` holds, sealed with the connection's id. */
 export type StoredCredentials =
   | { type: 'api_key'; api_key: string }
@@ -38,20 +44,20 @@ const REFRESH_MARGIN_MS = 60_000;
 const UPSTREAM_MAX_BYTES = 8 * 1024 * 1024;
 const UPSTREAM_MAX_PAGES = 50;
 
-export function upstreamLimits(ctx: RequestContext): UpstreamLimits {
+export function upstreamLimits(ctx: ConnectionContext): UpstreamLimits {
   const { outbound } = ctx.deps.config;
   return { policy: outbound, timeoutMs: outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES, maxPages: UPSTREAM_MAX_PAGES };
 }
 
-export function sealCredentials(ctx: RequestContext, id: string, credentials: StoredCredentials): string {
+export function sealCredentials(ctx: ConnectionContext, id: string, credentials: StoredCredentials): string {
   return ctx.deps.secrets.seal(JSON.stringify(credentials), credentialsContext(id));
 }
 
-export function openCredentials(ctx: RequestContext, row: { id: string; credentials_enc: string | null }): StoredCredentials | null {
+export function openCredentials(ctx: ConnectionContext, row: { id: string; credentials_enc: string | null }): StoredCredentials | null {
   return row.credentials_enc ? (JSON.parse(ctx.deps.secrets.open(row.credentials_enc, credentialsContext(row.id))) as StoredCredentials) : null;
 }
 
-export function openOAuthClient(ctx: RequestContext, row: { id: string; oauth_client_enc: string | null }): StoredOAuthClient | null {
+export function openOAuthClient(ctx: ConnectionContext, row: { id: string; oauth_client_enc: string | null }): StoredOAuthClient | null {
   return row.oauth_client_enc ? (JSON.parse(ctx.deps.secrets.open(row.oauth_client_enc, oauthClientContext(row.id))) as StoredOAuthClient) : null;
 }
 
@@ -129,7 +135,7 @@ export const needsReauthError = (id: string, why: string) =>
  * The connection's credentials stopped working: `needs_reauth` with the reason, emitting
  * `connection.needs_reauth` unless it already was (a change the server makes, not the caller).
  */
-export async function markNeedsReauth(ctx: RequestContext, row: repo.ConnectionRow, reason: 'credentials_rejected' | 'refresh_failed', message: string): Promise<void> {
+export async function markNeedsReauth(ctx: ConnectionContext, row: repo.ConnectionRow, reason: 'credentials_rejected' | 'refresh_failed', message: string): Promise<void> {
   await ctx.systemWrite(async (w) => {
     const current = await repo.findConnection(w.db, row.org_id, row.id, true);
     if (!current) return;
@@ -145,7 +151,7 @@ export async function markNeedsReauth(ctx: RequestContext, row: repo.ConnectionR
 }
 
 /** New OAuth tokens from the refresh token, stored; a refusal makes the connection `needs_reauth` (409). */
-async function refresh(ctx: RequestContext, row: repo.ConnectionRow, auth: OAuth2Auth, tokens: Extract<StoredCredentials, { type: 'oauth2' }>, connectorUrl: string) {
+async function refresh(ctx: ConnectionContext, row: repo.ConnectionRow, auth: OAuth2Auth, tokens: Extract<StoredCredentials, { type: 'oauth2' }>, connectorUrl: string) {
   const provider = providerOf(auth, openOAuthClient(ctx, row));
   if (!tokens.refresh_token || !provider.token_endpoint || !provider.client) {
     const message = 'The access token expired and there is no refresh token to renew it.';
@@ -181,7 +187,7 @@ async function refresh(ctx: RequestContext, row: repo.ConnectionRow, auth: OAuth
  * UpstreamUnavailable passes through for the caller to decide.
  */
 export async function withConnection<T>(
-  ctx: RequestContext,
+  ctx: ConnectionContext,
   row: repo.ConnectionRow,
   connector: ResolvedConnector,
   work: (credential: UpstreamCredential) => Promise<T>,

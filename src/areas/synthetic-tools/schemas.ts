@@ -1,0 +1,56 @@
+import Ajv2020, { type ErrorObject, type ValidateFunction } from 'ajv/dist/2020';
+import addFormats from 'ajv-formats';
+import { joinPointer, type MappingProblem } from './mapping';
+
+/**
+ * The JSON Schemas (draft 2020-12) of synthetic tools: checked against the meta-schema and
+ * compiled when saved, compiled once per tool version when run. Ajv with `strict: false`
+ * (annotations and unknown keywords are allowed, as the draft allows them); no schema is
+ * ever fetched (`$ref` to anything outside the schema does not compile).
+ */
+const MAX_SCHEMA_BYTES = 64 * 1024;
+
+function newAjv() {
+  const ajv = new Ajv2020({ strict: false, allErrors: true, useDefaults: true, validateFormats: true });
+  addFormats(ajv);
+  return ajv;
+}
+
+const checker = newAjv();
+
+/** Problems of a schema written at `at`: size, meta-schema, type object, compiles. */
+export function schemaProblems(schema: unknown, at: string): MappingProblem[] {
+  if (JSON.stringify(schema).length > MAX_SCHEMA_BYTES) return [{ pointer: at, message: 'is larger than 64 KiB' }];
+  if (!checker.validateSchema(schema as object)) {
+    return (checker.errors ?? []).slice(0, 10).map((e) => ({ pointer: at + e.instancePath, message: `is not a valid JSON Schema: ${e.message ?? 'invalid'}` }));
+  }
+  if ((schema as { type?: unknown }).type !== 'object') return [{ pointer: joinPointer(at, 'type'), message: 'must be "object"' }];
+  try {
+    newAjv().compile(schema as object);
+  } catch (err) {
+    return [{ pointer: at, message: `does not compile: ${err instanceof Error ? err.message : String(err)}` }];
+  }
+  return [];
+}
+
+const compiled = new Map<string, ValidateFunction>();
+const MAX_COMPILED = 500;
+
+/** The validator of a stored schema, compiled once per `key` (tool id, which schema, and its version). */
+export function validatorFor(key: string, schema: object): ValidateFunction {
+  let validate = compiled.get(key);
+  if (!validate) {
+    validate = newAjv().compile(schema);
+    if (compiled.size >= MAX_COMPILED) compiled.delete(compiled.keys().next().value as string);
+    compiled.set(key, validate);
+  }
+  return validate;
+}
+
+/** Ajv's errors as problems under `base` (`/arguments`). */
+export function problemsOf(errors: ErrorObject[] | null | undefined, base: string): MappingProblem[] {
+  return (errors ?? []).map((e) => {
+    const missing = e.keyword === 'required' ? joinPointer('', String((e.params as { missingProperty?: string }).missingProperty ?? '')) : '';
+    return { pointer: base + e.instancePath + missing, message: e.message ?? 'is not valid' };
+  });
+}

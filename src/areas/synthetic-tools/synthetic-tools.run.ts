@@ -1,0 +1,276 @@
+import type { Logger } from 'pino';
+import { appendEvents } from '../../events/outbox';
+import { WriteScope, type AppDeps } from '../../http/context';
+import { ApiError, type ValidationProblem } from '../../http/errors';
+import { callTool, UpstreamUnavailable, type UpstreamCallResult } from '../../lib/mcp-upstream';
+import * as connectionsRepo from '../connections/connections.repo';
+import { upstreamLimits, withConnection, type ConnectionContext } from '../connections/connections.upstream';
+import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors/resolve';
+import { evaluate, MappingError, type Json } from './mapping';
+import { Policy } from '../../policy/restrictions';
+import { problemsOf, validatorFor } from './schemas';
+import * as repo from './synthetic-tools.repo';
+import { stepToolsOf } from './synthetic-tools.service';
+import type { Binding, SyntheticToolExecution, SyntheticToolStepRun } from './synthetic-tools.types';
+
+/**
+ * Runs a synthetic tool as a member: arguments checked against `input_schema` (defaults
+ * applied), then the restrictions (Policy), then a usable connection for every step; then the
+ * steps one after the other through those connections' own credentials, each under the step
+ * deadline and all under the run's, stopping at the first failing step (`on_error: fail`).
+ */
+
+export interface RunOptions {
+  /** Which of the caller's own connections serve the connectors of steps without a pinned connection. */
+  bindings?: readonly Binding[];
+  /**
+   * The request's context, when the run serves one: a connection whose credentials the
+   * upstream refuses becomes `needs_reauth` through its systemWrite (the operation declares
+   * `connection.needs_reauth`). Without it, the runner writes that change itself.
+   */
+  context?: ConnectionContext;
+  log?: Logger;
+}
+
+interface Resolved {
+  row: connectionsRepo.ConnectionRow;
+  connector: ResolvedConnector;
+}
+
+const MAX_ERROR_TEXT = 2000;
+const clip = (text: string) => (text.length > MAX_ERROR_TEXT ? `${text.slice(0, MAX_ERROR_TEXT)}…` : text);
+const unavailable = (detail: string) => new ApiError('connection_unavailable', detail);
+
+/** A context for connections when the run serves no request: its own transaction for the needs_reauth change. */
+function standaloneContext(deps: AppDeps, orgId: string): ConnectionContext {
+  return {
+    deps,
+    db: deps.db,
+    async systemWrite(change) {
+      let count = 0;
+      const result = await deps.db.transaction().execute(async (trx) => {
+        const scope = new WriteScope(trx, 'runSyntheticTool', ['connection.needs_reauth']);
+        const value = await change(scope);
+        if (scope.events.length > 0) await appendEvents(trx, orgId, scope.events, { actor_type: 'system', actor_id: null });
+        count = scope.events.length;
+        return value;
+      });
+      if (count > 0) deps.afterCommit?.();
+      return result;
+    },
+  };
+}
+
+/** What a step's tool answered, as later references see it: structuredContent, else its text as JSON when it is JSON, else the text. */
+export function resultOf(result: UpstreamCallResult): unknown {
+  if (result.structuredContent !== undefined && result.structuredContent !== null) return result.structuredContent;
+  const text = (result.content ?? [])
+    .filter((block): block is { type: 'text'; text: string } => block.type === 'text')
+    .map((block) => block.text)
+    .join('\n');
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+function errorTextOf(result: UpstreamCallResult): string {
+  const text = (result.content ?? [])
+    .filter((block): block is { type: 'text'; text: string } => block.type === 'text')
+    .map((block) => block.text)
+    .join('\n');
+  return clip(text || 'The tool answered with an error and no text.');
+}
+
+/** The arguments, checked against the tool's input schema with its defaults applied: 400 invalid_tool_arguments. */
+function checkedArguments(tool: repo.SyntheticToolRow, input: unknown): Record<string, unknown> {
+  const args = structuredClone(input ?? {}) as Record<string, unknown>;
+  const validate = validatorFor(`${tool.id}:input:${tool.updated_at.toISOString()}`, tool.input_schema);
+  if (!validate(args)) {
+    const errors: ValidationProblem[] = problemsOf(validate.errors, '/arguments').map((p) => ({ in: 'body', ...p }));
+    throw new ApiError('invalid_tool_arguments', `The arguments do not match the input schema of ${tool.name} (${errors.length} problem${errors.length === 1 ? '' : 's'}; see errors).`, { errors });
+  }
+  return args;
+}
+
+/** 403 tool_restricted when a restriction denies the tool or holds it without an approved exception. */
+async function checkPolicy(deps: AppDeps, orgId: string, userId: string, tool: repo.SyntheticToolRow): Promise<void> {
+  const policy = await Policy.load(deps.db, await Policy.subjectOf(deps.db, orgId, userId), new Date());
+  const verdict = policy.evaluate({ kind: 'synthetic', id: tool.id, steps: stepToolsOf(tool.steps) });
+  if (verdict.callable) return;
+  if (verdict.deniedBy.length > 0) {
+    throw new ApiError('tool_restricted', `The synthetic tool ${tool.name} is denied to you by restriction ${verdict.deniedBy.join(', ')}; an access request cannot unlock it.`);
+  }
+  throw new ApiError(
+    'tool_restricted',
+    `The synthetic tool ${tool.name} is held for approval by restriction ${verdict.heldBy.join(', ')}; file an access request (POST /access-request with restriction_id ${verdict.heldBy[0]}) to ask for it.`,
+  );
+}
+
+/** The connections of the bindings, checked: of this organization (else unknown_reference), the caller's own and of the connector named. */
+async function checkedBindings(deps: AppDeps, orgId: string, userId: string, bindings: readonly Binding[]): Promise<Map<string, string>> {
+  const rows = await repo.connectionsByIds(deps.db, orgId, [...new Set(bindings.map((b) => b.connection_id))]);
+  const unknown: ValidationProblem[] = [];
+  const invalid: ValidationProblem[] = [];
+  const bySlug = new Map<string, string>();
+  bindings.forEach((binding, i) => {
+    const row = rows.find((r) => r.id === binding.connection_id);
+    const pointer = `/bindings/${i}/connection_id`;
+    if (!row) unknown.push({ in: 'body', pointer, message: 'names no connection of this organization' });
+    else if (row.owner_user_id !== userId) invalid.push({ in: 'body', pointer, message: 'is not one of your own connections' });
+    else if (row.connector_slug !== binding.connector_slug) invalid.push({ in: 'body', pointer, message: `is a connection of ${row.connector_slug}, not of ${binding.connector_slug}` });
+    else if (bySlug.has(binding.connector_slug)) invalid.push({ in: 'body', pointer: `/bindings/${i}/connector_slug`, message: 'is bound twice' });
+    else bySlug.set(binding.connector_slug, binding.connection_id);
+  });
+  if (unknown.length > 0) throw new ApiError('unknown_reference', 'A binding names a connection that does not exist in this organization.', { errors: unknown });
+  if (invalid.length > 0) throw new ApiError('validation_failed', `The request has ${invalid.length} problem${invalid.length === 1 ? '' : 's'}; see errors.`, { errors: invalid });
+  return bySlug;
+}
+
+/** Every step's connection, resolved before the first runs: 409 connection_unavailable naming the connector when one cannot be used. */
+async function resolveConnections(deps: AppDeps, orgId: string, userId: string, tool: repo.SyntheticToolRow, bound: Map<string, string>): Promise<Resolved[]> {
+  const cache = new Map<string, Resolved>();
+  const resolved: Resolved[] = [];
+  for (const step of tool.steps) {
+    const slug = step.tool.connector_slug;
+    const pinned = step.tool.connection_id;
+    const key = pinned ?? `own:${slug}`;
+    let hit = cache.get(key);
+    if (!hit) {
+      let id = pinned ?? bound.get(slug) ?? null;
+      if (!pinned && !id) id = (await repo.ownConnectionOf(deps.db, orgId, userId, slug))?.id ?? null;
+      if (!id) throw unavailable(`Step ${step.id} calls ${slug}, and you have no connection to it; connect it first (POST /connection).`);
+      const row = await connectionsRepo.findConnection(deps.db, orgId, id);
+      if (!row) throw unavailable(`Step ${step.id} runs through connection ${id} of ${slug}, which no longer exists.`);
+      if (pinned && row.owner_user_id !== userId && !(await repo.reachesThroughToolbox(deps.db, orgId, userId, pinned))) {
+        throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);
+      }
+      if (row.status !== 'active') {
+        throw unavailable(`Step ${step.id} runs through connection ${row.id} of ${slug}, which is ${row.status}${row.status === 'needs_reauth' || row.status === 'disconnected' ? '; its owner must reconnect it' : ''}.`);
+      }
+      const connector = (await seesConnector(deps.db, orgId, row.owner_user_id, slug)) ? await resolveConnector(deps.db, deps.secrets, orgId, row.owner_user_id, true, slug) : null;
+      if (!connector) throw unavailable(`Step ${step.id} calls ${slug}, which is no longer available to the owner of connection ${row.id}.`);
+      hit = { row, connector };
+      cache.set(key, hit);
+    }
+    resolved.push(hit);
+  }
+  return resolved;
+}
+
+/**
+ * Runs a synthetic tool as `userId` (the caller's own connections, or the pinned one), for
+ * executeSyntheticTool and the MCP endpoint. Checks the arguments (400
+ * invalid_tool_arguments), then the policy (403 tool_restricted), then the connections (409
+ * connection_unavailable), then runs. A tool's own error is an answer (`is_error: true`); an
+ * unreachable upstream under `on_error: fail` is 502 upstream_unavailable.
+ */
+export async function runSyntheticTool(
+  deps: AppDeps,
+  orgId: string,
+  userId: string,
+  tool: repo.SyntheticToolRow,
+  input: unknown,
+  signal: AbortSignal,
+  options: RunOptions = {},
+): Promise<SyntheticToolExecution> {
+  const args = checkedArguments(tool, input);
+  await checkPolicy(deps, orgId, userId, tool);
+  const bound = await checkedBindings(deps, orgId, userId, options.bindings ?? []);
+  const connections = await resolveConnections(deps, orgId, userId, tool, bound);
+  const ctx = options.context ?? standaloneContext(deps, orgId);
+  const { stepTimeoutMs, runTimeoutMs } = deps.config.syntheticTools;
+  const baseLimits = upstreamLimits(ctx);
+
+  const started = new Date();
+  const runDeadline = started.getTime() + runTimeoutMs;
+  const results = new Map<string, unknown>();
+  const runs: SyntheticToolStepRun[] = tool.steps.map((step, i) => ({
+    id: step.id,
+    tool: { connector_slug: step.tool.connector_slug, connection_id: (connections[i] as Resolved).row.id, name: step.tool.name },
+    status: 'skipped',
+    started_at: null,
+    duration_ms: null,
+    error: null,
+  }));
+  const finish = (error: { step_id: string | null; message: string } | null, result: Json | null): SyntheticToolExecution => ({
+    synthetic_tool_id: tool.id,
+    is_error: error !== null,
+    result: error ? null : result,
+    content: [{ type: 'text', text: error ? error.message : JSON.stringify(result) }],
+    error,
+    steps: runs,
+    started_at: started.toISOString(),
+    duration_ms: Math.max(0, Date.now() - started.getTime()),
+  });
+
+  for (const [i, step] of tool.steps.entries()) {
+    const run = runs[i] as SyntheticToolStepRun;
+    const { row, connector } = connections[i] as Resolved;
+    let stepArgs: Record<string, unknown>;
+    try {
+      stepArgs = evaluate(step.arguments, { input: args, results }) as Record<string, unknown>;
+    } catch (err) {
+      if (!(err instanceof MappingError)) throw err;
+      return finish({ step_id: step.id, message: `Step ${step.id}: ${err.message}` }, null);
+    }
+    const at = Date.now();
+    run.started_at = new Date(at).toISOString();
+    const timeoutMs = Math.min(stepTimeoutMs, runDeadline - at);
+    let failure: string | null = null;
+    let unreachable = false;
+    if (timeoutMs <= 0) {
+      failure = `The run passed its overall deadline of ${runTimeoutMs} ms before this step.`;
+      unreachable = true;
+    } else {
+      try {
+        const answer = await withConnection(ctx, row, connector, (credential) =>
+          callTool({ url: connector.mcp_url, transport: connector.transport, credential }, { ...baseLimits, timeoutMs }, step.tool.name, stepArgs, signal),
+        );
+        if (answer.isError) failure = errorTextOf(answer);
+        else results.set(step.id, resultOf(answer));
+        void connectionsRepo.recordUse(deps.db, row.id, new Date(), null).catch(() => undefined);
+      } catch (err) {
+        if (err instanceof UpstreamUnavailable) {
+          const elapsed = Date.now() - at;
+          failure = elapsed >= timeoutMs - 50 ? `${connector.name} did not answer within ${timeoutMs} ms.` : err.message;
+          unreachable = true;
+          options.log?.info({ synthetic_tool_id: tool.id, step: step.id, reason: err.detail }, 'synthetic tool step: upstream unavailable');
+          void connectionsRepo.recordError(deps.db, row.id, `Synthetic tool ${tool.name}, step ${step.id}: ${failure}`).catch(() => undefined);
+        } else if (err instanceof ApiError && err.code === 'connection_needs_reauth') {
+          if (step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${err.detail}`);
+          failure = err.detail;
+        } else {
+          throw err;
+        }
+      }
+    }
+    run.duration_ms = Math.max(0, Date.now() - at);
+    if (failure === null) {
+      run.status = 'succeeded';
+      continue;
+    }
+    run.status = 'failed';
+    run.error = failure;
+    if (step.on_error === 'continue') continue;
+    if (unreachable) throw new ApiError('upstream_unavailable', `Step ${step.id} (${step.tool.connector_slug} ${step.tool.name}): ${failure} The run stopped there.`);
+    return finish({ step_id: step.id, message: `Step ${step.id}: ${failure}` }, null);
+  }
+
+  let result: Json;
+  try {
+    result = evaluate(tool.output, { input: args, results });
+  } catch (err) {
+    if (!(err instanceof MappingError)) throw err;
+    return finish({ step_id: null, message: `Output: ${err.message}` }, null);
+  }
+  if (tool.output_schema) {
+    const validate = validatorFor(`${tool.id}:output:${tool.updated_at.toISOString()}`, tool.output_schema);
+    if (!validate(result)) {
+      const problems = problemsOf(validate.errors, '').map((p) => `${p.pointer || '(the output)'} ${p.message}`);
+      return finish({ step_id: null, message: `Output: it does not match output_schema: ${problems.slice(0, 5).join('; ')}.` }, null);
+    }
+  }
+  return finish(null, result);
+}
