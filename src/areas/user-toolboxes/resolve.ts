@@ -1,6 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import type { Executor } from '../../db/database';
 import type { AppDeps } from '../../http/context';
+import { stepToolsOf, type SyntheticToolStep } from '../synthetic-tools';
 import type { ToolPolicy, ToolRef, Verdict } from './policy';
 import * as repo from './user-toolboxes.repo';
 import { toolboxEntries, toolboxesSharedWith, type ToolboxEntryRow, type ToolboxRow } from './sources';
@@ -241,14 +242,6 @@ export async function resolveUserToolbox(db: Executor, orgId: string, userId: st
 // The tools a box offers
 // ---------------------------------------------------------------------------------------
 
-/** The upstream tools a synthetic tool's steps call. */
-function stepTools(steps: unknown): { connector_slug: string; tool: string }[] {
-  if (!Array.isArray(steps)) return [];
-  return steps.flatMap((step: { tool?: { connector_slug?: unknown; name?: unknown } }) =>
-    typeof step?.tool?.connector_slug === 'string' && typeof step.tool.name === 'string' ? [{ connector_slug: step.tool.connector_slug, tool: step.tool.name }] : [],
-  );
-}
-
 const EMPTY_INPUT: ConnectionTool['input_schema'] = { type: 'object' } as ConnectionTool['input_schema'];
 
 /**
@@ -277,7 +270,7 @@ export async function toolsOf(deps: Pick<AppDeps, 'db'>, box: ResolvedUserToolbo
     if (source.type === 'synthetic_tool') {
       const row = syntheticRows.get(source.synthetic_tool_id);
       if (!row) continue;
-      const steps = stepTools(row.steps);
+      const steps = stepToolsOf(row.steps as SyntheticToolStep[]);
       offer(
         {
           name: row.name, title: null, description: row.description, input_schema: row.input_schema as ConnectionTool['input_schema'],

@@ -169,20 +169,33 @@ export async function create(ctx: RequestContext, body: Create): Promise<UserToo
   const entries = template.entries as TemplateEntry[];
   const bindings = body.bindings ?? [];
   await checkBindings(ctx, ctx.db, entries, bindings);
-  const name = body.name ?? (await freeName(ctx, template.name));
-  const id = newId('userToolbox');
-  const row = await guardName(name, () =>
-    ctx.write(async (w) => {
-      // Checked again inside: a connection may have changed hands since.
-      await checkBindings(ctx, w.db, entries, bindings);
-      const inserted = await repo.insert(w.db, {
-        id, org_id: ctx.orgId, owner_user_id: ctx.user, template_id: template.id, name, description: body.description ?? null, entries: JSON.stringify(entries),
-      });
-      await repo.replaceBindings(w.db, id, bindings);
-      w.audit({ targetId: id, changes: { name, template_id: template.id, description: body.description ?? null, bindings } });
-      return inserted;
-    }),
-  );
+  const insert = (name: string) =>
+    guardName(name, () =>
+      ctx.write(async (w) => {
+        // Checked again inside: a connection may have changed hands since.
+        await checkBindings(ctx, w.db, entries, bindings);
+        const id = newId('userToolbox');
+        const inserted = await repo.insert(w.db, {
+          id, org_id: ctx.orgId, owner_user_id: ctx.user, template_id: template.id, name, description: body.description ?? null, entries: JSON.stringify(entries),
+        });
+        await repo.replaceBindings(w.db, id, bindings);
+        w.audit({ targetId: id, changes: { name, template_id: template.id, description: body.description ?? null, bindings } });
+        return inserted;
+      }),
+    );
+  let row: repo.UserToolboxRow;
+  if (body.name !== undefined) row = await insert(body.name);
+  else {
+    // A default name another request of the caller took meanwhile: pick the next free one.
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        row = await insert(await freeName(ctx, template.name));
+        break;
+      } catch (err) {
+        if (!(err instanceof ApiError && err.code === 'name_taken') || attempt >= 3) throw err;
+      }
+    }
+  }
   return get(ctx, row.id);
 }
 
