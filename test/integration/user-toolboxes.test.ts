@@ -411,6 +411,22 @@ describe('toolsOf', () => {
     }
   });
 
+  it('offers each name once in utbx_dyn_all when two connections serve one connector: the oldest active one’s', async () => {
+    const ginaId = await t.factories.member(org.orgId);
+    const ginaConn = connectionClient(t, { token: await t.factories.token(org.orgId, ginaId), org: org.orgId });
+    const first = await connect(ginaConn, crm, KEY_A, 'CRM (work)');
+    const second = await connect(ginaConn, crm, KEY_B, 'CRM (personal)');
+    const policy = await Policy.load(t.db, await Policy.subjectOf(t.db, org.orgId, ginaId), new Date());
+    const offered = await toolsOf(t.deps, (await resolveUserToolbox(t.db, org.orgId, ginaId, 'utbx_dyn_all'))!, policy);
+    expect(offered.map((tool) => tool.name)).toHaveLength(new Set(offered.map((tool) => tool.name)).size);
+    expect(offered.find((tool) => tool.name === `${crm}__whoami`)?.source).toMatchObject({ connection_id: first });
+    await t.db.updateTable('connections').set({ status: 'needs_reauth', status_reason: 'credentials_rejected' }).where('id', '=', first).execute();
+    const box = (await resolveUserToolbox(t.db, org.orgId, ginaId, 'utbx_dyn_all'))!;
+    // The other connection still serves the connector: not incomplete.
+    expect([box.status, box.incompleteConnectorSlugs]).toEqual(['ready', []]);
+    expect((await toolsOf(t.deps, box, policy)).find((tool) => tool.name === `${crm}__whoami`)?.source).toMatchObject({ connection_id: second });
+  });
+
   it('includes a toolbox’s synthetic tools under their names', async () => {
     const stoolId = newId('syntheticTool');
     await t.db.insertInto('synthetic_tools').values({
