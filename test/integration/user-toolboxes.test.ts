@@ -351,6 +351,11 @@ describe('through the template and toolbox operations', () => {
     expect((await owner.delete(`/toolbox/${tbx.body.id}/share/${share.body.id}`)).status).toBe(204);
     expectError(await frank.read(dynId), 404, 'not_found');
     expect(await resolveUserToolbox(t.db, org.orgId, frankId, dynId)).toBeNull();
+    // A member who is suspended has no user toolboxes for the MCP endpoint to serve.
+    expect(await resolveUserToolbox(t.db, org.orgId, frankId, box.id)).not.toBeNull();
+    await t.db.updateTable('memberships').set({ status: 'suspended' }).where('org_id', '=', org.orgId).where('user_id', '=', frankId).execute();
+    expect(await resolveUserToolbox(t.db, org.orgId, frankId, box.id)).toBeNull();
+    expect(await resolveUserToolbox(t.db, org.orgId, frankId, 'utbx_dyn_all')).toBeNull();
   });
 });
 

@@ -225,9 +225,12 @@ export function resolveDynToolbox(loaded: Loaded, toolbox: ToolboxRow): Resolved
 /**
  * A user toolbox of the user (stored or dynamic: `utbx_dyn_all`, `utbx_dyn_tbx_<toolbox id
  * suffix>`), with its entries resolved to connections and its status; null when it is not
- * theirs or not visible (someone else's, or a toolbox not, or no longer, shared with them).
+ * theirs or not visible (someone else's, or a toolbox not, or no longer, shared with them), and
+ * for anyone who is not an active member of the organization.
  */
 export async function resolveUserToolbox(db: Executor, orgId: string, userId: string, id: string): Promise<ResolvedUserToolbox | null> {
+  // Someone no longer (or not yet) an active member has no user toolboxes there, stored ones included.
+  if (!(await repo.isActiveMember(db, orgId, userId))) return null;
   if (id === DYN_ALL) return resolveDynAll(await load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [] }));
   if (id.startsWith(DYN_TBX)) {
     const toolboxId = toolboxIdOf(id);
