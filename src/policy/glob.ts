@@ -12,10 +12,25 @@ export function compileGlob(pattern: string): GlobMatcher {
   const p = pattern.replace(/\*+/g, '*');
   if (!p.includes('*') && !p.includes('?')) return (name) => name === p;
   if (p === '*') return () => true;
-  const star = p.indexOf('*');
-  if (!p.includes('?') && star === p.length - 1 && p.indexOf('*') === p.lastIndexOf('*')) {
-    const prefix = p.slice(0, -1);
-    return (name) => name.startsWith(prefix);
+  if (!p.includes('?')) {
+    // Only `*`: the first piece is a prefix, the last a suffix, the middle ones found in
+    // order, each leftmost (greedy leftmost is exact when `*` is the only wildcard).
+    const pieces = p.split('*');
+    const prefix = pieces[0] as string;
+    const suffix = pieces[pieces.length - 1] as string;
+    const middle = pieces.slice(1, -1).filter((piece) => piece !== '');
+    const minLength = prefix.length + suffix.length + middle.reduce((sum, piece) => sum + piece.length, 0);
+    return (name) => {
+      if (name.length < minLength || !name.startsWith(prefix) || !name.endsWith(suffix)) return false;
+      let at = prefix.length;
+      const end = name.length - suffix.length;
+      for (const piece of middle) {
+        const found = name.indexOf(piece, at);
+        if (found === -1 || found + piece.length > end) return false;
+        at = found + piece.length;
+      }
+      return true;
+    };
   }
   return (name) => globMatch(p, name);
 }

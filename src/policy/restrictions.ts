@@ -50,10 +50,23 @@ interface CompiledRestriction {
 }
 
 export class Policy {
+  /** Upstream restrictions naming a connector, by its slug. */
+  private readonly bySlug = new Map<string, CompiledRestriction[]>();
+  /** Upstream restrictions on any connector. */
+  private readonly anySlug: CompiledRestriction[] = [];
+  /** Restrictions naming a synthetic tool, by its id. */
+  private readonly bySynthetic = new Map<string, CompiledRestriction[]>();
+
   private constructor(
     readonly subject: PolicySubject,
     private readonly restrictions: readonly CompiledRestriction[],
-  ) {}
+  ) {
+    for (const r of restrictions) {
+      if (r.syntheticToolId !== null) push(this.bySynthetic, r.syntheticToolId, r);
+      else if (r.connectorSlug !== null) push(this.bySlug, r.connectorSlug, r);
+      else this.anySlug.push(r);
+    }
+  }
 
   /** Active restrictions applying to the subject, and its live exceptions (approved, unexpired access requests), in two queries. */
   static async load(db: Executor, subject: PolicySubject, now: Date): Promise<Policy> {
@@ -116,7 +129,7 @@ export class Policy {
   static of(subject: PolicySubject, restrictions: readonly PolicyRestrictionInput[]): Policy {
     return new Policy(
       subject,
-      restrictions.map((r) => ({
+      [...restrictions].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).map((r) => ({
         id: r.id,
         effect: r.effect,
         connectorSlug: r.connector_slug,
@@ -135,7 +148,19 @@ export class Policy {
   evaluate(tool: ToolRef): Verdict {
     const deniedBy: string[] = [];
     const heldBy: string[] = [];
-    for (const r of this.restrictions) {
+    // Only the restrictions that could match: those of the tool's connector(s), those on any
+    // connector, and (for a synthetic tool) those naming it; judged in id order (oldest first).
+    let candidates: CompiledRestriction[];
+    if (tool.kind === 'upstream') {
+      const own = this.bySlug.get(tool.connector_slug);
+      candidates = own === undefined ? this.anySlug : this.anySlug.length === 0 ? own : mergeById(own, this.anySlug);
+    } else {
+      const set = new Set<CompiledRestriction>(this.bySynthetic.get(tool.id));
+      for (const r of this.anySlug) set.add(r);
+      for (const step of tool.steps) for (const r of this.bySlug.get(step.connector_slug) ?? []) set.add(r);
+      candidates = [...set].sort(byId);
+    }
+    for (const r of candidates) {
       if (r.effect === 'deny') {
         if (matches(r, tool)) deniedBy.push(r.id);
       } else if (held(r, tool)) {
@@ -145,6 +170,25 @@ export class Policy {
     const listed = deniedBy.length === 0;
     return { listed, callable: listed && heldBy.length === 0, deniedBy, heldBy };
   }
+}
+
+function push<K, V>(map: Map<K, V[]>, key: K, value: V): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
+}
+
+const byId = (a: CompiledRestriction, b: CompiledRestriction) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
+/** Two lists already in id order, merged in id order. */
+function mergeById(a: readonly CompiledRestriction[], b: readonly CompiledRestriction[]): CompiledRestriction[] {
+  const out: CompiledRestriction[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length && j < b.length) out.push(byId(a[i] as CompiledRestriction, b[j] as CompiledRestriction) <= 0 ? (a[i++] as CompiledRestriction) : (b[j++] as CompiledRestriction));
+  while (i < a.length) out.push(a[i++] as CompiledRestriction);
+  while (j < b.length) out.push(b[j++] as CompiledRestriction);
+  return out;
 }
 
 export interface PolicyRestrictionInput {

@@ -2,6 +2,7 @@ import type { components, paths } from '../../generated/openapi';
 import { newId } from '../../src/lib/ids';
 import { settle, startTestApp, type ApiClient, type TestApp } from '../support/app';
 import type { SeededOrg } from '../support/factories';
+import { usePeers } from '../support/peers';
 
 /*
  * The five access request operations over HTTP through the typed client, against the real
@@ -15,9 +16,10 @@ const AREQ = /^areq_[0-7][0-9a-hjkmnp-tv-z]{25}$/;
 let t: TestApp;
 let org: SeededOrg;
 let other: SeededOrg;
+const peers = usePeers();
 
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({ env: { SMTP_URL: peers.smtp.url } });
   org = await t.factories.org();
   other = await t.factories.org();
 });
@@ -231,6 +233,12 @@ describe('resolveAccessRequest', () => {
       access_request: expect.objectContaining({ id: filed.body.id, status: 'approved' }), resolved_by_user_id: org.ownerId,
     });
     expect((await t.factories.auditEntries(org.orgId, 'access_request.resolved')).at(-1)).toMatchObject({ target_id: filed.body.id, changes: { decision: 'approved', expires_at: expires } });
+    // The requester is told by email (a real SMTP server on loopback).
+    const email = (await t.db.selectFrom('users').select('email').where('id', '=', m.userId).executeTakeFirstOrThrow()).email;
+    const mail = peers.smtp.messages.filter((message) => message.to.includes(email));
+    expect(mail).toHaveLength(1);
+    expect(mail[0]?.raw).toContain('Access request approved');
+    expect(mail[0]?.raw).toContain('This week.');
     const again = await api({ session: ownerSession, org: org.orgId }).resolve(filed.body.id, { decision: 'denied' });
     expect([again.status, again.body.code]).toEqual([409, 'invalid_transition']);
   });

@@ -1,3 +1,4 @@
+import { restrictionsNaming } from '../../src/areas/restrictions/restrictions.repo';
 import { newId } from '../../src/lib/ids';
 import { Policy } from '../../src/policy/restrictions';
 import { startTestApp, type TestApp } from '../support/app';
@@ -59,4 +60,19 @@ it('loads the active restrictions applying to the member and their live exceptio
   // No roles and no teams: only `everyone` and the user's own.
   const bare = await Policy.load(t.db, { orgId: org.orgId, userId, roleIds: [], teamIds: [] }, now);
   expect(bare.restrictionIds).toEqual([everyone, byUser]);
+});
+
+it('restrictionsNaming finds the restrictions that name a synthetic tool, a role or a team', async () => {
+  const org = await t.factories.org();
+  const roleId = await t.factories.customRole(org.orgId, []);
+  const teamId = await t.factories.team(org.orgId, 'Named');
+  const stool = newId('syntheticTool');
+  await t.db.insertInto('synthetic_tools').values({ id: stool, org_id: org.orgId, name: 'S', description: 'd', input_schema: '{}', output_schema: null, steps: '[]', output: '{}', created_by_user_id: null }).execute();
+  const as = t.as({ token: org.token, org: org.orgId });
+  const a = (await as.post('/restriction', { name: 'a', effect: 'deny', match: { synthetic_tool_id: stool }, applies_to: { role_ids: [roleId] } })).body.id;
+  const b = (await as.post('/restriction', { name: 'b', effect: 'deny', applies_to: { role_ids: [roleId], team_ids: [teamId] } })).body.id;
+  expect(await restrictionsNaming(t.db, org.orgId, { syntheticToolId: stool })).toEqual([a]);
+  expect(await restrictionsNaming(t.db, org.orgId, { roleId })).toEqual([a, b]);
+  expect(await restrictionsNaming(t.db, org.orgId, { teamId })).toEqual([b]);
+  expect(await restrictionsNaming(t.db, org.orgId, { teamId: newId('team') })).toEqual([]);
 });

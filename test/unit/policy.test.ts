@@ -34,6 +34,13 @@ describe('RestrictionToolPattern globs', () => {
     ['exact', 'exactly', false],
     ['exact', 'inexact', false],
     ['*x', 'xxxxxxxxxx', true],
+    ['a*ab', 'aab', true],
+    ['ab*ba', 'aba', false], // prefix and suffix do not overlap
+    ['ab*ba', 'abba', true],
+    ['*ab*ab*', 'xabab', true],
+    ['*ab*ab*', 'xab', false],
+    ['a*?b', 'ab', false],
+    ['a*?b', 'axb', true],
   ];
   it.each(cases)('%s against %s is %s', (pattern, name, expected) => {
     expect(compileGlob(pattern)(name)).toBe(expected);

@@ -1,4 +1,5 @@
 import type { components } from '../../../generated/openapi';
+import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, notFound, validationError } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
@@ -66,9 +67,9 @@ export async function get(ctx: RequestContext, id: string): Promise<AccessReques
 }
 
 /** Whether a restriction applies to the member (by user, role or team, or everyone). */
-async function appliesTo(ctx: RequestContext, r: RestrictionRow, userId: string): Promise<boolean> {
+async function appliesTo(db: Executor, orgId: string, r: RestrictionRow, userId: string): Promise<boolean> {
   if (r.applies_to_everyone || r.applies_to_user_ids.includes(userId)) return true;
-  const subject = await Policy.subjectOf(ctx.db, ctx.orgId, userId);
+  const subject = await Policy.subjectOf(db, orgId, userId);
   return subject.roleIds.some((id) => r.applies_to_role_ids.includes(id)) || subject.teamIds.some((id) => r.applies_to_team_ids.includes(id));
 }
 
@@ -100,12 +101,13 @@ export async function create(ctx: RequestContext, body: Create): Promise<AccessR
       errors: [{ in: 'body', pointer: '/restriction_id', message: 'names no restriction of this organization' }],
     });
   }
-  const scope = scopeOf(found, body);
-  const applies = await appliesTo(ctx, found, userId);
+  scopeOf(found, body);
   const row = await ctx.write(async (w) => {
-    // Locked, so that concurrent requests for the same scope file once.
+    // Locked, so that concurrent requests for the same scope file once; judged as it is now.
     const r = await findRestriction(w.db, ctx.orgId, body.restriction_id, true);
     if (!r) throw new ApiError('unknown_reference', `No restriction ${body.restriction_id} in this organization.`);
+    const scope = scopeOf(r, body);
+    const applies = await appliesTo(w.db, ctx.orgId, r, userId);
     if (!r.is_active || r.effect !== 'require_approval' || !applies) {
       const why = !r.is_active ? 'it is inactive' : r.effect === 'deny' ? 'it denies; only an administrator changing it lifts a deny' : 'it does not apply to you';
       throw new ApiError('restriction_not_requestable', `Restriction ${r.id} takes no access requests from you: ${why}.`);

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { Executor } from '../../db/database';
 import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
@@ -72,4 +73,26 @@ export async function livePrincipals(
       : db.selectFrom('memberships').select('user_id as id').where('org_id', '=', orgId).where('status', '=', 'active').where('user_id', 'in', [...ids.userIds]).execute(),
   ]);
   return { roleIds: new Set(roles.map((r) => r.id)), teamIds: new Set(teams.map((r) => r.id)), userIds: new Set(users.map((r) => r.id)) };
+}
+
+/**
+ * The restrictions that name a synthetic tool, a role or a team (ids, oldest first): deleting
+ * a synthetic tool, role or team that a restriction names is refused (409), per the spec of
+ * deleteSyntheticTool, deleteRole and deleteTeam.
+ */
+export async function restrictionsNaming(db: Executor, orgId: string, what: { syntheticToolId: string } | { roleId: string } | { teamId: string }): Promise<string[]> {
+  const rows = await db
+    .selectFrom('restrictions')
+    .select('id')
+    .where('org_id', '=', orgId)
+    .where((eb) =>
+      'syntheticToolId' in what
+        ? eb('match_synthetic_tool_id', '=', what.syntheticToolId)
+        : 'roleId' in what
+          ? eb(sql<boolean>`applies_to_role_ids @> array[${what.roleId}]::text[]`, '=', true)
+          : eb(sql<boolean>`applies_to_team_ids @> array[${what.teamId}]::text[]`, '=', true),
+    )
+    .orderBy('id')
+    .execute();
+  return rows.map((r) => r.id);
 }
