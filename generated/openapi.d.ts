@@ -3695,7 +3695,8 @@ export interface paths {
          *     `connection.needs_reauth` (the system acts, not the caller), and the run answers 409
          *     `connection_unavailable` under `on_error: fail` (a `failed` step under `continue`).
          *
-         *     A tool that answers with an error is an answer, not an HTTP error: under `on_error: fail`
+         *     A tool that answers with an error (a result with `isError`, or a JSON-RPC error such as
+         *     an unknown tool) is an answer, not an HTTP error: under `on_error: fail`
          *     the run stops and answers 200 with `is_error: true` and the failing step in `error`.
          *     An upstream that cannot be reached, times out or does not answer as an MCP server is a
          *     502 under `on_error: fail` (a `failed` step under `continue`).

@@ -1,5 +1,6 @@
 import type { components } from '../../generated/openapi';
 import { insertConnector } from '../../src/areas/connectors/connectors.repo';
+import { findSyntheticTool, runSyntheticTool } from '../../src/areas/synthetic-tools';
 import { PLANS } from '../../src/auth/entitlements';
 import { PERMISSIONS } from '../../src/auth/permissions';
 import { shareResource } from '../../src/auth/shares';
@@ -174,6 +175,13 @@ describe('saving', () => {
     expect((await owner.list({ connector_slug: 'docs-demo' })).body.data.map((s: { id: string }) => s.id)).not.toContain(tool.id);
     expect((await owner.list({ created_by_user_id: aliceId })).body.data).toEqual([]);
     expectError(await owner.list({ connector_slug: 'no-such-connector' }), 400, 'unknown_reference');
+    // Pages, oldest first.
+    await created(lookupThenUpdate('paged_second'));
+    const first = await owner.list({ limit: 1 });
+    expect(first.body.data.map((s: { id: string }) => s.id)).toEqual([tool.id]);
+    const next = await owner.list({ limit: 1, cursor: first.body.next_cursor });
+    expect(next.body.data[0].name).toBe('paged_second');
+    expectError(await owner.list({ cursor: 'bm90LWFuLWlk' }), 400, 'invalid_cursor');
     expectError(await owner.list({ created_by_user_id: 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e' }), 400, 'unknown_reference');
 
     const renamed = await owner.update(tool.id, { name: 'triage_v2', description: 'Reworded.', output_schema: { type: 'object' } });
@@ -225,6 +233,8 @@ describe('saving', () => {
     const notObject = await owner.create({ ...base, input_schema: { type: 'object', properties: { a: { type: 'strin' } } } });
     expectError(notObject, 400, 'validation_failed');
     expect(notObject.body.errors[0].pointer).toMatch(/^\/input_schema/);
+    const draft7 = await owner.create({ ...base, input_schema: { type: 'object', $schema: 'http://json-schema.org/draft-07/schema#' } });
+    expect(draft7.body.errors).toEqual([{ in: 'body', pointer: '/input_schema/$schema', message: expect.stringMatching(/draft 2020-12/) }]);
     const badOutputSchema = await owner.create({ ...base, output_schema: { type: 'object', required: 'x' } as never });
     expect(badOutputSchema.body.errors[0].pointer).toMatch(/^\/output_schema/);
     const unresolvable = await owner.create({ ...base, input_schema: { type: 'object', properties: { a: { $ref: 'https://schemas.example/a.json' } } } });
@@ -328,6 +338,13 @@ describe('executing', () => {
     expect(up.peer.seen.slice(mark).every((s) => s.credential !== null && [KEY_A, KEY_B].includes(s.credential))).toBe(true);
   });
 
+  it('runs the same outside a request (the MCP endpoint\'s way in): runSyntheticTool with the app\'s deps', async () => {
+    const row = await findSyntheticTool(t.db, org.orgId, tool.id);
+    const run = await runSyntheticTool(t.deps, org.orgId, bobId, row!, { ticket_id: 11 }, new AbortController().signal);
+    expect(run).toMatchObject({ is_error: false, result: { ticket: { id: 11, member: 'bob' }, updated: { note: 'was open (none given) {{literal}}' } } });
+    await expect(runSyntheticTool(t.deps, org.orgId, bobId, row!, {}, new AbortController().signal)).rejects.toMatchObject({ code: 'invalid_tool_arguments' });
+  });
+
   it('checks the arguments against input_schema before anything runs', async () => {
     const mark = up.peer.seen.length;
     const res = await alice.execute(tool.id, { arguments: { note: 5, extra: true } });
@@ -371,6 +388,14 @@ describe('executing', () => {
     const ok = await alice.execute(tolerant.id, { arguments: { ticket_id: 9 } });
     expect(ok.body).toMatchObject({ is_error: false, result: { found: 'nothing', after: 77 } });
     expect(ok.body.steps.map((s: { status: string }) => s.status)).toEqual(['failed', 'succeeded']);
+
+    // A later step whose arguments refer, without a default, to a step that failed under continue: it fails uncalled.
+    const uncalled = await created({ ...lookupThenUpdate('uncalled'), steps: [tolerant.steps[0] as Schemas['SyntheticToolStepInput'], { id: 'needs', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: { $step: 'find', pointer: '/id' } } }], output: { $literal: null } });
+    const mark = up.peer.seen.length;
+    const stopped = await alice.execute(uncalled.id, { arguments: { ticket_id: 9 } });
+    expect(stopped.body).toMatchObject({ is_error: true, error: { step_id: 'needs', message: expect.stringMatching(/^Step needs: Cannot resolve .*"find".* no default/) } });
+    expect(stopped.body.steps.map((s: { status: string }) => s.status)).toEqual(['failed', 'failed']);
+    expect(seenSince(mark)).toHaveLength(1);
 
     // A step reference without a default to a failed step ends the run, naming the output.
     const noDefault = await created({ ...lookupThenUpdate('no_default'), steps: [tolerant.steps[0] as Schemas['SyntheticToolStepInput']], output: { $step: 'find' } });

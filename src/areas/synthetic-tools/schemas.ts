@@ -10,8 +10,8 @@ import { joinPointer, type MappingProblem } from './mapping';
  */
 const MAX_SCHEMA_BYTES = 64 * 1024;
 
-function newAjv() {
-  const ajv = new Ajv2020({ strict: false, allErrors: true, useDefaults: true, validateFormats: true });
+function newAjv(useDefaults = true) {
+  const ajv = new Ajv2020({ strict: false, allErrors: true, useDefaults, validateFormats: true });
   addFormats(ajv);
   return ajv;
 }
@@ -21,7 +21,17 @@ const checker = newAjv();
 /** Problems of a schema written at `at`: size, meta-schema, type object, compiles. */
 export function schemaProblems(schema: unknown, at: string): MappingProblem[] {
   if (JSON.stringify(schema).length > MAX_SCHEMA_BYTES) return [{ pointer: at, message: 'is larger than 64 KiB' }];
-  if (!checker.validateSchema(schema as object)) {
+  const declared = (schema as { $schema?: unknown }).$schema;
+  if (declared !== undefined && declared !== 'https://json-schema.org/draft/2020-12/schema') {
+    return [{ pointer: joinPointer(at, '$schema'), message: 'must be https://json-schema.org/draft/2020-12/schema (or left out): schemas are draft 2020-12' }];
+  }
+  let valid: boolean;
+  try {
+    valid = checker.validateSchema(schema as object) as boolean;
+  } catch (err) {
+    return [{ pointer: at, message: `is not a valid JSON Schema: ${err instanceof Error ? err.message : String(err)}` }];
+  }
+  if (!valid) {
     return (checker.errors ?? []).slice(0, 10).map((e) => ({ pointer: at + e.instancePath, message: `is not a valid JSON Schema: ${e.message ?? 'invalid'}` }));
   }
   if ((schema as { type?: unknown }).type !== 'object') return [{ pointer: joinPointer(at, 'type'), message: 'must be "object"' }];
@@ -36,11 +46,15 @@ export function schemaProblems(schema: unknown, at: string): MappingProblem[] {
 const compiled = new Map<string, ValidateFunction>();
 const MAX_COMPILED = 500;
 
-/** The validator of a stored schema, compiled once per `key` (tool id, which schema, and its version). */
-export function validatorFor(key: string, schema: object): ValidateFunction {
+/**
+ * The validator of a stored schema, compiled once per `key` (tool id, which schema, and its
+ * version). `applyDefaults`: fill in the schema's defaults (arguments), or leave the value as
+ * it is (the output).
+ */
+export function validatorFor(key: string, schema: object, applyDefaults = true): ValidateFunction {
   let validate = compiled.get(key);
   if (!validate) {
-    validate = newAjv().compile(schema);
+    validate = newAjv(applyDefaults).compile(schema);
     if (compiled.size >= MAX_COMPILED) compiled.delete(compiled.keys().next().value as string);
     compiled.set(key, validate);
   }

@@ -213,6 +213,8 @@ export async function runSyntheticTool(
       stepArgs = evaluate(step.arguments, { input: args, results }) as Record<string, unknown>;
     } catch (err) {
       if (!(err instanceof MappingError)) throw err;
+      // Its arguments cannot be built: the step fails without being called.
+      Object.assign(run, { status: 'failed', started_at: new Date().toISOString(), duration_ms: 0, error: err.message });
       return finish({ step_id: step.id, message: `Step ${step.id}: ${err.message}` }, null);
     }
     const at = Date.now();
@@ -266,7 +268,7 @@ export async function runSyntheticTool(
     return finish({ step_id: null, message: `Output: ${err.message}` }, null);
   }
   if (tool.output_schema) {
-    const validate = validatorFor(`${tool.id}:output:${tool.updated_at.toISOString()}`, tool.output_schema);
+    const validate = validatorFor(`${tool.id}:output:${tool.updated_at.toISOString()}`, tool.output_schema, false);
     if (!validate(result)) {
       const problems = problemsOf(validate.errors, '').map((p) => `${p.pointer || '(the output)'} ${p.message}`);
       return finish({ step_id: null, message: `Output: it does not match output_schema: ${problems.slice(0, 5).join('; ')}.` }, null);
