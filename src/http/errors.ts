@@ -120,3 +120,17 @@ export function isUniqueViolation(err: unknown, constraint: string): boolean {
   const e = err as { code?: string; constraint?: string; message?: string } | null;
   return !!e && e.code === '23505' && (e.constraint === constraint || (e.message ?? '').includes(`"${constraint}"`));
 }
+
+/**
+ * Runs a write whose unique constraint may be broken by a concurrent or repeated request:
+ * that failure surfaces when the statement (or the transaction) fails, and becomes the
+ * area's 409 (`name_taken`, `slug_taken`, …) instead of a 500.
+ */
+export async function conflictOnUnique<T>(constraint: string, conflict: () => ApiError, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (err) {
+    if (isUniqueViolation(err, constraint)) throw conflict();
+    throw err;
+  }
+}

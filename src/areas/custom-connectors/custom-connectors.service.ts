@@ -2,7 +2,7 @@ import type { components } from '../../../generated/openapi';
 import { requireFeature, requireWithinLimit } from '../../auth/entitlements';
 import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../auth/shares';
 import type { RequestContext, WriteScope } from '../../http/context';
-import { ApiError, isUniqueViolation, notFound, validationError } from '../../http/errors';
+import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import type { Page } from '../../http/pagination';
 import { builtIns, catalogVersionContent } from '../connectors/catalog';
 import {
@@ -40,15 +40,8 @@ const readOnly = (slug: string) =>
   new ApiError('built_in_connector_read_only', `${slug} is a built-in connector and cannot be changed, deleted, shared or given lineage; fork it (POST /connector/${slug}/fork) instead.`);
 const slugTaken = (slug: string) => new ApiError('slug_taken', `The organization already sees a connector with the slug ${slug}; choose another.`);
 
-/** Turns the primary key's unique violation (two creates of one slug) into 409 slug_taken. */
-async function guardSlug<T>(slug: string, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (err) {
-    if (isUniqueViolation(err, PKEY)) throw slugTaken(slug);
-    throw err;
-  }
-}
+/** Two creates of one slug: the primary key's violation becomes 409 slug_taken. */
+const guardSlug = <T>(slug: string, run: () => Promise<T>): Promise<T> => conflictOnUnique(PKEY, () => slugTaken(slug), run);
 
 /** The organization's own connector, locked for the change; 409 for a built-in slug, 404 for nothing. */
 async function ownForUpdate(w: WriteScope, ctx: RequestContext, slug: string): Promise<repo.ConnectorRow> {

@@ -4,7 +4,7 @@ import { EVENT_TYPES, type EventType } from '../../events/catalog';
 import { eventBody } from '../../events/outbox';
 import { sendToDestination, webhookUrlContext, type DeliveryOutcome, type DestinationConfig } from '../../events/senders';
 import type { RequestContext } from '../../http/context';
-import { ApiError, isUniqueViolation, notFound, validationError, type ValidationProblem } from '../../http/errors';
+import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { refuseUrl } from '../../lib/outbound';
@@ -64,15 +64,8 @@ function checkWebhookUrl(ctx: RequestContext, url: string): void {
 
 const nameTaken = (name: string) => new ApiError('name_taken', `Another notification destination of this organization is named "${name}".`);
 
-/** Unique-name conflicts surface when the transaction fails; they become 409 name_taken. */
-async function guardName<T>(name: string | undefined, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (err) {
-    if (name !== undefined && isUniqueViolation(err, NAME_CONSTRAINT)) throw nameTaken(name);
-    throw err;
-  }
-}
+const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
+  name === undefined ? run() : conflictOnUnique(NAME_CONSTRAINT, () => nameTaken(name), run);
 
 export async function list(ctx: RequestContext, page: PageRequest, filter: { type?: string; is_active?: boolean }): Promise<Page<Destination>> {
   const rows = await repo.listDestinations(ctx.db, ctx.orgId, page, filter);

@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { requireFeature } from '../../auth/entitlements';
 import type { RequestContext } from '../../http/context';
-import { ApiError, isUniqueViolation, notFound, validationError, type ValidationProblem } from '../../http/errors';
+import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { closePendingOfRestriction, toEventAccessRequest } from '../access-requests/access-requests.repo';
@@ -51,14 +51,8 @@ async function present(ctx: RequestContext, rows: repo.RestrictionRow[]): Promis
 
 const nameTaken = (name: string) => new ApiError('name_taken', `Another restriction of this organization is named "${name}".`);
 
-async function guardName<T>(name: string | undefined, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (err) {
-    if (name !== undefined && isUniqueViolation(err, NAME_CONSTRAINT)) throw nameTaken(name);
-    throw err;
-  }
-}
+const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
+  name === undefined ? run() : conflictOnUnique(NAME_CONSTRAINT, () => nameTaken(name), run);
 
 interface StoredMatch {
   match_connector_slug: string | null;

@@ -1,6 +1,6 @@
 import { requireFeature, requireWithinLimit } from '../../auth/entitlements';
 import type { RequestContext } from '../../http/context';
-import { ApiError, isUniqueViolation, notFound, validationError, type ValidationProblem } from '../../http/errors';
+import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { lookup, resolveConnector } from '../connectors/resolve';
@@ -164,8 +164,8 @@ export async function create(ctx: RequestContext, input: SyntheticToolCreate): P
   const output = input.output !== undefined ? input.output : { $step: steps[steps.length - 1]?.id ?? '' };
   await check(ctx, { input_schema: input.input_schema, output_schema: input.output_schema ?? null, steps, output }, steps);
   await requireWithinLimit(ctx.db, ctx.orgId, 'synthetic_tools', await repo.countSyntheticTools(ctx.db, ctx.orgId));
-  try {
-    return await ctx.write(async (w) => {
+  return conflictOnUnique(NAME_KEY, () => nameTaken(input.name), () =>
+    ctx.write(async (w) => {
       await requireWithinLimit(w.db, ctx.orgId, 'synthetic_tools', await repo.countSyntheticTools(w.db, ctx.orgId));
       const row = await repo.insertSyntheticTool(w.db, {
         id: newId('syntheticTool'),
@@ -180,11 +180,8 @@ export async function create(ctx: RequestContext, input: SyntheticToolCreate): P
       });
       w.audit({ targetId: row.id, changes: { name: row.name, connector_slugs: connectorSlugsOf(steps), steps: steps.map((s) => s.id) } });
       return toSyntheticTool(row);
-    });
-  } catch (err) {
-    if (isUniqueViolation(err, NAME_KEY)) throw nameTaken(input.name);
-    throw err;
-  }
+    }),
+  );
 }
 
 export async function update(ctx: RequestContext, id: string, input: SyntheticToolUpdate): Promise<SyntheticTool> {
@@ -195,8 +192,8 @@ export async function update(ctx: RequestContext, id: string, input: SyntheticTo
   const output = input.output !== undefined ? input.output : steps ? current.output : undefined;
   await check(ctx, { input_schema: input.input_schema, output_schema: input.output_schema, steps, output }, steps ?? current.steps);
   const changed = Object.keys(input).sort();
-  try {
-    return await ctx.write(async (w) => {
+  return conflictOnUnique(NAME_KEY, () => nameTaken(input.name ?? current.name), () =>
+    ctx.write(async (w) => {
       const locked = await repo.findSyntheticTool(w.db, ctx.orgId, id, true);
       if (!locked) throw notFound(WHAT, id);
       const row = await repo.updateSyntheticTool(w.db, ctx.orgId, id, {
@@ -210,11 +207,8 @@ export async function update(ctx: RequestContext, id: string, input: SyntheticTo
       if (!row) throw notFound(WHAT, id);
       w.audit({ targetId: id, changes: { changed, ...(input.name !== undefined ? { name: { from: locked.name, to: input.name } } : {}) } });
       return toSyntheticTool(row);
-    });
-  } catch (err) {
-    if (isUniqueViolation(err, NAME_KEY)) throw nameTaken(input.name ?? current.name);
-    throw err;
-  }
+    }),
+  );
 }
 
 export async function remove(ctx: RequestContext, id: string): Promise<void> {

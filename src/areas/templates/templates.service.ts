@@ -2,7 +2,7 @@ import type { components } from '../../../generated/openapi';
 import { listShares, revokeShare, shareResource, deleteSharesOf, type Share } from '../../auth/shares';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
-import { ApiError, isUniqueViolation, notFound, validationError, type ValidationProblem } from '../../http/errors';
+import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { lookup, visibleTo } from '../connectors/resolve';
@@ -34,15 +34,8 @@ export function toTemplate(row: repo.TemplateRow): Template {
 
 const nameTaken = (name: string) => new ApiError('name_taken', `Another template of this organization is named "${name}".`);
 
-/** Unique-name conflicts surface when the statement fails; they become 409 name_taken. */
-async function guardName<T>(name: string | undefined, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (err) {
-    if (name !== undefined && isUniqueViolation(err, repo.NAME_CONSTRAINT)) throw nameTaken(name);
-    throw err;
-  }
-}
+const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
+  name === undefined ? run() : conflictOnUnique(repo.NAME_CONSTRAINT, () => nameTaken(name), run);
 
 /** A template the caller sees; 404 otherwise (never revealing that it exists). */
 async function visible(ctx: RequestContext, id: string): Promise<repo.TemplateRow> {

@@ -3,7 +3,7 @@ import { requireWithinLimit } from '../../auth/entitlements';
 import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../auth/shares';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
-import { ApiError, isUniqueViolation, notFound, validationError, type ValidationProblem } from '../../http/errors';
+import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import type { Page, PageRequest } from '../../http/pagination';
 import { cursorAfter } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -60,14 +60,8 @@ async function presentOne(db: Executor, row: repo.ToolboxRow): Promise<Toolbox> 
 
 const nameTaken = (name: string) => new ApiError('name_taken', `Another toolbox of this organization is named "${name}".`);
 
-async function guardName<T>(name: string | undefined, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (err) {
-    if (name !== undefined && isUniqueViolation(err, repo.NAME_CONSTRAINT)) throw nameTaken(name);
-    throw err;
-  }
-}
+const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
+  name === undefined ? run() : conflictOnUnique(repo.NAME_CONSTRAINT, () => nameTaken(name), run);
 
 async function visible(ctx: RequestContext, id: string): Promise<repo.ToolboxRow> {
   const row = await repo.findVisibleToolbox(ctx.db, ctx.orgId, ctx.user, canManage(ctx), id);

@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
 import type { RequestContext } from '../../http/context';
-import { ApiError, isUniqueViolation, notFound, type ValidationProblem } from '../../http/errors';
+import { ApiError, conflictOnUnique, notFound, type ValidationProblem } from '../../http/errors';
 import type { Page, PageRequest } from '../../http/pagination';
 import { cursorAfter } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -51,14 +51,8 @@ const immutable = (id: string) =>
 
 const nameTaken = (name: string) => new ApiError('name_taken', `You already have a user toolbox named "${name}" in this organization.`);
 
-async function guardName<T>(name: string | undefined, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (err) {
-    if (name !== undefined && isUniqueViolation(err, repo.NAME_CONSTRAINT)) throw nameTaken(name);
-    throw err;
-  }
-}
+const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
+  name === undefined ? run() : conflictOnUnique(repo.NAME_CONSTRAINT, () => nameTaken(name), run);
 
 // ---------------------------------------------------------------------------------------
 // Reads
