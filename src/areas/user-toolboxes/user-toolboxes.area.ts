@@ -1,14 +1,18 @@
+import { mcpServerTokenAuthenticator } from '../../auth/mcp-tokens';
 import { defineArea } from '../../http/area';
 import { keyedPageRequest } from '../../http/pagination';
+import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 
 /**
- * The tag "MCP control plane": user toolboxes now (issue 10); the MCP server operations of the
- * same tag (issue 11) are added to these handlers, and answer 501 until then.
+ * The tag "MCP control plane": user toolboxes (issue 10) and their MCP servers (issue 11,
+ * mcp-servers.handlers.ts), whose token scheme `mcpToken` this area authenticates.
  */
 export default defineArea({
   tag: 'MCP control plane',
+  authenticators: { mcpToken: mcpServerTokenAuthenticator },
   handlers: {
+    ...mcpServerHandlers,
     async listUserToolboxes({ query }, ctx) {
       const page = keyedPageRequest(query, (id) => userToolboxes.USER_TOOLBOX_ID.test(id));
       return { status: 200, body: await userToolboxes.list(ctx, page, { kind: query.kind, template_id: query.template_id }) };
