@@ -21,7 +21,7 @@ async function main(): Promise<void> {
     url: config.databaseUrl,
     dataDir: config.dataDir,
     preparedStatements: config.databasePreparedStatements,
-    onIdleError: (err) => logger.warn({ err: { message: err.message } }, 'database: an idle connection broke; the pool opens another when needed'),
+    onConnectionError: (err) => logger.warn({ err: { message: err.message } }, 'database: a connection broke; the pool opens another when needed'),
   });
   const applied = await migrateToLatest(database.db);
   logger.info({ database: database.kind, migrations: applied }, 'database ready');

@@ -43,16 +43,24 @@ export interface DatabaseOptions {
    */
   preparedStatements?: boolean;
   /**
-   * Told when an idle pooled connection breaks (the server restarted, an administrator
-   * ended it); the pool drops it and opens another when needed. Unheard, it would end the process.
+   * Told when a pooled connection breaks (the server restarted, an administrator ended it),
+   * idle or lent to a request; the pool drops it and opens another when needed. Unheard, it
+   * would end the process.
    */
-  onIdleError?: (err: Error) => void;
+  onConnectionError?: (err: Error) => void;
 }
 
 export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHandle> {
   if (options.url) {
     const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 20, options: '-c TimeZone=UTC' });
-    pool.on('error', (err) => options.onIdleError?.(err));
+    // Idle connections are heard through the client listener below; the pool's own 'error'
+    // (the same failure) must still have a listener or it would end the process.
+    pool.on('error', () => undefined);
+    // The pool listens for errors only on idle connections. A connection lent out (a
+    // transaction waiting between statements) that breaks emits 'error' on its client, and an
+    // unheard 'error' ends the process: every client keeps a listener of its own. The
+    // statement in flight fails on its own (503), and the pool drops the dead client on release.
+    pool.on('connect', (client) => client.on('error', (err) => options.onConnectionError?.(err)));
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
     const listen = (channel: string, onNotify: () => void, onLost?: () => void) => listenOnServer(options.url as string, channel, onNotify, onLost);
     return { db, kind: 'postgres', pool, listen, close: () => db.destroy() };
