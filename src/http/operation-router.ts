@@ -144,6 +144,8 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     const ctx = new RequestContext(deps, route.operationId, route.meta, state.requestId, state.log, admitted.caller, admitted.org, {
       ip: req.ip ?? null,
       userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
+      accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
+      origin: typeof req.headers.origin === 'string' ? req.headers.origin : null,
     }, gone.signal);
     const handler = registry.handlers.get(route.operationId);
     if (!handler) throw notImplementedError(route.operationId);
