@@ -125,6 +125,22 @@ export interface ConnectorVersions {
   version: number;
 }
 
+export interface McpServers {
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp | null;
+  id: string;
+  last_used_at: Timestamp | null;
+  name: string;
+  org_id: string;
+  owner_user_id: string;
+  status: Generated<"active" | "unavailable">;
+  token_hash: string;
+  token_hint: string;
+  token_rotated_at: Timestamp | null;
+  updated_at: Generated<Timestamp>;
+  user_toolbox_id: string;
+}
+
 export interface Memberships {
   created_at: Generated<Timestamp>;
   joined_at: Generated<Timestamp>;
@@ -406,6 +422,7 @@ export interface DB {
   connections: Connections;
   connector_versions: ConnectorVersions;
   connectors: Connectors;
+  mcp_servers: McpServers;
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;
   notification_destinations: NotificationDestinations;

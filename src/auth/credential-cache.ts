@@ -129,6 +129,6 @@ export class CredentialCache {
 }
 
 function expired(caller: Caller, now: Date): boolean {
-  const expiresAt = 'expiresAt' in caller ? caller.expiresAt : null;
+  const expiresAt = 'expiresAt' in caller ? (caller.expiresAt ?? null) : null;
   return expiresAt !== null && expiresAt <= now;
 }

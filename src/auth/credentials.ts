@@ -54,6 +54,8 @@ export interface McpClientCaller {
   clientId: string | null;
   orgId: string;
   access: OrgAccess | null;
+  /** When the credential stops working (the MCP server's `expires_at`, an access token's expiry), or null for never. */
+  expiresAt?: Date | null;
 }
 
 export type Caller = ApiTokenCaller | SessionCaller | ScimTokenCaller | McpClientCaller;
@@ -124,7 +126,7 @@ const LAST_USED_RESOLUTION_MS = 60_000;
  * Records when a credential was last used, at most once a minute, and never waiting for it:
  * conditional, so concurrent requests (or several servers) write it once.
  */
-export function touchLastUsed(db: Db, table: 'api_tokens' | 'sessions', column: 'last_used_at' | 'last_seen_at', id: string, last: Date | null, now: Date): void {
+export function touchLastUsed(db: Db, table: 'api_tokens' | 'sessions' | 'mcp_servers', column: 'last_used_at' | 'last_seen_at', id: string, last: Date | null, now: Date): void {
   if (last && now.getTime() - last.getTime() <= LAST_USED_RESOLUTION_MS) return;
   const stale = new Date(now.getTime() - LAST_USED_RESOLUTION_MS);
   void db

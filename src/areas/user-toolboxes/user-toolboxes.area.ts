@@ -1,3 +1,4 @@
+import { mcpServerTokenAuthenticator } from '../../auth/mcp-tokens';
 import { defineArea } from '../../http/area';
 import { keyedPageRequest } from '../../http/pagination';
 import * as userToolboxes from './user-toolboxes.service';
@@ -8,6 +9,7 @@ import * as userToolboxes from './user-toolboxes.service';
  */
 export default defineArea({
   tag: 'MCP control plane',
+  authenticators: { mcpToken: mcpServerTokenAuthenticator },
   handlers: {
     async listUserToolboxes({ query }, ctx) {
       const page = keyedPageRequest(query, (id) => userToolboxes.USER_TOOLBOX_ID.test(id));
