@@ -1,4 +1,3 @@
-import { sql } from 'kysely';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { AreaHandlers } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
@@ -32,6 +31,8 @@ interface McpServerRow {
   user_toolbox_id: string;
   owner_user_id: string;
   name: string;
+  /** `unavailable`: its dynamic user toolbox is gone; it lists no tools. */
+  status: string;
 }
 
 type Ctx = RequestContext;
@@ -68,22 +69,20 @@ async function admit(ctx: Ctx, mcpId: string): Promise<McpServerRow | Result> {
   if (!caller || caller.kind !== 'mcp_client') throw new ApiError('invalid_token', 'This endpoint takes an MCP server token or an OAuth access token.');
   // A credential of another MCP server opens nothing here, and says nothing about this one.
   if (caller.mcpServerId !== mcpId) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
-  const found = await sql<McpServerRow>`select id, org_id, user_toolbox_id, owner_user_id, name from mcp_servers where id = ${mcpId}`.execute(ctx.db);
-  const row = found.rows[0];
+  const row = await ctx.db
+    .selectFrom('mcp_servers')
+    .select(['id', 'org_id', 'user_toolbox_id', 'owner_user_id', 'name', 'status'])
+    .where('id', '=', mcpId)
+    .executeTakeFirst();
   if (!row) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
   return row;
 }
 
 const isRow = (value: McpServerRow | Result): value is McpServerRow => 'user_toolbox_id' in value;
 
-function touchServer(ctx: Ctx, id: string): void {
-  void sql`update mcp_servers set last_used_at = now() where id = ${id} and (last_used_at is null or last_used_at < now() - interval '1 minute')`
-    .execute(ctx.db)
-    .catch(() => undefined);
-}
-
 /** The box's tools as the owner may see them now (synthetic tools only with synthetic_tool:execute). */
 async function offeredTools(ctx: Ctx, server: McpServerRow): Promise<OfferedTool[]> {
+  if (server.status !== 'active') return [];
   const box = await resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id);
   if (!box) return [];
   const policy = await Policy.load(ctx.db, await Policy.subjectOf(ctx.db, server.org_id, server.owner_user_id), new Date());
@@ -305,7 +304,6 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
     if (batch && version !== '2025-03-26') {
       return raw(400, null, INVALID_REQUEST, `Invalid Request: batches are only accepted with MCP-Protocol-Version 2025-03-26, not ${version}`, ctx.requestId);
     }
-    touchServer(ctx, server.id);
     const messages = (batch ? body : [body]) as Record<string, unknown>[];
     const requests: JsonRpcRequest[] = [];
     for (const message of messages) {
