@@ -55,7 +55,7 @@ export function classify(message: Record<string, unknown>): ClientMessage {
 
 /** The bearer challenge of an MCP server's endpoint: where its protected-resource metadata is (RFC 9728). */
 export function challenge(baseUrl: string, mcpId: string, error?: { code: string; description: string }): string {
-  const metadata = `${baseUrl}/.well-known/oauth-protected-resource/mcp/${mcpId}`;
+  const metadata = mcpId ? `${baseUrl}/.well-known/oauth-protected-resource/mcp/${mcpId}` : `${baseUrl}/.well-known/oauth-protected-resource`;
   let value = `Bearer resource_metadata="${metadata}", scope="mcp"`;
   if (error) value += `, error="${error.code}", error_description="${error.description.replace(/["\\]/g, "'")}"`;
   return value;
@@ -66,7 +66,9 @@ export function challenge(baseUrl: string, mcpId: string, error?: { code: string
  * objects with `id` null for everything else the router or guard refuses.
  */
 export function renderMcpError(error: ApiError, requestId: string, path: string, baseUrl: string): RenderedError {
-  const mcpId = decodeURIComponent(path.split('/').pop() ?? '');
+  // Only an id of the right form is repeated (the path may be anything, even broken percent-encoding).
+  const last = path.split('/').pop() ?? '';
+  const mcpId = /^mcp_[0-9a-z]{26}$/.test(last) ? last : '';
   const json = (status: number, code: number, message: string, headers: Record<string, string> = {}): RenderedError => ({
     status,
     contentType: 'application/json',
@@ -90,13 +92,13 @@ export function renderMcpError(error: ApiError, requestId: string, path: string,
       if (problems.some((p) => p.in === 'header' && /protocol-version/i.test(p.pointer))) {
         return json(400, SERVER_ERROR, `Bad Request: Unsupported protocol version (supported versions: ${SUPPORTED_VERSIONS.join(', ')})`);
       }
-      if (problems.some((p) => p.in === 'path')) return json(404, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`);
+      if (problems.some((p) => p.in === 'path')) return json(400, SERVER_ERROR, 'Bad Request: the path does not name an MCP server (mcp_…)');
       return json(400, INVALID_REQUEST, 'Invalid Request: the body is not a JSON-RPC 2.0 message (or batch) this server takes');
     }
     case 403:
       return json(403, SERVER_ERROR, `Forbidden: ${error.detail}`);
     case 404:
-      return json(404, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`);
+      return json(404, SERVER_ERROR, mcpId ? `Not Found: no MCP server ${mcpId}` : 'Not Found: no such MCP server');
     case 413:
       return json(413, SERVER_ERROR, `Payload Too Large: ${error.detail}`);
     case 415:

@@ -25,7 +25,7 @@ const crmPeer = useUpstream(() =>
     keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' },
     tools: [
       { name: 'fails', description: 'Always fails.', call: () => ({ isError: true, content: [{ type: 'text', text: 'upstream says no' }] }) },
-      { name: 'slow', description: 'Answers after 10 s.', call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000)) },
+      { name: 'slow', description: 'Answers after 10 s.', call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000).unref()) },
       { name: 'big', description: 'A large result.', call: () => ({ content: [{ type: 'text', text: BIG }] }) },
       { name: 'delete_record', description: 'Deletes a record.' },
       { name: 'drop_all', description: 'Drops everything.' },

@@ -58,8 +58,7 @@ function originAllowed(ctx: Ctx): boolean {
   const origin = ctx.client.origin;
   if (!origin) return true;
   const own = new URL(ctx.deps.config.baseUrl).origin;
-  const allowed = (process.env.MCP_ALLOWED_ORIGINS ?? '').split(',').map((o) => o.trim()).filter(Boolean);
-  return origin === own || allowed.includes(origin);
+  return origin === own || ctx.deps.config.mcpAllowedOrigins.includes(origin);
 }
 
 /** Credential, Origin and server checks shared by POST and DELETE; answers the server's row. */
