@@ -3,6 +3,8 @@
 //
 //   call direct   one `tools/call` of a trivial tool (echo) POSTed straight to the upstream
 //                 (stateless Streamable HTTP, no session), as the floor
+//   session       the same call in a whole SDK client session (initialize, tools/call, close):
+//                 what the control plane does upstream for each call, as its own floor
 //   call via cp   the same `tools/call` POSTed to the control plane's endpoint with an MCP
 //                 server token: authentication, the user toolbox and policy, then a whole
 //                 upstream MCP exchange (initialize, tools/call, close) with the connection's
@@ -18,6 +20,8 @@ import type { AddressInfo } from 'node:net';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import pino from 'pino';
 import { createApp } from '../../src/app';
 import { insertConnector } from '../../src/areas/connectors/connectors.repo';
@@ -109,10 +113,18 @@ async function main() {
   };
   const call = { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'hi' } } };
   const direct = rpc(`${new URL(upstreams[0]!.url).origin}/mcp`, KEY, call);
+  // What the control plane does upstream for each call: a whole SDK session (initialize, tools/call, close).
+  const session = async () => {
+    const client = new Client({ name: 'bench', version: '0' }, { capabilities: {} });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${new URL(upstreams[0]!.url).origin}/mcp`), { requestInit: { headers: { authorization: `Bearer ${KEY}` } } }));
+    await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
+    await client.close();
+  };
   const viaCp = rpc(`${base}/mcp/${mcpId}`, minted.token, { ...call, params: { ...call.params, name: 'bench-0__echo' } });
   const list = rpc(`${base}/mcp/${mcpId}`, minted.token, { jsonrpc: '2.0', id: 2, method: 'tools/list' });
 
   const d = await latency(direct);
+  const sdk = await latency(session);
   const v = await latency(viaCp);
   const dRate = await throughput(direct);
   const vRate = await throughput(viaCp);
@@ -121,6 +133,7 @@ async function main() {
   const fmt = (r: { p50: number; p90: number; p99: number }) => `p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;
   console.log(`MCP endpoint, ${COUNT} requests per target, ${db}:`);
   console.log(`  tools/call direct (upstream)        ${fmt(d)}`);
+  console.log(`  tools/call direct, SDK session      ${fmt(sdk)}`);
   console.log(`  tools/call via control plane        ${fmt(v)}   added p50 ${(v.p50 - d.p50).toFixed(2)} ms`);
   console.log(`  throughput at ${CONCURRENCY} in flight          direct ${dRate.toFixed(0)} req/s   via control plane ${vRate.toFixed(0)} req/s   ratio ${(vRate / dRate).toFixed(2)}`);
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);

@@ -79,11 +79,17 @@ async function admit(ctx: Ctx, mcpId: string): Promise<McpServerRow | Result> {
 
 const isRow = (value: McpServerRow | Result): value is McpServerRow => 'user_toolbox_id' in value;
 
-/** The box's tools as the owner may see them now (synthetic tools only with synthetic_tool:execute). */
-async function offeredTools(ctx: Ctx, server: McpServerRow): Promise<OfferedTool[]> {
+/**
+ * The box's tools as the owner may see them now (synthetic tools only with
+ * synthetic_tool:execute). `forName`: only what could answer to that name is read (the sources
+ * of its connector, and synthetic tools), so a call does not parse every cached list of the box.
+ */
+async function offeredTools(ctx: Ctx, server: McpServerRow, forName?: string): Promise<OfferedTool[]> {
   if (server.status !== 'active') return [];
-  const box = await resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id);
-  if (!box) return [];
+  const resolved = await resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id);
+  if (!resolved) return [];
+  const slug = forName?.includes('__') ? forName.slice(0, forName.indexOf('__')) : null;
+  const box = forName === undefined ? resolved : { ...resolved, sources: resolved.sources.filter((s) => s.type === 'synthetic_tool' || s.connector_slug === slug) };
   const policy = await Policy.load(ctx.db, await Policy.subjectOf(ctx.db, server.org_id, server.owner_user_id), new Date());
   const tools = await toolsOf(ctx.deps, box, policy);
   const mayRunSynthetic = ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(SYNTHETIC_PERMISSION) ?? false);
@@ -202,7 +208,7 @@ async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
   if (typeof name !== 'string' || typeof args !== 'object' || args === null || Array.isArray(args)) {
     return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: tools/call takes a name and an arguments object');
   }
-  const tool = (await offeredTools(ctx, server)).find((t) => t.name === name);
+  const tool = (await offeredTools(ctx, server, name)).find((t) => t.name === name);
   if (!tool) {
     await record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
     return errorResponse(request.id, INVALID_PARAMS, `Unknown tool: ${name}`);
