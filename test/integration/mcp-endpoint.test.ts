@@ -237,6 +237,11 @@ describe('synthetic tools', () => {
       expect((await client.listTools()).tools.map((tool) => tool.name)).toEqual(['greet_twice']);
       const result = (await client.callTool({ name: 'greet_twice', arguments: { text: 'hello' } })) as CallToolResult;
       expect(result.isError).toBe(false);
+      // With a progressToken: one notifications/progress per step, then the result.
+      const seen: { progress: number; total?: number; message?: string }[] = [];
+      const again = await client.callTool({ name: 'greet_twice', arguments: { text: 'hello' } }, CallToolResultSchema, { onprogress: (p) => seen.push(p) });
+      expect(again.isError).toBe(false);
+      expect(seen).toEqual([{ progress: 1, total: 1, message: 'Step one done' }]);
     } finally {
       await client.close();
     }

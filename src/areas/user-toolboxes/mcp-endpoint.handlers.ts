@@ -137,7 +137,10 @@ async function callOffered(
     const row = await findSyntheticTool(ctx.db, server.org_id, tool.source.synthetic_tool_id);
     if (!row) return { result: toolError(`${tool.name} no longer exists.`), outcome: 'unavailable', error: 'synthetic tool deleted' };
     try {
-      const run = await runSyntheticTool(ctx.deps, server.org_id, server.owner_user_id, row, args, signal, { log: ctx.log });
+      const run = await runSyntheticTool(ctx.deps, server.org_id, server.owner_user_id, row, args, signal, {
+        log: ctx.log,
+        ...(onprogress ? { onStep: (done: number, total: number, message: string) => onprogress({ progress: done, total, message }) } : {}),
+      });
       const result: CallToolResult = { content: run.content as CallToolResult['content'], isError: run.is_error };
       if (!run.is_error && run.result !== null && typeof run.result === 'object' && !Array.isArray(run.result)) result.structuredContent = run.result as Record<string, unknown>;
       return { result, outcome: run.is_error ? 'tool_error' : 'succeeded', error: run.error?.message ?? null };
