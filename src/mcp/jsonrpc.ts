@@ -99,6 +99,8 @@ export function renderMcpError(error: ApiError, requestId: string, path: string,
       return json(403, SERVER_ERROR, `Forbidden: ${error.detail}`);
     case 404:
       return json(404, SERVER_ERROR, mcpId ? `Not Found: no MCP server ${mcpId}` : 'Not Found: no such MCP server');
+    case 405:
+      return json(405, SERVER_ERROR, 'Method Not Allowed: this endpoint takes POST (and DELETE); the server sends no messages of its own');
     case 413:
       return json(413, SERVER_ERROR, `Payload Too Large: ${error.detail}`);
     case 415:

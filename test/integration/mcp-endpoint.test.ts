@@ -310,6 +310,7 @@ describe('the transport, raw', () => {
     const get = await fetch(endpoint(serverA.id), { headers: { ...auth, Accept: 'text/event-stream' } });
     expect(get.status).toBe(405);
     expect(get.headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'POST']);
+    expect(await get.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
     const del = await fetch(endpoint(serverA.id), { method: 'DELETE', headers: { ...auth, 'Mcp-Session-Id': 'abc' } });
     expect(del.status).toBe(204);
   });
