@@ -170,7 +170,7 @@ export function callTool(
     { ...limits, maxPages: 1 },
     async (client) => {
       try {
-        return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs, ...(onprogress ? { onprogress, signal } : {}) })) as UpstreamCallResult;
+        return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs, signal, ...(onprogress ? { onprogress } : {}) })) as UpstreamCallResult;
       } catch (err) {
         if (err instanceof McpError && err.code !== ErrorCode.RequestTimeout && err.code !== ErrorCode.ConnectionClosed) {
           return { isError: true, content: [{ type: 'text', text: `The upstream refused the call: ${err.message}` }] };

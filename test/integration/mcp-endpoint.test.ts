@@ -315,6 +315,19 @@ describe('the transport, raw', () => {
     expect(del.status).toBe(204);
   });
 
+  it('stops a call in flight on notifications/cancelled naming its request id', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}`, 'MCP-Protocol-Version': '2025-11-25' };
+    const started = Date.now();
+    const call = post(serverA.id, { jsonrpc: '2.0', id: 'slow-77', method: 'tools/call', params: { name: 'crm__slow', arguments: {} } }, auth);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const cancel = await post(serverA.id, { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'slow-77', reason: 'user' } }, auth);
+    expect(cancel.status).toBe(202);
+    const res = await call;
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 'slow-77', result: { content: [{ type: 'text', text: 'The call was cancelled.' }], isError: true } });
+    expect(Date.now() - started).toBeLessThan(2500);
+  });
+
   it('writes a tool-call record for every tools/call', async () => {
     const rows = await t.db.selectFrom('tool_call_records').selectAll().where('mcp_server_id', '=', serverA.id).execute();
     const whoami = rows.find((r) => r.tool_name === 'crm__whoami');
