@@ -328,6 +328,16 @@ describe('the transport, raw', () => {
     expect(Date.now() - started).toBeLessThan(2500);
   });
 
+  it('lists no tools on an unavailable server and refuses its calls with -32602', async () => {
+    const server = await mint(org.orgId, aliceId, 'utbx_dyn_all', 'Alice gone');
+    await t.db.updateTable('mcp_servers').set({ status: 'unavailable' }).where('id', '=', server.id).execute();
+    const auth = { Authorization: `Bearer ${server.token}` };
+    const list = await post(server.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, auth);
+    expect(await list.json()).toEqual({ jsonrpc: '2.0', id: 1, result: { tools: [] } });
+    const call = await post(server.id, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'crm__whoami', arguments: {} } }, auth);
+    expect(await call.json()).toMatchObject({ id: 2, error: { code: -32602 } });
+  });
+
   it('writes a tool-call record for every tools/call', async () => {
     const rows = await t.db.selectFrom('tool_call_records').selectAll().where('mcp_server_id', '=', serverA.id).execute();
     const whoami = rows.find((r) => r.tool_name === 'crm__whoami');
