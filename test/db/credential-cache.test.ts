@@ -157,6 +157,43 @@ onServer('credential cache across server processes', () => {
     await untilEvery(401, (s) => get(s, '/user/me', token));
   }, 60_000);
 
+  it('refuses an MCP server\'s old token on the other server within a second of its rotation', async () => {
+    const { token: apiToken } = await newToken();
+    const post = async (server: ServerProcess, path: string, body?: unknown) => {
+      const res = await fetch(`${server.baseUrl}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiToken}`, 'x-organization-id': orgId, ...(body ? { 'content-type': 'application/json' } : {}) },
+        body: body ? JSON.stringify(body) : undefined,
+        signal: AbortSignal.timeout(5_000),
+      });
+      const answer: any = await res.json();
+      const problems = checker.check('POST', path, res.status, res.headers, answer);
+      if (problems.length > 0) throw new Error(`POST ${path} answered against the spec:\n${problems.join('\n')}`);
+      return { status: res.status, body: answer };
+    };
+    const minted = await post(servers[0]!, '/user-toolbox/utbx_dyn_all/mcp', { name: `Two processes ${randomBytes(3).toString('hex')}` });
+    expect(minted.status).toBe(201);
+    const { token, mcp_server: server } = minted.body;
+    // Each server authenticates the token (and remembers it) before refusing it on an operation of another scheme.
+    const accepted = 'This operation does not accept an MCP server token.';
+    for (const s of servers) expect((await get(s, '/connection', token, orgId)).body.detail).toBe(accepted);
+    for (const s of servers) expect((await get(s, '/connection', token, orgId)).body.detail).toBe(accepted);
+    const rotated = await post(servers[0]!, `/user-toolbox/utbx_dyn_all/mcp/${server.id}/rotate`);
+    expect(rotated.status).toBe(200);
+    const at = Date.now();
+    let detail = '';
+    while (Date.now() - at < NOTICE_MS) {
+      detail = (await get(servers[1]!, '/connection', token, orgId)).body.detail;
+      if (detail !== accepted) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const elapsed = Date.now() - at;
+    expect(detail).toMatch(/unknown, was rotated/);
+    expect(elapsed).toBeLessThan(1_000);
+    expect((await get(servers[0]!, '/connection', token, orgId)).body.detail).toMatch(/unknown, was rotated/);
+    for (const s of servers) expect((await get(s, '/connection', rotated.body.token, orgId)).body.detail).toBe(accepted);
+  }, 60_000);
+
   it('keeps serving when its database connections are cut, and hears changes again after reconnecting', async () => {
     const { token, tokenId } = await newToken();
     await rememberedEverywhere(token);

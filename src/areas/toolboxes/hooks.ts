@@ -4,7 +4,7 @@ import type { WriteScope } from '../../http/context';
  * Where other areas plug into what happens to toolboxes, inside the toolbox's own
  * transaction. MCP servers (issue 11) register here: a deleted toolbox, or a revoked share
  * that leaves members without it, makes the MCP servers minted for its dynamic user
- * toolboxes `unavailable` (deleteToolbox, revokeToolboxShare say so). Nothing registers yet.
+ * toolboxes `unavailable` (deleteToolbox, revokeToolboxShare say so): user-toolboxes/mcp-servers.service.ts.
  */
 
 /** The toolbox is being deleted (its row is still there, locked). */

@@ -3,6 +3,7 @@ import { defineArea } from '../../http/area';
 import { keyedPageRequest } from '../../http/pagination';
 import { renderMcpError } from '../../mcp/jsonrpc';
 import { mcpEndpointHandlers } from './mcp-endpoint.handlers';
+import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 
 const MCP_ENDPOINT = new Set(['postMcpMessage', 'deleteMcpSession']);
@@ -10,8 +11,9 @@ const MCP_ENDPOINT = new Set(['postMcpMessage', 'deleteMcpSession']);
 let config: { baseUrl: string } = { baseUrl: '' };
 
 /**
- * The tag "MCP control plane": user toolboxes now (issue 10); the MCP server operations of the
- * same tag (issue 11) are added to these handlers, and answer 501 until then.
+ * The tag "MCP control plane": user toolboxes (issue 10), their MCP servers (issue 11,
+ * mcp-servers.handlers.ts), whose token scheme `mcpToken` this area authenticates, and the MCP
+ * endpoint `/mcp/{mcpId}` those servers serve (mcp-endpoint.handlers.ts, src/mcp/).
  */
 export default defineArea({
   tag: 'MCP control plane',
@@ -22,6 +24,7 @@ export default defineArea({
   // The MCP endpoint answers in its own format (bearer errors, JSON-RPC error objects); the rest of the tag keeps the Error object.
   renderError: (error, operationId, requestId, path) => (MCP_ENDPOINT.has(operationId) ? renderMcpError(error, requestId, path, config.baseUrl) : null),
   handlers: {
+    ...mcpServerHandlers,
     ...mcpEndpointHandlers,
     async listUserToolboxes({ query }, ctx) {
       const page = keyedPageRequest(query, (id) => userToolboxes.USER_TOOLBOX_ID.test(id));
