@@ -1,7 +1,6 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { newMcpToken } from '../../src/auth/mcp-tokens';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { connectionClient } from '../support/connections';
@@ -13,8 +12,8 @@ import { insertToolbox } from '../fixtures/user-toolboxes';
 /*
  * The MCP endpoint `/mcp/{mcpId}` with the MCP SDK's own client over Streamable HTTP, against
  * real upstreams on loopback: an API-key upstream (whoami tells whose key reached it) and
- * server-everything (progress, content types). MCP servers are minted straight into their
- * table with a hashed token, as the mcp_servers migration defines.
+ * server-everything (progress, content types). MCP servers are minted by their owners through
+ * the API (createMcpServer), which shows each token once.
  */
 
 const KEY_A = 'key-alice-Mc7Qw2';
@@ -42,11 +41,13 @@ let crm: string;
 let serverA: { id: string; token: string };
 let serverB: { id: string; token: string };
 
+const memberTokens = new Map<string, string>();
+
+/** An MCP server minted by its owner through the API (createMcpServer): its token is shown once. */
 async function mint(orgId: string, ownerUserId: string, userToolboxId: string, name: string) {
-  const id = newId('mcpServer');
-  const minted = newMcpToken();
-  await t.db.insertInto('mcp_servers').values({ id, org_id: orgId, owner_user_id: ownerUserId, user_toolbox_id: userToolboxId, name, token_hash: minted.hash, token_hint: minted.hint }).execute();
-  return { id, token: minted.token };
+  const res = await t.as({ token: memberTokens.get(ownerUserId) as string, org: orgId }).post(`/user-toolbox/${userToolboxId}/mcp`, { name });
+  if (res.status !== 201) throw new Error(`createMcpServer: ${res.status} ${res.text}`);
+  return { id: res.body.mcp_server.id as string, token: res.body.token as string };
 }
 
 const endpoint = (id: string) => `${t.url}/mcp/${id}`;
@@ -73,8 +74,10 @@ beforeAll(async () => {
   org = await t.factories.org();
   aliceId = await t.factories.member(org.orgId);
   bobId = await t.factories.member(org.orgId);
-  const alice = connectionClient(t, { token: await t.factories.token(org.orgId, aliceId), org: org.orgId });
-  const bob = connectionClient(t, { token: await t.factories.token(org.orgId, bobId), org: org.orgId });
+  memberTokens.set(aliceId, await t.factories.token(org.orgId, aliceId));
+  memberTokens.set(bobId, await t.factories.token(org.orgId, bobId));
+  const alice = connectionClient(t, { token: memberTokens.get(aliceId) as string, org: org.orgId });
+  const bob = connectionClient(t, { token: memberTokens.get(bobId) as string, org: org.orgId });
   const apiKey = { type: 'api_key' as const, placement: 'header' as const, name: 'Authorization', value_prefix: 'Bearer ' };
   crm = await customConnector(t, org.orgId, { slug: 'crm', name: 'Acme CRM', mcp_url: `${new URL(crmPeer.peer.url).origin}/mcp`, auth: apiKey });
   const everythingSlug = await customConnector(t, org.orgId, { slug: 'every', name: 'Everything', mcp_url: everything.peer.url, auth: { type: 'none' } });
@@ -345,5 +348,7 @@ describe('the transport, raw', () => {
     expect(whoami?.connection_id).toMatch(/^conn_/);
     expect(whoami?.request_id).toMatch(/^req_/);
     expect(rows.map((r) => r.outcome)).toEqual(expect.arrayContaining(['succeeded', 'tool_error', 'unavailable', 'held', 'refused']));
+    const server = await t.db.selectFrom('mcp_servers').select(['last_used_at']).where('id', '=', serverA.id).executeTakeFirstOrThrow();
+    expect(server.last_used_at).not.toBeNull();
   });
 });
