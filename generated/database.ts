@@ -364,6 +364,25 @@ export interface Toolboxes {
   updated_at: Generated<Timestamp>;
 }
 
+export interface ToolCallRecords {
+  connection_id: string | null;
+  connector_slug: string | null;
+  created_at: Generated<Timestamp>;
+  duration_ms: number;
+  error: string | null;
+  id: Generated<number>;
+  jsonrpc_id: string | null;
+  mcp_server_id: string;
+  org_id: string;
+  outcome: string;
+  request_id: string;
+  synthetic_tool_id: string | null;
+  tool_name: string;
+  upstream_tool: string | null;
+  user_id: string;
+  user_toolbox_id: string;
+}
+
 export interface Users {
   avatar_url: string | null;
   created_at: Generated<Timestamp>;
@@ -421,6 +440,7 @@ export interface DB {
   team_members: TeamMembers;
   teams: Teams;
   templates: Templates;
+  tool_call_records: ToolCallRecords;
   toolbox_entries: ToolboxEntries;
   toolboxes: Toolboxes;
   user_toolbox_bindings: UserToolboxBindings;

@@ -3753,7 +3753,7 @@ export interface paths {
          *     which the client discovers the authorization server (MCP authorization, RFC 9728).
          *     Requests act as the server's owner, who must still be an active member of the
          *     organization. An `Origin` header, when sent, must be the deployment's own origin or one
-         *     the operator allows (403 otherwise).
+         *     the operator allows (`MCP_ALLOWED_ORIGINS`; 403 otherwise).
          *
          *     **Stateless.** Every POST is authenticated and served on its own; nothing is kept
          *     between requests, so any replica serves any request. `initialize` is answered (with the
@@ -3789,7 +3789,7 @@ export interface paths {
          *     updated at most once a minute.
          *
          *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (unsupported
-         *     protocol version); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
+         *     protocol version, or a path that is not an MCP server id); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
          *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 406, 413,
          *     415 -32000; 429 -32000 with `Retry-After`.
          */

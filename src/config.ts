@@ -28,6 +28,8 @@ export interface Config {
   outbound: { allowLoopback: boolean; allowPrivate: boolean; timeoutMs: number };
   /** Hosts a Slack destination's webhook URL may name: Slack's own, or compatible endpoints the operator lists. */
   slackWebhookHosts: readonly string[];
+  /** Browser origins the MCP endpoint accepts besides the deployment's own (`Origin` otherwise gets 403). */
+  mcpAllowedOrigins: readonly string[];
   smtp: { url: string | null; from: string };
   validateResponses: 'off' | 'log';
   autoBootstrap: boolean;
@@ -130,6 +132,21 @@ function hostList(env: Env, name: string, fallback: readonly string[]): readonly
   return hosts;
 }
 
+function originList(env: Env, name: string): readonly string[] {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return [];
+  return raw.split(',').map((o) => o.trim()).filter(Boolean).map((o) => {
+    let origin: string;
+    try {
+      origin = new URL(o).origin;
+    } catch {
+      throw new ConfigError(`${name} must be a comma-separated list of origins (https://app.example.com); got "${raw}".`);
+    }
+    if (origin === 'null' || origin !== o.replace(/\/+$/, '')) throw new ConfigError(`${name} must list origins only (scheme, host, port); got "${o}".`);
+    return origin;
+  });
+}
+
 function rateLimitStore(env: Env): 'memory' | 'postgres' | 'redis' {
   const store = oneOf(env, 'RATE_LIMIT_STORE', ['memory', 'postgres', 'redis'] as const, env.REDIS_URL ? 'redis' : 'memory');
   if (store === 'postgres' && !env.DATABASE_URL) throw new ConfigError('RATE_LIMIT_STORE=postgres needs DATABASE_URL (a PostgreSQL server shared by the replicas).');
@@ -202,6 +219,7 @@ export function loadConfig(env: Env = process.env): Config {
       timeoutMs: int(env, 'OUTBOUND_TIMEOUT_MS', 10_000, 100, 120_000),
     },
     slackWebhookHosts: hostList(env, 'SLACK_WEBHOOK_HOSTS', ['hooks.slack.com']),
+    mcpAllowedOrigins: originList(env, 'MCP_ALLOWED_ORIGINS'),
     smtp: { url: env.SMTP_URL || null, from: env.SMTP_FROM || 'MCP control plane <no-reply@localhost>' },
     validateResponses: oneOf(env, 'VALIDATE_RESPONSES', ['off', 'log'] as const, nodeEnv === 'development' ? 'log' : 'off'),
     // A production database is set up on purpose (the CLI's bootstrap), not by whichever replica starts first.

@@ -43,7 +43,7 @@ export interface Area<T extends Tag = Tag> {
    * Renders the errors of this area's operations (including the guard's 401 and 403) in its
    * protocol's format; null keeps the Error object for that operation.
    */
-  renderError?: (error: ApiError, operationId: string, requestId: string) => RenderedError | null;
+  renderError?: (error: ApiError, operationId: string, requestId: string, path: string) => RenderedError | null;
   /**
    * Runs once when the app starts, before it serves a request (loading and checking data the
    * area ships, such as the connector catalog); a throw stops the start.

@@ -97,7 +97,13 @@ export class RequestContext {
     readonly caller: Caller | null,
     /** The organization the request acts in: named by X-Organization-Id, or the one the credential is bound to. */
     private acting: OrgAccess | null,
-    readonly client: { ip: string | null; userAgent: string | null },
+    readonly client: {
+      ip: string | null;
+      userAgent: string | null;
+      /** `Accept` and `Origin` as sent (protocols that negotiate on them: the MCP endpoint). */
+      accept?: string | null;
+      origin?: string | null;
+    },
     /** Aborted when the client goes away before the response is complete: stop upstream work. */
     readonly signal: AbortSignal,
   ) {}

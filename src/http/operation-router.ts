@@ -104,6 +104,9 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     if (!found) throw new ApiError('not_found', `No operation at ${req.path}.`);
     if (!found.route) {
       const allowed = found.allowed.join(', ');
+      // The path is an operation's: its area renders the 405 in its own format (the MCP endpoint's JSON-RPC error).
+      const sibling = found.allowed.map((method) => routes.match(method, req.path)?.route).find((r) => r !== undefined);
+      if (sibling) requestState(req).operationId = sibling.operationId;
       throw new ApiError('method_not_allowed', `${req.path} supports ${allowed}, not ${req.method}.`, { headers: { Allow: allowed } });
     }
     const { operationId, meta } = found.route;
@@ -144,6 +147,8 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     const ctx = new RequestContext(deps, route.operationId, route.meta, state.requestId, state.log, admitted.caller, admitted.org, {
       ip: req.ip ?? null,
       userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
+      accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
+      origin: typeof req.headers.origin === 'string' ? req.headers.origin : null,
     }, gone.signal);
     const handler = registry.handlers.get(route.operationId);
     if (!handler) throw notImplementedError(route.operationId);

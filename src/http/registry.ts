@@ -17,7 +17,7 @@ export interface Registry {
   engines: ReadonlyArray<{ name: string; path: string; create(deps: AppDeps): RequestHandler }>;
   /** Operations the contract has but nothing serves: they answer 501 `not_implemented`. */
   notImplemented: ReadonlySet<string>;
-  renderError(operationId: string, error: ApiError, requestId: string): RenderedError | null;
+  renderError(operationId: string, error: ApiError, requestId: string, path: string): RenderedError | null;
   /** Every area's outbox consumers, for the outbox worker. */
   consumers(deps: AppDeps): OutboxConsumer[];
   /** Every column of sealed secrets, for re-sealing after a key rotation. */
@@ -71,10 +71,10 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
     authenticators,
     engines,
     notImplemented,
-    renderError(operationId, error, requestId) {
+    renderError(operationId, error, requestId, path) {
       const meta = operations[operationId];
       const render = meta && renderers.get(meta.tag);
-      return render ? render(error, operationId, requestId) : null;
+      return render ? render(error, operationId, requestId, path) : null;
     },
     consumers: (deps) => areas.flatMap((area) => area.consumers?.(deps) ?? []),
     sealed: areas.flatMap((area) => area.sealed ?? []),

@@ -31,7 +31,7 @@ export function requestState(req: Request): RequestState {
 }
 
 /** Renders an error in an area's own format when the matched operation's area has one. */
-export type ErrorRenderer = (operationId: string, error: ApiError, requestId: string) => RenderedError | null;
+export type ErrorRenderer = (operationId: string, error: ApiError, requestId: string, path: string) => RenderedError | null;
 
 /** Renders any thrown value as the Error object (or the area's format); anything that is not an ApiError is a 500 and is logged. */
 export function sendError(req: Request, res: Response, err: unknown, render?: ErrorRenderer): void {
@@ -51,7 +51,7 @@ export function sendError(req: Request, res: Response, err: unknown, render?: Er
   }
   // A stream that failed before its first byte leaves its length behind; the error has its own.
   res.removeHeader('Content-Length');
-  const rendered = state.operationId && render ? render(state.operationId, error, state.requestId) : null;
+  const rendered = state.operationId && render ? render(state.operationId, error, state.requestId, req.path) : null;
   for (const [name, value] of Object.entries({ ...error.options.headers, ...rendered?.headers })) res.setHeader(name, value);
   if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) {
     res.setHeader('WWW-Authenticate', error.code === 'invalid_token'

@@ -1,7 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { CallToolResultSchema, ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, ErrorCode, McpError, type CallToolResult, type Progress, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { OutboundRefused, OutboundSession, type OutboundLimits } from './outbound';
 
 /**
@@ -156,13 +156,21 @@ export type UpstreamCallResult = CallToolResult;
  * show it. 401/403 become UpstreamRejected; an unreachable upstream, a timeout (the limits'
  * deadline covers the whole exchange) or an answer that is not MCP UpstreamUnavailable.
  */
-export function callTool(target: UpstreamTarget, limits: OutboundLimits, name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<UpstreamCallResult> {
+export function callTool(
+  target: UpstreamTarget,
+  limits: OutboundLimits,
+  name: string,
+  args: Record<string, unknown>,
+  signal?: AbortSignal,
+  /** Asks the upstream for progress (a progressToken) and hears each `notifications/progress` it sends. */
+  onprogress?: (progress: Progress) => void,
+): Promise<UpstreamCallResult> {
   return withUpstream(
     target,
     { ...limits, maxPages: 1 },
     async (client) => {
       try {
-        return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs })) as UpstreamCallResult;
+        return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs, signal, ...(onprogress ? { onprogress } : {}) })) as UpstreamCallResult;
       } catch (err) {
         if (err instanceof McpError && err.code !== ErrorCode.RequestTimeout && err.code !== ErrorCode.ConnectionClosed) {
           return { isError: true, content: [{ type: 'text', text: `The upstream refused the call: ${err.message}` }] };

@@ -30,6 +30,8 @@ export interface RunOptions {
    */
   context?: ConnectionContext;
   log?: Logger;
+  /** Hears each step as it ends (the MCP endpoint relays them as `notifications/progress`). */
+  onStep?: (done: number, total: number, message: string) => void;
 }
 
 interface Resolved {
@@ -249,6 +251,7 @@ export async function runSyntheticTool(
       }
     }
     run.duration_ms = Math.max(0, Date.now() - at);
+    options.onStep?.(i + 1, tool.steps.length, `Step ${step.id} ${failure === null ? 'done' : 'failed'}`);
     if (failure === null) {
       run.status = 'succeeded';
       continue;

@@ -1,18 +1,31 @@
 import { mcpServerTokenAuthenticator } from '../../auth/mcp-tokens';
 import { defineArea } from '../../http/area';
 import { keyedPageRequest } from '../../http/pagination';
+import { renderMcpError } from '../../mcp/jsonrpc';
+import { mcpEndpointHandlers } from './mcp-endpoint.handlers';
 import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 
+const MCP_ENDPOINT = new Set(['postMcpMessage', 'deleteMcpSession']);
+/** The configuration, known once the app starts: the endpoint's 401 names its metadata document by the public URL. */
+let config: { baseUrl: string } = { baseUrl: '' };
+
 /**
- * The tag "MCP control plane": user toolboxes (issue 10) and their MCP servers (issue 11,
- * mcp-servers.handlers.ts), whose token scheme `mcpToken` this area authenticates.
+ * The tag "MCP control plane": user toolboxes (issue 10), their MCP servers (issue 11,
+ * mcp-servers.handlers.ts), whose token scheme `mcpToken` this area authenticates, and the MCP
+ * endpoint `/mcp/{mcpId}` those servers serve (mcp-endpoint.handlers.ts, src/mcp/).
  */
 export default defineArea({
   tag: 'MCP control plane',
   authenticators: { mcpToken: mcpServerTokenAuthenticator },
+  start: async (deps) => {
+    config = deps.config;
+  },
+  // The MCP endpoint answers in its own format (bearer errors, JSON-RPC error objects); the rest of the tag keeps the Error object.
+  renderError: (error, operationId, requestId, path) => (MCP_ENDPOINT.has(operationId) ? renderMcpError(error, requestId, path, config.baseUrl) : null),
   handlers: {
     ...mcpServerHandlers,
+    ...mcpEndpointHandlers,
     async listUserToolboxes({ query }, ctx) {
       const page = keyedPageRequest(query, (id) => userToolboxes.USER_TOOLBOX_ID.test(id));
       return { status: 200, body: await userToolboxes.list(ctx, page, { kind: query.kind, template_id: query.template_id }) };

@@ -1,0 +1,341 @@
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { AreaHandlers } from '../../http/handler-types';
+import { ApiError } from '../../http/errors';
+import type { RequestContext } from '../../http/context';
+import type { ServerSentEvent } from '../../http/handler-types';
+import { callTool, UpstreamUnavailable } from '../../lib/mcp-upstream';
+import {
+  classify, DEFAULT_VERSION, errorResponse, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
+  SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
+} from '../../mcp/jsonrpc';
+import { Policy } from '../../policy/restrictions';
+import * as connectionsRepo from '../connections/connections.repo';
+import { upstreamLimits, withConnection } from '../connections/connections.upstream';
+import { resolveConnector, seesConnector } from '../connectors/resolve';
+import { findSyntheticTool, runSyntheticTool } from '../synthetic-tools';
+import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
+
+/**
+ * postMcpMessage and deleteMcpSession: the MCP endpoint `/mcp/{mcpId}` (spec/paths/mcp.yml),
+ * stateless — nothing is kept between requests but the in-flight calls of this process, so
+ * that a `notifications/cancelled` reaching the same replica stops its call.
+ */
+
+const SERVER_INFO = { name: 'mcp-control-plane', version: '0.1.0' };
+const PAGE_SIZE = 500;
+const SYNTHETIC_PERMISSION = 'synthetic_tool:execute';
+
+interface McpServerRow {
+  id: string;
+  org_id: string;
+  user_toolbox_id: string;
+  owner_user_id: string;
+  name: string;
+  /** `unavailable`: its dynamic user toolbox is gone; it lists no tools. */
+  status: string;
+}
+
+type Ctx = RequestContext;
+type Result = { status: number; body?: unknown; events?: AsyncIterable<ServerSentEvent>; headers?: Record<string, string> };
+
+/** Calls in flight in this process, by MCP server and JSON-RPC id. */
+const inFlight = new Map<string, AbortController>();
+const flightKey = (serverId: string, id: JsonRpcId) => `${serverId}\u0000${typeof id}:${String(id)}`;
+
+/** An answer the typed results do not cover (406, 403, 404, 400 for a batch): sent as it is. */
+const raw = (status: number, id: JsonRpcId | null, code: number, message: string, requestId: string): never =>
+  ({ status, body: errorResponse(id, code, message, { request_id: requestId }) }) as never;
+
+function acceptsBoth(accept: string | null | undefined): boolean {
+  if (!accept) return false;
+  const types = accept.split(',').map((part) => part.split(';')[0]?.trim().toLowerCase());
+  const json = types.some((t) => t === 'application/json' || t === 'application/*' || t === '*/*');
+  const sse = types.some((t) => t === 'text/event-stream' || t === 'text/*' || t === '*/*');
+  return json && sse;
+}
+
+function originAllowed(ctx: Ctx): boolean {
+  const origin = ctx.client.origin;
+  if (!origin) return true;
+  const own = new URL(ctx.deps.config.baseUrl).origin;
+  return origin === own || ctx.deps.config.mcpAllowedOrigins.includes(origin);
+}
+
+/** Credential, Origin and server checks shared by POST and DELETE; answers the server's row. */
+async function admit(ctx: Ctx, mcpId: string): Promise<McpServerRow | Result> {
+  if (!originAllowed(ctx)) return raw(403, null, SERVER_ERROR, `Forbidden: Origin ${ctx.client.origin} is not allowed`, ctx.requestId);
+  const caller = ctx.caller;
+  if (!caller || caller.kind !== 'mcp_client') throw new ApiError('invalid_token', 'This endpoint takes an MCP server token or an OAuth access token.');
+  // A credential of another MCP server opens nothing here, and says nothing about this one.
+  if (caller.mcpServerId !== mcpId) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
+  const row = await ctx.db
+    .selectFrom('mcp_servers')
+    .select(['id', 'org_id', 'user_toolbox_id', 'owner_user_id', 'name', 'status'])
+    .where('id', '=', mcpId)
+    .executeTakeFirst();
+  if (!row) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
+  return row;
+}
+
+const isRow = (value: McpServerRow | Result): value is McpServerRow => 'user_toolbox_id' in value;
+
+/**
+ * The box's tools as the owner may see them now (synthetic tools only with
+ * synthetic_tool:execute). `forName`: only what could answer to that name is read (the sources
+ * of its connector, and synthetic tools), so a call does not parse every cached list of the box.
+ */
+async function offeredTools(ctx: Ctx, server: McpServerRow, forName?: string): Promise<OfferedTool[]> {
+  if (server.status !== 'active') return [];
+  const resolved = await resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id);
+  if (!resolved) return [];
+  const slug = forName?.includes('__') ? forName.slice(0, forName.indexOf('__')) : null;
+  const box = forName === undefined ? resolved : { ...resolved, sources: resolved.sources.filter((s) => s.type === 'synthetic_tool' || s.connector_slug === slug) };
+  const policy = await Policy.load(ctx.db, await Policy.subjectOf(ctx.db, server.org_id, server.owner_user_id), new Date());
+  const tools = await toolsOf(ctx.deps, box, policy);
+  const mayRunSynthetic = ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(SYNTHETIC_PERMISSION) ?? false);
+  return mayRunSynthetic ? tools : tools.filter((t) => t.source.kind !== 'synthetic');
+}
+
+function mcpTool(tool: OfferedTool) {
+  return {
+    name: tool.name,
+    ...(tool.title ? { title: tool.title } : {}),
+    ...(tool.description ? { description: tool.description } : {}),
+    inputSchema: tool.input_schema,
+    ...(tool.output_schema ? { outputSchema: tool.output_schema } : {}),
+    ...(tool.annotations ? { annotations: tool.annotations } : {}),
+  };
+}
+
+const toolError = (text: string): CallToolResult => ({ content: [{ type: 'text', text }], isError: true });
+
+interface CallOutcome {
+  result: CallToolResult;
+  outcome: 'succeeded' | 'tool_error' | 'held' | 'unavailable' | 'cancelled';
+  error: string | null;
+}
+
+async function heldMessage(ctx: Ctx, tool: OfferedTool): Promise<string> {
+  const id = tool.verdict.heldBy[0] ?? '';
+  const found = await ctx.db.selectFrom('restrictions').select(['name']).where('id', '=', id).executeTakeFirst();
+  return `${tool.name} is held for approval by the restriction "${found?.name ?? id}" (${id}). Ask for access in the web app, or with POST /access-request and that restriction_id.`;
+}
+
+async function callOffered(
+  ctx: Ctx,
+  server: McpServerRow,
+  tool: OfferedTool,
+  args: Record<string, unknown>,
+  signal: AbortSignal,
+  onprogress?: (progress: { progress: number; total?: number; message?: string }) => void,
+): Promise<CallOutcome> {
+  if (!tool.verdict.callable) {
+    const text = await heldMessage(ctx, tool);
+    return { result: toolError(text), outcome: 'held', error: text };
+  }
+  if (tool.source.kind === 'synthetic') {
+    const row = await findSyntheticTool(ctx.db, server.org_id, tool.source.synthetic_tool_id);
+    if (!row) return { result: toolError(`${tool.name} no longer exists.`), outcome: 'unavailable', error: 'synthetic tool deleted' };
+    try {
+      const run = await runSyntheticTool(ctx.deps, server.org_id, server.owner_user_id, row, args, signal, {
+        log: ctx.log,
+        ...(onprogress ? { onStep: (done: number, total: number, message: string) => onprogress({ progress: done, total, message }) } : {}),
+      });
+      const result: CallToolResult = { content: run.content as CallToolResult['content'], isError: run.is_error };
+      if (!run.is_error && run.result !== null && typeof run.result === 'object' && !Array.isArray(run.result)) result.structuredContent = run.result as Record<string, unknown>;
+      return { result, outcome: run.is_error ? 'tool_error' : 'succeeded', error: run.error?.message ?? null };
+    } catch (err) {
+      if (err instanceof ApiError) return { result: toolError(err.detail), outcome: err.code === 'upstream_unavailable' ? 'unavailable' : 'tool_error', error: err.detail };
+      throw err;
+    }
+  }
+  const source = tool.source;
+  const row = await connectionsRepo.findConnection(ctx.db, server.org_id, source.connection_id);
+  if (!row || row.status !== 'active') {
+    const text = `${tool.name} cannot be called: its connection is ${row ? row.status : 'gone'}${row?.status === 'needs_reauth' ? '; reconnect it in the web app' : ''}.`;
+    return { result: toolError(text), outcome: 'unavailable', error: text };
+  }
+  const connector = (await seesConnector(ctx.db, server.org_id, row.owner_user_id, source.connector_slug))
+    ? await resolveConnector(ctx.db, ctx.deps.secrets, server.org_id, row.owner_user_id, true, source.connector_slug)
+    : null;
+  if (!connector) return { result: toolError(`${tool.name} cannot be called: its connector is no longer available.`), outcome: 'unavailable', error: 'connector unavailable' };
+  const limits = upstreamLimits(ctx);
+  try {
+    const result = await withConnection(ctx, row, connector, (credential) =>
+      callTool({ url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
+    );
+    void connectionsRepo.recordUse(ctx.db, row.id, new Date(), null).catch(() => undefined);
+    return { result, outcome: result.isError ? 'tool_error' : 'succeeded', error: null };
+  } catch (err) {
+    if (signal.aborted) return { result: toolError('The call was cancelled.'), outcome: 'cancelled', error: 'cancelled' };
+    if (err instanceof UpstreamUnavailable) {
+      void connectionsRepo.recordError(ctx.db, row.id, `tools/call ${source.tool}: ${err.message}`).catch(() => undefined);
+      const text = `${connector.name} could not be reached or did not answer in time: ${err.message}`;
+      return { result: toolError(text), outcome: 'unavailable', error: err.detail };
+    }
+    if (err instanceof ApiError) return { result: toolError(err.detail), outcome: 'unavailable', error: err.detail };
+    throw err;
+  }
+}
+
+async function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number) {
+  const source = tool?.source;
+  await ctx.db
+    .insertInto('tool_call_records')
+    .values({
+      org_id: server.org_id,
+      mcp_server_id: server.id,
+      user_id: server.owner_user_id,
+      user_toolbox_id: server.user_toolbox_id,
+      connection_id: source?.kind === 'upstream' ? source.connection_id : null,
+      connector_slug: source?.kind === 'upstream' ? source.connector_slug : null,
+      synthetic_tool_id: source?.kind === 'synthetic' ? source.synthetic_tool_id : null,
+      tool_name: name.slice(0, 512),
+      upstream_tool: source?.kind === 'upstream' ? source.tool : null,
+      outcome,
+      error: error ? error.slice(0, 2000) : null,
+      duration_ms: Math.max(0, Math.round(Date.now() - started)),
+      request_id: ctx.requestId,
+      jsonrpc_id: String(id),
+    })
+    .execute()
+    .catch((err: unknown) => ctx.log.warn({ err }, 'tool-call record not written'));
+}
+
+/** tools/call: one JSON-RPC response; progress through `onprogress` when the client asked. */
+async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, onprogress?: (p: { progress: number; total?: number; message?: string }) => void) {
+  const started = Date.now();
+  const params = request.params ?? {};
+  const name = params.name;
+  const args = params.arguments ?? {};
+  if (typeof name !== 'string' || typeof args !== 'object' || args === null || Array.isArray(args)) {
+    return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: tools/call takes a name and an arguments object');
+  }
+  const tool = (await offeredTools(ctx, server, name)).find((t) => t.name === name);
+  if (!tool) {
+    await record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
+    return errorResponse(request.id, INVALID_PARAMS, `Unknown tool: ${name}`);
+  }
+  const key = flightKey(server.id, request.id);
+  const controller = new AbortController();
+  inFlight.set(key, controller);
+  const signal = AbortSignal.any([controller.signal, ctx.signal]);
+  try {
+    const outcome = await callOffered(ctx, server, tool, args as Record<string, unknown>, signal, onprogress);
+    await record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
+    return resultResponse(request.id, outcome.result as Record<string, unknown>);
+  } finally {
+    if (inFlight.get(key) === controller) inFlight.delete(key);
+  }
+}
+
+async function answer(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, version: string) {
+  switch (request.method) {
+    case 'initialize': {
+      const asked = request.params?.protocolVersion;
+      const protocolVersion = typeof asked === 'string' && (SUPPORTED_VERSIONS as readonly string[]).includes(asked) ? asked : LATEST_VERSION;
+      return resultResponse(request.id, {
+        protocolVersion,
+        capabilities: { tools: { listChanged: false } },
+        serverInfo: { ...SERVER_INFO, ...(version === '2025-03-26' ? {} : { title: server.name }) },
+        instructions: `Tools of the MCP server "${server.name}".`,
+      });
+    }
+    case 'ping':
+      return resultResponse(request.id, {});
+    case 'tools/list': {
+      const cursor = request.params?.cursor;
+      let offset = 0;
+      if (cursor !== undefined) {
+        const decoded = typeof cursor === 'string' && /^o(\d{1,9})$/.exec(Buffer.from(cursor, 'base64url').toString());
+        if (!decoded) return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: unknown cursor');
+        offset = Number(decoded[1]);
+      }
+      const tools = await offeredTools(ctx, server);
+      const page = tools.slice(offset, offset + PAGE_SIZE).map(mcpTool);
+      const next = offset + PAGE_SIZE < tools.length ? Buffer.from(`o${offset + PAGE_SIZE}`).toString('base64url') : undefined;
+      return resultResponse(request.id, { tools: page, ...(next ? { nextCursor: next } : {}) });
+    }
+    case 'tools/call':
+      return toolsCall(ctx, server, request);
+    default:
+      return errorResponse(request.id, METHOD_NOT_FOUND, `Method not found: ${request.method}`);
+  }
+}
+
+/** A tools/call answered as server-sent events: progress notifications as they come, then the response. */
+function streamed(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, progressToken: string | number): AsyncIterable<ServerSentEvent> {
+  const queue: ServerSentEvent[] = [];
+  let wake: (() => void) | null = null;
+  let done = false;
+  const push = (data: object) => {
+    queue.push({ event: 'message', data });
+    wake?.();
+  };
+  void toolsCall(ctx, server, request, (p) =>
+    push({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken, progress: p.progress, ...(p.total !== undefined ? { total: p.total } : {}), ...(p.message !== undefined ? { message: p.message } : {}) } }),
+  )
+    .then(push, (err: unknown) => {
+      ctx.log.error({ err }, 'tools/call failed');
+      push(errorResponse(request.id, -32603, 'Internal error; quote the request id when reporting it.', { request_id: ctx.requestId }));
+    })
+    .finally(() => {
+      done = true;
+      wake?.();
+    });
+  return {
+    async *[Symbol.asyncIterator]() {
+      for (;;) {
+        const next = queue.shift();
+        if (next) {
+          yield next;
+          continue;
+        }
+        if (done) return;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = null;
+      }
+    },
+  };
+}
+
+export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestContext> = {
+  async postMcpMessage({ params, headers, body }, ctx) {
+    if (!acceptsBoth(ctx.client.accept)) {
+      return raw(406, null, SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream', ctx.requestId);
+    }
+    const admitted = await admit(ctx, params.mcpId);
+    if (!isRow(admitted)) return admitted as never;
+    const server = admitted;
+    const version = headers['MCP-Protocol-Version'] ?? DEFAULT_VERSION;
+    const batch = Array.isArray(body);
+    if (batch && version !== '2025-03-26') {
+      return raw(400, null, INVALID_REQUEST, `Invalid Request: batches are only accepted with MCP-Protocol-Version 2025-03-26, not ${version}`, ctx.requestId);
+    }
+    const messages = (batch ? body : [body]) as Record<string, unknown>[];
+    const requests: JsonRpcRequest[] = [];
+    for (const message of messages) {
+      const sorted = classify(message);
+      if (sorted.kind === 'request') requests.push(sorted.request);
+      else if (sorted.kind === 'notification' && sorted.method === 'notifications/cancelled') {
+        const id = sorted.params.requestId;
+        if (typeof id === 'string' || typeof id === 'number') inFlight.get(flightKey(server.id, id))?.abort();
+      }
+    }
+    if (requests.length === 0) return { status: 202 };
+    const only = requests[0] as JsonRpcRequest;
+    const progressToken = (only.params?._meta as { progressToken?: unknown } | undefined)?.progressToken;
+    if (!batch && only.method === 'tools/call' && (typeof progressToken === 'string' || typeof progressToken === 'number')) {
+      return { status: 200, events: streamed(ctx, server, only, progressToken) };
+    }
+    const responses = [];
+    for (const request of requests) responses.push(await answer(ctx, server, request, version));
+    return { status: 200, body: (batch ? responses : responses[0]) as never };
+  },
+
+  async deleteMcpSession({ params }, ctx) {
+    const admitted = await admit(ctx, params.mcpId);
+    if (!isRow(admitted)) return admitted as never;
+    return { status: 204 };
+  },
+};

@@ -1,0 +1,354 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { CallToolResultSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { newId } from '../../src/lib/ids';
+import { startTestApp, type TestApp } from '../support/app';
+import { connectionClient } from '../support/connections';
+import type { SeededOrg } from '../support/factories';
+import { startApiKeyUpstream, startEverythingServer, useUpstream } from '../support/upstream-mcp';
+import { customConnector } from '../fixtures/connections';
+import { insertToolbox } from '../fixtures/user-toolboxes';
+
+/*
+ * The MCP endpoint `/mcp/{mcpId}` with the MCP SDK's own client over Streamable HTTP, against
+ * real upstreams on loopback: an API-key upstream (whoami tells whose key reached it) and
+ * server-everything (progress, content types). MCP servers are minted by their owners through
+ * the API (createMcpServer), which shows each token once.
+ */
+
+const KEY_A = 'key-alice-Mc7Qw2';
+const KEY_B = 'key-bob-Mc9Lp4';
+const BIG = 'x'.repeat(600_000);
+const crmPeer = useUpstream(() =>
+  startApiKeyUpstream({
+    keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' },
+    tools: [
+      { name: 'fails', description: 'Always fails.', call: () => ({ isError: true, content: [{ type: 'text', text: 'upstream says no' }] }) },
+      { name: 'slow', description: 'Answers after 10 s.', call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000).unref()) },
+      { name: 'big', description: 'A large result.', call: () => ({ content: [{ type: 'text', text: BIG }] }) },
+      { name: 'delete_record', description: 'Deletes a record.' },
+      { name: 'drop_all', description: 'Drops everything.' },
+    ],
+  }),
+);
+const everything = useUpstream(() => startEverythingServer('streamableHttp'));
+
+let t: TestApp;
+let org: SeededOrg;
+let aliceId: string;
+let bobId: string;
+let crm: string;
+let serverA: { id: string; token: string };
+let serverB: { id: string; token: string };
+
+const memberTokens = new Map<string, string>();
+
+/** An MCP server minted by its owner through the API (createMcpServer): its token is shown once. */
+async function mint(orgId: string, ownerUserId: string, userToolboxId: string, name: string) {
+  const res = await t.as({ token: memberTokens.get(ownerUserId) as string, org: orgId }).post(`/user-toolbox/${userToolboxId}/mcp`, { name });
+  if (res.status !== 201) throw new Error(`createMcpServer: ${res.status} ${res.text}`);
+  return { id: res.body.mcp_server.id as string, token: res.body.token as string };
+}
+
+const endpoint = (id: string) => `${t.url}/mcp/${id}`;
+
+async function connect(server: { id: string; token: string }, version?: string): Promise<Client> {
+  const transport = new StreamableHTTPClientTransport(new URL(endpoint(server.id)), { requestInit: { headers: { Authorization: `Bearer ${server.token}` } } });
+  const client = new Client({ name: 'test-client', version: '1.0.0' }, { capabilities: {} });
+  await client.connect(transport);
+  if (version) expect(client.getServerVersion()).toBeDefined();
+  return client;
+}
+
+const post = (id: string, body: unknown, headers: Record<string, string> = {}) =>
+  fetch(endpoint(id), {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+
+const textOf = (result: CallToolResult) => (result.content[0] as { text: string }).text;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  org = await t.factories.org();
+  aliceId = await t.factories.member(org.orgId);
+  bobId = await t.factories.member(org.orgId);
+  memberTokens.set(aliceId, await t.factories.token(org.orgId, aliceId));
+  memberTokens.set(bobId, await t.factories.token(org.orgId, bobId));
+  const alice = connectionClient(t, { token: memberTokens.get(aliceId) as string, org: org.orgId });
+  const bob = connectionClient(t, { token: memberTokens.get(bobId) as string, org: org.orgId });
+  const apiKey = { type: 'api_key' as const, placement: 'header' as const, name: 'Authorization', value_prefix: 'Bearer ' };
+  crm = await customConnector(t, org.orgId, { slug: 'crm', name: 'Acme CRM', mcp_url: `${new URL(crmPeer.peer.url).origin}/mcp`, auth: apiKey });
+  const everythingSlug = await customConnector(t, org.orgId, { slug: 'every', name: 'Everything', mcp_url: everything.peer.url, auth: { type: 'none' } });
+  expect((await alice.create({ connector_slug: crm, api_key: KEY_A })).status).toBe(201);
+  expect((await alice.create({ connector_slug: everythingSlug })).status).toBe(201);
+  expect((await bob.create({ connector_slug: crm, api_key: KEY_B })).status).toBe(201);
+  serverA = await mint(org.orgId, aliceId, 'utbx_dyn_all', 'Alice all');
+  serverB = await mint(org.orgId, bobId, 'utbx_dyn_all', 'Bob all');
+}, 60_000);
+afterAll(() => t.close());
+
+describe('the MCP SDK client', () => {
+  it('initializes without a session, pings, lists its owner’s tools and reaches the upstream with its owner’s key', async () => {
+    const client = await connect(serverA);
+    try {
+      expect(client.getServerVersion()).toMatchObject({ name: 'mcp-control-plane' });
+      expect(client.getServerCapabilities()).toMatchObject({ tools: { listChanged: false } });
+      expect((client.transport as StreamableHTTPClientTransport).sessionId).toBeUndefined();
+      await client.ping();
+      const names = (await client.listTools()).tools.map((tool) => tool.name);
+      expect(names).toEqual(expect.arrayContaining(['crm__whoami', 'crm__echo', 'every__echo']));
+      const who = (await client.callTool({ name: 'crm__whoami', arguments: {} })) as CallToolResult;
+      expect(who.structuredContent).toMatchObject({ member: 'alice', credential: KEY_A });
+      expect(who.isError).toBeFalsy();
+    } finally {
+      await client.close();
+    }
+    const bob = await connect(serverB);
+    try {
+      const names = (await bob.listTools()).tools.map((tool) => tool.name);
+      expect(names).not.toContain('every__echo');
+      const who = (await bob.callTool({ name: 'crm__whoami', arguments: {} })) as CallToolResult;
+      expect(who.structuredContent).toMatchObject({ member: 'bob', credential: KEY_B });
+    } finally {
+      await bob.close();
+    }
+  });
+
+  it('answers a tool it does not list with -32602 and an unknown method with -32601', async () => {
+    const client = await connect(serverA);
+    try {
+      await expect(client.callTool({ name: 'crm__nope', arguments: {} })).rejects.toMatchObject({ code: -32602 });
+      await expect(client.listResources()).rejects.toMatchObject({ code: -32601 });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('turns upstream errors and timeouts into tool errors and passes a large result through', async () => {
+    const client = await connect(serverA);
+    try {
+      const failed = (await client.callTool({ name: 'crm__fails', arguments: {} })) as CallToolResult;
+      expect(failed).toMatchObject({ isError: true, content: [{ type: 'text', text: 'upstream says no' }] });
+      const slow = (await client.callTool({ name: 'crm__slow', arguments: {} }, CallToolResultSchema, { timeout: 20_000 })) as CallToolResult;
+      expect(slow.isError).toBe(true);
+      expect(textOf(slow)).toMatch(/Acme CRM could not be reached or did not answer/);
+      const big = (await client.callTool({ name: 'crm__big', arguments: {} })) as CallToolResult;
+      expect(textOf(big)).toHaveLength(BIG.length);
+    } finally {
+      await client.close();
+    }
+  }, 30_000);
+
+  it('passes server-everything’s content types through unchanged', async () => {
+    const client = await connect(serverA);
+    try {
+      const direct = new Client({ name: 'direct', version: '1.0.0' });
+      await direct.connect(new StreamableHTTPClientTransport(new URL(everything.peer.url)));
+      try {
+        const tools = (await direct.listTools()).tools.map((tool) => tool.name);
+        const image = tools.find((n) => /image/i.test(n) && /get|tiny/i.test(n));
+        const listed = (await client.listTools()).tools.map((tool) => tool.name);
+        for (const name of [image].filter((n): n is string => n !== undefined)) {
+          expect(listed).toContain(`every__${name}`);
+          const through = await client.callTool({ name: `every__${name}`, arguments: {} });
+          const straight = await direct.callTool({ name, arguments: {} });
+          expect(through.content).toEqual(straight.content);
+        }
+        const echo = await client.callTool({ name: 'every__echo', arguments: { message: 'hi' } });
+        expect(echo.content).toEqual((await direct.callTool({ name: 'echo', arguments: { message: 'hi' } })).content);
+      } finally {
+        await direct.close();
+      }
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('relays progress as server-sent events when the client sends a progressToken', async () => {
+    const client = await connect(serverA);
+    try {
+      const listed = (await client.listTools()).tools.map((tool) => tool.name);
+      const longRunning = listed.find((n) => /long/i.test(n));
+      expect(longRunning).toBeDefined();
+      const seen: number[] = [];
+      const result = await client.callTool({ name: longRunning as string, arguments: { duration: 1, steps: 3 } }, CallToolResultSchema, {
+        onprogress: (p) => seen.push(p.progress),
+        timeout: 20_000,
+      });
+      expect(result.isError).toBeFalsy();
+      expect(seen.length).toBeGreaterThanOrEqual(2);
+    } finally {
+      await client.close();
+    }
+  }, 30_000);
+
+  it('cancels a call when the client aborts it', async () => {
+    const client = await connect(serverA);
+    try {
+      const controller = new AbortController();
+      const call = client.callTool({ name: 'crm__slow', arguments: {} }, CallToolResultSchema, { signal: controller.signal, timeout: 20_000 });
+      setTimeout(() => controller.abort('enough'), 300);
+      await expect(call).rejects.toThrow();
+      // The call is recorded as cancelled (or as not answered) once the server hears of it.
+      await new Promise((resolve) => setTimeout(resolve, 4000));
+      const rows = await t.db.selectFrom('tool_call_records').select(['outcome']).where('mcp_server_id', '=', serverA.id).where('tool_name', '=', 'crm__slow').execute();
+      expect(rows.map((r) => r.outcome)).toContain('cancelled');
+    } finally {
+      await client.close();
+    }
+  }, 30_000);
+});
+
+describe('policy', () => {
+  it('hides a denied tool and refuses its call; a held tool answers a tool error naming the restriction', async () => {
+    const admin = t.as({ token: org.token, org: org.orgId });
+    const deny = await admin.post('/restriction', { name: 'No drops', match: { connector_slug: crm, tool_pattern: 'drop_*' }, effect: 'deny', applies_to: { everyone: true } });
+    expect(deny.status).toBe(201);
+    const hold = await admin.post('/restriction', { name: 'No deletes on CRM', match: { connector_slug: crm, tool_pattern: 'delete_*' }, effect: 'require_approval', applies_to: { everyone: true } });
+    expect(hold.status).toBe(201);
+    const client = await connect(serverA);
+    try {
+      const names = (await client.listTools()).tools.map((tool) => tool.name);
+      expect(names).not.toContain('crm__drop_all');
+      expect(names).toContain('crm__delete_record');
+      await expect(client.callTool({ name: 'crm__drop_all', arguments: {} })).rejects.toMatchObject({ code: -32602 });
+      const held = (await client.callTool({ name: 'crm__delete_record', arguments: {} })) as CallToolResult;
+      expect(held.isError).toBe(true);
+      expect(textOf(held)).toContain(`"No deletes on CRM" (${hold.body.id})`);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe('synthetic tools', () => {
+  it('lists and runs a synthetic tool of a toolbox shared with the owner', async () => {
+    const admin = t.as({ token: org.token, org: org.orgId });
+    const created = await admin.post('/synthetic-tool', {
+      name: 'greet_twice',
+      description: 'Echoes twice.',
+      input_schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+      steps: [{ id: 'one', tool: { connector_slug: crm, name: 'echo' }, arguments: { text: { $input: '/text' } } }],
+    });
+    expect(created.status).toBe(201);
+    const toolbox = await insertToolbox(t, org.orgId, { entries: [{ synthetic_tool_id: created.body.id }], principal: { type: 'user', id: aliceId } });
+    const server = await mint(org.orgId, aliceId, `utbx_dyn_tbx_${toolbox.slice('tbx_'.length)}`, 'Alice synthetic');
+    const client = await connect(server);
+    try {
+      expect((await client.listTools()).tools.map((tool) => tool.name)).toEqual(['greet_twice']);
+      const result = (await client.callTool({ name: 'greet_twice', arguments: { text: 'hello' } })) as CallToolResult;
+      expect(result.isError).toBe(false);
+      // With a progressToken: one notifications/progress per step, then the result.
+      const seen: { progress: number; total?: number; message?: string }[] = [];
+      const again = await client.callTool({ name: 'greet_twice', arguments: { text: 'hello' } }, CallToolResultSchema, { onprogress: (p) => seen.push(p) });
+      expect(again.isError).toBe(false);
+      expect(seen).toEqual([{ progress: 1, total: 1, message: 'Step one done' }]);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe('the transport, raw', () => {
+  it('answers 401 with the resource_metadata challenge, and the metadata documents', async () => {
+    const res = await post(serverA.id, { jsonrpc: '2.0', id: 1, method: 'ping' }, {});
+    expect(res.status).toBe(401);
+    const challenge = res.headers.get('www-authenticate') ?? '';
+    const metadataUrl = `${t.deps.config.baseUrl}/.well-known/oauth-protected-resource/mcp/${serverA.id}`;
+    expect(challenge).toContain(`resource_metadata="${metadataUrl}"`);
+    expect(await res.json()).toMatchObject({ error: 'invalid_token' });
+    const wrong = await post(serverA.id, { jsonrpc: '2.0', id: 1, method: 'ping' }, { Authorization: 'Bearer mcpt_nothing' });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get('www-authenticate')).toContain('error="invalid_token"');
+    const doc = await fetch(metadataUrl.replace(t.deps.config.baseUrl, t.url));
+    expect(doc.status).toBe(200);
+    expect(await doc.json()).toEqual({
+      resource: `${t.deps.config.baseUrl}/mcp/${serverA.id}`, authorization_servers: [t.deps.config.baseUrl], scopes_supported: ['mcp', 'offline_access'],
+      bearer_methods_supported: ['header'], resource_name: 'Alice all', resource_documentation: `${t.deps.config.baseUrl}/schema/openapi.json`,
+    });
+    expect((await fetch(`${t.url}/.well-known/oauth-protected-resource/mcp/${newId('mcpServer')}`)).status).toBe(404);
+    const root = await fetch(`${t.url}/.well-known/oauth-protected-resource`);
+    expect(root.status).toBe(200);
+    expect(await root.json()).toMatchObject({ resource: t.deps.config.baseUrl });
+  });
+
+  it('never opens one member’s server with another’s token (404)', async () => {
+    const res = await post(serverA.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { Authorization: `Bearer ${serverB.token}` });
+    expect(res.status).toBe(404);
+    expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+  });
+
+  it('refuses a foreign Origin, a missing Accept, a wrong Content-Type, bad JSON, an unsupported version and a batch on 2025-06-18', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}` };
+    const ping = { jsonrpc: '2.0', id: 1, method: 'ping' };
+    const origin = await post(serverA.id, ping, { ...auth, Origin: 'https://evil.example' });
+    expect(origin.status).toBe(403);
+    expect(await origin.json()).toMatchObject({ error: { code: -32000, message: 'Forbidden: Origin https://evil.example is not allowed' } });
+    expect((await post(serverA.id, ping, { ...auth, Origin: new URL(t.deps.config.baseUrl).origin })).status).toBe(200);
+    const accept = await post(serverA.id, ping, { ...auth, Accept: 'application/json' });
+    expect(accept.status).toBe(406);
+    expect(await accept.json()).toMatchObject({ error: { code: -32000 } });
+    const type = await post(serverA.id, 'x', { ...auth, 'Content-Type': 'text/plain' });
+    expect(type.status).toBe(415);
+    expect(await type.json()).toMatchObject({ error: { code: -32000 } });
+    const bad = await post(serverA.id, '{"jsonrpc":', auth);
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: { code: -32700 } });
+    const notRpc = await post(serverA.id, { hello: 1 }, auth);
+    expect(notRpc.status).toBe(400);
+    expect(await notRpc.json()).toMatchObject({ error: { code: -32600 } });
+    const version = await post(serverA.id, ping, { ...auth, 'MCP-Protocol-Version': '2024-01-01' });
+    expect(version.status).toBe(400);
+    expect(await version.json()).toMatchObject({ error: { code: -32000 } });
+    const batch = await post(serverA.id, [ping, { ...ping, id: 2 }], { ...auth, 'MCP-Protocol-Version': '2025-06-18' });
+    expect(batch.status).toBe(400);
+    const old = await post(serverA.id, [ping, { ...ping, id: 2 }], { ...auth, 'MCP-Protocol-Version': '2025-03-26' });
+    expect(old.status).toBe(200);
+    expect(await old.json()).toEqual([{ jsonrpc: '2.0', id: 1, result: {} }, { jsonrpc: '2.0', id: 2, result: {} }]);
+    const note = await post(serverA.id, { jsonrpc: '2.0', method: 'notifications/initialized' }, auth);
+    expect(note.status).toBe(202);
+    expect(note.headers.get('mcp-session-id')).toBeNull();
+    const get = await fetch(endpoint(serverA.id), { headers: { ...auth, Accept: 'text/event-stream' } });
+    expect(get.status).toBe(405);
+    expect(get.headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'POST']);
+    expect(await get.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+    const del = await fetch(endpoint(serverA.id), { method: 'DELETE', headers: { ...auth, 'Mcp-Session-Id': 'abc' } });
+    expect(del.status).toBe(204);
+  });
+
+  it('stops a call in flight on notifications/cancelled naming its request id', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}`, 'MCP-Protocol-Version': '2025-11-25' };
+    const started = Date.now();
+    const call = post(serverA.id, { jsonrpc: '2.0', id: 'slow-77', method: 'tools/call', params: { name: 'crm__slow', arguments: {} } }, auth);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const cancel = await post(serverA.id, { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'slow-77', reason: 'user' } }, auth);
+    expect(cancel.status).toBe(202);
+    const res = await call;
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 'slow-77', result: { content: [{ type: 'text', text: 'The call was cancelled.' }], isError: true } });
+    expect(Date.now() - started).toBeLessThan(2500);
+  });
+
+  it('lists no tools on an unavailable server and refuses its calls with -32602', async () => {
+    const server = await mint(org.orgId, aliceId, 'utbx_dyn_all', 'Alice gone');
+    await t.db.updateTable('mcp_servers').set({ status: 'unavailable' }).where('id', '=', server.id).execute();
+    const auth = { Authorization: `Bearer ${server.token}` };
+    const list = await post(server.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, auth);
+    expect(await list.json()).toEqual({ jsonrpc: '2.0', id: 1, result: { tools: [] } });
+    const call = await post(server.id, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'crm__whoami', arguments: {} } }, auth);
+    expect(await call.json()).toMatchObject({ id: 2, error: { code: -32602 } });
+  });
+
+  it('writes a tool-call record for every tools/call', async () => {
+    const rows = await t.db.selectFrom('tool_call_records').selectAll().where('mcp_server_id', '=', serverA.id).execute();
+    const whoami = rows.find((r) => r.tool_name === 'crm__whoami');
+    expect(whoami).toMatchObject({ org_id: org.orgId, user_id: aliceId, user_toolbox_id: 'utbx_dyn_all', connector_slug: crm, upstream_tool: 'whoami', outcome: 'succeeded' });
+    expect(whoami?.connection_id).toMatch(/^conn_/);
+    expect(whoami?.request_id).toMatch(/^req_/);
+    expect(rows.map((r) => r.outcome)).toEqual(expect.arrayContaining(['succeeded', 'tool_error', 'unavailable', 'held', 'refused']));
+    const server = await t.db.selectFrom('mcp_servers').select(['last_used_at']).where('id', '=', serverA.id).executeTakeFirstOrThrow();
+    expect(server.last_used_at).not.toBeNull();
+  });
+});
