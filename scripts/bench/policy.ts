@@ -14,12 +14,12 @@
 //
 // Settings: BENCH_COUNT loads to time (default 200, at most 5000), BENCH_TOOLS tools per
 // evaluation pass (default 1000, at most 100000).
-import { migrateToLatest, openDatabase } from '../../src/db/database';
+import { migrateToLatest } from '../../src/db/database';
 import { newId } from '../../src/lib/ids';
 import { Policy, type ToolRef } from '../../src/policy/restrictions';
 import { Factories } from '../../test/support/factories';
+import { COUNT, measure, openBenchDatabase, percentile } from './support';
 
-const COUNT = Math.min(5000, Math.max(10, Number(process.env.BENCH_COUNT ?? 200)));
 const TOOLS = Math.min(100_000, Math.max(10, Number(process.env.BENCH_TOOLS ?? 1000)));
 const RESTRICTIONS = 200;
 const GROUPS = 20;
@@ -28,26 +28,10 @@ const CONNECTORS = ['github', 'linear', 'slack', 'notion', 'jira', 'acme-crm', '
 const VERBS = ['list', 'get', 'create', 'update', 'delete', 'export', 'search', 'archive'];
 const NOUNS = ['issue', 'repo', 'branch', 'comment', 'page', 'message', 'contact', 'ticket'];
 
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
-}
-
-async function timed(run: () => Promise<unknown>): Promise<{ p50: number; p90: number; p99: number }> {
-  for (let i = 0; i < Math.min(20, COUNT); i += 1) await run();
-  const times: number[] = [];
-  for (let i = 0; i < COUNT; i += 1) {
-    const start = process.hrtime.bigint();
-    await run();
-    times.push(Number(process.hrtime.bigint() - start) / 1e6);
-  }
-  times.sort((a, b) => a - b);
-  return { p50: percentile(times, 50), p90: percentile(times, 90), p99: percentile(times, 99) };
-}
-
 const pick = <T>(list: readonly T[], i: number): T => list[i % list.length] as T;
 
 async function main() {
-  const database = await openDatabase(process.env.DATABASE_URL ? { url: process.env.DATABASE_URL, poolSize: 4 } : {});
+  const database = await openBenchDatabase(4);
   await migrateToLatest(database.db);
   const db = database.db;
   const factories = new Factories(db);
@@ -104,9 +88,9 @@ async function main() {
   }
 
   const now = new Date();
-  const subjectTime = await timed(() => Policy.subjectOf(db, org.orgId, userId));
+  const subjectTime = await measure(() => Policy.subjectOf(db, org.orgId, userId));
   const subject = await Policy.subjectOf(db, org.orgId, userId);
-  const loadTime = await timed(() => Policy.load(db, subject, now));
+  const loadTime = await measure(() => Policy.load(db, subject, now));
   const policy = await Policy.load(db, subject, now);
 
   const tools: ToolRef[] = [];

@@ -14,46 +14,14 @@
 // Sequential, in process (the app listens on loopback for the GET); nothing reaches an
 // upstream: tools come from `connection_tools`. BENCH_COUNT runs per target (default 200);
 // DATABASE_URL names a scratch PostgreSQL database, else the embedded one.
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import pino from 'pino';
-import { createApp } from '../../src/app';
 import { resolveUserToolbox, toolsOf } from '../../src/areas/user-toolboxes';
-import { loadConfig } from '../../src/config';
-import { migrateToLatest, openDatabase } from '../../src/db/database';
-import { createMailer } from '../../src/events/email';
-import { secretBoxOf } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
 import { Policy } from '../../src/policy/restrictions';
-import { Factories } from '../../test/support/factories';
+import { COUNT, measure, startBenchApp } from './support';
 
-const COUNT = Math.min(5000, Math.max(10, Number(process.env.BENCH_COUNT ?? 200)));
 const CONNECTIONS = Math.min(100, Math.max(1, Number(process.env.BENCH_CONNECTIONS ?? 10)));
 const TOOLS = Math.min(2000, Math.max(1, Number(process.env.BENCH_TOOLS ?? 100)));
 const RESTRICTIONS = Math.min(1000, Math.max(0, Number(process.env.BENCH_RESTRICTIONS ?? 20)));
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
-}
-
-async function measure(label: string, run: () => Promise<unknown>, before?: () => Promise<unknown>) {
-  for (let i = 0; i < Math.min(20, COUNT); i += 1) {
-    if (before) await before();
-    await run();
-  }
-  const times: number[] = [];
-  for (let i = 0; i < COUNT; i += 1) {
-    if (before) await before();
-    const start = process.hrtime.bigint();
-    await run();
-    times.push(Number(process.hrtime.bigint() - start) / 1e6);
-  }
-  times.sort((a, b) => a - b);
-  return { label, p50: percentile(times, 50), p90: percentile(times, 90), p99: percentile(times, 99) };
-}
 
 /** A tool as the connections area caches it (ConnectionTool), with a modest input schema. */
 function cachedTool(i: number) {
@@ -68,24 +36,7 @@ function cachedTool(i: number) {
 }
 
 async function main() {
-  const database = await openDatabase(process.env.DATABASE_URL ? { url: process.env.DATABASE_URL, poolSize: 10 } : {});
-  await migrateToLatest(database.db);
-  const config = loadConfig({
-    NODE_ENV: 'test',
-    DATA_DIR: mkdtempSync(join(tmpdir(), 'cp-bench-')),
-    ENCRYPTION_KEY: randomBytes(32).toString('hex'),
-    LOG_LEVEL: 'silent',
-    RATE_LIMIT_REQUESTS: '10000000',
-    VALIDATE_RESPONSES: 'off',
-  });
-  const logger = pino({ level: 'silent' });
-  const deps = { config, db: database.db, pool: database.pool, listen: database.listen, secrets: secretBoxOf(config.encryptionKeys), mailer: createMailer(null, config.smtp.from, logger, 1000), logger };
-  const { app, close } = await createApp(deps);
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-
-  const factories = new Factories(database.db);
+  const { database, deps, base, factories, close } = await startBenchApp({ VALIDATE_RESPONSES: 'off' });
   const org = await factories.org();
   const userId = org.ownerId;
   const tools = Array.from({ length: TOOLS }, (_, i) => cachedTool(i + 1));
@@ -122,14 +73,15 @@ async function main() {
     await res.arrayBuffer();
   };
 
+  const measured = async (label: string, run: () => Promise<unknown>, before?: () => Promise<unknown>) => ({ label, ...(await measure(run, before)) });
   const results = [
-    await measure('resolve', resolve),
-    await measure('policy (subjectOf + load)', loadPolicy),
-    await measure('toolsOf', () => toolsOf(deps, box, policy)),
+    await measured('resolve', resolve),
+    await measured('policy (subjectOf + load)', loadPolicy),
+    await measured('toolsOf', () => toolsOf(deps, box, policy)),
     // Every list fetched again upstream since the last call: each is read and parsed again.
-    await measure('toolsOf, every list refetched', () => toolsOf(deps, box, policy), () => database.db.updateTable('connection_tools').set({ fetched_at: new Date() }).execute()),
-    await measure('resolve + policy + toolsOf', async () => toolsOf(deps, await resolve(), await loadPolicy())),
-    await measure('GET /user-toolbox/utbx_dyn_all', get),
+    await measured('toolsOf, every list refetched', () => toolsOf(deps, box, policy), () => database.db.updateTable('connection_tools').set({ fetched_at: new Date() }).execute()),
+    await measured('resolve + policy + toolsOf', async () => toolsOf(deps, await resolve(), await loadPolicy())),
+    await measured('GET /user-toolbox/utbx_dyn_all', get),
   ];
   console.log(
     `utbx_dyn_all for a member with ${CONNECTIONS} connections of ${TOOLS} cached tools each (${CONNECTIONS * TOOLS} tools, ${offered.length} offered after ${RESTRICTIONS} restrictions), ` +
@@ -142,11 +94,7 @@ async function main() {
   const cold = results[3]!;
   console.log(`  per tool (resolve + policy + toolsOf, p50): ${((all.p50 * 1000) / (CONNECTIONS * TOOLS)).toFixed(2)} µs; with every list refetched (toolsOf alone): ${((cold.p50 * 1000) / (CONNECTIONS * TOOLS)).toFixed(2)} µs`);
 
-  server.closeAllConnections();
-  server.close();
   await close();
-  await database.close();
-  deps.mailer.close();
 }
 
 main().catch((err: unknown) => {
