@@ -63,7 +63,8 @@ describe('rate limits kept in Redis (REDIS_URL)', () => {
     const env = { REDIS_URL, RATE_LIMIT_REQUESTS: '4', RATE_LIMIT_AUTH_FAILURES: '3', TRUST_PROXY: '1' };
     a = await startTestApp({ env });
     b = await startTestApp({ env });
-  });
+    // Two apps, each with its own database, take longer than one hook's default on a busy machine.
+  }, 90_000);
   afterAll(async () => {
     await a?.close();
     await b?.close();
