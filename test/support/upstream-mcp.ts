@@ -26,7 +26,7 @@ export function useUpstream<T extends { close(): Promise<void> }>(start: () => P
   const holder = {} as { peer: T };
   beforeAll(async () => {
     holder.peer = await start();
-  });
+  }, 60_000);
   afterAll(async () => {
     await holder.peer?.close();
   });

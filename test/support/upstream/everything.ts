@@ -48,7 +48,7 @@ function answers(port: number): Promise<boolean> {
   });
 }
 
-/** Spawns the reference server and waits (at most `timeoutMs`, default 15 s) until it listens. */
+/** Spawns the reference server and waits (at most `timeoutMs`, default 40 s: it is a large program and starts slowly on a busy machine) until it listens. */
 export async function startEverythingServer(transport: 'streamableHttp' | 'sse', options: { timeoutMs?: number } = {}): Promise<EverythingServer> {
   const port = await freePort();
   const child = spawn(process.execPath, ['-r', LOOPBACK_ONLY, ENTRY, transport], {
@@ -79,7 +79,7 @@ export async function startEverythingServer(transport: 'streamableHttp' | 'sse',
     clearTimeout(timer);
   };
 
-  const deadline = Date.now() + (options.timeoutMs ?? 15_000);
+  const deadline = Date.now() + (options.timeoutMs ?? 40_000);
   for (;;) {
     if (exited) {
       await close();
@@ -88,7 +88,7 @@ export async function startEverythingServer(transport: 'streamableHttp' | 'sse',
     if (await answers(port)) break;
     if (Date.now() > deadline) {
       await close();
-      throw new Error(`server-everything (${transport}) did not listen on ${port} within ${options.timeoutMs ?? 15_000} ms: ${err.trim()}`);
+      throw new Error(`server-everything (${transport}) did not listen on ${port} within ${options.timeoutMs ?? 40_000} ms: ${err.trim()}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
