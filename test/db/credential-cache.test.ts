@@ -27,7 +27,7 @@ let ownerId: string;
 async function get(server: ServerProcess, path: string, token: string, org?: string): Promise<{ status: number; body: any }> {
   const headers: Record<string, string> = { authorization: `Bearer ${token}` };
   if (org) headers['x-organization-id'] = org;
-  const res = await fetch(`${server.baseUrl}${path}`, { headers, signal: AbortSignal.timeout(5_000) }).catch((err) => {
+  const res = await fetch(`${server.baseUrl}${path}`, { headers, signal: AbortSignal.timeout(20_000) }).catch((err) => {
     throw new Error(`GET ${path}: ${String(err)} (${String(err?.cause)}); server exit ${server.child.exitCode}; stderr tail: ${server.output().stderr.slice(-800)}`);
   });
   const body = await res.json();
