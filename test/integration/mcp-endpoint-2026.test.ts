@@ -115,7 +115,7 @@ beforeAll(async () => {
   expect((await bob.create({ connector_slug: big, api_key: KEY_B })).status).toBe(201);
   serverA = await mint(aliceId, 'Alice 2026');
   serverB = await mint(bobId, 'Bob 2026');
-}, 60_000);
+}, 180_000);
 afterAll(() => t.close());
 
 describe('revision 2026-07-28, raw JSON-RPC', () => {
