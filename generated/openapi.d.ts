@@ -10958,7 +10958,7 @@ export interface components {
          *     no handshake; a request without either is answered with 400 and -32602. The revision must
          *     equal the `MCP-Protocol-Version` header (400 and -32020 otherwise). This server needs no
          *     client capability, so `clientCapabilities` may be `{}`. `clientInfo` is self-reported
-         *     and only logged. In the handshake revisions `_meta` is optional and only `progressToken`
+         *     and changes nothing. In the handshake revisions `_meta` is optional and only `progressToken`
          *     is read.
          * @example {
          *       "io.modelcontextprotocol/protocolVersion": "2026-07-28",
