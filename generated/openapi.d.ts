@@ -11043,7 +11043,10 @@ export interface components {
         McpToolsListParams: {
             /** @description The `nextCursor` of the previous page. */
             cursor?: string;
-            _meta?: components["schemas"]["McpRequestMeta"];
+            /** @description Request metadata; in the 2026-07-28 revision it carries the protocol version and client capabilities (`McpRequestMeta`), and the cursor alone keys a cached page. */
+            _meta?: {
+                [key: string]: unknown;
+            };
         } & {
             [key: string]: unknown;
         };
