@@ -11457,6 +11457,8 @@ export interface components {
          *     entry, then by name. In the 2026-07-28 revision every page also carries `resultType`,
          *     `_meta` with the server's name, and the cache hints `ttlMs` (60000) and `cacheScope`
          *     (`private`: the list is the owner's); each page is cached on its own, keyed by its cursor.
+         *     An `x-mcp-header` annotation an upstream puts in an `inputSchema` is left out there: this
+         *     server asks for no argument to be mirrored into `Mcp-Param-*` headers (and reads none).
          */
         McpToolsListResult: {
             /** @description The tools on this page. */

@@ -134,3 +134,19 @@ export function modernResponse<R extends Response>(response: R, serverInfo: Serv
     },
   };
 }
+
+/**
+ * A tool definition as 2026-07-28 lists it: without the `x-mcp-header` annotations an upstream
+ * may put in its `inputSchema`. Those ask the client to mirror arguments into `Mcp-Param-*`
+ * headers for the upstream's own transport; this server designates no argument for that (its
+ * hop to the upstream is its own), so the client sends none and none need checking.
+ */
+export function withoutHeaderMirroring<T extends { inputSchema: unknown }>(tool: T): T {
+  if (!JSON.stringify(tool.inputSchema ?? null).includes('"x-mcp-header"')) return tool;
+  const strip = (node: unknown): unknown => {
+    if (Array.isArray(node)) return node.map(strip);
+    if (!isObject(node)) return node;
+    return Object.fromEntries(Object.entries(node).filter(([key]) => key !== 'x-mcp-header').map(([key, value]) => [key, strip(value)]));
+  };
+  return { ...tool, inputSchema: strip(tool.inputSchema) };
+}

@@ -28,6 +28,12 @@ const crmPeer = useUpstream(() =>
     keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' },
     tools: [
       { name: 'fails', description: 'Always fails.', call: () => ({ isError: true, content: [{ type: 'text', text: 'upstream says no' }] }) },
+      {
+        name: 'regional',
+        description: 'Asks its transport to mirror `region` into a header (x-mcp-header).',
+        inputSchema: { type: 'object', properties: { region: { type: 'string', 'x-mcp-header': 'Region' } as never }, required: ['region'] },
+        call: (args) => ({ content: [{ type: 'text', text: `region ${String(args.region)}` }] }),
+      },
       { name: 'slow', description: 'Answers after 10 s.', call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000).unref()) },
     ],
   }),
@@ -151,6 +157,15 @@ describe('revision 2026-07-28, raw JSON-RPC', () => {
     expect(names).toEqual(expect.arrayContaining(['crm__whoami', 'crm__slow', 'every__echo']));
     expect(names.some((n) => n.startsWith('big__'))).toBe(false);
     expect(alice.body.result.nextCursor).toBeUndefined();
+    // No argument is mirrored into Mcp-Param-* headers: an upstream's x-mcp-header is not listed.
+    const regional = (alice.body.result.tools as { name: string; inputSchema: Record<string, any> }[]).find((tool) => tool.name === 'crm__regional');
+    expect(regional?.inputSchema).toEqual({ type: 'object', properties: { region: { type: 'string' } }, required: ['region'] });
+    // The handshake revisions list the tool as the upstream does.
+    const legacy = await send(serverA, { jsonrpc: '2.0', id: 'legacy-list', method: 'tools/list' }, { 'MCP-Protocol-Version': '2025-11-25' });
+    const legacyRegional = (legacy.body.result.tools as { name: string; inputSchema: Record<string, any> }[]).find((tool) => tool.name === 'crm__regional');
+    expect(legacyRegional?.inputSchema.properties.region).toEqual({ type: 'string', 'x-mcp-header': 'Region' });
+    const call = await rpc(serverA, 'regional', 'tools/call', { name: 'crm__regional', arguments: { region: 'us-west1' } });
+    expect(call.body.result.content).toEqual([{ type: 'text', text: 'region us-west1' }]);
 
     const seen: string[] = [];
     let cursor: string | undefined;

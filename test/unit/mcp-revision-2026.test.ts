@@ -1,6 +1,6 @@
 // Which era a POST to /mcp/{mcpId} speaks, and the 2026-07-28 additions to results: the cases
 // the integration tests (test/integration/mcp-endpoint-2026.test.ts) do not each send.
-import { decodeHeaderValue, eraOf, modernResponse } from '../../src/mcp/revision-2026';
+import { decodeHeaderValue, eraOf, modernResponse, withoutHeaderMirroring } from '../../src/mcp/revision-2026';
 
 const meta = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {} };
 const request = (method: string, params: Record<string, unknown> = {}) => ({ jsonrpc: '2.0', id: 1, method, params: { ...params, _meta: meta } });
@@ -57,5 +57,14 @@ describe('modernResponse', () => {
     expect(modernResponse({ jsonrpc: '2.0', id: 1, result: { tools: [] } }, info, { ttlMs: 5 }).result).toMatchObject({ ttlMs: 5, cacheScope: 'private' });
     const error = { jsonrpc: '2.0' as const, id: 1, error: { code: -32602, message: 'x' } };
     expect(modernResponse(error, info)).toBe(error);
+  });
+});
+
+describe('withoutHeaderMirroring', () => {
+  it('drops x-mcp-header wherever the input schema has it, and returns other tools as they are', () => {
+    const tool = { name: 'a__b', inputSchema: { type: 'object', properties: { r: { type: 'string', 'x-mcp-header': 'R' }, n: { type: 'object', properties: { z: { type: 'integer', 'x-mcp-header': 'Z' } } } } } };
+    expect(withoutHeaderMirroring(tool).inputSchema).toEqual({ type: 'object', properties: { r: { type: 'string' }, n: { type: 'object', properties: { z: { type: 'integer' } } } } });
+    const plain = { name: 'c__d', inputSchema: { type: 'object' } };
+    expect(withoutHeaderMirroring(plain)).toBe(plain);
   });
 });

@@ -8,7 +8,7 @@ import {
   classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
   SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
 } from '../../mcp/jsonrpc';
-import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, type ServerInfo } from '../../mcp/revision-2026';
+import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from '../../mcp/revision-2026';
 import { Policy } from '../../policy/restrictions';
 import * as connectionsRepo from '../connections/connections.repo';
 import { upstreamLimits, withConnection } from '../connections/connections.upstream';
@@ -276,7 +276,7 @@ async function answerModern(ctx: Ctx, server: McpServerRow, request: JsonRpcRequ
     case 'server/discover':
       return { status: 200, body: modernResponse(discover(request.id, server), info, { ttlMs: DISCOVER_TTL_MS }) };
     case 'tools/list':
-      return { status: 200, body: modernResponse(await toolsList(ctx, server, request), info, { ttlMs: TOOLS_LIST_TTL_MS }) };
+      return { status: 200, body: modernResponse(await toolsList(ctx, server, request, withoutHeaderMirroring), info, { ttlMs: TOOLS_LIST_TTL_MS }) };
     case 'tools/call':
       return { status: 200, body: modernResponse(await toolsCall(ctx, server, request), info) };
     default:
@@ -284,7 +284,9 @@ async function answerModern(ctx: Ctx, server: McpServerRow, request: JsonRpcRequ
   }
 }
 
-async function toolsList(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest) {
+type McpToolShape = ReturnType<typeof mcpTool>;
+
+async function toolsList(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, present: (tool: McpToolShape) => McpToolShape = (tool) => tool) {
   const cursor = request.params?.cursor;
   let offset = 0;
   if (cursor !== undefined) {
@@ -293,7 +295,7 @@ async function toolsList(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
     offset = Number(decoded[1]);
   }
   const tools = await offeredTools(ctx, server);
-  const page = tools.slice(offset, offset + PAGE_SIZE).map(mcpTool);
+  const page = tools.slice(offset, offset + PAGE_SIZE).map((tool) => present(mcpTool(tool)));
   const next = offset + PAGE_SIZE < tools.length ? Buffer.from(`o${offset + PAGE_SIZE}`).toString('base64url') : undefined;
   return resultResponse(request.id, { tools: page, ...(next ? { nextCursor: next } : {}) });
 }
