@@ -3756,16 +3756,39 @@ export interface paths {
          *     the operator allows (`MCP_ALLOWED_ORIGINS`; 403 otherwise).
          *
          *     **Stateless.** Every POST is authenticated and served on its own; nothing is kept
-         *     between requests, so any replica serves any request. `initialize` is answered (with the
-         *     revision the client asked for when it is one of the supported ones, otherwise the
-         *     latest, 2025-11-25) but opens no session: the response carries no `Mcp-Session-Id`, and
-         *     a request does not need to follow an `initialize`. A client that sends an
-         *     `Mcp-Session-Id` anyway is not refused; the header is ignored. `MCP-Protocol-Version`
-         *     names the revision the request speaks: `2025-11-25`, `2025-06-18` or `2025-03-26`;
-         *     when missing, `2025-03-26` is assumed (as the transport does); any other value is
-         *     answered with 400 (-32000) naming the supported revisions.
+         *     between requests, so any replica serves any request. A client that sends an
+         *     `Mcp-Session-Id` is not refused; the header is ignored, and none is ever issued.
          *
-         *     **Methods.** `initialize`, `ping`, `tools/list` (the user toolbox's tools, minus those a
+         *     **Revision 2026-07-28.** A request speaks 2026-07-28 when its `MCP-Protocol-Version`
+         *     header says so. It needs no `initialize`: its `params._meta` carries
+         *     `io.modelcontextprotocol/protocolVersion` (equal to the header) and
+         *     `io.modelcontextprotocol/clientCapabilities` (this server needs none, `{}` will do), and
+         *     may carry `io.modelcontextprotocol/clientInfo`. A request also sends `Mcp-Method` (its
+         *     `method`) and, on `tools/call`, `Mcp-Name` (the tool's name, plain or as
+         *     `=?base64?…?=`). The server answers `server/discover` (`McpDiscoverResult`: the
+         *     revisions it speaks, newest first, its capabilities and name), `tools/list` and
+         *     `tools/call`; every result carries `resultType: complete` and
+         *     `_meta["io.modelcontextprotocol/serverInfo"]`, and `server/discover` and each
+         *     `tools/list` page carry the cache hints `ttlMs` and `cacheScope` (`private`). Refused
+         *     with 400 and the request's `id`: a revision it does not speak, in the header or in
+         *     `_meta` (`UnsupportedProtocolVersionError`, -32022, `data.supported` listing the
+         *     revisions); `_meta` without the protocol version or the client capabilities (-32602);
+         *     `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` missing or differing from the body
+         *     (`HeaderMismatchError`, -32020). Any other method (`initialize` and `ping` included,
+         *     which the revision dropped) gets 404 with -32601. Closing the SSE stream of a
+         *     `tools/call` cancels it (the upstream call is cancelled too).
+         *
+         *     **Handshake revisions.** Without a 2026-07-28 header, `MCP-Protocol-Version` names a
+         *     handshake revision: `2025-11-25`, `2025-06-18` or `2025-03-26`; when missing,
+         *     `2025-03-26` is assumed (as the transport does). `initialize` is answered (with the
+         *     revision the client asked for when it is one of these, otherwise 2025-11-25) but opens
+         *     no session: the response carries no `Mcp-Session-Id`, and a request does not need to
+         *     follow an `initialize`. Any other header value is answered with 400: -32022 as above
+         *     when the body carries 2026-07-28 `_meta`, otherwise -32000 naming the supported
+         *     revisions. `server/discover` is served in these revisions too, in its 2026-07-28 shape.
+         *
+         *     **Methods.** `server/discover`, `initialize`, `ping` (the last two in the handshake
+         *     revisions), `tools/list` (the user toolbox's tools, minus those a
          *     restriction denies to the owner), `tools/call` (forwards to the upstream MCP server
          *     through the connection's own credentials, never the client's token, or runs a synthetic
          *     tool), and the notifications `notifications/initialized` and `notifications/cancelled`.
@@ -3773,7 +3796,8 @@ export interface paths {
          *     the permission `POST /synthetic-tool/{id}/execute` needs; restrictions apply to them as
          *     there (one naming the synthetic tool, or matching a tool one of its steps calls).
          *     Tool names join the connector slug and the tool name, `<connector_slug>__<tool>`
-         *     (see `McpTool`). Other methods get the JSON-RPC error -32601. A tool that fails, is held for approval,
+         *     (see `McpTool`). Other methods get the JSON-RPC error -32601 (in a 200, or a 404 in
+         *     2026-07-28). A tool that fails, is held for approval,
          *     or whose connection is not `active` answers with a result carrying `isError: true`; a
          *     tool this server does not list (or a restriction denies) gets -32602.
          *
@@ -3789,9 +3813,11 @@ export interface paths {
          *     updated at most once a minute.
          *
          *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (unsupported
-         *     protocol version, or a path that is not an MCP server id); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
-         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 406, 413,
-         *     415 -32000; 429 -32000 with `Retry-After`.
+         *     protocol version, or a path that is not an MCP server id), and in 2026-07-28 -32022
+         *     (unsupported protocol version), -32602 (`_meta` incomplete), -32020 (headers differ
+         *     from the body); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
+         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server), or -32601
+         *     in 2026-07-28 (no such method); 406, 413, 415 -32000; 429 -32000 with `Retry-After`.
          */
         post: operations["postMcpMessage"];
         /**
@@ -10863,13 +10889,14 @@ export interface components {
          */
         McpSessionId: string;
         /**
-         * @description An MCP protocol revision this server speaks, statelessly (no sessions). `2025-11-25` is
-         *     the latest and `2025-06-18` is also served; `2025-03-26` is accepted for older clients
-         *     (it also allows JSON-RPC batches) and is assumed when the header is missing. Any other
-         *     value is answered with 400 (JSON-RPC error -32000) naming the supported revisions.
-         * @enum {string}
+         * @description The revision a request speaks, as the client sends it in `MCP-Protocol-Version`: one of
+         *     `McpProtocolVersion`. Any other value is read by the server (not refused by the schema) so
+         *     that it can answer as the revision asks: a request carrying 2026-07-28 `_meta` gets 400
+         *     with `UnsupportedProtocolVersionError` (-32022, the supported revisions in `data`), any
+         *     other 400 with -32000.
+         * @example 2026-07-28
          */
-        McpProtocolVersion: "2025-11-25" | "2025-06-18" | "2025-03-26";
+        McpProtocolVersionHeader: string;
         /**
          * @description A JSON-RPC request id, chosen by the sender and echoed in the response. Never null in a request.
          * @example 1
@@ -10925,6 +10952,61 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /**
+         * @description The `_meta` of a 2026-07-28 request (MCP `RequestMetaObject`). Every request of that
+         *     revision carries its protocol version and the client's capabilities here, since there is
+         *     no handshake; a request without either is answered with 400 and -32602. The revision must
+         *     equal the `MCP-Protocol-Version` header (400 and -32020 otherwise). This server needs no
+         *     client capability, so `clientCapabilities` may be `{}`. `clientInfo` is self-reported
+         *     and changes nothing. In the handshake revisions `_meta` is optional and only `progressToken`
+         *     is read.
+         * @example {
+         *       "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+         *       "io.modelcontextprotocol/clientCapabilities": {},
+         *       "io.modelcontextprotocol/clientInfo": {
+         *         "name": "claude-ai",
+         *         "version": "2.3.0"
+         *       }
+         *     }
+         */
+        McpRequestMeta: {
+            /**
+             * @description The revision this request speaks; `2026-07-28` (any other gets 400 and -32022).
+             * @example 2026-07-28
+             */
+            "io.modelcontextprotocol/protocolVersion": string;
+            /** @description The client's capabilities for this request (`elicitation`, `sampling`, `roots`, `extensions`, …); this server uses none of them. */
+            "io.modelcontextprotocol/clientCapabilities": {
+                [key: string]: unknown;
+            };
+            "io.modelcontextprotocol/clientInfo"?: components["schemas"]["McpImplementation"];
+            /**
+             * @description The lowest log level the client wants as `notifications/message`. Accepted; this server sends no log messages.
+             * @example info
+             */
+            "io.modelcontextprotocol/logLevel"?: string;
+            /** @description When present on `tools/call`, the answer is an SSE stream carrying `notifications/progress` with this token. */
+            progressToken?: string | number;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description The `server/discover` request (2026-07-28): asks for the revisions, capabilities and name
+         *     of the server. Optional for clients, which may call any method straight away.
+         */
+        McpDiscoverRequest: components["schemas"]["JsonRpcRequest"] & {
+            /**
+             * @description Always `server/discover`.
+             * @enum {string}
+             */
+            method?: "server/discover";
+            /** @description Only the request's `_meta`. */
+            params: {
+                _meta: components["schemas"]["McpRequestMeta"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
         /** @description The client's side of the handshake. */
         McpInitializeParams: {
             /**
@@ -10961,6 +11043,10 @@ export interface components {
         McpToolsListParams: {
             /** @description The `nextCursor` of the previous page. */
             cursor?: string;
+            /** @description Request metadata; in the 2026-07-28 revision it carries the protocol version and client capabilities (`McpRequestMeta`), and the cursor alone keys a cached page. */
+            _meta?: {
+                [key: string]: unknown;
+            };
         } & {
             [key: string]: unknown;
         };
@@ -10984,7 +11070,11 @@ export interface components {
             arguments?: {
                 [key: string]: unknown;
             };
-            /** @description Request metadata; a `progressToken` here makes the server answer as an SSE stream with `notifications/progress`. */
+            /**
+             * @description Request metadata; a `progressToken` here makes the server answer as an SSE stream with
+             *     `notifications/progress`. In the 2026-07-28 revision it also carries the protocol
+             *     version and client capabilities (`McpRequestMeta`).
+             */
             _meta?: {
                 /** @description The token progress notifications carry. */
                 progressToken?: string | number;
@@ -11056,11 +11146,14 @@ export interface components {
         };
         /**
          * @description The JSON-RPC error codes this server sends. The first five are JSON-RPC 2.0's own; -32000
-         *     is the transport's (as the MCP SDKs use it). The server keeps no sessions, so it never
-         *     sends -32001 (Session not found).
+         *     is the transport's in the handshake revisions (as the MCP SDKs use it); -32020 and -32022
+         *     are the 2026-07-28 revision's own (`HeaderMismatchError`,
+         *     `UnsupportedProtocolVersionError`). The server keeps no sessions, so it never sends -32001
+         *     (Session not found), and it needs no client capability, so it never sends -32021
+         *     (`MissingRequiredClientCapabilityError`).
          * @enum {integer}
          */
-        JsonRpcErrorCode: -32700 | -32600 | -32601 | -32602 | -32603 | -32000;
+        JsonRpcErrorCode: -32700 | -32600 | -32601 | -32602 | -32603 | -32000 | -32020 | -32022;
         /**
          * @description The error member of a JSON-RPC 2.0 error response.
          * @example {
@@ -11077,8 +11170,8 @@ export interface components {
             message: string;
             /**
              * @description More about the error. For transport errors the server sends
-             *     `{"request_id": "req_…"}` (the `X-Request-Id` of the response); for -32602 on
-             *     `tools/call`, `{"tool": "<name>"}`.
+             *     `{"request_id": "req_…"}` (the `X-Request-Id` of the response); for -32022,
+             *     `{"supported": [...], "requested": "..."}` (`McpUnsupportedProtocolVersionData`).
              */
             data?: unknown;
         } & {
@@ -11112,16 +11205,139 @@ export interface components {
             [key: string]: unknown;
         };
         /**
-         * @description One JSON-RPC message from the client: a request (`initialize`, `ping`, `tools/list`,
-         *     `tools/call`, or any other method, answered with -32601), a notification, or a response.
+         * @description One JSON-RPC message from the client: a request (`server/discover`, `initialize`, `ping`,
+         *     `tools/list`, `tools/call`, or any other method, answered with -32601), a notification, or
+         *     a response.
          *     The server sends no requests, so a response from the client is accepted (202) and ignored.
          */
-        McpClientMessage: components["schemas"]["McpInitializeRequest"] | components["schemas"]["McpPingRequest"] | components["schemas"]["McpToolsListRequest"] | components["schemas"]["McpToolsCallRequest"] | components["schemas"]["JsonRpcRequest"] | components["schemas"]["JsonRpcNotification"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
+        McpClientMessage: components["schemas"]["McpDiscoverRequest"] | components["schemas"]["McpInitializeRequest"] | components["schemas"]["McpPingRequest"] | components["schemas"]["McpToolsListRequest"] | components["schemas"]["McpToolsCallRequest"] | components["schemas"]["JsonRpcRequest"] | components["schemas"]["JsonRpcNotification"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
         /**
          * @description The body of a POST: one JSON-RPC message, or (only with `MCP-Protocol-Version`
          *     `2025-03-26`, or none) a JSON array of them, a batch.
          */
         McpRequestBody: components["schemas"]["McpClientMessage"] | components["schemas"]["McpClientMessage"][];
+        /**
+         * @description What kind of result this is (2026-07-28; absent in the handshake revisions, where clients
+         *     read it as `complete`). This server always answers `complete`: it never asks the client
+         *     for more input (`input_required`), since it sends no sampling, elicitation or roots
+         *     requests.
+         * @enum {string}
+         */
+        McpResultType: "complete";
+        /**
+         * @description An MCP protocol revision this server speaks, statelessly (no sessions). `2026-07-28` is the
+         *     current one: no `initialize`, each request names its revision in
+         *     `params._meta["io.modelcontextprotocol/protocolVersion"]` and in the `MCP-Protocol-Version`
+         *     header. `2025-11-25` and `2025-06-18` are the handshake revisions; `2025-03-26` is
+         *     accepted for older clients (it also allows JSON-RPC batches) and is assumed when the
+         *     header is missing.
+         * @enum {string}
+         */
+        McpProtocolVersion: "2026-07-28" | "2025-11-25" | "2025-06-18" | "2025-03-26";
+        /**
+         * @description What the server offers (MCP `ServerCapabilities`): tools only (no resources, prompts,
+         *     completions or logging), and no `notifications/tools/list_changed` (clients see changes to
+         *     the user toolbox on their next `tools/list`, at the latest when its `ttlMs` runs out).
+         * @example {
+         *       "tools": {
+         *         "listChanged": false
+         *       }
+         *     }
+         */
+        McpServerCapabilities: {
+            /** @description The server offers tools. */
+            tools: {
+                /**
+                 * @description Always false; no list-changed notifications are sent.
+                 * @enum {boolean}
+                 */
+                listChanged?: false;
+            } & {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description The `_meta` of a 2026-07-28 result (MCP `ResultMetaObject`): the server names itself in
+         *     every result, since there is no handshake. On `tools/call` the upstream's own `_meta`
+         *     members are kept beside it.
+         * @example {
+         *       "io.modelcontextprotocol/serverInfo": {
+         *         "name": "mcp-control-plane",
+         *         "title": "Sales assistant (work)",
+         *         "version": "0.1.0"
+         *       }
+         *     }
+         */
+        McpResultMeta: {
+            "io.modelcontextprotocol/serverInfo": components["schemas"]["McpImplementation"];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description How long, in milliseconds, the client may consider the result fresh (2026-07-28 cache
+         *     hints, like `Cache-Control: max-age`). A hint, not a promise: a change to the user
+         *     toolbox, a restriction or a connection may show earlier.
+         * @example 60000
+         */
+        McpCacheTtl: number;
+        /**
+         * @description Who may keep a cached result (2026-07-28 cache hints). Always `private` here: the tools
+         *     and the server's name depend on the owner and their restrictions, so a cache must not be
+         *     shared across credentials.
+         * @enum {string}
+         */
+        McpCacheScope: "private";
+        /**
+         * @description The answer to `server/discover` (2026-07-28, MCP `DiscoverResult`): the revisions this
+         *     server speaks (the client picks one for its next requests), its capabilities, its name in
+         *     `_meta`, and instructions for the model; with cache hints (five minutes, `private`).
+         * @example {
+         *       "resultType": "complete",
+         *       "supportedVersions": [
+         *         "2026-07-28",
+         *         "2025-11-25",
+         *         "2025-06-18",
+         *         "2025-03-26"
+         *       ],
+         *       "capabilities": {
+         *         "tools": {
+         *           "listChanged": false
+         *         }
+         *       },
+         *       "instructions": "Tools of the MCP server \"Sales assistant (work)\".",
+         *       "_meta": {
+         *         "io.modelcontextprotocol/serverInfo": {
+         *           "name": "mcp-control-plane",
+         *           "title": "Sales assistant (work)",
+         *           "version": "0.1.0"
+         *         }
+         *       },
+         *       "ttlMs": 300000,
+         *       "cacheScope": "private"
+         *     }
+         */
+        McpDiscoverResult: {
+            resultType: components["schemas"]["McpResultType"];
+            /** @description Every revision this server speaks, newest first. */
+            supportedVersions: components["schemas"]["McpProtocolVersion"][];
+            capabilities: components["schemas"]["McpServerCapabilities"];
+            /**
+             * @description A sentence for the model naming the MCP server.
+             * @example Tools of the MCP server "Sales assistant (work)".
+             */
+            instructions?: string;
+            _meta: components["schemas"]["McpResultMeta"];
+            ttlMs: components["schemas"]["McpCacheTtl"];
+            cacheScope: components["schemas"]["McpCacheScope"];
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The response to `server/discover` (2026-07-28). */
+        McpDiscoverResponse: components["schemas"]["JsonRpcResultResponse"] & {
+            result?: components["schemas"]["McpDiscoverResult"];
+        };
         /**
          * @description The server's side of the handshake. The server offers tools only (no resources, prompts
          *     or server-initiated requests), and sends no `notifications/tools/list_changed`: clients
@@ -11238,13 +11454,21 @@ export interface components {
         /**
          * @description The tools of the user toolbox, minus those a restriction denies to the user (tools held for
          *     approval are listed; calling them returns a tool error). At most 500 per page, ordered by
-         *     entry, then by name.
+         *     entry, then by name. In the 2026-07-28 revision every page also carries `resultType`,
+         *     `_meta` with the server's name, and the cache hints `ttlMs` (60000) and `cacheScope`
+         *     (`private`: the list is the owner's); each page is cached on its own, keyed by its cursor.
+         *     An `x-mcp-header` annotation an upstream puts in an `inputSchema` is left out there: this
+         *     server asks for no argument to be mirrored into `Mcp-Param-*` headers (and reads none).
          */
         McpToolsListResult: {
             /** @description The tools on this page. */
             tools: components["schemas"]["McpTool"][];
             /** @description Present when more tools follow. */
             nextCursor?: string;
+            resultType?: components["schemas"]["McpResultType"];
+            ttlMs?: components["schemas"]["McpCacheTtl"];
+            cacheScope?: components["schemas"]["McpCacheScope"];
+            _meta?: components["schemas"]["McpResultMeta"];
         } & {
             [key: string]: unknown;
         };
@@ -11278,6 +11502,11 @@ export interface components {
             };
             /** @description True when the tool failed. */
             isError?: boolean;
+            resultType?: components["schemas"]["McpResultType"];
+            /** @description The upstream's `_meta`, passed through; in the 2026-07-28 revision it also carries the server's name (`McpResultMeta`). */
+            _meta?: {
+                [key: string]: unknown;
+            };
         } & {
             [key: string]: unknown;
         };
@@ -11286,9 +11515,76 @@ export interface components {
             result?: components["schemas"]["McpCallToolResult"];
         };
         /** @description The server's JSON-RPC response to a request. */
-        McpServerMessage: components["schemas"]["McpInitializeResponse"] | components["schemas"]["McpToolsListResponse"] | components["schemas"]["McpToolsCallResponse"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
+        McpServerMessage: components["schemas"]["McpDiscoverResponse"] | components["schemas"]["McpInitializeResponse"] | components["schemas"]["McpToolsListResponse"] | components["schemas"]["McpToolsCallResponse"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
         /** @description The body of a 200 `application/json` answer; an array when the request was a batch. */
         McpResponseBody: components["schemas"]["McpServerMessage"] | components["schemas"]["McpServerMessage"][];
+        /**
+         * @description The `data` of an `UnsupportedProtocolVersionError` (-32022).
+         * @example {
+         *       "supported": [
+         *         "2026-07-28",
+         *         "2025-11-25",
+         *         "2025-06-18",
+         *         "2025-03-26"
+         *       ],
+         *       "requested": "2027-03-01"
+         *     }
+         */
+        McpUnsupportedProtocolVersionData: {
+            /** @description The revisions this server speaks, newest first; the client retries with one of them. */
+            supported: components["schemas"]["McpProtocolVersion"][];
+            /**
+             * @description The revision the request asked for.
+             * @example 2027-03-01
+             */
+            requested: string;
+            /**
+             * @description The `X-Request-Id` of the response.
+             * @example req_01jg3b7f0k2q8yq9w6r1c4d5e6
+             */
+            request_id?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description `UnsupportedProtocolVersionError` (2026-07-28): the request names a revision this server
+         *     does not speak, in its `_meta` or its `MCP-Protocol-Version` header. Answered with HTTP
+         *     400 and the request's `id`, so that a client that speaks both eras knows it reached a
+         *     2026-07-28 server and retries with a revision from `data.supported`.
+         * @example {
+         *       "jsonrpc": "2.0",
+         *       "id": 1,
+         *       "error": {
+         *         "code": -32022,
+         *         "message": "Unsupported protocol version",
+         *         "data": {
+         *           "supported": [
+         *             "2026-07-28",
+         *             "2025-11-25",
+         *             "2025-06-18",
+         *             "2025-03-26"
+         *           ],
+         *           "requested": "2027-03-01",
+         *           "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6"
+         *         }
+         *       }
+         *     }
+         */
+        McpUnsupportedProtocolVersionError: components["schemas"]["JsonRpcErrorResponse"] & {
+            /** @description The error, with the supported revisions. */
+            error?: {
+                /**
+                 * @description Always -32022.
+                 * @enum {integer}
+                 */
+                code: -32022;
+                /** @description For people. */
+                message: string;
+                data: components["schemas"]["McpUnsupportedProtocolVersionData"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
         /**
          * @description An OAuth 2.0 bearer-token error (RFC 6750 §3.1), the body of 401 and of a 403 for a
          *     missing scope; the `WWW-Authenticate` header carries the same error.
@@ -15625,9 +15921,14 @@ export interface components {
             };
         };
         /**
-         * @description The transport refused the request (JSON-RPC error, `id` null): a body that is not JSON
-         *     (-32700) or not JSON-RPC (-32600), or an unsupported `MCP-Protocol-Version` (-32000).
-         *     A missing or unknown `Mcp-Session-Id` is never a reason: the server keeps no sessions.
+         * @description The transport refused the request: a body that is not JSON (-32700) or not JSON-RPC
+         *     (-32600), or, without 2026-07-28 `_meta`, an unsupported `MCP-Protocol-Version` (-32000),
+         *     all with `id` null. In the 2026-07-28 revision, with the request's `id`: a revision this
+         *     server does not speak (`UnsupportedProtocolVersionError`, -32022, listing the supported
+         *     ones); `_meta` without the protocol version or the client capabilities (-32602);
+         *     `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` missing or not matching the body
+         *     (`HeaderMismatchError`, -32020). A missing or unknown `Mcp-Session-Id` is never a reason:
+         *     the server keeps no sessions.
          */
         McpBadRequest: {
             headers: {
@@ -15635,7 +15936,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/json": components["schemas"]["JsonRpcErrorResponse"];
+                "application/json": components["schemas"]["McpUnsupportedProtocolVersionError"] | components["schemas"]["JsonRpcErrorResponse"];
             };
         };
         /**
@@ -15668,8 +15969,10 @@ export interface components {
             };
         };
         /**
-         * @description No such MCP server (unknown or deleted; -32000). Never about a session: the server keeps
-         *     none.
+         * @description No such MCP server (unknown or deleted; -32000, `id` null), or, in the 2026-07-28
+         *     revision, a method the server does not serve (-32601 with the request's `id`, as that
+         *     revision's transport says; `initialize` and `ping` are not methods of that revision).
+         *     Never about a session: the server keeps none.
          */
         McpNotFound: {
             headers: {
@@ -23310,8 +23613,17 @@ export interface operations {
             header?: {
                 /** @description Not needed and ignored; accepted so that clients that keep sessions are not refused. The server issues none. */
                 "Mcp-Session-Id"?: components["schemas"]["McpSessionId"];
-                /** @description The protocol revision the request speaks, sent on every POST (after `initialize`, the one it answered). Missing means `2025-03-26`; an unsupported one gets 400. */
-                "MCP-Protocol-Version"?: components["schemas"]["McpProtocolVersion"];
+                /**
+                 * @description The protocol revision the request speaks, sent on every POST (one of
+                 *     `McpProtocolVersion`: `2026-07-28`, equal to the body's `_meta`; in the handshake
+                 *     revisions, the one `initialize` answered). Missing means `2025-03-26`, except on a
+                 *     body carrying 2026-07-28 `_meta` (400, -32020); an unsupported one gets 400.
+                 */
+                "MCP-Protocol-Version"?: components["schemas"]["McpProtocolVersionHeader"];
+                /** @description The request's `method`, as 2026-07-28 requires on every request (400 with -32020 when missing or different); not read in the handshake revisions or on notifications. */
+                "Mcp-Method"?: string;
+                /** @description The `params.name` of a 2026-07-28 `tools/call`, plain or Base64 as `=?base64?…?=` (400 with -32020 when missing or different); not read otherwise. */
+                "Mcp-Name"?: string;
             };
             path: {
                 /** @description The MCP server's id. */

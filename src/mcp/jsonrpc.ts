@@ -9,7 +9,13 @@
 import type { ApiError } from '../http/errors';
 import type { RenderedError } from '../http/area';
 
-export const SUPPORTED_VERSIONS = ['2025-11-25', '2025-06-18', '2025-03-26'] as const;
+/** The current revision: stateless, no handshake, version and capabilities in each request's `_meta` (src/mcp/revision-2026.ts). */
+export const MODERN_VERSION = '2026-07-28';
+/** The handshake revisions (`initialize`), newest first. */
+export const HANDSHAKE_VERSIONS = ['2025-11-25', '2025-06-18', '2025-03-26'] as const;
+/** Every revision served, newest first (what `server/discover` and UnsupportedProtocolVersionError list). */
+export const SUPPORTED_VERSIONS = [MODERN_VERSION, ...HANDSHAKE_VERSIONS] as const;
+/** What `initialize` answers when the client asks for a revision it cannot have. */
 export const LATEST_VERSION = '2025-11-25';
 /** What a missing MCP-Protocol-Version means, as the transport says. */
 export const DEFAULT_VERSION = '2025-03-26';
@@ -29,6 +35,10 @@ export const METHOD_NOT_FOUND = -32601;
 export const INVALID_PARAMS = -32602;
 export const INTERNAL_ERROR = -32603;
 export const SERVER_ERROR = -32000;
+/** 2026-07-28: the MCP-Protocol-Version, Mcp-Method or Mcp-Name header is missing or differs from the body. */
+export const HEADER_MISMATCH = -32020;
+/** 2026-07-28: the request's revision is not one this server speaks; `data` lists the supported ones. */
+export const UNSUPPORTED_PROTOCOL_VERSION = -32022;
 
 export function errorResponse(id: JsonRpcId | null, code: number, message: string, data?: unknown) {
   return { jsonrpc: '2.0' as const, id, error: { code, message, ...(data === undefined ? {} : { data }) } };

@@ -5,9 +5,10 @@ import type { RequestContext } from '../../http/context';
 import type { ServerSentEvent } from '../../http/handler-types';
 import { callTool, UpstreamUnavailable } from '../../lib/mcp-upstream';
 import {
-  classify, DEFAULT_VERSION, errorResponse, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
+  classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
   SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
 } from '../../mcp/jsonrpc';
+import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from '../../mcp/revision-2026';
 import { Policy } from '../../policy/restrictions';
 import * as connectionsRepo from '../connections/connections.repo';
 import { upstreamLimits, withConnection } from '../connections/connections.upstream';
@@ -233,7 +234,7 @@ async function answer(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, v
   switch (request.method) {
     case 'initialize': {
       const asked = request.params?.protocolVersion;
-      const protocolVersion = typeof asked === 'string' && (SUPPORTED_VERSIONS as readonly string[]).includes(asked) ? asked : LATEST_VERSION;
+      const protocolVersion = typeof asked === 'string' && (HANDSHAKE_VERSIONS as readonly string[]).includes(asked) ? asked : LATEST_VERSION;
       return resultResponse(request.id, {
         protocolVersion,
         capabilities: { tools: { listChanged: false } },
@@ -243,19 +244,10 @@ async function answer(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, v
     }
     case 'ping':
       return resultResponse(request.id, {});
-    case 'tools/list': {
-      const cursor = request.params?.cursor;
-      let offset = 0;
-      if (cursor !== undefined) {
-        const decoded = typeof cursor === 'string' && /^o(\d{1,9})$/.exec(Buffer.from(cursor, 'base64url').toString());
-        if (!decoded) return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: unknown cursor');
-        offset = Number(decoded[1]);
-      }
-      const tools = await offeredTools(ctx, server);
-      const page = tools.slice(offset, offset + PAGE_SIZE).map(mcpTool);
-      const next = offset + PAGE_SIZE < tools.length ? Buffer.from(`o${offset + PAGE_SIZE}`).toString('base64url') : undefined;
-      return resultResponse(request.id, { tools: page, ...(next ? { nextCursor: next } : {}) });
-    }
+    case 'server/discover':
+      return modernResponse(discover(request.id, server), serverInfoOf(server), { ttlMs: DISCOVER_TTL_MS });
+    case 'tools/list':
+      return toolsList(ctx, server, request);
     case 'tools/call':
       return toolsCall(ctx, server, request);
     default:
@@ -263,8 +255,59 @@ async function answer(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, v
   }
 }
 
+const serverInfoOf = (server: McpServerRow): ServerInfo => ({ ...SERVER_INFO, title: server.name });
+
+/** server/discover (2026-07-28): the revisions, capabilities and instructions; `_meta` and cache hints are added by modernResponse. */
+const discover = (id: JsonRpcId, server: McpServerRow) =>
+  resultResponse(id, {
+    supportedVersions: [...SUPPORTED_VERSIONS],
+    capabilities: { tools: { listChanged: false } },
+    instructions: `Tools of the MCP server "${server.name}".`,
+  });
+
+/**
+ * A 2026-07-28 request (the checks of eraOf passed): `server/discover`, `tools/list` and
+ * `tools/call` answered with `resultType`, `_meta` and cache hints; any other method
+ * (`initialize` and `ping` included, which the revision dropped) is 404 with -32601.
+ */
+async function answerModern(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest): Promise<Result> {
+  const info = serverInfoOf(server);
+  switch (request.method) {
+    case 'server/discover':
+      return { status: 200, body: modernResponse(discover(request.id, server), info, { ttlMs: DISCOVER_TTL_MS }) };
+    case 'tools/list':
+      return { status: 200, body: modernResponse(await toolsList(ctx, server, request, withoutHeaderMirroring), info, { ttlMs: TOOLS_LIST_TTL_MS }) };
+    case 'tools/call':
+      return { status: 200, body: modernResponse(await toolsCall(ctx, server, request), info) };
+    default:
+      return { status: 404, body: errorResponse(request.id, METHOD_NOT_FOUND, `Method not found: ${request.method}`) };
+  }
+}
+
+type McpToolShape = ReturnType<typeof mcpTool>;
+
+async function toolsList(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, present: (tool: McpToolShape) => McpToolShape = (tool) => tool) {
+  const cursor = request.params?.cursor;
+  let offset = 0;
+  if (cursor !== undefined) {
+    const decoded = typeof cursor === 'string' && /^o(\d{1,9})$/.exec(Buffer.from(cursor, 'base64url').toString());
+    if (!decoded) return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: unknown cursor');
+    offset = Number(decoded[1]);
+  }
+  const tools = await offeredTools(ctx, server);
+  const page = tools.slice(offset, offset + PAGE_SIZE).map((tool) => present(mcpTool(tool)));
+  const next = offset + PAGE_SIZE < tools.length ? Buffer.from(`o${offset + PAGE_SIZE}`).toString('base64url') : undefined;
+  return resultResponse(request.id, { tools: page, ...(next ? { nextCursor: next } : {}) });
+}
+
 /** A tools/call answered as server-sent events: progress notifications as they come, then the response. */
-function streamed(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, progressToken: string | number): AsyncIterable<ServerSentEvent> {
+function streamed(
+  ctx: Ctx,
+  server: McpServerRow,
+  request: JsonRpcRequest,
+  progressToken: string | number,
+  finish: <R extends Awaited<ReturnType<typeof toolsCall>>>(response: R) => R = (response) => response,
+): AsyncIterable<ServerSentEvent> {
   const queue: ServerSentEvent[] = [];
   let wake: (() => void) | null = null;
   let done = false;
@@ -275,7 +318,7 @@ function streamed(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, progr
   void toolsCall(ctx, server, request, (p) =>
     push({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken, progress: p.progress, ...(p.total !== undefined ? { total: p.total } : {}), ...(p.message !== undefined ? { message: p.message } : {}) } }),
   )
-    .then(push, (err: unknown) => {
+    .then((response) => push(finish(response)), (err: unknown) => {
       ctx.log.error({ err }, 'tools/call failed');
       push(errorResponse(request.id, -32603, 'Internal error; quote the request id when reporting it.', { request_id: ctx.requestId }));
     })
@@ -307,7 +350,9 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
     const admitted = await admit(ctx, params.mcpId);
     if (!isRow(admitted)) return admitted as never;
     const server = admitted;
-    const version = headers['MCP-Protocol-Version'] ?? DEFAULT_VERSION;
+    const era = eraOf({ version: headers['MCP-Protocol-Version'], method: headers['Mcp-Method'], name: headers['Mcp-Name'] }, body, ctx.requestId);
+    if (era.era === 'refused') return { status: era.status, body: era.body } as never;
+    const version = era.era === 'modern' ? MODERN_VERSION : era.version;
     const batch = Array.isArray(body);
     if (batch && version !== '2025-03-26') {
       return raw(400, null, INVALID_REQUEST, `Invalid Request: batches are only accepted with MCP-Protocol-Version 2025-03-26, not ${version}`, ctx.requestId);
@@ -326,8 +371,10 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
     const only = requests[0] as JsonRpcRequest;
     const progressToken = (only.params?._meta as { progressToken?: unknown } | undefined)?.progressToken;
     if (!batch && only.method === 'tools/call' && (typeof progressToken === 'string' || typeof progressToken === 'number')) {
-      return { status: 200, events: streamed(ctx, server, only, progressToken) };
+      const finish = era.era === 'modern' ? <R extends Parameters<typeof modernResponse>[0]>(r: R) => modernResponse(r, serverInfoOf(server)) : undefined;
+      return { status: 200, events: streamed(ctx, server, only, progressToken, finish) };
     }
+    if (era.era === 'modern') return (await answerModern(ctx, server, only)) as never;
     const responses = [];
     for (const request of requests) responses.push(await answer(ctx, server, request, version));
     return { status: 200, body: (batch ? responses : responses[0]) as never };
