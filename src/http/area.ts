@@ -49,6 +49,8 @@ export interface Area<T extends Tag = Tag> {
    * area ships, such as the connector catalog); a throw stops the start.
    */
   start?: (deps: AppDeps) => Promise<void>;
+  /** Runs when the app closes: releases what `start` opened (kept upstream sessions, timers). */
+  stop?: (deps: AppDeps) => Promise<void>;
 }
 
 export interface SealedColumn {

@@ -24,6 +24,8 @@ export interface Registry {
   sealed: readonly SealedColumn[];
   /** Runs every area's start-up step, in area order; a throw stops the start. */
   start(deps: AppDeps): Promise<void>;
+  /** Runs every area's stop step (app shutdown); a failing one does not keep the others from running. */
+  stop(deps: AppDeps): Promise<void>;
 }
 
 /** The schemes the shared machinery authenticates itself; areas add the protocol ones. */
@@ -80,6 +82,9 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
     sealed: areas.flatMap((area) => area.sealed ?? []),
     async start(deps) {
       for (const area of areas) await area.start?.(deps);
+    },
+    async stop(deps) {
+      await Promise.allSettled(areas.map((area) => area.stop?.(deps)));
     },
   };
 }

@@ -3,7 +3,8 @@ import type { AreaHandlers } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
 import type { RequestContext } from '../../http/context';
 import type { ServerSentEvent } from '../../http/handler-types';
-import { callTool, UpstreamUnavailable } from '../../lib/mcp-upstream';
+import { UpstreamUnavailable } from '../../lib/mcp-upstream';
+import { upstreamPoolOf } from '../../lib/mcp-upstream-pool';
 import {
   classify, DEFAULT_VERSION, errorResponse, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
   SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
@@ -162,7 +163,7 @@ async function callOffered(
   const limits = upstreamLimits(ctx);
   try {
     const result = await withConnection(ctx, row, connector, (credential) =>
-      callTool({ url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
+      upstreamPoolOf(ctx.deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
     );
     void connectionsRepo.recordUse(ctx.db, row.id, new Date(), null).catch(() => undefined);
     return { result, outcome: result.isError ? 'tool_error' : 'succeeded', error: null };
