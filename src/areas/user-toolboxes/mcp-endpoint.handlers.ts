@@ -179,7 +179,28 @@ async function callOffered(
   }
 }
 
-async function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number) {
+/** Tool-call records being written: the app waits for them when it closes (flushToolCallRecords). */
+const pendingRecords = new Set<Promise<void>>();
+
+/** Waits for every tool-call record still being written (app shutdown, before the database closes). */
+export async function flushToolCallRecords(): Promise<void> {
+  while (pendingRecords.size > 0) await Promise.allSettled([...pendingRecords]);
+}
+
+/**
+ * Writes the call's tool-call record off the answer's path: started after the answer is
+ * settled, never awaited by it. A record that cannot be written is logged at error.
+ */
+function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number): void {
+  const duration = Math.max(0, Math.round(Date.now() - started));
+  const write = new Promise<void>((resolve) => setImmediate(resolve))
+    .then(() => insertRecord(ctx, server, id, name, tool, outcome, error, duration))
+    .catch((err: unknown) => ctx.log.error({ err, mcp_server_id: server.id, tool: name, outcome }, 'tool-call record not written'))
+    .finally(() => pendingRecords.delete(write));
+  pendingRecords.add(write);
+}
+
+async function insertRecord(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, duration: number) {
   const source = tool?.source;
   await ctx.db
     .insertInto('tool_call_records')
@@ -195,12 +216,11 @@ async function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: strin
       upstream_tool: source?.kind === 'upstream' ? source.tool : null,
       outcome,
       error: error ? error.slice(0, 2000) : null,
-      duration_ms: Math.max(0, Math.round(Date.now() - started)),
+      duration_ms: duration,
       request_id: ctx.requestId,
       jsonrpc_id: String(id),
     })
-    .execute()
-    .catch((err: unknown) => ctx.log.warn({ err }, 'tool-call record not written'));
+    .execute();
 }
 
 /** tools/call: one JSON-RPC response; progress through `onprogress` when the client asked. */
@@ -214,7 +234,7 @@ async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
   }
   const tool = (await offeredTools(ctx, server, name)).find((t) => t.name === name);
   if (!tool) {
-    await record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
+    record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
     return errorResponse(request.id, INVALID_PARAMS, `Unknown tool: ${name}`);
   }
   const key = flightKey(server.id, request.id);
@@ -223,7 +243,7 @@ async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
   const signal = AbortSignal.any([controller.signal, ctx.signal]);
   try {
     const outcome = await callOffered(ctx, server, tool, args as Record<string, unknown>, signal, onprogress);
-    await record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
+    record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
     return resultResponse(request.id, outcome.result as Record<string, unknown>);
   } finally {
     if (inFlight.get(key) === controller) inFlight.delete(key);

@@ -3,7 +3,7 @@ import { defineArea } from '../../http/area';
 import { keyedPageRequest } from '../../http/pagination';
 import { closeUpstreamPool } from '../../lib/mcp-upstream-pool';
 import { renderMcpError } from '../../mcp/jsonrpc';
-import { mcpEndpointHandlers } from './mcp-endpoint.handlers';
+import { flushToolCallRecords, mcpEndpointHandlers } from './mcp-endpoint.handlers';
 import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 
@@ -22,8 +22,11 @@ export default defineArea({
   start: async (deps) => {
     config = deps.config;
   },
-  // The upstream sessions the endpoint kept open (src/lib/mcp-upstream-pool.ts).
-  stop: (deps) => closeUpstreamPool(deps.config),
+  // The tool-call records still being written, then the upstream sessions the endpoint kept open (src/lib/mcp-upstream-pool.ts).
+  stop: async (deps) => {
+    await flushToolCallRecords();
+    await closeUpstreamPool(deps.config);
+  },
   // The MCP endpoint answers in its own format (bearer errors, JSON-RPC error objects); the rest of the tag keeps the Error object.
   renderError: (error, operationId, requestId, path) => (MCP_ENDPOINT.has(operationId) ? renderMcpError(error, requestId, path, config.baseUrl) : null),
   handlers: {
