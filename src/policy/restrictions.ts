@@ -69,28 +69,38 @@ export class Policy {
   }
 
   /**
-   * `load(subjectOf(…))` in one round trip instead of two: the member's roles and teams are
-   * read inside the restrictions query (what the MCP endpoint does on every call).
+   * `load(subjectOf(…))` in one query instead of four in two round trips: the member's roles,
+   * teams and live exceptions are read inside the restrictions query (what the MCP endpoint
+   * does on every call).
    */
   static async loadForMember(db: Executor, orgId: string, userId: string, now: Date): Promise<Policy> {
-    const [result, exceptions] = await Promise.all([
-      sql<{ role_ids: string[]; team_ids: string[]; id: string | null; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null }>`
-        with subject as (
-          select
-            coalesce((select array_agg(ra.role_id order by ra.role_id) from role_assignments ra where ra.org_id = ${orgId} and ra.user_id = ${userId}), '{}'::text[]) as role_ids,
-            coalesce((select array_agg(tm.team_id order by tm.team_id) from team_members tm where tm.org_id = ${orgId} and tm.user_id = ${userId}), '{}'::text[]) as team_ids
-        )
-        select s.role_ids, s.team_ids, r.id, r.effect, r.match_connector_slug, r.match_tool_pattern, r.match_synthetic_tool_id
-        from subject s
-        left join restrictions r on r.org_id = ${orgId} and r.is_active = true and (
-          r.applies_to_everyone = true or r.applies_to_user_ids @> array[${userId}]::text[]
-          or r.applies_to_role_ids && s.role_ids or r.applies_to_team_ids && s.team_ids
-        )
-        order by r.id`.execute(db),
-      Policy.exceptionsOf(db, orgId, userId, now),
-    ]);
+    type ExceptionRow = { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null };
+    const result = await sql<{
+      role_ids: string[]; team_ids: string[]; exceptions: ExceptionRow[] | string;
+      id: string | null; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null;
+    }>`
+      with subject as (
+        select
+          coalesce((select array_agg(ra.role_id order by ra.role_id) from role_assignments ra where ra.org_id = ${orgId} and ra.user_id = ${userId}), '{}'::text[]) as role_ids,
+          coalesce((select array_agg(tm.team_id order by tm.team_id) from team_members tm where tm.org_id = ${orgId} and tm.user_id = ${userId}), '{}'::text[]) as team_ids,
+          coalesce((
+            select json_agg(json_build_object('restriction_id', ar.restriction_id, 'connector_slug', ar.connector_slug, 'tool_name', ar.tool_name, 'synthetic_tool_id', ar.synthetic_tool_id))
+            from access_requests ar
+            where ar.org_id = ${orgId} and ar.requester_user_id = ${userId} and ar.status = 'approved'
+              and (ar.exception_expires_at is null or ar.exception_expires_at > ${now})
+          ), '[]'::json) as exceptions
+      )
+      select s.role_ids, s.team_ids, s.exceptions, r.id, r.effect, r.match_connector_slug, r.match_tool_pattern, r.match_synthetic_tool_id
+      from subject s
+      left join restrictions r on r.org_id = ${orgId} and r.is_active = true and (
+        r.applies_to_everyone = true or r.applies_to_user_ids @> array[${userId}]::text[]
+        or r.applies_to_role_ids && s.role_ids or r.applies_to_team_ids && s.team_ids
+      )
+      order by r.id`.execute(db);
     const first = result.rows[0];
     const subject: PolicySubject = { orgId, userId, roleIds: first?.role_ids ?? [], teamIds: first?.team_ids ?? [] };
+    const raw = first?.exceptions ?? [];
+    const exceptions = (typeof raw === 'string' ? JSON.parse(raw) : raw) as ExceptionRow[];
     const rows = result.rows.filter((r): r is typeof r & { id: string } => r.id !== null);
     return Policy.compiled(subject, rows, exceptions);
   }

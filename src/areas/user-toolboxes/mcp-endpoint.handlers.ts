@@ -25,6 +25,8 @@ import { resolveUserToolbox, toolsOf, type OfferedTool, type ResolvedUserToolbox
 const SERVER_INFO = { name: 'mcp-control-plane', version: '0.1.0' };
 const PAGE_SIZE = 500;
 const SYNTHETIC_PERMISSION = 'synthetic_tool:execute';
+/** A connection's `last_used_at` moves on a call only when it is older than this (or the last use failed). */
+const LAST_USED_PRECISION_MS = 60_000;
 
 interface McpServerRow {
   id: string;
@@ -89,7 +91,7 @@ async function offeredTools(ctx: Ctx, server: McpServerRow, forName?: string, pr
   if (server.status !== 'active') return [];
   // The box and the owner's policy are independent reads: side by side.
   const [resolved, policy] = await Promise.all([
-    resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id),
+    resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id, { withoutDates: true }),
     Policy.loadForMember(ctx.db, server.org_id, server.owner_user_id, new Date()),
   ]);
   if (!resolved) return [];
@@ -191,7 +193,11 @@ async function callOffered(
     const result = await withConnection(ctx, row, connector, (credential) =>
       upstreamPoolOf(ctx.deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
     );
-    void connectionsRepo.recordUse(ctx.db, row.id, new Date(), null).catch(() => undefined);
+    // Bookkeeping kept to the minute (as the server's own last_used_at): not a write on every call.
+    const now = new Date();
+    if (row.last_error !== null || !row.last_used_at || now.getTime() - row.last_used_at.getTime() >= LAST_USED_PRECISION_MS) {
+      void connectionsRepo.recordUse(ctx.db, row.id, now, null).catch(() => undefined);
+    }
     return { result, outcome: result.isError ? 'tool_error' : 'succeeded', error: null };
   } catch (err) {
     if (signal.aborted) return { result: toolError('The call was cancelled.'), outcome: 'cancelled', error: 'cancelled' };

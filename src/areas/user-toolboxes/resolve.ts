@@ -107,14 +107,14 @@ export async function load(
   db: Executor,
   orgId: string,
   ownerUserId: string,
-  want: { stored: repo.UserToolboxRow[]; dynAll: boolean; toolboxes: ToolboxRow[] },
+  want: { stored: repo.UserToolboxRow[]; dynAll: boolean; toolboxes: ToolboxRow[]; withoutDates?: boolean },
 ): Promise<Loaded> {
   // Independent reads, side by side (on a pool they overlap; the embedded database queues them).
   const [bindings, entries, ownConnections, joinedAt] = await Promise.all([
     repo.bindingsOf(db, want.stored.map((r) => r.id)),
     toolboxEntries(db, want.toolboxes.map((t) => t.id)),
     want.dynAll ? repo.connectionsOwnedBy(db, orgId, ownerUserId) : null,
-    want.dynAll ? repo.joinedAt(db, orgId, ownerUserId) : new Date(0),
+    want.dynAll && !want.withoutDates ? repo.joinedAt(db, orgId, ownerUserId) : new Date(0),
   ]);
   const ids = new Set<string>();
   for (const list of bindings.values()) for (const b of list) ids.add(b.connection_id);
@@ -231,11 +231,18 @@ export function resolveDynToolbox(loaded: Loaded, toolbox: ToolboxRow): Resolved
  * theirs or not visible (someone else's, or a toolbox not, or no longer, shared with them), and
  * for anyone who is not an active member of the organization.
  */
-export async function resolveUserToolbox(db: Executor, orgId: string, userId: string, id: string): Promise<ResolvedUserToolbox | null> {
+export async function resolveUserToolbox(
+  db: Executor,
+  orgId: string,
+  userId: string,
+  id: string,
+  /** The MCP endpoint serves tools, not the box's dates: `utbx_dyn_all`'s dates then stay unread (one query less). */
+  options: { withoutDates?: boolean } = {},
+): Promise<ResolvedUserToolbox | null> {
   // Someone no longer (or not yet) an active member has no user toolboxes there, stored ones
   // included. For `utbx_dyn_all` (what most MCP servers serve) that is asked alongside the reads.
   if (id === DYN_ALL) {
-    const [member, loaded] = await Promise.all([repo.isActiveMember(db, orgId, userId), load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [] })]);
+    const [member, loaded] = await Promise.all([repo.isActiveMember(db, orgId, userId), load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [], withoutDates: options.withoutDates })]);
     return member ? resolveDynAll(loaded) : null;
   }
   if (!(await repo.isActiveMember(db, orgId, userId))) return null;
