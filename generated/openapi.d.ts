@@ -9817,7 +9817,7 @@ export interface components {
             authorize_url: string | null;
             /** @description When `authorize_url` stops working (10 minutes after it was made), or null. */
             authorize_expires_at: components["schemas"]["Timestamp"] | null;
-            /** @description When the server last called the upstream with this connection (tools listed or called), or null if never. */
+            /** @description When the server last called the upstream with this connection (tools listed or called), or null if never. Calls through an MCP server move it at most once a minute (after a failed use, at once). */
             last_used_at: components["schemas"]["Timestamp"] | null;
             /**
              * @description Why the last upstream call, token refresh or authorization failed (without secrets), or null after a success.

@@ -34,7 +34,7 @@ export interface App {
   registry: Registry;
   /** What the app remembers of credentials; forgets on every change it hears of. */
   credentials: CredentialCache;
-  /** Closes what the app opened itself (the Redis connection of the rate limits, the credential change listener). */
+  /** Closes what the app opened itself (the Redis connection of the rate limits, the credential change listener, what areas started). */
   close(): Promise<void>;
 }
 
@@ -121,6 +121,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     close: async () => {
       await stopFollowing();
       await counters.close();
+      await registry.stop(deps);
     },
   };
 }

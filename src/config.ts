@@ -55,6 +55,8 @@ export interface Config {
   catalogDir: string;
   /** Synthetic tool runs: the most one step's upstream call may take, and the whole run. */
   syntheticTools: { stepTimeoutMs: number; runTimeoutMs: number };
+  /** Upstream MCP sessions kept open between `tools/call`s: closed after `idleMs` unused (0: one session per call), at most `max`. */
+  upstreamMcp: { idleMs: number; max: number };
 }
 
 export class ConfigError extends Error {
@@ -236,6 +238,10 @@ export function loadConfig(env: Env = process.env): Config {
     syntheticTools: {
       stepTimeoutMs: int(env, 'SYNTHETIC_STEP_TIMEOUT_MS', 30_000, 100, 600_000),
       runTimeoutMs: int(env, 'SYNTHETIC_RUN_TIMEOUT_MS', 120_000, 100, 3_600_000),
+    },
+    upstreamMcp: {
+      idleMs: int(env, 'UPSTREAM_MCP_IDLE_MS', 60_000, 0, 3_600_000),
+      max: int(env, 'UPSTREAM_MCP_POOL_MAX', 1_000, 1, 100_000),
     },
   };
 }

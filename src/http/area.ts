@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { RequestHandler } from 'express';
 import type { Tag } from '../../generated/operations';
 import type { Authenticator } from '../auth/credentials';
@@ -49,6 +50,14 @@ export interface Area<T extends Tag = Tag> {
    * area ships, such as the connector catalog); a throw stops the start.
    */
   start?: (deps: AppDeps) => Promise<void>;
+  /**
+   * Checks of this area's operations that come before authentication (and its rate limit):
+   * throws an ApiError to refuse. The MCP endpoint refuses a foreign `Origin` here, so that a
+   * web page learns nothing from the endpoint, not even whether a token is needed.
+   */
+  beforeAuthentication?: (operationId: string, headers: IncomingHttpHeaders, deps: AppDeps) => void;
+  /** Runs when the app closes: releases what `start` opened (kept upstream sessions, timers). */
+  stop?: (deps: AppDeps) => Promise<void>;
 }
 
 export interface SealedColumn {

@@ -182,6 +182,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         const route = await matchCounting(req, credential !== null);
         // What a credential was shown for is the caller's alone: no shared cache keeps it.
         if (credential) res.setHeader('Cache-Control', 'no-store');
+        registry.beforeAuthentication(route.operationId, req.headers, deps);
         const admitted = await guard(route.meta, req, credential, guardDeps);
         // A credential on an operation that takes none was never looked up: its address is what counts.
         if (credential && !admitted.caller) await limits.address(req.ip);

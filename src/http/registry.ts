@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { RequestHandler } from 'express';
 import { apiTokenAuthenticator, sessionAuthenticator, type Authenticator } from '../auth/credentials';
 import type { OutboxConsumer } from '../events/outbox';
@@ -18,12 +19,16 @@ export interface Registry {
   /** Operations the contract has but nothing serves: they answer 501 `not_implemented`. */
   notImplemented: ReadonlySet<string>;
   renderError(operationId: string, error: ApiError, requestId: string, path: string): RenderedError | null;
+  /** The area's checks before authentication (Area.beforeAuthentication); throws to refuse. */
+  beforeAuthentication(operationId: string, headers: IncomingHttpHeaders, deps: AppDeps): void;
   /** Every area's outbox consumers, for the outbox worker. */
   consumers(deps: AppDeps): OutboxConsumer[];
   /** Every column of sealed secrets, for re-sealing after a key rotation. */
   sealed: readonly SealedColumn[];
   /** Runs every area's start-up step, in area order; a throw stops the start. */
   start(deps: AppDeps): Promise<void>;
+  /** Runs every area's stop step (app shutdown); a failing one does not keep the others from running. */
+  stop(deps: AppDeps): Promise<void>;
 }
 
 /** The schemes the shared machinery authenticates itself; areas add the protocol ones. */
@@ -35,6 +40,7 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
   const authenticators = new Map<string, Authenticator>(Object.entries(CORE_AUTHENTICATORS));
   const engines: Registry['engines'][number][] = [];
   const renderers = new Map<string, NonNullable<Area['renderError']>>();
+  const prechecks = new Map<string, NonNullable<Area['beforeAuthentication']>>();
   const tags = new Set<string>();
 
   for (const area of areas) {
@@ -57,6 +63,7 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
       engines.push({ name, ...engine });
     }
     if (area.renderError) renderers.set(area.tag, area.renderError);
+    if (area.beforeAuthentication) prechecks.set(area.tag, area.beforeAuthentication);
   }
   if (problems.length > 0) throw new Error(`The areas do not fit the spec:\n  ${problems.join('\n  ')}`);
 
@@ -76,10 +83,18 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
       const render = meta && renderers.get(meta.tag);
       return render ? render(error, operationId, requestId, path) : null;
     },
+    beforeAuthentication(operationId, headers, deps) {
+      const meta = operations[operationId];
+      const check = meta && prechecks.get(meta.tag);
+      check?.(operationId, headers, deps);
+    },
     consumers: (deps) => areas.flatMap((area) => area.consumers?.(deps) ?? []),
     sealed: areas.flatMap((area) => area.sealed ?? []),
     async start(deps) {
       for (const area of areas) await area.start?.(deps);
+    },
+    async stop(deps) {
+      await Promise.allSettled(areas.map((area) => area.stop?.(deps)));
     },
   };
 }

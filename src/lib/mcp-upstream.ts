@@ -55,7 +55,7 @@ export class UpstreamUnavailable extends Error {
   }
 }
 
-const CLIENT_INFO = { name: 'mcp-control-plane', version: '0.1.0' };
+export const CLIENT_INFO = { name: 'mcp-control-plane', version: '0.1.0' };
 
 /** The same origin as the MCP URL: a credential never goes anywhere else (an SSE endpoint elsewhere, a redirect). */
 function sameOrigin(a: URL, b: URL): boolean {
@@ -66,7 +66,7 @@ function sameOrigin(a: URL, b: URL): boolean {
  * A fetch that adds the credential where the connector places it, only towards the MCP
  * server's own origin, and remembers the last refusal (401/403) the upstream answered.
  */
-function credentialFetch(session: OutboundSession, target: UpstreamTarget, seen: { refused: UpstreamRejected | null }) {
+export function credentialFetch(session: Pick<OutboundSession, 'fetch'>, target: UpstreamTarget, seen: { refused: UpstreamRejected | null }) {
   const origin = new URL(target.url);
   const { credential } = target;
   return async (input: string | URL | Request, init: RequestInit = {}): Promise<Response> => {
@@ -86,7 +86,7 @@ function credentialFetch(session: OutboundSession, target: UpstreamTarget, seen:
 }
 
 /** What went wrong, for the operator's log, with the credential cut out wherever a message repeated it. */
-function describe(err: unknown, credential: UpstreamCredential): string {
+export function describe(err: unknown, credential: UpstreamCredential): string {
   const text = err instanceof OutboundRefused ? err.detail : err instanceof Error ? `${err.name}: ${err.message}` : String(err);
   const secret = credential.kind === 'bearer' ? credential.token : credential.kind === 'none' ? '' : credential.value;
   return secret.length >= 4 ? text.split(secret).join('[redacted]').split(encodeURIComponent(secret)).join('[redacted]') : text;
@@ -165,19 +165,24 @@ export function callTool(
   /** Asks the upstream for progress (a progressToken) and hears each `notifications/progress` it sends. */
   onprogress?: (progress: Progress) => void,
 ): Promise<UpstreamCallResult> {
-  return withUpstream(
-    target,
-    { ...limits, maxPages: 1 },
-    async (client) => {
-      try {
-        return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs, signal, ...(onprogress ? { onprogress } : {}) })) as UpstreamCallResult;
-      } catch (err) {
-        if (err instanceof McpError && err.code !== ErrorCode.RequestTimeout && err.code !== ErrorCode.ConnectionClosed) {
-          return { isError: true, content: [{ type: 'text', text: `The upstream refused the call: ${err.message}` }] };
-        }
-        throw err;
-      }
-    },
-    signal,
-  );
+  return withUpstream(target, { ...limits, maxPages: 1 }, (client) => callWith(client, limits, name, args, signal, onprogress), signal);
+}
+
+/** `tools/call` on an open client; a JSON-RPC error the upstream answers is a result with `isError: true`. */
+export async function callWith(
+  client: Client,
+  limits: OutboundLimits,
+  name: string,
+  args: Record<string, unknown>,
+  signal?: AbortSignal,
+  onprogress?: (progress: Progress) => void,
+): Promise<UpstreamCallResult> {
+  try {
+    return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs, signal, ...(onprogress ? { onprogress } : {}) })) as UpstreamCallResult;
+  } catch (err) {
+    if (err instanceof McpError && err.code !== ErrorCode.RequestTimeout && err.code !== ErrorCode.ConnectionClosed) {
+      return { isError: true, content: [{ type: 'text', text: `The upstream refused the call: ${err.message}` }] };
+    }
+    throw err;
+  }
 }

@@ -80,7 +80,12 @@ function allowed(kind: AddressClass, policy: OutboundPolicy): boolean {
  */
 export class OutboundRefused extends Error {
   override readonly name = 'OutboundRefused';
-  constructor(message: string, readonly detail: string = message) {
+  constructor(
+    message: string,
+    readonly detail: string = message,
+    /** The connection failed or was reset before any answer came (not a refusal of the guard's, nor a deadline). */
+    readonly network = false,
+  ) {
     super(message);
   }
 }
@@ -330,7 +335,7 @@ export class OutboundSession {
       if (signal.aborted) return onAbort();
       signal.addEventListener('abort', onAbort, { once: true });
       req.on('close', () => signal.removeEventListener('abort', onAbort));
-      req.on('error', (err) => reject(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`)));
+      req.on('error', (err) => reject(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, true)));
       req.end(body);
     });
   };

@@ -68,6 +68,78 @@ export class Policy {
     }
   }
 
+  /**
+   * `load(subjectOf(…))` in one query instead of four in two round trips: the member's roles,
+   * teams and live exceptions are read inside the restrictions query (what the MCP endpoint
+   * does on every call).
+   */
+  static async loadForMember(db: Executor, orgId: string, userId: string, now: Date): Promise<Policy> {
+    type ExceptionRow = { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null };
+    const result = await sql<{
+      role_ids: string[]; team_ids: string[]; exceptions: ExceptionRow[] | string;
+      id: string | null; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null;
+    }>`
+      with subject as (
+        select
+          coalesce((select array_agg(ra.role_id order by ra.role_id) from role_assignments ra where ra.org_id = ${orgId} and ra.user_id = ${userId}), '{}'::text[]) as role_ids,
+          coalesce((select array_agg(tm.team_id order by tm.team_id) from team_members tm where tm.org_id = ${orgId} and tm.user_id = ${userId}), '{}'::text[]) as team_ids,
+          coalesce((
+            select json_agg(json_build_object('restriction_id', ar.restriction_id, 'connector_slug', ar.connector_slug, 'tool_name', ar.tool_name, 'synthetic_tool_id', ar.synthetic_tool_id))
+            from access_requests ar
+            where ar.org_id = ${orgId} and ar.requester_user_id = ${userId} and ar.status = 'approved'
+              and (ar.exception_expires_at is null or ar.exception_expires_at > ${now})
+          ), '[]'::json) as exceptions
+      )
+      select s.role_ids, s.team_ids, s.exceptions, r.id, r.effect, r.match_connector_slug, r.match_tool_pattern, r.match_synthetic_tool_id
+      from subject s
+      left join restrictions r on r.org_id = ${orgId} and r.is_active = true and (
+        r.applies_to_everyone = true or r.applies_to_user_ids @> array[${userId}]::text[]
+        or r.applies_to_role_ids && s.role_ids or r.applies_to_team_ids && s.team_ids
+      )
+      order by r.id`.execute(db);
+    const first = result.rows[0];
+    const subject: PolicySubject = { orgId, userId, roleIds: first?.role_ids ?? [], teamIds: first?.team_ids ?? [] };
+    const raw = first?.exceptions ?? [];
+    const exceptions = (typeof raw === 'string' ? JSON.parse(raw) : raw) as ExceptionRow[];
+    const rows = result.rows.filter((r): r is typeof r & { id: string } => r.id !== null);
+    return Policy.compiled(subject, rows, exceptions);
+  }
+
+  private static exceptionsOf(db: Executor, orgId: string, userId: string, now: Date) {
+    return db
+      .selectFrom('access_requests')
+      .select(['restriction_id', 'connector_slug', 'tool_name', 'synthetic_tool_id'])
+      .where('org_id', '=', orgId)
+      .where('requester_user_id', '=', userId)
+      .where('status', '=', 'approved')
+      .where((eb) => eb.or([eb('exception_expires_at', 'is', null), eb('exception_expires_at', '>', now)]))
+      .execute();
+  }
+
+  private static compiled(
+    subject: PolicySubject,
+    rows: readonly { id: string; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null }[],
+    exceptions: readonly { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null }[],
+  ): Policy {
+    const byRestriction = new Map<string, Exception[]>();
+    for (const e of exceptions) {
+      const list = byRestriction.get(e.restriction_id) ?? [];
+      list.push({ connector_slug: e.connector_slug, tool_name: e.tool_name, synthetic_tool_id: e.synthetic_tool_id });
+      byRestriction.set(e.restriction_id, list);
+    }
+    return new Policy(
+      subject,
+      rows.map((r) => ({
+        id: r.id,
+        effect: r.effect,
+        connectorSlug: r.match_connector_slug,
+        tool: r.match_tool_pattern === null ? null : compileGlob(r.match_tool_pattern),
+        syntheticToolId: r.match_synthetic_tool_id,
+        exceptions: byRestriction.get(r.id) ?? [],
+      })),
+    );
+  }
+
   /** Active restrictions applying to the subject, and its live exceptions (approved, unexpired access requests), in two queries. */
   static async load(db: Executor, subject: PolicySubject, now: Date): Promise<Policy> {
     const roleIds = [...subject.roleIds];
@@ -88,32 +160,9 @@ export class Policy {
         )
         .orderBy('id')
         .execute(),
-      db
-        .selectFrom('access_requests')
-        .select(['restriction_id', 'connector_slug', 'tool_name', 'synthetic_tool_id'])
-        .where('org_id', '=', subject.orgId)
-        .where('requester_user_id', '=', subject.userId)
-        .where('status', '=', 'approved')
-        .where((eb) => eb.or([eb('exception_expires_at', 'is', null), eb('exception_expires_at', '>', now)]))
-        .execute(),
+      Policy.exceptionsOf(db, subject.orgId, subject.userId, now),
     ]);
-    const byRestriction = new Map<string, Exception[]>();
-    for (const e of exceptions) {
-      const list = byRestriction.get(e.restriction_id) ?? [];
-      list.push({ connector_slug: e.connector_slug, tool_name: e.tool_name, synthetic_tool_id: e.synthetic_tool_id });
-      byRestriction.set(e.restriction_id, list);
-    }
-    return new Policy(
-      subject,
-      rows.map((r) => ({
-        id: r.id,
-        effect: r.effect,
-        connectorSlug: r.match_connector_slug,
-        tool: r.match_tool_pattern === null ? null : compileGlob(r.match_tool_pattern),
-        syntheticToolId: r.match_synthetic_tool_id,
-        exceptions: byRestriction.get(r.id) ?? [],
-      })),
-    );
+    return Policy.compiled(subject, rows, exceptions);
   }
 
   /** The member's roles and teams in the organization. */

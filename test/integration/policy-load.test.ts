@@ -56,6 +56,15 @@ it('loads the active restrictions applying to the member and their live exceptio
   const policy = await Policy.load(t.db, subject, now);
   expect(policy.restrictionIds).toEqual([everyone, byRole, byTeam, byUser]);
   expect(policy.evaluate({ kind: 'upstream', connector_slug: 'github', tool: 'delete_repo' })).toEqual({ listed: true, callable: false, deniedBy: [], heldBy: [byRole, byTeam, byUser] });
+  // The MCP endpoint's one-query form reads the same subject, restrictions and exceptions.
+  const member = await Policy.loadForMember(t.db, org.orgId, userId, now);
+  expect([...member.subject.roleIds].sort()).toEqual([...subject.roleIds].sort());
+  expect(member.subject.teamIds).toEqual([teamId]);
+  expect(member.restrictionIds).toEqual(policy.restrictionIds);
+  expect(member.evaluate({ kind: 'upstream', connector_slug: 'github', tool: 'delete_repo' })).toEqual(policy.evaluate({ kind: 'upstream', connector_slug: 'github', tool: 'delete_repo' }));
+  const none = await Policy.loadForMember(t.db, other.orgId, bystander, now);
+  expect(none.subject).toEqual({ orgId: other.orgId, userId: bystander, roleIds: [], teamIds: [] });
+  expect(none.restrictionIds).toHaveLength(1);
 
   // No roles and no teams: only `everyone` and the user's own.
   const bare = await Policy.load(t.db, { orgId: org.orgId, userId, roleIds: [], teamIds: [] }, now);

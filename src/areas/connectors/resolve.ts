@@ -56,6 +56,21 @@ export async function resolveConnector(db: Db, secrets: SecretBox, orgId: string
   const found = await lookup(db, orgId, slug);
   if (!found) return null;
   if (found.source === 'custom' && !(await visibleTo(db, orgId, userId, canManage, slug))) return null;
+  return resolvedOf(secrets, orgId, slug, found);
+}
+
+/**
+ * The connector as a member sees it now by their roles (seesConnector, then resolveConnector,
+ * with one lookup): what a call through the member's connection uses. Null when not visible.
+ */
+export async function resolveConnectorForMember(db: Db, secrets: SecretBox, orgId: string, userId: string, slug: string): Promise<ResolvedConnector | null> {
+  const found = await lookup(db, orgId, slug);
+  if (!found) return null;
+  if (found.source === 'custom' && !(await memberSeesCustom(db, orgId, userId, slug))) return null;
+  return resolvedOf(secrets, orgId, slug, found);
+}
+
+function resolvedOf(secrets: SecretBox, orgId: string, slug: string, found: NonNullable<Awaited<ReturnType<typeof lookup>>>): ResolvedConnector {
   const content = found.source === 'custom' ? found.row.content : found.content;
   const version = found.source === 'custom' ? found.row.version : found.version;
   const sealed = found.source === 'custom' ? found.row.client_secret_enc : null;
@@ -75,6 +90,11 @@ export async function seesConnector(db: Executor, orgId: string, userId: string,
   const found = await lookup(db, orgId, slug);
   if (!found) return false;
   if (found.source === 'built_in') return true;
+  return memberSeesCustom(db, orgId, userId, slug);
+}
+
+/** Whether an active member sees a custom connector by their roles: `connector:manage`, or a share. */
+async function memberSeesCustom(db: Executor, orgId: string, userId: string, slug: string): Promise<boolean> {
   const member = await db
     .selectFrom('memberships as m')
     .select(rolesHeld('m'))

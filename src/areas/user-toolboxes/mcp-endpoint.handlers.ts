@@ -3,7 +3,8 @@ import type { AreaHandlers } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
 import type { RequestContext } from '../../http/context';
 import type { ServerSentEvent } from '../../http/handler-types';
-import { callTool, UpstreamUnavailable } from '../../lib/mcp-upstream';
+import { UpstreamUnavailable } from '../../lib/mcp-upstream';
+import { upstreamPoolOf } from '../../lib/mcp-upstream-pool';
 import {
   classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
   SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
@@ -12,9 +13,9 @@ import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeade
 import { Policy } from '../../policy/restrictions';
 import * as connectionsRepo from '../connections/connections.repo';
 import { upstreamLimits, withConnection } from '../connections/connections.upstream';
-import { resolveConnector, seesConnector } from '../connectors/resolve';
+import { resolveConnectorForMember, type ResolvedConnector } from '../connectors/resolve';
 import { findSyntheticTool, runSyntheticTool } from '../synthetic-tools';
-import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
+import { resolveUserToolbox, toolsOf, type OfferedTool, type ResolvedUserToolbox } from './resolve';
 
 /**
  * postMcpMessage and deleteMcpSession: the MCP endpoint `/mcp/{mcpId}` (spec/paths/mcp.yml),
@@ -25,6 +26,8 @@ import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
 const SERVER_INFO = { name: 'mcp-control-plane', version: '0.1.0' };
 const PAGE_SIZE = 500;
 const SYNTHETIC_PERMISSION = 'synthetic_tool:execute';
+/** A connection's `last_used_at` moves on a call only when it is older than this (or the last use failed). */
+const LAST_USED_PRECISION_MS = 60_000;
 
 interface McpServerRow {
   id: string;
@@ -85,17 +88,41 @@ const isRow = (value: McpServerRow | Result): value is McpServerRow => 'user_too
  * synthetic_tool:execute). `forName`: only what could answer to that name is read (the sources
  * of its connector, and synthetic tools), so a call does not parse every cached list of the box.
  */
-async function offeredTools(ctx: Ctx, server: McpServerRow, forName?: string): Promise<OfferedTool[]> {
+async function offeredTools(ctx: Ctx, server: McpServerRow, forName?: string, prefetch?: (box: ResolvedUserToolbox) => void): Promise<OfferedTool[]> {
   if (server.status !== 'active') return [];
-  const resolved = await resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id);
+  // The box and the owner's policy are independent reads: side by side.
+  const [resolved, policy] = await Promise.all([
+    resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id, { withoutDates: true }),
+    Policy.loadForMember(ctx.db, server.org_id, server.owner_user_id, new Date()),
+  ]);
   if (!resolved) return [];
-  const slug = forName?.includes('__') ? forName.slice(0, forName.indexOf('__')) : null;
+  const slug = slugOf(forName);
   const box = forName === undefined ? resolved : { ...resolved, sources: resolved.sources.filter((s) => s.type === 'synthetic_tool' || s.connector_slug === slug) };
-  const policy = await Policy.load(ctx.db, await Policy.subjectOf(ctx.db, server.org_id, server.owner_user_id), new Date());
+  prefetch?.(box);
   const tools = await toolsOf(ctx.deps, box, policy);
   const mayRunSynthetic = ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(SYNTHETIC_PERMISSION) ?? false);
   return mayRunSynthetic ? tools : tools.filter((t) => t.source.kind !== 'synthetic');
 }
+
+/** `crm__search` → `crm`; null for a name without a connector (a synthetic tool's). */
+const slugOf = (name: string | undefined): string | null => (name?.includes('__') ? name.slice(0, name.indexOf('__')) : null);
+
+/**
+ * What a call to an upstream tool reads besides the box and the policy, started as soon as it
+ * is known so that it overlaps them: the connector as the owner sees it (the slug is in the
+ * tool's name), and the rows of the box's connections to it. Nothing is decided on it before
+ * the policy has spoken; a read that fails fails only the call that uses it.
+ */
+interface Prefetched {
+  connector: Promise<ResolvedConnector | null> | null;
+  connections: Map<string, Promise<connectionsRepo.ConnectionRow | undefined>>;
+}
+
+function quiet<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => undefined);
+  return promise;
+}
+
 
 function mcpTool(tool: OfferedTool) {
   return {
@@ -129,6 +156,7 @@ async function callOffered(
   args: Record<string, unknown>,
   signal: AbortSignal,
   onprogress?: (progress: { progress: number; total?: number; message?: string }) => void,
+  prefetched?: Prefetched,
 ): Promise<CallOutcome> {
   if (!tool.verdict.callable) {
     const text = await heldMessage(ctx, tool);
@@ -151,21 +179,26 @@ async function callOffered(
     }
   }
   const source = tool.source;
-  const row = await connectionsRepo.findConnection(ctx.db, server.org_id, source.connection_id);
+  const row = await (prefetched?.connections.get(source.connection_id) ?? connectionsRepo.findConnection(ctx.db, server.org_id, source.connection_id));
   if (!row || row.status !== 'active') {
     const text = `${tool.name} cannot be called: its connection is ${row ? row.status : 'gone'}${row?.status === 'needs_reauth' ? '; reconnect it in the web app' : ''}.`;
     return { result: toolError(text), outcome: 'unavailable', error: text };
   }
-  const connector = (await seesConnector(ctx.db, server.org_id, row.owner_user_id, source.connector_slug))
-    ? await resolveConnector(ctx.db, ctx.deps.secrets, server.org_id, row.owner_user_id, true, source.connector_slug)
-    : null;
+  // The connection is the owner's (the box serves only their own), so the connector is as the owner sees it.
+  const connector = row.owner_user_id === server.owner_user_id && prefetched?.connector
+    ? await prefetched.connector
+    : await resolveConnectorForMember(ctx.db, ctx.deps.secrets, server.org_id, row.owner_user_id, source.connector_slug);
   if (!connector) return { result: toolError(`${tool.name} cannot be called: its connector is no longer available.`), outcome: 'unavailable', error: 'connector unavailable' };
   const limits = upstreamLimits(ctx);
   try {
     const result = await withConnection(ctx, row, connector, (credential) =>
-      callTool({ url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
+      upstreamPoolOf(ctx.deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
     );
-    void connectionsRepo.recordUse(ctx.db, row.id, new Date(), null).catch(() => undefined);
+    // Bookkeeping kept to the minute (as the server's own last_used_at): not a write on every call.
+    const now = new Date();
+    if (row.last_error !== null || !row.last_used_at || now.getTime() - row.last_used_at.getTime() >= LAST_USED_PRECISION_MS) {
+      void connectionsRepo.recordUse(ctx.db, row.id, now, null).catch(() => undefined);
+    }
     return { result, outcome: result.isError ? 'tool_error' : 'succeeded', error: null };
   } catch (err) {
     if (signal.aborted) return { result: toolError('The call was cancelled.'), outcome: 'cancelled', error: 'cancelled' };
@@ -179,7 +212,28 @@ async function callOffered(
   }
 }
 
-async function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number) {
+/** Tool-call records being written: the app waits for them when it closes (flushToolCallRecords). */
+const pendingRecords = new Set<Promise<void>>();
+
+/** Waits for every tool-call record still being written (app shutdown, before the database closes). */
+export async function flushToolCallRecords(): Promise<void> {
+  while (pendingRecords.size > 0) await Promise.allSettled([...pendingRecords]);
+}
+
+/**
+ * Writes the call's tool-call record off the answer's path: started after the answer is
+ * settled, never awaited by it. A record that cannot be written is logged at error.
+ */
+function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number): void {
+  const duration = Math.max(0, Math.round(Date.now() - started));
+  const write = new Promise<void>((resolve) => setImmediate(resolve))
+    .then(() => insertRecord(ctx, server, id, name, tool, outcome, error, duration))
+    .catch((err: unknown) => ctx.log.error({ err, mcp_server_id: server.id, tool: name, outcome }, 'tool-call record not written'))
+    .finally(() => pendingRecords.delete(write));
+  pendingRecords.add(write);
+}
+
+async function insertRecord(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, duration: number) {
   const source = tool?.source;
   await ctx.db
     .insertInto('tool_call_records')
@@ -195,12 +249,11 @@ async function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: strin
       upstream_tool: source?.kind === 'upstream' ? source.tool : null,
       outcome,
       error: error ? error.slice(0, 2000) : null,
-      duration_ms: Math.max(0, Math.round(Date.now() - started)),
+      duration_ms: duration,
       request_id: ctx.requestId,
       jsonrpc_id: String(id),
     })
-    .execute()
-    .catch((err: unknown) => ctx.log.warn({ err }, 'tool-call record not written'));
+    .execute();
 }
 
 /** tools/call: one JSON-RPC response; progress through `onprogress` when the client asked. */
@@ -212,9 +265,20 @@ async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
   if (typeof name !== 'string' || typeof args !== 'object' || args === null || Array.isArray(args)) {
     return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: tools/call takes a name and an arguments object');
   }
-  const tool = (await offeredTools(ctx, server, name)).find((t) => t.name === name);
+  const slug = server.status === 'active' ? slugOf(name) : null;
+  const prefetched: Prefetched = { connector: slug ? quiet(resolveConnectorForMember(ctx.db, ctx.deps.secrets, server.org_id, server.owner_user_id, slug)) : null, connections: new Map() };
+  const tool = (
+    await offeredTools(ctx, server, name, (box) => {
+      if (!slug) return;
+      for (const s of box.sources) {
+        if (s.type === 'connection' && s.status === 'active' && s.connector_slug === slug && !prefetched.connections.has(s.connection_id)) {
+          prefetched.connections.set(s.connection_id, quiet(connectionsRepo.findConnection(ctx.db, server.org_id, s.connection_id)));
+        }
+      }
+    })
+  ).find((t) => t.name === name);
   if (!tool) {
-    await record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
+    record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
     return errorResponse(request.id, INVALID_PARAMS, `Unknown tool: ${name}`);
   }
   const key = flightKey(server.id, request.id);
@@ -222,8 +286,8 @@ async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
   inFlight.set(key, controller);
   const signal = AbortSignal.any([controller.signal, ctx.signal]);
   try {
-    const outcome = await callOffered(ctx, server, tool, args as Record<string, unknown>, signal, onprogress);
-    await record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
+    const outcome = await callOffered(ctx, server, tool, args as Record<string, unknown>, signal, onprogress, prefetched);
+    record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
     return resultResponse(request.id, outcome.result as Record<string, unknown>);
   } finally {
     if (inFlight.get(key) === controller) inFlight.delete(key);

@@ -107,17 +107,20 @@ export async function load(
   db: Executor,
   orgId: string,
   ownerUserId: string,
-  want: { stored: repo.UserToolboxRow[]; dynAll: boolean; toolboxes: ToolboxRow[] },
+  want: { stored: repo.UserToolboxRow[]; dynAll: boolean; toolboxes: ToolboxRow[]; withoutDates?: boolean },
 ): Promise<Loaded> {
-  const bindings = await repo.bindingsOf(db, want.stored.map((r) => r.id));
-  const entries = await toolboxEntries(db, want.toolboxes.map((t) => t.id));
-  const ownConnections = want.dynAll ? await repo.connectionsOwnedBy(db, orgId, ownerUserId) : null;
+  // Independent reads, side by side (on a pool they overlap; the embedded database queues them).
+  const [bindings, entries, ownConnections, joinedAt] = await Promise.all([
+    repo.bindingsOf(db, want.stored.map((r) => r.id)),
+    toolboxEntries(db, want.toolboxes.map((t) => t.id)),
+    want.dynAll ? repo.connectionsOwnedBy(db, orgId, ownerUserId) : null,
+    want.dynAll && !want.withoutDates ? repo.joinedAt(db, orgId, ownerUserId) : new Date(0),
+  ]);
   const ids = new Set<string>();
   for (const list of bindings.values()) for (const b of list) ids.add(b.connection_id);
   for (const list of entries.values()) for (const e of list) if (e.connection_id) ids.add(e.connection_id);
   const connections = new Map<string, repo.ConnectionStateRow>((ownConnections ?? []).map((c) => [c.id, c]));
   for (const c of await repo.connectionStates(db, orgId, [...ids].filter((id) => !connections.has(id)))) connections.set(c.id, c);
-  const joinedAt = want.dynAll ? await repo.joinedAt(db, orgId, ownerUserId) : new Date(0);
   return { orgId, ownerUserId, ...want, bindings, entries, ownConnections, connections, joinedAt };
 }
 
@@ -228,10 +231,21 @@ export function resolveDynToolbox(loaded: Loaded, toolbox: ToolboxRow): Resolved
  * theirs or not visible (someone else's, or a toolbox not, or no longer, shared with them), and
  * for anyone who is not an active member of the organization.
  */
-export async function resolveUserToolbox(db: Executor, orgId: string, userId: string, id: string): Promise<ResolvedUserToolbox | null> {
-  // Someone no longer (or not yet) an active member has no user toolboxes there, stored ones included.
+export async function resolveUserToolbox(
+  db: Executor,
+  orgId: string,
+  userId: string,
+  id: string,
+  /** The MCP endpoint serves tools, not the box's dates: `utbx_dyn_all`'s dates then stay unread (one query less). */
+  options: { withoutDates?: boolean } = {},
+): Promise<ResolvedUserToolbox | null> {
+  // Someone no longer (or not yet) an active member has no user toolboxes there, stored ones
+  // included. For `utbx_dyn_all` (what most MCP servers serve) that is asked alongside the reads.
+  if (id === DYN_ALL) {
+    const [member, loaded] = await Promise.all([repo.isActiveMember(db, orgId, userId), load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [], withoutDates: options.withoutDates })]);
+    return member ? resolveDynAll(loaded) : null;
+  }
   if (!(await repo.isActiveMember(db, orgId, userId))) return null;
-  if (id === DYN_ALL) return resolveDynAll(await load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [] }));
   if (id.startsWith(DYN_TBX)) {
     const toolboxId = toolboxIdOf(id);
     const toolbox = (await toolboxesSharedWith(db, orgId, userId)).find((t) => t.id === toolboxId);

@@ -1,8 +1,10 @@
 import { mcpServerTokenAuthenticator } from '../../auth/mcp-tokens';
 import { defineArea } from '../../http/area';
+import { ApiError } from '../../http/errors';
 import { keyedPageRequest } from '../../http/pagination';
+import { closeUpstreamPool } from '../../lib/mcp-upstream-pool';
 import { renderMcpError } from '../../mcp/jsonrpc';
-import { mcpEndpointHandlers } from './mcp-endpoint.handlers';
+import { flushToolCallRecords, mcpEndpointHandlers } from './mcp-endpoint.handlers';
 import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 
@@ -20,6 +22,18 @@ export default defineArea({
   authenticators: { mcpToken: mcpServerTokenAuthenticator },
   start: async (deps) => {
     config = deps.config;
+  },
+  // The tool-call records still being written, then the upstream sessions the endpoint kept open (src/lib/mcp-upstream-pool.ts).
+  stop: async (deps) => {
+    await flushToolCallRecords();
+    await closeUpstreamPool(deps.config);
+  },
+  // A foreign Origin is refused before the token is looked at (and before the rate limit counts it).
+  beforeAuthentication: (operationId, headers, deps) => {
+    if (!MCP_ENDPOINT.has(operationId)) return;
+    const origin = headers.origin;
+    if (origin === undefined || origin === new URL(deps.config.baseUrl).origin || deps.config.mcpAllowedOrigins.includes(origin)) return;
+    throw new ApiError('insufficient_access', `Origin ${origin.slice(0, 300)} is not allowed`);
   },
   // The MCP endpoint answers in its own format (bearer errors, JSON-RPC error objects); the rest of the tag keeps the Error object.
   renderError: (error, operationId, requestId, path) => (MCP_ENDPOINT.has(operationId) ? renderMcpError(error, requestId, path, config.baseUrl) : null),

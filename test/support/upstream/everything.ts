@@ -48,9 +48,13 @@ function answers(port: number): Promise<boolean> {
   });
 }
 
-/** Spawns the reference server and waits (at most `timeoutMs`, default 40 s: it is a large program and starts slowly on a busy machine) until it listens. */
-export async function startEverythingServer(transport: 'streamableHttp' | 'sse', options: { timeoutMs?: number } = {}): Promise<EverythingServer> {
-  const port = await freePort();
+/**
+ * Spawns the reference server and waits (at most `timeoutMs`, default 40 s: it is a large
+ * program and starts slowly on a busy machine) until it listens; on `port` when given (the
+ * same server started again: an upstream restart, its sessions gone).
+ */
+export async function startEverythingServer(transport: 'streamableHttp' | 'sse', options: { timeoutMs?: number; port?: number } = {}): Promise<EverythingServer> {
+  const port = options.port ?? (await freePort());
   const child = spawn(process.execPath, ['-r', LOOPBACK_ONLY, ENTRY, transport], {
     env: { ...process.env, PORT: String(port), NODE_OPTIONS: '' },
     stdio: ['ignore', 'ignore', 'pipe'],

@@ -1,0 +1,267 @@
+import { createHash } from 'node:crypto';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Progress } from '@modelcontextprotocol/sdk/types.js';
+import { callTool, callWith, CLIENT_INFO, credentialFetch, describe, UpstreamRejected, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './mcp-upstream';
+import { OutboundRefused, OutboundSession, type OutboundLimits } from './outbound';
+
+/**
+ * Upstream MCP clients kept open between calls, one per connection and credential: a
+ * `tools/call` through the MCP endpoint then costs the upstream one request, not a whole
+ * session (initialize, initialized, the call, DELETE).
+ *
+ * - Keyed by the connection and a hash of what is sent (URL, transport, the credential as
+ *   placed): a rotated API key or a refreshed OAuth token opens a new session, and the old
+ *   one is closed once its calls are done. The hash lives in memory only.
+ * - Every request still goes through the outbound guard (address checks after resolution),
+ *   each with its own deadline and size cap; the call's own deadline is the SDK's timeout.
+ * - Concurrent first calls share one connect. A client idle for `idleMs` is closed; past
+ *   `max` clients the least recently used is.
+ * - A session the upstream dropped (404, or 400 to a request carrying its session id) or a
+ *   kept-alive connection reset before any answer came is retried once in a fresh session,
+ *   and only for a client that had already served a call (a fresh one failing is an answer).
+ * - Streamable HTTP only: the old SSE transport holds a stream per session and is called
+ *   one session per call, as before. `idleMs` 0 turns pooling off.
+ */
+
+export interface UpstreamPoolOptions {
+  /** Close a client nobody used for this long; 0: no pooling (one session per call). */
+  idleMs: number;
+  /** The most clients kept; past it the least recently used is closed. */
+  max: number;
+}
+
+interface Flags {
+  /** The last 401/403 the upstream answered on this client. */
+  refused: UpstreamRejected | null;
+  /** The upstream answered 404 (or 400) to a request that carried its session id. */
+  gone: boolean;
+}
+
+interface Entry {
+  owner: string;
+  version: string;
+  client: Client;
+  transport: StreamableHTTPClientTransport;
+  /** One connect shared by every call that arrives before it is done. */
+  ready: Promise<void>;
+  flags: Flags;
+  inUse: number;
+  /** Calls it completed: only a client that served one is retried when it fails. */
+  served: number;
+  lastUsed: number;
+  retired: boolean;
+}
+
+const NOT_MCP = 'The upstream MCP server could not be reached or did not answer MCP.';
+
+/** A fetch whose every request is guarded on its own: address checks, a deadline and a size cap per request. */
+function perRequestFetch(limits: OutboundLimits) {
+  return async (input: string | URL | Request, init: RequestInit = {}): Promise<Response> => {
+    // The standalone GET stream carries only what the upstream asks of us unprompted
+    // (sampling, elicitation), which this server does not offer: never opened, never held.
+    if ((init.method ?? 'GET').toUpperCase() === 'GET') return new Response(null, { status: 405 });
+    const session = new OutboundSession(limits);
+    let response: Response;
+    try {
+      response = await session.fetch(input, init);
+    } catch (err) {
+      session.close();
+      throw err;
+    }
+    if (!response.body) {
+      session.close();
+      return response;
+    }
+    // The deadline covers the answer read to its end; once it ended, the timer goes.
+    const body = response.body.pipeThrough(new TransformStream<Uint8Array, Uint8Array>({ flush: () => session.close() }));
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
+}
+
+export function credentialVersion(target: UpstreamTarget): string {
+  return createHash('sha256').update(JSON.stringify([target.url, target.transport, target.credential])).digest('base64url');
+}
+
+export class UpstreamPool {
+  private readonly entries = new Map<string, Entry>();
+  private readonly sweeper: NodeJS.Timeout | null;
+  private closed = false;
+  /** Sessions opened (initialize sent) since the pool started: for the benches and the log. */
+  connects = 0;
+
+  constructor(private readonly options: UpstreamPoolOptions) {
+    this.sweeper = options.idleMs > 0 ? setInterval(() => this.sweep(), Math.max(50, Math.min(options.idleMs, 30_000))) : null;
+    this.sweeper?.unref();
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /**
+   * `tools/call` through the connection's pooled client (opened on first use). 401/403 become
+   * UpstreamRejected (and the client is dropped); anything else that fails UpstreamUnavailable.
+   */
+  async callTool(
+    owner: string,
+    target: UpstreamTarget,
+    limits: OutboundLimits,
+    name: string,
+    args: Record<string, unknown>,
+    signal?: AbortSignal,
+    onprogress?: (progress: Progress) => void,
+  ): Promise<UpstreamCallResult> {
+    if (this.closed || this.options.idleMs === 0 || target.transport !== 'streamable_http') {
+      return callTool(target, limits, name, args, signal, onprogress);
+    }
+    const work = (client: Client) => callWith(client, limits, name, args, signal, onprogress);
+    const version = credentialVersion(target);
+    const entry = this.acquire(owner, version, target, limits);
+    try {
+      return await this.run(entry, target, work);
+    } catch (err) {
+      if (!(err instanceof Retry) || signal?.aborted) throw err instanceof Retry ? err.cause : err;
+      const fresh = this.acquire(owner, version, target, limits);
+      try {
+        return await this.run(fresh, target, work);
+      } catch (again) {
+        throw again instanceof Retry ? again.cause : again;
+      }
+    }
+  }
+
+  /** Closes every client (app shutdown); calls after this run one session each. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.sweeper) clearInterval(this.sweeper);
+    const all = [...this.entries.values()];
+    this.entries.clear();
+    await Promise.all(all.map((entry) => this.end(entry)));
+  }
+
+  private async run(entry: Entry, target: UpstreamTarget, work: (client: Client) => Promise<UpstreamCallResult>): Promise<UpstreamCallResult> {
+    const servedBefore = entry.served;
+    entry.inUse += 1;
+    try {
+      await entry.ready;
+      const result = await work(entry.client);
+      entry.served += 1;
+      return result;
+    } catch (err) {
+      if (entry.flags.refused) {
+        const refused = entry.flags.refused;
+        this.retire(entry);
+        throw refused;
+      }
+      if (err instanceof UpstreamUnavailable) throw err;
+      const dropped = entry.flags.gone || (err instanceof OutboundRefused && err.network) || (err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400) && entry.served > 0);
+      if (dropped) this.retire(entry);
+      const failure = new UpstreamUnavailable(err instanceof OutboundRefused ? err.message : NOT_MCP, describe(err, target.credential));
+      // Only a session that had served a call is retried: a fresh one failing is the upstream's answer.
+      if (dropped && servedBefore > 0) throw new Retry(failure);
+      throw failure;
+    } finally {
+      entry.inUse -= 1;
+      entry.lastUsed = Date.now();
+      if (entry.retired && entry.inUse === 0) void this.end(entry);
+    }
+  }
+
+  private acquire(owner: string, version: string, target: UpstreamTarget, limits: OutboundLimits): Entry {
+    const now = Date.now();
+    const found = this.entries.get(owner);
+    if (found) {
+      const expired = found.inUse === 0 && now - found.lastUsed >= this.options.idleMs;
+      if (found.version === version && !found.retired && !expired) {
+        // Most recently used last: the map's order is the eviction order.
+        this.entries.delete(owner);
+        this.entries.set(owner, found);
+        found.lastUsed = now;
+        return found;
+      }
+      this.retire(found);
+    }
+    while (this.entries.size >= this.options.max) {
+      const oldest = this.entries.values().next().value as Entry | undefined;
+      if (!oldest) break;
+      this.retire(oldest);
+    }
+    const entry = this.open(owner, version, target, limits);
+    this.entries.set(owner, entry);
+    return entry;
+  }
+
+  private open(owner: string, version: string, target: UpstreamTarget, limits: OutboundLimits): Entry {
+    const flags: Flags = { refused: null, gone: false };
+    const guarded = { fetch: perRequestFetch(limits) };
+    const withCredential = credentialFetch(guarded, target, flags);
+    const fetch = async (input: string | URL | Request, init: RequestInit = {}) => {
+      const response = await withCredential(input, init);
+      if ((response.status === 404 || response.status === 400) && new Headers(init.headers).has('mcp-session-id')) flags.gone = true;
+      return response;
+    };
+    const transport = new StreamableHTTPClientTransport(new URL(target.url), {
+      fetch,
+      reconnectionOptions: { maxReconnectionDelay: 1000, initialReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1, maxRetries: 0 },
+    });
+    const client = new Client(CLIENT_INFO, { capabilities: {} });
+    const entry: Entry = { owner, version, client, transport, ready: Promise.resolve(), flags, inUse: 0, served: 0, lastUsed: Date.now(), retired: false };
+    this.connects += 1;
+    entry.ready = client.connect(transport, { timeout: limits.timeoutMs }).catch((err: unknown) => {
+      this.retire(entry);
+      if (flags.refused) throw flags.refused;
+      throw new UpstreamUnavailable(err instanceof OutboundRefused ? err.message : NOT_MCP, describe(err, target.credential));
+    });
+    // A connect nobody waits for any more must not end the process.
+    entry.ready.catch(() => undefined);
+    return entry;
+  }
+
+  /** Out of the pool now; closed once its last call is done. */
+  private retire(entry: Entry): void {
+    if (this.entries.get(entry.owner) === entry) this.entries.delete(entry.owner);
+    if (entry.retired) return;
+    entry.retired = true;
+    if (entry.inUse === 0) void this.end(entry);
+  }
+
+  private async end(entry: Entry): Promise<void> {
+    entry.retired = true;
+    await entry.ready.catch(() => undefined);
+    // Ends the session at an upstream that keeps them (DELETE), then the client; failures do not matter here.
+    if (entry.transport.sessionId && !entry.flags.gone) await entry.transport.terminateSession().catch(() => undefined);
+    await entry.client.close().catch(() => undefined);
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    for (const entry of [...this.entries.values()]) {
+      if (entry.inUse === 0 && now - entry.lastUsed >= this.options.idleMs) this.retire(entry);
+    }
+  }
+}
+
+/** A failure of a reused session that one fresh session may cure. */
+class Retry extends Error {
+  constructor(override readonly cause: UpstreamUnavailable) {
+    super(cause.message);
+  }
+}
+
+/** One pool per app, found by its configuration (the handlers' deps and the area's start and stop share it). */
+const pools = new WeakMap<object, UpstreamPool>();
+
+export function upstreamPoolOf(config: { upstreamMcp: UpstreamPoolOptions }): UpstreamPool {
+  let pool = pools.get(config);
+  if (!pool) {
+    pool = new UpstreamPool(config.upstreamMcp);
+    pools.set(config, pool);
+  }
+  return pool;
+}
+
+/** Closes the app's pool (app shutdown): its clients, its timer; later calls run one session each. */
+export async function closeUpstreamPool(config: { upstreamMcp: UpstreamPoolOptions }): Promise<void> {
+  await pools.get(config)?.close();
+}
