@@ -16,7 +16,7 @@ type Update = components['schemas']['RoleUpdate'];
 const WHAT = 'role';
 
 /** A role's permissions as the spec shows them: sorted; a system role's from the catalog. */
-export const permissionsOf = (row: Pick<repo.RoleRow, 'system_key' | 'permissions'>): string[] => [...rolePermissions(row)].sort();
+export const permissionsOf = (row: Pick<repo.RoleRow, 'system_key' | 'permissions'>): string[] => [...new Set(rolePermissions(row))].sort();
 
 export function toRole(row: repo.RoleRow, memberCount: number): Role {
   return {
@@ -38,7 +38,7 @@ const eventRole = (row: repo.RoleRow) => ({ id: row.id, name: row.name, permissi
 
 const nameTaken = (name: string) => new ApiError('name_taken', `A role of this organization is already named "${name}" (names are compared without regard to case, system roles included).`);
 const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
-  name === undefined ? run() : conflictOnUnique(repo.ROLE_NAME_CONSTRAINT, () => nameTaken(name), run);
+  name === undefined ? run() : conflictOnUnique(repo.ROLE_NAME_CONSTRAINT, () => nameTaken(name), () => conflictOnUnique('roles_org_id_name_key', () => nameTaken(name), run));
 
 const immutable = (row: repo.RoleRow) =>
   new ApiError('system_role_immutable', `${row.name} is a system role; system roles cannot be changed or deleted. Create a custom role instead.`);

@@ -39,7 +39,7 @@ function toTeamMember(row: repo.TeamMemberRow): TeamMember {
 
 const nameTaken = (name: string) => new ApiError('name_taken', `A team of this organization is already named "${name}" (names are compared without regard to case).`);
 const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
-  name === undefined ? run() : conflictOnUnique(repo.TEAM_NAME_CONSTRAINT, () => nameTaken(name), run);
+  name === undefined ? run() : conflictOnUnique(repo.TEAM_NAME_CONSTRAINT, () => nameTaken(name), () => conflictOnUnique('teams_org_id_name_key', () => nameTaken(name), run));
 
 async function withCount(ctx: RequestContext, row: repo.TeamRow): Promise<Team> {
   return toTeam(row, (await repo.teamMemberCounts(ctx.db, ctx.orgId, [row.id])).get(row.id) ?? 0);
