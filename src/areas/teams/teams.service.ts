@@ -138,7 +138,10 @@ export async function addMember(ctx: RequestContext, id: string, userId: string)
     });
   }
   const existing = await repo.findTeamMember(ctx.db, ctx.orgId, id, userId);
-  if (existing) return { created: false, member: toTeamMember(existing) };
+  if (existing) {
+    ctx.unchanged();
+    return { created: false, member: toTeamMember(existing) };
+  }
   try {
     await ctx.write(async (w) => {
       if (!(await repo.findTeam(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
@@ -148,8 +151,9 @@ export async function addMember(ctx: RequestContext, id: string, userId: string)
   } catch (err) {
     if (!(err instanceof AlreadyThere)) throw err;
     const row = await repo.findTeamMember(ctx.db, ctx.orgId, id, userId);
-    if (row) return { created: false, member: toTeamMember(row) };
-    throw err;
+    if (!row) throw err;
+    ctx.unchanged();
+    return { created: false, member: toTeamMember(row) };
   }
   const row = await repo.findTeamMember(ctx.db, ctx.orgId, id, userId);
   if (!row) throw notFound(WHAT, id);
