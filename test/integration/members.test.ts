@@ -216,11 +216,10 @@ describe('updateMember: roles', () => {
   it('403 entitlement_exceeded when a billable role would take a seat past the plan’s limit', async () => {
     const seeded = await t.factories.org();
     // The free plan has 1000 seats: fill them (the owner holds one).
+    const ids = Array.from({ length: 999 }, () => newId('user'));
     await sql`
       with u as (
-        insert into users (id, email) select 'usr_' || substr(md5(random()::text || g), 1, 26), 'seat-' || g || '-' || ${seeded.orgId} || '@example.com'
-        from generate_series(1, 999) g
-        on conflict do nothing returning id
+        insert into users (id, email) select id, id || '@seats.example' from unnest(${ids}::text[]) as id returning id
       ), m as (insert into memberships (org_id, user_id, status, via) select ${seeded.orgId}, id, 'active', 'invite' from u returning user_id)
       insert into role_assignments (org_id, user_id, role_id) select ${seeded.orgId}, user_id, ${seeded.roleIds.member} from m`.execute(t.db);
     const free = await person(seeded, ['billing_admin']);
