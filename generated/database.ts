@@ -146,7 +146,7 @@ export interface Memberships {
   joined_at: Generated<Timestamp>;
   org_id: string;
   status: "active" | "suspended" | "removed";
-  status_reason: string | null;
+  status_reason: "left" | "removed" | "suspended" | "scim_deactivated" | "scim_deprovisioned" | null;
   updated_at: Generated<Timestamp>;
   user_id: string;
   via: "creator" | "invite" | "verified_domain" | "scim" | "sso_jit" | "operator" | null;

@@ -1893,7 +1893,8 @@ export interface paths {
          *     the caller. Removing an Owner needs the caller to be an Owner (403
          *     `permission_escalation`), and the last active Owner cannot be removed, nor leave
          *     (409 `last_owner`). Records the audit action `member.removed` and emits
-         *     `member.removed`.
+         *     `member.removed`; each of their connections that was not disconnected yet becomes
+         *     `disconnected` with status_reason `owner_left` and emits `connection.disconnected`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission` (removing someone else
@@ -1904,20 +1905,24 @@ export interface paths {
         options?: never;
         head?: never;
         /**
-         * Change a member's roles
-         * @description Replaces the set of roles the member holds with `role_ids`; roles left out are taken
-         *     away. Effective at once, for the member's sessions and API tokens alike. A caller
-         *     cannot give more than it has: every role added must grant only permissions the
-         *     caller holds, and only an Owner may give or take the Owner role (else 403
-         *     `permission_escalation`). The organization always keeps an active Owner (409
-         *     `last_owner`). Giving a `billable` role to someone who held none takes a seat of the
-         *     plan limit `seats` (403 `entitlement_exceeded` when none is left). A role id that is
-         *     not a role of this organization is 400 `unknown_reference` pointing at it. A removed
-         *     member's roles cannot change (409 `invalid_transition`). Roles a group mapping gave may
-         *     be given again by the identity provider at its next change.
+         * Change a member's roles or suspend them
+         * @description Replaces the set of roles the member holds with `role_ids` (roles left out are taken
+         *     away), and/or suspends (`status: suspended`) or reactivates (`status: active`) the
+         *     membership. Effective at once, for the member's sessions and API tokens alike: a
+         *     suspended member keeps roles and teams but every credential of theirs is refused here
+         *     until they are reactivated. A caller cannot give more than it has: every role added
+         *     must grant only permissions the caller holds, and only an Owner may give or take the
+         *     Owner role, or suspend an Owner (else 403 `permission_escalation`). The organization
+         *     always keeps an active Owner (409 `last_owner`). Giving a `billable` role to someone
+         *     who held none takes a seat of the plan limit `seats` (403 `entitlement_exceeded` when
+         *     none is left). A role id that is not a role of this organization is 400
+         *     `unknown_reference` pointing at it. A removed member cannot change (409
+         *     `invalid_transition`), and nobody suspends themselves (409 `invalid_transition`). Roles
+         *     a group mapping gave may be given again by the identity provider at its next change.
          *
-         *     Needs `member:manage`. Records the audit action `member.roles_updated` with the
-         *     roles before and after, and emits `member.roles_updated` when the set changed.
+         *     Needs `member:manage`. Records the audit action `member.updated` with the roles and
+         *     status before and after. Emits `member.roles_updated` when the set of roles changed,
+         *     and `member.removed` (with `status: suspended`) when the member was suspended.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference` (a role that is not this
          *     organization's), `organization_header_required`; 401; 403 `not_a_member`,
@@ -8486,11 +8491,12 @@ export interface components {
         };
         /**
          * @description Why a membership is not `active`: `left` (the person left), `removed` (someone holding
-         *     `member:manage` removed them), `scim_deactivated` (the identity provider set
+         *     `member:manage` removed them), `suspended` (someone holding `member:manage` suspended
+         *     them; the membership is `suspended`), `scim_deactivated` (the identity provider set
          *     `active: false`; the membership is `suspended`), `scim_deprovisioned` (the identity
          *     provider deleted the user). Null while the membership is active.
          */
-        MembershipStatusReason: ("left" | "removed" | "scim_deactivated" | "scim_deprovisioned") | null;
+        MembershipStatusReason: ("left" | "removed" | "suspended" | "scim_deactivated" | "scim_deprovisioned") | null;
         /**
          * @description One person's membership of the organization: who they are, how and when they joined,
          *     the roles they hold and the teams they are in. Addressed by the user id. It carries the
@@ -8580,11 +8586,15 @@ export interface components {
             next_cursor: components["schemas"]["NextCursor"];
         };
         /**
-         * @description The member's new roles.
+         * @description What to change about the membership: the roles the member holds, whether the membership
+         *     is suspended, or both. At least one member.
          * @example {
          *       "role_ids": [
          *         "role_01jg3b7f0n7w4k2d9s5h8g1q6z"
          *       ]
+         *     }
+         * @example {
+         *       "status": "suspended"
          *     }
          */
         MemberUpdate: {
@@ -8592,7 +8602,14 @@ export interface components {
              * @description The complete set of roles the member holds from now on; roles left out are taken away.
              *     At least one.
              */
-            role_ids: components["schemas"]["RoleId"][];
+            role_ids?: components["schemas"]["RoleId"][];
+            /**
+             * @description `suspended` turns the membership off (the member keeps roles and teams but is granted
+             *     nothing, and their sessions and API tokens are refused here); `active` reactivates a
+             *     suspended member. A removed member cannot be reactivated (invite them again).
+             * @enum {string}
+             */
+            status?: "active" | "suspended";
         };
         /**
          * @description `pending`: sent, waiting for the person; `accepted`: the person joined through it;
@@ -14205,7 +14222,7 @@ export interface components {
         MemberRemovedData: {
             member: components["schemas"]["EventMember"];
             /**
-             * @description `removed`, or `suspended` when the identity provider turned the person off.
+             * @description `removed`, or `suspended` when an administrator or the identity provider turned the membership off.
              * @enum {string}
              */
             status: "removed" | "suspended";

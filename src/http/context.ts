@@ -177,6 +177,15 @@ export class RequestContext {
   }
 
   /**
+   * A write operation that found nothing to change (adding what is already there, answered
+   * 200 with the existing entry): no transaction and no audit entry, as its spec says. The
+   * router otherwise refuses a successful write that did not go through write().
+   */
+  unchanged(): void {
+    this.wrote = true;
+  }
+
+  /**
    * A change the server makes on its own account while serving the request, not the
    * caller's (a connection found to need re-authorization when the upstream refused its
    * credentials): no audit entry, and its events (still declared in x-events) name the

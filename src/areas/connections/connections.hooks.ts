@@ -1,6 +1,7 @@
 import type { Executor } from '../../db/database';
 import type { WriteScope } from '../../http/context';
 import { connectorAccessHooks, connectorChangeHooks, connectorUsageHooks } from '../connectors/hooks';
+import { memberRemovedHooks } from '../members/hooks';
 import { seesConnector } from '../connectors/resolve';
 import * as repo from './connections.repo';
 import { eventConnection } from './connections.upstream';
@@ -11,11 +12,12 @@ import { eventConnection } from './connections.upstream';
  * counted, so that a connector in use is not deleted.
  */
 
-type Reason = 'connector_changed' | 'connector_access_lost';
+type Reason = 'connector_changed' | 'connector_access_lost' | 'owner_left';
 
 const WHY: Record<Reason, string> = {
   connector_changed: 'The connector changed where credentials are sent; reconnect to send them there.',
   connector_access_lost: 'The owner can no longer see the connector.',
+  owner_left: 'The owner is no longer a member of the organization; someone with connection:manage may transfer or delete it.',
 };
 
 /** Discards the credentials of a connection and stops using it, emitting `connection.disconnected`. */
@@ -46,6 +48,13 @@ async function onConnectorAccessChanged(w: WriteScope, orgId: string, slug: stri
   }
 }
 
+/** The owner's membership ended (removeMember): every connection of theirs stops, credentials discarded. */
+async function onMemberRemoved(w: WriteScope, orgId: string, userId: string): Promise<void> {
+  for (const row of await repo.connectionsOfOwner(w.db, orgId, userId, true)) {
+    if (row.status !== 'disconnected') await disconnect(w, row, 'owner_left');
+  }
+}
+
 async function usages(db: Executor, orgId: string, slug: string) {
   const rows = await repo.connectionsOfConnector(db, orgId, slug);
   return { count: rows.length, what: rows.length === 1 ? 'connection' : 'connections' };
@@ -53,11 +62,12 @@ async function usages(db: Executor, orgId: string, slug: string) {
 
 let registered = false;
 
-/** Plugs the hooks into the connectors area, once per process. */
+/** Plugs the hooks into the connectors and members areas, once per process. */
 export function registerConnectorHooks(): void {
   if (registered) return;
   registered = true;
   connectorChangeHooks.push(onConnectorChanged);
   connectorAccessHooks.push(onConnectorAccessChanged);
   connectorUsageHooks.push(usages);
+  memberRemovedHooks.push(onMemberRemoved);
 }

@@ -62,6 +62,17 @@ export function connectionsOfConnector(db: Executor, orgId: string, slug: string
     .execute();
 }
 
+export function connectionsOfOwner(db: Executor, orgId: string, ownerUserId: string, forUpdate = false): Promise<ConnectionRow[]> {
+  return db
+    .selectFrom('connections')
+    .select(COLUMNS)
+    .where('org_id', '=', orgId)
+    .where('owner_user_id', '=', ownerUserId)
+    .orderBy('id')
+    .$if(forUpdate, (q) => q.forUpdate())
+    .execute();
+}
+
 export function insertConnection(db: Executor, values: NewRow<'connections'>): Promise<ConnectionRow> {
   return db.insertInto('connections').values(values).returning(COLUMNS).executeTakeFirstOrThrow();
 }

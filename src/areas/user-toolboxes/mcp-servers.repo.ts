@@ -116,3 +116,8 @@ export async function ownersOf(db: Executor, orgId: string, userToolboxId: strin
   return rows.map((r) => r.owner_user_id);
 }
 
+
+/** Deletes every MCP server the owner has in the organization (stored or dynamic user toolboxes alike). */
+export function removeOfOwner(db: Executor, orgId: string, ownerUserId: string): Promise<{ id: string; name: string }[]> {
+  return db.deleteFrom('mcp_servers').where('org_id', '=', orgId).where('owner_user_id', '=', ownerUserId).returning(['id', 'name']).execute();
+}

@@ -8,6 +8,8 @@ import { flushToolCallRecords, mcpEndpointHandlers } from './mcp-endpoint.handle
 import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 
+userToolboxes.registerMemberHooks();
+
 const MCP_ENDPOINT = new Set(['postMcpMessage', 'deleteMcpSession']);
 /** The configuration, known once the app starts: the endpoint's 401 names its metadata document by the public URL. */
 let config: { baseUrl: string } = { baseUrl: '' };

@@ -146,3 +146,8 @@ export async function syntheticTools(db: Executor, orgId: string, ids: readonly 
   const rows = await db.selectFrom('synthetic_tools').selectAll().where('org_id', '=', orgId).where('id', 'in', ids).execute();
   return new Map(rows.map((r) => [r.id, r]));
 }
+
+/** Deletes every stored user toolbox of the owner (their bindings go with them); returns what was deleted. */
+export function removeAllOwned(db: Executor, orgId: string, ownerUserId: string): Promise<{ id: string; name: string }[]> {
+  return db.deleteFrom('user_toolboxes').where('org_id', '=', orgId).where('owner_user_id', '=', ownerUserId).returning(['id', 'name']).execute();
+}

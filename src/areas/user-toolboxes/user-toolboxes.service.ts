@@ -11,6 +11,9 @@ import {
 } from './resolve';
 import { findVisibleTemplate, toolboxesSharedWith, type ToolboxRow } from './sources';
 import * as repo from './user-toolboxes.repo';
+import * as serversRepo from './mcp-servers.repo';
+import type { WriteScope } from '../../http/context';
+import { memberRemovedHooks } from '../members/hooks';
 
 type UserToolbox = components['schemas']['UserToolbox'];
 type Create = components['schemas']['UserToolboxCreate'];
@@ -222,4 +225,28 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
     await repo.remove(w.db, ctx.orgId, id);
     w.audit({ targetId: id, changes: { name: row.name, template_id: row.template_id, mcp_servers: servers } });
   });
+}
+
+// ---------------------------------------------------------------------------------------
+// When a member leaves
+// ---------------------------------------------------------------------------------------
+
+/**
+ * The member's membership ended (removeMember): their stored user toolboxes are deleted, with
+ * what each delete takes along (its MCP servers, through userToolboxDeleteHooks), then every
+ * MCP server left of theirs (those of dynamic user toolboxes): the endpoints stop answering.
+ */
+async function onMemberRemoved(w: WriteScope, orgId: string, userId: string): Promise<void> {
+  for (const row of await repo.listOwned(w.db, orgId, userId, { limit: 1_000_000 })) await runDeleteHooks(w, orgId, row.id);
+  await repo.removeAllOwned(w.db, orgId, userId);
+  await serversRepo.removeOfOwner(w.db, orgId, userId);
+}
+
+let registered = false;
+
+/** Plugs user toolboxes and MCP servers into member removal, once per process. */
+export function registerMemberHooks(): void {
+  if (registered) return;
+  registered = true;
+  memberRemovedHooks.push(onMemberRemoved);
 }
