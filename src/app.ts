@@ -14,7 +14,7 @@ import { RateLimits, type CounterStore } from './http/rate-limit';
 import { Redis } from 'ioredis';
 import { buildRegistry, type Registry } from './http/registry';
 import { logRequest } from './http/request-log';
-import { sendError, setRequestState } from './http/respond';
+import { clientIp, sendError, setRequestState } from './http/respond';
 import { newRequestId } from './lib/ids';
 import { docsAssets } from './areas/schema/docs';
 import { loadSpec, type OpenApiDocument } from './spec';
@@ -106,7 +106,14 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     logRequest(deps.logger, req, res, requestId);
     // Without a credential the address is what the rate limit counts (with one, the router counts the caller).
     if (credential) return route(req, res, next);
-    limits.address(req.ip).then(
+    let counted: void | Promise<void>;
+    try {
+      counted = limits.address(clientIp(req));
+    } catch (err) {
+      return sendError(req, res, err);
+    }
+    if (!counted) return route(req, res, next);
+    counted.then(
       () => route(req, res, next),
       (err: unknown) => sendError(req, res, err),
     );

@@ -11,6 +11,8 @@ const USE_RESOLUTION_MS = 60_000;
 
 interface CachedCaller {
   caller: Caller;
+  /** The answer itself, handed out on every hit (callers do not change it). */
+  result: AuthenticationResult & { status: 'ok' };
   authenticator: Authenticator;
   cachedAt: number;
   usedAt: number;
@@ -72,8 +74,11 @@ export class CredentialCache {
     map.set(key, value);
   }
 
-  /** The authenticator's answer, remembered when it may be. */
-  async authenticate(authenticator: Authenticator, credential: PresentedCredential, db: Db, now = new Date()): Promise<AuthenticationResult> {
+  /**
+   * The authenticator's answer, remembered when it may be. A remembered answer is returned as
+   * it is, not as a promise: the request that finds it goes on without waiting a turn.
+   */
+  authenticate(authenticator: Authenticator, credential: PresentedCredential, db: Db, now = new Date()): AuthenticationResult | Promise<AuthenticationResult> {
     if (!authenticator.cache) return authenticator.authenticate(credential, db, now);
     const key = `${credential.scheme}:${hashSecret(credential.secret)}`;
     const at = now.getTime();
@@ -83,23 +88,25 @@ export class CredentialCache {
         hit.usedAt = at;
         authenticator.cache.recordUse(hit.caller, db, now);
       }
-      return { status: 'ok', caller: hit.caller };
+      return hit.result;
     }
     const generation = this.generation;
-    const result = await authenticator.authenticate(credential, db, now);
-    if (result.status === 'ok') this.remember(this.callers, key, { caller: result.caller, authenticator, cachedAt: at, usedAt: at }, generation);
-    return result;
+    return authenticator.authenticate(credential, db, now).then((result) => {
+      if (result.status === 'ok') this.remember(this.callers, key, { caller: result.caller, result, authenticator, cachedAt: at, usedAt: at }, generation);
+      return result;
+    });
   }
 
-  /** A person's standing in an organization (sessions carry none of their own), remembered. */
-  async memberAccess(userId: string, orgId: string, load: () => Promise<OrgAccess | null>, now = Date.now()): Promise<OrgAccess | null> {
+  /** A person's standing in an organization (sessions carry none of their own), remembered; returned as it is when remembered. */
+  memberAccess(userId: string, orgId: string, load: () => Promise<OrgAccess | null>, now = Date.now()): OrgAccess | null | Promise<OrgAccess | null> {
     const key = `${userId}:${orgId}`;
     const hit = this.access.get(key);
     if (hit && this.fresh(hit.cachedAt, now)) return hit.access;
     const generation = this.generation;
-    const access = await load();
-    this.remember(this.access, key, { access, cachedAt: now }, generation);
-    return access;
+    return load().then((access) => {
+      this.remember(this.access, key, { access, cachedAt: now }, generation);
+      return access;
+    });
   }
 
   /**

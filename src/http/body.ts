@@ -42,6 +42,9 @@ const matches = (declared: string, type: string) =>
 
 const nothing: ReadBody = { body: undefined, validated: undefined, cleanup: async () => undefined };
 
+/** Whether a body left something behind to remove once the response is done. */
+export const leavesSomething = (body: ReadBody): boolean => body.cleanup !== nothing.cleanup;
+
 /** Express body-parser failures, recognised by the `type` the parser sets. */
 export function fromParserError(err: { type?: string; status?: number; limit?: number }): ApiError | null {
   if (err.type === 'entity.parse.failed') return new ApiError('malformed_json', 'The body is not well-formed JSON.');
@@ -147,14 +150,22 @@ async function readMultipart(req: Request, meta: OperationMeta, limit: number): 
  * bytes are parsed for a request that would be refused anyway. A body on an operation that
  * takes none is a 400, one of an undeclared media type a 415.
  */
-export async function readBody(req: Request, res: Response, meta: OperationMeta, limits: BodyLimits): Promise<ReadBody> {
+/**
+ * The answer for a request that sends no body, at once (no promise): what readBody would
+ * resolve with, or throw. Null when there is a body to read.
+ */
+export function absentBody(req: Request, meta: OperationMeta): ReadBody | null {
   const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
-  if (!hasBody) {
-    if (meta.bodyRequired && meta.bodyMedia.every((m) => kindOf(m) === 'raw')) {
-      throw validationError([{ in: 'body', pointer: '', message: `a body is required (${meta.bodyMedia.join(' or ')})` }]);
-    }
-    return nothing;
+  if (hasBody) return null;
+  if (meta.bodyRequired && meta.bodyMedia.every((m) => kindOf(m) === 'raw')) {
+    throw validationError([{ in: 'body', pointer: '', message: `a body is required (${meta.bodyMedia.join(' or ')})` }]);
   }
+  return nothing;
+}
+
+export async function readBody(req: Request, res: Response, meta: OperationMeta, limits: BodyLimits): Promise<ReadBody> {
+  const absent = absentBody(req, meta);
+  if (absent) return absent;
   if (meta.bodyMedia.length === 0) {
     throw validationError([{ in: 'body', pointer: '', message: `${req.method} ${meta.path} takes no body` }]);
   }

@@ -87,6 +87,7 @@ export class WriteScope {
 
 export class RequestContext {
   wrote = false;
+  private readonly abortSignal: AbortSignal | (() => AbortSignal);
 
   constructor(
     readonly deps: AppDeps,
@@ -104,9 +105,16 @@ export class RequestContext {
       accept?: string | null;
       origin?: string | null;
     },
-    /** Aborted when the client goes away before the response is complete: stop upstream work. */
-    readonly signal: AbortSignal,
-  ) {}
+    /** Aborted when the client goes away before the response is complete (or made on first use, by a function). */
+    signal: AbortSignal | (() => AbortSignal),
+  ) {
+    this.abortSignal = signal;
+  }
+
+  /** Aborted when the client goes away before the response is complete: stop upstream work. */
+  get signal(): AbortSignal {
+    return typeof this.abortSignal === 'function' ? this.abortSignal() : this.abortSignal;
+  }
 
   get db(): Db {
     return this.deps.db;

@@ -6,17 +6,25 @@ import { isId } from '../lib/ids';
 import type { OperationMeta } from '../spec/operations';
 import { ApiError, validationError } from './errors';
 
+/** A value now, or later: the guard answers at once when nothing it needs is a round trip away. */
+export type Maybe<T> = T | Promise<T>;
+
+/** `next(value)`, now when the value is there, else once it is. A throw from `next` is a throw now, or a rejection later. */
+export function chain<T, U>(value: Maybe<T>, next: (value: T) => Maybe<U>): Maybe<U> {
+  return value instanceof Promise ? value.then(next) : next(value);
+}
+
 export interface GuardDeps {
   db: Db;
   authenticators: ReadonlyMap<string, Authenticator>;
   /** Remembers authenticated credentials and members' standing, forgetting on every change. */
   credentials: CredentialCache;
   /** Before a credential is looked up: throws 429 when its address has failed too often. */
-  beforeLookup(req: Request): Promise<void>;
+  beforeLookup(req: Request): Maybe<void>;
   /** Counts a failed authentication against the client's address; throws 429 past the limit. */
-  countFailure(req: Request): Promise<void>;
+  countFailure(req: Request): Maybe<void>;
   /** Counts the request against the credential that authenticated; throws 429 past the limit. */
-  admitted(caller: Caller): Promise<void>;
+  admitted(caller: Caller): Maybe<void>;
 }
 
 export interface Admitted {
@@ -28,14 +36,21 @@ export interface Admitted {
 const requiresPerson = () =>
   new ApiError('requires_person', 'This action is reserved for a person signed in to the web app; API tokens cannot do it.');
 
+// The authenticators of an operation's security schemes, in the spec's order: the same for every request.
+const schemesOf = new WeakMap<OperationMeta, Authenticator[]>();
+
 /**
  * Who is calling, under the operation's security schemes. A credential of a kind the
  * operation does not take is refused by name (or, for an API token on a person-only
  * operation, with 403 requires_person); a failed authentication counts against the address.
  */
-async function authenticate(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Promise<Caller | null> {
+function authenticate(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Maybe<Caller | null> {
   if (meta.security.length === 0) return null;
-  const schemes = meta.security.map((name) => deps.authenticators.get(name)).filter((a): a is Authenticator => a !== undefined);
+  let schemes = schemesOf.get(meta);
+  if (!schemes) {
+    schemes = meta.security.map((name) => deps.authenticators.get(name)).filter((a): a is Authenticator => a !== undefined);
+    schemesOf.set(meta, schemes);
+  }
   if (!credential) {
     if (meta.credentialOptional) return null;
     const how = schemes.map((a) => a.howToSend).join(', or ') || 'send a credential';
@@ -44,25 +59,31 @@ async function authenticate(meta: OperationMeta, req: Request, credential: Prese
   const accepted = schemes.find((a) => a.recognizes(credential));
   const reader = accepted ?? [...deps.authenticators.values()].find((a) => a.recognizes(credential));
   if (!reader) {
-    await deps.countFailure(req);
-    throw new ApiError('invalid_token', `This operation takes ${schemes.map((a) => a.describes).join(' or ') || 'no credential this server issues yet'}; the credential sent is none of them.`);
+    const offered = schemes;
+    return chain(deps.countFailure(req), () => {
+      throw new ApiError('invalid_token', `This operation takes ${offered.map((a) => a.describes).join(' or ') || 'no credential this server issues yet'}; the credential sent is none of them.`);
+    });
   }
-  await deps.beforeLookup(req);
-  const result = await deps.credentials.authenticate(reader, credential, deps.db);
-  if (result.status === 'invalid') {
-    await deps.countFailure(req);
-    throw new ApiError('invalid_token', result.detail);
-  }
-  await deps.admitted(result.caller);
-  if (!accepted) {
-    if (meta.personOnly && result.caller.kind === 'api_token') throw requiresPerson();
-    throw new ApiError('invalid_token', `This operation does not accept ${reader.describes}.`);
-  }
-  return result.caller;
+  return chain(deps.beforeLookup(req), () =>
+    chain(deps.credentials.authenticate(reader, credential, deps.db), (result) => {
+      if (result.status === 'invalid') {
+        return chain(deps.countFailure(req), () => {
+          throw new ApiError('invalid_token', result.detail);
+        });
+      }
+      return chain(deps.admitted(result.caller), () => {
+        if (!accepted) {
+          if (meta.personOnly && result.caller.kind === 'api_token') throw requiresPerson();
+          throw new ApiError('invalid_token', `This operation does not accept ${reader.describes}.`);
+        }
+        return result.caller;
+      });
+    }),
+  );
 }
 
 /** The organization named by X-Organization-Id, and the caller's standing in it. */
-async function organizationFromHeader(req: Request, caller: Caller, deps: GuardDeps): Promise<OrgAccess> {
+function organizationFromHeader(req: Request, caller: Caller, deps: GuardDeps): Maybe<OrgAccess> {
   const { db } = deps;
   const header = req.headers['x-organization-id'];
   if (header === undefined || header === '') {
@@ -71,36 +92,43 @@ async function organizationFromHeader(req: Request, caller: Caller, deps: GuardD
   if (typeof header !== 'string' || !isId('organization', header)) {
     throw validationError([{ in: 'header', pointer: '/x-organization-id', message: 'must be an organization id (org_…)' }]);
   }
-  const org =
+  const found =
     caller.kind === 'session'
-      ? await deps.credentials.memberAccess(caller.userId, header, () => loadMemberAccess(db, caller.userId, header))
+      ? deps.credentials.memberAccess(caller.userId, header, () => loadMemberAccess(db, caller.userId, header))
       : caller.orgId === header
         ? caller.access
         : null;
-  if (!org) {
-    throw new ApiError('not_a_member', caller.kind === 'session'
-      ? inactiveMember(await membershipStatus(db, caller.userId, header), header, 'Your')
-      : `This credential belongs to another organization than ${header}.`);
-  }
-  if (caller.kind === 'session' && org.requireMfa && !caller.secondFactorAt) {
-    throw new ApiError('mfa_setup_required', `Organization ${header} requires a second factor; verify one (POST /auth/mfa/verify) or enroll TOTP or a passkey first.`);
-  }
-  return org;
+  return chain(found, (org) => {
+    if (!org) {
+      if (caller.kind !== 'session') throw new ApiError('not_a_member', `This credential belongs to another organization than ${header}.`);
+      return membershipStatus(db, caller.userId, header).then((status) => {
+        throw new ApiError('not_a_member', inactiveMember(status, header, 'Your'));
+      });
+    }
+    if (caller.kind === 'session' && org.requireMfa && !caller.secondFactorAt) {
+      throw new ApiError('mfa_setup_required', `Organization ${header} requires a second factor; verify one (POST /auth/mfa/verify) or enroll TOTP or a passkey first.`);
+    }
+    return org;
+  });
 }
 
 /**
  * The whole guard, in the order its answers are documented: authentication (401), the
  * organization (400 header, 403 membership and second factor), person-only actions and the
- * operation's x-permission (403). Nothing after it re-checks any of this.
+ * operation's x-permission (403). Nothing after it re-checks any of this. It answers at once
+ * (or throws at once) when the credential and the member's standing are remembered and the
+ * rate limits are counted in this process; otherwise it answers with a promise.
  */
-export async function guard(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Promise<Admitted> {
-  const caller = await authenticate(meta, req, credential, deps);
-  let org: OrgAccess | null = null;
-  if (caller && meta.orgScoped) org = await organizationFromHeader(req, caller, deps);
-  else if (caller && caller.kind !== 'session') org = caller.access;
-  if (meta.personOnly && caller && caller.kind !== 'session') throw requiresPerson();
-  if (meta.permission && !org?.permissions.has(meta.permission)) {
-    throw new ApiError('missing_permission', `This operation needs the permission ${meta.permission}.`);
-  }
-  return { caller, org };
+export function guard(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Maybe<Admitted> {
+  return chain(authenticate(meta, req, credential, deps), (caller) => {
+    const org: Maybe<OrgAccess | null> =
+      caller && meta.orgScoped ? organizationFromHeader(req, caller, deps) : caller && caller.kind !== 'session' ? caller.access : null;
+    return chain(org, (acting) => {
+      if (meta.personOnly && caller && caller.kind !== 'session') throw requiresPerson();
+      if (meta.permission && !acting?.permissions.has(meta.permission)) {
+        throw new ApiError('missing_permission', `This operation needs the permission ${meta.permission}.`);
+      }
+      return { caller, org: acting };
+    });
+  });
 }

@@ -2,7 +2,7 @@ import type { Request, Response } from 'express';
 import type { Operation } from 'openapi-backend';
 import type { OperationMeta } from '../spec/operations';
 import type { OpenApiDocument } from '../spec';
-import { readBody, type BodyLimits, type ReadBody } from './body';
+import { absentBody, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
 import { RequestContext, type AppDeps } from './context';
 import { ApiError, notImplementedError, validationError } from './errors';
 import type { CredentialCache } from '../auth/credential-cache';
@@ -11,7 +11,7 @@ import type { AnyResult } from './handler-types';
 import { createSpecValidator } from './openapi-backend';
 import type { RateLimits } from './rate-limit';
 import type { Registry } from './registry';
-import { requestState, sendError, sendResult } from './respond';
+import { clientIp, requestState, sendError, sendResult } from './respond';
 import { PathRouter } from './router';
 
 interface Route {
@@ -33,6 +33,7 @@ function requiredFiles(meta: OperationMeta, operation: Operation): string[] {
  * on every route, built or not, before anything tries to decode it.
  */
 function refuseUndecodablePath(template: string, path: string): void {
+  if (!path.includes('%')) return;
   const names = template.split('/');
   const problems = path.split('/').flatMap((segment, i) => {
     const name = /^\{(.+)\}$/.exec(names[i] ?? '')?.[1];
@@ -94,8 +95,8 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     db: deps.db,
     authenticators: registry.authenticators,
     credentials: definition.credentials,
-    beforeLookup: (req) => limits.mayAuthenticate(req.ip),
-    countFailure: (req) => limits.failedAuthentication(req.ip),
+    beforeLookup: (req) => limits.mayAuthenticate(clientIp(req)),
+    countFailure: (req) => limits.failedAuthentication(clientIp(req)),
     admitted: (caller) => limits.caller(caller),
   };
 
@@ -140,16 +141,27 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
 
   async function dispatch(route: Route, req: Request, res: Response, admitted: Admitted, input: ReturnType<typeof validate>): Promise<AnyResult> {
     const state = requestState(req);
-    const gone = new AbortController();
+    // The signal is made only for a handler that asks for it (most never do).
+    let gone: AbortController | null = null;
+    let closedEarly = false;
     res.once('close', () => {
-      if (!res.writableFinished) gone.abort();
+      if (res.writableFinished) return;
+      closedEarly = true;
+      gone?.abort();
     });
+    const signal = () => {
+      if (!gone) {
+        gone = new AbortController();
+        if (closedEarly) gone.abort();
+      }
+      return gone.signal;
+    };
     const ctx = new RequestContext(deps, route.operationId, route.meta, state.requestId, state.log, admitted.caller, admitted.org, {
-      ip: req.ip ?? null,
+      ip: clientIp(req) ?? null,
       userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
       accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
       origin: typeof req.headers.origin === 'string' ? req.headers.origin : null,
-    }, gone.signal);
+    }, signal);
     const handler = registry.handlers.get(route.operationId);
     if (!handler) throw notImplementedError(route.operationId);
     const result = await handler(input, ctx);
@@ -164,11 +176,14 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
   }
 
   /** A request that matches nothing never reaches the guard: with a credential, it counts against its address. */
-  async function matchCounting(req: Request, withCredential: boolean): Promise<Route> {
+  function matchCounting(req: Request, withCredential: boolean): Route | Promise<Route> {
     try {
       return match(req);
     } catch (err) {
-      if (withCredential && err instanceof ApiError && (err.status === 404 || err.status === 405)) await limits.address(req.ip);
+      if (withCredential && err instanceof ApiError && (err.status === 404 || err.status === 405)) {
+        const counted = limits.address(clientIp(req));
+        if (counted) return counted.then(() => Promise.reject(err));
+      }
       throw err;
     }
   }
@@ -179,14 +194,18 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       let body: ReadBody | null = null;
       const { credential } = requestState(req);
       try {
-        const route = await matchCounting(req, credential !== null);
+        // Each step answers at once when it can (a remembered credential, counters in this
+        // process, no body): only what is really awaited costs the request a turn.
+        const matched = matchCounting(req, credential !== null);
+        const route = matched instanceof Promise ? await matched : matched;
         // What a credential was shown for is the caller's alone: no shared cache keeps it.
         if (credential) res.setHeader('Cache-Control', 'no-store');
         registry.beforeAuthentication(route.operationId, req.headers, deps);
-        const admitted = await guard(route.meta, req, credential, guardDeps);
+        const guarded = guard(route.meta, req, credential, guardDeps);
+        const admitted = guarded instanceof Promise ? await guarded : guarded;
         // A credential on an operation that takes none was never looked up: its address is what counts.
-        if (credential && !admitted.caller) await limits.address(req.ip);
-        body = await readBody(req, res, route.meta, bodyLimits);
+        if (credential && !admitted.caller) await limits.address(clientIp(req));
+        body = absentBody(req, route.meta) ?? (await readBody(req, res, route.meta, bodyLimits));
         const input = validate(route, req, body);
         const result = await dispatch(route, req, res, admitted, input);
         closeIfUnread(req, res);
@@ -195,7 +214,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         closeIfUnread(req, res);
         sendError(req, res, err, registry.renderError);
       } finally {
-        if (body) {
+        if (body && leavesSomething(body)) {
           const cleanup = body.cleanup;
           if (res.writableFinished || res.destroyed) void cleanup();
           else res.once('close', () => void cleanup());

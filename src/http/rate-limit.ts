@@ -30,10 +30,58 @@ function limiter(store: CounterStore, keyPrefix: string, points: number, duratio
   return memory;
 }
 
-const tooMany = (what: string, rejection: RateLimiterRes) => {
-  const seconds = Math.max(1, Math.ceil(rejection.msBeforeNext / 1000));
+const tooMany = (what: string, rejection: RateLimiterRes) => refusal(what, rejection.msBeforeNext);
+
+/**
+ * A fixed window per key, in this process, as rate-limiter-flexible's RateLimiterMemory counts
+ * (the window opens at a key's first request and lasts `durationMs`; past `points` requests in
+ * it, each is refused until it closes), but answering synchronously: on the memory store a
+ * request pays no promise, timer or result object for its budget.
+ */
+class MemoryWindows {
+  private readonly counts = new Map<string, { consumed: number; endsAt: number }>();
+  private nextSweep = 0;
+
+  constructor(
+    private readonly points: number,
+    private readonly durationMs: number,
+  ) {}
+
+  /** Counts one request; null when within the budget, else how many ms until the window closes. */
+  take(key: string, now = Date.now()): number | null {
+    let entry = this.counts.get(key);
+    if (!entry || entry.endsAt <= now) {
+      this.sweep(now);
+      entry = { consumed: 0, endsAt: now + this.durationMs };
+      this.counts.set(key, entry);
+    }
+    entry.consumed += 1;
+    return entry.consumed > this.points ? entry.endsAt - now : null;
+  }
+
+  /** Without counting: null while requests remain, else how many ms until the window closes. */
+  exhausted(key: string, now = Date.now()): number | null {
+    const entry = this.counts.get(key);
+    return entry && entry.endsAt > now && entry.consumed >= this.points ? entry.endsAt - now : null;
+  }
+
+  /** Forgets closed windows, at most once per window length, so idle keys do not accumulate. */
+  private sweep(now: number): void {
+    if (now < this.nextSweep) return;
+    this.nextSweep = now + this.durationMs;
+    for (const [key, entry] of this.counts) if (entry.endsAt <= now) this.counts.delete(key);
+  }
+}
+
+const refusal = (what: string, msBeforeNext: number) => {
+  const seconds = Math.max(1, Math.ceil(msBeforeNext / 1000));
   return new ApiError('rate_limited', `${what}; retry in ${seconds} seconds.`, { headers: { 'Retry-After': String(seconds) } });
 };
+
+function take(windows: MemoryWindows, key: string, what: string): void {
+  const wait = windows.take(key);
+  if (wait !== null) throw refusal(what, wait);
+}
 
 async function consume(l: RateLimiterAbstract, key: string, what: string): Promise<void> {
   try {
@@ -58,42 +106,67 @@ function callerKey(caller: Caller): string {
 }
 
 /**
+ * A check of a budget: on the memory store it is done when the call returns (throwing the
+ * 429 at once); on a shared store it is a promise. `await` takes either.
+ */
+export type Checked = void | Promise<void>;
+
+const FAILURES = 'Too many failed authentications from this address';
+
+/**
  * The three budgets of the request path. A credential is counted as itself only once it has
  * authenticated: until then, and for anonymous requests and requests that match no
  * operation, the client address is. Failed authentications have their own, smaller budget
  * per address, checked before the database is asked about the next credential.
  */
 export class RateLimits {
-  private readonly perCaller: RateLimiterAbstract;
-  private readonly perAddress: RateLimiterAbstract;
-  private readonly failures: RateLimiterAbstract;
+  private readonly shared: { perCaller: RateLimiterAbstract; perAddress: RateLimiterAbstract; failures: RateLimiterAbstract } | null;
+  private readonly memory: { perCaller: MemoryWindows; perAddress: MemoryWindows; failures: MemoryWindows } | null;
+  private readonly window: string;
+  private readonly addressWindow: string;
 
-  constructor(private readonly settings: RateLimitSettings) {
+  constructor(settings: RateLimitSettings) {
     const { store, points, durationSeconds, authFailures } = settings;
-    this.perCaller = limiter(store, 'caller', points, durationSeconds);
-    this.perAddress = limiter(store, 'address', points, durationSeconds);
-    this.failures = limiter(store, 'auth-failures', authFailures, durationSeconds);
+    if (store.kind === 'memory') {
+      const ms = durationSeconds * 1000;
+      this.memory = { perCaller: new MemoryWindows(points, ms), perAddress: new MemoryWindows(points, ms), failures: new MemoryWindows(authFailures, ms) };
+      this.shared = null;
+    } else {
+      this.shared = {
+        perCaller: limiter(store, 'caller', points, durationSeconds),
+        perAddress: limiter(store, 'address', points, durationSeconds),
+        failures: limiter(store, 'auth-failures', authFailures, durationSeconds),
+      };
+      this.memory = null;
+    }
+    this.window = `More than ${points} requests in ${durationSeconds} seconds`;
+    this.addressWindow = `${this.window} from this address`;
   }
 
-  private get window(): string {
-    return `More than ${this.settings.points} requests in ${this.settings.durationSeconds} seconds`;
+  caller(caller: Caller): Checked {
+    if (this.memory) return take(this.memory.perCaller, callerKey(caller), this.window);
+    return consume(this.shared!.perCaller, callerKey(caller), this.window);
   }
 
-  caller(caller: Caller): Promise<void> {
-    return consume(this.perCaller, callerKey(caller), this.window);
-  }
-
-  address(ip: string | undefined): Promise<void> {
-    return consume(this.perAddress, ip ?? 'unknown', `${this.window} from this address`);
+  address(ip: string | undefined): Checked {
+    if (this.memory) return take(this.memory.perAddress, ip ?? 'unknown', this.addressWindow);
+    return consume(this.shared!.perAddress, ip ?? 'unknown', this.addressWindow);
   }
 
   /** Before a credential is looked up: refused when this address has used up its failures. */
-  async mayAuthenticate(ip: string | undefined): Promise<void> {
-    const used = await this.failures.get(ip ?? 'unknown');
-    if (used && used.remainingPoints <= 0) throw tooMany('Too many failed authentications from this address', used);
+  mayAuthenticate(ip: string | undefined): Checked {
+    if (this.memory) {
+      const wait = this.memory.failures.exhausted(ip ?? 'unknown');
+      if (wait !== null) throw refusal(FAILURES, wait);
+      return;
+    }
+    return this.shared!.failures.get(ip ?? 'unknown').then((used) => {
+      if (used && used.remainingPoints <= 0) throw tooMany(FAILURES, used);
+    });
   }
 
-  failedAuthentication(ip: string | undefined): Promise<void> {
-    return consume(this.failures, ip ?? 'unknown', 'Too many failed authentications from this address');
+  failedAuthentication(ip: string | undefined): Checked {
+    if (this.memory) return take(this.memory.failures, ip ?? 'unknown', FAILURES);
+    return consume(this.shared!.failures, ip ?? 'unknown', FAILURES);
   }
 }

@@ -16,6 +16,8 @@ export interface RequestState {
   credential: PresentedCredential | null;
   /** The operation matched, once the router knows it: errors are rendered in its area's format. */
   operationId?: string;
+  /** req.ip, once read (Express works it out again, trusted proxies and all, on every read). */
+  ip?: string | null;
 }
 
 const STATE = Symbol('requestState');
@@ -28,6 +30,14 @@ export function requestState(req: Request): RequestState {
   const state = (req as unknown as Record<symbol, RequestState | undefined>)[STATE];
   if (!state) throw new Error('Request state is missing: the request-id middleware must run first.');
   return state;
+}
+
+/** The client's address (req.ip: the trusted proxies' hops taken off), worked out once per request. */
+export function clientIp(req: Request): string | undefined {
+  const state = (req as unknown as Record<symbol, RequestState | undefined>)[STATE];
+  if (!state) return req.ip;
+  if (state.ip === undefined) state.ip = req.ip ?? null;
+  return state.ip ?? undefined;
 }
 
 /** Renders an error in an area's own format when the matched operation's area has one. */

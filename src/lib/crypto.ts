@@ -1,8 +1,12 @@
+import * as crypto from 'node:crypto';
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+
+// One-shot hashing (Node 20.12+) spares a Hash object per call: credentials are hashed on every request.
+const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 'hex') => string }).hash;
 
 /** SHA-256 of a credential, hex. Tokens and session secrets are stored only as this. */
 export function hashSecret(secret: string): string {
-  return createHash('sha256').update(secret, 'utf8').digest('hex');
+  return oneShot ? oneShot('sha256', secret, 'hex') : createHash('sha256').update(secret, 'utf8').digest('hex');
 }
 
 /** A random credential: a readable prefix and 32 random bytes in base64url. */
