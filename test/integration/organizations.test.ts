@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
+import { hashSecret } from '../../src/lib/crypto';
 import { startTestApp, type TestApp, type TestResponse } from '../support/app';
 
 /*
@@ -30,7 +31,7 @@ async function personWithSession(options: { secondFactor?: boolean } = {}) {
 
 /** Marks the session as having passed a step-up just now (sign-in flows come later). */
 async function stepUp(session: string, at = new Date()) {
-  await t.db.updateTable('sessions').set({ step_up_at: at }).where('token_hash', '=', (await import('../../src/lib/crypto')).hashSecret(session)).execute();
+  await t.db.updateTable('sessions').set({ step_up_at: at }).where('token_hash', '=', hashSecret(session)).execute();
 }
 
 describe('listOrganizations', () => {
