@@ -115,6 +115,13 @@ describe('createOrganization', () => {
     const second = await t.as({ session }).post('/organization', { name });
     expect(second.status).toBe(201);
     expect(second.body.slug).toMatch(new RegExp(`^${first.body.slug}-[a-z0-9]+$`));
+    const accented = await t.as({ session }).post('/organization', { name: `Crème Brûlée — Café ${name.slice(-8)}` });
+    expect(accented.body.slug).toBe(`creme-brulee-cafe-${name.slice(-8)}`);
+    // Cut to length, never ending in a hyphen.
+    const long = await t.as({ session }).post('/organization', { name: `${'x'.repeat(47)} and more` });
+    expect(long.body.slug).toBe('x'.repeat(47));
+    const symbols = await t.as({ session }).post('/organization', { name: '***' });
+    expect(symbols.body.slug).toMatch(/^org(-[a-z0-9]+)?$/);
   });
 
   it('answers 409 slug_taken for a slug another organization uses', async () => {

@@ -20,7 +20,8 @@ export interface NewOrganization {
 
 /** A URL-safe slug from a name, made unique with a short suffix when taken. */
 export async function availableSlug(db: Transaction<Database>, name: string): Promise<string> {
-  const base = name.toLowerCase().normalize('NFKD').replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 48) || 'org';
+  // Accents go (é → e) rather than becoming a hyphen; cut to length before trimming, so the slug never ends in `-`.
+  const base = name.toLowerCase().normalize('NFKD').replace(/[\u0300-\u036f]/g, '').replace(/[^a-z0-9]+/g, '-').slice(0, 48).replace(/^-+|-+$/g, '') || 'org';
   for (let attempt = 0; ; attempt += 1) {
     const slug = attempt === 0 ? base : `${base}-${Math.random().toString(36).slice(2, 8)}`;
     const taken = await db.selectFrom('organizations').select('id').where('slug', '=', slug).executeTakeFirst();
