@@ -1,7 +1,7 @@
 // Organization administration: the stored logo, the organization's standing with the payment
 // provider, and API token names unique per owner.
 import { type Kysely, sql } from 'kysely';
-import { reference } from '../migration-helpers';
+import { reference, touchUpdatedAt } from '../migration-helpers';
 
 export async function up(db: Kysely<any>): Promise<void> {
   // The logo's bytes live in storage (src/lib/storage.ts) under logo_key; the row keeps what
@@ -34,6 +34,7 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('created_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
     .addColumn('updated_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
     .execute();
+  await touchUpdatedAt(db, 'organization_billing');
 
   // A person's live tokens in one organization are told apart by name (409 name_taken).
   await sql`create unique index api_tokens_owner_name_key on api_tokens (org_id, user_id, name) where revoked_at is null`.execute(db);
