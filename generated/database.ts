@@ -183,9 +183,31 @@ export interface NotificationDestinations {
   webhook_url_enc: string | null;
 }
 
+export interface OrganizationBilling {
+  billing_email: string | null;
+  billing_interval: "month" | "year" | null;
+  cancel_at_period_end: Generated<boolean>;
+  created_at: Generated<Timestamp>;
+  current_period_end: Timestamp | null;
+  current_period_start: Timestamp | null;
+  customer_id: string;
+  has_payment_method: Generated<boolean>;
+  org_id: string;
+  reported_at: Timestamp | null;
+  seat_limit: number | null;
+  status: Generated<"none" | "trialing" | "active" | "past_due" | "unpaid" | "canceled">;
+  subscription_id: string | null;
+  trial_ends_at: Timestamp | null;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface Organizations {
   created_at: Generated<Timestamp>;
   id: string;
+  logo_bytes: number | null;
+  logo_content_type: "image/png" | "image/jpeg" | "image/webp" | null;
+  logo_key: string | null;
+  logo_sha256: string | null;
   logo_url: string | null;
   name: string;
   plan: Generated<string>;
@@ -426,6 +448,7 @@ export interface DB {
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;
   notification_destinations: NotificationDestinations;
+  organization_billing: OrganizationBilling;
   organizations: Organizations;
   outbox: Outbox;
   passkeys: Passkeys;

@@ -1275,13 +1275,16 @@ export interface paths {
          *     Admin is refused with 403 `missing_permission`). The query parameter `confirm` must
          *     repeat the organization's slug, so that a stray request cannot delete the wrong
          *     organization. A paid subscription in force must be cancelled first (409
-         *     `subscription_active`). Records the audit action `organization.deleted` in the
-         *     server's log, since the organization's own audit log goes with it. Emits no event.
+         *     `subscription_active`; the subscription is read from the payment provider first, and
+         *     503 `payment_provider_unavailable` when it cannot be). The logo is removed from storage.
+         *     Records the audit action `organization.deleted` as the one entry kept for the deleted
+         *     organization (the server's own record, not readable through the API), since the
+         *     organization's own audit log goes with it. Emits no event.
          *
          *     Errors: 400 `validation_failed` (including a `confirm` that is not the slug),
          *     `organization_header_required`; 401; 403 `requires_person`, `not_a_member`,
          *     `mfa_setup_required`, `missing_permission`; 404 `not_found`; 409 `subscription_active`;
-         *     429.
+         *     429; 503 `payment_provider_unavailable`.
          */
         delete: operations["deleteOrganization"];
         options?: never;
@@ -1387,9 +1390,13 @@ export interface paths {
         };
         /**
          * Billing status
-         * @description Returns the plan, the subscription's state and the seats in use, as last reported by
-         *     the payment provider (kept current by its webhooks; this call does not ask the
-         *     provider). Needs `billing:view`. Changes nothing.
+         * @description Returns the plan, the subscription's state and the seats in use. When the organization
+         *     is a customer of the payment provider, the subscription is read from the provider on
+         *     this call and kept: a checkout completed or a change made in the customer portal shows
+         *     here (and moves `plan`, and with it the entitlements) the next time billing is read.
+         *     When the provider does not answer, the state last read is returned. On a deployment
+         *     without a payment provider, every organization is on the free plan (`status: none`).
+         *     Needs `billing:view`. Records no audit entry (the plan moves as the provider says).
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429.
@@ -1426,8 +1433,11 @@ export interface paths {
          * Create a payment-provider checkout session
          * @description Starts a subscription: asks the payment provider for a checkout page for the chosen
          *     plan, interval and seats, and returns its URL for the person to open. Nothing changes
-         *     in the organization until the provider reports the completed payment (by webhook);
-         *     then `plan` and the billing status change. An organization with a paid subscription
+         *     in the organization until the payment is completed; the next `getOrganizationBilling`
+         *     reads the new subscription from the provider, and `plan` and the billing status change.
+         *     The organization becomes a customer of the provider first if it is not one yet. A
+         *     deployment without a payment provider (no `STRIPE_SECRET_KEY`) answers 503
+         *     `payment_provider_unavailable`. An organization with a paid subscription
          *     in force changes it in the customer portal instead (409 `subscription_active`). Needs
          *     `billing:manage`. Records the audit action `billing.checkout_started` with the plan,
          *     interval and seats. Emits no event.
@@ -1468,8 +1478,9 @@ export interface paths {
          * @description Asks the payment provider for a customer-portal page where the person changes the plan
          *     or seats, updates payment methods and the billing email, reads invoices or cancels, and
          *     returns its URL. The organization becomes a customer of the provider first if it is
-         *     not one yet. Changes made in the portal reach the organization through the provider's
-         *     webhooks. The body may be left out. Needs `billing:manage`. Records the audit action
+         *     not one yet. Changes made in the portal reach the organization the next time billing
+         *     is read (`getOrganizationBilling`). A deployment without a payment provider answers 503
+         *     `payment_provider_unavailable`. The body may be left out. Needs `billing:manage`. Records the audit action
          *     `billing.portal_opened`. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403

@@ -57,6 +57,12 @@ export interface Config {
   syntheticTools: { stepTimeoutMs: number; runTimeoutMs: number };
   /** Upstream MCP sessions kept open between `tools/call`s: closed after `idleMs` unused (0: one session per call), at most `max`. */
   upstreamMcp: { idleMs: number; max: number };
+  /**
+   * Billing through Stripe: the secret key (null: no payment provider, every organization is
+   * on the free plan), the API's base URL (a Stripe-compatible server in tests; null: Stripe's
+   * own), and the price of each plan and interval the deployment sells (`team:month` → `price_…`).
+   */
+  stripe: { secretKey: string | null; apiBaseUrl: string | null; prices: Readonly<Record<string, string>> };
 }
 
 export class ConfigError extends Error {
@@ -170,6 +176,35 @@ function trustProxy(env: Env): boolean | number | string[] {
   return entries;
 }
 
+/** STRIPE_API_BASE_URL: an absolute http(s) URL (scheme, host, port) of a Stripe-compatible API. */
+function stripeApiBaseUrl(env: Env): string | null {
+  const raw = env.STRIPE_API_BASE_URL?.trim();
+  if (!raw) return null;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(`STRIPE_API_BASE_URL must be an absolute URL; got "${raw}".`);
+  }
+  if ((url.protocol !== 'https:' && url.protocol !== 'http:') || (url.pathname !== '/' && url.pathname !== '')) {
+    throw new ConfigError(`STRIPE_API_BASE_URL must be an http or https origin without a path; got "${raw}".`);
+  }
+  return url.origin;
+}
+
+/** STRIPE_PRICES: `plan:interval=price_id` pairs, comma-separated (`team:month=price_1,team:year=price_2`). */
+function stripePrices(env: Env): Record<string, string> {
+  const raw = env.STRIPE_PRICES?.trim();
+  if (!raw) return {};
+  const prices: Record<string, string> = {};
+  for (const entry of raw.split(',').map((e) => e.trim()).filter(Boolean)) {
+    const match = /^([a-z][a-z0-9_]{0,39}):(month|year)=([A-Za-z0-9_]+)$/.exec(entry);
+    if (!match) throw new ConfigError(`STRIPE_PRICES must list plan:interval=price_id pairs (team:month=price_123); got "${entry}".`);
+    prices[`${match[1]}:${match[2]}`] = match[3] as string;
+  }
+  return prices;
+}
+
 /** WEB_APP_URL, an absolute http(s) URL without a trailing slash; null when unset (the server's own BASE_URL then). */
 function webAppUrl(env: Env): string | null {
   const raw = env.WEB_APP_URL?.trim();
@@ -243,5 +278,6 @@ export function loadConfig(env: Env = process.env): Config {
       idleMs: int(env, 'UPSTREAM_MCP_IDLE_MS', 60_000, 0, 3_600_000),
       max: int(env, 'UPSTREAM_MCP_POOL_MAX', 1_000, 1, 100_000),
     },
+    stripe: { secretKey: env.STRIPE_SECRET_KEY?.trim() || null, apiBaseUrl: stripeApiBaseUrl(env), prices: stripePrices(env) },
   };
 }

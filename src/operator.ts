@@ -8,6 +8,7 @@ import type { Database } from './db/schema';
 import { createOrganizationWithOwner } from './areas/organizations/organizations.service';
 import { PERMISSIONS } from './auth/permissions';
 import { newId } from './lib/ids';
+import { isUniqueViolation } from './http/errors';
 import { SecretBox } from './lib/crypto';
 import type { SealedColumn } from './http/area';
 
@@ -93,7 +94,11 @@ async function createTokenIn(trx: Transaction<Database>, input: TokenInput, perm
     .executeTakeFirst();
   if (!member) throw new OperatorError(`${input.user} is not an active member of ${input.orgId}.`);
   const expiresAt = input.expiresInDays ? new Date(Date.now() + input.expiresInDays * 86_400_000) : null;
-  const minted = await mintApiToken(trx, { orgId: input.orgId, userId: member.user_id, name: input.name, permissions, expiresAt });
+  const minted = await mintApiToken(trx, { orgId: input.orgId, userId: member.user_id, name: input.name, permissions, expiresAt }).catch((err) => {
+    // A person's live tokens in one organization have distinct names.
+    if (isUniqueViolation(err, 'api_tokens_owner_name_key')) throw new OperatorError(`${input.user} already has a token named "${input.name}" in ${input.orgId}; choose another --name or revoke that one.`);
+    throw err;
+  });
   await audit(trx, input.orgId, 'api_token.created', 'api_token', minted.id, { name: input.name, user_id: member.user_id, permissions });
   return {
     token_id: minted.id,

@@ -7,6 +7,9 @@
 // PGlite is one process's database, so this runs on a PostgreSQL server only.
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { SESSION_PREFIX } from '../../src/auth/credentials';
+import { hashSecret, randomSecret } from '../../src/lib/crypto';
+import { newId } from '../../src/lib/ids';
 import { cleanEnv, cleanUp, runCli, startServer, tempDir, type ServerProcess } from '../e2e/support';
 import { serverDatabase, serverUrl } from '../support/database';
 import { SpecChecker } from '../support/spec-checker';
@@ -55,7 +58,7 @@ async function cli(args: string[]): Promise<any> {
 }
 
 async function newToken(): Promise<{ token: string; tokenId: string }> {
-  const created = await cli(['token', 'create', '--org', orgId, '--user', ownerId, '--name', 'cache test']);
+  const created = await cli(['token', 'create', '--org', orgId, '--user', ownerId, '--name', `cache test ${randomBytes(4).toString('hex')}`]);
   return { token: created.api_token, tokenId: created.token_id };
 }
 
@@ -191,6 +194,39 @@ onServer('credential cache across server processes', () => {
     expect(detail).toMatch(/unknown, was rotated/);
     expect((await get(servers[0]!, '/connection', token, orgId)).body.detail).toMatch(/unknown, was rotated/);
     for (const s of servers) expect((await get(s, '/connection', rotated.body.token, orgId)).body.detail).toBe(accepted);
+  }, 60_000);
+
+  it('refuses an API token on every server soon after a person revokes it, or deletes its organization', async () => {
+    // A person's session (sign-in comes later): written as startSession writes one.
+    const secret = randomSecret(SESSION_PREFIX);
+    await admin.query(`insert into sessions (id, user_id, token_hash, expires_at) values ($1, $2, $3, now() + interval '1 day')`, [newId('session'), ownerId, hashSecret(secret)]);
+    const send = async (server: ServerProcess, method: string, path: string, org: string | null, body?: unknown) => {
+      const res = await fetch(`${server.baseUrl}${path}`, {
+        method,
+        headers: { cookie: `cp_session=${secret}`, ...(org ? { 'x-organization-id': org } : {}), ...(body ? { 'content-type': 'application/json' } : {}) },
+        body: body ? JSON.stringify(body) : undefined,
+        signal: AbortSignal.timeout(5_000),
+      });
+      const text = await res.text();
+      const answer = text ? JSON.parse(text) : undefined;
+      const problems = checker.check(method, path.split('?')[0]!, res.status, res.headers, answer);
+      if (problems.length > 0) throw new Error(`${method} ${path} answered against the spec:\n${problems.join('\n')}`);
+      return { status: res.status, body: answer };
+    };
+    const minted = await send(servers[0]!, 'POST', '/api-token', orgId, { name: `Two processes ${randomBytes(3).toString('hex')}`, permissions: ['notification:view', 'organization:view'] });
+    expect(minted.status).toBe(201);
+    await rememberedEverywhere(minted.body.token);
+    expect((await send(servers[0]!, 'DELETE', `/api-token/${minted.body.api_token.id}`, orgId)).status).toBe(204);
+    await untilEvery(401, (s) => get(s, '/notification-destination', minted.body.token, orgId));
+
+    // A whole organization: made on one server, deleted on the other; its token stops on both.
+    const created = await send(servers[0]!, 'POST', '/organization', null, { name: `Doomed ${randomBytes(3).toString('hex')}` });
+    expect(created.status).toBe(201);
+    const doomed = created.body as { id: string; slug: string };
+    const token = await send(servers[0]!, 'POST', '/api-token', doomed.id, { name: 'Doomed token', permissions: ['organization:view'] });
+    for (const server of servers) expect((await get(server, `/organization/${doomed.id}`, token.body.token, doomed.id)).status).toBe(200);
+    expect((await send(servers[1]!, 'DELETE', `/organization/${doomed.id}?confirm=${doomed.slug}`, doomed.id)).status).toBe(204);
+    await untilEvery(401, (s) => get(s, `/organization/${doomed.id}`, token.body.token, doomed.id));
   }, 60_000);
 
   it('keeps serving when its database connections are cut, and hears changes again after reconnecting', async () => {

@@ -98,8 +98,26 @@ function credentialFor(row: Row, org: SeededOrg = a): CallOptions {
   return row.meta.orgScoped ? { ...credential, org: org.orgId } : credential;
 }
 
+/** A 1×1 PNG: the body of an operation that takes raw image bytes (a logo), sent where a JSON one would be. */
+const TINY_PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==', 'base64');
+
+/** Required query parameters, each with its schema's first example, so that a call fails only where a test means it to. */
+function requiredQuery(row: Row): string {
+  const params = [...(spec.paths[row.meta.path]?.parameters ?? []), ...(row.op.parameters ?? [])].map((p: Json) => resolve(p) as Json);
+  return params
+    .filter((p) => p.in === 'query' && p.required)
+    .map((p) => `${encodeURIComponent(p.name)}=${encodeURIComponent(String(resolve(p.schema)?.examples?.[0] ?? p.example ?? 'x'))}`)
+    .join('&');
+}
+
 async function call(row: Row, path: string, body: unknown, options: CallOptions): Promise<TestResponse> {
-  return t.call(row.meta.method.toUpperCase(), path, body, options);
+  const query = requiredQuery(row);
+  const withQuery = query === '' ? path : `${path}${path.includes('?') ? '&' : '?'}${query}`;
+  const image = row.meta.bodyMedia.find((m) => m === 'image/png');
+  if (body === undefined && image && options.raw === undefined) {
+    return t.call(row.meta.method.toUpperCase(), withQuery, undefined, { ...options, raw: TINY_PNG, headers: { ...options.headers, 'content-type': image } });
+  }
+  return t.call(row.meta.method.toUpperCase(), withQuery, body, options);
 }
 
 /** Runs a refused call and checks that organization A's audit log did not move. */

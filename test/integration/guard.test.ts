@@ -556,8 +556,11 @@ describe('person-only operations (fixture spec)', () => {
       await ctx.write(async (scope) => scope.audit({ targetType: 'fixture', targetId: null }));
       return { status: 204 };
     };
-    const fixtureArea = { tag: 'Organizations', handlers: { fixturePersonOnly: done } } as unknown as Area;
-    fixture = await startTestApp({ spec, areas: [...loadAreas(), fixtureArea], checkSpec: false });
+    // The fixture operation joins the Organizations area (one area per tag).
+    const areas = loadAreas().map((area) =>
+      area.tag === 'Organizations' ? ({ ...area, handlers: { ...area.handlers, fixturePersonOnly: done } } as unknown as Area) : area,
+    );
+    fixture = await startTestApp({ spec, areas, checkSpec: false });
     checker = new SpecChecker(spec);
   });
   afterAll(() => fixture.close());

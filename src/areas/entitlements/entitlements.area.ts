@@ -1,0 +1,49 @@
+import type { components } from '../../../generated/openapi';
+import { planOf, type LimitKey } from '../../auth/entitlements';
+import type { Executor } from '../../db/database';
+import { defineArea } from '../../http/area';
+import { billableSeats } from '../organizations/organizations.repo';
+
+type Entitlements = components['schemas']['Entitlements'];
+
+const count = async (query: Promise<{ count: number } | undefined>) => (await query)?.count ?? 0;
+
+/** What counts against each limit now, for one organization. */
+async function usage(db: Executor, orgId: string): Promise<Record<LimitKey, number>> {
+  const rows = (table: 'connections' | 'mcp_servers' | 'connectors' | 'toolboxes' | 'synthetic_tools') =>
+    count(db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as('count')).where('org_id', '=', orgId).executeTakeFirst().then((r) => r && { count: Number(r.count) }));
+  const [seats, connections, mcpServers, customConnectors, toolboxes, syntheticTools] = await Promise.all([
+    billableSeats(db, orgId), rows('connections'), rows('mcp_servers'), rows('connectors'), rows('toolboxes'), rows('synthetic_tools'),
+  ]);
+  return {
+    seats,
+    connections,
+    mcp_servers: mcpServers,
+    custom_connectors: customConnectors,
+    toolboxes,
+    synthetic_tools: syntheticTools,
+    // Tool files are not stored yet (Files): nothing counts against the quota.
+    file_storage_bytes: 0,
+  };
+}
+
+export default defineArea({
+  tag: 'Entitlements',
+  handlers: {
+    async getEntitlements(_input, ctx) {
+      const [{ name, plan }, used] = await Promise.all([planOf(ctx.db, ctx.orgId), usage(ctx.db, ctx.orgId)]);
+      const limits = Object.fromEntries(
+        (Object.keys(plan.limits) as LimitKey[]).map((key) => [key, { limit: plan.limits[key], used: used[key] }]),
+      ) as Entitlements['limits'];
+      const body: Entitlements = {
+        organization_id: ctx.orgId,
+        plan: name,
+        features: { ...plan.features },
+        limits,
+        audit_log_retention_days: plan.auditLogRetentionDays,
+        computed_at: new Date().toISOString(),
+      };
+      return { status: 200, body };
+    },
+  },
+});
