@@ -55,6 +55,11 @@ export interface Config {
   catalogDir: string;
   /** Synthetic tool runs: the most one step's upstream call may take, and the whole run. */
   syntheticTools: { stepTimeoutMs: number; runTimeoutMs: number };
+  /**
+   * The resolver org-domain verification asks: `host:port` servers (IP addresses), or the
+   * system's when empty; and how long one lookup may take in all.
+   */
+  dns: { servers: readonly string[]; timeoutMs: number };
 }
 
 export class ConfigError extends Error {
@@ -182,6 +187,28 @@ function webAppUrl(env: Env): string | null {
   return raw.replace(/\/+$/, '');
 }
 
+/**
+ * DNS_SERVERS: comma-separated IP addresses, each with an optional port (`10.0.0.2`,
+ * `127.0.0.1:5353`, `[::1]:5353`), in the form dns.Resolver#setServers takes them.
+ */
+function dnsServers(env: Env): readonly string[] {
+  const raw = env.DNS_SERVERS?.trim();
+  if (!raw) return [];
+  return raw.split(',').map((s) => s.trim()).filter(Boolean).map((server) => {
+    const bracketed = /^\[([0-9a-fA-F:.]+)\](?::(\d{1,5}))?$/.exec(server);
+    const plain = /^([0-9.]+)(?::(\d{1,5}))?$/.exec(server);
+    const bare6 = isIP(server) === 6 ? [server, server, undefined] : null;
+    const match = bracketed ?? plain ?? bare6;
+    const host = match?.[1] ?? '';
+    const port = match?.[2] === undefined ? null : Number(match[2]);
+    if (!match || isIP(host) === 0 || (port !== null && (port < 1 || port > 65535))) {
+      throw new ConfigError(`DNS_SERVERS must be a comma-separated list of IP addresses with optional ports (127.0.0.1:5353, [::1]:53); got "${server}".`);
+    }
+    if (port === null) return host;
+    return isIP(host) === 6 ? `[${host}]:${port}` : `${host}:${port}`;
+  });
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -237,5 +264,6 @@ export function loadConfig(env: Env = process.env): Config {
       stepTimeoutMs: int(env, 'SYNTHETIC_STEP_TIMEOUT_MS', 30_000, 100, 600_000),
       runTimeoutMs: int(env, 'SYNTHETIC_RUN_TIMEOUT_MS', 120_000, 100, 3_600_000),
     },
+    dns: { servers: dnsServers(env), timeoutMs: int(env, 'DNS_TIMEOUT_MS', 5_000, 100, 60_000) },
   };
 }
