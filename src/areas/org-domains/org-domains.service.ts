@@ -164,6 +164,8 @@ export async function verify(ctx: RequestContext, id: string): Promise<VerifyRes
   const current = await repo.findDomain(ctx.db, ctx.orgId, id);
   if (!current) throw notFound(WHAT, id);
   if (current.status === 'verified') {
+    // Checked no more; the answer is still recorded, as every check is.
+    await ctx.write(async (w) => w.audit({ targetId: id, changes: { domain: current.domain, outcome: 'verified', looked_up: false } }));
     return { status: 'verified', failure_reason: null, error: null, found_values: [], domain: toOrgDomain(current) };
   }
   if (await repo.verifiedElsewhere(ctx.db, current.domain, ctx.orgId)) throw taken(current.domain);
@@ -192,7 +194,7 @@ export async function verify(ctx: RequestContext, id: string): Promise<VerifyRes
         ? await repo.updateDomain(w.db, ctx.orgId, id, { status: 'verified', verified_at: now, last_check_error: null })
         : await repo.updateDomain(w.db, ctx.orgId, id, { status: 'failed', last_check_error: error });
       if (!changed) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: { domain: row.domain, outcome: failure === null ? 'verified' : 'failed', failure_reason: failure } });
+      w.audit({ targetId: id, changes: { domain: row.domain, outcome: failure === null ? 'verified' : 'failed', failure_reason: failure, looked_up: true } });
       if (failure === null) w.emit('org_domain.verified', { org_domain: { id, domain: row.domain } });
       return changed;
     }),
