@@ -86,6 +86,11 @@ function filterFingerprint(filters: Record<string, unknown>): string {
   return createHash('sha256').update(JSON.stringify(defined)).digest('base64url').slice(0, 12);
 }
 
+/** The cursor of the page after the row `id` of a list with these filters (what filteredPageRequest reads). */
+export function filteredCursorAfter(id: string, filters: Record<string, unknown>): string {
+  return Buffer.from(`${id}~${filterFingerprint(filters)}`, 'utf8').toString('base64url');
+}
+
 /** `toPage` for a filteredPageRequest: the next cursor carries the filters' fingerprint. */
 export function toFilteredPage<R extends { id: string }, T>(rows: R[], request: PageRequest & { fingerprint: string }, map: (row: R) => T): Page<T> {
   const page = toPage(rows, request, map);
