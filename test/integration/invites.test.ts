@@ -382,3 +382,66 @@ describe('events to a real receiver', () => {
     expect(posts.some((p) => p.includes(sent.body.id))).toBe(true);
   });
 });
+
+describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
+  const open = (link: string, session?: string) => t.call('GET', new URL(link).pathname + new URL(link).search, undefined, { session });
+  const slugOf = async (orgId: string) => (await t.db.selectFrom('organizations').select('slug').where('id', '=', orgId).executeTakeFirstOrThrow()).slug;
+
+  it('signed in as the invited address: joins and lands on the organization in the web app', async () => {
+    const email = address('signed-in');
+    const created = await owner().post('/invite', { email });
+    const userId = await t.factories.user({ email });
+    const session = await t.factories.session(userId);
+    const res = await open(linkTo(email).link, session);
+    expect(res.status).toBe(302);
+    expect(res.headers.get('location')).toBe(`${t.url}/org/${await slugOf(org.orgId)}`);
+    expect(res.headers.get('set-cookie')).toBeNull();
+    expect((await owner().get(`/invite/${created.body.id}`)).body).toMatchObject({ status: 'accepted', accepted_by_user_id: userId });
+    const me = await t.as({ session }).get('/user/me');
+    expect(me.body.organizations.map((o: any) => o.organization.id)).toContain(org.orgId);
+    expect((await t.factories.auditEntries(org.orgId, 'invite.accepted')).at(-1)).toMatchObject({ actor_id: userId, target_id: created.body.id, request_id: res.headers.get('x-request-id') });
+    // Used up: the same link again is link_invalid.
+    const again = await open(linkTo(email).link, session);
+    expect(again.headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
+  });
+
+  it('a new address: the account is made and signed in (the cookie works), then joins', async () => {
+    const email = address('newcomer');
+    await owner().post('/invite', { email });
+    const res = await open(linkTo(email).link);
+    expect(res.status).toBe(302);
+    expect(res.headers.get('location')).toBe(`${t.url}/org/${await slugOf(org.orgId)}`);
+    const cookie = res.headers.get('set-cookie') ?? '';
+    expect(cookie).toMatch(/^cp_session=cps_[A-Za-z0-9_-]+; Path=\/; HttpOnly; Secure; SameSite=Lax; Max-Age=1209600$/);
+    const session = /^cp_session=([^;]+)/.exec(cookie)![1]!;
+    const me = await t.as({ session }).get('/user/me');
+    expect(me.body.email).toBe(email);
+    expect(me.body.organizations.find((o: any) => o.organization.id === org.orgId).member).toMatchObject({ via: 'invite', status: 'active' });
+  });
+
+  it('an address with an account but no session is sent to sign in, with the link as return_to; failures land on the sign-in page with the reason', async () => {
+    const email = address('returning');
+    await t.factories.user({ email });
+    await owner().post('/invite', { email });
+    const { link } = linkTo(email);
+    const res = await open(link);
+    expect(res.status).toBe(302);
+    const location = new URL(res.headers.get('location')!);
+    expect(location.pathname).toBe('/sign-in');
+    expect(location.searchParams.get('return_to')).toBe(new URL(link).pathname + new URL(link).search);
+
+    const someoneElse = await t.factories.session(await t.factories.user());
+    expect((await open(link, someoneElse)).headers.get('location')).toBe(`${t.url}/sign-in?error=invite_email_mismatch`);
+    expect((await open(`${t.url}/auth/invite/activate?token=cpinv_${'x'.repeat(43)}`)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
+    const revoked = await owner().post('/invite', { email: address() });
+    const revokedLink = linkTo(revoked.body.email).link;
+    await owner().post(`/invite/${revoked.body.id}/revoke`);
+    expect((await open(revokedLink)).headers.get('location')).toBe(`${t.url}/sign-in?error=invite_revoked`);
+    const expired = await owner().post('/invite', { email: address() });
+    await t.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', expired.body.id).execute();
+    expect((await open(linkTo(expired.body.email).link)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_expired`);
+    const malformed = await t.call('GET', '/auth/invite/activate?token=short');
+    expect([malformed.status, malformed.body.code]).toEqual([400, 'validation_failed']);
+    expect((await t.call('GET', '/auth/invite/activate')).status).toBe(400);
+  });
+});

@@ -36,6 +36,11 @@ export type AuditRow = Awaited<ReturnType<typeof findEntry>> & object;
  * scalar subquery (exact to the microsecond, which a cursor of milliseconds would not be).
  */
 export function listEntries(db: Executor, orgId: string, retainedSince: Date | null, page: { limit: number; after: string | undefined }, filter: AuditFilter) {
+  return listEntriesQuery(db, orgId, retainedSince, page, filter).execute();
+}
+
+/** The query of listEntries, unexecuted (the bench explains it). */
+export function listEntriesQuery(db: Executor, orgId: string, retainedSince: Date | null, page: { limit: number; after: string | undefined }, filter: AuditFilter) {
   const { actor_type, actor_id, action, target_type, target_id, since, until } = filter;
   return entries(db, orgId, retainedSince)
     .$if(actor_type !== undefined, (q) => q.where('a.actor_type', '=', actor_type as ActorType))
@@ -53,8 +58,7 @@ export function listEntries(db: Executor, orgId: string, retainedSince: Date | n
     )
     .orderBy('a.created_at', 'desc')
     .orderBy('a.id', 'desc')
-    .limit(page.limit + 1)
-    .execute();
+    .limit(page.limit + 1);
 }
 
 export function findEntry(db: Executor, orgId: string, retainedSince: Date | null, id: string) {

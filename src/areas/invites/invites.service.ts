@@ -228,6 +228,19 @@ export async function revoke(ctx: RequestContext, id: string): Promise<Invite> {
   return (await present(ctx.db, [row], now))[0] as Invite;
 }
 
+/**
+ * What an emailed link's token names, without changing anything: a usable invite (with the
+ * invited address and its organization), or why not. For flows that must decide before the
+ * person is signed in.
+ */
+export async function peekInvite(db: Executor, token: string): Promise<{ ok: true; email: string; orgId: string } | { ok: false; reason: 'link_invalid' | 'link_expired' | 'invite_revoked' }> {
+  const invite = await db.selectFrom('invites').select(['email', 'org_id', 'status', 'expires_at']).where('token_hash', '=', hashSecret(token)).executeTakeFirst();
+  if (!invite || invite.status === 'accepted') return { ok: false, reason: 'link_invalid' };
+  if (invite.status === 'revoked') return { ok: false, reason: 'invite_revoked' };
+  if (invite.expires_at.getTime() <= Date.now()) return { ok: false, reason: 'link_expired' };
+  return { ok: true, email: invite.email, orgId: invite.org_id };
+}
+
 export type AcceptOutcome =
   | { ok: true; orgId: string; inviteId: string; userId: string; joined: boolean }
   | { ok: false; reason: 'link_invalid' | 'link_expired' | 'invite_revoked' | 'invite_email_mismatch' };
