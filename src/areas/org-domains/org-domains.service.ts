@@ -117,6 +117,8 @@ export async function create(ctx: RequestContext, body: Create): Promise<OrgDoma
 }
 
 export async function update(ctx: RequestContext, id: string, body: Update): Promise<OrgDomain> {
+  // Another organization's domain is a 404 whatever the body names.
+  if (!(await repo.findDomain(ctx.db, ctx.orgId, id))) throw notFound(WHAT, id);
   if (body.default_role_id !== undefined) await checkDefaultRole(ctx, body.default_role_id);
   const row = await ctx.write(async (w) => {
     const current = await repo.findDomain(w.db, ctx.orgId, id, true);
