@@ -125,6 +125,35 @@ export interface ConnectorVersions {
   version: number;
 }
 
+export interface InviteRoles {
+  invite_id: string;
+  role_id: string;
+}
+
+export interface Invites {
+  accepted_at: Timestamp | null;
+  accepted_by_user_id: string | null;
+  created_at: Generated<Timestamp>;
+  email: string;
+  expires_at: Timestamp;
+  id: string;
+  invited_by_user_id: string | null;
+  last_sent_at: Generated<Timestamp>;
+  message: string | null;
+  org_id: string;
+  revoked_at: Timestamp | null;
+  revoked_by_user_id: string | null;
+  send_count: Generated<number>;
+  status: Generated<"pending" | "accepted" | "revoked">;
+  token_hash: string;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface InviteTeams {
+  invite_id: string;
+  team_id: string;
+}
+
 export interface McpServers {
   created_at: Generated<Timestamp>;
   expires_at: Timestamp | null;
@@ -214,6 +243,22 @@ export interface Organizations {
   require_mfa: Generated<boolean>;
   slug: string;
   updated_at: Generated<Timestamp>;
+}
+
+export interface OrgDomains {
+  auto_join: Generated<boolean>;
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  default_role_id: string | null;
+  domain: string;
+  id: string;
+  last_check_error: string | null;
+  last_checked_at: Timestamp | null;
+  org_id: string;
+  status: Generated<"pending" | "verified" | "failed">;
+  updated_at: Generated<Timestamp>;
+  verification_value: string;
+  verified_at: Timestamp | null;
 }
 
 export interface Outbox {
@@ -444,10 +489,14 @@ export interface DB {
   connections: Connections;
   connector_versions: ConnectorVersions;
   connectors: Connectors;
+  invite_roles: InviteRoles;
+  invite_teams: InviteTeams;
+  invites: Invites;
   mcp_servers: McpServers;
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;
   notification_destinations: NotificationDestinations;
+  org_domains: OrgDomains;
   organization_billing: OrganizationBilling;
   organizations: Organizations;
   outbox: Outbox;

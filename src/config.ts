@@ -63,6 +63,11 @@ export interface Config {
    * own), and the price of each plan and interval the deployment sells (`team:month` → `price_…`).
    */
   stripe: { secretKey: string | null; apiBaseUrl: string | null; prices: Readonly<Record<string, string>> };
+  /**
+   * The resolver org-domain verification asks: `host:port` servers (IP addresses), or the
+   * system's when empty; and how long one lookup may take in all.
+   */
+  dns: { servers: readonly string[]; timeoutMs: number };
 }
 
 export class ConfigError extends Error {
@@ -219,6 +224,28 @@ function webAppUrl(env: Env): string | null {
   return raw.replace(/\/+$/, '');
 }
 
+/**
+ * DNS_SERVERS: comma-separated IP addresses, each with an optional port (`10.0.0.2`,
+ * `127.0.0.1:5353`, `[::1]:5353`), in the form dns.Resolver#setServers takes them.
+ */
+function dnsServers(env: Env): readonly string[] {
+  const raw = env.DNS_SERVERS?.trim();
+  if (!raw) return [];
+  return raw.split(',').map((s) => s.trim()).filter(Boolean).map((server) => {
+    const bracketed = /^\[([0-9a-fA-F:.]+)\](?::(\d{1,5}))?$/.exec(server);
+    const plain = /^([0-9.]+)(?::(\d{1,5}))?$/.exec(server);
+    const bare6 = isIP(server) === 6 ? [server, server, undefined] : null;
+    const match = bracketed ?? plain ?? bare6;
+    const host = match?.[1] ?? '';
+    const port = match?.[2] === undefined ? null : Number(match[2]);
+    if (!match || isIP(host) === 0 || (port !== null && (port < 1 || port > 65535))) {
+      throw new ConfigError(`DNS_SERVERS must be a comma-separated list of IP addresses with optional ports (127.0.0.1:5353, [::1]:53); got "${server}".`);
+    }
+    if (port === null) return host;
+    return isIP(host) === 6 ? `[${host}]:${port}` : `${host}:${port}`;
+  });
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -279,5 +306,6 @@ export function loadConfig(env: Env = process.env): Config {
       max: int(env, 'UPSTREAM_MCP_POOL_MAX', 1_000, 1, 100_000),
     },
     stripe: { secretKey: env.STRIPE_SECRET_KEY?.trim() || null, apiBaseUrl: stripeApiBaseUrl(env), prices: stripePrices(env) },
+    dns: { servers: dnsServers(env), timeoutMs: int(env, 'DNS_TIMEOUT_MS', 5_000, 100, 60_000) },
   };
 }

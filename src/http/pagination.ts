@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { isId, type IdKind } from '../lib/ids';
 import { ApiError } from './errors';
 
@@ -62,4 +63,37 @@ export function pageOfSorted<T>(items: readonly T[], key: (item: T) => string, r
   const pageItems = rest.slice(0, request.limit);
   const last = pageItems[pageItems.length - 1];
   return { data: pageItems, next_cursor: rest.length > request.limit && last ? cursorAfter(key(last)) : null };
+}
+
+/**
+ * A page request over a filtered list whose cursor must be used with the same filters: the
+ * cursor holds the last id and a fingerprint of the filters (400 `invalid_cursor` when they
+ * differ, or when it is not a cursor of this list).
+ */
+export function filteredPageRequest(query: { limit?: number; cursor?: string }, kind: IdKind, filters: Record<string, unknown>): PageRequest & { fingerprint: string } {
+  const fingerprint = filterFingerprint(filters);
+  const limit = query.limit ?? DEFAULT_LIMIT;
+  if (query.cursor === undefined) return { limit, after: undefined, fingerprint };
+  const [after, print] = Buffer.from(query.cursor, 'base64url').toString('utf8').split('~');
+  if (after === undefined || !isId(kind, after) || print !== fingerprint) {
+    throw new ApiError('invalid_cursor', 'The cursor does not belong to this list with these filters; start again without it.');
+  }
+  return { limit, after, fingerprint };
+}
+
+function filterFingerprint(filters: Record<string, unknown>): string {
+  const defined = Object.keys(filters).sort().filter((k) => filters[k] !== undefined).map((k) => [k, filters[k]]);
+  return createHash('sha256').update(JSON.stringify(defined)).digest('base64url').slice(0, 12);
+}
+
+/** The cursor of the page after the row `id` of a list with these filters (what filteredPageRequest reads). */
+export function filteredCursorAfter(id: string, filters: Record<string, unknown>): string {
+  return Buffer.from(`${id}~${filterFingerprint(filters)}`, 'utf8').toString('base64url');
+}
+
+/** `toPage` for a filteredPageRequest: the next cursor carries the filters' fingerprint. */
+export function toFilteredPage<R extends { id: string }, T>(rows: R[], request: PageRequest & { fingerprint: string }, map: (row: R) => T): Page<T> {
+  const page = toPage(rows, request, map);
+  const last = rows[Math.min(rows.length, request.limit) - 1];
+  return { data: page.data, next_cursor: page.next_cursor && last ? Buffer.from(`${last.id}~${request.fingerprint}`, 'utf8').toString('base64url') : null };
 }
