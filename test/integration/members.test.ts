@@ -230,6 +230,10 @@ describe('updateMember: roles', () => {
     expect((await as(seeded).update(free.userId, { role_ids: [seeded.roleIds.auditor] })).status).toBe(200);
     // Someone who holds a seat already may change billable roles.
     expect((await as(seeded).update(seeded.ownerId, { role_ids: [seeded.roleIds.owner, seeded.roleIds.member] })).status).toBe(200);
+    // A suspended member takes no seat: reactivating one needs a free seat.
+    const away = await t.factories.member(seeded.orgId, { roles: ['member'], status: 'suspended' });
+    const back = await as(seeded).update(away, { status: 'active' });
+    expect([back.status, back.body.code]).toEqual([403, 'entitlement_exceeded']);
   });
 
   it('400 validation_failed; 404 for another organization’s member, unchanged; 403 missing_permission; 401', async () => {

@@ -5,6 +5,7 @@ import { settle, startTestApp, type ApiClient, type TestApp } from '../support/a
 import { webhookSubscription } from '../support/event-delivery';
 import type { SeededOrg } from '../support/factories';
 import { usePeers } from '../support/peers';
+import { invite } from '../fixtures/invites';
 import { restriction } from '../fixtures/restrictions';
 
 /*
@@ -291,6 +292,23 @@ describe('deleteRole', () => {
     expect([res.status, res.body.code]).toEqual([409, 'role_in_use']);
     expect(res.body.detail).toContain(rst);
     expect((await owner().read(named)).status).toBe(200);
+  });
+
+  it('409 role_in_use while a pending invite would grant it or a domain gives it to those who join', async () => {
+    const named = await t.factories.customRole(org.orgId, ['team:view']);
+    const inviteId = await invite(t, org, { role_ids: [named] });
+    const byInvite = await owner().remove(named);
+    expect([byInvite.status, byInvite.body.code]).toEqual([409, 'role_in_use']);
+    expect(byInvite.body.detail).toContain('1 pending invite');
+    expect((await t.as({ token: org.token, org: org.orgId }).post(`/invite/${inviteId}/revoke`)).status).toBe(200);
+
+    const domain = await t.as({ token: org.token, org: org.orgId }).post('/org-domain', { domain: `roles-${newId('role').slice(-8)}.example`, default_role_id: named });
+    expect(domain.status).toBe(201);
+    const byDomain = await owner().remove(named);
+    expect([byDomain.status, byDomain.body.code]).toEqual([409, 'role_in_use']);
+    expect(byDomain.body.detail).toContain('organization domain');
+    expect((await t.as({ token: org.token, org: org.orgId }).delete(`/org-domain/${domain.body.id}`)).status).toBe(204);
+    expect((await owner().remove(named)).status).toBe(204);
   });
 
   it('409 system_role_immutable; 404 for another organization’s role, which stays', async () => {

@@ -2,7 +2,7 @@ import type { components } from '../../../generated/openapi';
 import { planOf, type LimitKey } from '../../auth/entitlements';
 import type { Executor } from '../../db/database';
 import { defineArea } from '../../http/area';
-import { billableSeats } from '../organizations/organizations.repo';
+import { seatsInUse } from '../../auth/seats';
 
 type Entitlements = components['schemas']['Entitlements'];
 
@@ -13,7 +13,7 @@ async function usage(db: Executor, orgId: string): Promise<Record<LimitKey, numb
   const rows = (table: 'connections' | 'mcp_servers' | 'connectors' | 'toolboxes' | 'synthetic_tools') =>
     count(db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as('count')).where('org_id', '=', orgId).executeTakeFirst().then((r) => r && { count: Number(r.count) }));
   const [seats, connections, mcpServers, customConnectors, toolboxes, syntheticTools] = await Promise.all([
-    billableSeats(db, orgId), rows('connections'), rows('mcp_servers'), rows('connectors'), rows('toolboxes'), rows('synthetic_tools'),
+    seatsInUse(db, orgId), rows('connections'), rows('mcp_servers'), rows('connectors'), rows('toolboxes'), rows('synthetic_tools'),
   ]);
   return {
     seats,

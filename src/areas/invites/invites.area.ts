@@ -2,6 +2,8 @@ import { defineArea } from '../../http/area';
 import { pageRequest } from '../../http/pagination';
 import * as invites from './invites.service';
 
+invites.registerRoleHooks();
+
 export default defineArea({
   tag: 'Invites',
   handlers: {

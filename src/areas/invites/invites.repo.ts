@@ -1,4 +1,3 @@
-import { sql } from 'kysely';
 import type { Executor } from '../../db/database';
 import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
@@ -123,41 +122,6 @@ export async function grantsOf(db: Executor, inviteIds: readonly string[]) {
   return { roles, teams };
 }
 
-/**
- * Seats the plan limit `seats` counts: active and suspended members holding a `billable`
- * role, and pending invites (not expired) that would grant one, except `exceptInviteId`.
- */
-export async function billableSeatsInUse(db: Executor, orgId: string, now: Date, exceptInviteId: string | null = null): Promise<number> {
-  const members = await db
-    .selectFrom('memberships as m')
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('m.org_id', '=', orgId)
-    .where('m.status', 'in', ['active', 'suspended'])
-    .where((eb) =>
-      eb.exists(
-        eb.selectFrom('role_assignments as ra').innerJoin('roles as r', 'r.id', 'ra.role_id')
-          .select(sql.lit(1).as('one'))
-          .whereRef('ra.org_id', '=', 'm.org_id').whereRef('ra.user_id', '=', 'm.user_id').where('r.seat_class', '=', 'billable'),
-      ),
-    )
-    .executeTakeFirstOrThrow();
-  const invites = await db
-    .selectFrom('invites as i')
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('i.org_id', '=', orgId)
-    .where('i.status', '=', 'pending')
-    .where('i.expires_at', '>', now)
-    .$if(exceptInviteId !== null, (q) => q.where('i.id', '!=', exceptInviteId as string))
-    .where((eb) =>
-      eb.exists(
-        eb.selectFrom('invite_roles as ir').innerJoin('roles as r', 'r.id', 'ir.role_id')
-          .select(sql.lit(1).as('one'))
-          .whereRef('ir.invite_id', '=', 'i.id').where('r.seat_class', '=', 'billable'),
-      ),
-    )
-    .executeTakeFirstOrThrow();
-  return Number(members.n) + Number(invites.n);
-}
 
 /** The membership status of the person with this email in the organization, if any. */
 export async function membershipOfEmail(db: Executor, orgId: string, email: string) {
@@ -189,4 +153,18 @@ export function organizationName(db: Executor, orgId: string) {
 
 export function userFacts(db: Executor, userId: string) {
   return db.selectFrom('users').select(['id', 'email', 'name']).where('id', '=', userId).executeTakeFirst();
+}
+
+/** Pending, unexpired invites that would grant the role. */
+export async function pendingInvitesNamingRole(db: Executor, orgId: string, roleId: string, now: Date): Promise<number> {
+  const row = await db
+    .selectFrom('invites as i')
+    .innerJoin('invite_roles as ir', 'ir.invite_id', 'i.id')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('i.org_id', '=', orgId)
+    .where('i.status', '=', 'pending')
+    .where('i.expires_at', '>', now)
+    .where('ir.role_id', '=', roleId)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
 }

@@ -1,5 +1,6 @@
 import type { components } from '../../../generated/openapi';
 import { requireWithinLimit } from '../../auth/entitlements';
+import { seatsInUse } from '../../auth/seats';
 import { rolePermissions } from '../../auth/permissions';
 import type { Db, Executor } from '../../db/database';
 import { appendEvents } from '../../events/outbox';
@@ -9,6 +10,7 @@ import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { hashSecret, randomSecret } from '../../lib/crypto';
 import { newId } from '../../lib/ids';
 import { addMember } from '../members/members.repo';
+import { roleUsageHooks } from '../roles/hooks';
 import { systemRoleId } from '../roles/roles.repo';
 import { addTeamMember } from '../teams/teams.repo';
 import * as repo from './invites.repo';
@@ -106,7 +108,7 @@ async function refuseMember(db: Executor, orgId: string, email: string): Promise
 
 async function checkSeats(db: Executor, orgId: string, roles: readonly repo.RoleFacts[], now: Date, exceptInviteId: string | null): Promise<void> {
   if (!roles.some((r) => r.seat_class === 'billable')) return;
-  await requireWithinLimit(db, orgId, 'seats', await repo.billableSeatsInUse(db, orgId, now, exceptInviteId));
+  await requireWithinLimit(db, orgId, 'seats', await seatsInUse(db, orgId, { now, exceptInviteId }));
 }
 
 /** The accept link: the server's public address (BASE_URL), at the operation that accepts. */
@@ -307,4 +309,13 @@ export async function acceptInvite(
     }
     return { ok: true, orgId, inviteId: invite.id, userId, joined } as const;
   });
+}
+
+let hooksRegistered = false;
+
+/** Pending invites name roles: deleting one of them would change what the invitee gets, so it is refused while they wait. */
+export function registerRoleHooks(): void {
+  if (hooksRegistered) return;
+  hooksRegistered = true;
+  roleUsageHooks.push(async (db, orgId, roleId) => ({ count: await repo.pendingInvitesNamingRole(db, orgId, roleId, new Date()), what: 'pending invites' }));
 }

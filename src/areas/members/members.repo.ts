@@ -186,23 +186,6 @@ export async function holdsOwner(db: Executor, orgId: string, userId: string): P
   return !!row;
 }
 
-/** Seats in use: members (active or suspended) holding at least one `billable` role, other than `except`. */
-export async function seatsUsed(db: Executor, orgId: string, except: string): Promise<number> {
-  const row = await db
-    .selectFrom('memberships as m')
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('m.org_id', '=', orgId)
-    .where('m.status', 'in', ['active', 'suspended'])
-    .where('m.user_id', '!=', except)
-    .where((eb) =>
-      eb.exists(
-        eb.selectFrom('role_assignments as ra').innerJoin('roles as r', 'r.id', 'ra.role_id').select('r.id')
-          .whereRef('ra.org_id', '=', 'm.org_id').whereRef('ra.user_id', '=', 'm.user_id').where('r.seat_class', '=', 'billable'),
-      ),
-    )
-    .executeTakeFirstOrThrow();
-  return Number(row.n);
-}
 
 /** What a removed member no longer holds here: roles, shares made to them, their API tokens (revoked at once). */
 export async function stripMembership(db: Executor, orgId: string, userId: string, at: Date): Promise<{ revokedTokens: number }> {

@@ -1,5 +1,6 @@
 import type { components } from '../../../generated/openapi';
 import { requireWithinLimit } from '../../auth/entitlements';
+import { seatsInUse } from '../../auth/seats';
 import { heldPermissions } from '../../auth/permissions';
 import type { RequestContext, WriteScope } from '../../http/context';
 import { ApiError, notFound, type ValidationProblem } from '../../http/errors';
@@ -100,6 +101,7 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
     const callerIsOwner = await repo.holdsOwner(w.db, ctx.orgId, ctx.user);
     let nextIds = heldIds;
     let rolesChanged = false;
+    let nextRoles: readonly { seat_class: string }[] = held;
 
     if (body.role_ids !== undefined) {
       const found = await rolesIn(w.db, ctx.orgId, body.role_ids);
@@ -110,9 +112,7 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
       const taken = held.filter((r) => !byId.has(r.id));
       if ((added.some((r) => r.system_key === 'owner') || taken.some((r) => r.system_key === 'owner')) && !callerIsOwner) throw ownersOnly('give or take the Owner role');
       requireHeld(ctx, added.flatMap((r) => permissionsOf(r)), 'give a role');
-      if (!held.some((r) => r.seat_class === 'billable') && found.some((r) => r.seat_class === 'billable')) {
-        await requireWithinLimit(w.db, ctx.orgId, 'seats', await repo.seatsUsed(w.db, ctx.orgId, userId));
-      }
+      nextRoles = found;
       nextIds = found.map((r) => r.id).sort();
       rolesChanged = added.length > 0 || taken.length > 0;
       if (rolesChanged) await repo.replaceRoles(w.db, ctx.orgId, userId, nextIds);
@@ -123,6 +123,13 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
     if (statusChanged) {
       if (wasOwner && !callerIsOwner) throw ownersOnly(nextStatus === 'suspended' ? 'suspend an Owner' : 'reactivate an Owner');
       await repo.setStatus(w.db, ctx.orgId, userId, nextStatus, nextStatus === 'suspended' ? 'suspended' : null);
+    }
+
+    // An active member holding a billable role takes a seat (a suspended one does not):
+    // becoming one, by a billable role given or by reactivation, needs a free seat.
+    const seated = (status: string, roles: readonly { seat_class: string }[]) => status === 'active' && roles.some((r) => r.seat_class === 'billable');
+    if (!seated(current.status, held) && seated(nextStatus, nextRoles)) {
+      await requireWithinLimit(w.db, ctx.orgId, 'seats', await seatsInUse(w.db, ctx.orgId, { exceptUserId: userId }));
     }
 
     // An active Owner stops being one (demoted or suspended): another must remain.

@@ -2,6 +2,8 @@ import { defineArea } from '../../http/area';
 import { pageRequest } from '../../http/pagination';
 import * as domains from './org-domains.service';
 
+domains.registerRoleHooks();
+
 export default defineArea({
   tag: 'Org domains',
   handlers: {

@@ -83,3 +83,13 @@ export function autoJoinDomains(db: Executor, domain: string) {
     .orderBy('d.id')
     .execute();
 }
+
+export async function domainsWithDefaultRole(db: Executor, orgId: string, roleId: string): Promise<number> {
+  const row = await db
+    .selectFrom('org_domains')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('org_id', '=', orgId)
+    .where('default_role_id', '=', roleId)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}

@@ -7,6 +7,7 @@ import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
+import { roleUsageHooks } from '../roles/hooks';
 import { systemRoleId } from '../roles/roles.repo';
 import { checkGrantable, resolveRoles } from '../invites/invites.service';
 import { lookupTxt } from './dns';
@@ -234,4 +235,13 @@ export async function joinableOrganizationsFor(db: Executor, email: string): Pro
       roleId: row.default_role_id ?? (await systemRoleId(db, row.org_id, 'member')),
     })),
   );
+}
+
+let hooksRegistered = false;
+
+/** A domain's default role is what people joining through it get: deleting that role is refused while a domain names it. */
+export function registerRoleHooks(): void {
+  if (hooksRegistered) return;
+  hooksRegistered = true;
+  roleUsageHooks.push(async (db, orgId, roleId) => ({ count: await repo.domainsWithDefaultRole(db, orgId, roleId), what: 'organization domains (as their default role)' }));
 }

@@ -5,7 +5,8 @@ import type { Config } from '../../config';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, validationError } from '../../http/errors';
-import { billableSeats, findOrganization } from './organizations.repo';
+import { seatsInUse } from '../../auth/seats';
+import { findOrganization } from './organizations.repo';
 
 /*
  * Billing through Stripe's official SDK. The organization becomes a Stripe customer the first
@@ -169,7 +170,7 @@ export async function getBilling(ctx: RequestContext, orgId: string): Promise<Bi
     // The state last read still answers; the next read asks again.
     if (!(err instanceof ApiError)) throw err;
   }
-  const [org, row, seats] = await Promise.all([findOrganization(ctx.db, orgId), findBilling(ctx.db, orgId), billableSeats(ctx.db, orgId)]);
+  const [org, row, seats] = await Promise.all([findOrganization(ctx.db, orgId), findBilling(ctx.db, orgId), seatsInUse(ctx.db, orgId, { invites: false })]);
   return {
     organization_id: orgId,
     plan: org?.plan ?? DEFAULT_PLAN,
@@ -213,10 +214,10 @@ export async function startCheckout(ctx: RequestContext, orgId: string, body: Ch
     const sold = Object.keys(ctx.deps.config.stripe.prices).join(', ') || 'none';
     throw validationError([{ in: 'body', pointer: '/plan', message: `is not a plan this deployment sells with a ${interval}ly interval (sold: ${sold})` }]);
   }
-  const seatsInUse = await billableSeats(ctx.db, orgId);
-  const seats = body.seats ?? Math.max(1, seatsInUse);
-  if (seats < seatsInUse) {
-    throw validationError([{ in: 'body', pointer: '/seats', message: `must be at least the ${seatsInUse} seats in use` }]);
+  const held = await seatsInUse(ctx.db, orgId, { invites: false });
+  const seats = body.seats ?? Math.max(1, held);
+  if (seats < held) {
+    throw validationError([{ in: 'body', pointer: '/seats', message: `must be at least the ${held} seats in use` }]);
   }
   if (await subscriptionInForce(ctx, orgId)) {
     throw new ApiError('subscription_active', 'This organization already has a paid subscription; change it in the customer portal (POST /organization/{id}/billing/portal).');

@@ -50,27 +50,6 @@ export async function isOwner(db: Executor, orgId: string, userId: string): Prom
   return row !== undefined;
 }
 
-/** Active members holding at least one `billable` role: the seats in use. */
-export async function billableSeats(db: Executor, orgId: string): Promise<number> {
-  const row = await db
-    .selectFrom('memberships as m')
-    .select(sql<number>`count(*)::int`.as('count'))
-    .where('m.org_id', '=', orgId)
-    .where('m.status', '=', 'active')
-    .where((eb) =>
-      eb.exists(
-        eb
-          .selectFrom('role_assignments as ra')
-          .innerJoin('roles as r', 'r.id', 'ra.role_id')
-          .select('ra.role_id')
-          .whereRef('ra.org_id', '=', 'm.org_id')
-          .whereRef('ra.user_id', '=', 'm.user_id')
-          .where('r.seat_class', '=', 'billable'),
-      ),
-    )
-    .executeTakeFirstOrThrow();
-  return row.count;
-}
 
 /**
  * Deletes the organization and everything it owns, in the caller's transaction: the row
