@@ -52,6 +52,11 @@ export class CredentialCache {
     this.maxEntries = options.maxEntries ?? 50_000;
   }
 
+  /** How many times it has forgotten everything (a test waits on it to know a notification arrived). */
+  get clears(): number {
+    return this.generation;
+  }
+
   /** Forgets everything: a change was committed (here or, as notified, anywhere). */
   clear(): void {
     this.generation++;

@@ -3,6 +3,7 @@
 // forgets at once, before its response leaves. The notification path between processes is
 // tested in test/db/credential-cache.test.ts.
 import { sql } from 'kysely';
+import { CREDENTIALS_CHANNEL } from '../../src/auth/credential-cache';
 import { startTestApp, type TestApp } from '../support/app';
 
 const LIST = '/notification-destination';
@@ -21,9 +22,25 @@ async function unannounced(change: (db: TestApp['database']['db']) => Promise<un
   });
 }
 
+/**
+ * Waits until the notifications of everything committed so far (the test's own setup
+ * included) have reached the app: they arrive in commit order, so one sent now marks the end.
+ * Without it a late one can empty the cache after a test primed it.
+ */
+async function announcedSoFar(): Promise<void> {
+  const before = t.credentials.clears;
+  await sql`select pg_notify(${CREDENTIALS_CHANNEL}, 'test: announced so far')`.execute(t.database.db);
+  const deadline = Date.now() + 10_000;
+  while (t.credentials.clears === before) {
+    if (Date.now() > deadline) throw new Error('No change notification reached the app within 10 s.');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 it('answers a remembered token without asking again, until something changes', async () => {
   const { orgId, token } = await t.factories.org();
   const client = t.as({ token, org: orgId });
+  await announcedSoFar();
   expect((await client.get(LIST)).status).toBe(200);
   const tokenId = await t.factories.tokenId(token);
   await unannounced((db) => db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', tokenId).execute());
@@ -35,6 +52,7 @@ it('answers a remembered token without asking again, until something changes', a
 it('forgets at once when a request of its own commits a write, before that response leaves', async () => {
   const { orgId, token } = await t.factories.org();
   const client = t.as({ token, org: orgId });
+  await announcedSoFar();
   expect((await client.get(LIST)).status).toBe(200);
   const tokenId = await t.factories.tokenId(token);
   await unannounced((db) => db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', tokenId).execute());
@@ -59,6 +77,7 @@ it('remembers a person’s standing in an organization for sessions, and forgets
   const session = await t.factories.session(ownerId);
   const token = await t.factories.token(orgId, await t.factories.member(orgId, { roles: ['admin'] }));
   const bySession = t.as({ session, org: orgId });
+  await announcedSoFar();
   expect((await bySession.get(LIST)).status).toBe(200);
   await unannounced((db) => db.deleteFrom('role_assignments').where('org_id', '=', orgId).where('user_id', '=', ownerId).execute());
   expect((await bySession.get(LIST)).status).toBe(200);
