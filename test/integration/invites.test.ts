@@ -419,6 +419,20 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
     expect(me.body.organizations.find((o: any) => o.organization.id === org.orgId).member).toMatchObject({ via: 'invite', status: 'active' });
   });
 
+  it('a new address opening the link several times at once: one account, one membership, never a 5xx', async () => {
+    const email = address('hurried');
+    await owner().post('/invite', { email });
+    const { link } = linkTo(email);
+    const answers = await Promise.all([open(link), open(link), open(link)]);
+    expect(answers.map((a) => a.status)).toEqual([302, 302, 302]);
+    const landed = `${t.url}/org/${await slugOf(org.orgId)}`;
+    expect(answers.filter((a) => a.headers.get('location') === landed)).toHaveLength(1);
+    const accounts = await t.db.selectFrom('users').select('id').where('email', '=', email).execute();
+    expect(accounts).toHaveLength(1);
+    const memberships = await t.db.selectFrom('memberships').select('user_id').where('org_id', '=', org.orgId).where('user_id', '=', accounts[0]!.id).execute();
+    expect(memberships).toHaveLength(1);
+  });
+
   it('an address with an account but no session is sent to sign in, with the link as return_to; failures land on the sign-in page with the reason', async () => {
     const email = address('returning');
     await t.factories.user({ email });

@@ -2,6 +2,7 @@ import { SESSION_COOKIE } from '../../auth/credentials';
 import { startSession } from '../../auth/sessions';
 import { createUser, findUserByEmail } from '../../auth/users';
 import type { RequestContext } from '../../http/context';
+import { isUniqueViolation } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';
 import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites/invites.service';
 
@@ -47,13 +48,21 @@ export async function activateInvite({ query }: OperationInput<'activateInvite'>
   }
   const invite = await peekInvite(ctx.db, token);
   if (!invite.ok) return signInFailed(ctx, invite.reason);
-  if (await findUserByEmail(ctx.db, invite.email)) {
+  const signInFirst = () => {
     const url = new URL(`${webApp(ctx)}/sign-in`);
     url.searchParams.set('return_to', `/auth/invite/activate?token=${token}`);
     return { status: 302 as const, headers: { Location: url.href } };
-  }
+  };
+  if (await findUserByEmail(ctx.db, invite.email)) return signInFirst();
   // Opening the link proves the address: the account is made and signed in.
-  const userId = await createUser(ctx.db, { email: invite.email });
+  let userId: string;
+  try {
+    userId = await createUser(ctx.db, { email: invite.email });
+  } catch (err) {
+    // The same link opened twice at once: the other request made the account first.
+    if (isUniqueViolation(err, 'users_email_key')) return signInFirst();
+    throw err;
+  }
   const session = await startSession(ctx.db, { userId, expiresAt: new Date(Date.now() + SESSION_MAX_AGE_S * 1000), ip: ctx.client.ip, userAgent: ctx.client.userAgent });
   const outcome = await accept(ctx, token, userId);
   if (!outcome.ok) return signInFailed(ctx, outcome.reason);
