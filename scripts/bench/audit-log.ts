@@ -9,59 +9,26 @@
 // made on the server at BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)
 // and dropped at the end, also on Ctrl-C. BENCH_EXPLAIN=1 also prints the plans of the two pages. Bounded: BENCH_DEADLINE_SECONDS (default 900) stops the
 // run, drops the database and exits non-zero.
-import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import pg from 'pg';
-import { processAlive } from '../../src/db/database';
 import { listEntriesQuery } from '../../src/areas/audit-log/audit-log.repo';
 import { filteredCursorAfter } from '../../src/http/pagination';
+import { createScratchDatabase, type ScratchDatabase } from './scratch-database';
 import { COUNT, measure, startBenchApp, type BenchApp, type Latency } from './support';
 
-const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
 const SIZES = [1_000, 1_000_000] as const;
 const LIMIT = 50;
 const DEADLINE_S = Math.min(3600, Math.max(60, Number(process.env.BENCH_DEADLINE_SECONDS ?? 900)));
 const ACTIONS = ['team.created', 'team.member_added', 'member.roles_updated', 'invite.created', 'connection.created', 'toolbox.updated', 'restriction.updated', 'role.created', 'org_domain.created', 'connector.updated'];
 
-let databaseName: string | null = null;
+let scratch: ScratchDatabase | null = null;
 let app: BenchApp | null = null;
 
-async function onServer<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: SERVER_URL, connectionTimeoutMillis: 5_000 });
-  await client.connect();
-  try {
-    return await run(client);
-  } finally {
-    await client.end();
-  }
-}
-
-async function createDatabase(): Promise<string> {
-  const name = `cp_bench_${process.pid}_${randomBytes(4).toString('hex')}`;
-  await onServer(async (admin) => {
-    // Databases of earlier runs that died before dropping theirs (their process is gone).
-    const stale = await admin.query<{ datname: string }>(`select datname from pg_database where datname like 'cp\\_bench\\_%'`);
-    for (const { datname } of stale.rows) {
-      const pid = Number(/^cp_bench_(\d+)_/.exec(datname)?.[1]);
-      if (pid && !processAlive(pid)) await admin.query(`drop database if exists "${datname}" with (force)`);
-    }
-    await admin.query(`create database "${name}"`);
-  });
-  databaseName = name;
-  const url = new URL(SERVER_URL);
-  url.pathname = `/${name}`;
-  return url.toString();
-}
 
 let cleaning: Promise<void> | null = null;
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     await app?.close().catch(() => undefined);
-    if (databaseName) {
-      const name = databaseName;
-      databaseName = null;
-      await onServer((admin) => admin.query(`drop database if exists "${name}" with (force)`)).catch((err) => console.error(`could not drop ${name}: ${(err as Error).message}`));
-    }
+    await scratch?.drop();
   })();
   return cleaning;
 }
@@ -103,7 +70,8 @@ async function main(): Promise<void> {
   }, DEADLINE_S * 1000);
   deadline.unref();
 
-  process.env.DATABASE_URL = await createDatabase();
+  scratch = await createScratchDatabase();
+  process.env.DATABASE_URL = scratch.url;
   app = await startBenchApp({ VALIDATE_RESPONSES: 'off' });
   const { database, base, factories } = app;
   const org = await factories.org();

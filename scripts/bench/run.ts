@@ -24,17 +24,15 @@ import { createServer } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import autocannon from 'autocannon';
-import pg from 'pg';
-import { processAlive } from '../../src/db/database';
 import { cursorAfter } from '../../src/http/pagination';
 import { PathRouter } from '../../src/http/router';
 import { newId } from '../../src/lib/ids';
 import { loadSpec } from '../../src/spec';
 import { describeOperations, type OperationMeta } from '../../src/spec/operations';
+import { createScratchDatabase, onDatabase, onServer, SERVER_URL, type ScratchDatabase } from './scratch-database';
 
 const ROOT = resolve(__dirname, '..', '..');
 const HOST = '127.0.0.1';
-const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
 const DURATION = positive('BENCH_DURATION', 10);
 const WARMUP = positive('BENCH_WARMUP', 3, true);
 const CONNECTIONS = positive('BENCH_CONNECTIONS', 50);
@@ -67,7 +65,7 @@ interface Child {
 
 const children = new Set<Child>();
 const tempDirs: string[] = [];
-let databaseName: string | null = null;
+let scratch: ScratchDatabase | null = null;
 let cleaning: Promise<void> | null = null;
 
 function startChild(name: string, args: string[], env: Record<string, string>): Child {
@@ -103,45 +101,8 @@ async function stopChild(child: Child): Promise<void> {
   clearTimeout(timer);
 }
 
-async function onServer<T>(run: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: SERVER_URL, connectionTimeoutMillis: 5_000 });
-  await client.connect();
-  try {
-    return await run(client);
-  } finally {
-    await client.end();
-  }
-}
-
-
-async function createDatabase(): Promise<string> {
-  const name = `cp_bench_${process.pid}_${randomBytes(4).toString('hex')}`;
-  await onServer(async (admin) => {
-    // Databases of earlier runs that died before dropping theirs (their process is gone).
-    const stale = await admin.query<{ datname: string }>(`select datname from pg_database where datname like 'cp\\_bench\\_%'`);
-    for (const { datname } of stale.rows) {
-      const pid = Number(/^cp_bench_(\d+)_/.exec(datname)?.[1]);
-      if (pid && !processAlive(pid)) await admin.query(`drop database if exists "${datname}" with (force)`);
-    }
-    await admin.query(`create database "${name}"`);
-  });
-  databaseName = name;
-  const url = new URL(SERVER_URL);
-  url.pathname = `/${name}`;
-  return url.toString();
-}
 
 const LIST_SIZES = [1_000, 100_000] as const;
-
-async function onDatabase<T>(url: string, run: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000 });
-  await client.connect();
-  try {
-    return await run(client);
-  } finally {
-    await client.end();
-  }
-}
 
 /** Copies destination `from` `count` times (names numbered from `start`), in batches; returns how many. */
 async function seedDestinations(url: string, from: string, count: number, start: number): Promise<number> {
@@ -205,13 +166,7 @@ function routerTimes() {
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     await Promise.all([...children].map(stopChild));
-    if (databaseName) {
-      const name = databaseName;
-      databaseName = null;
-      await onServer((admin) => admin.query(`drop database if exists "${name}" with (force)`)).catch((err) => {
-        process.stderr.write(`Could not drop database ${name}: ${(err as Error).message}\n`);
-      });
-    }
+    await scratch?.drop();
     for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
   })();
   return cleaning;
@@ -310,8 +265,8 @@ function cpuMs(pid: number): number | null {
  * when PostgreSQL runs on this machine, in this pid namespace); null when that is not possible.
  */
 async function backendCpuMs(): Promise<Map<number, number> | null> {
-  if (!databaseName || !existsSync('/proc')) return null;
-  const name = databaseName;
+  if (!scratch || !existsSync('/proc')) return null;
+  const name = scratch.name;
   const pids = await onServer((admin) => admin.query<{ pid: number }>('select pid from pg_stat_activity where datname = $1', [name])).catch(() => null);
   if (!pids) return null;
   const usage = new Map<number, number>();
@@ -526,8 +481,9 @@ async function main(): Promise<void> {
   console.log(`Machine: ${cpu.length} CPU(s), ${cpu[0]?.model ?? 'unknown'}; ${(totalmem() / 2 ** 30).toFixed(1)} GiB; Node ${process.version} (${process.platform}/${process.arch}); load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
   console.log(`Load: autocannon, ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s measured per target; servers are separate processes on ${HOST}.`);
   const real = realServerArgs();
-  const databaseUrl = await createDatabase();
-  console.log(`Real server: ${real.how}; PostgreSQL database ${databaseName} on ${new URL(SERVER_URL).host}.`);
+  scratch = await createScratchDatabase();
+  const databaseUrl = scratch.url;
+  console.log(`Real server: ${real.how}; PostgreSQL database ${scratch.name} on ${new URL(SERVER_URL).host}.`);
   console.log('');
 
   const rows: Measurement[] = [];

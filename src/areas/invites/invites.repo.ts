@@ -134,19 +134,6 @@ export async function membershipOfEmail(db: Executor, orgId: string, email: stri
     .executeTakeFirst();
 }
 
-/** Whether the person holds the Owner role in the organization. */
-export async function holdsOwner(db: Executor, orgId: string, userId: string): Promise<boolean> {
-  const row = await db
-    .selectFrom('role_assignments as ra')
-    .innerJoin('roles as r', 'r.id', 'ra.role_id')
-    .select('r.id')
-    .where('ra.org_id', '=', orgId)
-    .where('ra.user_id', '=', userId)
-    .where('r.system_key', '=', 'owner')
-    .executeTakeFirst();
-  return row !== undefined;
-}
-
 export function organizationName(db: Executor, orgId: string) {
   return db.selectFrom('organizations').select(['name', 'slug']).where('id', '=', orgId).executeTakeFirst();
 }

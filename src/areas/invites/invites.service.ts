@@ -9,7 +9,7 @@ import { ApiError, conflictOnUnique, notFound, type ValidationProblem } from '..
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { hashSecret, randomSecret } from '../../lib/crypto';
 import { newId } from '../../lib/ids';
-import { addMember } from '../members/members.repo';
+import { addMember, holdsOwner } from '../members/members.repo';
 import { roleUsageHooks } from '../roles/hooks';
 import { systemRoleId } from '../roles/roles.repo';
 import { addTeamMember } from '../teams/teams.repo';
@@ -76,7 +76,7 @@ export async function checkGrantable(ctx: RequestContext, roles: readonly repo.R
     if (missing.length > 0) {
       throw new ApiError('permission_escalation', `The role ${role.name} grants ${missing.join(', ')}, which you do not hold; you can only grant what you have.`);
     }
-    if (role.system_key === 'owner' && !(ctx.caller?.userId && (await repo.holdsOwner(ctx.db, ctx.orgId, ctx.caller.userId)))) {
+    if (role.system_key === 'owner' && !(ctx.caller?.userId && (await holdsOwner(ctx.db, ctx.orgId, ctx.caller.userId)))) {
       throw new ApiError('permission_escalation', 'Only an Owner may grant the Owner role.');
     }
   }

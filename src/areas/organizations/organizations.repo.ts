@@ -37,20 +37,6 @@ export function updateOrganization(db: Executor, orgId: string, changes: RowChan
   return db.updateTable('organizations').set(changes).where('id', '=', orgId).returning(ORGANIZATION_COLUMNS).executeTakeFirst();
 }
 
-/** Whether the person holds the Owner role in the organization. */
-export async function isOwner(db: Executor, orgId: string, userId: string): Promise<boolean> {
-  const row = await db
-    .selectFrom('role_assignments as ra')
-    .innerJoin('roles as r', 'r.id', 'ra.role_id')
-    .select('r.id')
-    .where('ra.org_id', '=', orgId)
-    .where('ra.user_id', '=', userId)
-    .where('r.system_key', '=', 'owner')
-    .executeTakeFirst();
-  return row !== undefined;
-}
-
-
 /**
  * Deletes the organization and everything it owns, in the caller's transaction: the row
  * (its foreign keys cascade to what references it), then every other table that keeps an

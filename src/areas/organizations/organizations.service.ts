@@ -7,7 +7,7 @@ import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { storageOf } from '../../lib/storage';
 import { SYSTEM_ROLES } from '../../auth/permissions';
-import { addMember } from '../members/members.repo';
+import { addMember, holdsOwner } from '../members/members.repo';
 import { subscriptionInForce } from './organizations.billing';
 import { toOrganization } from './organizations.mapper';
 import * as repo from './organizations.repo';
@@ -150,7 +150,7 @@ export async function deleteOrganization(ctx: RequestContext, id: string, confir
   checkSameOrganization(ctx, id);
   const org = await repo.findOrganization(ctx.db, id);
   if (!org) throw notFound('organization', id);
-  if (!(await repo.isOwner(ctx.db, id, ctx.user))) {
+  if (!(await holdsOwner(ctx.db, id, ctx.user))) {
     throw new ApiError('missing_permission', 'Only an Owner of the organization may delete it.');
   }
   if (confirm !== org.slug) {
