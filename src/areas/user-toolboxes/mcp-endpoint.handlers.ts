@@ -58,16 +58,11 @@ function acceptsBoth(accept: string | null | undefined): boolean {
   return json && sse;
 }
 
-function originAllowed(ctx: Ctx): boolean {
-  const origin = ctx.client.origin;
-  if (!origin) return true;
-  const own = new URL(ctx.deps.config.baseUrl).origin;
-  return origin === own || ctx.deps.config.mcpAllowedOrigins.includes(origin);
-}
-
-/** Credential, Origin and server checks shared by POST and DELETE; answers the server's row. */
+/**
+ * Credential and server checks shared by POST and DELETE; answers the server's row. (The
+ * Origin was checked before authentication: the area's `beforeAuthentication`.)
+ */
 async function admit(ctx: Ctx, mcpId: string): Promise<McpServerRow | Result> {
-  if (!originAllowed(ctx)) return raw(403, null, SERVER_ERROR, `Forbidden: Origin ${ctx.client.origin} is not allowed`, ctx.requestId);
   const caller = ctx.caller;
   if (!caller || caller.kind !== 'mcp_client') throw new ApiError('invalid_token', 'This endpoint takes an MCP server token or an OAuth access token.');
   // A credential of another MCP server opens nothing here, and says nothing about this one.
