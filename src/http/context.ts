@@ -101,9 +101,8 @@ export class RequestContext {
     readonly client: {
       ip: string | null;
       userAgent: string | null;
-      /** `Accept` and `Origin` as sent (protocols that negotiate on them: the MCP endpoint). */
+      /** `Accept` as sent (protocols that negotiate on it: the MCP endpoint). */
       accept?: string | null;
-      origin?: string | null;
     },
     /** Aborted when the client goes away before the response is complete (or made on first use, by a function). */
     signal: AbortSignal | (() => AbortSignal),

@@ -160,7 +160,6 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       ip: clientIp(req) ?? null,
       userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
       accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
-      origin: typeof req.headers.origin === 'string' ? req.headers.origin : null,
     }, signal);
     const handler = registry.handlers.get(route.operationId);
     if (!handler) throw notImplementedError(route.operationId);
