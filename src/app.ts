@@ -55,6 +55,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     ...deps,
     afterCommit: () => {
       credentials.clear();
+      registry.afterCommit(deps);
       afterCommit?.();
     },
   };

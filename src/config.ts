@@ -58,6 +58,13 @@ export interface Config {
   /** Upstream MCP sessions kept open between `tools/call`s: closed after `idleMs` unused (0: one session per call), at most `max`. */
   upstreamMcp: { idleMs: number; max: number };
   /**
+   * What each MCP server serves (its user toolbox resolved, the owner's restrictions, the
+   * connections and connectors its tools go through), remembered between calls: how long at
+   * most, and for how many servers. Every change to what it comes from clears it at once,
+   * wherever it is heard (as the credential cache); 0 seconds reads it on every call.
+   */
+  servedTools: { cacheSeconds: number; maxServers: number };
+  /**
    * Billing through Stripe: the secret key (null: no payment provider, every organization is
    * on the free plan), the API's base URL (a Stripe-compatible server in tests; null: Stripe's
    * own), and the price of each plan and interval the deployment sells (`team:month` → `price_…`).
@@ -304,6 +311,10 @@ export function loadConfig(env: Env = process.env): Config {
     upstreamMcp: {
       idleMs: int(env, 'UPSTREAM_MCP_IDLE_MS', 60_000, 0, 3_600_000),
       max: int(env, 'UPSTREAM_MCP_POOL_MAX', 1_000, 1, 100_000),
+    },
+    servedTools: {
+      cacheSeconds: int(env, 'MCP_SERVED_TOOLS_CACHE_SECONDS', 60, 0, 3_600),
+      maxServers: int(env, 'MCP_SERVED_TOOLS_CACHE_MAX', 2_000, 1, 1_000_000),
     },
     stripe: { secretKey: env.STRIPE_SECRET_KEY?.trim() || null, apiBaseUrl: stripeApiBaseUrl(env), prices: stripePrices(env) },
     dns: { servers: dnsServers(env), timeoutMs: int(env, 'DNS_TIMEOUT_MS', 5_000, 100, 60_000) },

@@ -32,11 +32,33 @@ export async function dropTouchUpdatedAt(db: Kysely<any>, table: string): Promis
  * authenticator reads, so that bookkeeping (a token's last use) notifies nothing.
  * Statement-level: a bulk change notifies once.
  */
-export async function notifyCredentialChanges(db: Kysely<any>, table: string, on: string): Promise<void> {
-  await sql`create trigger ${sql.id(`${table}_notify_credentials`)} after ${sql.raw(on)} on ${sql.table(table)}
-    for each statement execute function notify_credentials_changed()`.execute(db);
+export function notifyCredentialChanges(db: Kysely<any>, table: string, on: string): Promise<void> {
+  return notifyOnCommit(db, table, 'notify_credentials', 'notify_credentials_changed', on);
 }
 
-export async function dropNotifyCredentialChanges(db: Kysely<any>, table: string): Promise<void> {
-  await sql`drop trigger if exists ${sql.id(`${table}_notify_credentials`)} on ${sql.table(table)}`.execute(db);
+export function dropNotifyCredentialChanges(db: Kysely<any>, table: string): Promise<void> {
+  return dropNotifyOnCommit(db, table, 'notify_credentials');
+}
+
+/**
+ * Makes changes to `table` tell every server to forget the tools its MCP servers serve
+ * (src/areas/user-toolboxes/served-tools.ts), as notifyCredentialChanges does for credentials:
+ * the trigger (function notify_served_tools_changed, created by
+ * 2026_11_26_090001_notify_served_tools_changes) notifies `cp_served_tools`.
+ */
+export function notifyServedToolsChanges(db: Kysely<any>, table: string, on: string): Promise<void> {
+  return notifyOnCommit(db, table, 'notify_served_tools', 'notify_served_tools_changed', on);
+}
+
+export function dropNotifyServedToolsChanges(db: Kysely<any>, table: string): Promise<void> {
+  return dropNotifyOnCommit(db, table, 'notify_served_tools');
+}
+
+async function notifyOnCommit(db: Kysely<any>, table: string, suffix: string, fn: string, on: string): Promise<void> {
+  await sql`create trigger ${sql.id(`${table}_${suffix}`)} after ${sql.raw(on)} on ${sql.table(table)}
+    for each statement execute function ${sql.id(fn)}()`.execute(db);
+}
+
+async function dropNotifyOnCommit(db: Kysely<any>, table: string, suffix: string): Promise<void> {
+  await sql`drop trigger if exists ${sql.id(`${table}_${suffix}`)} on ${sql.table(table)}`.execute(db);
 }

@@ -58,6 +58,12 @@ export interface Area<T extends Tag = Tag> {
   beforeAuthentication?: (operationId: string, headers: IncomingHttpHeaders, deps: AppDeps) => void;
   /** Runs when the app closes: releases what `start` opened (kept upstream sessions, timers). */
   stop?: (deps: AppDeps) => Promise<void>;
+  /**
+   * Runs after every write this process commits, before its response leaves: what the area
+   * remembers of the database forgets, so that a change is never one request late here
+   * (other processes hear of it through NOTIFY triggers).
+   */
+  afterCommit?: (deps: AppDeps) => void;
 }
 
 export interface SealedColumn {

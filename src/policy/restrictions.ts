@@ -60,6 +60,12 @@ export class Policy {
   private constructor(
     readonly subject: PolicySubject,
     private readonly restrictions: readonly CompiledRestriction[],
+    /**
+     * When the verdicts change with time alone: the first live exception's expiry (null: none
+     * expires). Whoever keeps a policy longer than a request forgets it then. Known to policies
+     * from loadForMember; others say null.
+     */
+    readonly changesAt: Date | null = null,
   ) {
     for (const r of restrictions) {
       if (r.syntheticToolId !== null) push(this.bySynthetic, r.syntheticToolId, r);
@@ -76,7 +82,7 @@ export class Policy {
   static async loadForMember(db: Executor, orgId: string, userId: string, now: Date): Promise<Policy> {
     type ExceptionRow = { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null };
     const result = await sql<{
-      role_ids: string[]; team_ids: string[]; exceptions: ExceptionRow[] | string;
+      role_ids: string[]; team_ids: string[]; exceptions: ExceptionRow[] | string; exceptions_end: Date | string | null;
       id: string | null; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null;
     }>`
       with subject as (
@@ -88,9 +94,13 @@ export class Policy {
             from access_requests ar
             where ar.org_id = ${orgId} and ar.requester_user_id = ${userId} and ar.status = 'approved'
               and (ar.exception_expires_at is null or ar.exception_expires_at > ${now})
-          ), '[]'::json) as exceptions
+          ), '[]'::json) as exceptions,
+          (
+            select min(ar.exception_expires_at) from access_requests ar
+            where ar.org_id = ${orgId} and ar.requester_user_id = ${userId} and ar.status = 'approved' and ar.exception_expires_at > ${now}
+          ) as exceptions_end
       )
-      select s.role_ids, s.team_ids, s.exceptions, r.id, r.effect, r.match_connector_slug, r.match_tool_pattern, r.match_synthetic_tool_id
+      select s.role_ids, s.team_ids, s.exceptions, s.exceptions_end, r.id, r.effect, r.match_connector_slug, r.match_tool_pattern, r.match_synthetic_tool_id
       from subject s
       left join restrictions r on r.org_id = ${orgId} and r.is_active = true and (
         r.applies_to_everyone = true or r.applies_to_user_ids @> array[${userId}]::text[]
@@ -102,7 +112,8 @@ export class Policy {
     const raw = first?.exceptions ?? [];
     const exceptions = (typeof raw === 'string' ? JSON.parse(raw) : raw) as ExceptionRow[];
     const rows = result.rows.filter((r): r is typeof r & { id: string } => r.id !== null);
-    return Policy.compiled(subject, rows, exceptions);
+    const end = first?.exceptions_end ?? null;
+    return Policy.compiled(subject, rows, exceptions, end === null ? null : new Date(end));
   }
 
   private static exceptionsOf(db: Executor, orgId: string, userId: string, now: Date) {
@@ -120,6 +131,7 @@ export class Policy {
     subject: PolicySubject,
     rows: readonly { id: string; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null }[],
     exceptions: readonly { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null }[],
+    changesAt: Date | null = null,
   ): Policy {
     const byRestriction = new Map<string, Exception[]>();
     for (const e of exceptions) {
@@ -137,6 +149,7 @@ export class Policy {
         syntheticToolId: r.match_synthetic_tool_id,
         exceptions: byRestriction.get(r.id) ?? [],
       })),
+      changesAt,
     );
   }
 

@@ -41,6 +41,12 @@ export function findConnection(db: Executor, orgId: string, id: string, forUpdat
     .executeTakeFirst();
 }
 
+/** Connections of an organization by id (those that exist). */
+export function findConnections(db: Executor, orgId: string, ids: readonly string[]): Promise<ConnectionRow[]> {
+  if (ids.length === 0) return Promise.resolve([]);
+  return db.selectFrom('connections').select(COLUMNS).where('org_id', '=', orgId).where('id', 'in', ids).execute();
+}
+
 /** The OAuth callback names a connection without its organization: found by id alone. */
 export function findConnectionAnywhere(db: Executor, id: string): Promise<ConnectionRow | undefined> {
   return db.selectFrom('connections').select(COLUMNS).where('id', '=', id).executeTakeFirst();

@@ -10,12 +10,12 @@ import {
   SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
 } from '../../mcp/jsonrpc';
 import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from '../../mcp/revision-2026';
-import { Policy } from '../../policy/restrictions';
 import * as connectionsRepo from '../connections/connections.repo';
 import { upstreamLimits, withConnection } from '../connections/connections.upstream';
-import { resolveConnectorForMember, type ResolvedConnector } from '../connectors/resolve';
 import { findSyntheticTool, runSyntheticTool } from '../synthetic-tools';
-import { resolveUserToolbox, toolsOf, type OfferedTool, type ResolvedUserToolbox } from './resolve';
+import type { OfferedTool } from './resolve';
+import { servedTools, ServedTools, type McpServerRow } from './served-tools';
+import { recordToolCall } from './tool-call-records';
 
 /**
  * postMcpMessage and deleteMcpSession: the MCP endpoint `/mcp/{mcpId}` (spec/paths/mcp.yml),
@@ -29,17 +29,10 @@ const SYNTHETIC_PERMISSION = 'synthetic_tool:execute';
 /** A connection's `last_used_at` moves on a call only when it is older than this (or the last use failed). */
 const LAST_USED_PRECISION_MS = 60_000;
 
-interface McpServerRow {
-  id: string;
-  org_id: string;
-  user_toolbox_id: string;
-  owner_user_id: string;
-  name: string;
-  /** `unavailable`: its dynamic user toolbox is gone; it lists no tools. */
-  status: string;
-}
 
 type Ctx = RequestContext;
+/** What an existing MCP server serves. */
+type Served = ServedTools & { readonly server: McpServerRow };
 type Result = { status: number; body?: unknown; events?: AsyncIterable<ServerSentEvent>; headers?: Record<string, string> };
 
 /** Calls in flight in this process, by MCP server and JSON-RPC id. */
@@ -59,65 +52,34 @@ function acceptsBoth(accept: string | null | undefined): boolean {
 }
 
 /**
- * Credential and server checks shared by POST and DELETE; answers the server's row. (The
- * Origin was checked before authentication: the area's `beforeAuthentication`.)
+ * Credential and server checks shared by POST and DELETE; answers what the server serves.
+ * (The Origin was checked before authentication: the area's `beforeAuthentication`.)
  */
-async function admit(ctx: Ctx, mcpId: string): Promise<McpServerRow | Result> {
+async function admit(ctx: Ctx, mcpId: string): Promise<Served | Result> {
   const caller = ctx.caller;
   if (!caller || caller.kind !== 'mcp_client') throw new ApiError('invalid_token', 'This endpoint takes an MCP server token or an OAuth access token.');
   // A credential of another MCP server opens nothing here, and says nothing about this one.
   if (caller.mcpServerId !== mcpId) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
-  const row = await ctx.db
-    .selectFrom('mcp_servers')
-    .select(['id', 'org_id', 'user_toolbox_id', 'owner_user_id', 'name', 'status'])
-    .where('id', '=', mcpId)
-    .executeTakeFirst();
-  if (!row) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
-  return row;
+  const served = await servedTools(ctx.deps, mcpId);
+  if (!served.server) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
+  return served as Served;
 }
 
-const isRow = (value: McpServerRow | Result): value is McpServerRow => 'user_toolbox_id' in value;
+const isServed = (value: Served | Result): value is Served => value instanceof ServedTools;
 
-/**
- * The box's tools as the owner may see them now (synthetic tools only with
- * synthetic_tool:execute). `forName`: only what could answer to that name is read (the sources
- * of its connector, and synthetic tools), so a call does not parse every cached list of the box.
- */
-async function offeredTools(ctx: Ctx, server: McpServerRow, forName?: string, prefetch?: (box: ResolvedUserToolbox) => void): Promise<OfferedTool[]> {
-  if (server.status !== 'active') return [];
-  // The box and the owner's policy are independent reads: side by side.
-  const [resolved, policy] = await Promise.all([
-    resolveUserToolbox(ctx.db, server.org_id, server.owner_user_id, server.user_toolbox_id, { withoutDates: true }),
-    Policy.loadForMember(ctx.db, server.org_id, server.owner_user_id, new Date()),
-  ]);
-  if (!resolved) return [];
-  const slug = slugOf(forName);
-  const box = forName === undefined ? resolved : { ...resolved, sources: resolved.sources.filter((s) => s.type === 'synthetic_tool' || s.connector_slug === slug) };
-  prefetch?.(box);
-  const tools = await toolsOf(ctx.deps, box, policy);
-  const mayRunSynthetic = ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(SYNTHETIC_PERMISSION) ?? false);
-  return mayRunSynthetic ? tools : tools.filter((t) => t.source.kind !== 'synthetic');
+/** Whether the caller may run synthetic tools (they are listed and called only then). */
+const mayRunSynthetic = (ctx: Ctx): boolean => ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(SYNTHETIC_PERMISSION) ?? false);
+
+/** The tools the caller sees: what the server serves, synthetic tools only with synthetic_tool:execute. */
+function offeredTools(ctx: Ctx, served: ServedTools): readonly OfferedTool[] {
+  return mayRunSynthetic(ctx) ? served.tools : served.tools.filter((t) => t.source.kind !== 'synthetic');
 }
 
-/** `crm__search` → `crm`; null for a name without a connector (a synthetic tool's). */
-const slugOf = (name: string | undefined): string | null => (name?.includes('__') ? name.slice(0, name.indexOf('__')) : null);
-
-/**
- * What a call to an upstream tool reads besides the box and the policy, started as soon as it
- * is known so that it overlaps them: the connector as the owner sees it (the slug is in the
- * tool's name), and the rows of the box's connections to it. Nothing is decided on it before
- * the policy has spoken; a read that fails fails only the call that uses it.
- */
-interface Prefetched {
-  connector: Promise<ResolvedConnector | null> | null;
-  connections: Map<string, Promise<connectionsRepo.ConnectionRow | undefined>>;
+/** The tool a call names, if the caller sees it. */
+function offeredTool(ctx: Ctx, served: ServedTools, name: string): OfferedTool | undefined {
+  const tool = served.byName.get(name);
+  return tool && (tool.source.kind !== 'synthetic' || mayRunSynthetic(ctx)) ? tool : undefined;
 }
-
-function quiet<T>(promise: Promise<T>): Promise<T> {
-  promise.catch(() => undefined);
-  return promise;
-}
-
 
 function mcpTool(tool: OfferedTool) {
   return {
@@ -146,13 +108,13 @@ async function heldMessage(ctx: Ctx, tool: OfferedTool): Promise<string> {
 
 async function callOffered(
   ctx: Ctx,
-  server: McpServerRow,
+  served: Served,
   tool: OfferedTool,
   args: Record<string, unknown>,
   signal: AbortSignal,
   onprogress?: (progress: { progress: number; total?: number; message?: string }) => void,
-  prefetched?: Prefetched,
 ): Promise<CallOutcome> {
+  const { server } = served;
   if (!tool.verdict.callable) {
     const text = await heldMessage(ctx, tool);
     return { result: toolError(text), outcome: 'held', error: text };
@@ -174,31 +136,33 @@ async function callOffered(
     }
   }
   const source = tool.source;
-  const row = await (prefetched?.connections.get(source.connection_id) ?? connectionsRepo.findConnection(ctx.db, server.org_id, source.connection_id));
+  const row = served.connection(source.connection_id);
   if (!row || row.status !== 'active') {
     const text = `${tool.name} cannot be called: its connection is ${row ? row.status : 'gone'}${row?.status === 'needs_reauth' ? '; reconnect it in the web app' : ''}.`;
     return { result: toolError(text), outcome: 'unavailable', error: text };
   }
-  // The connection is the owner's (the box serves only their own), so the connector is as the owner sees it.
-  const connector = row.owner_user_id === server.owner_user_id && prefetched?.connector
-    ? await prefetched.connector
-    : await resolveConnectorForMember(ctx.db, ctx.deps.secrets, server.org_id, row.owner_user_id, source.connector_slug);
+  // The connector as the connection's owner sees it (a shared toolbox's connection acts as its owner).
+  const connector = await served.connector(row.owner_user_id, source.connector_slug);
   if (!connector) return { result: toolError(`${tool.name} cannot be called: its connector is no longer available.`), outcome: 'unavailable', error: 'connector unavailable' };
   const limits = upstreamLimits(ctx);
   try {
     const result = await withConnection(ctx, row, connector, (credential) =>
       upstreamPoolOf(ctx.deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
     );
-    // Bookkeeping kept to the minute (as the server's own last_used_at): not a write on every call.
+    // Bookkeeping kept to the minute (as the server's own last_used_at): not a write on every
+    // call. The remembered row follows it (these columns notify nothing).
     const now = new Date();
     if (row.last_error !== null || !row.last_used_at || now.getTime() - row.last_used_at.getTime() >= LAST_USED_PRECISION_MS) {
+      row.last_used_at = now;
+      row.last_error = null;
       void connectionsRepo.recordUse(ctx.db, row.id, now, null).catch(() => undefined);
     }
     return { result, outcome: result.isError ? 'tool_error' : 'succeeded', error: null };
   } catch (err) {
     if (signal.aborted) return { result: toolError('The call was cancelled.'), outcome: 'cancelled', error: 'cancelled' };
     if (err instanceof UpstreamUnavailable) {
-      void connectionsRepo.recordError(ctx.db, row.id, `tools/call ${source.tool}: ${err.message}`).catch(() => undefined);
+      row.last_error = `tools/call ${source.tool}: ${err.message}`;
+      void connectionsRepo.recordError(ctx.db, row.id, row.last_error).catch(() => undefined);
       const text = `${connector.name} could not be reached or did not answer in time: ${err.message}`;
       return { result: toolError(text), outcome: 'unavailable', error: err.detail };
     }
@@ -207,71 +171,40 @@ async function callOffered(
   }
 }
 
-/** Tool-call records being written: the app waits for them when it closes (flushToolCallRecords). */
-const pendingRecords = new Set<Promise<void>>();
-
-/** Waits for every tool-call record still being written (app shutdown, before the database closes). */
-export async function flushToolCallRecords(): Promise<void> {
-  while (pendingRecords.size > 0) await Promise.allSettled([...pendingRecords]);
-}
-
-/**
- * Writes the call's tool-call record off the answer's path: started after the answer is
- * settled, never awaited by it. A record that cannot be written is logged at error.
- */
+/** The call's tool-call record, written off the answer's path (tool-call-records.ts). */
 function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number): void {
-  const duration = Math.max(0, Math.round(Date.now() - started));
-  const write = new Promise<void>((resolve) => setImmediate(resolve))
-    .then(() => insertRecord(ctx, server, id, name, tool, outcome, error, duration))
-    .catch((err: unknown) => ctx.log.error({ err, mcp_server_id: server.id, tool: name, outcome }, 'tool-call record not written'))
-    .finally(() => pendingRecords.delete(write));
-  pendingRecords.add(write);
-}
-
-async function insertRecord(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, duration: number) {
   const source = tool?.source;
-  await ctx.db
-    .insertInto('tool_call_records')
-    .values({
-      org_id: server.org_id,
-      mcp_server_id: server.id,
-      user_id: server.owner_user_id,
-      user_toolbox_id: server.user_toolbox_id,
-      connection_id: source?.kind === 'upstream' ? source.connection_id : null,
-      connector_slug: source?.kind === 'upstream' ? source.connector_slug : null,
-      synthetic_tool_id: source?.kind === 'synthetic' ? source.synthetic_tool_id : null,
-      tool_name: name.slice(0, 512),
-      upstream_tool: source?.kind === 'upstream' ? source.tool : null,
-      outcome,
-      error: error ? error.slice(0, 2000) : null,
-      duration_ms: duration,
-      request_id: ctx.requestId,
-      jsonrpc_id: String(id),
-    })
-    .execute();
+  const now = Date.now();
+  recordToolCall(ctx.db, ctx.deps.logger, {
+    org_id: server.org_id,
+    mcp_server_id: server.id,
+    user_id: server.owner_user_id,
+    user_toolbox_id: server.user_toolbox_id,
+    connection_id: source?.kind === 'upstream' ? source.connection_id : null,
+    connector_slug: source?.kind === 'upstream' ? source.connector_slug : null,
+    synthetic_tool_id: source?.kind === 'synthetic' ? source.synthetic_tool_id : null,
+    tool_name: name.slice(0, 512),
+    upstream_tool: source?.kind === 'upstream' ? source.tool : null,
+    outcome,
+    error: error ? error.slice(0, 2000) : null,
+    duration_ms: Math.max(0, Math.round(now - started)),
+    request_id: ctx.requestId,
+    jsonrpc_id: String(id),
+    created_at: new Date(now),
+  });
 }
 
 /** tools/call: one JSON-RPC response; progress through `onprogress` when the client asked. */
-async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, onprogress?: (p: { progress: number; total?: number; message?: string }) => void) {
+async function toolsCall(ctx: Ctx, served: Served, request: JsonRpcRequest, onprogress?: (p: { progress: number; total?: number; message?: string }) => void) {
   const started = Date.now();
+  const { server } = served;
   const params = request.params ?? {};
   const name = params.name;
   const args = params.arguments ?? {};
   if (typeof name !== 'string' || typeof args !== 'object' || args === null || Array.isArray(args)) {
     return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: tools/call takes a name and an arguments object');
   }
-  const slug = server.status === 'active' ? slugOf(name) : null;
-  const prefetched: Prefetched = { connector: slug ? quiet(resolveConnectorForMember(ctx.db, ctx.deps.secrets, server.org_id, server.owner_user_id, slug)) : null, connections: new Map() };
-  const tool = (
-    await offeredTools(ctx, server, name, (box) => {
-      if (!slug) return;
-      for (const s of box.sources) {
-        if (s.type === 'connection' && s.status === 'active' && s.connector_slug === slug && !prefetched.connections.has(s.connection_id)) {
-          prefetched.connections.set(s.connection_id, quiet(connectionsRepo.findConnection(ctx.db, server.org_id, s.connection_id)));
-        }
-      }
-    })
-  ).find((t) => t.name === name);
+  const tool = offeredTool(ctx, served, name);
   if (!tool) {
     record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
     return errorResponse(request.id, INVALID_PARAMS, `Unknown tool: ${name}`);
@@ -281,7 +214,7 @@ async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
   inFlight.set(key, controller);
   const signal = AbortSignal.any([controller.signal, ctx.signal]);
   try {
-    const outcome = await callOffered(ctx, server, tool, args as Record<string, unknown>, signal, onprogress, prefetched);
+    const outcome = await callOffered(ctx, served, tool, args as Record<string, unknown>, signal, onprogress);
     record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
     return resultResponse(request.id, outcome.result as Record<string, unknown>);
   } finally {
@@ -289,7 +222,8 @@ async function toolsCall(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
   }
 }
 
-async function answer(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, version: string) {
+async function answer(ctx: Ctx, served: Served, request: JsonRpcRequest, version: string) {
+  const { server } = served;
   switch (request.method) {
     case 'initialize': {
       const asked = request.params?.protocolVersion;
@@ -306,9 +240,9 @@ async function answer(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, v
     case 'server/discover':
       return modernResponse(discover(request.id, server), serverInfoOf(server), { ttlMs: DISCOVER_TTL_MS });
     case 'tools/list':
-      return toolsList(ctx, server, request);
+      return toolsList(ctx, served, request);
     case 'tools/call':
-      return toolsCall(ctx, server, request);
+      return toolsCall(ctx, served, request);
     default:
       return errorResponse(request.id, METHOD_NOT_FOUND, `Method not found: ${request.method}`);
   }
@@ -329,15 +263,16 @@ const discover = (id: JsonRpcId, server: McpServerRow) =>
  * `tools/call` answered with `resultType`, `_meta` and cache hints; any other method
  * (`initialize` and `ping` included, which the revision dropped) is 404 with -32601.
  */
-async function answerModern(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest): Promise<Result> {
+async function answerModern(ctx: Ctx, served: Served, request: JsonRpcRequest): Promise<Result> {
+  const { server } = served;
   const info = serverInfoOf(server);
   switch (request.method) {
     case 'server/discover':
       return { status: 200, body: modernResponse(discover(request.id, server), info, { ttlMs: DISCOVER_TTL_MS }) };
     case 'tools/list':
-      return { status: 200, body: modernResponse(await toolsList(ctx, server, request, withoutHeaderMirroring), info, { ttlMs: TOOLS_LIST_TTL_MS }) };
+      return { status: 200, body: modernResponse(await toolsList(ctx, served, request, withoutHeaderMirroring), info, { ttlMs: TOOLS_LIST_TTL_MS }) };
     case 'tools/call':
-      return { status: 200, body: modernResponse(await toolsCall(ctx, server, request), info) };
+      return { status: 200, body: modernResponse(await toolsCall(ctx, served, request), info) };
     default:
       return { status: 404, body: errorResponse(request.id, METHOD_NOT_FOUND, `Method not found: ${request.method}`) };
   }
@@ -345,7 +280,7 @@ async function answerModern(ctx: Ctx, server: McpServerRow, request: JsonRpcRequ
 
 type McpToolShape = ReturnType<typeof mcpTool>;
 
-async function toolsList(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest, present: (tool: McpToolShape) => McpToolShape = (tool) => tool) {
+function toolsList(ctx: Ctx, served: Served, request: JsonRpcRequest, present: (tool: McpToolShape) => McpToolShape = (tool) => tool) {
   const cursor = request.params?.cursor;
   let offset = 0;
   if (cursor !== undefined) {
@@ -353,7 +288,7 @@ async function toolsList(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
     if (!decoded) return errorResponse(request.id, INVALID_PARAMS, 'Invalid params: unknown cursor');
     offset = Number(decoded[1]);
   }
-  const tools = await offeredTools(ctx, server);
+  const tools = offeredTools(ctx, served);
   const page = tools.slice(offset, offset + PAGE_SIZE).map((tool) => present(mcpTool(tool)));
   const next = offset + PAGE_SIZE < tools.length ? Buffer.from(`o${offset + PAGE_SIZE}`).toString('base64url') : undefined;
   return resultResponse(request.id, { tools: page, ...(next ? { nextCursor: next } : {}) });
@@ -362,7 +297,7 @@ async function toolsList(ctx: Ctx, server: McpServerRow, request: JsonRpcRequest
 /** A tools/call answered as server-sent events: progress notifications as they come, then the response. */
 function streamed(
   ctx: Ctx,
-  server: McpServerRow,
+  served: Served,
   request: JsonRpcRequest,
   progressToken: string | number,
   finish: <R extends Awaited<ReturnType<typeof toolsCall>>>(response: R) => R = (response) => response,
@@ -374,7 +309,7 @@ function streamed(
     queue.push({ event: 'message', data });
     wake?.();
   };
-  void toolsCall(ctx, server, request, (p) =>
+  void toolsCall(ctx, served, request, (p) =>
     push({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken, progress: p.progress, ...(p.total !== undefined ? { total: p.total } : {}), ...(p.message !== undefined ? { message: p.message } : {}) } }),
   )
     .then((response) => push(finish(response)), (err: unknown) => {
@@ -407,8 +342,9 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
       return raw(406, null, SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream', ctx.requestId);
     }
     const admitted = await admit(ctx, params.mcpId);
-    if (!isRow(admitted)) return admitted as never;
-    const server = admitted;
+    if (!isServed(admitted)) return admitted as never;
+    const served = admitted;
+    const { server } = served;
     const era = eraOf({ version: headers['MCP-Protocol-Version'], method: headers['Mcp-Method'], name: headers['Mcp-Name'] }, body, ctx.requestId);
     if (era.era === 'refused') return { status: era.status, body: era.body } as never;
     const version = era.era === 'modern' ? MODERN_VERSION : era.version;
@@ -431,17 +367,17 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
     const progressToken = (only.params?._meta as { progressToken?: unknown } | undefined)?.progressToken;
     if (!batch && only.method === 'tools/call' && (typeof progressToken === 'string' || typeof progressToken === 'number')) {
       const finish = era.era === 'modern' ? <R extends Parameters<typeof modernResponse>[0]>(r: R) => modernResponse(r, serverInfoOf(server)) : undefined;
-      return { status: 200, events: streamed(ctx, server, only, progressToken, finish) };
+      return { status: 200, events: streamed(ctx, served, only, progressToken, finish) };
     }
-    if (era.era === 'modern') return (await answerModern(ctx, server, only)) as never;
+    if (era.era === 'modern') return (await answerModern(ctx, served, only)) as never;
     const responses = [];
-    for (const request of requests) responses.push(await answer(ctx, server, request, version));
+    for (const request of requests) responses.push(await answer(ctx, served, request, version));
     return { status: 200, body: (batch ? responses : responses[0]) as never };
   },
 
   async deleteMcpSession({ params }, ctx) {
     const admitted = await admit(ctx, params.mcpId);
-    if (!isRow(admitted)) return admitted as never;
+    if (!isServed(admitted)) return admitted as never;
     return { status: 204 };
   },
 };

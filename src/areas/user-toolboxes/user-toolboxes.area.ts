@@ -4,7 +4,9 @@ import { ApiError } from '../../http/errors';
 import { keyedPageRequest } from '../../http/pagination';
 import { closeUpstreamPool } from '../../lib/mcp-upstream-pool';
 import { renderMcpError } from '../../mcp/jsonrpc';
-import { flushToolCallRecords, mcpEndpointHandlers } from './mcp-endpoint.handlers';
+import { mcpEndpointHandlers } from './mcp-endpoint.handlers';
+import { forgetServedTools, startServedTools, stopServedTools } from './served-tools';
+import { flushToolCallRecords } from './tool-call-records';
 import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 
@@ -24,12 +26,16 @@ export default defineArea({
   authenticators: { mcpToken: mcpServerTokenAuthenticator },
   start: async (deps) => {
     config = deps.config;
+    await startServedTools(deps);
   },
   // The tool-call records still being written, then the upstream sessions the endpoint kept open (src/lib/mcp-upstream-pool.ts).
   stop: async (deps) => {
-    await flushToolCallRecords();
+    await stopServedTools(deps.config);
+    await flushToolCallRecords(deps.db);
     await closeUpstreamPool(deps.config);
   },
+  // What the MCP endpoint remembers of its servers' tools (served-tools.ts) forgets this process's changes at once.
+  afterCommit: (deps) => forgetServedTools(deps.config),
   // A foreign Origin is refused before the token is looked at (and before the rate limit counts it).
   beforeAuthentication: (operationId, headers, deps) => {
     if (!MCP_ENDPOINT.has(operationId)) return;

@@ -1,0 +1,126 @@
+import { NotifiedCache } from '../../db/notified-cache';
+import type { AppDeps } from '../../http/context';
+import { Policy } from '../../policy/restrictions';
+import * as connectionsRepo from '../connections/connections.repo';
+import { resolveConnectorForMember, type ResolvedConnector } from '../connectors/resolve';
+import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
+
+/**
+ * What an MCP server serves: its row, the tools its user toolbox offers the owner now (policy
+ * applied), and the connections and connectors calls to them go through. The MCP endpoint
+ * reads it on every request, so it is remembered per process (NotifiedCache): triggers on every
+ * table it comes from notify `cp_served_tools` (migration 2026_11_26_090001), this process's
+ * own commits clear it (the area's afterCommit), and a live exception's expiry ends it.
+ */
+
+export const SERVED_TOOLS_CHANNEL = 'cp_served_tools';
+
+export interface McpServerRow {
+  id: string;
+  org_id: string;
+  user_toolbox_id: string;
+  owner_user_id: string;
+  name: string;
+  /** `unavailable`: its dynamic user toolbox is gone; it lists no tools. */
+  status: string;
+}
+
+type Deps = Pick<AppDeps, 'db' | 'secrets'>;
+
+export class ServedTools {
+  /** By the name a client calls (`<connector_slug>__<tool>`, or a synthetic tool's). */
+  readonly byName: ReadonlyMap<string, OfferedTool>;
+  private readonly connectors = new Map<string, Promise<ResolvedConnector | null>>();
+
+  constructor(
+    private readonly deps: Deps,
+    /** Null: no such MCP server. */
+    readonly server: McpServerRow | null,
+    /** Everything the owner may see, synthetic tools included (whether the caller may run those is the caller's). */
+    readonly tools: readonly OfferedTool[],
+    /**
+     * The rows of the connections the tools go through, read with the tools. Kept up to date
+     * by the endpoint's bookkeeping (`last_used_at`, `last_error`), which notifies nothing.
+     */
+    private readonly connections: ReadonlyMap<string, connectionsRepo.ConnectionRow>,
+  ) {
+    this.byName = new Map(tools.map((tool) => [tool.name, tool]));
+  }
+
+  connection(id: string): connectionsRepo.ConnectionRow | undefined {
+    return this.connections.get(id);
+  }
+
+  /** The connector as the connection's owner sees it now, read on first use (a failed read is not kept). */
+  connector(ownerUserId: string, slug: string): Promise<ResolvedConnector | null> {
+    const key = `${ownerUserId}\u0000${slug}`;
+    let found = this.connectors.get(key);
+    if (!found) {
+      const server = this.server as McpServerRow;
+      found = resolveConnectorForMember(this.deps.db, this.deps.secrets, server.org_id, ownerUserId, slug);
+      this.connectors.set(key, found);
+      found.catch(() => this.connectors.delete(key));
+    }
+    return found;
+  }
+}
+
+async function load(deps: Deps, mcpId: string): Promise<{ value: ServedTools; until?: number }> {
+  const server = await deps.db
+    .selectFrom('mcp_servers')
+    .select(['id', 'org_id', 'user_toolbox_id', 'owner_user_id', 'name', 'status'])
+    .where('id', '=', mcpId)
+    .executeTakeFirst();
+  if (!server || server.status !== 'active') return { value: new ServedTools(deps, server ?? null, [], new Map()) };
+  // The box and the owner's policy are independent reads: side by side.
+  const [box, policy] = await Promise.all([
+    resolveUserToolbox(deps.db, server.org_id, server.owner_user_id, server.user_toolbox_id, { withoutDates: true }),
+    Policy.loadForMember(deps.db, server.org_id, server.owner_user_id, new Date()),
+  ]);
+  if (!box) return { value: new ServedTools(deps, server, [], new Map()), until: policy.changesAt?.getTime() };
+  const active = box.sources.flatMap((s) => (s.type === 'connection' && s.status === 'active' ? [s.connection_id] : []));
+  const [tools, rows] = await Promise.all([toolsOf(deps, box, policy), connectionsRepo.findConnections(deps.db, server.org_id, [...new Set(active)])]);
+  return { value: new ServedTools(deps, server, tools, new Map(rows.map((row) => [row.id, row]))), until: policy.changesAt?.getTime() };
+}
+
+/** One cache per app, found by its configuration (the handlers' deps and the area's start, stop and afterCommit share it). */
+const caches = new WeakMap<object, NotifiedCache<ServedTools>>();
+
+function cacheOf(config: AppDeps['config']): NotifiedCache<ServedTools> {
+  let cache = caches.get(config);
+  if (!cache) {
+    cache = new NotifiedCache({ maxAgeMs: config.servedTools.cacheSeconds * 1000, maxEntries: config.servedTools.maxServers });
+    caches.set(config, cache);
+  }
+  return cache;
+}
+
+/** What the MCP server serves now: remembered, or read (and then remembered when it may be). */
+export function servedTools(deps: Deps & Pick<AppDeps, 'config'>, mcpId: string): ServedTools | Promise<ServedTools> {
+  return cacheOf(deps.config).get(mcpId, () => load(deps, mcpId));
+}
+
+const stoppers = new WeakMap<object, () => Promise<void>>();
+
+/** Starts remembering once the change notifications are heard (without a listener nothing is remembered). */
+export async function startServedTools(deps: Pick<AppDeps, 'config' | 'listen' | 'logger'>): Promise<void> {
+  if (!deps.listen || deps.config.servedTools.cacheSeconds === 0) return;
+  stoppers.set(deps.config, await cacheOf(deps.config).follow(deps.listen, SERVED_TOOLS_CHANNEL, deps.logger, 'MCP served-tools cache'));
+}
+
+/** Stops listening and forgets (app shutdown). */
+export async function stopServedTools(config: AppDeps['config']): Promise<void> {
+  const stop = stoppers.get(config);
+  stoppers.delete(config);
+  await stop?.();
+}
+
+/** Forgets what every MCP server serves (a change committed in this process). */
+export function forgetServedTools(config: AppDeps['config']): void {
+  caches.get(config)?.clear();
+}
+
+/** How many times the cache was cleared (tests wait on it to know a notification arrived). */
+export function servedToolsClears(config: AppDeps['config']): number {
+  return caches.get(config)?.clears ?? 0;
+}
