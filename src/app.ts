@@ -34,6 +34,11 @@ export interface App {
   registry: Registry;
   /** What the app remembers of credentials; forgets on every change it hears of. */
   credentials: CredentialCache;
+  /**
+   * Forgets everything the app remembers of the database (credentials, what areas keep), as
+   * after a write of its own: for writes made beside it (tests' direct inserts).
+   */
+  forget(): void;
   /** Closes what the app opened itself (the Redis connection of the rate limits, the credential change listener, what areas started). */
   close(): Promise<void>;
 }
@@ -51,11 +56,14 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   const credentials = new CredentialCache({ maxAgeMs: deps.config.credentialCacheSeconds * 1000 });
   const stopFollowing = deps.listen && deps.config.credentialCacheSeconds > 0 ? await credentials.follow(deps.listen, deps.logger) : async () => undefined;
   const afterCommit = deps.afterCommit;
+  const forget = () => {
+    credentials.clear();
+    registry.afterCommit(deps);
+  };
   const appDeps: AppDeps = {
     ...deps,
     afterCommit: () => {
-      credentials.clear();
-      registry.afterCommit(deps);
+      forget();
       afterCommit?.();
     },
   };
@@ -126,6 +134,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     app,
     registry,
     credentials,
+    forget,
     close: async () => {
       await stopFollowing();
       await counters.close();

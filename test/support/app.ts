@@ -81,8 +81,10 @@ export class TestApp {
     readonly pending: ReadonlySet<string>,
     /** The app's credential cache (tests of the cache look inside). */
     readonly credentials: CredentialCache,
+    /** Makes the app forget what it remembers of the database, as after a write of its own. */
+    forget: () => void,
   ) {
-    this.writer = database.db.withPlugin(new ForgetCredentialsOnWrite(credentials));
+    this.writer = database.db.withPlugin(new ForgetOnWrite(forget));
     this.factories = new Factories(this.writer);
   }
 
@@ -90,7 +92,7 @@ export class TestApp {
 
   /**
    * The test's own way into the database. Its writes stand in for operations not built yet,
-   * so the app forgets remembered credentials after each one, as after a write of its own
+   * so the app forgets what it remembers (credentials, served tools) after each one, as after a write of its own
    * (the notification from the database would come too, a moment later).
    */
   get db(): Db {
@@ -212,7 +214,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     logger,
     onEvent: recordEvent,
   };
-  const { app, registry, credentials, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
+  const { app, registry, credentials, forget, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -221,14 +223,14 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;
   if (options.checkSpec !== false) sharedChecker ??= new SpecChecker();
-  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented, credentials);
+  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented, credentials, forget);
 }
 
-/** Clears the credential cache after every statement that is not a select. */
-class ForgetCredentialsOnWrite implements KyselyPlugin {
+/** Makes the app forget what it remembers after every statement that is not a select. */
+class ForgetOnWrite implements KyselyPlugin {
   private readonly writes = new WeakSet<object>();
 
-  constructor(private readonly credentials: CredentialCache) {}
+  constructor(private readonly forget: () => void) {}
 
   transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
     if (args.node.kind !== 'SelectQueryNode') this.writes.add(args.queryId);
@@ -236,7 +238,7 @@ class ForgetCredentialsOnWrite implements KyselyPlugin {
   }
 
   async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
-    if (this.writes.has(args.queryId)) this.credentials.clear();
+    if (this.writes.has(args.queryId)) this.forget();
     return args.result;
   }
 }
