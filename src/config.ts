@@ -314,7 +314,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     servedTools: {
       cacheSeconds: int(env, 'MCP_SERVED_TOOLS_CACHE_SECONDS', 60, 0, 3_600),
-      maxServers: int(env, 'MCP_SERVED_TOOLS_CACHE_MAX', 2_000, 1, 1_000_000),
+      maxServers: int(env, 'MCP_SERVED_TOOLS_CACHE_MAX', 1_000, 1, 1_000_000),
     },
     stripe: { secretKey: env.STRIPE_SECRET_KEY?.trim() || null, apiBaseUrl: stripeApiBaseUrl(env), prices: stripePrices(env) },
     dns: { servers: dnsServers(env), timeoutMs: int(env, 'DNS_TIMEOUT_MS', 5_000, 100, 60_000) },

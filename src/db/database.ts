@@ -88,6 +88,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     pool: null,
     listen: async (channel, onNotify) => {
       const stop = await owned.listen(channel, () => onNotify());
+      // Listening from here on, as on a server: said once now, so a cache may start trusting.
+      onNotify();
       return async () => {
         if (!owned.closed) await stop();
       };
