@@ -336,6 +336,12 @@ describe('executing', () => {
     expect(seenSince(mark2).map((c) => c.credential)).toEqual([KEY_B, KEY_B]);
     // Nobody else's key travelled with either run.
     expect(up.peer.seen.slice(mark).every((s) => s.credential !== null && [KEY_A, KEY_B].includes(s.credential))).toBe(true);
+
+    // Steps go through the connection's kept upstream session: another run opens none.
+    const mark3 = up.peer.seen.length;
+    expect((await alice.execute(tool.id, { arguments: { ticket_id: 5 } })).status).toBe(200);
+    expect(seenSince(mark3)).toHaveLength(2);
+    expect(up.peer.seen.slice(mark3).filter((s) => s.rpc === 'initialize')).toHaveLength(0);
   });
 
   it('runs the same outside a request (the MCP endpoint\'s way in): runSyntheticTool with the app\'s deps', async () => {

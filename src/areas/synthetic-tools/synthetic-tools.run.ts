@@ -2,7 +2,8 @@ import type { Logger } from 'pino';
 import { appendEvents } from '../../events/outbox';
 import { WriteScope, type AppDeps } from '../../http/context';
 import { ApiError, type ValidationProblem } from '../../http/errors';
-import { callTool, UpstreamUnavailable, type UpstreamCallResult } from '../../lib/mcp-upstream';
+import { UpstreamUnavailable, type UpstreamCallResult } from '../../lib/mcp-upstream';
+import { upstreamPoolOf } from '../../lib/mcp-upstream-pool';
 import * as connectionsRepo from '../connections/connections.repo';
 import { upstreamLimits, withConnection, type ConnectionContext } from '../connections/connections.upstream';
 import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors/resolve';
@@ -230,7 +231,8 @@ export async function runSyntheticTool(
     } else {
       try {
         const answer = await withConnection(ctx, row, connector, (credential) =>
-          callTool({ url: connector.mcp_url, transport: connector.transport, credential }, { ...baseLimits, timeoutMs }, step.tool.name, stepArgs, signal),
+          // Through the connection's kept session, as the MCP endpoint's calls: a step costs the upstream one request.
+          upstreamPoolOf(deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, { ...baseLimits, timeoutMs }, step.tool.name, stepArgs, signal),
         );
         if (answer.isError) failure = errorTextOf(answer);
         else results.set(step.id, resultOf(answer));
