@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { DatabaseHandle, Db } from '../db/database';
+import { ChangeFollower } from '../db/notified-cache';
 import { hashSecret } from '../lib/crypto';
 import type { Authenticator, AuthenticationResult, Caller, OrgAccess, PresentedCredential } from './credentials';
 
@@ -37,13 +38,15 @@ export interface CredentialCacheOptions {
 export class CredentialCache {
   private callers = new Map<string, CachedCaller>();
   private access = new Map<string, { access: OrgAccess | null; cachedAt: number }>();
-  /** False until the listener is up, and whenever it is down: changes could be missed. */
-  private trusted = false;
   /**
-   * Bumped by every clear. A lookup that started before a change and finishes after it must
-   * not put its (older) answer into the cache the change just emptied.
+   * Trusted only while every change is heard; its generation moves on with every clear, so a
+   * lookup that started before a change and finishes after it does not put its (older)
+   * answer into the cache the change just emptied.
    */
-  private generation = 0;
+  private readonly changes = new ChangeFollower(() => {
+    this.callers.clear();
+    this.access.clear();
+  });
   private readonly maxAgeMs: number;
   private readonly maxEntries: number;
 
@@ -54,14 +57,12 @@ export class CredentialCache {
 
   /** How many times it has forgotten everything (a test waits on it to know a notification arrived). */
   get clears(): number {
-    return this.generation;
+    return this.changes.generation;
   }
 
   /** Forgets everything: a change was committed (here or, as notified, anywhere). */
   clear(): void {
-    this.generation++;
-    this.callers.clear();
-    this.access.clear();
+    this.changes.clear();
   }
 
   get size(): number {
@@ -69,11 +70,11 @@ export class CredentialCache {
   }
 
   private fresh(cachedAt: number, now: number): boolean {
-    return this.trusted && now - cachedAt < this.maxAgeMs;
+    return this.changes.trusted && now - cachedAt < this.maxAgeMs;
   }
 
   private remember<V>(map: Map<string, V>, key: string, value: V, generation: number): void {
-    if (!this.trusted || generation !== this.generation) return;
+    if (!this.changes.trusted || generation !== this.changes.generation) return;
     // Oldest first: a Map iterates in insertion order.
     if (map.size >= this.maxEntries) map.delete(map.keys().next().value as string);
     map.set(key, value);
@@ -95,7 +96,7 @@ export class CredentialCache {
       }
       return hit.result;
     }
-    const generation = this.generation;
+    const generation = this.changes.generation;
     return authenticator.authenticate(credential, db, now).then((result) => {
       if (result.status === 'ok') this.remember(this.callers, key, { caller: result.caller, result, authenticator, cachedAt: at, usedAt: at }, generation);
       return result;
@@ -107,7 +108,7 @@ export class CredentialCache {
     const key = `${userId}:${orgId}`;
     const hit = this.access.get(key);
     if (hit && this.fresh(hit.cachedAt, now)) return hit.access;
-    const generation = this.generation;
+    const generation = this.changes.generation;
     return load().then((access) => {
       this.remember(this.access, key, { access, cachedAt: now }, generation);
       return access;
@@ -119,24 +120,8 @@ export class CredentialCache {
    * notification (and every reconnection, after which some may have been missed) clears it.
    * Resolves with a function that stops listening.
    */
-  async follow(listen: DatabaseHandle['listen'], logger: Logger): Promise<() => Promise<void>> {
-    const stop = await listen(
-      CREDENTIALS_CHANNEL,
-      () => {
-        this.clear();
-        this.trusted = true;
-      },
-      () => {
-        this.trusted = false;
-        this.clear();
-        logger.warn('credential cache: the change listener was lost; every request asks the database until it is back');
-      },
-    );
-    return async () => {
-      this.trusted = false;
-      this.clear();
-      await stop();
-    };
+  follow(listen: DatabaseHandle['listen'], logger: Logger): Promise<() => Promise<void>> {
+    return this.changes.follow(listen, CREDENTIALS_CHANNEL, logger, 'credential cache');
   }
 }
 
