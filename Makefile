@@ -1,7 +1,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install start dev build test test-fast test-pg generate check-generated migration lint typecheck migrate bench bench-audit-log coverage ci clean
+.PHONY: help install start dev build test test-fast test-pg generate check-generated migration lint typecheck migrate bench bench-audit-log bench-mcp coverage ci clean
 
 # A PostgreSQL server for `make test-pg` and CI's second run (trust auth on loopback here).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
@@ -63,6 +63,9 @@ bench: install ## Benchmark against bare Express (needs PostgreSQL at BENCH_DATA
 
 bench-audit-log: install ## The audit-log list at 1,000 and 1,000,000 entries (needs PostgreSQL at BENCH_DATABASE_URL)
 	npx tsx scripts/bench/audit-log.ts
+
+bench-mcp: install ## The MCP endpoint against calling the upstream directly, each role its own process (needs PostgreSQL at BENCH_DATABASE_URL)
+	npx tsx scripts/bench/mcp-endpoint.ts
 
 ci: install check-generated lint typecheck test ## What .ci/run runs
 

@@ -1,106 +1,214 @@
-// `npx tsx scripts/bench/mcp-endpoint.ts`: what the MCP endpoint `/mcp/{mcpId}` adds, in one
-// run on loopback (the app in this process, upstreams the test peers' API-key MCP servers).
+// `npx tsx scripts/bench/mcp-endpoint.ts` (`make bench-mcp`): what the MCP endpoint `/mcp/{mcpId}`
+// adds, on loopback, with each role in a process of its own:
+//
+//   upstream peers   a child process (scripts/bench/upstream-peers.ts): BENCH_CONNECTIONS API-key
+//                    MCP servers (the test peers) with BENCH_TOOLS tools each, besides `echo`
+//   control plane    a child process: the real server (dist/src/main.js built now, or src/main.ts
+//                    through tsx with BENCH_SOURCE=1) in production mode, at the default log level
+//                    with its stdout thrown away, on a scratch PostgreSQL database
+//                    `cp_bench_<pid>_<random>` on the server at BENCH_DATABASE_URL (dropped at the
+//                    end, also on Ctrl-C), loopback upstreams allowed, tool lists kept an hour, a
+//                    rate limit that never trips
+//   load generator   this process (fetch), which also seeds the database (an organization, its
+//                    owner and token, one connector per upstream, a connection to each through the
+//                    API, an MCP server serving `utbx_dyn_all`)
 //
 //   call direct   one `tools/call` of a trivial tool (echo) POSTed straight to the upstream
 //                 (stateless Streamable HTTP, no session), as the floor
-//   session       the same call in a whole SDK client session (initialize, tools/call, close):
-//                 what the control plane does upstream for each call, as its own floor
+//   session       the same call in a whole SDK client session from this process (initialize,
+//                 tools/call, close), as a reference
 //   call via cp   the same `tools/call` POSTed to the control plane's endpoint with an MCP
-//                 server token: authentication, the user toolbox and policy, then a whole
-//                 upstream MCP exchange (initialize, tools/call, close) with the connection's
-//                 key, and the tool-call record
-//   throughput    both again with BENCH_CONCURRENCY requests in flight (default 8), req/s, in
-//                 alternating bursts; the three latencies are measured in turns (one request of
+//                 server token: authentication, the user toolbox and policy, the upstream call
+//                 with the connection's key, and the tool-call record
+//   throughput    direct and via cp with BENCH_CONCURRENCY requests in flight (default 8), req/s,
+//                 in alternating bursts; the three latencies are measured in turns (one request of
 //                 each, round after round), so a machine whose load drifts skews them alike
-//   CPU           this process's CPU per call of each target (app, peers and client all run
-//                 here: the difference is what the control plane's path costs)
+//   CPU           per call in those throughput bursts, of each process: this one (process.cpuUsage),
+//                 the control plane and the upstream peers (/proc/<pid>/stat), and the PostgreSQL
+//                 backends of the scratch database (/proc, when the server runs on this machine):
+//                 the difference between the two targets is what the control plane's path costs
 //   tools/list    the endpoint listing a toolbox of BENCH_CONNECTIONS connections × BENCH_TOOLS
 //                 tools (default 5 × 100), from the connections' tool caches
 //
 // Bounded: BENCH_COUNT sequential requests per latency target (default 200, at most 5000), and
-// the same count per throughput target. DATABASE_URL names a scratch database, else embedded.
+// the same count per throughput target.
 import { randomBytes } from 'node:crypto';
+import { cpus, loadavg } from 'node:os';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { newMcpToken } from '../../src/auth/mcp-tokens';
+import { openDatabase, type DatabaseHandle } from '../../src/db/database';
 import { newId } from '../../src/lib/ids';
-import { startApiKeyUpstream } from '../../test/support/upstream/api-key';
-import { manyTools } from '../../test/support/upstream/mcp';
-import { addApiKeyConnector, COUNT, measure, percentile, startBenchApp } from './support';
+import { Factories } from '../../test/support/factories';
+import {
+  atCleanup,
+  backendCpuMs,
+  backendCpuSpent,
+  cleanUpOnSignals,
+  cleanup,
+  cpuMs,
+  firstLine,
+  interrupted,
+  realServerArgs,
+  startChild,
+  startRealServer,
+  stopChild,
+  tsxArgs,
+} from './processes';
+import { createScratchDatabase, SERVER_URL } from './scratch-database';
+import { addApiKeyConnector, COUNT, measure, percentile } from './support';
 
 const CONCURRENCY = Math.min(64, Math.max(1, Number(process.env.BENCH_CONCURRENCY ?? 8)));
 const CONNECTIONS = Math.min(20, Math.max(1, Number(process.env.BENCH_CONNECTIONS ?? 5)));
 const TOOLS = Math.min(1000, Math.max(1, Number(process.env.BENCH_TOOLS ?? 100)));
 const KEY = `bench-${randomBytes(8).toString('hex')}`;
 
-async function throughput(run: () => Promise<void>, count = COUNT): Promise<{ rate: number; cpuMs: number }> {
+cleanUpOnSignals();
+
+/** CPU ms used so far by each process of the bench (null where /proc cannot tell). */
+interface CpuReading {
+  loadGenerator: NodeJS.CpuUsage;
+  controlPlane: number | null;
+  upstreams: number | null;
+  postgres: Map<number, number> | null;
+}
+
+/** CPU ms per call of each process over a run of calls; null where it could not be read. */
+interface CpuPerCall {
+  loadGenerator: number;
+  controlPlane: number | null;
+  upstreams: number | null;
+  postgres: number | null;
+}
+
+interface Processes {
+  controlPlane: number;
+  upstreams: number;
+  database: string;
+}
+
+async function readCpu(procs: Processes): Promise<CpuReading> {
+  // PostgreSQL first: its query (on the maintenance database) costs this process some CPU, not counted.
+  const postgres = await backendCpuMs(procs.database);
+  return { postgres, controlPlane: cpuMs(procs.controlPlane), upstreams: cpuMs(procs.upstreams), loadGenerator: process.cpuUsage() };
+}
+
+function spent(before: CpuReading, after: CpuReading, calls: number): CpuPerCall {
+  const diff = (a: number | null, b: number | null) => (a === null || b === null ? null : (b - a) / calls);
+  const postgres = backendCpuSpent(before.postgres, after.postgres);
+  return {
+    loadGenerator: (after.loadGenerator.user + after.loadGenerator.system - before.loadGenerator.user - before.loadGenerator.system) / 1000 / calls,
+    controlPlane: diff(before.controlPlane, after.controlPlane),
+    upstreams: diff(before.upstreams, after.upstreams),
+    postgres: postgres === null ? null : postgres / calls,
+  };
+}
+
+/** `count` calls of `run` with CONCURRENCY in flight: calls per second, and each process's CPU per call. */
+async function throughput(run: () => Promise<void>, count: number, procs: Processes): Promise<{ seconds: number; cpu: CpuPerCall }> {
   let next = 0;
-  const cpu = process.cpuUsage();
+  const before = await readCpu(procs);
   const start = process.hrtime.bigint();
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-    while (next < count) {
-      next += 1;
-      await run();
-    }
-  }));
-  const used = process.cpuUsage(cpu);
-  return { rate: count / (Number(process.hrtime.bigint() - start) / 1e9), cpuMs: (used.user + used.system) / 1000 / count };
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < count) {
+        next += 1;
+        await run();
+      }
+    }),
+  );
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+  return { seconds, cpu: spent(before, await readCpu(procs), count) };
 }
 
 /**
  * Latencies of several targets measured in turns (one request of each, round after round),
- * so that a machine whose load changes during the run skews them alike; and this process's
- * CPU per request of each (the app, the upstream peers and the client all run here: the
- * difference between two targets is what the extra path costs in CPU).
+ * so that a machine whose load changes during the run skews them alike.
  */
-async function interleaved(runs: (() => Promise<unknown>)[]): Promise<{ p50: number; p90: number; p99: number; cpuMs: number }[]> {
+async function interleaved(runs: (() => Promise<unknown>)[]): Promise<{ p50: number; p90: number; p99: number }[]> {
   for (let i = 0; i < Math.min(20, COUNT); i += 1) for (const run of runs) await run();
   const times = runs.map(() => [] as number[]);
-  const cpu = runs.map(() => 0);
   for (let i = 0; i < COUNT; i += 1) {
     for (const [k, run] of runs.entries()) {
-      const before = process.cpuUsage();
       const start = process.hrtime.bigint();
       await run();
       (times[k] as number[]).push(Number(process.hrtime.bigint() - start) / 1e6);
-      const used = process.cpuUsage(before);
-      cpu[k] = (cpu[k] as number) + (used.user + used.system) / 1000;
     }
   }
-  return times.map((list, k) => {
+  return times.map((list) => {
     list.sort((a, b) => a - b);
-    return { p50: percentile(list, 50), p90: percentile(list, 90), p99: percentile(list, 99), cpuMs: (cpu[k] as number) / COUNT };
+    return { p50: percentile(list, 50), p90: percentile(list, 90), p99: percentile(list, 99) };
   });
 }
 
 /** Throughput of two targets in alternating bursts (a fifth of the count each, five times), summed: a changing load skews both alike. */
-async function throughputPair(a: () => Promise<void>, b: () => Promise<void>) {
+async function throughputPair(a: () => Promise<void>, b: () => Promise<void>, procs: Processes) {
   const burst = Math.max(CONCURRENCY, Math.floor(COUNT / 5));
-  const sum = { a: { time: 0, cpu: 0 }, b: { time: 0, cpu: 0 } };
+  const zero = (): { seconds: number; cpu: CpuPerCall } => ({ seconds: 0, cpu: { loadGenerator: 0, controlPlane: 0, upstreams: 0, postgres: 0 } });
+  const sum = { a: zero(), b: zero() };
+  const add = (x: number | null, y: number | null) => (x === null || y === null ? null : x + y);
   for (let i = 0; i < 5; i += 1) {
     for (const [key, run] of [['a', a], ['b', b]] as const) {
-      const r = await throughput(run, burst);
-      sum[key].time += burst / r.rate;
-      sum[key].cpu += r.cpuMs * burst;
+      const r = await throughput(run, burst, procs);
+      const s = sum[key];
+      s.seconds += r.seconds;
+      // Per-call figures of equal bursts: their mean is the sum divided by the number of bursts.
+      s.cpu = {
+        loadGenerator: s.cpu.loadGenerator + r.cpu.loadGenerator / 5,
+        controlPlane: add(s.cpu.controlPlane, r.cpu.controlPlane === null ? null : r.cpu.controlPlane / 5),
+        upstreams: add(s.cpu.upstreams, r.cpu.upstreams === null ? null : r.cpu.upstreams / 5),
+        postgres: add(s.cpu.postgres, r.cpu.postgres === null ? null : r.cpu.postgres / 5),
+      };
     }
   }
-  return { a: { rate: (5 * burst) / sum.a.time, cpuMs: sum.a.cpu / (5 * burst) }, b: { rate: (5 * burst) / sum.b.time, cpuMs: sum.b.cpu / (5 * burst) } };
+  const total = 5 * burst;
+  return { calls: total, a: { rate: total / sum.a.seconds, cpu: sum.a.cpu }, b: { rate: total / sum.b.seconds, cpu: sum.b.cpu } };
 }
 
-async function main() {
-  const upstreams = await Promise.all(Array.from({ length: CONNECTIONS }, () => startApiKeyUpstream({ keys: { [KEY]: 'bench' }, tools: manyTools(TOOLS) })));
-  const { database, base, factories, close } = await startBenchApp({ OUTBOUND_ALLOW_LOOPBACK: 'true', CONNECTION_TOOLS_TTL_SECONDS: '3600' });
+const loads = () => loadavg().map((l) => l.toFixed(2)).join(' ');
+
+async function main(): Promise<void> {
+  const cpu = cpus();
+  console.log(`Machine: ${cpu.length} CPU(s), ${cpu[0]?.model ?? 'unknown'}; Node ${process.version}; load average ${loads()} at start`);
+  const real = realServerArgs();
+  const scratch = await createScratchDatabase();
+  atCleanup(() => scratch.drop());
+
+  const peers = startChild('the upstream peers', tsxArgs('scripts/bench/upstream-peers.ts'), { NODE_ENV: 'production', BENCH_CONNECTIONS: String(CONNECTIONS), BENCH_TOOLS: String(TOOLS), BENCH_UPSTREAM_KEY: KEY }, 'pipe');
+  const { urls } = JSON.parse(await firstLine(peers)) as { urls: string[] };
+  if (urls.length !== CONNECTIONS) throw new Error(`the upstream peers started ${urls.length} servers, not ${CONNECTIONS}`);
+  const upstreamMcp = urls.map((url) => `${new URL(url).origin}/mcp`);
+
+  // src/main.ts migrates the database before it listens.
+  const server = await startRealServer(real.args, {
+    NODE_ENV: 'production',
+    DATABASE_URL: scratch.url,
+    ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+    OUTBOUND_ALLOW_LOOPBACK: 'true',
+    CONNECTION_TOOLS_TTL_SECONDS: '3600',
+    RATE_LIMIT_REQUESTS: '10000000',
+  });
+  const base = server.baseUrl;
+  console.log(`Control plane: ${real.how}, pid ${server.child.process.pid}; upstream peers: pid ${peers.process.pid}; PostgreSQL database ${scratch.name} on ${new URL(SERVER_URL).host}.`);
+
+  // Seeding, through a handle of this process's own, closed before the measurements.
+  const database: DatabaseHandle = await openDatabase({ url: scratch.url, poolSize: 2 });
+  let closed: Promise<void> | null = null;
+  const closeDatabase = () => (closed ??= Promise.race([database.close(), new Promise<void>((r) => setTimeout(r, 5_000).unref())]));
+  atCleanup(closeDatabase);
+  const factories = new Factories(database.db);
   const org = await factories.org();
   const headers = { authorization: `Bearer ${org.token}`, 'x-organization-id': org.orgId, 'content-type': 'application/json' };
-  for (const [i, upstream] of upstreams.entries()) {
+  for (const [i, url] of upstreamMcp.entries()) {
     const slug = `bench-${i}`;
-    await addApiKeyConnector(database.db, org.orgId, slug, `Bench ${i}`, `${new URL(upstream.url).origin}/mcp`);
+    await addApiKeyConnector(database.db, org.orgId, slug, `Bench ${i}`, url);
     const created = await fetch(`${base}/connection`, { method: 'POST', headers, body: JSON.stringify({ connector_slug: slug, api_key: KEY }) });
     if (created.status !== 201) throw new Error(`createConnection answered ${created.status}: ${await created.text()}`);
   }
   const minted = newMcpToken();
   const mcpId = newId('mcpServer');
   await database.db.insertInto('mcp_servers').values({ id: mcpId, org_id: org.orgId, owner_user_id: org.ownerId, user_toolbox_id: 'utbx_dyn_all', name: 'Bench', token_hash: minted.hash, token_hint: minted.hint }).execute();
+  await closeDatabase();
 
   const rpc = (url: string, auth: string, body: object) => async () => {
     const res = await fetch(url, {
@@ -112,37 +220,57 @@ async function main() {
     if (res.status !== 200 || !text.includes('"result"')) throw new Error(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
   };
   const call = { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'hi' } } };
-  const direct = rpc(`${new URL(upstreams[0]!.url).origin}/mcp`, KEY, call);
-  // What the control plane does upstream for each call: a whole SDK session (initialize, tools/call, close).
+  const direct = rpc(upstreamMcp[0]!, KEY, call);
+  // A whole SDK session per call (initialize, tools/call, close), as a reference.
   const session = async () => {
     const client = new Client({ name: 'bench', version: '0' }, { capabilities: {} });
-    await client.connect(new StreamableHTTPClientTransport(new URL(`${new URL(upstreams[0]!.url).origin}/mcp`), { requestInit: { headers: { authorization: `Bearer ${KEY}` } } }));
+    await client.connect(new StreamableHTTPClientTransport(new URL(upstreamMcp[0]!), { requestInit: { headers: { authorization: `Bearer ${KEY}` } } }));
     await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
     await client.close();
   };
   const viaCp = rpc(`${base}/mcp/${mcpId}`, minted.token, { ...call, params: { ...call.params, name: 'bench-0__echo' } });
   const list = rpc(`${base}/mcp/${mcpId}`, minted.token, { jsonrpc: '2.0', id: 2, method: 'tools/list' });
 
+  const procs: Processes = { controlPlane: server.child.process.pid!, upstreams: peers.process.pid!, database: scratch.name };
   const [d, sdk, v] = (await interleaved([direct, session, viaCp])) as [Awaited<ReturnType<typeof interleaved>>[number], Awaited<ReturnType<typeof interleaved>>[number], Awaited<ReturnType<typeof interleaved>>[number]];
-  const rates = await throughputPair(direct, viaCp);
-  const dRate = rates.a.rate;
-  const vRate = rates.b.rate;
+  const rates = await throughputPair(direct, viaCp, procs);
   const l = await measure(list);
-  const db = process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite';
+
   const fmt = (r: { p50: number; p90: number; p99: number }) => `p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;
-  console.log(`MCP endpoint, ${COUNT} requests per target, ${db}:`);
+  const ms = (x: number | null) => (x === null ? '   n/a' : x.toFixed(3).padStart(6));
+  const cpuLine = (c: CpuPerCall) => {
+    const all = c.controlPlane === null || c.upstreams === null ? null : c.loadGenerator + c.controlPlane + c.upstreams + (c.postgres ?? 0);
+    return `load generator ${ms(c.loadGenerator)}   control plane ${ms(c.controlPlane)}   upstream peers ${ms(c.upstreams)}   postgres ${ms(c.postgres)}   all ${ms(all)} ms`;
+  };
+  const added = (a: number | null, b: number | null) => (a === null || b === null ? null : b - a);
+  const dc = rates.a.cpu;
+  const vc = rates.b.cpu;
+  console.log(`MCP endpoint, ${COUNT} requests per target, PostgreSQL; control plane, upstream peers and load generator in separate processes:`);
   console.log(`  tools/call direct (upstream)        ${fmt(d)}`);
   console.log(`  tools/call direct, SDK session      ${fmt(sdk)}`);
   console.log(`  tools/call via control plane        ${fmt(v)}   added p50 ${(v.p50 - d.p50).toFixed(2)} ms`);
-  console.log(`  CPU of this process per call        direct ${d.cpuMs.toFixed(2)} ms   SDK session ${sdk.cpuMs.toFixed(2)} ms   via control plane ${v.cpuMs.toFixed(2)} ms   added ${(v.cpuMs - d.cpuMs).toFixed(2)} ms`);
-  console.log(`  throughput at ${CONCURRENCY} in flight          direct ${dRate.toFixed(0)} req/s   via control plane ${vRate.toFixed(0)} req/s   ratio ${(vRate / dRate).toFixed(2)}   (CPU per call ${rates.a.cpuMs.toFixed(2)} / ${rates.b.cpuMs.toFixed(2)} ms)`);
+  console.log(`  throughput at ${CONCURRENCY} in flight          direct ${rates.a.rate.toFixed(0)} req/s   via control plane ${rates.b.rate.toFixed(0)} req/s   ratio ${(rates.b.rate / rates.a.rate).toFixed(2)}`);
+  console.log(`  CPU per call in those bursts (ms, ${rates.calls} calls each; /proc counts in 10 ms ticks):`);
+  console.log(`    direct                            ${cpuLine(dc)}`);
+  console.log(`    via control plane                 ${cpuLine(vc)}`);
+  console.log(`    added by the control plane path   load generator ${ms(added(dc.loadGenerator, vc.loadGenerator))}   control plane ${ms(added(dc.controlPlane, vc.controlPlane))}   upstream peers ${ms(added(dc.upstreams, vc.upstreams))}   postgres ${ms(added(dc.postgres, vc.postgres))}`);
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);
 
-  await close();
-  for (const upstream of upstreams) await upstream.close();
+  await stopChild(server.child);
+  if (server.child.exitCode !== 0) console.log(`(the control plane exited with code ${server.child.exitCode} on SIGTERM: ${server.child.stderr.join('').slice(-500)})`);
+  console.log(`Load average ${loads()} at the end.`);
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+main()
+  .then(
+    () => 0,
+    (err) => {
+      // On Ctrl-C the children get the signal too, and the request in flight fails: not worth a stack.
+      if (!interrupted()) process.stderr.write(`Benchmark failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+      return 1;
+    },
+  )
+  .then(async (code) => {
+    await cleanup();
+    process.exit(code);
+  });

@@ -17,28 +17,42 @@
 //                       the server, PostgreSQL and the load generator used per request
 //   BENCH_PROFILE_OUT   with BENCH_DIAGNOSE: a directory to keep the .cpuprofile files in (open them
 //                       in Chrome DevTools or speedscope)
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
-import { join, resolve } from 'node:path';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { cursorAfter } from '../../src/http/pagination';
 import { PathRouter } from '../../src/http/router';
 import { newId } from '../../src/lib/ids';
 import { loadSpec } from '../../src/spec';
 import { describeOperations, type OperationMeta } from '../../src/spec/operations';
-import { createScratchDatabase, onDatabase, onServer, SERVER_URL, type ScratchDatabase } from './scratch-database';
+import {
+  atCleanup,
+  backendCpuMs,
+  backendCpuSpent,
+  cleanUpOnSignals,
+  cleanup,
+  cpuMs,
+  freePort,
+  HOST,
+  realServerArgs,
+  ROOT,
+  startChild,
+  startRealServer,
+  stopChild,
+  tempDir,
+  tsxArgs,
+  waitUntilUp,
+  type Child,
+} from './processes';
+import { createScratchDatabase, onDatabase, SERVER_URL, type ScratchDatabase } from './scratch-database';
 
-const ROOT = resolve(__dirname, '..', '..');
-const HOST = '127.0.0.1';
 const DURATION = positive('BENCH_DURATION', 10);
 const WARMUP = positive('BENCH_WARMUP', 3, true);
 const CONNECTIONS = positive('BENCH_CONNECTIONS', 50);
 const DIAGNOSE = process.env.BENCH_DIAGNOSE === '1';
 const START_TIMEOUT_MS = 60_000;
-const STOP_TIMEOUT_MS = 10_000;
 // The highest RATE_LIMIT_REQUESTS the configuration accepts; far above what a run can send.
 const RATE_LIMIT = '10000000';
 
@@ -52,55 +66,8 @@ function positive(name: string, fallback: number, zeroOk = false): number {
   return value;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Child processes and clean-up
-
-interface Child {
-  name: string;
-  process: ChildProcess;
-  stderr: string[];
-  exited: Promise<number | null>;
-  exitCode: number | null | undefined;
-}
-
-const children = new Set<Child>();
-const tempDirs: string[] = [];
+cleanUpOnSignals();
 let scratch: ScratchDatabase | null = null;
-let cleaning: Promise<void> | null = null;
-
-function startChild(name: string, args: string[], env: Record<string, string>): Child {
-  const proc = spawn(process.execPath, args, {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
-    // stdout to /dev/null: the server's logs cost what they cost, but nobody reads them here.
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const child: Child = { name, process: proc, stderr: [], exitCode: undefined, exited: Promise.resolve(null) };
-  child.exited = new Promise((done) => {
-    proc.once('exit', (code) => {
-      // null after a signal; undefined only while running.
-      child.exitCode = code;
-      children.delete(child);
-      done(code);
-    });
-  });
-  proc.stderr?.setEncoding('utf8');
-  proc.stderr?.on('data', (chunk: string) => {
-    child.stderr.push(chunk);
-    if (child.stderr.length > 50) child.stderr.shift();
-  });
-  children.add(child);
-  return child;
-}
-
-async function stopChild(child: Child): Promise<void> {
-  if (child.exitCode !== undefined) return;
-  child.process.kill('SIGTERM');
-  const timer = setTimeout(() => child.process.kill('SIGKILL'), STOP_TIMEOUT_MS);
-  await child.exited;
-  clearTimeout(timer);
-}
-
 
 const LIST_SIZES = [1_000, 100_000] as const;
 
@@ -163,66 +130,6 @@ function routerTimes() {
   };
 }
 
-function cleanup(): Promise<void> {
-  cleaning ??= (async () => {
-    await Promise.all([...children].map(stopChild));
-    await scratch?.drop();
-    for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-  })();
-  return cleaning;
-}
-
-// `on`, not `once`: tsx (the parent under `make bench`) relays a signal a second time when this
-// process is slow to acknowledge it, and a process left without a listener would exit at once,
-// before the database is dropped. (Should anything still kill it, the next run drops the
-// database, whose name carries this process's pid.)
-let signalled = false;
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    if (signalled) return;
-    signalled = true;
-    process.stderr.write(`\n${signal}: stopping the servers and dropping the database…\n`);
-    void cleanup().finally(() => process.exit(130));
-  });
-}
-// Last resort if something exits without clean-up: no server outlives the benchmark.
-process.on('exit', () => {
-  for (const child of children) child.process.kill('SIGKILL');
-});
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, HOST, () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolvePort(port));
-    });
-  });
-}
-
-async function waitUntilUp(child: Child, url: string): Promise<void> {
-  const deadline = Date.now() + START_TIMEOUT_MS;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== undefined) {
-      throw new Error(`${child.name} exited with code ${child.exitCode} before answering:\n${child.stderr.join('')}`);
-    }
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
-      await res.arrayBuffer();
-      if (res.ok) return;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${child.name} did not answer ${url} within ${START_TIMEOUT_MS / 1000} s:\n${child.stderr.join('')}`);
-}
-
 async function waitForFile(file: string, child: Child): Promise<string> {
   const deadline = Date.now() + START_TIMEOUT_MS;
   while (Date.now() < deadline) {
@@ -249,49 +156,16 @@ interface Measurement {
 
 const nowMicros = () => Number(process.hrtime.bigint() / 1000n);
 
-/** CPU time (ms) a process has used, from /proc (Linux); null elsewhere. */
-function cpuMs(pid: number): number | null {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command; in ticks of 1/100 s.
-    return (Number(fields[11]) + Number(fields[12])) * 10;
-  } catch {
-    return null;
-  }
-}
-
-/**
- * CPU time (ms) used so far by each backend of the benchmark's database, read from /proc (so only
- * when PostgreSQL runs on this machine, in this pid namespace); null when that is not possible.
- */
-async function backendCpuMs(): Promise<Map<number, number> | null> {
-  if (!scratch || !existsSync('/proc')) return null;
-  const name = scratch.name;
-  const pids = await onServer((admin) => admin.query<{ pid: number }>('select pid from pg_stat_activity where datname = $1', [name])).catch(() => null);
-  if (!pids) return null;
-  const usage = new Map<number, number>();
-  for (const { pid } of pids.rows) {
-    try {
-      if (!readFileSync(`/proc/${pid}/stat`, 'utf8').includes(' (postgres) ')) return null;
-    } catch {
-      continue;
-    }
-    const ms = cpuMs(pid);
-    if (ms !== null) usage.set(pid, ms);
-  }
-  return usage.size > 0 ? usage : null;
-}
-
 async function load(target: string, url: string, headers: Record<string, string> = {}, server?: Child): Promise<Measurement> {
   const options = { url, connections: CONNECTIONS, headers, timeout: 10 };
   if (WARMUP > 0) await autocannon({ ...options, duration: WARMUP });
   const pid = server?.process.pid;
-  const before = { server: pid ? cpuMs(pid) : null, postgres: await backendCpuMs(), bench: process.cpuUsage() };
+  const before = { server: pid ? cpuMs(pid) : null, postgres: await backendCpuMs(scratch?.name), bench: process.cpuUsage() };
   const started = nowMicros();
   const result = await autocannon({ ...options, duration: DURATION });
   const window: [number, number] = [started, nowMicros()];
   const serverAfter = pid ? cpuMs(pid) : null;
-  const postgresAfter = await backendCpuMs();
+  const postgresAfter = await backendCpuMs(scratch?.name);
   const bench = process.cpuUsage(before.bench);
   const seconds = (window[1] - window[0]) / 1e6;
   return {
@@ -299,7 +173,7 @@ async function load(target: string, url: string, headers: Record<string, string>
     cpu: {
       server: serverAfter !== null && before.server !== null ? (serverAfter - before.server) / 1000 / seconds : null,
       // A backend that started during the measurement counts whole; one that ended is missed.
-      postgres: postgresAfter === null ? null : [...postgresAfter].reduce((sum, [p, ms]) => sum + ms - (before.postgres?.get(p) ?? 0), 0) / 1000 / seconds,
+      postgres: postgresAfter === null ? null : (backendCpuSpent(before.postgres, postgresAfter) as number) / 1000 / seconds,
       loadGenerator: (bench.user + bench.system) / 1e6 / seconds,
     },
     target,
@@ -310,47 +184,6 @@ async function load(target: string, url: string, headers: Record<string, string>
     errors: result.errors + result.timeouts,
     total: result.requests.total,
   };
-}
-
-function tsxArgs(file: string): string[] {
-  return ['--import', 'tsx', file];
-}
-
-/** dist/src/main.js after a fresh `tsc -p tsconfig.build.json`; src/main.ts through tsx when that fails. */
-function realServerArgs(): { args: string[]; how: string } {
-  if (process.env.BENCH_SOURCE === '1') return { args: tsxArgs('src/main.ts'), how: 'src/main.ts via tsx (BENCH_SOURCE=1)' };
-  const build = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', 'tsconfig.build.json'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-    timeout: 180_000,
-  });
-  if (build.status === 0 && existsSync(join(ROOT, 'dist', 'src', 'main.js'))) {
-    return { args: ['dist/src/main.js'], how: 'dist/src/main.js (built now with tsc -p tsconfig.build.json)' };
-  }
-  process.stderr.write(`Build failed; running src/main.ts through tsx instead.\n${build.stdout ?? ''}${build.stderr ?? ''}\n`);
-  return { args: tsxArgs('src/main.ts'), how: 'src/main.ts via tsx (the build failed)' };
-}
-
-interface RealServer {
-  child: Child;
-  baseUrl: string;
-  dataDir: string;
-}
-
-async function startRealServer(args: string[], env: Record<string, string>, extra: Record<string, string> = {}, nodeArgs: string[] = []): Promise<RealServer> {
-  const port = await freePort();
-  const dataDir = mkdtempSync(join(tmpdir(), 'cp-bench-'));
-  tempDirs.push(dataDir);
-  const child = startChild('the real server', [...nodeArgs, ...args], {
-    ...env,
-    PORT: String(port),
-    HOST,
-    DATA_DIR: dataDir,
-    ...extra,
-  });
-  const baseUrl = `http://${HOST}:${port}`;
-  await waitUntilUp(child, `${baseUrl}/health`);
-  return { child, baseUrl, dataDir };
 }
 
 function fmt(n: number, digits = 0): string {
@@ -481,8 +314,10 @@ async function main(): Promise<void> {
   console.log(`Machine: ${cpu.length} CPU(s), ${cpu[0]?.model ?? 'unknown'}; ${(totalmem() / 2 ** 30).toFixed(1)} GiB; Node ${process.version} (${process.platform}/${process.arch}); load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
   console.log(`Load: autocannon, ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s measured per target; servers are separate processes on ${HOST}.`);
   const real = realServerArgs();
-  scratch = await createScratchDatabase();
-  const databaseUrl = scratch.url;
+  const database = await createScratchDatabase();
+  scratch = database;
+  atCleanup(() => database.drop());
+  const databaseUrl = database.url;
   console.log(`Real server: ${real.how}; PostgreSQL database ${scratch.name} on ${new URL(SERVER_URL).host}.`);
   console.log('');
 
@@ -572,8 +407,7 @@ async function main(): Promise<void> {
     await stopChild(silent.child);
     // Profiles (--cpu-prof) of the baseline and of the real server at the production log level.
     const profiles: string[] = [];
-    const helloProfileDir = mkdtempSync(join(tmpdir(), 'cp-bench-prof-'));
-    tempDirs.push(helloProfileDir);
+    const helloProfileDir = tempDir('cp-bench-prof-');
     const helloProfiled = startChild('hello-express', ['--cpu-prof', `--cpu-prof-dir=${helloProfileDir}`, ...tsxArgs('scripts/bench/hello-express.ts')], {
       PORT: String(helloPort),
       NODE_ENV: 'production',
@@ -586,8 +420,7 @@ async function main(): Promise<void> {
     keepProfiles(helloProfileDir, 'baseline');
     if (helloProfile) profiles.push(...summariseProfile(helloProfile, profiledBaseline.window, 'baseline'));
 
-    const profileDir = mkdtempSync(join(tmpdir(), 'cp-bench-prof-'));
-    tempDirs.push(profileDir);
+    const profileDir = tempDir('cp-bench-prof-');
     const profiled = await startRealServer(real.args, env, { AUTO_BOOTSTRAP: 'false' }, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`]);
     const profiledHealth = await load('diag: /health, under --cpu-prof', `${profiled.baseUrl}/health`, {}, profiled.child);
     const profiledRead = await load('diag: token read, under --cpu-prof', `${profiled.baseUrl}${readPath}`, auth, profiled.child);
