@@ -254,6 +254,14 @@ async function main(): Promise<void> {
   console.log(`    direct                            ${cpuLine(dc)}`);
   console.log(`    via control plane                 ${cpuLine(vc)}`);
   console.log(`    added by the control plane path   load generator ${ms(added(dc.loadGenerator, vc.loadGenerator))}   control plane ${ms(added(dc.controlPlane, vc.controlPlane))}   upstream peers ${ms(added(dc.upstreams, vc.upstreams))}   postgres ${ms(added(dc.postgres, vc.postgres))}`);
+  // What one core per server would carry: the busiest server of the path bounds it (the load
+  // generator is not part of the system; PostgreSQL is, but takes no call's path here).
+  const bound = (servers: (number | null)[]) => (servers.some((x) => x === null) ? null : Math.max(...(servers as number[])));
+  const directBound = bound([dc.upstreams]);
+  const viaBound = bound([vc.controlPlane, vc.upstreams]);
+  if (directBound !== null && viaBound !== null && directBound > 0 && viaBound > 0) {
+    console.log(`  capacity with a core per server    direct ${(1000 / directBound).toFixed(0)} req/s (upstream bound)   via control plane ${(1000 / viaBound).toFixed(0)} req/s (${vc.controlPlane! >= vc.upstreams! ? 'control plane' : 'upstream'} bound)   ratio ${(directBound / viaBound).toFixed(2)}`);
+  }
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);
 
   await stopChild(server.child);
