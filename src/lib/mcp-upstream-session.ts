@@ -2,7 +2,7 @@ import type http from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import { ErrorCode, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, type Progress } from '@modelcontextprotocol/sdk/types.js';
 import { CLIENT_INFO, UpstreamRejected, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './mcp-upstream';
-import { guardedRequest, keepAliveAgent, type GuardedResponse, type OutboundLimits } from './outbound';
+import { guardedRequest, keepAliveAgent, OutboundDeadline, OutboundRefused, type GuardedResponse, type OutboundLimits } from './outbound';
 
 /**
  * A Streamable HTTP MCP session kept open by the upstream pool: a JSON-RPC client of its own
@@ -171,13 +171,16 @@ export class UpstreamSession {
    * for a call that got no answer (a timeout, a closed connection), which throw.
    */
   async callTool(name: string, args: Record<string, unknown>, limits: OutboundLimits, signal?: AbortSignal, onprogress?: (progress: Progress) => void): Promise<UpstreamCallResult> {
+    if (signal?.aborted) throw new OutboundRefused('The outbound call was cancelled.');
     const id = this.newId();
     const params = { name, arguments: args, ...(onprogress ? { _meta: { progressToken: id } } : {}) };
     let answer: JsonRpcMessage;
     try {
       answer = await this.request(id, 'tools/call', params, limits, signal, onprogress);
     } catch (err) {
+      // The upstream may still be working on it: told to stop, as the SDK client does on an abort or its timeout.
       if (signal?.aborted) this.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: id, reason: String(signal.reason) } });
+      else if (err instanceof OutboundDeadline) this.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: id, reason: err.detail } });
       throw err;
     }
     if (answer.error !== undefined) {

@@ -344,6 +344,9 @@ export class OutboundSession {
   };
 }
 
+/** The deadline of a `guardedRequest` passed: the remote may still be working on it. */
+export class OutboundDeadline extends OutboundRefused {}
+
 /**
  * A keep-alive agent for one remote: requests made through it with `guardedRequest` reuse
  * its connections (no new TCP and TLS handshake per request). The guard's lookup is given
@@ -413,7 +416,7 @@ export function guardedRequest(url: URL, init: GuardedRequestInit, limits: Outbo
       else if (!response) reject(err);
     };
     const onAbort = () => fail(new OutboundRefused('The outbound call was cancelled.'));
-    const deadline = setTimeout(() => fail(new OutboundRefused(`No answer within ${limits.timeoutMs / 1000} seconds.`, `no complete answer from ${url.host} within ${limits.timeoutMs} ms`)), limits.timeoutMs);
+    const deadline = setTimeout(() => fail(new OutboundDeadline(`No answer within ${limits.timeoutMs / 1000} seconds.`, `no complete answer from ${url.host} within ${limits.timeoutMs} ms`)), limits.timeoutMs);
     signal?.addEventListener('abort', onAbort, { once: true });
 
     let req: http.ClientRequest | undefined;

@@ -220,10 +220,11 @@ async function startScriptedUpstream(redirectTo: () => string) {
       }
       if (body.method === 'tools/list') {
         const schema = { type: 'object', properties: {} };
-        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: [{ name: 'stream', inputSchema: schema }, { name: 'moved', inputSchema: schema }] } });
+        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: ['stream', 'moved', 'hang'].map((name) => ({ name, inputSchema: schema })) } });
       }
       if (body.method !== 'tools/call') return sendJson(res, 200, { jsonrpc: '2.0', id, error: { code: -32601, message: 'Method not found' } });
       if (params.name === 'moved') return void res.writeHead(307, { location: redirectTo() }).end();
+      if (params.name === 'hang') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': working\n\n');
       // `stream`: events in CRLF and LF, one of them split across two writes.
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
       const token = params._meta?.progressToken;
@@ -363,6 +364,45 @@ describe('the pooled session’s own client', () => {
     expect(peer.peer.seen.length).toBe(before);
     expect((await call(t, bobServer, 'crm__whoami')).structuredContent).toMatchObject({ member: 'bob' });
   });
+
+  /** The `tools/call` requests the scripted upstream got for `hang`, and the cancellations it heard. */
+  const hangs = () => scripted.seen.filter((r) => r.body?.method === 'tools/call' && (r.body.params as { name?: string }).name === 'hang');
+  const cancelledIds = () => scripted.seen.filter((r) => r.body?.method === 'notifications/cancelled').map((r) => (r.body?.params as { requestId?: unknown }).requestId);
+  async function until(check: () => boolean) {
+    for (let i = 0; i < 100 && !check(); i += 1) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(check()).toBe(true);
+  }
+
+  it('tells the upstream of a call the caller cancelled (notifications/cancelled with the upstream request’s id)', async () => {
+    const before = hangs().length;
+    const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${server.token}`, 'MCP-Protocol-Version': '2025-11-25' };
+    const pending = fetch(`${t.url}/mcp/${server.id}`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 'hang-1', method: 'tools/call', params: { name: 'script__hang', arguments: {} } }) });
+    await until(() => hangs().length > before);
+    const cancel = await fetch(`${t.url}/mcp/${server.id}`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'hang-1', reason: 'user' } }) });
+    expect(cancel.status).toBe(202);
+    const answered = await pending;
+    expect(await answered.json()).toMatchObject({ id: 'hang-1', result: { isError: true, content: [{ type: 'text', text: 'The call was cancelled.' }] } });
+    const upstreamId = hangs()[before]!.body?.id;
+    await until(() => cancelledIds().includes(upstreamId));
+    // The session goes on.
+    expect((await call(t, server, 'script__stream')).isError).toBeFalsy();
+  }, 20_000);
+
+  it('gives up at the outbound deadline and tells the upstream so', async () => {
+    const outbound = t.deps.config.outbound as { timeoutMs: number };
+    const before = hangs().length;
+    const saved = outbound.timeoutMs;
+    outbound.timeoutMs = 500;
+    try {
+      const late = await call(t, server, 'script__hang');
+      expect(late.isError).toBe(true);
+      expect(late.content[0]?.text).toContain('No answer within 0.5 seconds');
+    } finally {
+      outbound.timeoutMs = saved;
+    }
+    const upstreamId = hangs()[before]!.body?.id;
+    await until(() => cancelledIds().includes(upstreamId));
+  }, 20_000);
 
   it('ends the upstream session (DELETE with its id) when the app closes', async () => {
     const opened = scripted.seen.filter((r) => r.body?.method === 'initialize').length;
