@@ -192,6 +192,9 @@ interface ScriptedRequest {
   body: Record<string, unknown> | null;
 }
 
+/** Past the endpoint's cap on an upstream answer (8 MiB). */
+const HUGE = 'y'.repeat(8.5 * 1024 * 1024);
+
 async function startScriptedUpstream(redirectTo: () => string) {
   const seen: ScriptedRequest[] = [];
   const answers = new Map<string, (message: Record<string, unknown>) => void>();
@@ -220,10 +223,14 @@ async function startScriptedUpstream(redirectTo: () => string) {
       }
       if (body.method === 'tools/list') {
         const schema = { type: 'object', properties: {} };
-        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: ['stream', 'moved', 'hang'].map((name) => ({ name, inputSchema: schema })) } });
+        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: ['stream', 'moved', 'hang', 'huge'].map((name) => ({ name, inputSchema: schema })) } });
       }
       if (body.method !== 'tools/call') return sendJson(res, 200, { jsonrpc: '2.0', id, error: { code: -32601, message: 'Method not found' } });
       if (params.name === 'moved') return void res.writeHead(307, { location: redirectTo() }).end();
+      if (params.name === 'huge') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return void res.end(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"text","text":"${HUGE}"}]}}`);
+      }
       if (params.name === 'hang') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': working\n\n');
       // `stream`: events in CRLF and LF, one of them split across two writes.
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
@@ -270,11 +277,9 @@ describe('the pooled session’s own client', () => {
   let alice: Seat;
   let scripted: Awaited<ReturnType<typeof startScriptedUpstream>>;
   let server: { id: string; token: string };
-  const BIG = 'y'.repeat(8.5 * 1024 * 1024);
 
   beforeAll(async () => {
     scripted = await startScriptedUpstream(() => `${peer.peer.url}?from=redirect`);
-    peer.peer.setTools([{ name: 'huge', description: 'A result past the byte cap.', call: () => ({ content: [{ type: 'text', text: BIG }] }) }]);
     t = await startTestApp();
     alice = await seat(t);
     const script = await customConnector(t, alice.org.orgId, { slug: 'script', name: 'Scripted', mcp_url: scripted.url, auth: { type: 'none' } });
@@ -285,7 +290,6 @@ describe('the pooled session’s own client', () => {
   }, 60_000);
   let closed = false;
   afterAll(async () => {
-    peer.peer.setTools([]);
     if (!closed) await t.close();
     await scripted.close();
   });
@@ -338,11 +342,11 @@ describe('the pooled session’s own client', () => {
   });
 
   it('refuses an answer past the byte cap', async () => {
-    expect((await call(t, server, 'crm__echo', { text: 'small' })).content[0]?.text).toBe('small');
-    const huge = await call(t, server, 'crm__huge');
+    const huge = await call(t, server, 'script__huge');
     expect(huge.isError).toBe(true);
     expect(huge.content[0]?.text).toContain('larger than this server reads');
-    expect((await call(t, server, 'crm__echo', { text: 'after' })).content[0]?.text).toBe('after');
+    // The cap is per answer: the session's next call is read as usual.
+    expect((await call(t, server, 'script__stream')).isError).toBeFalsy();
   }, 20_000);
 
   it('refuses a private address the policy forbids, before any request reaches it', async () => {
