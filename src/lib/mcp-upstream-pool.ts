@@ -1,83 +1,51 @@
 import { createHash } from 'node:crypto';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Progress } from '@modelcontextprotocol/sdk/types.js';
-import { callTool, callWith, CLIENT_INFO, credentialFetch, describe, UpstreamRejected, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './mcp-upstream';
-import { OutboundRefused, OutboundSession, type OutboundLimits } from './outbound';
+import { callTool, describe, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './mcp-upstream';
+import { UpstreamHttpError, UpstreamSession } from './mcp-upstream-session';
+import { OutboundRefused, type OutboundLimits } from './outbound';
 
 /**
- * Upstream MCP clients kept open between calls, one per connection and credential: a
+ * Upstream MCP sessions kept open between calls, one per connection and credential: a
  * `tools/call` through the MCP endpoint then costs the upstream one request, not a whole
- * session (initialize, initialized, the call, DELETE).
+ * session (initialize, initialized, the call, DELETE), over a kept-alive connection. The
+ * sessions are our own lean client (mcp-upstream-session.ts), not the SDK's: this is the
+ * endpoint's hot path.
  *
  * - Keyed by the connection and a hash of what is sent (URL, transport, the credential as
  *   placed): a rotated API key or a refreshed OAuth token opens a new session, and the old
  *   one is closed once its calls are done. The hash lives in memory only.
  * - Every request still goes through the outbound guard (address checks after resolution),
- *   each with its own deadline and size cap; the call's own deadline is the SDK's timeout.
- * - Concurrent first calls share one connect. A client idle for `idleMs` is closed; past
- *   `max` clients the least recently used is.
+ *   each with its own deadline (covering its whole answer) and size cap.
+ * - Concurrent first calls share one connect. A session idle for `idleMs` is closed; past
+ *   `max` sessions the least recently used is.
  * - A session the upstream dropped (404, or 400 to a request carrying its session id) or a
  *   kept-alive connection reset before any answer came is retried once in a fresh session,
- *   and only for a client that had already served a call (a fresh one failing is an answer).
+ *   and only for a session that had already served a call (a fresh one failing is an answer).
  * - Streamable HTTP only: the old SSE transport holds a stream per session and is called
  *   one session per call, as before. `idleMs` 0 turns pooling off.
  */
 
 export interface UpstreamPoolOptions {
-  /** Close a client nobody used for this long; 0: no pooling (one session per call). */
+  /** Close a session nobody used for this long; 0: no pooling (one session per call). */
   idleMs: number;
-  /** The most clients kept; past it the least recently used is closed. */
+  /** The most sessions kept; past it the least recently used is closed. */
   max: number;
-}
-
-interface Flags {
-  /** The last 401/403 the upstream answered on this client. */
-  refused: UpstreamRejected | null;
-  /** The upstream answered 404 (or 400) to a request that carried its session id. */
-  gone: boolean;
 }
 
 interface Entry {
   owner: string;
   version: string;
-  client: Client;
-  transport: StreamableHTTPClientTransport;
+  session: UpstreamSession;
   /** One connect shared by every call that arrives before it is done. */
   ready: Promise<void>;
-  flags: Flags;
   inUse: number;
-  /** Calls it completed: only a client that served one is retried when it fails. */
+  /** Calls it completed: only a session that served one is retried when it fails. */
   served: number;
   lastUsed: number;
   retired: boolean;
 }
 
 const NOT_MCP = 'The upstream MCP server could not be reached or did not answer MCP.';
-
-/** A fetch whose every request is guarded on its own: address checks, a deadline and a size cap per request. */
-function perRequestFetch(limits: OutboundLimits) {
-  return async (input: string | URL | Request, init: RequestInit = {}): Promise<Response> => {
-    // The standalone GET stream carries only what the upstream asks of us unprompted
-    // (sampling, elicitation), which this server does not offer: never opened, never held.
-    if ((init.method ?? 'GET').toUpperCase() === 'GET') return new Response(null, { status: 405 });
-    const session = new OutboundSession(limits);
-    let response: Response;
-    try {
-      response = await session.fetch(input, init);
-    } catch (err) {
-      session.close();
-      throw err;
-    }
-    if (!response.body) {
-      session.close();
-      return response;
-    }
-    // The deadline covers the answer read to its end; once it ended, the timer goes.
-    const body = response.body.pipeThrough(new TransformStream<Uint8Array, Uint8Array>({ flush: () => session.close() }));
-    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
-}
 
 export function credentialVersion(target: UpstreamTarget): string {
   return createHash('sha256').update(JSON.stringify([target.url, target.transport, target.credential])).digest('base64url');
@@ -100,8 +68,8 @@ export class UpstreamPool {
   }
 
   /**
-   * `tools/call` through the connection's pooled client (opened on first use). 401/403 become
-   * UpstreamRejected (and the client is dropped); anything else that fails UpstreamUnavailable.
+   * `tools/call` through the connection's pooled session (opened on first use). 401/403 become
+   * UpstreamRejected (and the session is dropped); anything else that fails UpstreamUnavailable.
    */
   async callTool(
     owner: string,
@@ -115,7 +83,7 @@ export class UpstreamPool {
     if (this.closed || this.options.idleMs === 0 || target.transport !== 'streamable_http') {
       return callTool(target, limits, name, args, signal, onprogress);
     }
-    const work = (client: Client) => callWith(client, limits, name, args, signal, onprogress);
+    const work = (session: UpstreamSession) => session.callTool(name, args, limits, signal, onprogress);
     const version = credentialVersion(target);
     const entry = this.acquire(owner, version, target, limits);
     try {
@@ -131,7 +99,7 @@ export class UpstreamPool {
     }
   }
 
-  /** Closes every client (app shutdown); calls after this run one session each. */
+  /** Closes every session (app shutdown); calls after this run one session each. */
   async close(): Promise<void> {
     this.closed = true;
     if (this.sweeper) clearInterval(this.sweeper);
@@ -140,22 +108,22 @@ export class UpstreamPool {
     await Promise.all(all.map((entry) => this.end(entry)));
   }
 
-  private async run(entry: Entry, target: UpstreamTarget, work: (client: Client) => Promise<UpstreamCallResult>): Promise<UpstreamCallResult> {
+  private async run(entry: Entry, target: UpstreamTarget, work: (session: UpstreamSession) => Promise<UpstreamCallResult>): Promise<UpstreamCallResult> {
     const servedBefore = entry.served;
     entry.inUse += 1;
     try {
       await entry.ready;
-      const result = await work(entry.client);
+      const result = await work(entry.session);
       entry.served += 1;
       return result;
     } catch (err) {
-      if (entry.flags.refused) {
-        const refused = entry.flags.refused;
+      if (entry.session.refused) {
+        const refused = entry.session.refused;
         this.retire(entry);
         throw refused;
       }
       if (err instanceof UpstreamUnavailable) throw err;
-      const dropped = entry.flags.gone || (err instanceof OutboundRefused && err.network) || (err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400) && entry.served > 0);
+      const dropped = entry.session.gone || (err instanceof OutboundRefused && err.network) || (err instanceof UpstreamHttpError && (err.status === 404 || err.status === 400) && entry.served > 0);
       if (dropped) this.retire(entry);
       const failure = new UpstreamUnavailable(err instanceof OutboundRefused ? err.message : NOT_MCP, describe(err, target.credential));
       // Only a session that had served a call is retried: a fresh one failing is the upstream's answer.
@@ -193,24 +161,13 @@ export class UpstreamPool {
   }
 
   private open(owner: string, version: string, target: UpstreamTarget, limits: OutboundLimits): Entry {
-    const flags: Flags = { refused: null, gone: false };
-    const guarded = { fetch: perRequestFetch(limits) };
-    const withCredential = credentialFetch(guarded, target, flags);
-    const fetch = async (input: string | URL | Request, init: RequestInit = {}) => {
-      const response = await withCredential(input, init);
-      if ((response.status === 404 || response.status === 400) && new Headers(init.headers).has('mcp-session-id')) flags.gone = true;
-      return response;
-    };
-    const transport = new StreamableHTTPClientTransport(new URL(target.url), {
-      fetch,
-      reconnectionOptions: { maxReconnectionDelay: 1000, initialReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1, maxRetries: 0 },
-    });
-    const client = new Client(CLIENT_INFO, { capabilities: {} });
-    const entry: Entry = { owner, version, client, transport, ready: Promise.resolve(), flags, inUse: 0, served: 0, lastUsed: Date.now(), retired: false };
+    const session = new UpstreamSession(target, limits);
+    const entry: Entry = { owner, version, session, ready: Promise.resolve(), inUse: 0, served: 0, lastUsed: Date.now(), retired: false };
     this.connects += 1;
-    entry.ready = client.connect(transport, { timeout: limits.timeoutMs }).catch((err: unknown) => {
+    entry.ready = session.open().catch((err: unknown) => {
       this.retire(entry);
-      if (flags.refused) throw flags.refused;
+      if (session.refused) throw session.refused;
+      if (err instanceof UpstreamUnavailable) throw err;
       throw new UpstreamUnavailable(err instanceof OutboundRefused ? err.message : NOT_MCP, describe(err, target.credential));
     });
     // A connect nobody waits for any more must not end the process.
@@ -229,9 +186,8 @@ export class UpstreamPool {
   private async end(entry: Entry): Promise<void> {
     entry.retired = true;
     await entry.ready.catch(() => undefined);
-    // Ends the session at an upstream that keeps them (DELETE), then the client; failures do not matter here.
-    if (entry.transport.sessionId && !entry.flags.gone) await entry.transport.terminateSession().catch(() => undefined);
-    await entry.client.close().catch(() => undefined);
+    // DELETE at an upstream that keeps sessions, then its connections; failures do not matter here.
+    await entry.session.close();
   }
 
   private sweep(): void {
@@ -261,7 +217,7 @@ export function upstreamPoolOf(config: { upstreamMcp: UpstreamPoolOptions }): Up
   return pool;
 }
 
-/** Closes the app's pool (app shutdown): its clients, its timer; later calls run one session each. */
+/** Closes the app's pool (app shutdown): its sessions, its timer; later calls run one session each. */
 export async function closeUpstreamPool(config: { upstreamMcp: UpstreamPoolOptions }): Promise<void> {
   await pools.get(config)?.close();
 }

@@ -137,7 +137,7 @@ function guardedLookup(policy: OutboundPolicy, plainHttp: boolean) {
 }
 
 /** What a customer is told when the destination cannot be reached, whatever the reason. */
-const UNREACHABLE = 'The destination could not be reached from this server.';
+export const UNREACHABLE = 'The destination could not be reached from this server.';
 
 export interface OutboundResponse {
   status: number;
@@ -172,7 +172,7 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
       url,
       {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'content-length': body.length, 'user-agent': 'mcp-control-plane/0.1' },
+        headers: { 'content-type': 'application/json', 'content-length': body.length, 'user-agent': USER_AGENT },
         lookup: guardedLookup(policy, url.protocol === 'http:') as any,
       },
       (res) => {
@@ -201,6 +201,9 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
   });
 }
 
+/** How the server names itself on every outbound request. */
+export const USER_AGENT = 'mcp-control-plane/0.1';
+
 /** A URL for the log: its query may carry a credential (an API key placed there). */
 function withoutQuery(raw: string): string {
   const cut = raw.search(/[?#]/);
@@ -217,7 +220,7 @@ export interface OutboundLimits {
 }
 
 /** What a bad remote is told it did, for the operator's log (the customer sees OutboundRefused's message). */
-const TOO_LARGE = 'The answer was larger than this server reads.';
+export const TOO_LARGE = 'The answer was larger than this server reads.';
 
 function bodyBytes(body: unknown, headers: Record<string, string>): Buffer | undefined {
   if (body === undefined || body === null) return undefined;
@@ -271,7 +274,7 @@ export class OutboundSession {
     if (refusal) return Promise.reject(new OutboundRefused(UNREACHABLE, `${withoutQuery(raw)} ${refusal}`));
     if (this.deadline.signal.aborted) return Promise.reject(this.deadline.signal.reason);
     const url = new URL(raw);
-    const headers: Record<string, string> = { 'user-agent': 'mcp-control-plane/0.1' };
+    const headers: Record<string, string> = { 'user-agent': USER_AGENT };
     new Headers(init.headers).forEach((value, name) => {
       headers[name] = value;
     });
@@ -339,4 +342,139 @@ export class OutboundSession {
       req.end(body);
     });
   };
+}
+
+/** The deadline of a `guardedRequest` passed: the remote may still be working on it. */
+export class OutboundDeadline extends OutboundRefused {}
+
+/**
+ * A keep-alive agent for one remote: requests made through it with `guardedRequest` reuse
+ * its connections (no new TCP and TLS handshake per request). The guard's lookup is given
+ * with every request, so whatever socket the agent opens for one of them is checked when it
+ * connects; a reused socket's address is checked again against the policy of the moment.
+ */
+export function keepAliveAgent(url: URL): http.Agent {
+  const options = { keepAlive: true, scheduling: 'lifo' as const };
+  return url.protocol === 'https:' ? new https.Agent(options) : new http.Agent(options);
+}
+
+/** An answer's head; its body must then be read (`read`) or let go (`discard`), which ends the deadline. */
+export interface GuardedResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  /**
+   * Hands each chunk of the body to `onChunk` and resolves at its end. Rejects with
+   * OutboundRefused past the deadline or the byte cap, on the caller's abort, or when the
+   * remote cuts the answer short; the request is destroyed then.
+   */
+  read(onChunk: (chunk: Buffer) => void): Promise<void>;
+  /** The body is not wanted: drained (so the connection can be reused) under the same deadline and cap. */
+  discard(): void;
+}
+
+export interface GuardedRequestInit {
+  method: string;
+  headers: Record<string, string>;
+  body?: Buffer;
+  agent: http.Agent;
+}
+
+/**
+ * One request under the guard's rules, for callers that keep connections open between
+ * requests (the pooled upstream MCP sessions): the URL is checked before anything is sent,
+ * every address a name resolves to when a connection is made, a reused connection's address
+ * again; no redirect is followed; `limits.timeoutMs` covers this request from its start to
+ * the end of its answer's body and `limits.maxBytes` caps that body. A connection that fails
+ * or is reset before any answer came rejects with OutboundRefused whose `network` is true.
+ */
+export function guardedRequest(url: URL, init: GuardedRequestInit, limits: OutboundLimits, signal?: AbortSignal): Promise<GuardedResponse> {
+  const { policy } = limits;
+  const refusal = refuseUrl(url.href, policy);
+  if (refusal) return Promise.reject(new OutboundRefused(UNREACHABLE, `${withoutQuery(url.href)} ${refusal}`));
+  if (signal?.aborted) return Promise.reject(new OutboundRefused('The outbound call was cancelled.'));
+  const plainHttp = url.protocol === 'http:';
+  const headers: Record<string, string> = { 'user-agent': USER_AGENT, ...init.headers };
+  if (init.body) headers['content-length'] = String(init.body.length);
+  const client = plainHttp ? http : https;
+  return new Promise<GuardedResponse>((resolve, reject) => {
+    let failure: OutboundRefused | null = null;
+    let settled = false;
+    // Set once the body is being read: its end or failure goes there.
+    let reading: { resolve: () => void; reject: (err: OutboundRefused) => void } | null = null;
+    let response: http.IncomingMessage | null = null;
+    const done = () => {
+      clearTimeout(deadline);
+      signal?.removeEventListener('abort', onAbort);
+    };
+    const fail = (err: OutboundRefused) => {
+      if (failure || settled) return;
+      failure = err;
+      done();
+      req?.destroy(err);
+      response?.destroy(err);
+      if (reading) reading.reject(err);
+      else if (!response) reject(err);
+    };
+    const onAbort = () => fail(new OutboundRefused('The outbound call was cancelled.'));
+    const deadline = setTimeout(() => fail(new OutboundDeadline(`No answer within ${limits.timeoutMs / 1000} seconds.`, `no complete answer from ${url.host} within ${limits.timeoutMs} ms`)), limits.timeoutMs);
+    signal?.addEventListener('abort', onAbort, { once: true });
+
+    let req: http.ClientRequest | undefined;
+    try {
+      req = client.request(url, { method: init.method, headers, agent: init.agent, lookup: guardedLookup(policy, plainHttp) as any }, onResponse);
+    } catch (err) {
+      // Headers Node refuses (a credential header with a character HTTP does not allow).
+      done();
+      reject(new OutboundRefused(UNREACHABLE, `${url.host}: ${err instanceof Error ? err.message : String(err)}`));
+      return;
+    }
+    function onResponse(res: http.IncomingMessage) {
+      response = res;
+      let size = 0;
+      let onChunk: ((chunk: Buffer) => void) | null = null;
+      res.on('data', (chunk: Buffer) => {
+        size += chunk.length;
+        if (size > limits.maxBytes) return fail(new OutboundRefused(TOO_LARGE, `the answer from ${url.host} passed ${limits.maxBytes} bytes`));
+        onChunk?.(chunk);
+      });
+      res.on('end', () => {
+        if (failure || settled) return;
+        settled = true;
+        done();
+        reading?.resolve();
+      });
+      res.on('error', (err) => fail(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`)));
+      res.on('close', () => {
+        if (!res.complete) fail(new OutboundRefused(UNREACHABLE, `${url.host} closed the answer early`));
+      });
+      res.pause();
+      const start = (sink: (chunk: Buffer) => void) =>
+        new Promise<void>((resolveRead, rejectRead) => {
+          if (failure) return rejectRead(failure);
+          reading = { resolve: resolveRead, reject: rejectRead };
+          onChunk = sink;
+          if (settled) resolveRead();
+          else res.resume();
+        });
+      resolve({
+        status: res.statusCode ?? 502,
+        headers: res.headers,
+        read: start,
+        discard: () => void start(() => undefined).catch(() => undefined),
+      });
+    }
+    req.on('socket', (socket) => {
+      // A kept-alive socket was checked when it connected; the policy may have changed since.
+      const address = socket.remoteAddress;
+      if (!address || socket.connecting) return;
+      const kind = classifyAddress(address);
+      if (!allowed(kind, policy)) fail(new OutboundRefused(UNREACHABLE, `${url.host} is connected to ${address}, a ${kind} address`));
+      else if (plainHttp && kind === 'public') fail(new OutboundRefused('Plain http to a public address is refused; use https.'));
+    });
+    req.on('error', (err) => {
+      if (failure || response) return;
+      fail(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, true));
+    });
+    req.end(init.body);
+  });
 }

@@ -1,7 +1,9 @@
+import http, { type IncomingHttpHeaders } from 'node:http';
 import { startTestApp, type TestApp } from '../support/app';
 import { connectionClient } from '../support/connections';
 import type { SeededOrg } from '../support/factories';
 import { startApiKeyUpstream, startEverythingServer, useUpstream, type EverythingServer } from '../support/upstream-mcp';
+import { closeServer, listen, readBody, sendJson } from '../support/upstream/mcp';
 import { customConnector } from '../fixtures/connections';
 
 /*
@@ -175,4 +177,242 @@ describe('with a short idle time', () => {
     }
     expect((await call(t, server, 'crm__echo', { text: 'again' })).content[0]?.text).toBe('again');
   });
+});
+
+/**
+ * A hand-written Streamable HTTP upstream, for what the SDK's server does not do on its own
+ * over one POST: answering `tools/call` as an event stream that carries progress, a log
+ * notification, and requests of its own (`ping`, `sampling/createMessage`) it waits to hear
+ * answered (on POSTs of their own) before it sends the result. Keeps a session id; records
+ * every request.
+ */
+interface ScriptedRequest {
+  method: string;
+  headers: IncomingHttpHeaders;
+  body: Record<string, unknown> | null;
+}
+
+/** Past the endpoint's cap on an upstream answer (8 MiB). */
+const HUGE = 'y'.repeat(8.5 * 1024 * 1024);
+
+async function startScriptedUpstream(redirectTo: () => string) {
+  const seen: ScriptedRequest[] = [];
+  const answers = new Map<string, (message: Record<string, unknown>) => void>();
+  const answerTo = (id: string) =>
+    new Promise<Record<string, unknown>>((resolve) => {
+      answers.set(id, resolve);
+    });
+  let sessions = 0;
+  const server = http.createServer((req, res) => {
+    void (async () => {
+      const text = req.method === 'POST' ? await readBody(req) : '';
+      const body = text ? (JSON.parse(text) as Record<string, unknown>) : null;
+      seen.push({ method: req.method ?? '', headers: req.headers, body });
+      if (req.method === 'DELETE') return void res.writeHead(200).end();
+      if (req.method !== 'POST' || !body) return void res.writeHead(405, { allow: 'POST, DELETE' }).end();
+      if (body.method === undefined) {
+        answers.get(String(body.id))?.(body);
+        return void res.writeHead(202).end();
+      }
+      if (body.id === undefined) return void res.writeHead(202).end();
+      const id = body.id;
+      const params = (body.params ?? {}) as { name?: string; _meta?: { progressToken?: string | number } };
+      if (body.method === 'initialize') {
+        sessions += 1;
+        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'scripted', version: '1.0.0' } } }, { 'mcp-session-id': `scripted-${sessions}` });
+      }
+      if (body.method === 'tools/list') {
+        const schema = { type: 'object', properties: {} };
+        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: ['stream', 'moved', 'hang', 'huge'].map((name) => ({ name, inputSchema: schema })) } });
+      }
+      if (body.method !== 'tools/call') return sendJson(res, 200, { jsonrpc: '2.0', id, error: { code: -32601, message: 'Method not found' } });
+      if (params.name === 'moved') return void res.writeHead(307, { location: redirectTo() }).end();
+      if (params.name === 'huge') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return void res.end(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"text","text":"${HUGE}"}]}}`);
+      }
+      if (params.name === 'hang') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': working\n\n');
+      // `stream`: events in CRLF and LF, one of them split across two writes.
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      const token = params._meta?.progressToken;
+      const event = (message: unknown, eol = '\n') => res.write(`event: message${eol}data: ${JSON.stringify(message)}${eol}${eol}`);
+      if (token !== undefined) event({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'asked' } }, '\r\n');
+      event({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'not for the caller' } });
+      res.write(': a comment\n\n');
+      const pong = answerTo('srv-ping');
+      const sampled = answerTo('srv-sample');
+      event({ jsonrpc: '2.0', id: 'srv-ping', method: 'ping' });
+      event({ jsonrpc: '2.0', id: 'srv-sample', method: 'sampling/createMessage', params: { messages: [], maxTokens: 1 } });
+      const replies = await Promise.race([Promise.all([pong, sampled]), new Promise<null>((resolve) => setTimeout(() => resolve(null), 5000).unref())]);
+      if (token !== undefined) event({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress: 2, total: 2, message: 'answered' } });
+      const result = `data: ${JSON.stringify({ jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: JSON.stringify(replies) }], structuredContent: { replies } } })}\n\n`;
+      res.write(result.slice(0, 25));
+      setTimeout(() => res.end(result.slice(25)), 20);
+    })().catch(() => res.destroy());
+  });
+  const origin = await listen(server);
+  return { url: `${origin}/mcp`, seen, close: () => closeServer(server) };
+}
+
+/** `tools/call` POSTed with a progressToken: the endpoint answers an event stream; its messages in order. */
+async function streamedCall(t: TestApp, server: { id: string; token: string }, name: string) {
+  rpcId += 1;
+  const res = await fetch(`${t.url}/mcp/${server.id}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${server.token}`, 'MCP-Protocol-Version': '2025-11-25' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: rpcId, method: 'tools/call', params: { name, arguments: {}, _meta: { progressToken: `p-${rpcId}` } } }),
+  });
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/text\/event-stream/);
+  const text = await res.text();
+  return text
+    .split(/\n\n/)
+    .map((block) => block.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()).join('\n'))
+    .filter(Boolean)
+    .map((data) => JSON.parse(data) as { id?: number; method?: string; params?: Record<string, unknown>; result?: { content: { text: string }[]; structuredContent?: Record<string, unknown>; isError?: boolean } });
+}
+
+describe('the pooled session’s own client', () => {
+  let t: TestApp;
+  let alice: Seat;
+  let scripted: Awaited<ReturnType<typeof startScriptedUpstream>>;
+  let server: { id: string; token: string };
+
+  beforeAll(async () => {
+    scripted = await startScriptedUpstream(() => `${peer.peer.url}?from=redirect`);
+    t = await startTestApp();
+    alice = await seat(t);
+    const script = await customConnector(t, alice.org.orgId, { slug: 'script', name: 'Scripted', mcp_url: scripted.url, auth: { type: 'none' } });
+    const crm = await customConnector(t, alice.org.orgId, { slug: 'crm', name: 'Acme CRM', mcp_url: peer.peer.url, auth: apiKey });
+    await connect(alice, script);
+    await connect(alice, crm, KEY_A);
+    server = await mint(alice, 'Lean');
+  }, 60_000);
+  let closed = false;
+  afterAll(async () => {
+    if (!closed) await t.close();
+    await scripted.close();
+  });
+
+  it('reads a tools/call answered as events: progress relayed, the upstream’s own requests answered, the session kept', async () => {
+    const messages = await streamedCall(t, server, 'script__stream');
+    const progress = messages.filter((m) => m.method === 'notifications/progress');
+    expect(progress.map((m) => m.params)).toEqual([
+      { progressToken: `p-${rpcId}`, progress: 1, total: 2, message: 'asked' },
+      { progressToken: `p-${rpcId}`, progress: 2, total: 2, message: 'answered' },
+    ]);
+    // The log notification was the upstream's business with us, not the caller's.
+    expect(messages.some((m) => m.method === 'notifications/message')).toBe(false);
+    const last = messages[messages.length - 1];
+    expect(last?.id).toBe(rpcId);
+    expect(last?.result?.isError).toBeFalsy();
+    expect(last?.result?.structuredContent).toEqual({
+      replies: [
+        { jsonrpc: '2.0', id: 'srv-ping', result: {} },
+        { jsonrpc: '2.0', id: 'srv-sample', error: { code: -32601, message: 'Method not found' } },
+      ],
+    });
+    // One session: its id and the negotiated version on every request after initialize.
+    const posts = scripted.seen.filter((r) => r.method === 'POST');
+    const opened = posts.filter((r) => r.body?.method === 'initialize');
+    const session = opened[opened.length - 1]!;
+    const after = posts.slice(posts.indexOf(session) + 1);
+    expect(after.map((r) => r.body?.method ?? `answer ${String(r.body?.id)}`).sort()).toEqual(['answer srv-ping', 'answer srv-sample', 'notifications/initialized', 'tools/call'].sort());
+    for (const r of after) {
+      expect(r.headers['mcp-session-id']).toBe(`scripted-${opened.length}`);
+      expect(r.headers['mcp-protocol-version']).toBe('2025-06-18');
+      expect(r.headers['user-agent']).toBe('mcp-control-plane/0.1');
+    }
+    const sent = after.find((r) => r.body?.method === 'tools/call')!;
+    expect(sent.body?.params).toMatchObject({ name: 'stream', arguments: {}, _meta: { progressToken: expect.any(Number) } });
+    // Without a progressToken the call asks for none and still gets its result.
+    const plain = await call(t, server, 'script__stream');
+    expect(plain.isError).toBeFalsy();
+    expect(scripted.seen.filter((r) => r.body?.method === 'initialize')).toHaveLength(opened.length);
+    const lastCall = scripted.seen.filter((r) => r.body?.method === 'tools/call').pop()!;
+    expect((lastCall.body?.params as { _meta?: unknown })._meta).toBeUndefined();
+  }, 20_000);
+
+  it('does not follow a redirect', async () => {
+    const before = peer.peer.seen.length;
+    const moved = await call(t, server, 'script__moved');
+    expect(moved.isError).toBe(true);
+    expect(moved.content[0]?.text).toContain('could not be reached or did not answer');
+    expect(peer.peer.seen.slice(before).some((r) => r.path.includes('from=redirect'))).toBe(false);
+  });
+
+  it('refuses an answer past the byte cap', async () => {
+    const huge = await call(t, server, 'script__huge');
+    expect(huge.isError).toBe(true);
+    expect(huge.content[0]?.text).toContain('larger than this server reads');
+    // The cap is per answer: the session's next call is read as usual.
+    expect((await call(t, server, 'script__stream')).isError).toBeFalsy();
+  }, 20_000);
+
+  it('refuses a private address the policy forbids, before any request reaches it', async () => {
+    const outbound = t.deps.config.outbound as { allowLoopback: boolean };
+    const bob = await seat(t);
+    const crm = await customConnector(t, bob.org.orgId, { slug: 'crm', name: 'Acme CRM', mcp_url: peer.peer.url, auth: apiKey });
+    await connect(bob, crm, KEY_B);
+    const bobServer = await mint(bob, 'Bob');
+    const before = peer.peer.seen.length;
+    outbound.allowLoopback = false;
+    try {
+      // A fresh session (its first call) and so a fresh connection.
+      const refused = await call(t, bobServer, 'crm__whoami');
+      expect(refused.isError).toBe(true);
+      expect(refused.content[0]?.text).toContain('could not be reached');
+    } finally {
+      outbound.allowLoopback = true;
+    }
+    expect(peer.peer.seen.length).toBe(before);
+    expect((await call(t, bobServer, 'crm__whoami')).structuredContent).toMatchObject({ member: 'bob' });
+  });
+
+  /** The `tools/call` requests the scripted upstream got for `hang`, and the cancellations it heard. */
+  const hangs = () => scripted.seen.filter((r) => r.body?.method === 'tools/call' && (r.body.params as { name?: string }).name === 'hang');
+  const cancelledIds = () => scripted.seen.filter((r) => r.body?.method === 'notifications/cancelled').map((r) => (r.body?.params as { requestId?: unknown }).requestId);
+  async function until(check: () => boolean) {
+    for (let i = 0; i < 100 && !check(); i += 1) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(check()).toBe(true);
+  }
+
+  it('tells the upstream of a call the caller cancelled (notifications/cancelled with the upstream request’s id)', async () => {
+    const before = hangs().length;
+    const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${server.token}`, 'MCP-Protocol-Version': '2025-11-25' };
+    const pending = fetch(`${t.url}/mcp/${server.id}`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 'hang-1', method: 'tools/call', params: { name: 'script__hang', arguments: {} } }) });
+    await until(() => hangs().length > before);
+    const cancel = await fetch(`${t.url}/mcp/${server.id}`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'hang-1', reason: 'user' } }) });
+    expect(cancel.status).toBe(202);
+    const answered = await pending;
+    expect(await answered.json()).toMatchObject({ id: 'hang-1', result: { isError: true, content: [{ type: 'text', text: 'The call was cancelled.' }] } });
+    const upstreamId = hangs()[before]!.body?.id;
+    await until(() => cancelledIds().includes(upstreamId));
+    // The session goes on.
+    expect((await call(t, server, 'script__stream')).isError).toBeFalsy();
+  }, 20_000);
+
+  it('gives up at the outbound deadline and tells the upstream so', async () => {
+    const outbound = t.deps.config.outbound as { timeoutMs: number };
+    const before = hangs().length;
+    const saved = outbound.timeoutMs;
+    outbound.timeoutMs = 500;
+    try {
+      const late = await call(t, server, 'script__hang');
+      expect(late.isError).toBe(true);
+      expect(late.content[0]?.text).toContain('No answer within 0.5 seconds');
+    } finally {
+      outbound.timeoutMs = saved;
+    }
+    const upstreamId = hangs()[before]!.body?.id;
+    await until(() => cancelledIds().includes(upstreamId));
+  }, 20_000);
+
+  it('ends the upstream session (DELETE with its id) when the app closes', async () => {
+    const opened = scripted.seen.filter((r) => r.body?.method === 'initialize').length;
+    closed = true;
+    await t.close();
+    const deleted = scripted.seen.filter((r) => r.method === 'DELETE');
+    expect(deleted.map((r) => r.headers['mcp-session-id'])).toContain(`scripted-${opened}`);
+  }, 30_000);
 });
