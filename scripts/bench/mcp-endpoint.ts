@@ -34,6 +34,7 @@
 // the same count per throughput target.
 import { randomBytes } from 'node:crypto';
 import { cpus, loadavg } from 'node:os';
+import { resolve } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { newMcpToken } from '../../src/auth/mcp-tokens';
@@ -165,6 +166,9 @@ async function throughputPair(a: () => Promise<void>, b: () => Promise<void>, pr
   return { calls: total, a: { rate: total / sum.a.seconds, cpu: sum.a.cpu }, b: { rate: total / sum.b.seconds, cpu: sum.b.cpu } };
 }
 
+/** BENCH_PROFILE_OUT: a directory to write the control plane's .cpuprofile to (open it in Chrome DevTools or speedscope). */
+const PROFILE_DIR = process.env.BENCH_PROFILE_OUT ? resolve(process.env.BENCH_PROFILE_OUT) : null;
+
 const loads = () => loadavg().map((l) => l.toFixed(2)).join(' ');
 
 async function main(): Promise<void> {
@@ -187,7 +191,7 @@ async function main(): Promise<void> {
     OUTBOUND_ALLOW_LOOPBACK: 'true',
     CONNECTION_TOOLS_TTL_SECONDS: '3600',
     RATE_LIMIT_REQUESTS: '10000000',
-  });
+  }, {}, PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []);
   const base = server.baseUrl;
   console.log(`Control plane: ${real.how}, pid ${server.child.process.pid}; upstream peers: pid ${peers.process.pid}; PostgreSQL database ${scratch.name} on ${new URL(SERVER_URL).host}.`);
 
@@ -266,6 +270,7 @@ async function main(): Promise<void> {
 
   await stopChild(server.child);
   if (server.child.exitCode !== 0) console.log(`(the control plane exited with code ${server.child.exitCode} on SIGTERM: ${server.child.stderr.join('').slice(-500)})`);
+  if (PROFILE_DIR) console.log(`The control plane's CPU profile (whole run, seeding included) is in ${PROFILE_DIR}.`);
   console.log(`Load average ${loads()} at the end.`);
 }
 

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import type { Progress } from '@modelcontextprotocol/sdk/types.js';
 import { callTool, describe, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './mcp-upstream';
 import { UpstreamHttpError, UpstreamSession } from './mcp-upstream-session';
@@ -11,9 +10,9 @@ import { OutboundRefused, type OutboundLimits } from './outbound';
  * sessions are our own lean client (mcp-upstream-session.ts), not the SDK's: this is the
  * endpoint's hot path.
  *
- * - Keyed by the connection and a hash of what is sent (URL, transport, the credential as
- *   placed): a rotated API key or a refreshed OAuth token opens a new session, and the old
- *   one is closed once its calls are done. The hash lives in memory only.
+ * - Keyed by the connection, for what is sent (URL, transport, the credential as placed:
+ *   credentialVersion): a rotated API key or a refreshed OAuth token opens a new session, and
+ *   the old one is closed once its calls are done. It lives in memory only.
  * - Every request still goes through the outbound guard (address checks after resolution),
  *   each with its own deadline (covering its whole answer) and size cap.
  * - Concurrent first calls share one connect. A session idle for `idleMs` is closed; past
@@ -47,8 +46,12 @@ interface Entry {
 
 const NOT_MCP = 'The upstream MCP server could not be reached or did not answer MCP.';
 
+/**
+ * What a session is opened for: a call whose target differs (a rotated key, a refreshed token)
+ * needs a new one. Compared, never logged or sent; the session holds the credential anyway.
+ */
 export function credentialVersion(target: UpstreamTarget): string {
-  return createHash('sha256').update(JSON.stringify([target.url, target.transport, target.credential])).digest('base64url');
+  return JSON.stringify([target.url, target.transport, target.credential]);
 }
 
 export class UpstreamPool {

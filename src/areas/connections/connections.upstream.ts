@@ -53,8 +53,21 @@ export function sealCredentials(ctx: ConnectionContext, id: string, credentials:
   return ctx.deps.secrets.seal(JSON.stringify(credentials), credentialsContext(id));
 }
 
-export function openCredentials(ctx: ConnectionContext, row: { id: string; credentials_enc: string | null }): StoredCredentials | null {
-  return row.credentials_enc ? (JSON.parse(ctx.deps.secrets.open(row.credentials_enc, credentialsContext(row.id))) as StoredCredentials) : null;
+/**
+ * Credentials opened, by the row object they were read from: a row the MCP endpoint keeps
+ * between calls (served-tools.ts) is opened once, not on every call. Held only as long as the
+ * row itself, and only for the sealed value it was opened from.
+ */
+const opened = new WeakMap<object, { sealed: string; credentials: Readonly<StoredCredentials> }>();
+
+export function openCredentials(ctx: ConnectionContext, row: { id: string; credentials_enc: string | null }): Readonly<StoredCredentials> | null {
+  const sealed = row.credentials_enc;
+  if (!sealed) return null;
+  const known = opened.get(row);
+  if (known?.sealed === sealed) return known.credentials;
+  const credentials = Object.freeze(JSON.parse(ctx.deps.secrets.open(sealed, credentialsContext(row.id))) as StoredCredentials);
+  opened.set(row, { sealed, credentials });
+  return credentials;
 }
 
 export function openOAuthClient(ctx: ConnectionContext, row: { id: string; oauth_client_enc: string | null }): StoredOAuthClient | null {
