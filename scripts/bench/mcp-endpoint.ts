@@ -14,9 +14,12 @@
 //                    API, an MCP server serving `utbx_dyn_all`)
 //
 //   call direct   one `tools/call` of a trivial tool (echo) POSTed straight to the upstream
-//                 (stateless Streamable HTTP, no session), as the floor
+//                 (stateless Streamable HTTP, no session)
 //   session       the same call in a whole SDK client session from this process (initialize,
 //                 tools/call, close), as a reference
+//   bare proxy    the same call through a bare Express proxy in a process of its own
+//                 (scripts/bench/bare-proxy.ts: parse, forward over a kept-alive connection,
+//                 relay): what any gateway adds on this machine, the floor of `added`
 //   call via cp   the same `tools/call` POSTed to the control plane's endpoint with an MCP
 //                 server token: authentication, the user toolbox and policy, the upstream call
 //                 with the connection's key, and the tool-call record
@@ -49,6 +52,7 @@ import {
   cleanup,
   cpuMs,
   firstLine,
+  freePort,
   interrupted,
   realServerArgs,
   startChild,
@@ -182,6 +186,9 @@ async function main(): Promise<void> {
   const { urls } = JSON.parse(await firstLine(peers)) as { urls: string[] };
   if (urls.length !== CONNECTIONS) throw new Error(`the upstream peers started ${urls.length} servers, not ${CONNECTIONS}`);
   const upstreamMcp = urls.map((url) => `${new URL(url).origin}/mcp`);
+  const floorPort = await freePort();
+  const floor = startChild('the bare proxy', tsxArgs('scripts/bench/bare-proxy.ts'), { NODE_ENV: 'production', PORT: String(floorPort), UPSTREAM_URL: upstreamMcp[0]!, UPSTREAM_KEY: KEY }, 'pipe');
+  await firstLine(floor);
 
   // src/main.ts migrates the database before it listens.
   const server = await startRealServer(real.args, {
@@ -236,7 +243,10 @@ async function main(): Promise<void> {
   const list = rpc(`${base}/mcp/${mcpId}`, minted.token, { jsonrpc: '2.0', id: 2, method: 'tools/list' });
 
   const procs: Processes = { controlPlane: server.child.process.pid!, upstreams: peers.process.pid!, database: scratch.name };
-  const [d, sdk, v] = (await interleaved([direct, session, viaCp])) as [Awaited<ReturnType<typeof interleaved>>[number], Awaited<ReturnType<typeof interleaved>>[number], Awaited<ReturnType<typeof interleaved>>[number]];
+  // The floor: the same call through a bare Express proxy (scripts/bench/bare-proxy.ts).
+  const viaFloor = rpc(`http://127.0.0.1:${floorPort}/mcp`, 'none', call);
+  type Latency = Awaited<ReturnType<typeof interleaved>>[number];
+  const [d, sdk, f, v] = (await interleaved([direct, session, viaFloor, viaCp])) as [Latency, Latency, Latency, Latency];
   const rates = await throughputPair(direct, viaCp, procs);
   const l = await measure(list);
 
@@ -252,7 +262,8 @@ async function main(): Promise<void> {
   console.log(`MCP endpoint, ${COUNT} requests per target, PostgreSQL; control plane, upstream peers and load generator in separate processes:`);
   console.log(`  tools/call direct (upstream)        ${fmt(d)}`);
   console.log(`  tools/call direct, SDK session      ${fmt(sdk)}`);
-  console.log(`  tools/call via control plane        ${fmt(v)}   added p50 ${(v.p50 - d.p50).toFixed(2)} ms`);
+  console.log(`  tools/call via a bare proxy         ${fmt(f)}   added p50 ${(f.p50 - d.p50).toFixed(2)} ms (the floor: Express, JSON, one kept-alive forward)`);
+  console.log(`  tools/call via control plane        ${fmt(v)}   added p50 ${(v.p50 - d.p50).toFixed(2)} ms   above the floor ${(v.p50 - f.p50).toFixed(2)} ms`);
   console.log(`  throughput at ${CONCURRENCY} in flight          direct ${rates.a.rate.toFixed(0)} req/s   via control plane ${rates.b.rate.toFixed(0)} req/s   ratio ${(rates.b.rate / rates.a.rate).toFixed(2)}`);
   console.log(`  CPU per call in those bursts (ms, ${rates.calls} calls each; /proc counts in 10 ms ticks):`);
   console.log(`    direct                            ${cpuLine(dc)}`);
@@ -268,6 +279,7 @@ async function main(): Promise<void> {
   }
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);
 
+  await stopChild(floor);
   await stopChild(server.child);
   if (server.child.exitCode !== 0) console.log(`(the control plane exited with code ${server.child.exitCode} on SIGTERM: ${server.child.stderr.join('').slice(-500)})`);
   if (PROFILE_DIR) console.log(`The control plane's CPU profile (whole run, seeding included) is in ${PROFILE_DIR}.`);
