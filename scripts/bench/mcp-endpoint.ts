@@ -146,16 +146,19 @@ async function interleaved(runs: (() => Promise<unknown>)[]): Promise<{ p50: num
   });
 }
 
-/** Throughput of two targets in alternating bursts (a fifth of the count each, five times), summed: a changing load skews both alike. */
-async function throughputPair(a: () => Promise<void>, b: () => Promise<void>, procs: Processes) {
+/**
+ * Throughput of several targets in alternating bursts (a fifth of the count each, five times),
+ * summed: a changing load skews them alike. Each target names the processes its CPU is read
+ * from (its gateway in the `controlPlane` slot).
+ */
+async function throughputRounds(targets: { run: () => Promise<void>; procs: Processes }[]) {
   const burst = Math.max(CONCURRENCY, Math.floor(COUNT / 5));
-  const zero = (): { seconds: number; cpu: CpuPerCall } => ({ seconds: 0, cpu: { loadGenerator: 0, controlPlane: 0, upstreams: 0, postgres: 0 } });
-  const sum = { a: zero(), b: zero() };
   const add = (x: number | null, y: number | null) => (x === null || y === null ? null : x + y);
+  const sums = targets.map(() => ({ seconds: 0, cpu: { loadGenerator: 0, controlPlane: 0, upstreams: 0, postgres: 0 } as CpuPerCall }));
   for (let i = 0; i < 5; i += 1) {
-    for (const [key, run] of [['a', a], ['b', b]] as const) {
-      const r = await throughput(run, burst, procs);
-      const s = sum[key];
+    for (const [k, target] of targets.entries()) {
+      const r = await throughput(target.run, burst, target.procs);
+      const s = sums[k]!;
       s.seconds += r.seconds;
       // Per-call figures of equal bursts: their mean is the sum divided by the number of bursts.
       s.cpu = {
@@ -167,7 +170,7 @@ async function throughputPair(a: () => Promise<void>, b: () => Promise<void>, pr
     }
   }
   const total = 5 * burst;
-  return { calls: total, a: { rate: total / sum.a.seconds, cpu: sum.a.cpu }, b: { rate: total / sum.b.seconds, cpu: sum.b.cpu } };
+  return { calls: total, results: sums.map((s) => ({ rate: total / s.seconds, cpu: s.cpu })) };
 }
 
 /** BENCH_PROFILE_OUT: a directory to write the control plane's .cpuprofile to (open it in Chrome DevTools or speedscope). */
@@ -247,7 +250,12 @@ async function main(): Promise<void> {
   const viaFloor = rpc(`http://127.0.0.1:${floorPort}/mcp`, 'none', call);
   type Latency = Awaited<ReturnType<typeof interleaved>>[number];
   const [d, sdk, f, v] = (await interleaved([direct, session, viaFloor, viaCp])) as [Latency, Latency, Latency, Latency];
-  const rates = await throughputPair(direct, viaCp, procs);
+  const rounds = await throughputRounds([
+    { run: direct, procs },
+    { run: viaFloor, procs: { ...procs, controlPlane: floor.process.pid! } },
+    { run: viaCp, procs },
+  ]);
+  const [rd, rf, rv] = rounds.results as [(typeof rounds.results)[number], (typeof rounds.results)[number], (typeof rounds.results)[number]];
   const l = await measure(list);
 
   const fmt = (r: { p50: number; p90: number; p99: number }) => `p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;
@@ -257,16 +265,18 @@ async function main(): Promise<void> {
     return `load generator ${ms(c.loadGenerator)}   control plane ${ms(c.controlPlane)}   upstream peers ${ms(c.upstreams)}   postgres ${ms(c.postgres)}   all ${ms(all)} ms`;
   };
   const added = (a: number | null, b: number | null) => (a === null || b === null ? null : b - a);
-  const dc = rates.a.cpu;
-  const vc = rates.b.cpu;
+  const dc = rd.cpu;
+  const fc = rf.cpu;
+  const vc = rv.cpu;
   console.log(`MCP endpoint, ${COUNT} requests per target, PostgreSQL; control plane, upstream peers and load generator in separate processes:`);
   console.log(`  tools/call direct (upstream)        ${fmt(d)}`);
   console.log(`  tools/call direct, SDK session      ${fmt(sdk)}`);
   console.log(`  tools/call via a bare proxy         ${fmt(f)}   added p50 ${(f.p50 - d.p50).toFixed(2)} ms (the floor: Express, JSON, one kept-alive forward)`);
   console.log(`  tools/call via control plane        ${fmt(v)}   added p50 ${(v.p50 - d.p50).toFixed(2)} ms   above the floor ${(v.p50 - f.p50).toFixed(2)} ms`);
-  console.log(`  throughput at ${CONCURRENCY} in flight          direct ${rates.a.rate.toFixed(0)} req/s   via control plane ${rates.b.rate.toFixed(0)} req/s   ratio ${(rates.b.rate / rates.a.rate).toFixed(2)}`);
-  console.log(`  CPU per call in those bursts (ms, ${rates.calls} calls each; /proc counts in 10 ms ticks):`);
+  console.log(`  throughput at ${CONCURRENCY} in flight          direct ${rd.rate.toFixed(0)} req/s   via control plane ${rv.rate.toFixed(0)} req/s   ratio ${(rv.rate / rd.rate).toFixed(2)}   (via the bare proxy ${rf.rate.toFixed(0)} req/s, ratio ${(rf.rate / rd.rate).toFixed(2)})`);
+  console.log(`  CPU per call in those bursts (ms, ${rounds.calls} calls each; /proc counts in 10 ms ticks; the bare proxy's in the control plane column):`);
   console.log(`    direct                            ${cpuLine(dc)}`);
+  console.log(`    via the bare proxy                ${cpuLine(fc)}`);
   console.log(`    via control plane                 ${cpuLine(vc)}`);
   console.log(`    added by the control plane path   load generator ${ms(added(dc.loadGenerator, vc.loadGenerator))}   control plane ${ms(added(dc.controlPlane, vc.controlPlane))}   upstream peers ${ms(added(dc.upstreams, vc.upstreams))}   postgres ${ms(added(dc.postgres, vc.postgres))}`);
   // What one core per server would carry: the busiest server of the path bounds it (the load
@@ -275,7 +285,8 @@ async function main(): Promise<void> {
   const directBound = bound([dc.upstreams]);
   const viaBound = bound([vc.controlPlane, vc.upstreams]);
   if (directBound !== null && viaBound !== null && directBound > 0 && viaBound > 0) {
-    console.log(`  capacity with a core per server    direct ${(1000 / directBound).toFixed(0)} req/s (upstream bound)   via control plane ${(1000 / viaBound).toFixed(0)} req/s (${vc.controlPlane! >= vc.upstreams! ? 'control plane' : 'upstream'} bound)   ratio ${(directBound / viaBound).toFixed(2)}`);
+    const floorBound = bound([fc.controlPlane, fc.upstreams]);
+    console.log(`  capacity with a core per server    direct ${(1000 / directBound).toFixed(0)} req/s (upstream bound)   via control plane ${(1000 / viaBound).toFixed(0)} req/s (${vc.controlPlane! >= vc.upstreams! ? 'control plane' : 'upstream'} bound)   ratio ${(directBound / viaBound).toFixed(2)}${floorBound ? `   (bare proxy ratio ${(directBound / floorBound).toFixed(2)})` : ''}`);
   }
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);
 

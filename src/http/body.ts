@@ -63,6 +63,63 @@ function parseWith(parser: express.RequestHandler, req: Request, res: Response):
   });
 }
 
+/** A body sent as is (no Content-Encoding) in UTF-8 (no charset, or utf-8): what nearly every client sends. */
+function plainUtf8(req: Request): boolean {
+  if (req.headers['content-encoding'] !== undefined) return false;
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
+  return charset === undefined || charset === 'utf-8' || charset === 'utf8';
+}
+
+/**
+ * A plain UTF-8 JSON body read and parsed here, as body-parser would (any JSON value, a
+ * leading BOM dropped, an empty body as {}), without building a parser per request: the
+ * MCP endpoint's every message comes this way. Compressed or other-charset bodies go
+ * through body-parser.
+ */
+function readJson(req: Request, cap: number): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const finish = (outcome: () => void) => {
+      if (done) return;
+      done = true;
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('aborted', onAborted);
+      req.off('error', onError);
+      outcome();
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > cap) {
+        // The rest is not read: the router closes the connection after the 413.
+        req.pause();
+        finish(() => reject(tooLarge(cap)));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () =>
+      finish(() => {
+        let text = (chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size)).toString('utf8');
+        if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+        if (text.trim() === '') return resolve({});
+        try {
+          resolve(JSON.parse(text));
+        } catch {
+          reject(new ApiError('malformed_json', 'The body is not well-formed JSON.'));
+        }
+      });
+    const onAborted = () => finish(() => reject(new ApiError('validation_failed', 'The body ended early.')));
+    const onError = (err: Error) => finish(() => reject(err));
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('aborted', onAborted);
+    req.on('error', onError);
+  });
+}
+
 const tooLarge = (limit: number) => new ApiError('payload_too_large', `The body is larger than the limit of ${limit} bytes.`);
 
 /** Passes bytes through until there are more than `limit`, then fails with 413. */
@@ -180,7 +237,7 @@ export async function readBody(req: Request, res: Response, meta: OperationMeta,
   if (declaredLength > cap) throw tooLarge(cap);
   switch (kind) {
     case 'json': {
-      const body = await parseWith(express.json({ limit: cap, type: () => true, strict: false }), req, res);
+      const body = plainUtf8(req) ? await readJson(req, cap) : await parseWith(express.json({ limit: cap, type: () => true, strict: false }), req, res);
       return { body, validated: body, cleanup: nothing.cleanup };
     }
     case 'form': {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
+import { gzipSync } from 'node:zlib';
 import pino from 'pino';
 import { loadAreas } from '../../src/areas';
 import { PERMISSIONS } from '../../src/auth/permissions';
@@ -312,6 +313,18 @@ describe('request bodies', () => {
     expect(res.text.length).toBeLessThan(20_000);
   });
 
+  it('reads JSON with a byte order mark, with charset=utf-8, and compressed (Content-Encoding: gzip)', async () => {
+    const { token, orgId } = await t.factories.org();
+    const client = t.as({ token, org: orgId });
+    const destination = (name: string) => JSON.stringify({ name, type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
+    const bom = await client.post(LIST, undefined, { raw: `\uFEFF${destination('With BOM')}`, headers: { 'content-type': 'application/json; charset=UTF-8' } });
+    expect(bom.status).toBe(201);
+    expect(bom.body.name).toBe('With BOM');
+    const zipped = await client.post(LIST, undefined, { raw: gzipSync(destination('Zipped')), headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' } });
+    expect(zipped.status).toBe(201);
+    expect(zipped.body.name).toBe('Zipped');
+  });
+
   it('answers 415 unsupported_media_type for a text/plain body on a JSON operation', async () => {
     const { token, orgId } = await t.factories.org();
     const res = await t.as({ token, org: orgId }).post(LIST, undefined, { raw: '{"name":"Ops"}', headers: { 'content-type': 'text/plain' } });
@@ -342,6 +355,21 @@ describe('request bodies', () => {
       expectError(big, 413, 'payload_too_large');
       const fits = await client.post(LIST, { name: 'Ops', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
       expect(fits.status).toBe(201);
+    });
+
+    it('answers 413 to a chunked body (no Content-Length) once it passes the limit', async () => {
+      const { token, orgId } = await small.factories.org();
+      const payload = JSON.stringify({ name: 'x'.repeat(3000), type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = http.request(`${small.url}${LIST}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'x-organization-id': orgId, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', reject);
+        for (let i = 0; i < payload.length; i += 1000) req.write(payload.slice(i, i + 1000));
+        req.end();
+      });
+      expect(status).toBe(413);
     });
   });
 
