@@ -1,7 +1,7 @@
 // What the in-process benches share: how many times to run, how a latency is measured, and a
 // real app on loopback over a scratch database (DATABASE_URL, else the embedded one).
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -62,10 +62,11 @@ export interface BenchApp {
 /** The app on 127.0.0.1 over a migrated scratch database, configured by `env` (silent logs, no rate limit). */
 export async function startBenchApp(env: Record<string, string> = {}): Promise<BenchApp> {
   const database = await openBenchDatabase();
+  const dataDir = mkdtempSync(join(tmpdir(), 'cp-bench-'));
   await migrateToLatest(database.db);
   const config = loadConfig({
     NODE_ENV: 'test',
-    DATA_DIR: mkdtempSync(join(tmpdir(), 'cp-bench-')),
+    DATA_DIR: dataDir,
     ENCRYPTION_KEY: randomBytes(32).toString('hex'),
     LOG_LEVEL: 'silent',
     RATE_LIMIT_REQUESTS: '10000000',
@@ -90,6 +91,7 @@ export async function startBenchApp(env: Record<string, string> = {}): Promise<B
       await close();
       await database.close();
       deps.mailer.close();
+      rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }
