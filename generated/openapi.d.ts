@@ -3496,7 +3496,8 @@ export interface paths {
          * @description Shares the toolbox with an active member, a team of the organization, or the whole
          *     organization. Every person it reaches gets a dynamic user toolbox
          *     (`utbx_dyn_tbx_<toolbox id suffix>`) for which they can mint MCP servers; they call its
-         *     tools through the connections of its entries. Sharing again with the same principal
+         *     tools through the connections of its entries. MCP servers a revoked share had left
+         *     `unavailable` become `active` again for the people it reaches. Sharing again with the same principal
          *     answers 200 with the existing share, its level updated, instead of adding a second one
          *     (201). Needs `toolbox:manage`. Records the audit action `toolbox.shared` (with the
          *     principal and the level, old and new). Emits no event.

@@ -330,7 +330,7 @@ describe('what goes with user toolboxes and toolboxes', () => {
     expect((await alice.remove(dynamic, server.id)).status).toBe(204);
   });
 
-  it('a revoked share makes the servers of members who lost the toolbox unavailable', async () => {
+  it('a revoked share makes the servers of members who lost the toolbox unavailable, and sharing it again makes them active', async () => {
     const toolbox = await insertToolbox(t, org.orgId, { entries: [], principal: { type: 'user', id: aliceId } });
     const dynamic = `utbx_dyn_tbx_${toolbox.slice(4)}`;
     const { server } = await mint(alice, dynamic, { name: 'Until revoked' });
@@ -340,5 +340,9 @@ describe('what goes with user toolboxes and toolboxes', () => {
     const revoked = await t.call('DELETE', `/toolbox/${toolbox}/share/${share.id}`, undefined, { token: org.token, org: org.orgId });
     expect(revoked.status).toBe(204);
     expect((await alice.read(dynamic, server.id)).body.status).toBe('unavailable');
+    // As revokeToolboxShare promises: unavailable until the toolbox is shared with them again.
+    const again = await t.call('POST', `/toolbox/${toolbox}/share`, { principal: { type: 'user', id: aliceId }, level: 'use' }, { token: org.token, org: org.orgId });
+    expect(again.status).toBe(201);
+    expect((await alice.read(dynamic, server.id)).body.status).toBe('active');
   });
 });

@@ -223,6 +223,8 @@ export async function share(ctx: RequestContext, id: string, body: ShareCreate):
       .where('principal_id', '=', body.principal.id)
       .executeTakeFirst();
     const result = await shareResource(w.db, { orgId: ctx.orgId, resourceType: 'toolbox', resourceId: id, share: body, byUserId: ctx.user });
+    // People it reaches again get back what a revoked share had taken (their MCP servers for it).
+    for (const hook of toolboxAccessHooks) await hook(w, ctx.orgId, id);
     w.audit({ targetId: id, changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created } });
     return result;
   });

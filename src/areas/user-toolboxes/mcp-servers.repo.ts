@@ -110,6 +110,19 @@ export async function markUnavailable(db: Executor, orgId: string, userToolboxId
     .execute();
 }
 
+/** Marks the `unavailable` servers of a dynamic user toolbox `active` again, of the named owners (who reach its toolbox again). */
+export async function markAvailable(db: Executor, orgId: string, userToolboxId: string, ownerUserIds: readonly string[]): Promise<void> {
+  if (ownerUserIds.length === 0) return;
+  await db
+    .updateTable('mcp_servers')
+    .set({ status: 'active' })
+    .where('org_id', '=', orgId)
+    .where('user_toolbox_id', '=', userToolboxId)
+    .where('status', '=', 'unavailable')
+    .where('owner_user_id', 'in', ownerUserIds as string[])
+    .execute();
+}
+
 /** The distinct owners of a user toolbox's servers. */
 export async function ownersOf(db: Executor, orgId: string, userToolboxId: string): Promise<string[]> {
   const rows = await db.selectFrom('mcp_servers').select('owner_user_id').distinct().where('org_id', '=', orgId).where('user_toolbox_id', '=', userToolboxId).execute();

@@ -174,10 +174,12 @@ export function registerMcpServerHooks(): void {
   toolboxAccessHooks.push(async (w, orgId, toolboxId) => {
     const dynamicId = dynamicIdOf(toolboxId);
     const lost: string[] = [];
+    const reach: string[] = [];
     for (const owner of await repo.ownersOf(w.db, orgId, dynamicId)) {
       const shared = await toolboxesSharedWith(w.db, orgId, owner);
-      if (!shared.some((t) => t.id === toolboxId)) lost.push(owner);
+      (shared.some((t) => t.id === toolboxId) ? reach : lost).push(owner);
     }
     await repo.markUnavailable(w.db, orgId, dynamicId, lost);
+    await repo.markAvailable(w.db, orgId, dynamicId, reach);
   });
 }
