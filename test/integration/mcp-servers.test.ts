@@ -345,4 +345,20 @@ describe('what goes with user toolboxes and toolboxes', () => {
     expect(again.status).toBe(201);
     expect((await alice.read(dynamic, server.id)).body.status).toBe('active');
   });
+
+  it('follows team membership when the toolbox reaches its owner through a team: leaving, joining again, the team deleted', async () => {
+    const admin = t.as({ token: org.token, org: org.orgId });
+    const team = await admin.post('/team', { name: `Shared via team ${Math.random().toString(36).slice(2, 8)}` });
+    expect(team.status).toBe(201);
+    expect((await admin.post(`/team/${team.body.id}/members`, { user_id: aliceId })).status).toBe(201);
+    const toolbox = await insertToolbox(t, org.orgId, { entries: [], principal: { type: 'team', id: team.body.id } });
+    const dynamic = `utbx_dyn_tbx_${toolbox.slice(4)}`;
+    const { server } = await mint(alice, dynamic, { name: 'Through the team' });
+    expect((await admin.delete(`/team/${team.body.id}/members/${aliceId}`)).status).toBe(204);
+    expect((await alice.read(dynamic, server.id)).body.status).toBe('unavailable');
+    expect((await admin.post(`/team/${team.body.id}/members`, { user_id: aliceId })).status).toBe(201);
+    expect((await alice.read(dynamic, server.id)).body.status).toBe('active');
+    expect((await admin.delete(`/team/${team.body.id}`)).status).toBe(204);
+    expect((await alice.read(dynamic, server.id)).body.status).toBe('unavailable');
+  });
 });

@@ -10,6 +10,10 @@ import type { WriteScope } from '../../http/context';
  * `teamDeletedHooks`: a team is being deleted, inside the delete's transaction: take it out
  * of what merely mentions it (pending invites' `team_ids`). Its memberships and the shares
  * granted to it go with it here.
+ *
+ * `teamMembershipHooks`: people joined or left a team (added, removed, or the team deleted),
+ * inside that write and after it: what the team's shares reach changed for them (their MCP
+ * servers for toolboxes shared with it).
  */
 export type TeamUsageHook = (db: Executor, orgId: string, teamId: string) => Promise<{ count: number; what: string }>;
 export const teamUsageHooks: TeamUsageHook[] = [];
@@ -28,4 +32,12 @@ export async function teamUsagesFromHooks(db: Executor, orgId: string, teamId: s
 
 export async function runTeamDeletedHooks(w: WriteScope, orgId: string, teamId: string): Promise<void> {
   for (const hook of teamDeletedHooks) await hook(w, orgId, teamId);
+}
+
+export type TeamMembershipHook = (w: WriteScope, orgId: string, userIds: readonly string[]) => Promise<void>;
+export const teamMembershipHooks: TeamMembershipHook[] = [];
+
+export async function runTeamMembershipHooks(w: WriteScope, orgId: string, userIds: readonly string[]): Promise<void> {
+  if (userIds.length === 0) return;
+  for (const hook of teamMembershipHooks) await hook(w, orgId, userIds);
 }

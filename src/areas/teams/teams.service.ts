@@ -5,7 +5,7 @@ import { cursorAfter, keyedPageRequest, toPage, type Page, type PageRequest } fr
 import { newId } from '../../lib/ids';
 import { memberRemovedHooks } from '../members/hooks';
 import { restrictionsNaming } from '../restrictions/restrictions.repo';
-import { runTeamDeletedHooks, teamUsagesFromHooks } from './hooks';
+import { runTeamDeletedHooks, runTeamMembershipHooks, teamUsagesFromHooks } from './hooks';
 import * as repo from './teams.repo';
 
 type Team = components['schemas']['Team'];
@@ -107,8 +107,10 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
     used.push(...(await teamUsagesFromHooks(w.db, ctx.orgId, id)));
     if (used.length > 0) throw new ApiError('team_in_use', `${current.name} is still named by ${used.join(' and ')}; change those first.`);
     const members = (await repo.teamMemberCounts(w.db, ctx.orgId, [id])).get(id) ?? 0;
+    const memberIds = await w.db.selectFrom('team_members').select('user_id').where('org_id', '=', ctx.orgId).where('team_id', '=', id).execute();
     await runTeamDeletedHooks(w, ctx.orgId, id);
     await repo.deleteTeam(w.db, ctx.orgId, id);
+    await runTeamMembershipHooks(w, ctx.orgId, memberIds.map((m) => m.user_id));
     w.audit({ targetId: id, changes: { name: current.name, description: current.description, member_count: members } });
   });
 }
@@ -146,6 +148,7 @@ export async function addMember(ctx: RequestContext, id: string, userId: string)
     await ctx.write(async (w) => {
       if (!(await repo.findTeam(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
       if (!(await repo.insertTeamMember(w.db, { teamId: id, orgId: ctx.orgId, userId, addedByUserId: ctx.user }))) throw new AlreadyThere();
+      await runTeamMembershipHooks(w, ctx.orgId, [userId]);
       w.audit({ targetId: id, changes: { user_id: userId } });
     });
   } catch (err) {
@@ -164,6 +167,7 @@ export async function removeMember(ctx: RequestContext, id: string, userId: stri
   await ctx.write(async (w) => {
     if (!(await repo.findTeam(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
     if (!(await repo.deleteTeamMember(w.db, ctx.orgId, id, userId))) throw new ApiError('not_found', `${userId} is not in team ${id}.`);
+    await runTeamMembershipHooks(w, ctx.orgId, [userId]);
     w.audit({ targetId: id, changes: { user_id: userId } });
   });
 }

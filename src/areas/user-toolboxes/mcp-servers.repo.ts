@@ -123,6 +123,19 @@ export async function markAvailable(db: Executor, orgId: string, userToolboxId: 
     .execute();
 }
 
+/** The dynamic user toolboxes of shared toolboxes (`utbx_dyn_tbx_…`) a person has MCP servers for. */
+export async function sharedToolboxBoxesOf(db: Executor, orgId: string, ownerUserId: string): Promise<string[]> {
+  const rows = await db
+    .selectFrom('mcp_servers')
+    .select('user_toolbox_id')
+    .distinct()
+    .where('org_id', '=', orgId)
+    .where('owner_user_id', '=', ownerUserId)
+    .where('user_toolbox_id', 'like', 'utbx\\_dyn\\_tbx\\_%')
+    .execute();
+  return rows.map((r) => r.user_toolbox_id);
+}
+
 /** The distinct owners of a user toolbox's servers. */
 export async function ownersOf(db: Executor, orgId: string, userToolboxId: string): Promise<string[]> {
   const rows = await db.selectFrom('mcp_servers').select('owner_user_id').distinct().where('org_id', '=', orgId).where('user_toolbox_id', '=', userToolboxId).execute();

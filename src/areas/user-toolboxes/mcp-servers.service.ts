@@ -6,6 +6,7 @@ import { ApiError, isUniqueViolation, validationError } from '../../http/errors'
 import type { Page, PageRequest } from '../../http/pagination';
 import { toPage } from '../../http/pagination';
 import { newId } from '../../lib/ids';
+import { teamMembershipHooks } from '../teams/hooks';
 import { toolboxAccessHooks, toolboxDeletedHooks } from '../toolboxes';
 import { mcpServerCountHooks, userToolboxDeleteHooks } from './hooks';
 import * as repo from './mcp-servers.repo';
@@ -181,5 +182,17 @@ export function registerMcpServerHooks(): void {
     }
     await repo.markUnavailable(w.db, orgId, dynamicId, lost);
     await repo.markAvailable(w.db, orgId, dynamicId, reach);
+  });
+  // Joining or leaving a team changes which toolboxes its shares reach: each person's servers for shared toolboxes follow.
+  teamMembershipHooks.push(async (w, orgId, userIds) => {
+    for (const owner of userIds) {
+      const boxes = await repo.sharedToolboxBoxesOf(w.db, orgId, owner);
+      if (boxes.length === 0) continue;
+      const reached = new Set((await toolboxesSharedWith(w.db, orgId, owner)).map((t) => dynamicIdOf(t.id)));
+      for (const box of boxes) {
+        if (reached.has(box)) await repo.markAvailable(w.db, orgId, box, [owner]);
+        else await repo.markUnavailable(w.db, orgId, box, [owner]);
+      }
+    }
   });
 }
