@@ -21,7 +21,7 @@ export interface McpServerRow {
   user_toolbox_id: string;
   owner_user_id: string;
   name: string;
-  /** `unavailable`: its dynamic user toolbox is gone; it lists no tools. */
+  /** `unavailable`: its dynamic user toolbox is gone, or its owner no longer reaches the toolbox; it lists no tools. */
   status: string;
 }
 
