@@ -18,11 +18,12 @@ export interface DatabaseHandle {
   /** The pg pool behind `db` when on a PostgreSQL server (shared rate-limit counters use it). */
   pool: pg.Pool | null;
   /**
-   * Calls `onNotify` for every NOTIFY on `channel`, from any process on this database;
-   * `onLost` when the connection that listens breaks (notifications may have been missed),
-   * and `onNotify` again once it listens anew. Resolves with a function that stops listening.
+   * Calls `onNotify` with its payload for every NOTIFY on `channel`, from any process on this
+   * database; `onLost` when the connection that listens breaks (notifications may have been
+   * missed), and `onNotify('')` once it listens (again): anything may have changed.
+   * Resolves with a function that stops listening.
    */
-  listen(channel: string, onNotify: () => void, onLost?: () => void): Promise<() => Promise<void>>;
+  listen(channel: string, onNotify: (payload: string) => void, onLost?: () => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -62,7 +63,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     // statement in flight fails on its own (503), and the pool drops the dead client on release.
     pool.on('connect', (client) => client.on('error', (err) => options.onConnectionError?.(err)));
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
-    const listen = (channel: string, onNotify: () => void, onLost?: () => void) => listenOnServer(options.url as string, channel, onNotify, onLost);
+    const listen = (channel: string, onNotify: (payload: string) => void, onLost?: () => void) => listenOnServer(options.url as string, channel, onNotify, onLost);
     return { db, kind: 'postgres', pool, listen, close: () => db.destroy() };
   }
   let pglite = options.pglite;
@@ -87,9 +88,9 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     kind: 'embedded',
     pool: null,
     listen: async (channel, onNotify) => {
-      const stop = await owned.listen(channel, () => onNotify());
+      const stop = await owned.listen(channel, (payload) => onNotify(payload ?? ''));
       // Listening from here on, as on a server: said once now, so a cache may start trusting.
-      onNotify();
+      onNotify('');
       return async () => {
         if (!owned.closed) await stop();
       };
@@ -148,7 +149,7 @@ const LISTEN_HEARTBEAT_TIMEOUT_MS = 3_000;
  * after a second when it breaks or stops answering; `onLost` is told at once, `onNotify`
  * once listening again.
  */
-async function listenOnServer(url: string, channel: string, onNotify: () => void, onLost?: () => void): Promise<() => Promise<void>> {
+async function listenOnServer(url: string, channel: string, onNotify: (payload: string) => void, onLost?: () => void): Promise<() => Promise<void>> {
   let stopped = false;
   let current: pg.Client | null = null;
   const lose = (client: pg.Client) => {
@@ -161,7 +162,7 @@ async function listenOnServer(url: string, channel: string, onNotify: () => void
   const connect = async (): Promise<void> => {
     const next = new pg.Client({ connectionString: url, keepAlive: true, query_timeout: LISTEN_HEARTBEAT_TIMEOUT_MS });
     next.on('notification', (message) => {
-      if (message.channel === channel && next === current) onNotify();
+      if (message.channel === channel && next === current) onNotify(message.payload ?? '');
     });
     next.on('error', () => lose(next));
     next.on('end', () => lose(next));
@@ -177,7 +178,7 @@ async function listenOnServer(url: string, channel: string, onNotify: () => void
       return;
     }
     current = next;
-    onNotify();
+    onNotify('');
   };
   const retry = () => {
     if (!stopped) setTimeout(() => void connect().catch(retry), 1000).unref();

@@ -42,12 +42,16 @@ export function dropNotifyCredentialChanges(db: Kysely<any>, table: string): Pro
 
 /**
  * Makes changes to `table` tell every server to forget the tools its MCP servers serve
- * (src/areas/user-toolboxes/served-tools.ts), as notifyCredentialChanges does for credentials:
- * the trigger (function notify_served_tools_changed, created by
- * 2026_11_26_090001_notify_served_tools_changes) notifies `cp_served_tools`.
+ * (src/areas/user-toolboxes/served-tools.ts), as notifyCredentialChanges does for credentials;
+ * functions created by 2026_11_26_090001_notify_served_tools_changes. A table with an
+ * `org_id` names the organizations changed (a row-level trigger; NOTIFY sends one per
+ * organization and transaction), so other organizations' servers stay remembered; one without
+ * says nothing more (statement-level: everything is forgotten).
  */
-export function notifyServedToolsChanges(db: Kysely<any>, table: string, on: string): Promise<void> {
-  return notifyOnCommit(db, table, 'notify_served_tools', 'notify_served_tools_changed', on);
+export async function notifyServedToolsChanges(db: Kysely<any>, table: string, on: string, byOrganization: boolean): Promise<void> {
+  if (!byOrganization) return notifyOnCommit(db, table, 'notify_served_tools', 'notify_served_tools_changed', on);
+  await sql`create trigger ${sql.id(`${table}_notify_served_tools`)} after ${sql.raw(on)} on ${sql.table(table)}
+    for each row execute function notify_served_tools_changed_in_org()`.execute(db);
 }
 
 export function dropNotifyServedToolsChanges(db: Kysely<any>, table: string): Promise<void> {

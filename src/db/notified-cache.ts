@@ -11,6 +11,8 @@ export interface NotifiedCacheOptions {
 interface Entry<V> {
   value: V;
   expiresAt: number;
+  /** What a notification names to forget it (an organization id); '' only when everything is forgotten. */
+  scope: string;
 }
 
 /**
@@ -24,19 +26,20 @@ export class ChangeFollower {
   trusted = false;
   generation = 0;
 
-  constructor(private readonly forget: () => void) {}
+  /** `forget(scope)`: '' means everything; otherwise what the notification's payload names (an organization). */
+  constructor(private readonly forget: (scope: string) => void) {}
 
-  clear(): void {
+  clear(scope = ''): void {
     this.generation += 1;
-    this.forget();
+    this.forget(scope);
   }
 
   /** Listens on `channel`; resolves with a function that stops (and forgets). */
   async follow(listen: DatabaseHandle['listen'], channel: string, logger: Logger, what: string): Promise<() => Promise<void>> {
     const stop = await listen(
       channel,
-      () => {
-        this.clear();
+      (payload) => {
+        this.clear(payload);
         this.trusted = true;
       },
       () => {
@@ -56,8 +59,9 @@ export class ChangeFollower {
 /**
  * Values read from the database, remembered per process for as long as every change that
  * could alter them is heard of: triggers on the tables they come from notify a channel when a
- * change commits, whichever process made it, and each notification forgets everything; so does
- * a commit of this process (`clear()`, from AppDeps.afterCommit), so a change is never one
+ * change commits, whichever process made it, and each notification forgets what its payload
+ * names (the values of one organization; an empty payload: everything); a commit of this
+ * process forgets everything (`clear()`, from AppDeps.afterCommit), so a change is never one
  * request late here. While the listening connection is down nothing is remembered. A value
  * read before a change and answered after it is not remembered (the generation moved on).
  * Entries also age out after `maxAgeMs`, or earlier at a time of their own (`until`).
@@ -66,9 +70,14 @@ export class NotifiedCache<V> {
   private readonly entries = new Map<string, Entry<V>>();
   /** Loads under way, shared by the requests that arrive before one is done. */
   private readonly loading = new Map<string, Promise<V>>();
-  private readonly changes = new ChangeFollower(() => {
-    this.entries.clear();
+  private readonly changes = new ChangeFollower((scope) => {
+    // Loads under way are dropped whatever the scope: cheap, and they are not remembered anyway (the generation moved).
     this.loading.clear();
+    if (scope === '') {
+      this.entries.clear();
+      return;
+    }
+    for (const [key, entry] of this.entries) if (entry.scope === scope) this.entries.delete(key);
   });
 
   constructor(private readonly options: NotifiedCacheOptions) {}
@@ -82,9 +91,9 @@ export class NotifiedCache<V> {
     return this.entries.size;
   }
 
-  /** Forgets everything: a change was committed (here or, as notified, anywhere). */
-  clear(): void {
-    this.changes.clear();
+  /** Forgets everything, or what `scope` names: a change was committed (here or, as notified, anywhere). */
+  clear(scope = ''): void {
+    this.changes.clear(scope);
   }
 
   /**
@@ -92,7 +101,7 @@ export class NotifiedCache<V> {
    * finds it goes on without waiting a turn; else what `load` answers, remembered when it may
    * be, until `until` (epoch ms) when the value itself knows it turns stale then.
    */
-  get(key: string, load: () => Promise<{ value: V; until?: number }>, now = Date.now()): V | Promise<V> {
+  get(key: string, load: () => Promise<{ value: V; until?: number; scope: string }>, now = Date.now()): V | Promise<V> {
     const hit = this.entries.get(key);
     if (hit) {
       if (hit.expiresAt > now) return hit.value;
@@ -103,11 +112,11 @@ export class NotifiedCache<V> {
     const { changes } = this;
     const generation = changes.generation;
     const loaded = load().then(
-      ({ value, until }) => {
+      ({ value, until, scope }) => {
         if (this.loading.get(key) === loaded) this.loading.delete(key);
         if (changes.trusted && generation === changes.generation && this.options.maxAgeMs > 0) {
           if (this.entries.size >= this.options.maxEntries) this.entries.delete(this.entries.keys().next().value as string);
-          this.entries.set(key, { value, expiresAt: Math.min(now + this.options.maxAgeMs, until ?? Infinity) });
+          this.entries.set(key, { value, expiresAt: Math.min(now + this.options.maxAgeMs, until ?? Infinity), scope });
         }
         return value;
       },

@@ -82,12 +82,34 @@ describe('what an MCP server serves', () => {
     // Nothing announced the change: the remembered tools are still served.
     expect(await names()).toContain('crm__echo');
     const before = servedToolsClears(t.deps.config);
-    await sql`select pg_notify('cp_served_tools', 'connections')`.execute(t.database.db);
+    await sql`select pg_notify('cp_served_tools', ${org.orgId})`.execute(t.database.db);
     await notified(t, before);
     expect(await names()).not.toContain('crm__echo');
     await setStatusUnannounced(t, 'active');
-    await sql`select pg_notify('cp_served_tools', 'connections')`.execute(t.database.db);
+    await sql`select pg_notify('cp_served_tools', '')`.execute(t.database.db);
     await notified(t, before + 1);
+    expect(await names()).toContain('crm__echo');
+  });
+
+  it('forgets only the organization a change names', async () => {
+    const other = await t.factories.org();
+    expect(await names()).toContain('crm__echo');
+    await setStatusUnannounced(t, 'disconnected');
+    // A restriction committed in another organization: its notification names that one.
+    const before = servedToolsClears(t.deps.config);
+    await t.database.db
+      .insertInto('restrictions')
+      .values({ id: newId('restriction'), org_id: other.orgId, name: 'Elsewhere', effect: 'deny', match_connector_slug: 'crm', match_tool_pattern: 'echo', applies_to_everyone: true, is_active: true })
+      .execute();
+    await notified(t, before);
+    expect(await names()).toContain('crm__echo');
+    // One naming this organization forgets its servers.
+    await sql`select pg_notify('cp_served_tools', ${org.orgId})`.execute(t.database.db);
+    await notified(t, before + 1);
+    expect(await names()).not.toContain('crm__echo');
+    await setStatusUnannounced(t, 'active');
+    await sql`select pg_notify('cp_served_tools', '')`.execute(t.database.db);
+    await notified(t, before + 2);
     expect(await names()).toContain('crm__echo');
   });
 

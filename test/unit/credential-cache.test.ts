@@ -29,15 +29,15 @@ function countingAuthenticator(cacheable = true) {
 
 /** A listen function driven by the test: `notify()` and `lose()` play the database's part. */
 function channel() {
-  let onNotify = () => {};
+  let onNotify: (payload: string) => void = () => {};
   let onLost: (() => void) | undefined;
   const listen: DatabaseHandle['listen'] = async (_name, notify, lost) => {
     onNotify = notify;
     onLost = lost;
-    notify();
+    notify('');
     return async () => undefined;
   };
-  return { listen, notify: () => onNotify(), lose: () => onLost?.() };
+  return { listen, notify: (payload = 'credentials') => onNotify(payload), lose: () => onLost?.() };
 }
 
 const silent = pino({ level: 'silent' });

@@ -9,8 +9,9 @@ import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
  * What an MCP server serves: its row, the tools its user toolbox offers the owner now (policy
  * applied), and the connections and connectors calls to them go through. The MCP endpoint
  * reads it on every request, so it is remembered per process (NotifiedCache): triggers on every
- * table it comes from notify `cp_served_tools` (migration 2026_11_26_090001), this process's
- * own commits clear it (the area's afterCommit), and a live exception's expiry ends it.
+ * table it comes from notify `cp_served_tools` with the organization changed (migration
+ * 2026_11_26_090001; other organizations' servers stay remembered), this process's own commits
+ * clear it (the area's afterCommit), and a live exception's expiry ends it.
  */
 
 export const SERVED_TOOLS_CHANNEL = 'cp_served_tools';
@@ -65,22 +66,25 @@ export class ServedTools {
   }
 }
 
-async function load(deps: Deps, mcpId: string): Promise<{ value: ServedTools; until?: number }> {
+async function load(deps: Deps, mcpId: string): Promise<{ value: ServedTools; until?: number; scope: string }> {
   const server = await deps.db
     .selectFrom('mcp_servers')
     .select(['id', 'org_id', 'user_toolbox_id', 'owner_user_id', 'name', 'status'])
     .where('id', '=', mcpId)
     .executeTakeFirst();
-  if (!server || server.status !== 'active') return { value: new ServedTools(deps, server ?? null, [], new Map()) };
+  // No such server: not worth remembering (its token was good a moment ago), and of no organization to forget it with.
+  if (!server) return { value: new ServedTools(deps, null, [], new Map()), until: 0, scope: '' };
+  const scope = server.org_id;
+  if (server.status !== 'active') return { value: new ServedTools(deps, server, [], new Map()), scope };
   // The box and the owner's policy are independent reads: side by side.
   const [box, policy] = await Promise.all([
     resolveUserToolbox(deps.db, server.org_id, server.owner_user_id, server.user_toolbox_id, { withoutDates: true }),
     Policy.loadForMember(deps.db, server.org_id, server.owner_user_id, new Date()),
   ]);
-  if (!box) return { value: new ServedTools(deps, server, [], new Map()), until: policy.changesAt?.getTime() };
+  if (!box) return { value: new ServedTools(deps, server, [], new Map()), until: policy.changesAt?.getTime(), scope };
   const active = box.sources.flatMap((s) => (s.type === 'connection' && s.status === 'active' ? [s.connection_id] : []));
   const [tools, rows] = await Promise.all([toolsOf(deps, box, policy), connectionsRepo.findConnections(deps.db, server.org_id, [...new Set(active)])]);
-  return { value: new ServedTools(deps, server, tools, new Map(rows.map((row) => [row.id, row]))), until: policy.changesAt?.getTime() };
+  return { value: new ServedTools(deps, server, tools, new Map(rows.map((row) => [row.id, row]))), until: policy.changesAt?.getTime(), scope };
 }
 
 /** One cache per app, found by its configuration (the handlers' deps and the area's start, stop and afterCommit share it). */
