@@ -97,29 +97,19 @@ export function removeOfUserToolbox(db: Executor, orgId: string, userToolboxId: 
   return db.deleteFrom('mcp_servers').where('org_id', '=', orgId).where('user_toolbox_id', '=', userToolboxId).returning(['id', 'name']).execute();
 }
 
-/** Marks the servers of a dynamic user toolbox `unavailable` (of the named owners only, when given). */
-export async function markUnavailable(db: Executor, orgId: string, userToolboxId: string, ownerUserIds?: readonly string[]): Promise<void> {
+/**
+ * Sets the servers of a dynamic user toolbox `unavailable` (its toolbox gone, or out of its
+ * owner's reach) or `active` again (back in reach), of the named owners only when given.
+ */
+export async function setAvailability(db: Executor, orgId: string, userToolboxId: string, status: 'active' | 'unavailable', ownerUserIds?: readonly string[]): Promise<void> {
   if (ownerUserIds && ownerUserIds.length === 0) return;
   await db
     .updateTable('mcp_servers')
-    .set({ status: 'unavailable' })
+    .set({ status })
     .where('org_id', '=', orgId)
     .where('user_toolbox_id', '=', userToolboxId)
-    .where('status', '=', 'active')
+    .where('status', '=', status === 'active' ? 'unavailable' : 'active')
     .$if(ownerUserIds !== undefined, (q) => q.where('owner_user_id', 'in', ownerUserIds as string[]))
-    .execute();
-}
-
-/** Marks the `unavailable` servers of a dynamic user toolbox `active` again, of the named owners (who reach its toolbox again). */
-export async function markAvailable(db: Executor, orgId: string, userToolboxId: string, ownerUserIds: readonly string[]): Promise<void> {
-  if (ownerUserIds.length === 0) return;
-  await db
-    .updateTable('mcp_servers')
-    .set({ status: 'active' })
-    .where('org_id', '=', orgId)
-    .where('user_toolbox_id', '=', userToolboxId)
-    .where('status', '=', 'unavailable')
-    .where('owner_user_id', 'in', ownerUserIds as string[])
     .execute();
 }
 

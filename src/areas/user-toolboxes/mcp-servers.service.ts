@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { requireWithinLimit } from '../../auth/entitlements';
 import { newMcpToken } from '../../auth/mcp-tokens';
-import type { RequestContext } from '../../http/context';
+import type { RequestContext, WriteScope } from '../../http/context';
 import { ApiError, isUniqueViolation, validationError } from '../../http/errors';
 import type { Page, PageRequest } from '../../http/pagination';
 import { toPage } from '../../http/pagination';
@@ -165,34 +165,27 @@ export async function rotate(ctx: RequestContext, userToolboxId: string, id: str
 
 let registered = false;
 
+/** An owner's servers for these dynamic user toolboxes of shared toolboxes: `active` where they reach the toolbox, `unavailable` where not. */
+async function followAccess(w: WriteScope, orgId: string, owner: string, boxes: readonly string[]): Promise<void> {
+  if (boxes.length === 0) return;
+  const reached = new Set((await toolboxesSharedWith(w.db, orgId, owner)).map((t) => dynamicIdOf(t.id)));
+  for (const box of boxes) await repo.setAvailability(w.db, orgId, box, reached.has(box) ? 'active' : 'unavailable', [owner]);
+}
+
 /** Plugs MCP servers into user toolboxes (counts, deletion) and toolboxes (deletion, revoked shares), once per process. */
 export function registerMcpServerHooks(): void {
   if (registered) return;
   registered = true;
   mcpServerCountHooks.push((db, orgId, owner, ids) => repo.countsByUserToolbox(db, orgId, owner, ids));
   userToolboxDeleteHooks.push((w, orgId, userToolboxId) => repo.removeOfUserToolbox(w.db, orgId, userToolboxId));
-  toolboxDeletedHooks.push((w, orgId, toolboxId) => repo.markUnavailable(w.db, orgId, dynamicIdOf(toolboxId)));
+  toolboxDeletedHooks.push((w, orgId, toolboxId) => repo.setAvailability(w.db, orgId, dynamicIdOf(toolboxId), 'unavailable'));
+  // A share made or revoked: the servers of everyone who has some for its toolbox follow.
   toolboxAccessHooks.push(async (w, orgId, toolboxId) => {
     const dynamicId = dynamicIdOf(toolboxId);
-    const lost: string[] = [];
-    const reach: string[] = [];
-    for (const owner of await repo.ownersOf(w.db, orgId, dynamicId)) {
-      const shared = await toolboxesSharedWith(w.db, orgId, owner);
-      (shared.some((t) => t.id === toolboxId) ? reach : lost).push(owner);
-    }
-    await repo.markUnavailable(w.db, orgId, dynamicId, lost);
-    await repo.markAvailable(w.db, orgId, dynamicId, reach);
+    for (const owner of await repo.ownersOf(w.db, orgId, dynamicId)) await followAccess(w, orgId, owner, [dynamicId]);
   });
   // Joining or leaving a team changes which toolboxes its shares reach: each person's servers for shared toolboxes follow.
   teamMembershipHooks.push(async (w, orgId, userIds) => {
-    for (const owner of userIds) {
-      const boxes = await repo.sharedToolboxBoxesOf(w.db, orgId, owner);
-      if (boxes.length === 0) continue;
-      const reached = new Set((await toolboxesSharedWith(w.db, orgId, owner)).map((t) => dynamicIdOf(t.id)));
-      for (const box of boxes) {
-        if (reached.has(box)) await repo.markAvailable(w.db, orgId, box, [owner]);
-        else await repo.markUnavailable(w.db, orgId, box, [owner]);
-      }
-    }
+    for (const owner of userIds) await followAccess(w, orgId, owner, await repo.sharedToolboxBoxesOf(w.db, orgId, owner));
   });
 }
