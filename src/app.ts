@@ -1,5 +1,5 @@
-import type { Server } from 'node:http';
-import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import { createServer, IncomingMessage, ServerResponse, type Server } from 'node:http';
+import express, { type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
 import type { Logger } from 'pino';
 import { loadAreas } from './areas';
@@ -29,7 +29,13 @@ export interface AppOptions {
 }
 
 export interface App {
-  app: Express;
+  /**
+   * Serves the app on a new HTTP server, tuned (tuneServer) to keep idle connections
+   * `keepAliveTimeoutMs`; resolves once it listens.
+   */
+  listen(port: number, host: string): Promise<Server>;
+  /** Answers every request from now on with 503 and `Connection: close` (shutting down). */
+  drain(): void;
   /** What the areas brought: handlers, authenticators, engines, outbox consumers, and what is not built. */
   registry: Registry;
   /** What the app remembers of credentials; forgets on every change it hears of. */
@@ -68,24 +74,44 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     },
   };
   const router = await createOperationRouter(appDeps, { spec, operations, registry, limits, credentials });
+  // Express lends its request and response helpers (req.ip, req.query, res.status…) through
+  // the prototypes of the server's own classes, set once; its router is not on the path of a
+  // request: the operation router matches every operation, and Express's per-request
+  // prototype swap and layer walk cost a tenth of a small request.
   const app = express();
   app.set('trust proxy', deps.config.trustProxy);
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  class AppRequest extends IncomingMessage {}
+  Object.setPrototypeOf(AppRequest.prototype, app.request);
+  class AppResponse extends ServerResponse<AppRequest> {}
+  Object.setPrototypeOf(AppResponse.prototype, app.response);
 
   const securityHeaders = helmetHeaders();
   const healthBody = JSON.stringify(HEALTH);
+  let draining = false;
 
   const assets = docsAssets();
+  const lastResort = (req: Request, res: Response) => (err?: unknown) => {
+    if (err) sendError(req, res, err);
+    else sendError(req, res, new ApiError('not_found', `No operation at ${req.path}.`));
+  };
   // Engines that own their wire format (an OAuth server library, say) answer their paths
-  // before the router; their operations are still in the spec, marked x-engine.
-  const engines = registry.engines.length > 0;
+  // before the router, in Express; their operations are still in the spec, marked x-engine.
+  if (registry.engines.length > 0) {
+    for (const engine of registry.engines) app.use(engine.path, engine.create(appDeps));
+    app.use((req, res) => router.handle(req, res));
+    app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
+  }
+  const dispatch = registry.engines.length > 0 ? (req: Request, res: Response) => app(req, res, lastResort(req, res)) : (req: Request, res: Response) => void router.handle(req, res);
   // Bodies are read by the router, per operation, once the caller is known.
-  const route = (req: Request, res: Response, next: NextFunction) => assets(req, res, () => (engines ? next() : void router.handle(req, res)));
+  const route = (req: Request, res: Response) => assets(req, res, () => dispatch(req, res));
 
-  // One layer for what every request goes through: each Express layer costs its share of a small request.
-  app.use((req, res, next) => {
+  // What every request goes through, once.
+  const handle = (req: Request, res: Response) => {
+    req.res = res;
+    res.req = req;
     const incoming = req.headers['x-request-id'];
     const requestId = typeof incoming === 'string' && INCOMING_REQUEST_ID.test(incoming) ? incoming : newRequestId();
     res.setHeader('X-Request-Id', requestId);
@@ -100,7 +126,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
       },
       credential,
     });
-    if (app.locals.draining) {
+    if (draining) {
       res.setHeader('Connection', 'close');
       sendError(req, res, new ApiError('service_unavailable', 'The server is shutting down; retry shortly.', { headers: { 'Retry-After': '5' } }));
       return;
@@ -114,24 +140,45 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     }
     logRequest(deps.logger, req, res, requestId);
     // Without a credential the address is what the rate limit counts (with one, the router counts the caller).
-    if (credential) return route(req, res, next);
+    if (credential) return route(req, res);
     let counted: void | Promise<void>;
     try {
       counted = limits.address(clientIp(req));
     } catch (err) {
       return sendError(req, res, err);
     }
-    if (!counted) return route(req, res, next);
+    if (!counted) return route(req, res);
     counted.then(
-      () => route(req, res, next),
+      () => route(req, res),
       (err: unknown) => sendError(req, res, err),
     );
-  });
-  for (const engine of registry.engines) app.use(engine.path, engine.create(appDeps));
-  if (engines) app.use((req, res) => router.handle(req, res));
-  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
+  };
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
+    try {
+      handle(req as Request, res as Response);
+    } catch (err) {
+      try {
+        sendError(req as Request, res as Response, err);
+      } catch {
+        deps.logger.error({ err }, 'request failed before it could be answered');
+        res.destroy();
+      }
+    }
+  };
   return {
-    app,
+    listen: (port, host) =>
+      new Promise((resolve, reject) => {
+        const server = createServer({ IncomingMessage: AppRequest, ServerResponse: AppResponse }, listener);
+        tuneServer(server, deps.config.keepAliveTimeoutMs);
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          resolve(server);
+        });
+      }),
+    drain: () => {
+      draining = true;
+    },
     registry,
     credentials,
     forget,

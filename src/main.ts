@@ -1,6 +1,6 @@
 import type { Server } from 'node:http';
 import { chmodSync, mkdirSync } from 'node:fs';
-import { createApp, tuneServer } from './app';
+import { createApp } from './app';
 import { ConfigError, loadConfig } from './config';
 import { DatabaseInUseError, migrateToLatest, openDatabase } from './db/database';
 import { OutboxDispatcher } from './events/outbox';
@@ -59,14 +59,10 @@ async function main(): Promise<void> {
   const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs);
   const secrets = secretBoxOf(config.encryptionKeys);
   const deps = { config, db: database.db, pool: database.pool, listen: database.listen, secrets, mailer, logger };
-  const { app, registry, close: closeApp } = await createApp(deps);
+  const { listen, drain, registry, close: closeApp } = await createApp(deps);
   const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger);
   dispatcher.start(config.outboxPollMs);
-  const server: Server = await new Promise((resolve, reject) => {
-    const s = app.listen(config.port, config.host, () => resolve(s));
-    s.on('error', reject);
-  });
-  tuneServer(server, config.keepAliveTimeoutMs);
+  const server: Server = await listen(config.port, config.host);
   logger.info({ url: config.baseUrl, host: config.host, port: config.port }, 'listening');
 
   let stopping = false;
@@ -74,7 +70,7 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'shutting down: finishing requests in flight');
-    app.locals.draining = true;
+    drain();
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeIdleConnections();
     const timer = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);

@@ -74,9 +74,8 @@ export async function startBenchApp(env: Record<string, string> = {}): Promise<B
   });
   const logger = pino({ level: 'silent' });
   const deps = { config, db: database.db, pool: database.pool, listen: database.listen, secrets: secretBoxOf(config.encryptionKeys), mailer: createMailer(null, config.smtp.from, logger, 1000), logger };
-  const { app, close } = await createApp(deps);
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
+  const { listen, close } = await createApp(deps);
+  const server = await listen(0, '127.0.0.1');
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   (config as { baseUrl: string }).baseUrl = base;
   return {

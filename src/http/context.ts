@@ -85,16 +85,25 @@ export class WriteScope {
   }
 }
 
+/** How long the client waits for the response: what handlers stop for when it goes away. */
+export interface ClientPresence {
+  /** Aborted when the client goes away before the response is complete (made on first use). */
+  signal(): AbortSignal;
+  /** Calls `listener` once if the client goes away before the response is complete; the function returned stops listening. */
+  onGone(listener: () => void): () => void;
+}
+
 export class RequestContext {
   wrote = false;
-  private readonly abortSignal: AbortSignal | (() => AbortSignal);
+  private logger: Logger | (() => Logger);
 
   constructor(
     readonly deps: AppDeps,
     readonly operationId: string,
     readonly operation: OperationMeta,
     readonly requestId: string,
-    readonly log: Logger,
+    /** The request's logger (or, made on first use, a function: most requests never log). */
+    log: Logger | (() => Logger),
     readonly caller: Caller | null,
     /** The organization the request acts in: named by X-Organization-Id, or the one the credential is bound to. */
     private acting: OrgAccess | null,
@@ -104,15 +113,29 @@ export class RequestContext {
       /** `Accept` as sent (protocols that negotiate on it: the MCP endpoint). */
       accept?: string | null;
     },
-    /** Aborted when the client goes away before the response is complete (or made on first use, by a function). */
-    signal: AbortSignal | (() => AbortSignal),
+    private readonly presence: ClientPresence,
   ) {
-    this.abortSignal = signal;
+    this.logger = log;
+  }
+
+  /** The request's logger: every line carries its request id. */
+  get log(): Logger {
+    if (typeof this.logger === 'function') this.logger = this.logger();
+    return this.logger;
   }
 
   /** Aborted when the client goes away before the response is complete: stop upstream work. */
   get signal(): AbortSignal {
-    return typeof this.abortSignal === 'function' ? this.abortSignal() : this.abortSignal;
+    return this.presence.signal();
+  }
+
+  /**
+   * Calls `listener` once if the client goes away before the response is complete, without
+   * making a signal (for a handler that aborts a controller of its own); the function
+   * returned stops listening.
+   */
+  whenGone(listener: () => void): () => void {
+    return this.presence.onGone(listener);
   }
 
   get db(): Db {

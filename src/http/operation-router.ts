@@ -3,7 +3,7 @@ import type { Operation } from 'openapi-backend';
 import type { OperationMeta } from '../spec/operations';
 import type { OpenApiDocument } from '../spec';
 import { absentBody, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
-import { RequestContext, type AppDeps } from './context';
+import { RequestContext, type AppDeps, type ClientPresence } from './context';
 import { ApiError, notImplementedError, validationError } from './errors';
 import type { CredentialCache } from '../auth/credential-cache';
 import { guard, type Admitted, type GuardDeps } from './guard';
@@ -143,24 +143,36 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     const state = requestState(req);
     // The signal is made only for a handler that asks for it (most never do).
     let gone: AbortController | null = null;
+    let listeners: Set<() => void> | null = null;
     let closedEarly = false;
     res.once('close', () => {
       if (res.writableFinished) return;
       closedEarly = true;
       gone?.abort();
+      if (listeners) for (const listener of listeners) listener();
     });
-    const signal = () => {
-      if (!gone) {
-        gone = new AbortController();
-        if (closedEarly) gone.abort();
-      }
-      return gone.signal;
+    const presence: ClientPresence = {
+      signal: () => {
+        if (!gone) {
+          gone = new AbortController();
+          if (closedEarly) gone.abort();
+        }
+        return gone.signal;
+      },
+      onGone: (listener) => {
+        if (closedEarly) {
+          listener();
+          return () => undefined;
+        }
+        (listeners ??= new Set()).add(listener);
+        return () => void listeners?.delete(listener);
+      },
     };
-    const ctx = new RequestContext(deps, route.operationId, route.meta, state.requestId, state.log, admitted.caller, admitted.org, {
+    const ctx = new RequestContext(deps, route.operationId, route.meta, state.requestId, () => state.log, admitted.caller, admitted.org, {
       ip: clientIp(req) ?? null,
       userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
       accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
-    }, signal);
+    }, presence);
     const handler = registry.handlers.get(route.operationId);
     if (!handler) throw notImplementedError(route.operationId);
     const result = await handler(input, ctx);

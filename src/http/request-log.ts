@@ -42,7 +42,7 @@ export function logRequest(logger: Logger, req: Request, res: Response, requestI
     const entry = {
       req_id: requestId,
       method: req.method,
-      url: loggableUrl(req.originalUrl),
+      url: loggableUrl(req.originalUrl ?? req.url),
       status: res.statusCode,
       ms: Math.round((performance.now() - started) * 10) / 10,
     };

@@ -2,6 +2,7 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import { BlockList, isIP } from 'node:net';
+import { urlToHttpOptions } from 'node:url';
 
 /**
  * Outbound calls the server makes on a customer's behalf (webhooks, upstream MCP servers,
@@ -43,12 +44,25 @@ for (const [net, bits] of [['2001::', 23], ['2001:db8::', 32], ['2002::', 16], [
 
 type AddressClass = 'loopback' | 'private' | 'public';
 
+/** Addresses classified so far: a kept-alive connection's address is checked again on every reuse. */
+const classified = new Map<string, AddressClass>();
+
 export function classifyAddress(address: string): AddressClass {
+  let kind = classified.get(address);
+  if (kind === undefined) {
+    kind = classify(address);
+    if (classified.size >= 4096) classified.clear();
+    classified.set(address, kind);
+  }
+  return kind;
+}
+
+function classify(address: string): AddressClass {
   const family = isIP(address);
   if (family === 0) throw new Error(`Not an IP address: ${address}`);
   // IPv4-mapped (::ffff:a.b.c.d, or as Node writes it, ::ffff:7f00:1) is the IPv4 address itself.
   const mapped = family === 6 ? mappedIpv4(address) : null;
-  if (mapped) return classifyAddress(mapped);
+  if (mapped) return classify(mapped);
   if (family === 4) {
     if (loopback.check(address, 'ipv4')) return 'loopback';
     return specialIpv4.check(address, 'ipv4') ? 'private' : 'public';
@@ -347,6 +361,31 @@ export class OutboundSession {
 /** The deadline of a `guardedRequest` passed: the remote may still be working on it. */
 export class OutboundDeadline extends OutboundRefused {}
 
+interface CheckedTarget {
+  href: string;
+  /** The policy the refusal was worked out under (its values: a policy object may change). */
+  allowLoopback: boolean;
+  allowPrivate: boolean;
+  /** Why the URL is refused under the policy, or null. */
+  refusal: string | null;
+  /** The URL as http.request options. */
+  options: http.RequestOptions;
+}
+
+/** What guardedRequest works out from a URL once: a pooled session sends every request to the same URL object. */
+const checkedTargets = new WeakMap<URL, CheckedTarget>();
+
+function checkedTarget(url: URL, policy: OutboundPolicy): CheckedTarget {
+  const href = url.href;
+  let target = checkedTargets.get(url);
+  if (!target || target.href !== href || target.allowLoopback !== policy.allowLoopback || target.allowPrivate !== policy.allowPrivate) {
+    const { allowLoopback, allowPrivate } = policy;
+    target = { href, allowLoopback, allowPrivate, refusal: refuseUrl(href, policy), options: urlToHttpOptions(url) };
+    checkedTargets.set(url, target);
+  }
+  return target;
+}
+
 /**
  * A keep-alive agent for one remote: requests made through it with `guardedRequest` reuse
  * its connections (no new TCP and TLS handshake per request). The guard's lookup is given
@@ -389,8 +428,8 @@ export interface GuardedRequestInit {
  */
 export function guardedRequest(url: URL, init: GuardedRequestInit, limits: OutboundLimits, signal?: AbortSignal): Promise<GuardedResponse> {
   const { policy } = limits;
-  const refusal = refuseUrl(url.href, policy);
-  if (refusal) return Promise.reject(new OutboundRefused(UNREACHABLE, `${withoutQuery(url.href)} ${refusal}`));
+  const target = checkedTarget(url, policy);
+  if (target.refusal) return Promise.reject(new OutboundRefused(UNREACHABLE, `${withoutQuery(url.href)} ${target.refusal}`));
   if (signal?.aborted) return Promise.reject(new OutboundRefused('The outbound call was cancelled.'));
   const plainHttp = url.protocol === 'http:';
   const headers: Record<string, string> = { 'user-agent': USER_AGENT, ...init.headers };
@@ -421,7 +460,7 @@ export function guardedRequest(url: URL, init: GuardedRequestInit, limits: Outbo
 
     let req: http.ClientRequest | undefined;
     try {
-      req = client.request(url, { method: init.method, headers, agent: init.agent, lookup: guardedLookup(policy, plainHttp) as any }, onResponse);
+      req = client.request({ ...target.options, method: init.method, headers, agent: init.agent, lookup: guardedLookup(policy, plainHttp) as any }, onResponse);
     } catch (err) {
       // Headers Node refuses (a credential header with a character HTTP does not allow).
       done();

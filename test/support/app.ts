@@ -8,7 +8,7 @@ import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs,
 import createClient, { type Client, type Middleware } from 'openapi-fetch';
 import pino from 'pino';
 import type { paths } from '../../generated/openapi';
-import { createApp, tuneServer, type AppOptions } from '../../src/app';
+import { createApp, type AppOptions } from '../../src/app';
 import { loadConfig, type Config } from '../../src/config';
 import type { CredentialCache } from '../../src/auth/credential-cache';
 import type { DatabaseHandle, Db } from '../../src/db/database';
@@ -214,11 +214,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     logger,
     onEvent: recordEvent,
   };
-  const { app, registry, credentials, forget, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
-  const server: Server = await new Promise((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  tuneServer(server, config.keepAliveTimeoutMs);
+  const { listen, registry, credentials, forget, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
+  const server: Server = await listen(0, '127.0.0.1');
   const { port } = server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;

@@ -210,14 +210,16 @@ async function toolsCall(ctx: Ctx, served: Served, request: JsonRpcRequest, onpr
     return errorResponse(request.id, INVALID_PARAMS, `Unknown tool: ${name}`);
   }
   const key = flightKey(server.id, request.id);
+  // Stopped by the client's notifications/cancelled (inFlight) or by the client going away.
   const controller = new AbortController();
   inFlight.set(key, controller);
-  const signal = AbortSignal.any([controller.signal, ctx.signal]);
+  const stopListening = ctx.whenGone(() => controller.abort());
   try {
-    const outcome = await callOffered(ctx, served, tool, args as Record<string, unknown>, signal, onprogress);
+    const outcome = await callOffered(ctx, served, tool, args as Record<string, unknown>, controller.signal, onprogress);
     record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
     return resultResponse(request.id, outcome.result as Record<string, unknown>);
   } finally {
+    stopListening();
     if (inFlight.get(key) === controller) inFlight.delete(key);
   }
 }

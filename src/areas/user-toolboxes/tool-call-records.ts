@@ -10,7 +10,7 @@ import type { NewRow } from '../../db/schema';
  */
 
 /** How long a record may wait for others to share its INSERT. */
-const FLUSH_AFTER_MS = 20;
+const FLUSH_AFTER_MS = 100;
 /** The most records in one INSERT. */
 const BATCH_MAX = 500;
 
