@@ -127,6 +127,7 @@ export class UpstreamSession {
   gone = false;
   private sessionId: string | null = null;
   private protocolVersion: string | null = null;
+  private composed: { sessionId: string | null; protocolVersion: string | null; headers: Record<string, string> } | null = null;
   private nextId = 0;
   private closed = false;
   private readonly url: URL;
@@ -214,13 +215,18 @@ export class UpstreamSession {
     return this.nextId;
   }
 
+  /** The headers of every request, with the session id and protocol version once known (worked out again only when they change). */
   private requestHeaders(): Record<string, string> {
     if (this.sessionId === null && this.protocolVersion === null) return this.headers;
-    return {
-      ...this.headers,
-      ...(this.sessionId !== null ? { 'mcp-session-id': this.sessionId } : {}),
-      ...(this.protocolVersion !== null ? { 'mcp-protocol-version': this.protocolVersion } : {}),
-    };
+    if (this.composed?.sessionId !== this.sessionId || this.composed.protocolVersion !== this.protocolVersion) {
+      const headers = {
+        ...this.headers,
+        ...(this.sessionId !== null ? { 'mcp-session-id': this.sessionId } : {}),
+        ...(this.protocolVersion !== null ? { 'mcp-protocol-version': this.protocolVersion } : {}),
+      };
+      this.composed = { sessionId: this.sessionId, protocolVersion: this.protocolVersion, headers };
+    }
+    return this.composed.headers;
   }
 
   /** POSTs one message; answers its response once the status is a success, else throws (UpstreamRejected for 401/403). */

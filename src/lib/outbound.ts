@@ -380,7 +380,10 @@ function checkedTarget(url: URL, policy: OutboundPolicy): CheckedTarget {
   let target = checkedTargets.get(url);
   if (!target || target.href !== href || target.allowLoopback !== policy.allowLoopback || target.allowPrivate !== policy.allowPrivate) {
     const { allowLoopback, allowPrivate } = policy;
-    target = { href, allowLoopback, allowPrivate, refusal: refuseUrl(href, policy), options: urlToHttpOptions(url) };
+    const host = hostOf(url);
+    // The TLS server name the agent would otherwise work out on every request (none for an address).
+    const options = { ...urlToHttpOptions(url), servername: isIP(host) === 0 ? host : '' };
+    target = { href, allowLoopback, allowPrivate, refusal: refuseUrl(href, policy), options };
     checkedTargets.set(url, target);
   }
   return target;
