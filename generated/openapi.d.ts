@@ -13,7 +13,11 @@ export interface paths {
          *     200 means the API answers, not that every dependency does. Needs no credential and is
          *     not rate-limited; it is not written to the request log either. Changes nothing.
          *
-         *     Errors: 400 `validation_failed` (a query parameter).
+         *     While the server shuts down it answers 503 `service_unavailable` with `Retry-After`, as
+         *     it does every request then, so that a load balancer stops sending it traffic.
+         *
+         *     Errors: 400 `validation_failed` (a query parameter); 503 `service_unavailable`
+         *     (shutting down).
          */
         get: operations["getHealth"];
         put?: never;
@@ -3834,7 +3838,9 @@ export interface paths {
          *     (unsupported protocol version), -32602 (`_meta` incomplete), -32020 (headers differ
          *     from the body); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
          *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server), or -32601
-         *     in 2026-07-28 (no such method); 406, 413, 415 -32000; 429 -32000 with `Retry-After`.
+         *     in 2026-07-28 (no such method); 406, 413, 415 -32000; 429 -32000 with `Retry-After`;
+         *     503 -32000 with `Retry-After` (the server is shutting down or cannot reach its database:
+         *     retry, on another replica if there is one).
          */
         post: operations["postMcpMessage"];
         /**
@@ -3849,7 +3855,7 @@ export interface paths {
          *     Errors (JSON-RPC error objects unless said): 400 -32000 (unsupported
          *     `MCP-Protocol-Version`); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
          *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 429 -32000
-         *     with `Retry-After`.
+         *     with `Retry-After`; 503 -32000 with `Retry-After` (shutting down, or no database).
          */
         delete: operations["deleteMcpSession"];
         options?: never;
@@ -16026,6 +16032,20 @@ export interface components {
                 "application/json": components["schemas"]["JsonRpcErrorResponse"];
             };
         };
+        /**
+         * @description The server is shutting down, or cannot reach its database (JSON-RPC error -32000): retry
+         *     after `Retry-After` seconds, on another replica if there is one.
+         */
+        McpServiceUnavailable: {
+            headers: {
+                "Retry-After": components["headers"]["RetryAfter"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["JsonRpcErrorResponse"];
+            };
+        };
         /** @description The claims the token's scopes allow. */
         UserInfo: {
             headers: {
@@ -16318,6 +16338,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getOpenApiJson: {
@@ -23757,6 +23778,7 @@ export interface operations {
                 };
             };
             429: components["responses"]["McpTooManyRequests"];
+            503: components["responses"]["McpServiceUnavailable"];
         };
     };
     deleteMcpSession: {
@@ -23789,6 +23811,7 @@ export interface operations {
             403: components["responses"]["McpForbidden"];
             404: components["responses"]["McpNotFound"];
             429: components["responses"]["McpTooManyRequests"];
+            503: components["responses"]["McpServiceUnavailable"];
         };
     };
     listMcpServers: {

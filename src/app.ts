@@ -128,7 +128,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     });
     if (draining) {
       res.setHeader('Connection', 'close');
-      sendError(req, res, new ApiError('service_unavailable', 'The server is shutting down; retry shortly.', { headers: { 'Retry-After': '5' } }));
+      router.refuse(req, res, new ApiError('service_unavailable', 'The server is shutting down; retry shortly.', { headers: { 'Retry-After': '5' } }));
       return;
     }
     // Liveness probes arrive every few seconds from every balancer: answered here, without a
@@ -145,12 +145,12 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
     try {
       counted = limits.address(clientIp(req));
     } catch (err) {
-      return sendError(req, res, err);
+      return router.refuse(req, res, err);
     }
     if (!counted) return route(req, res);
     counted.then(
       () => route(req, res),
-      (err: unknown) => sendError(req, res, err),
+      (err: unknown) => router.refuse(req, res, err),
     );
   };
   const listener = (req: IncomingMessage, res: ServerResponse) => {

@@ -59,6 +59,11 @@ function closeIfUnread(req: Request, res: Response): void {
 
 export interface OperationRouter {
   handle(req: Request, res: Response): Promise<void>;
+  /**
+   * Answers `err` for a request refused before it reached the router (the server shutting
+   * down, the address's rate limit), in the format of the area whose path it names.
+   */
+  refuse(req: Request, res: Response, err: unknown): void;
   /** Compiles every operation's validators now (they are otherwise compiled on first use); throws on a schema Ajv refuses. */
   compileAll(): void;
 }
@@ -201,6 +206,12 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
 
   return {
     compileAll: () => validator.compileAll(),
+    refuse(req, res, err) {
+      const found = routes.match(req.method, req.path);
+      const route = found?.route ?? found?.allowed.map((method) => routes.match(method, req.path)?.route).find((r) => r !== undefined);
+      if (route) requestState(req).operationId = route.operationId;
+      sendError(req, res, err, registry.renderError);
+    },
     async handle(req, res) {
       let body: ReadBody | null = null;
       const { credential } = requestState(req);

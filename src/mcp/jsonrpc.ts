@@ -117,6 +117,8 @@ export function renderMcpError(error: ApiError, requestId: string, path: string,
       return json(415, SERVER_ERROR, 'Unsupported Media Type: Content-Type must be application/json');
     case 429:
       return json(429, SERVER_ERROR, `Too Many Requests: ${error.detail}`);
+    case 503:
+      return json(503, SERVER_ERROR, `Service Unavailable: ${error.detail}`);
     default:
       return json(error.status, error.status >= 500 ? INTERNAL_ERROR : SERVER_ERROR, error.detail);
   }

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { get } from 'node:http';
 import { join } from 'node:path';
 import YAML from 'yaml';
+import { newId } from '../../src/lib/ids';
 import { projectRoot } from '../../src/spec';
 
 const generatedYaml = () => readFileSync(join(projectRoot, 'generated', 'openapi.yml'), 'utf8');
@@ -120,5 +121,37 @@ describe('getApiReference', () => {
     const res = await t.call('GET', '/docs/assets/other.js');
     expect(res.status).toBe(404);
     expect(res.body.code).toBe('not_found');
+  });
+});
+
+describe('while the server shuts down', () => {
+  let draining: TestApp;
+  beforeAll(async () => {
+    draining = await startTestApp();
+  });
+  afterAll(() => draining.close());
+
+  it('answers every request 503 with Retry-After and closes the connection, the health check included', async () => {
+    const org = await draining.factories.org();
+    expect((await draining.as({ token: org.token }).get('/user/me')).status).toBe(200);
+    draining.drain();
+    const me = await draining.as({ token: org.token }).get('/user/me');
+    expect(me.status).toBe(503);
+    expect(me.body).toMatchObject({ code: 'service_unavailable' });
+    expect(me.headers.get('retry-after')).toBe('5');
+    expect(me.headers.get('connection')).toBe('close');
+    const health = await draining.call('GET', '/health');
+    expect(health.status).toBe(503);
+    expect(health.body).toMatchObject({ code: 'service_unavailable' });
+  });
+
+  it('answers the MCP endpoint in its own format: a JSON-RPC error -32000', async () => {
+    draining.drain();
+    const res = await draining.call('POST', `/mcp/${newId('mcpServer')}`, { jsonrpc: '2.0', id: 1, method: 'ping' }, {
+      headers: { accept: 'application/json, text/event-stream' },
+    });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('5');
+    expect(res.body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Service Unavailable: The server is shutting down; retry shortly.' } });
   });
 });

@@ -83,6 +83,8 @@ export class TestApp {
     readonly credentials: CredentialCache,
     /** Makes the app forget what it remembers of the database, as after a write of its own. */
     forget: () => void,
+    /** Answers every request from now on with 503, as when the server shuts down. */
+    readonly drain: () => void,
   ) {
     this.writer = database.db.withPlugin(new ForgetOnWrite(forget));
     this.factories = new Factories(this.writer);
@@ -214,13 +216,13 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     logger,
     onEvent: recordEvent,
   };
-  const { listen, registry, credentials, forget, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
+  const { listen, drain, registry, credentials, forget, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
   const server: Server = await listen(0, '127.0.0.1');
   const { port } = server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;
   if (options.checkSpec !== false) sharedChecker ??= new SpecChecker();
-  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented, credentials, forget);
+  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented, credentials, forget, drain);
 }
 
 /** Makes the app forget what it remembers after every statement that is not a select. */
