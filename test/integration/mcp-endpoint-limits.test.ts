@@ -5,7 +5,7 @@ import type { SeededOrg } from '../support/factories';
 /*
  * The MCP endpoint `/mcp/{mcpId}` at its edges, raw over HTTP, in an app with a small rate
  * limit (RATE_LIMIT_REQUESTS): the Origin check before authentication, the rate limit per MCP
- * server (429 with Retry-After as a JSON-RPC error), oversized bodies (413, never a 5xx), and
+ * server and, without a credential, per address (429 with Retry-After as a JSON-RPC error), oversized bodies (413, never a 5xx), and
  * the methods it does not take (405 with `Allow`).
  */
 
@@ -120,4 +120,24 @@ it('answers the methods it does not take with 405 and Allow: POST, DELETE', asyn
     expect(res.headers.get('allow')?.split(',').map((m) => m.trim()).sort()).toEqual(['DELETE', 'POST']);
     expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
   }
+});
+
+// Last in the file: it spends this address's budget.
+it('limits requests without a credential by address, answered as a JSON-RPC error too', async () => {
+  const [server] = servers as [{ id: string; token: string }];
+  let refused: Response | null = null;
+  for (let i = 0; i < BUDGET * 3 && !refused; i += 1) {
+    const res = await post(server.id, ping(i));
+    if (res.status === 429) refused = res;
+    else {
+      expect(res.status).toBe(401);
+      await res.body?.cancel();
+    }
+  }
+  expect(refused).not.toBeNull();
+  const res = refused as Response;
+  expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+  const body = (await res.json()) as { error: { message: string } };
+  expect(body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+  expect(body.error.message).toMatch(/^Too Many Requests/);
 });
