@@ -63,7 +63,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     // statement in flight fails on its own (503), and the pool drops the dead client on release.
     pool.on('connect', (client) => client.on('error', (err) => options.onConnectionError?.(err)));
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
-    const listen = (channel: string, onNotify: (payload: string) => void, onLost?: () => void) => listenOnServer(options.url as string, channel, onNotify, onLost);
+    const listener = new ServerListener(options.url as string);
+    const listen = (channel: string, onNotify: (payload: string) => void, onLost?: () => void) => listener.listen(channel, onNotify, onLost);
     return { db, kind: 'postgres', pool, listen, close: () => db.destroy() };
   }
   let pglite = options.pglite;
@@ -144,57 +145,130 @@ function preparingPool(pool: pg.Pool): PostgresPool {
 const LISTEN_HEARTBEAT_MS = 5_000;
 const LISTEN_HEARTBEAT_TIMEOUT_MS = 3_000;
 
+/** How the listening connection shows in pg_stat_activity. */
+export const LISTENER_NAME = 'mcp-control-plane listener';
+
+interface Follower {
+  channel: string;
+  onNotify: (payload: string) => void;
+  onLost?: () => void;
+}
+
 /**
- * LISTEN on a connection of its own (a pooled one would be lent to queries), reconnecting
- * after a second when it breaks or stops answering; `onLost` is told at once, `onNotify`
- * once listening again.
+ * LISTEN on a connection of its own (a pooled one would be lent to queries), one for every
+ * channel this process follows; reconnecting after a second when it breaks or stops
+ * answering. Every follower's `onLost` is told at once, its `onNotify('')` once listening
+ * again. The connection closes when the last follower stops.
  */
-async function listenOnServer(url: string, channel: string, onNotify: (payload: string) => void, onLost?: () => void): Promise<() => Promise<void>> {
-  let stopped = false;
-  let current: pg.Client | null = null;
-  const lose = (client: pg.Client) => {
-    if (client !== current || stopped) return;
-    current = null;
-    onLost?.();
-    void client.end().catch(() => undefined);
-    retry();
-  };
-  const connect = async (): Promise<void> => {
-    const next = new pg.Client({ connectionString: url, keepAlive: true, query_timeout: LISTEN_HEARTBEAT_TIMEOUT_MS });
+class ServerListener {
+  private readonly followers = new Set<Follower>();
+  private current: pg.Client | null = null;
+  private connecting: Promise<void> | null = null;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private heartbeat: NodeJS.Timeout | null = null;
+
+  constructor(private readonly url: string) {}
+
+  async listen(channel: string, onNotify: (payload: string) => void, onLost?: () => void): Promise<() => Promise<void>> {
+    const follower: Follower = { channel, onNotify, onLost };
+    this.followers.add(follower);
+    try {
+      await this.listening(follower);
+    } catch (err) {
+      await this.unfollow(follower);
+      throw err;
+    }
+    let stopped = false;
+    return async () => {
+      if (stopped) return;
+      stopped = true;
+      await this.unfollow(follower);
+    };
+  }
+
+  /** Resolves once the follower's channel is listened to (connecting first when nobody is), and tells it so. */
+  private async listening(follower: Follower): Promise<void> {
+    if (!this.current) {
+      if (this.retryTimer) clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+      this.connecting ??= this.connect().finally(() => (this.connecting = null));
+      try {
+        await this.connecting;
+      } catch (err) {
+        // The others who follow (a connection lost earlier) wait for the next attempt.
+        this.retry();
+        throw err;
+      }
+    }
+    const client = this.current;
+    if (!client) throw new Error('The listening connection was lost while it started.');
+    await client.query(`listen ${pg.escapeIdentifier(follower.channel)}`);
+    if (client === this.current && this.followers.has(follower)) follower.onNotify('');
+  }
+
+  private async connect(): Promise<void> {
+    const next = new pg.Client({ connectionString: this.url, keepAlive: true, query_timeout: LISTEN_HEARTBEAT_TIMEOUT_MS, application_name: LISTENER_NAME });
     next.on('notification', (message) => {
-      if (message.channel === channel && next === current) onNotify(message.payload ?? '');
+      if (next !== this.current) return;
+      for (const follower of this.followers) if (follower.channel === message.channel) follower.onNotify(message.payload ?? '');
     });
-    next.on('error', () => lose(next));
-    next.on('end', () => lose(next));
+    next.on('error', () => this.lose(next));
+    next.on('end', () => this.lose(next));
+    const followers = [...this.followers];
     try {
       await next.connect();
-      await next.query(`listen ${pg.escapeIdentifier(channel)}`);
+      for (const channel of new Set(followers.map((f) => f.channel))) await next.query(`listen ${pg.escapeIdentifier(channel)}`);
     } catch (err) {
       void next.end().catch(() => undefined);
       throw err;
     }
-    if (stopped) {
+    if (this.followers.size === 0) {
       await next.end().catch(() => undefined);
       return;
     }
-    current = next;
-    onNotify('');
-  };
-  const retry = () => {
-    if (!stopped) setTimeout(() => void connect().catch(retry), 1000).unref();
-  };
-  const heartbeat = setInterval(() => {
-    const client = current;
-    if (client) client.query('select 1').catch(() => lose(client));
-  }, LISTEN_HEARTBEAT_MS).unref();
-  await connect();
-  return async () => {
-    stopped = true;
-    clearInterval(heartbeat);
-    const client = current;
-    current = null;
-    await client?.end().catch(() => undefined);
-  };
+    this.current = next;
+    this.heartbeat ??= setInterval(() => {
+      const client = this.current;
+      if (client) client.query('select 1').catch(() => this.lose(client));
+    }, LISTEN_HEARTBEAT_MS).unref();
+    for (const follower of followers) if (this.followers.has(follower)) follower.onNotify('');
+  }
+
+  private lose(client: pg.Client): void {
+    if (client !== this.current) return;
+    this.current = null;
+    for (const follower of this.followers) follower.onLost?.();
+    void client.end().catch(() => undefined);
+    this.retry();
+  }
+
+  private retry(): void {
+    if (this.followers.size === 0 || this.retryTimer) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      if (this.current || this.connecting || this.followers.size === 0) return;
+      this.connecting = this.connect().finally(() => (this.connecting = null));
+      this.connecting.catch(() => this.retry());
+    }, 1000);
+    this.retryTimer.unref();
+  }
+
+  private async unfollow(follower: Follower): Promise<void> {
+    this.followers.delete(follower);
+    const client = this.current;
+    if (this.followers.size === 0) {
+      if (this.heartbeat) clearInterval(this.heartbeat);
+      if (this.retryTimer) clearTimeout(this.retryTimer);
+      this.heartbeat = null;
+      this.retryTimer = null;
+      this.current = null;
+      await client?.end().catch(() => undefined);
+      return;
+    }
+    if (client && ![...this.followers].some((f) => f.channel === follower.channel)) {
+      await client.query(`unlisten ${pg.escapeIdentifier(follower.channel)}`).catch(() => undefined);
+    }
+  }
 }
 
 /** Whether a process of this pid exists (EPERM: it does, owned by someone else). */

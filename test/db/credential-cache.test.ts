@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { SESSION_PREFIX } from '../../src/auth/credentials';
+import { LISTENER_NAME } from '../../src/db/database';
 import { hashSecret, randomSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
 import { cleanEnv, cleanUp, runCli, startServer, tempDir, type ServerProcess } from '../e2e/support';
@@ -228,6 +229,14 @@ onServer('credential cache across server processes', () => {
     expect((await send(servers[1]!, 'DELETE', `/organization/${doomed.id}?confirm=${doomed.slug}`, doomed.id)).status).toBe(204);
     await untilEvery(401, (s) => get(s, `/organization/${doomed.id}`, token.body.token, doomed.id));
   }, 60_000);
+
+  it('listens on one connection per server for every channel it follows', async () => {
+    const listeners = await admin.query<{ channels: string }>(
+      `select count(*)::text as channels from pg_stat_activity where datname = current_database() and application_name = $1`,
+      [LISTENER_NAME],
+    );
+    expect(Number(listeners.rows[0]?.channels)).toBe(servers.length);
+  });
 
   it('keeps serving when its database connections are cut, and hears changes again after reconnecting', async () => {
     const { token, tokenId } = await newToken();
