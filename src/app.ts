@@ -62,15 +62,15 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   const credentials = new CredentialCache({ maxAgeMs: deps.config.credentialCacheSeconds * 1000 });
   const stopFollowing = deps.listen && deps.config.credentialCacheSeconds > 0 ? await credentials.follow(deps.listen, deps.logger) : async () => undefined;
   const afterCommit = deps.afterCommit;
-  const forget = () => {
+  const forget = (scope = '') => {
     credentials.clear();
-    registry.afterCommit(deps);
+    registry.afterCommit(deps, scope);
   };
   const appDeps: AppDeps = {
     ...deps,
-    afterCommit: () => {
-      forget();
-      afterCommit?.();
+    afterCommit: (scope = '') => {
+      forget(scope);
+      afterCommit?.(scope);
     },
   };
   const router = await createOperationRouter(appDeps, { spec, operations, registry, limits, credentials });

@@ -61,8 +61,8 @@ export class ChangeFollower {
  * could alter them is heard of: triggers on the tables they come from notify a channel when a
  * change commits, whichever process made it, and each notification forgets what its payload
  * names (the values of one organization; an empty payload: everything); a commit of this
- * process forgets everything (`clear()`, from AppDeps.afterCommit), so a change is never one
- * request late here. While the listening connection is down nothing is remembered. A value
+ * process forgets what its organization's values were at once (`clear(scope)`, from
+ * AppDeps.afterCommit), so a change is never one request late here. While the listening connection is down nothing is remembered. A value
  * read before a change and answered after it is not remembered (the generation moved on).
  * Entries also age out after `maxAgeMs`, or earlier at a time of their own (`until`).
  */

@@ -61,9 +61,10 @@ export interface Area<T extends Tag = Tag> {
   /**
    * Runs after every write this process commits, before its response leaves: what the area
    * remembers of the database forgets, so that a change is never one request late here
-   * (other processes hear of it through NOTIFY triggers).
+   * (other processes hear of it through NOTIFY triggers). `scope` is the organization whose
+   * data changed, or '' for anything.
    */
-  afterCommit?: (deps: AppDeps) => void;
+  afterCommit?: (deps: AppDeps, scope: string) => void;
 }
 
 export interface SealedColumn {

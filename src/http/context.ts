@@ -25,8 +25,12 @@ export interface AppDeps {
    * process-wide credential cache is kept: every request asks the database.
    */
   listen?: import('../db/database').DatabaseHandle['listen'];
-  /** Called after every write commits, before the response (createApp's credential cache forgets). */
-  afterCommit?: () => void;
+  /**
+   * Called after every write commits, before the response (createApp's caches forget).
+   * `scope` is the organization whose data the write changed; '' (the default) means it may
+   * have changed anything.
+   */
+  afterCommit?: (scope?: string) => void;
   /** Told of every event a write commits (the test harness checks them against each operation's x-events). */
   onEvent?: (operationId: string, type: EventType) => void;
 }
@@ -239,7 +243,9 @@ export class RequestContext {
       events = scope.events;
       return value;
     });
-    this.deps.afterCommit?.();
+    // The acting organization's data is what a request changes (tenant isolation); a write
+    // outside any organization may have changed anything.
+    this.deps.afterCommit?.(this.org?.orgId ?? '');
     for (const event of events) this.deps.onEvent?.(this.operationId, event.type);
     return result;
   }

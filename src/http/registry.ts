@@ -30,7 +30,7 @@ export interface Registry {
   /** Runs every area's stop step (app shutdown); a failing one does not keep the others from running. */
   stop(deps: AppDeps): Promise<void>;
   /** Tells every area that a write of this process committed (Area.afterCommit). */
-  afterCommit(deps: AppDeps): void;
+  afterCommit(deps: AppDeps, scope: string): void;
 }
 
 /** The schemes the shared machinery authenticates itself; areas add the protocol ones. */
@@ -98,8 +98,8 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
     async stop(deps) {
       await Promise.allSettled(areas.map((area) => area.stop?.(deps)));
     },
-    afterCommit(deps) {
-      for (const area of areas) area.afterCommit?.(deps);
+    afterCommit(deps, scope) {
+      for (const area of areas) area.afterCommit?.(deps, scope);
     },
   };
 }

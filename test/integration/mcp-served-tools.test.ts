@@ -113,6 +113,25 @@ describe('what an MCP server serves', () => {
     expect(await names()).toContain('crm__echo');
   });
 
+  it('forgets only the acting organization after a write of its own through the API', async () => {
+    const other = await t.factories.org();
+    expect(await names()).toContain('crm__echo');
+    await setStatusUnannounced(t, 'disconnected');
+    // A write in another organization: neither this process's commit nor the trigger's notification names this one.
+    const before = servedToolsClears(t.deps.config);
+    expect((await t.as({ token: other.token, org: other.orgId }).post('/team', { name: 'Elsewhere' })).status).toBe(201);
+    await notified(t, before);
+    expect(await names()).toContain('crm__echo');
+    // A write in this organization: forgotten before its response leaves.
+    expect((await t.as({ token: org.token, org: org.orgId }).post('/team', { name: 'Here' })).status).toBe(201);
+    expect(await names()).not.toContain('crm__echo');
+    await setStatusUnannounced(t, 'active');
+    const cleared = servedToolsClears(t.deps.config);
+    await sql`select pg_notify('cp_served_tools', '')`.execute(t.database.db);
+    await notified(t, cleared);
+    expect(await names()).toContain('crm__echo');
+  });
+
   it('hears a restriction another process commits through the table’s trigger', async () => {
     expect(await names()).toContain('crm__echo');
     const before = servedToolsClears(t.deps.config);

@@ -58,7 +58,7 @@ function standaloneContext(deps: AppDeps, orgId: string): ConnectionContext {
         count = scope.events.length;
         return value;
       });
-      if (count > 0) deps.afterCommit?.();
+      if (count > 0) deps.afterCommit?.(orgId);
       return result;
     },
   };

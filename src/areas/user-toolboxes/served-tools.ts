@@ -11,7 +11,8 @@ import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
  * reads it on every request, so it is remembered per process (NotifiedCache): triggers on every
  * table it comes from notify `cp_served_tools` with the organization changed (migration
  * 2026_11_26_090001; other organizations' servers stay remembered), this process's own commits
- * clear it (the area's afterCommit), and a live exception's expiry ends it.
+ * clear the acting organization's at once (the area's afterCommit; a write outside any
+ * organization clears everything), and a live exception's expiry ends it.
  */
 
 export const SERVED_TOOLS_CHANNEL = 'cp_served_tools';
@@ -119,9 +120,9 @@ export async function stopServedTools(config: AppDeps['config']): Promise<void> 
   await stop?.();
 }
 
-/** Forgets what every MCP server serves (a change committed in this process). */
-export function forgetServedTools(config: AppDeps['config']): void {
-  caches.get(config)?.clear();
+/** Forgets what the MCP servers of an organization serve ('': of every organization), after a change committed in this process. */
+export function forgetServedTools(config: AppDeps['config'], scope = ''): void {
+  caches.get(config)?.clear(scope);
 }
 
 /** How many times the cache was cleared (tests wait on it to know a notification arrived). */

@@ -35,7 +35,7 @@ export default defineArea({
     await closeUpstreamPool(deps.config);
   },
   // What the MCP endpoint remembers of its servers' tools (served-tools.ts) forgets this process's changes at once.
-  afterCommit: (deps) => forgetServedTools(deps.config),
+  afterCommit: (deps, scope) => forgetServedTools(deps.config, scope),
   // A foreign Origin is refused before the token is looked at (and before the rate limit counts it).
   beforeAuthentication: (operationId, headers, deps) => {
     if (!MCP_ENDPOINT.has(operationId)) return;
