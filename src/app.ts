@@ -4,7 +4,8 @@ import helmet from 'helmet';
 import type { Logger } from 'pino';
 import { loadAreas } from './areas';
 import { HEALTH } from './areas/health/health.area';
-import { CredentialCache } from './auth/credential-cache';
+import { CREDENTIAL_TABLES, CredentialCache } from './auth/credential-cache';
+import { ANY_CHANGE, touches, type CommittedChange } from './db/written-tables';
 import { presentedCredential } from './auth/credentials';
 import type { Area } from './http/area';
 import type { AppDeps } from './http/context';
@@ -62,15 +63,15 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   const credentials = new CredentialCache({ maxAgeMs: deps.config.credentialCacheSeconds * 1000 });
   const stopFollowing = deps.listen && deps.config.credentialCacheSeconds > 0 ? await credentials.follow(deps.listen, deps.logger) : async () => undefined;
   const afterCommit = deps.afterCommit;
-  const forget = (scope = '') => {
-    credentials.clear();
-    registry.afterCommit(deps, scope);
+  const forget = (change: CommittedChange = ANY_CHANGE) => {
+    if (touches(change, CREDENTIAL_TABLES)) credentials.clear();
+    registry.afterCommit(deps, change);
   };
   const appDeps: AppDeps = {
     ...deps,
-    afterCommit: (scope = '') => {
-      forget(scope);
-      afterCommit?.(scope);
+    afterCommit: (change = ANY_CHANGE) => {
+      forget(change);
+      afterCommit?.(change);
     },
   };
   const router = await createOperationRouter(appDeps, { spec, operations, registry, limits, credentials });

@@ -7,6 +7,12 @@ import type { Authenticator, AuthenticationResult, Caller, OrgAccess, PresentedC
 /** What the notify triggers (migration 2026_11_24_223124_notify_credential_changes) signal on. */
 export const CREDENTIALS_CHANNEL = 'cp_credentials';
 
+/**
+ * The tables whose triggers notify CREDENTIALS_CHANNEL: a write of this process that touches
+ * none of them leaves the cache as it is (test/db/notify-tables.test.ts keeps the two lists equal).
+ */
+export const CREDENTIAL_TABLES: ReadonlySet<string> = new Set(['api_tokens', 'sessions', 'memberships', 'roles', 'role_assignments', 'organizations', 'mcp_servers']);
+
 // A credential's last use is written at most this often, as the authenticators do themselves.
 const USE_RESOLUTION_MS = 60_000;
 
@@ -27,7 +33,8 @@ export interface CredentialCacheOptions {
 /**
  * What credentials may do, remembered per process so that an authenticated request costs no
  * query before its own. It is dropped whole on every change that could alter an answer: at
- * once by the process that made the change (after each write it commits), and, through
+ * once by the process that made the change (after each write it commits that touches
+ * CREDENTIAL_TABLES, or whose statements it could not read), and, through
  * PostgreSQL NOTIFY from triggers on the credential tables, within moments by every other
  * process, the operator CLI's changes included. While the listening connection is down
  * nothing is remembered. Entries also age out, and a credential's own expiry is checked on

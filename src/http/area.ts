@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import type { CommittedChange } from '../db/written-tables';
 import type { RequestHandler } from 'express';
 import type { Tag } from '../../generated/operations';
 import type { Authenticator } from '../auth/credentials';
@@ -61,10 +62,10 @@ export interface Area<T extends Tag = Tag> {
   /**
    * Runs after every write this process commits, before its response leaves: what the area
    * remembers of the database forgets, so that a change is never one request late here
-   * (other processes hear of it through NOTIFY triggers). `scope` is the organization whose
-   * data changed, or '' for anything.
+   * (other processes hear of it through NOTIFY triggers). The change names the organization
+   * and the tables it wrote, as far as they are known.
    */
-  afterCommit?: (deps: AppDeps, scope: string) => void;
+  afterCommit?: (deps: AppDeps, change: CommittedChange) => void;
 }
 
 export interface SealedColumn {

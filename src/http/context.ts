@@ -9,6 +9,7 @@ import type { Mailer } from '../events/email';
 import { appendEvents } from '../events/outbox';
 import type { SecretBox } from '../lib/crypto';
 import { newId } from '../lib/ids';
+import { WrittenTables, type CommittedChange } from '../db/written-tables';
 import type { OperationMeta } from '../spec/operations';
 
 /** Long-lived collaborators every request may use; built once per process. */
@@ -26,11 +27,10 @@ export interface AppDeps {
    */
   listen?: import('../db/database').DatabaseHandle['listen'];
   /**
-   * Called after every write commits, before the response (createApp's caches forget).
-   * `scope` is the organization whose data the write changed; '' (the default) means it may
-   * have changed anything.
+   * Called after every write commits, before the response (createApp's caches forget what
+   * the change may have altered). Without a change named: it may have changed anything.
    */
-  afterCommit?: (scope?: string) => void;
+  afterCommit?: (change?: CommittedChange) => void;
   /** Told of every event a write commits (the test harness checks them against each operation's x-events). */
   onEvent?: (operationId: string, type: EventType) => void;
 }
@@ -235,7 +235,8 @@ export class RequestContext {
     actor: { actor_type: EventActorType; actor_id: string | null },
   ): Promise<T> {
     let events: WriteScope['events'] = [];
-    const result = await this.db.transaction().execute(async (trx) => {
+    const written = new WrittenTables();
+    const result = await this.db.withPlugin(written).transaction().execute(async (trx) => {
       const scope = new WriteScope(trx, this.operationId, this.operation.events);
       const value = await change(scope);
       await audit(trx, scope.auditDetails ?? { targetId: null });
@@ -244,8 +245,8 @@ export class RequestContext {
       return value;
     });
     // The acting organization's data is what a request changes (tenant isolation); a write
-    // outside any organization may have changed anything.
-    this.deps.afterCommit?.(this.org?.orgId ?? '');
+    // outside any organization may have changed any organization's.
+    this.deps.afterCommit?.({ scope: this.org?.orgId ?? '', tables: written.tables });
     for (const event of events) this.deps.onEvent?.(this.operationId, event.type);
     return result;
   }

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import type { CommittedChange } from '../db/written-tables';
 import type { RequestHandler } from 'express';
 import { apiTokenAuthenticator, sessionAuthenticator, type Authenticator } from '../auth/credentials';
 import type { OutboxConsumer } from '../events/outbox';
@@ -30,7 +31,7 @@ export interface Registry {
   /** Runs every area's stop step (app shutdown); a failing one does not keep the others from running. */
   stop(deps: AppDeps): Promise<void>;
   /** Tells every area that a write of this process committed (Area.afterCommit). */
-  afterCommit(deps: AppDeps, scope: string): void;
+  afterCommit(deps: AppDeps, change: CommittedChange): void;
 }
 
 /** The schemes the shared machinery authenticates itself; areas add the protocol ones. */
@@ -98,8 +99,8 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
     async stop(deps) {
       await Promise.allSettled(areas.map((area) => area.stop?.(deps)));
     },
-    afterCommit(deps, scope) {
-      for (const area of areas) area.afterCommit?.(deps, scope);
+    afterCommit(deps, change) {
+      for (const area of areas) area.afterCommit?.(deps, change);
     },
   };
 }

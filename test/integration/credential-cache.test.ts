@@ -1,6 +1,7 @@
 // What the server remembers of credentials (src/auth/credential-cache.ts), in one process:
-// it is used, it never outlives a credential's expiry, and a write the server commits
-// forgets at once, before its response leaves. The notification path between processes is
+// it is used, it never outlives a credential's expiry, and a write the server commits to a
+// table credentials are read from forgets at once, before its response leaves (other writes
+// leave it). The notification path between processes is
 // tested in test/db/credential-cache.test.ts.
 import { sql } from 'kysely';
 import { CREDENTIALS_CHANNEL } from '../../src/auth/credential-cache';
@@ -49,15 +50,19 @@ it('answers a remembered token without asking again, until something changes', a
   expect((await client.get('/user/me')).status).toBe(200);
 });
 
-it('forgets at once when a request of its own commits a write, before that response leaves', async () => {
+it('forgets at once when a request of its own commits a write to what credentials are read from, before that response leaves', async () => {
   const { orgId, token } = await t.factories.org();
   const client = t.as({ token, org: orgId });
   await announcedSoFar();
   expect((await client.get(LIST)).status).toBe(200);
   const tokenId = await t.factories.tokenId(token);
   await unannounced((db) => db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', tokenId).execute());
+  // A write that touches none of the credential tables leaves what is remembered as it is.
   const created = await client.post(LIST, { name: 'Ops', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
   expect(created.status).toBe(201);
+  expect((await client.get(LIST)).status).toBe(200);
+  // A role is: everything is forgotten.
+  expect((await client.post('/role', { name: 'Viewer of roles', permissions: ['role:view'] })).status).toBe(201);
   const refused = await client.get(LIST);
   expect({ status: refused.status, code: refused.body.code }).toEqual({ status: 401, code: 'invalid_token' });
 });
@@ -81,9 +86,10 @@ it('remembers a person’s standing in an organization for sessions, and forgets
   expect((await bySession.get(LIST)).status).toBe(200);
   await unannounced((db) => db.deleteFrom('role_assignments').where('org_id', '=', orgId).where('user_id', '=', ownerId).execute());
   expect((await bySession.get(LIST)).status).toBe(200);
-  // Another credential's write in this process: everything is forgotten.
-  const created = await t.as({ token, org: orgId }).post(LIST, { name: 'Ops', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
-  expect(created.status).toBe(201);
+  // Another credential's write in this process to a credential table (a team is not one): everything is forgotten.
+  expect((await t.as({ token, org: orgId }).post('/team', { name: 'Not a credential' })).status).toBe(201);
+  expect((await bySession.get(LIST)).status).toBe(200);
+  expect((await t.as({ token, org: orgId }).post('/role', { name: 'Viewer of roles', permissions: ['role:view'] })).status).toBe(201);
   const refused = await bySession.get(LIST);
   expect({ status: refused.status, code: refused.body.code }).toEqual({ status: 403, code: 'missing_permission' });
 });

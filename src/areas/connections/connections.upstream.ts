@@ -179,7 +179,7 @@ async function refresh(ctx: ConnectionContext, row: repo.ConnectionRow, auth: OA
     const stored: StoredCredentials = { type: 'oauth2', access_token: next.access_token, refresh_token: next.refresh_token, expires_at: next.expires_at, token_type: next.token_type };
     await repo.replaceCredentials(ctx.db, row.id, row.credentials_enc, sealCredentials(ctx, row.id, stored));
     // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
-    ctx.deps.afterCommit?.(row.org_id);
+    ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });
     return stored;
   } catch (err) {
     if (!(err instanceof OAuthFailure)) throw err;

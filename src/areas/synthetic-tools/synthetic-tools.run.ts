@@ -58,7 +58,7 @@ function standaloneContext(deps: AppDeps, orgId: string): ConnectionContext {
         count = scope.events.length;
         return value;
       });
-      if (count > 0) deps.afterCommit?.(orgId);
+      if (count > 0) deps.afterCommit?.({ scope: orgId, tables: null });
       return result;
     },
   };

@@ -17,6 +17,16 @@ import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
 
 export const SERVED_TOOLS_CHANNEL = 'cp_served_tools';
 
+/**
+ * The tables whose triggers notify SERVED_TOOLS_CHANNEL: a write of this process that touches
+ * none of them leaves what the servers serve remembered (test/db/notify-tables.test.ts keeps
+ * the two lists equal).
+ */
+export const SERVED_TOOLS_TABLES: ReadonlySet<string> = new Set([
+  'mcp_servers', 'connections', 'connection_tools', 'connectors', 'catalog_versions', 'user_toolboxes', 'user_toolbox_bindings', 'toolboxes', 'toolbox_entries',
+  'templates', 'synthetic_tools', 'shares', 'restrictions', 'access_requests', 'memberships', 'roles', 'role_assignments', 'teams', 'team_members',
+]);
+
 export interface McpServerRow {
   id: string;
   org_id: string;
@@ -120,7 +130,7 @@ export async function stopServedTools(config: AppDeps['config']): Promise<void> 
   await stop?.();
 }
 
-/** Forgets what the MCP servers of an organization serve ('': of every organization), after a change committed in this process. */
+/** Forgets what the MCP servers of an organization serve ('': of every organization): a change this process committed. */
 export function forgetServedTools(config: AppDeps['config'], scope = ''): void {
   caches.get(config)?.clear(scope);
 }

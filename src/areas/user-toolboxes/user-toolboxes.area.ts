@@ -5,7 +5,8 @@ import { keyedPageRequest } from '../../http/pagination';
 import { closeUpstreamPool } from '../../lib/mcp-upstream-pool';
 import { renderMcpError } from '../../mcp/jsonrpc';
 import { mcpEndpointHandlers } from './mcp-endpoint.handlers';
-import { forgetServedTools, startServedTools, stopServedTools } from './served-tools';
+import { touches } from '../../db/written-tables';
+import { forgetServedTools, SERVED_TOOLS_TABLES, startServedTools, stopServedTools } from './served-tools';
 import { flushToolCallRecords } from './tool-call-records';
 import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
@@ -35,7 +36,9 @@ export default defineArea({
     await closeUpstreamPool(deps.config);
   },
   // What the MCP endpoint remembers of its servers' tools (served-tools.ts) forgets this process's changes at once.
-  afterCommit: (deps, scope) => forgetServedTools(deps.config, scope),
+  afterCommit: (deps, change) => {
+    if (touches(change, SERVED_TOOLS_TABLES)) forgetServedTools(deps.config, change.scope);
+  },
   // A foreign Origin is refused before the token is looked at (and before the rate limit counts it).
   beforeAuthentication: (operationId, headers, deps) => {
     if (!MCP_ENDPOINT.has(operationId)) return;
