@@ -9,7 +9,7 @@ export const CREDENTIALS_CHANNEL = 'cp_credentials';
 
 /**
  * The tables whose triggers notify CREDENTIALS_CHANNEL: a write of this process that touches
- * none of them leaves the cache as it is (test/db/notify-tables.test.ts keeps the two lists equal).
+ * none of them leaves the cache as it is (test/integration/written-tables.test.ts keeps the two lists equal).
  */
 export const CREDENTIAL_TABLES: ReadonlySet<string> = new Set(['api_tokens', 'sessions', 'memberships', 'roles', 'role_assignments', 'organizations', 'mcp_servers']);
 

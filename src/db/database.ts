@@ -191,9 +191,8 @@ class ServerListener {
     if (!this.current) {
       if (this.retryTimer) clearTimeout(this.retryTimer);
       this.retryTimer = null;
-      this.connecting ??= this.connect().finally(() => (this.connecting = null));
       try {
-        await this.connecting;
+        await this.connectOnce();
       } catch (err) {
         // The others who follow (a connection lost earlier) wait for the next attempt.
         this.retry();
@@ -204,6 +203,12 @@ class ServerListener {
     if (!client) throw new Error('The listening connection was lost while it started.');
     await client.query(`listen ${pg.escapeIdentifier(follower.channel)}`);
     if (client === this.current && this.followers.has(follower)) follower.onNotify('');
+  }
+
+  /** One connection attempt at a time, shared by whoever needs it. */
+  private connectOnce(): Promise<void> {
+    this.connecting ??= this.connect().finally(() => (this.connecting = null));
+    return this.connecting;
   }
 
   private async connect(): Promise<void> {
@@ -247,8 +252,7 @@ class ServerListener {
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;
       if (this.current || this.connecting || this.followers.size === 0) return;
-      this.connecting = this.connect().finally(() => (this.connecting = null));
-      this.connecting.catch(() => this.retry());
+      this.connectOnce().catch(() => this.retry());
     }, 1000);
     this.retryTimer.unref();
   }

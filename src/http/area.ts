@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import type { CommittedChange } from '../db/written-tables';
 import type { RequestHandler } from 'express';
+import type { CommittedChange } from '../db/written-tables';
 import type { Tag } from '../../generated/operations';
 import type { Authenticator } from '../auth/credentials';
 import type { OutboxConsumer } from '../events/outbox';

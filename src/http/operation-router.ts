@@ -12,7 +12,7 @@ import { createSpecValidator } from './openapi-backend';
 import type { RateLimits } from './rate-limit';
 import type { Registry } from './registry';
 import { clientIp, requestState, sendError, sendResult } from './respond';
-import { PathRouter } from './router';
+import { PathRouter, type RouteMatch } from './router';
 
 interface Route {
   operationId: string;
@@ -105,13 +105,18 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     admitted: (caller) => limits.caller(caller),
   };
 
+  /** The operation whose path this is, of another method when the path has none of this one: its area renders the errors. */
+  function operationAt(found: RouteMatch<Route>, path: string): Route | undefined {
+    return found.route ?? found.allowed.map((method) => routes.match(method, path)?.route).find((r) => r !== undefined);
+  }
+
   function match(req: Request): Route {
     const found = routes.match(req.method, req.path);
     if (!found) throw new ApiError('not_found', `No operation at ${req.path}.`);
     if (!found.route) {
       const allowed = found.allowed.join(', ');
       // The path is an operation's: its area renders the 405 in its own format (the MCP endpoint's JSON-RPC error).
-      const sibling = found.allowed.map((method) => routes.match(method, req.path)?.route).find((r) => r !== undefined);
+      const sibling = operationAt(found, req.path);
       if (sibling) requestState(req).operationId = sibling.operationId;
       throw new ApiError('method_not_allowed', `${req.path} supports ${allowed}, not ${req.method}.`, { headers: { Allow: allowed } });
     }
@@ -208,7 +213,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     compileAll: () => validator.compileAll(),
     refuse(req, res, err) {
       const found = routes.match(req.method, req.path);
-      const route = found?.route ?? found?.allowed.map((method) => routes.match(method, req.path)?.route).find((r) => r !== undefined);
+      const route = found && operationAt(found, req.path);
       if (route) requestState(req).operationId = route.operationId;
       sendError(req, res, err, registry.renderError);
     },

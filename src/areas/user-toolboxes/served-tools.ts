@@ -19,7 +19,7 @@ export const SERVED_TOOLS_CHANNEL = 'cp_served_tools';
 
 /**
  * The tables whose triggers notify SERVED_TOOLS_CHANNEL: a write of this process that touches
- * none of them leaves what the servers serve remembered (test/db/notify-tables.test.ts keeps
+ * none of them leaves what the servers serve remembered (test/integration/written-tables.test.ts keeps
  * the two lists equal).
  */
 export const SERVED_TOOLS_TABLES: ReadonlySet<string> = new Set([
