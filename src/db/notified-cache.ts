@@ -64,7 +64,8 @@ export class ChangeFollower {
  * process forgets what its organization's values were at once (`clear(scope)`, from
  * AppDeps.afterCommit), so a change is never one request late here. While the listening
  * connection is down nothing is remembered. A value read before a change and answered after
- * it is not remembered (the generation moved on). Entries also age out after `maxAgeMs`, or earlier at a time of their own (`until`).
+ * it is not remembered (the generation moved on). Entries also age out after `maxAgeMs`, or
+ * earlier at a time of their own (`until`).
  */
 export class NotifiedCache<V> {
   private readonly entries = new Map<string, Entry<V>>();
