@@ -179,6 +179,30 @@ describe('the MCP SDK client', () => {
     }
   });
 
+  it('lists each tool as the upstream describes it: title, description, schemas and annotations in MCP’s own names', async () => {
+    const client = await connect(serverA);
+    const direct = new Client({ name: 'direct', version: '1.0.0' });
+    await direct.connect(new StreamableHTTPClientTransport(new URL(everything.peer.url)));
+    try {
+      const straight = (await direct.listTools()).tools;
+      const through = new Map((await client.listTools()).tools.map((tool) => [tool.name, tool]));
+      const annotated = straight.filter((tool) => tool.annotations && Object.keys(tool.annotations).some((key) => key.endsWith('Hint')));
+      expect(annotated.length).toBeGreaterThan(0);
+      for (const tool of straight) {
+        const listed = through.get(`every__${tool.name}`);
+        expect(listed).toBeDefined();
+        const hints = Object.fromEntries(Object.entries(tool.annotations ?? {}).filter(([key]) => key.endsWith('Hint')));
+        expect(listed?.annotations ?? {}).toEqual(hints);
+        expect(listed?.description).toBe(tool.description);
+        expect(listed?.title).toBe(tool.title ?? tool.annotations?.title);
+        expect(listed?.inputSchema.properties ?? {}).toEqual(tool.inputSchema.properties ?? {});
+      }
+    } finally {
+      await direct.close();
+      await client.close();
+    }
+  });
+
   it('relays progress as server-sent events when the client sends a progressToken', async () => {
     const client = await connect(serverA);
     try {

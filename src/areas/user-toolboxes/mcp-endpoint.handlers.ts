@@ -81,15 +81,42 @@ function offeredTool(ctx: Ctx, served: ServedTools, name: string): OfferedTool |
   return tool && (tool.source.kind !== 'synthetic' || mayRunSynthetic(ctx)) ? tool : undefined;
 }
 
-function mcpTool(tool: OfferedTool) {
+/**
+ * A tool's annotations as MCP names them (`readOnlyHint`…): the API keeps them in snake_case;
+ * hints the upstream did not give are left out. Undefined when it gave none.
+ */
+function mcpAnnotations(annotations: OfferedTool['annotations']): Record<string, boolean> | undefined {
+  if (!annotations) return undefined;
+  const hints: Record<string, boolean> = {};
+  if (annotations.read_only_hint !== null) hints.readOnlyHint = annotations.read_only_hint;
+  if (annotations.destructive_hint !== null) hints.destructiveHint = annotations.destructive_hint;
+  if (annotations.idempotent_hint !== null) hints.idempotentHint = annotations.idempotent_hint;
+  if (annotations.open_world_hint !== null) hints.openWorldHint = annotations.open_world_hint;
+  return Object.keys(hints).length > 0 ? hints : undefined;
+}
+
+function toMcpTool(tool: OfferedTool) {
+  const annotations = mcpAnnotations(tool.annotations);
   return {
     name: tool.name,
     ...(tool.title ? { title: tool.title } : {}),
     ...(tool.description ? { description: tool.description } : {}),
     inputSchema: tool.input_schema,
     ...(tool.output_schema ? { outputSchema: tool.output_schema } : {}),
-    ...(tool.annotations ? { annotations: tool.annotations } : {}),
+    ...(annotations ? { annotations } : {}),
   };
+}
+
+/** Offered tools live as long as the served-tools entry that holds them: each is put in MCP form once (never mutated after). */
+const mcpForms = new WeakMap<OfferedTool, ReturnType<typeof toMcpTool>>();
+
+function mcpTool(tool: OfferedTool) {
+  let form = mcpForms.get(tool);
+  if (!form) {
+    form = toMcpTool(tool);
+    mcpForms.set(tool, form);
+  }
+  return form;
 }
 
 const toolError = (text: string): CallToolResult => ({ content: [{ type: 'text', text }], isError: true });
@@ -280,7 +307,7 @@ async function answerModern(ctx: Ctx, served: Served, request: JsonRpcRequest): 
   }
 }
 
-type McpToolShape = ReturnType<typeof mcpTool>;
+type McpToolShape = ReturnType<typeof toMcpTool>;
 
 function toolsList(ctx: Ctx, served: Served, request: JsonRpcRequest, present: (tool: McpToolShape) => McpToolShape = (tool) => tool) {
   const cursor = request.params?.cursor;
