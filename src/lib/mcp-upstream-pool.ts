@@ -17,12 +17,28 @@ import { OutboundRefused, type OutboundLimits } from './outbound';
  *   each with its own deadline (covering its whole answer) and size cap.
  * - Concurrent first calls share one connect. A session idle for `idleMs` is closed; past
  *   `max` sessions the least recently used is.
- * - A session the upstream dropped (404, or 400 to a request carrying its session id) or a
- *   kept-alive connection reset before any answer came is retried once in a fresh session,
- *   and only for a session that had already served a call (a fresh one failing is an answer).
+ * - A call is retried once in a fresh session, and only on a session that had already served
+ *   one (a fresh one failing is an answer), when the upstream cannot have run it: it dropped
+ *   the session (404, or 400 to a request carrying its session id), or no connection could be
+ *   made. A connection reset after the request may have reached the upstream is retried only
+ *   for a tool the caller says is safe to repeat (read-only or idempotent): the upstream may
+ *   have run the rest, and running "send the invoice" twice is worse than a tool error.
  * - Streamable HTTP only: the old SSE transport holds a stream per session and is called
  *   one session per call, as before. `idleMs` 0 turns pooling off.
  */
+
+/** One `tools/call` through the pool. */
+export interface PooledToolCall {
+  name: string;
+  args: Record<string, unknown>;
+  signal?: AbortSignal | undefined;
+  onprogress?: ((progress: Progress) => void) | undefined;
+  /**
+   * Running it twice does no harm (the tool is read-only or idempotent): the call may be sent
+   * again after a connection was reset before any answer came. Default false.
+   */
+  repeatable?: boolean;
+}
 
 export interface UpstreamPoolOptions {
   /** Close a session nobody used for this long; 0: no pooling (one session per call). */
@@ -74,15 +90,8 @@ export class UpstreamPool {
    * `tools/call` through the connection's pooled session (opened on first use). 401/403 become
    * UpstreamRejected (and the session is dropped); anything else that fails UpstreamUnavailable.
    */
-  async callTool(
-    owner: string,
-    target: UpstreamTarget,
-    limits: OutboundLimits,
-    name: string,
-    args: Record<string, unknown>,
-    signal?: AbortSignal,
-    onprogress?: (progress: Progress) => void,
-  ): Promise<UpstreamCallResult> {
+  async callTool(owner: string, target: UpstreamTarget, limits: OutboundLimits, call: PooledToolCall): Promise<UpstreamCallResult> {
+    const { name, args, signal, onprogress } = call;
     if (this.closed || this.options.idleMs === 0 || target.transport !== 'streamable_http') {
       return callTool(target, limits, name, args, signal, onprogress);
     }
@@ -90,12 +99,12 @@ export class UpstreamPool {
     const version = credentialVersion(target);
     const entry = this.acquire(owner, version, target, limits);
     try {
-      return await this.run(entry, target, work);
+      return await this.run(entry, target, work, call.repeatable === true);
     } catch (err) {
       if (!(err instanceof Retry) || signal?.aborted) throw err instanceof Retry ? err.cause : err;
       const fresh = this.acquire(owner, version, target, limits);
       try {
-        return await this.run(fresh, target, work);
+        return await this.run(fresh, target, work, call.repeatable === true);
       } catch (again) {
         throw again instanceof Retry ? again.cause : again;
       }
@@ -111,7 +120,7 @@ export class UpstreamPool {
     await Promise.all(all.map((entry) => this.end(entry)));
   }
 
-  private async run(entry: Entry, target: UpstreamTarget, work: (session: UpstreamSession) => Promise<UpstreamCallResult>): Promise<UpstreamCallResult> {
+  private async run(entry: Entry, target: UpstreamTarget, work: (session: UpstreamSession) => Promise<UpstreamCallResult>, repeatable: boolean): Promise<UpstreamCallResult> {
     const servedBefore = entry.served;
     entry.inUse += 1;
     try {
@@ -126,11 +135,12 @@ export class UpstreamPool {
         throw refused;
       }
       if (err instanceof UpstreamUnavailable) throw err;
-      const dropped = entry.session.gone || (err instanceof OutboundRefused && err.network) || (err instanceof UpstreamHttpError && (err.status === 404 || err.status === 400) && entry.served > 0);
+      const network = err instanceof OutboundRefused ? err.network : null;
+      const dropped = entry.session.gone || network !== null || (err instanceof UpstreamHttpError && (err.status === 404 || err.status === 400) && entry.served > 0);
       if (dropped) this.retire(entry);
       const failure = new UpstreamUnavailable(err instanceof OutboundRefused ? err.message : NOT_MCP, describe(err, target.credential));
       // Only a session that had served a call is retried: a fresh one failing is the upstream's answer.
-      if (dropped && servedBefore > 0) throw new Retry(failure);
+      if (dropped && servedBefore > 0 && (network !== 'maybe_received' || repeatable)) throw new Retry(failure);
       throw failure;
     } finally {
       entry.inUse -= 1;

@@ -92,13 +92,19 @@ function allowed(kind: AddressClass, policy: OutboundPolicy): boolean {
  * says more than they need (which internal names exist, what a remote said in its status
  * line); `detail` is for the operator's log.
  */
+export type NetworkFailure = 'not_sent' | 'maybe_received';
+
 export class OutboundRefused extends Error {
   override readonly name = 'OutboundRefused';
   constructor(
     message: string,
     readonly detail: string = message,
-    /** The connection failed or was reset before any answer came (not a refusal of the guard's, nor a deadline). */
-    readonly network = false,
+    /**
+     * The connection failed or was reset before any answer came (not a refusal of the guard's,
+     * nor a deadline): `not_sent` when no connection was made, so the remote never saw the
+     * request; `maybe_received` when it may have (and may have acted on it).
+     */
+    readonly network: NetworkFailure | null = null,
   ) {
     super(message);
   }
@@ -352,7 +358,7 @@ export class OutboundSession {
       if (signal.aborted) return onAbort();
       signal.addEventListener('abort', onAbort, { once: true });
       req.on('close', () => signal.removeEventListener('abort', onAbort));
-      req.on('error', (err) => reject(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, true)));
+      req.on('error', (err) => reject(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, 'maybe_received')));
       req.end(body);
     });
   };
@@ -389,6 +395,8 @@ function checkedTarget(url: URL, policy: OutboundPolicy): CheckedTarget {
   return target;
 }
 
+const IDLE_SOCKET_MS = 4_000;
+
 /**
  * A keep-alive agent for one remote: requests made through it with `guardedRequest` reuse
  * its connections (no new TCP and TLS handshake per request). The guard's lookup is given
@@ -396,7 +404,12 @@ function checkedTarget(url: URL, policy: OutboundPolicy): CheckedTarget {
  * connects; a reused socket's address is checked again against the policy of the moment.
  */
 export function keepAliveAgent(url: URL): http.Agent {
-  const options = { keepAlive: true, scheduling: 'lifo' as const };
+  // A timeout is what makes Node's agent honour a server's `Keep-Alive: timeout=N` (it closes
+  // the idle socket a second before the server would); without one the hint is read and
+  // dropped, and a request sent as the server closes an idle socket is reset, having maybe
+  // reached it. 4 s when the server gives no hint, as undici (Node's fetch) does. The agent
+  // destroys only idle sockets at it: a request in use is timed by its own deadline.
+  const options = { keepAlive: true, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS };
   return url.protocol === 'https:' ? new https.Agent(options) : new http.Agent(options);
 }
 
@@ -505,17 +518,25 @@ export function guardedRequest(url: URL, init: GuardedRequestInit, limits: Outbo
         discard: () => void start(() => undefined).catch(() => undefined),
       });
     }
+    // Whether the request may have reached the remote: once a connection is made (a TLS one
+    // once its handshake is done), or at once on a kept-alive socket.
+    let connected = false;
     req.on('socket', (socket) => {
+      if (socket.connecting) {
+        socket.once(plainHttp ? 'connect' : 'secureConnect', () => (connected = true));
+        return;
+      }
+      connected = true;
       // A kept-alive socket was checked when it connected; the policy may have changed since.
       const address = socket.remoteAddress;
-      if (!address || socket.connecting) return;
+      if (!address) return;
       const kind = classifyAddress(address);
       if (!allowed(kind, policy)) fail(new OutboundRefused(UNREACHABLE, `${url.host} is connected to ${address}, a ${kind} address`));
       else if (plainHttp && kind === 'public') fail(new OutboundRefused('Plain http to a public address is refused; use https.'));
     });
     req.on('error', (err) => {
       if (failure || response) return;
-      fail(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, true));
+      fail(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, connected ? 'maybe_received' : 'not_sent'));
     });
     req.end(init.body);
   });

@@ -179,6 +179,82 @@ describe('with a short idle time', () => {
   });
 });
 
+describe('a connection that breaks under a call, and idle connections', () => {
+  const KEY = 'key-carol-Po4Kv7';
+  /** Runs of each tool the upstream started; `cutOnce` makes the next run cut every connection before it answers. */
+  const runs = new Map<string, number>();
+  let cutOnce = false;
+  const breaking = (name: string, annotations?: { readOnlyHint?: boolean; idempotentHint?: boolean }) => ({
+    name,
+    ...(annotations ? { annotations } : {}),
+    call: () => {
+      runs.set(name, (runs.get(name) ?? 0) + 1);
+      if (cutOnce) {
+        cutOnce = false;
+        flaky.peer.cut();
+      }
+      return { content: [{ type: 'text' as const, text: `${name} done` }] };
+    },
+  });
+  // JSON answers: nothing of the answer is sent before the tool has run, so the cut comes before any of it.
+  const flaky = useUpstream(() =>
+    startApiKeyUpstream({
+      keys: { [KEY]: 'carol' },
+      jsonResponse: true,
+      keepAliveTimeoutMs: 3_000,
+      tools: [breaking('charge'), breaking('lookup', { readOnlyHint: true }), breaking('upsert', { idempotentHint: true })],
+    }),
+  );
+  let t: TestApp;
+  let server: { id: string; token: string };
+  const calls = (rpc: string) => flaky.peer.seen.filter((r) => r.rpc === rpc).length;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    const carol = await seat(t);
+    const shop = await customConnector(t, carol.org.orgId, { slug: 'shop', name: 'Shop', mcp_url: flaky.peer.url, auth: apiKey });
+    await connect(carol, shop, KEY);
+    server = await mint(carol, 'Carol');
+  }, 60_000);
+  afterAll(() => t.close());
+
+  it('does not run a call twice when the connection broke after the upstream may have received it', async () => {
+    expect((await call(t, server, 'shop__charge')).content[0]?.text).toBe('charge done');
+    cutOnce = true;
+    const broken = await call(t, server, 'shop__charge');
+    expect(broken.isError).toBe(true);
+    expect(broken.content[0]?.text).toContain('Shop could not be reached');
+    expect(runs.get('charge')).toBe(2);
+    // The next call opens a fresh session and runs once.
+    expect((await call(t, server, 'shop__charge')).content[0]?.text).toBe('charge done');
+    expect(runs.get('charge')).toBe(3);
+  });
+
+  it('sends a read-only or idempotent tool’s call again in a fresh session', async () => {
+    for (const name of ['lookup', 'upsert']) {
+      expect((await call(t, server, `shop__${name}`)).content[0]?.text).toBe(`${name} done`);
+      const opened = calls('initialize');
+      cutOnce = true;
+      const again = await call(t, server, `shop__${name}`);
+      expect(again.isError).toBeFalsy();
+      expect(again.content[0]?.text).toBe(`${name} done`);
+      expect(runs.get(name)).toBe(3);
+      expect(calls('initialize') - opened).toBe(1);
+    }
+  });
+
+  it('closes an idle connection before the upstream’s announced keep-alive timeout, and keeps the session', async () => {
+    expect((await call(t, server, 'shop__lookup')).content[0]?.text).toBe('lookup done');
+    const opened = calls('initialize');
+    expect(flaky.peer.openConnections()).toBeGreaterThan(0);
+    // `Keep-Alive: timeout=3`: the client lets an idle connection go a second before (the upstream would at 3 s).
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    expect(flaky.peer.openConnections()).toBe(0);
+    expect((await call(t, server, 'shop__lookup')).content[0]?.text).toBe('lookup done');
+    expect(calls('initialize')).toBe(opened);
+  });
+});
+
 /**
  * A hand-written Streamable HTTP upstream, for what the SDK's server does not do on its own
  * over one POST: answering `tools/call` as an event stream that carries progress, a log

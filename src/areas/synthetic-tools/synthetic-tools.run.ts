@@ -232,7 +232,7 @@ export async function runSyntheticTool(
       try {
         const answer = await withConnection(ctx, row, connector, (credential) =>
           // Through the connection's kept session, as the MCP endpoint's calls: a step costs the upstream one request.
-          upstreamPoolOf(deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, { ...baseLimits, timeoutMs }, step.tool.name, stepArgs, signal),
+          upstreamPoolOf(deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, { ...baseLimits, timeoutMs }, { name: step.tool.name, args: stepArgs, signal }),
         );
         if (answer.isError) failure = errorTextOf(answer);
         else results.set(step.id, resultOf(answer));

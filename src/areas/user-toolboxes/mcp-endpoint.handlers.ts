@@ -172,9 +172,11 @@ async function callOffered(
   const connector = await served.connector(row.owner_user_id, source.connector_slug);
   if (!connector) return { result: toolError(`${tool.name} cannot be called: its connector is no longer available.`), outcome: 'unavailable', error: 'connector unavailable' };
   const limits = upstreamLimits(ctx);
+  // The upstream's own word that a second run changes nothing (hints, but about its own tool).
+  const repeatable = tool.annotations?.read_only_hint === true || tool.annotations?.idempotent_hint === true;
   try {
     const result = await withConnection(ctx, row, connector, (credential) =>
-      upstreamPoolOf(ctx.deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, limits, source.tool, args, signal, onprogress),
+      upstreamPoolOf(ctx.deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, limits, { name: source.tool, args, signal, onprogress, repeatable }),
     );
     // Bookkeeping kept to the minute (as the server's own last_used_at): not a write on every
     // call. The remembered row follows it (these columns notify nothing).

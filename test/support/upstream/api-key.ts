@@ -25,6 +25,8 @@ export interface ApiKeyUpstreamOptions {
   /** Streamable HTTP answers as JSON instead of an SSE stream. */
   jsonResponse?: boolean;
   delayMs?: number;
+  /** The server's keep-alive timeout (Node's default 5 s). */
+  keepAliveTimeoutMs?: number;
 }
 
 export interface ApiKeyUpstream extends UpstreamPeer {
@@ -60,6 +62,7 @@ export async function startApiKeyUpstream(options: ApiKeyUpstreamOptions): Promi
     pageSize: options.pageSize,
     jsonResponse: options.jsonResponse,
     delayMs: options.delayMs,
+    keepAliveTimeoutMs: options.keepAliveTimeoutMs,
     authenticate(req, url) {
       const { key, raw } = extractKey(placement, req.headers, url);
       const member = key === null ? undefined : keys.get(key);

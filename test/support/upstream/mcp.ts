@@ -34,6 +34,7 @@ export interface UpstreamTool {
   name: string;
   description?: string;
   inputSchema?: Tool['inputSchema'];
+  annotations?: Tool['annotations'];
   /** Default: answers the text `<name> called by <member>`. */
   call?: (args: Record<string, unknown>, caller: Caller) => CallToolResult | Promise<CallToolResult>;
 }
@@ -106,6 +107,7 @@ function toolServer(options: McpHostOptions): Server {
       name: t.name,
       ...(t.description ? { description: t.description } : {}),
       inputSchema: t.inputSchema ?? { type: 'object', properties: {} },
+      ...(t.annotations ? { annotations: t.annotations } : {}),
     }));
     const size = options.pageSize();
     if (!size) return { tools };

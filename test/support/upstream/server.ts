@@ -4,6 +4,7 @@
  * MCP host; other paths go to the peer's own routes (the OAuth endpoints).
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import {
   closeServer,
   createMcpHost,
@@ -29,6 +30,8 @@ export interface UpstreamServerOptions {
   pageSize?: number;
   jsonResponse?: boolean;
   delayMs?: number;
+  /** The server's keep-alive timeout (Node's default 5 s), announced in `Keep-Alive: timeout=N`. */
+  keepAliveTimeoutMs?: number;
   authenticate: (req: IncomingMessage, url: URL) => Authentication;
   /** Non-MCP paths; answers and returns true when it handled the request. */
   route?: (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<boolean>;
@@ -52,6 +55,10 @@ export interface UpstreamPeer {
   /** From now on answer 503 (default) or cut every connection; open SSE streams end either way. */
   down(mode?: '503' | 'close'): void;
   up(): void;
+  /** Cuts every connection now (requests in flight included), and goes on serving new ones. */
+  cut(): void;
+  /** Connections open now. */
+  openConnections(): number;
   close(): Promise<void>;
 }
 
@@ -116,6 +123,12 @@ export async function startUpstreamServer(options: UpstreamServerOptions): Promi
       else res.destroy();
     });
   });
+  if (options.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = options.keepAliveTimeoutMs;
+  const open = new Set<Socket>();
+  server.on('connection', (socket) => {
+    open.add(socket);
+    socket.on('close', () => open.delete(socket));
+  });
   const origin = await listen(server);
   const urls = { streamable_http: `${origin}/mcp`, sse: `${origin}/sse` };
   Object.assign(peer, {
@@ -136,6 +149,10 @@ export async function startUpstreamServer(options: UpstreamServerOptions): Promi
     up() {
       downMode = null;
     },
+    cut() {
+      server.closeAllConnections();
+    },
+    openConnections: () => open.size,
     async close() {
       clock.clear();
       host.dropSessions();
