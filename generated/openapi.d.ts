@@ -39,6 +39,9 @@ export interface paths {
          * This API description as JSON
          * @description The OpenAPI 3.1 document of this API, identical to `GET /schema/openapi.json`. Needs no credential. Changes nothing.
          *
+         *     Sent with an `ETag` (answered 304 with no body when `If-None-Match` names it) and, when
+         *     the client accepts it, compressed with brotli or gzip (`Content-Encoding`).
+         *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
         get: operations["getOpenApiJson"];
@@ -60,6 +63,9 @@ export interface paths {
         /**
          * This API description as YAML
          * @description The OpenAPI 3.1 document of this API as YAML, identical to `GET /schema/openapi.yml`. Needs no credential. Changes nothing.
+         *
+         *     Sent with an `ETag` (answered 304 with no body when `If-None-Match` names it) and, when
+         *     the client accepts it, compressed with brotli or gzip (`Content-Encoding`).
          *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
@@ -83,6 +89,9 @@ export interface paths {
          * This API description as JSON
          * @description The OpenAPI 3.1 document of this API. Needs no credential. Changes nothing.
          *
+         *     Sent with an `ETag` (answered 304 with no body when `If-None-Match` names it) and, when
+         *     the client accepts it, compressed with brotli or gzip (`Content-Encoding`).
+         *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
         get: operations["getSchemaOpenApiJson"];
@@ -104,6 +113,9 @@ export interface paths {
         /**
          * This API description as YAML
          * @description The OpenAPI 3.1 document of this API as YAML, the same document as `GET /schema/openapi.json`. Needs no credential. Changes nothing.
+         *
+         *     Sent with an `ETag` (answered 304 with no body when `If-None-Match` names it) and, when
+         *     the client accepts it, compressed with brotli or gzip (`Content-Encoding`).
          *
          *     Errors: 400 `validation_failed` (a query parameter); 429 `rate_limited`.
          */
@@ -1334,8 +1346,9 @@ export interface paths {
          *     the session cookie: the caller must be an active member of `{id}` (an API token: of
          *     its own organization), and anyone else gets 404 `not_found`, as when there is no logo.
          *     Needs no permission. The answer carries `X-Content-Type-Options: nosniff` and a
-         *     `Content-Security-Policy` that forbids scripts, and may be cached privately. Changes
-         *     nothing.
+         *     `Content-Security-Policy` that forbids scripts, and may be cached privately; a client
+         *     that sends its `ETag` back in `If-None-Match` gets 304 with no body while the logo is
+         *     unchanged. Changes nothing.
          *
          *     Errors: 400 `validation_failed` (an id that is not `org_…`); 401 `unauthenticated`,
          *     `invalid_token`; 404 `not_found`; 429 `rate_limited`. 403 is declared because every
@@ -15767,6 +15780,15 @@ export interface components {
         };
     };
     responses: {
+        /** @description The copy the client holds (named in `If-None-Match`) is current; no body. */
+        NotModified: {
+            headers: {
+                ETag: components["headers"]["ETag"];
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
         /** @description The request is not valid (`validation_failed`, `malformed_json`, `invalid_cursor`, `organization_header_required`, …). */
         BadRequest: {
             headers: {
@@ -15874,6 +15896,7 @@ export interface components {
         OpenApiJson: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestId"];
+                ETag: components["headers"]["ETag"];
                 [name: string]: unknown;
             };
             content: {
@@ -15894,6 +15917,7 @@ export interface components {
         OpenApiYaml: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestId"];
+                ETag: components["headers"]["ETag"];
                 [name: string]: unknown;
             };
             content: {
@@ -16232,6 +16256,12 @@ export interface components {
         PageLimit: number;
         /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
         PageCursor: components["schemas"]["Cursor"];
+        /**
+         * @description The `ETag` of the copy the client holds (several may be listed, comma-separated; `*`
+         *     matches any). When one names the current bytes, the answer is 304 Not Modified with no
+         *     body.
+         */
+        IfNoneMatch: string;
         /** @description The single-use token from the emailed link. */
         EmailLinkToken: string;
         /** @description The SSO connection's id. */
@@ -16266,6 +16296,11 @@ export interface components {
         RetryAfter: number;
         /** @description The authentication scheme the operation accepts (RFC 9110 §11.6.1). */
         WwwAuthenticate: string;
+        /**
+         * @description A strong validator of the bytes sent (a digest of them). Send it back in `If-None-Match`
+         *     to get 304 Not Modified while they are unchanged. Each `Content-Encoding` has its own.
+         */
+        ETag: string;
         /**
          * @description Where the browser goes next, on the web app's origin.
          *
@@ -16344,13 +16379,21 @@ export interface operations {
     getOpenApiJson: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of the copy the client holds (several may be listed, comma-separated; `*`
+                 *     matches any). When one names the current bytes, the answer is 304 Not Modified with no
+                 *     body.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiJson"];
+            304: components["responses"]["NotModified"];
             400: components["responses"]["BadRequest"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -16359,13 +16402,21 @@ export interface operations {
     getOpenApiYaml: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of the copy the client holds (several may be listed, comma-separated; `*`
+                 *     matches any). When one names the current bytes, the answer is 304 Not Modified with no
+                 *     body.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiYaml"];
+            304: components["responses"]["NotModified"];
             400: components["responses"]["BadRequest"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -16374,13 +16425,21 @@ export interface operations {
     getSchemaOpenApiJson: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of the copy the client holds (several may be listed, comma-separated; `*`
+                 *     matches any). When one names the current bytes, the answer is 304 Not Modified with no
+                 *     body.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiJson"];
+            304: components["responses"]["NotModified"];
             400: components["responses"]["BadRequest"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -16389,13 +16448,21 @@ export interface operations {
     getSchemaOpenApiYml: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of the copy the client holds (several may be listed, comma-separated; `*`
+                 *     matches any). When one names the current bytes, the answer is 304 Not Modified with no
+                 *     body.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
             200: components["responses"]["OpenApiYaml"];
+            304: components["responses"]["NotModified"];
             400: components["responses"]["BadRequest"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
@@ -18117,7 +18184,14 @@ export interface operations {
     getOrganizationLogo: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of the copy the client holds (several may be listed, comma-separated; `*`
+                 *     matches any). When one names the current bytes, the answer is 304 Not Modified with no
+                 *     body.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path: {
                 /** @description The organization's id. */
                 id: components["schemas"]["OrganizationId"];
@@ -18130,8 +18204,7 @@ export interface operations {
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
-                    /** @description A strong validator of the logo's bytes (their SHA-256). */
-                    ETag?: string;
+                    ETag: components["headers"]["ETag"];
                     /** @description The logo may be kept by the browser, not by shared caches. */
                     "Cache-Control"?: string;
                     /** @description Always `nosniff`, so browsers keep to the stored type. */
@@ -18146,6 +18219,7 @@ export interface operations {
                     "image/webp": string;
                 };
             };
+            304: components["responses"]["NotModified"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];

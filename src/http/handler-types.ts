@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { operations as Operations } from '../../generated/openapi';
 import type { OperationId, Tag, operations as table } from '../../generated/operations';
+import type { Representation } from './representation';
 
 /**
  * The handler contract, typed from the spec: what a handler receives (path, query and header
@@ -75,8 +76,14 @@ type Variant<S, M, B, H> = M extends 'text/event-stream'
   : M extends `${string}json`
     ? { status: S; body: B; headers?: H; contentType?: M }
     : { status: S; body: string | Uint8Array | Readable; contentType: string; contentLength?: number; headers?: H };
+/**
+ * Bytes that stay the same until replaced (a document, a logo): sent with an ETag, 304 when the
+ * client holds them, compressed when that pays (representation.ts). Its type must be one the
+ * response declares.
+ */
+type Stored<S, R> = R extends { content: unknown } ? { status: S; representation: Representation; headers?: ResultHeaders<R> } : never;
 type ResultOf<S, R> = R extends { content: infer C }
-  ? { [M in keyof C & string]: Variant<S, M, C[M], ResultHeaders<R>> }[keyof C & string]
+  ? { [M in keyof C & string]: Variant<S, M, C[M], ResultHeaders<R>> }[keyof C & string] | Stored<S, R>
   : { status: S; body?: undefined; headers?: ResultHeaders<R> };
 
 /** What a handler returns: one of the operation's success responses. */
@@ -90,6 +97,7 @@ export type AnyResult = {
   contentType?: string;
   contentLength?: number;
   events?: AsyncIterable<ServerSentEvent>;
+  representation?: Representation;
 };
 
 export type OperationHandler<K extends OperationId, Ctx> = (input: OperationInput<K>, ctx: Ctx) => Promise<OperationResult<K>>;

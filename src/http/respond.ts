@@ -8,6 +8,7 @@ import type { RenderedError } from './area';
 import { fromParserError } from './body';
 import { ApiError, errorBody } from './errors';
 import type { AnyResult, ServerSentEvent } from './handler-types';
+import { sendRepresentation } from './representation';
 
 /** What the middleware learns about a request once, for every later step to read. */
 export interface RequestState {
@@ -113,6 +114,7 @@ async function sendEvents(res: Response, events: AsyncIterable<ServerSentEvent>)
 
 /** Sends a handler's result: JSON, text or bytes, a stream, or server-sent events. */
 export async function sendResult(res: Response, result: AnyResult): Promise<void> {
+  if (result.representation) return sendRepresentation(res.req, res, result.representation, result.headers);
   res.status(result.status);
   for (const [name, value] of Object.entries(result.headers ?? {})) res.setHeader(name, value as string | number | readonly string[]);
   if (result.events) return sendEvents(res, result.events);

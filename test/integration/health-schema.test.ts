@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { get } from 'node:http';
+import { get, type IncomingHttpHeaders } from 'node:http';
+import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { newId } from '../../src/lib/ids';
@@ -86,6 +87,58 @@ describe('OpenAPI documents', () => {
   });
 });
 
+/** A GET as it travels (node:http, no decompression): status, headers and the bytes as sent. */
+function rawGet(path: string, headers: Record<string, string>): Promise<{ status: number; headers: IncomingHttpHeaders; bytes: Buffer }> {
+  return new Promise((resolve, reject) => {
+    get(`${t.url}${path}`, { headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, bytes: Buffer.concat(chunks) }));
+    }).on('error', reject);
+  });
+}
+
+describe('OpenAPI documents, cached and compressed', () => {
+  it('sends each document compressed as the client accepts it, each coding with its own ETag', async () => {
+    const plain = await rawGet('/openapi.json', { 'accept-encoding': 'identity' });
+    expect(plain.status).toBe(200);
+    expect(plain.headers['content-encoding']).toBeUndefined();
+    expect(Number(plain.headers['content-length'])).toBe(plain.bytes.length);
+    expect(JSON.parse(plain.bytes.toString()).openapi).toBe('3.1.0');
+    const br = await rawGet('/openapi.json', { 'accept-encoding': 'gzip, deflate, br' });
+    expect(br.headers['content-encoding']).toBe('br');
+    expect(br.headers.vary).toBe('Accept-Encoding');
+    expect(brotliDecompressSync(br.bytes).equals(plain.bytes)).toBe(true);
+    // The document is a megabyte; compressed, a small fraction of it.
+    expect(br.bytes.length).toBeLessThan(plain.bytes.length / 4);
+    const gz = await rawGet('/openapi.json', { 'accept-encoding': 'gzip;q=1, br;q=0' });
+    expect(gz.headers['content-encoding']).toBe('gzip');
+    expect(gunzipSync(gz.bytes).equals(plain.bytes)).toBe(true);
+    expect(new Set([plain.headers.etag, br.headers.etag, gz.headers.etag]).size).toBe(3);
+    const yaml = await rawGet('/openapi.yaml', { 'accept-encoding': 'br' });
+    expect(yaml.headers['content-type']).toMatch(/^application\/yaml/);
+    expect(YAML.parse(brotliDecompressSync(yaml.bytes).toString())).toEqual(JSON.parse(plain.bytes.toString()));
+  });
+
+  it('answers 304 without the bytes to a client that holds them, and 200 to one holding something else', async () => {
+    const first = await t.call('GET', '/openapi.json');
+    const etag = first.headers.get('etag') as string;
+    expect(etag).toMatch(/^"[A-Za-z0-9_-]+(-br|-gzip)?"$/);
+    const again = await t.call('GET', '/openapi.json', undefined, { headers: { 'if-none-match': etag } });
+    expect(again.status).toBe(304);
+    expect(again.text).toBe('');
+    expect(again.headers.get('etag')).toBe(etag);
+    // Several tags, weak ones and `*` match too.
+    expect((await t.call('GET', '/schema/openapi.json', undefined, { headers: { 'if-none-match': `"other", W/${etag}` } })).status).toBe(304);
+    expect((await t.call('GET', '/schema/openapi.json', undefined, { headers: { 'if-none-match': '*' } })).status).toBe(304);
+    const stale = await t.call('GET', '/openapi.json', undefined, { headers: { 'if-none-match': '"an-older-document"' } });
+    expect(stale.status).toBe(200);
+    expect(stale.body.openapi).toBe('3.1.0');
+    // The YAML document is another representation: the JSON one's tag does not name it.
+    expect((await t.call('GET', '/openapi.yaml', undefined, { headers: { 'if-none-match': etag } })).status).toBe(200);
+  });
+});
+
 describe('getApiReference', () => {
   it('serves a Redoc page that loads this document and only this deployment\'s scripts', async () => {
     const res = await t.call('GET', '/docs');
@@ -108,13 +161,18 @@ describe('getApiReference', () => {
     expect((await t.call('GET', '/openapi.json')).status).toBe(200);
   });
 
-  it('serves the Redoc bundle from the installed package', async () => {
+  it('serves the Redoc bundle from the installed package, compressed, and 304 to a browser that holds it', async () => {
     const res = await fetch(`${t.url}/docs/assets/redoc.standalone.js`);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    // Node's fetch asks for gzip and deflate.
+    expect(res.headers.get('content-encoding')).toBe('gzip');
     const body = await res.text();
     expect(body.length).toBeGreaterThan(500_000);
     expect(body).toContain('Redoc');
+    const held = await fetch(`${t.url}/docs/assets/redoc.standalone.js`, { headers: { 'if-none-match': res.headers.get('etag') as string } });
+    expect(held.status).toBe(304);
+    expect(await held.text()).toBe('');
   });
 
   it('answers other asset paths with the API\'s 404', async () => {

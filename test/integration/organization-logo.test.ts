@@ -143,6 +143,29 @@ describe('getOrganizationLogo', () => {
     expect((await download({ session: await t.factories.session(member) }, org.orgId)).status).toBe(200);
     expect((await download({}, org.orgId)).status).toBe(401);
   });
+
+  it('answers 304 to a browser holding the current logo, 200 once it was replaced, and 404 to an outsider who names its ETag', async () => {
+    const org = await t.factories.org();
+    const outsider = await t.factories.org();
+    const first = png(20, 20);
+    await upload(org, first, 'image/png');
+    const session = await t.factories.session(org.ownerId);
+    const etag = `"${sha256(first)}"`;
+    const held = await t.as({ session }).get(`/organization/${org.orgId}/logo`, { headers: { 'If-None-Match': etag } });
+    expect(held.status).toBe(304);
+    expect(held.headers.get('etag')).toBe(etag);
+    expect(held.headers.get('cache-control')).toBe('private, max-age=86400');
+    expect(held.text).toBe('');
+    // Images are not compressed again: one ETag whatever the client accepts.
+    const plain = await download({ token: org.token }, org.orgId);
+    expect([plain.headers.get('etag'), plain.headers.get('content-encoding')]).toEqual([etag, null]);
+    const outside = await t.call('GET', `/organization/${org.orgId}/logo`, undefined, { token: outsider.token, headers: { 'if-none-match': etag } });
+    expect(outside.status).toBe(404);
+    await upload(org, jpeg(30, 30), 'image/jpeg');
+    const replaced = await t.call('GET', `/organization/${org.orgId}/logo`, undefined, { session, headers: { 'if-none-match': etag } });
+    expect(replaced.status).toBe(200);
+    expect(replaced.headers.get('content-type')).toBe('image/jpeg');
+  });
 });
 
 describe('deleteOrganizationLogo', () => {

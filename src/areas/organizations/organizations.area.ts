@@ -1,4 +1,5 @@
 import { defineArea } from '../../http/area';
+import { Representation } from '../../http/representation';
 import { pageRequest } from '../../http/pagination';
 import * as apiTokens from './api-tokens.service';
 import * as billing from './organizations.billing';
@@ -30,10 +31,8 @@ export default defineArea({
       const image = await logo.readLogo(ctx, params.id);
       return {
         status: 200,
-        body: image.bytes,
-        contentType: image.contentType as 'image/png',
+        representation: new Representation(image.bytes, image.contentType, image.sha256),
         headers: {
-          ETag: `"${image.sha256}"`,
           'Cache-Control': 'private, max-age=86400',
           'X-Content-Type-Options': 'nosniff',
           'Content-Security-Policy': "default-src 'none'; sandbox",

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { RequestHandler } from 'express';
+import { Representation, sendRepresentation } from '../../http/representation';
 
 // Relative URLs, so the page also works behind a proxy that mounts the API under a prefix.
 const PAGE = `<!doctype html>
@@ -41,21 +42,19 @@ export function apiReferencePage(): string {
   return PAGE;
 }
 
-interface Asset {
-  body: Buffer;
-  type: string;
-}
-
-/** The page's two scripts, read once; any other /docs/assets/ path falls through to the API's 404. */
+/**
+ * The page's two scripts, read once (Redoc's is a megabyte: sent compressed, and 304 to a
+ * browser that holds it); any other /docs/assets/ path falls through to the API's 404.
+ */
 export function docsAssets(): RequestHandler {
-  const assets = new Map<string, Asset>([
-    ['/docs/assets/redoc.standalone.js', { body: readFileSync(require.resolve('redoc/bundles/redoc.standalone.js')), type: 'text/javascript; charset=utf-8' }],
-    ['/docs/assets/init.js', { body: Buffer.from(INIT), type: 'text/javascript; charset=utf-8' }],
+  const script = 'text/javascript; charset=utf-8';
+  const assets = new Map<string, Representation>([
+    ['/docs/assets/redoc.standalone.js', new Representation(readFileSync(require.resolve('redoc/bundles/redoc.standalone.js')), script)],
+    ['/docs/assets/init.js', new Representation(Buffer.from(INIT), script)],
   ]);
   return (req, res, next) => {
     const asset = req.method === 'GET' || req.method === 'HEAD' ? assets.get(req.path) : undefined;
     if (!asset) return next();
-    res.writeHead(200, { 'Content-Type': asset.type, 'Content-Length': asset.body.length, 'Cache-Control': 'public, max-age=3600' });
-    res.end(req.method === 'HEAD' ? undefined : asset.body);
+    sendRepresentation(req, res, asset, { 'Cache-Control': 'public, max-age=3600' }).catch(next);
   };
 }
