@@ -10980,6 +10980,60 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** @description Parameters of `tools/call`. */
+        McpToolsCallParams: {
+            /**
+             * @description A tool name from `tools/list`.
+             * @example github__search_issues
+             */
+            name: string;
+            /** @description The tool's arguments. */
+            arguments?: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description Request metadata; a `progressToken` here makes the server answer as an SSE stream with
+             *     `notifications/progress`. In the 2026-07-28 revision it also carries the protocol
+             *     version and client capabilities (`McpRequestMeta`).
+             */
+            _meta?: {
+                /** @description The token progress notifications carry. */
+                progressToken?: string | number;
+            } & {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The `tools/call` request. */
+        McpToolsCallRequest: components["schemas"]["JsonRpcRequest"] & {
+            /**
+             * @description Always `tools/call`.
+             * @enum {string}
+             */
+            method?: "tools/call";
+            params: components["schemas"]["McpToolsCallParams"];
+        };
+        /** @description Parameters of `tools/list`. */
+        McpToolsListParams: {
+            /** @description The `nextCursor` of the previous page. */
+            cursor?: string;
+            /** @description Request metadata; in the 2026-07-28 revision it carries the protocol version and client capabilities (`McpRequestMeta`), and the cursor alone keys a cached page. */
+            _meta?: {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The `tools/list` request. */
+        McpToolsListRequest: components["schemas"]["JsonRpcRequest"] & {
+            /**
+             * @description Always `tools/list`.
+             * @enum {string}
+             */
+            method?: "tools/list";
+            params?: components["schemas"]["McpToolsListParams"];
+        };
         /** @description The name and version of an MCP client or server. */
         McpImplementation: {
             /**
@@ -11086,60 +11140,6 @@ export interface components {
              * @enum {string}
              */
             method?: "ping";
-        };
-        /** @description Parameters of `tools/list`. */
-        McpToolsListParams: {
-            /** @description The `nextCursor` of the previous page. */
-            cursor?: string;
-            /** @description Request metadata; in the 2026-07-28 revision it carries the protocol version and client capabilities (`McpRequestMeta`), and the cursor alone keys a cached page. */
-            _meta?: {
-                [key: string]: unknown;
-            };
-        } & {
-            [key: string]: unknown;
-        };
-        /** @description The `tools/list` request. */
-        McpToolsListRequest: components["schemas"]["JsonRpcRequest"] & {
-            /**
-             * @description Always `tools/list`.
-             * @enum {string}
-             */
-            method?: "tools/list";
-            params?: components["schemas"]["McpToolsListParams"];
-        };
-        /** @description Parameters of `tools/call`. */
-        McpToolsCallParams: {
-            /**
-             * @description A tool name from `tools/list`.
-             * @example github__search_issues
-             */
-            name: string;
-            /** @description The tool's arguments. */
-            arguments?: {
-                [key: string]: unknown;
-            };
-            /**
-             * @description Request metadata; a `progressToken` here makes the server answer as an SSE stream with
-             *     `notifications/progress`. In the 2026-07-28 revision it also carries the protocol
-             *     version and client capabilities (`McpRequestMeta`).
-             */
-            _meta?: {
-                /** @description The token progress notifications carry. */
-                progressToken?: string | number;
-            } & {
-                [key: string]: unknown;
-            };
-        } & {
-            [key: string]: unknown;
-        };
-        /** @description The `tools/call` request. */
-        McpToolsCallRequest: components["schemas"]["JsonRpcRequest"] & {
-            /**
-             * @description Always `tools/call`.
-             * @enum {string}
-             */
-            method?: "tools/call";
-            params: components["schemas"]["McpToolsCallParams"];
         };
         /**
          * @description A JSON-RPC 2.0 notification: no `id`, no response; the server answers 202 with no body.
@@ -11258,7 +11258,7 @@ export interface components {
          *     a response.
          *     The server sends no requests, so a response from the client is accepted (202) and ignored.
          */
-        McpClientMessage: components["schemas"]["McpDiscoverRequest"] | components["schemas"]["McpInitializeRequest"] | components["schemas"]["McpPingRequest"] | components["schemas"]["McpToolsListRequest"] | components["schemas"]["McpToolsCallRequest"] | components["schemas"]["JsonRpcRequest"] | components["schemas"]["JsonRpcNotification"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
+        McpClientMessage: components["schemas"]["McpToolsCallRequest"] | components["schemas"]["McpToolsListRequest"] | components["schemas"]["McpDiscoverRequest"] | components["schemas"]["McpInitializeRequest"] | components["schemas"]["McpPingRequest"] | components["schemas"]["JsonRpcRequest"] | components["schemas"]["JsonRpcNotification"] | components["schemas"]["JsonRpcResultResponse"] | components["schemas"]["JsonRpcErrorResponse"];
         /**
          * @description The body of a POST: one JSON-RPC message, or (only with `MCP-Protocol-Version`
          *     `2025-03-26`, or none) a JSON array of them, a batch.
