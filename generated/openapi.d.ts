@@ -3819,7 +3819,8 @@ export interface paths {
          *     no session: the response carries no `Mcp-Session-Id`, and a request does not need to
          *     follow an `initialize`. Any other header value is answered with 400: -32022 as above
          *     when the body carries 2026-07-28 `_meta`, otherwise -32000 naming the supported
-         *     revisions. `server/discover` is served in these revisions too, in its 2026-07-28 shape.
+         *     revisions. A request whose `_meta` names a revision other than the header's gets 400
+         *     with -32020, as in 2026-07-28. `server/discover` is served in these revisions too, in its 2026-07-28 shape.
          *
          *     **Methods.** `server/discover`, `initialize`, `ping` (the last two in the handshake
          *     revisions), `tools/list` (the user toolbox's tools, minus those a

@@ -191,6 +191,8 @@ export class UpstreamSession {
       return { isError: true, content: [{ type: 'text', text: `The upstream refused the call: ${error.message}` }] };
     }
     if (!isObject(answer.result)) throw new NotMcpAnswer('tools/call was answered with a result that is not an object');
+    const problem = toolResultProblem(answer.result);
+    if (problem) throw new NotMcpAnswer(`tools/call was answered with a result MCP clients cannot read: ${problem}`);
     return answer.result as UpstreamCallResult;
   }
 
@@ -328,6 +330,37 @@ export class UpstreamSession {
 
 function isResponse(message: unknown, id: JsonRpcId): message is JsonRpcMessage {
   return isObject(message) && message.id === id && message.method === undefined && ('result' in message || 'error' in message);
+}
+
+const isString = (value: unknown): value is string => typeof value === 'string';
+
+/** What each content block type must carry for an MCP client (the SDK's ContentBlock) to read it. */
+const CONTENT_BLOCKS: Record<string, (block: Record<string, unknown>) => boolean> = {
+  text: (b) => isString(b.text),
+  image: (b) => isString(b.data) && isString(b.mimeType),
+  audio: (b) => isString(b.data) && isString(b.mimeType),
+  resource_link: (b) => isString(b.uri) && isString(b.name),
+  resource: (b) => isObject(b.resource) && isString(b.resource.uri) && (isString(b.resource.text) || isString(b.resource.blob)),
+};
+
+/**
+ * Why a `tools/call` result is not one clients read (CallToolResult: content blocks of the
+ * known types, `isError` a boolean, `structuredContent` an object), or null. The result is
+ * passed through unparsed, so this is what stands in for the SDK's schema: a result a client
+ * would refuse whole becomes a tool error the model can act on.
+ */
+function toolResultProblem(result: Record<string, unknown>): string | null {
+  if (result.isError !== undefined && typeof result.isError !== 'boolean') return 'isError is not a boolean';
+  if (result.structuredContent !== undefined && !isObject(result.structuredContent)) return 'structuredContent is not an object';
+  if (result.content === undefined) return null;
+  if (!Array.isArray(result.content)) return 'content is not an array';
+  for (const [i, block] of result.content.entries()) {
+    const type = isObject(block) ? block.type : undefined;
+    const check = isString(type) && Object.hasOwn(CONTENT_BLOCKS, type) ? CONTENT_BLOCKS[type] : undefined;
+    if (!check) return `content[${i}] is of no known type (${JSON.stringify(type ?? null).slice(0, 40)})`;
+    if (!check(block as Record<string, unknown>)) return `content[${i}] (${type}) lacks what its type carries`;
+  }
+  return null;
 }
 
 function errorOf(error: unknown): JsonRpcErrorAnswer | NotMcpAnswer {

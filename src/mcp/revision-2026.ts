@@ -64,7 +64,13 @@ export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
   });
   const header = headers.version;
 
-  if (header !== undefined && (HANDSHAKE_VERSIONS as readonly string[]).includes(header)) return { era: 'handshake', version: header };
+  if (header !== undefined && (HANDSHAKE_VERSIONS as readonly string[]).includes(header)) {
+    // A client speaking 2026-07-28 in _meta must say so in the header too (the revision's MUST).
+    if (isRequest && metaVersion !== undefined && metaVersion !== header) {
+      return refuse(400, HEADER_MISMATCH, `Header mismatch: MCP-Protocol-Version header value '${header}' does not match _meta value '${String(metaVersion)}'`);
+    }
+    return { era: 'handshake', version: header };
+  }
   if (header === undefined) {
     if (isRequest && metaVersion !== undefined) {
       return refuse(400, HEADER_MISMATCH, `Header mismatch: MCP-Protocol-Version header is missing; _meta names ${String(metaVersion)}`);

@@ -285,6 +285,26 @@ describe('synthetic tools', () => {
       await client.close();
     }
   });
+
+  it('lists a synthetic tool whose schema has boolean properties to SDK clients, as the objects they mean', async () => {
+    const admin = t.as({ token: org.token, org: org.orgId });
+    const created = await admin.post('/synthetic-tool', {
+      name: 'loose_echo',
+      description: 'Echoes; takes anything beside the text.',
+      input_schema: { type: 'object', properties: { text: { type: 'string' }, anything: true, nothing: false }, required: ['text'] },
+      steps: [{ id: 'one', tool: { connector_slug: crm, name: 'echo' }, arguments: { text: { $input: '/text' } } }],
+    });
+    expect(created.status).toBe(201);
+    const toolbox = await insertToolbox(t, org.orgId, { entries: [{ synthetic_tool_id: created.body.id }], principal: { type: 'user', id: aliceId } });
+    const server = await mint(org.orgId, aliceId, `utbx_dyn_tbx_${toolbox.slice('tbx_'.length)}`, 'Alice loose');
+    const client = await connect(server);
+    try {
+      const [tool] = (await client.listTools()).tools;
+      expect(tool?.inputSchema.properties).toEqual({ text: { type: 'string' }, anything: {}, nothing: { not: {} } });
+    } finally {
+      await client.close();
+    }
+  });
 });
 
 describe('the transport, raw', () => {
@@ -365,6 +385,53 @@ describe('the transport, raw', () => {
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 'slow-77', result: { content: [{ type: 'text', text: 'The call was cancelled.' }], isError: true } });
     expect(Date.now() - started).toBeLessThan(2500);
+  });
+
+  it('never cancels a call of another client that happens to use the same request id', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}`, 'MCP-Protocol-Version': '2025-11-25' };
+    const slow = { jsonrpc: '2.0', id: 'same-5', method: 'tools/call', params: { name: 'crm__slow', arguments: {} } };
+    const first = post(serverA.id, slow, auth);
+    const second = post(serverA.id, slow, auth);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const cancel = await post(serverA.id, { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'same-5', reason: 'user' } }, auth);
+    expect(cancel.status).toBe(202);
+    // Which of the two the client meant cannot be told: both run on (to the test upstream deadline, 3 s).
+    for (const res of await Promise.all([first, second])) {
+      const body = (await res.json()) as { result: CallToolResult };
+      expect(body.result.isError).toBe(true);
+      expect(textOf(body.result)).toMatch(/did not answer in time/);
+    }
+  }, 15_000);
+
+  it('tells 2025-03-26 clients what their revision reads: the title in annotations, resource links as text', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}` };
+    const old = { ...auth, 'MCP-Protocol-Version': '2025-03-26' };
+    type Listed = { result: { tools: { name: string; title?: string; annotations?: Record<string, unknown> }[] } };
+    const listed = (await (await post(serverA.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, old)).json()) as Listed;
+    const links = listed.result.tools.find((tool) => tool.name === 'every__get-resource-links');
+    expect(links?.annotations).toMatchObject({ title: 'Get Resource Links Tool', readOnlyHint: true });
+    const newer = (await (await post(serverA.id, { jsonrpc: '2.0', id: 2, method: 'tools/list' }, { ...auth, 'MCP-Protocol-Version': '2025-11-25' })).json()) as Listed;
+    expect(newer.result.tools.find((tool) => tool.name === 'every__get-resource-links')?.annotations).not.toHaveProperty('title');
+
+    type Called = { result: { content: { type: string; text?: string; uri?: string }[] } };
+    const call = { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'every__get-resource-links', arguments: { count: 2 } } };
+    const then = (await (await post(serverA.id, call, old)).json()) as Called;
+    expect(then.result.content.map((block) => block.type)).toEqual(['text', 'text', 'text']);
+    expect(then.result.content[1]?.text).toMatch(/^Blob Resource 1: \S+:\/\//);
+    const now = (await (await post(serverA.id, call, { ...auth, 'MCP-Protocol-Version': '2025-11-25' })).json()) as Called;
+    expect(now.result.content.map((block) => block.type)).toEqual(['text', 'resource_link', 'resource_link']);
+    expect(then.result.content[2]?.text).toContain(now.result.content[2]?.uri as string);
+  });
+
+  it('names the server in initialize by the revision agreed on, which clients send no header for', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}` };
+    const init = (protocolVersion: string) => ({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion, capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+    type Initialized = { result: { protocolVersion: string; serverInfo: Record<string, unknown> } };
+    const newer = (await (await post(serverA.id, init('2025-06-18'), auth)).json()) as Initialized;
+    expect(newer.result).toMatchObject({ protocolVersion: '2025-06-18', serverInfo: { name: 'mcp-control-plane', title: 'Alice all' } });
+    const old = (await (await post(serverA.id, init('2025-03-26'), auth)).json()) as Initialized;
+    expect(old.result.protocolVersion).toBe('2025-03-26');
+    expect(old.result.serverInfo).not.toHaveProperty('title');
   });
 
   it('lists no tools on an unavailable server and refuses its calls with -32602', async () => {

@@ -299,7 +299,7 @@ async function startScriptedUpstream(redirectTo: () => string) {
       }
       if (body.method === 'tools/list') {
         const schema = { type: 'object', properties: {} };
-        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: ['stream', 'moved', 'hang', 'huge'].map((name) => ({ name, inputSchema: schema })) } });
+        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: ['stream', 'moved', 'hang', 'huge', 'malformed', 'odd_flag'].map((name) => ({ name, inputSchema: schema })) } });
       }
       if (body.method !== 'tools/call') return sendJson(res, 200, { jsonrpc: '2.0', id, error: { code: -32601, message: 'Method not found' } });
       if (params.name === 'moved') return void res.writeHead(307, { location: redirectTo() }).end();
@@ -307,6 +307,9 @@ async function startScriptedUpstream(redirectTo: () => string) {
         res.writeHead(200, { 'content-type': 'application/json' });
         return void res.end(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"text","text":"${HUGE}"}]}}`);
       }
+      // Results no MCP client reads: a content type that does not exist, an isError that is not a boolean.
+      if (params.name === 'malformed') return sendJson(res, 200, { jsonrpc: '2.0', id, result: { content: [{ type: 'html', html: '<b>hi</b>' }] } });
+      if (params.name === 'odd_flag') return sendJson(res, 200, { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: 'ok' }], isError: 'no' } });
       if (params.name === 'hang') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': working\n\n');
       // `stream`: events in CRLF and LF, one of them split across two writes.
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
@@ -408,6 +411,26 @@ describe('the pooled session’s own client', () => {
     const lastCall = scripted.seen.filter((r) => r.body?.method === 'tools/call').pop()!;
     expect((lastCall.body?.params as { _meta?: unknown })._meta).toBeUndefined();
   }, 20_000);
+
+  it('turns a result no MCP client could read into a tool error, and keeps the session', async () => {
+    const opened = scripted.seen.filter((r) => r.body?.method === 'initialize').length;
+    for (const [name, problem] of [['malformed', /content\[0\] is of no known type/], ['odd_flag', /isError is not a boolean/]] as const) {
+      const result = await call(t, server, `script__${name}`);
+      expect(result.isError).toBe(true);
+      expect(result.content[0]?.text).toContain('Scripted could not be reached or did not answer');
+      // The operator's detail is in the tool-call record, written off the answer's path (asked again for up to 5 s).
+      const record = () => t.db.selectFrom('tool_call_records').select(['outcome', 'error']).where('mcp_server_id', '=', server.id).where('tool_name', '=', `script__${name}`).executeTakeFirst();
+      let row = await record();
+      for (let i = 0; !row && i < 100; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        row = await record();
+      }
+      expect(row?.outcome).toBe('unavailable');
+      expect(row?.error).toMatch(problem);
+    }
+    expect((await call(t, server, 'script__stream')).isError).toBeFalsy();
+    expect(scripted.seen.filter((r) => r.body?.method === 'initialize').length).toBe(opened);
+  });
 
   it('does not follow a redirect', async () => {
     const before = peer.peer.seen.length;

@@ -8,7 +8,9 @@ const headers = (version: string | undefined, method?: string, name?: string) =>
 
 describe('eraOf', () => {
   it('keeps the handshake era for handshake headers, and for no header without 2026 _meta', () => {
-    expect(eraOf(headers('2025-06-18'), request('tools/list'), 'req_1')).toEqual({ era: 'handshake', version: '2025-06-18' });
+    expect(eraOf(headers('2025-06-18'), { jsonrpc: '2.0', id: 1, method: 'tools/list' }, 'req_1')).toEqual({ era: 'handshake', version: '2025-06-18' });
+    const sameMeta = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: { 'io.modelcontextprotocol/protocolVersion': '2025-06-18' } } };
+    expect(eraOf(headers('2025-06-18'), sameMeta, 'req_1')).toEqual({ era: 'handshake', version: '2025-06-18' });
     expect(eraOf(headers(undefined), { jsonrpc: '2.0', id: 1, method: 'ping' }, 'req_1')).toEqual({ era: 'handshake', version: '2025-03-26' });
     expect(eraOf(headers(undefined), [{ jsonrpc: '2.0', id: 1, method: 'ping' }], 'req_1')).toEqual({ era: 'handshake', version: '2025-03-26' });
   });
@@ -24,6 +26,8 @@ describe('eraOf', () => {
     expect(code(eraOf(headers('2027-01-01', 'tools/list'), { ...request('tools/list'), params: { _meta: { ...meta, 'io.modelcontextprotocol/protocolVersion': '2027-01-01' } } }, 'r'))).toEqual([400, -32022]);
     expect(code(eraOf(headers('2027-01-01'), { jsonrpc: '2.0', id: 1, method: 'ping' }, 'r'))).toEqual([400, -32000]);
     expect(code(eraOf(headers(undefined, 'tools/list'), request('tools/list'), 'r'))).toEqual([400, -32020]);
+    // A handshake header with _meta naming another revision: the header must match _meta.
+    expect(code(eraOf(headers('2025-11-25', 'tools/list'), request('tools/list'), 'r'))).toEqual([400, -32020]);
     expect(code(eraOf(headers('2026-07-28', 'tools/list'), { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }, 'r'))).toEqual([400, -32602]);
     expect(code(eraOf(headers('2026-07-28', 'tools/list'), { jsonrpc: '2.0', id: 1, method: 'tools/list' }, 'r'))).toEqual([400, -32602]);
     expect(code(eraOf(headers('2026-07-28', 'tools/call', 'x__y'), request('tools/call', { name: 'a__b' }), 'r'))).toEqual([400, -32020]);

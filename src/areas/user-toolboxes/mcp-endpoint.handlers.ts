@@ -35,9 +35,19 @@ type Ctx = RequestContext;
 type Served = ServedTools & { readonly server: McpServerRow };
 type Result = { status: number; body?: unknown; events?: AsyncIterable<ServerSentEvent>; headers?: Record<string, string> };
 
-/** Calls in flight in this process, by MCP server and JSON-RPC id. */
-const inFlight = new Map<string, AbortController>();
+/**
+ * Calls in flight in this process, by MCP server and JSON-RPC id. Clients of one server number
+ * their requests alike (SDK clients count from 0) and the endpoint keeps no sessions to tell
+ * them apart: a `notifications/cancelled` stops a call only while it is the one call with that
+ * id, never a call of another client that happens to share it.
+ */
+const inFlight = new Map<string, Set<AbortController>>();
 const flightKey = (serverId: string, id: JsonRpcId) => `${serverId}\u0000${typeof id}:${String(id)}`;
+
+function cancelInFlight(serverId: string, id: JsonRpcId): void {
+  const calls = inFlight.get(flightKey(serverId, id));
+  if (calls?.size === 1) for (const call of calls) call.abort();
+}
 
 /** An answer the typed results do not cover (406, 403, 404, 400 for a batch): sent as it is. */
 const raw = (status: number, id: JsonRpcId | null, code: number, message: string, requestId: string): never =>
@@ -95,15 +105,27 @@ function mcpAnnotations(annotations: OfferedTool['annotations']): Record<string,
   return Object.keys(hints).length > 0 ? hints : undefined;
 }
 
+/**
+ * A schema whose `properties` hold boolean subschemas (`"x": true`, valid JSON Schema) with
+ * each as the object it means (`{}`, or `{"not": {}}` for false): clients of the handshake
+ * revisions (the SDKs among them) refuse a whole tools/list page over one such property.
+ */
+function withObjectProperties<S extends Record<string, unknown>>(schema: S): S {
+  const properties = schema.properties;
+  if (!properties || typeof properties !== 'object' || !Object.values(properties).some((p) => typeof p === 'boolean')) return schema;
+  const objects = Object.fromEntries(Object.entries(properties).map(([name, p]) => [name, p === true ? {} : p === false ? { not: {} } : p]));
+  return { ...schema, properties: objects };
+}
+
 function toMcpTool(tool: OfferedTool) {
   const annotations = mcpAnnotations(tool.annotations);
   return {
     name: tool.name,
     ...(tool.title ? { title: tool.title } : {}),
     ...(tool.description ? { description: tool.description } : {}),
-    inputSchema: tool.input_schema,
-    ...(tool.output_schema ? { outputSchema: tool.output_schema } : {}),
-    ...(annotations ? { annotations } : {}),
+    inputSchema: withObjectProperties(tool.input_schema),
+    ...(tool.output_schema ? { outputSchema: withObjectProperties(tool.output_schema) } : {}),
+    ...(annotations ? { annotations: annotations as Record<string, boolean | string> } : {}),
   };
 }
 
@@ -241,7 +263,9 @@ async function toolsCall(ctx: Ctx, served: Served, request: JsonRpcRequest, onpr
   const key = flightKey(server.id, request.id);
   // Stopped by the client's notifications/cancelled (inFlight) or by the client going away.
   const controller = new AbortController();
-  inFlight.set(key, controller);
+  const calls = inFlight.get(key) ?? new Set<AbortController>();
+  calls.add(controller);
+  inFlight.set(key, calls);
   const stopListening = ctx.whenGone(() => controller.abort());
   try {
     const outcome = await callOffered(ctx, served, tool, args as Record<string, unknown>, controller.signal, onprogress);
@@ -249,7 +273,8 @@ async function toolsCall(ctx: Ctx, served: Served, request: JsonRpcRequest, onpr
     return resultResponse(request.id, outcome.result as Record<string, unknown>);
   } finally {
     stopListening();
-    if (inFlight.get(key) === controller) inFlight.delete(key);
+    calls.delete(controller);
+    if (calls.size === 0 && inFlight.get(key) === calls) inFlight.delete(key);
   }
 }
 
@@ -262,7 +287,8 @@ async function answer(ctx: Ctx, served: Served, request: JsonRpcRequest, version
       return resultResponse(request.id, {
         protocolVersion,
         capabilities: { tools: { listChanged: false } },
-        serverInfo: { ...SERVER_INFO, ...(version === '2025-03-26' ? {} : { title: server.name }) },
+        // The revision agreed on here, not the header's: clients send no header with initialize.
+        serverInfo: { ...SERVER_INFO, ...(protocolVersion === '2025-03-26' ? {} : { title: server.name }) },
         instructions: `Tools of the MCP server "${server.name}".`,
       });
     }
@@ -271,12 +297,27 @@ async function answer(ctx: Ctx, served: Served, request: JsonRpcRequest, version
     case 'server/discover':
       return modernResponse(discover(request.id, server), serverInfoOf(server), { ttlMs: DISCOVER_TTL_MS });
     case 'tools/list':
-      return toolsList(ctx, served, request);
+      return toolsList(ctx, served, request, version === '2025-03-26' ? withTitleInAnnotations : undefined);
     case 'tools/call':
-      return toolsCall(ctx, served, request);
+      return version === '2025-03-26' ? withoutResourceLinks(await toolsCall(ctx, served, request)) : toolsCall(ctx, served, request);
     default:
       return errorResponse(request.id, METHOD_NOT_FOUND, `Method not found: ${request.method}`);
   }
+}
+
+/** 2025-03-26 has no tool `title`: its clients read a display name from `annotations.title`. */
+const withTitleInAnnotations = (tool: McpToolShape): McpToolShape => (tool.title ? { ...tool, annotations: { ...tool.annotations, title: tool.title } } : tool);
+
+/**
+ * 2025-03-26 has no `resource_link` content (later revisions added it, and clients of that
+ * revision refuse a result that carries one): each becomes a text block naming the resource.
+ */
+function withoutResourceLinks<R extends object>(response: R): R {
+  const result = (response as { result?: Record<string, unknown> }).result;
+  const content = result?.content;
+  if (!Array.isArray(content) || !content.some((block) => (block as { type?: unknown })?.type === 'resource_link')) return response;
+  const text = (block: Record<string, unknown>) => ({ type: 'text', text: `${typeof block.title === 'string' ? block.title : String(block.name ?? 'Resource')}: ${String(block.uri ?? '')}` });
+  return { ...response, result: { ...result, content: content.map((block) => ((block as { type?: unknown })?.type === 'resource_link' ? text(block as Record<string, unknown>) : block)) } };
 }
 
 const serverInfoOf = (server: McpServerRow): ServerInfo => ({ ...SERVER_INFO, title: server.name });
@@ -390,14 +431,19 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
       if (sorted.kind === 'request') requests.push(sorted.request);
       else if (sorted.kind === 'notification' && sorted.method === 'notifications/cancelled') {
         const id = sorted.params.requestId;
-        if (typeof id === 'string' || typeof id === 'number') inFlight.get(flightKey(server.id, id))?.abort();
+        if (typeof id === 'string' || typeof id === 'number') cancelInFlight(server.id, id);
       }
     }
     if (requests.length === 0) return { status: 202 };
     const only = requests[0] as JsonRpcRequest;
     const progressToken = (only.params?._meta as { progressToken?: unknown } | undefined)?.progressToken;
     if (!batch && only.method === 'tools/call' && (typeof progressToken === 'string' || typeof progressToken === 'number')) {
-      const finish = era.era === 'modern' ? <R extends Parameters<typeof modernResponse>[0]>(r: R) => modernResponse(r, serverInfoOf(server)) : undefined;
+      const finish =
+      era.era === 'modern'
+        ? <R extends Parameters<typeof modernResponse>[0]>(r: R) => modernResponse(r, serverInfoOf(server))
+        : version === '2025-03-26'
+          ? withoutResourceLinks
+          : undefined;
       return { status: 200, events: streamed(ctx, served, only, progressToken, finish) };
     }
     if (era.era === 'modern') return (await answerModern(ctx, served, only)) as never;
