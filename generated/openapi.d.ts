@@ -10341,7 +10341,10 @@ export interface components {
         SyntheticToolDescription: string;
         /**
          * @description A JSON Schema (draft 2020-12) describing an object. `type` must be `object`; the server
-         *     checks the schema against the meta-schema on every write. At most 64 KiB.
+         *     checks the schema against the meta-schema on every write. At most 64 KiB. `pattern` and
+         *     `patternProperties` are matched with RE2 (time linear in the value): lookaround and
+         *     backreferences are not supported, and a schema using them is refused (400
+         *     `validation_failed`).
          * @example {
          *       "type": "object",
          *       "properties": {

@@ -364,6 +364,25 @@ describe('executing', () => {
     expect(up.peer.seen.length).toBe(mark);
   });
 
+  it('checks patterns in time linear in the argument (no backtracking to hold the server), and refuses ones RE2 cannot run', async () => {
+    const nested = await created(
+      lookupThenUpdate('pattern_check', {
+        input_schema: { ...ticketInput, properties: { ...ticketInput.properties, note: { type: 'string', pattern: '^(a+)+$' } } },
+      }),
+    );
+    // 40 a's and a "!": a backtracking engine tries 2^40 ways before it says no.
+    const started = Date.now();
+    const refused = await alice.execute(nested.id, { arguments: { ticket_id: 1, note: `${'a'.repeat(40)}!` } });
+    expectError(refused, 400, 'invalid_tool_arguments');
+    expect(refused.body.errors).toEqual([{ in: 'body', pointer: '/arguments/note', message: 'must match pattern "^(a+)+$"' }]);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect((await alice.execute(nested.id, { arguments: { ticket_id: 1, note: 'aaaa' } })).status).toBe(200);
+
+    const lookahead = await owner.create(lookupThenUpdate('lookahead', { input_schema: { ...ticketInput, properties: { ...ticketInput.properties, note: { type: 'string', pattern: '^(?=a)' } } } }));
+    expectError(lookahead, 400, 'validation_failed');
+    expect(JSON.stringify(lookahead.body.errors)).toContain('does not compile');
+  });
+
   it('stops at the first failing step and names it; under continue the run goes on with defaults', async () => {
     const failing = await created({
       name: 'fails_first', description: 'Fails.', input_schema: ticketInput,
