@@ -66,7 +66,7 @@ export async function resolveConnector(db: Db, secrets: SecretBox, orgId: string
 export async function resolveConnectorForMember(db: Db, secrets: SecretBox, orgId: string, userId: string, slug: string): Promise<ResolvedConnector | null> {
   const found = await lookup(db, orgId, slug);
   if (!found) return null;
-  if (found.source === 'custom' && !(await memberSeesCustom(db, orgId, userId, slug))) return null;
+  if (!(await memberSees(db, orgId, userId, slug, found.source))) return null;
   return resolvedOf(secrets, orgId, slug, found);
 }
 
@@ -88,9 +88,20 @@ function resolvedOf(secrets: SecretBox, orgId: string, slug: string, found: NonN
  */
 export async function seesConnector(db: Executor, orgId: string, userId: string, slug: string): Promise<boolean> {
   const found = await lookup(db, orgId, slug);
-  if (!found) return false;
-  if (found.source === 'built_in') return true;
-  return memberSeesCustom(db, orgId, userId, slug);
+  return found !== null && memberSees(db, orgId, userId, slug, found.source);
+}
+
+/**
+ * Whether an active member sees the connector: a suspended or departed member sees none, so
+ * their connections serve nobody (a toolbox shared with others included), built-in or custom.
+ */
+function memberSees(db: Executor, orgId: string, userId: string, slug: string, source: 'custom' | 'built_in'): Promise<boolean> {
+  return source === 'custom' ? memberSeesCustom(db, orgId, userId, slug) : isActiveMember(db, orgId, userId);
+}
+
+async function isActiveMember(db: Executor, orgId: string, userId: string): Promise<boolean> {
+  const found = await db.selectFrom('memberships').select('user_id').where('org_id', '=', orgId).where('user_id', '=', userId).where('status', '=', 'active').executeTakeFirst();
+  return found !== undefined;
 }
 
 /** Whether an active member sees a custom connector by their roles: `connector:manage`, or a share. */
