@@ -18187,7 +18187,13 @@ export interface operations {
     };
     getOrganizationLogo: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description The logo's version, as `logo_url` carries it so that a new logo gets a new URL past
+                 *     browser caches. Ignored: the current logo is sent whatever it says.
+                 */
+                v?: string;
+            };
             header?: {
                 /**
                  * @description The `ETag` of the copy the client holds (several may be listed, comma-separated; `*`

@@ -69,8 +69,11 @@ describe('uploadOrganizationLogo', () => {
     expect(got.headers.get('content-security-policy')).toBe("default-src 'none'; sandbox");
     expect(got.headers.get('cache-control')).toBe('private, max-age=86400');
     expect(got.headers.get('etag')).toBe(`"${sha256(bytes)}"`);
-    // Through the spec checker as well.
+    // Through the spec checker as well, at the logo_url the API hands out (its ?v= included).
     expect((await t.as({ session }).get(`/organization/${org.orgId}/logo`)).status).toBe(200);
+    const atUrl = await t.call('GET', res.body.logo_url, undefined, { session });
+    expect(atUrl.status).toBe(200);
+    expect(atUrl.headers.get('content-type')).toBe('image/png');
     expect((await download({ token: org.token }, org.orgId)).status).toBe(200);
 
     const [entry] = await t.factories.auditEntries(org.orgId, 'organization.logo_updated');
