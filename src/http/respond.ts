@@ -4,6 +4,7 @@ import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { PresentedCredential } from '../auth/credentials';
 import { isDatabaseUnavailable } from '../db/unavailable';
+import { isUnstorableText } from '../db/unstorable';
 import type { RenderedError } from './area';
 import { fromParserError } from './body';
 import { ApiError, errorBody } from './errors';
@@ -48,6 +49,9 @@ export type ErrorRenderer = (operationId: string, error: ApiError, requestId: st
 export function sendError(req: Request, res: Response, err: unknown, render?: ErrorRenderer): void {
   const state = requestState(req);
   let error = err instanceof ApiError ? err : fromParserError((err ?? {}) as { type?: string });
+  if (!error && isUnstorableText(err)) {
+    error = new ApiError('validation_failed', 'A text value in the request contains the NUL character (U+0000), which cannot be stored; remove it and send the request again.');
+  }
   if (!error && isDatabaseUnavailable(err)) {
     state.log.error({ err }, 'request failed: the database cannot be reached');
     error = new ApiError('service_unavailable', 'The database cannot be reached right now; retry shortly.', { headers: { 'Retry-After': '5' } });

@@ -325,6 +325,22 @@ describe('request bodies', () => {
     expect(zipped.body.name).toBe('Zipped');
   });
 
+  it('answers 400 validation_failed, changing nothing, for a NUL character text cannot hold (body or query), and for a cursor past its range', async () => {
+    const { token, orgId } = await t.factories.org();
+    const client = t.as({ token, org: orgId });
+    const team = await t.call('POST', '/team', { name: 'a\u0000b' }, { token, org: orgId });
+    expectError(team, 400, 'validation_failed');
+    expect(team.body.detail).toContain('NUL');
+    expect((await client.get('/team')).body?.data).toEqual([]);
+    const destination = await t.call('POST', LIST, { name: 'Ops\u0000', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] }, { token, org: orgId });
+    expectError(destination, 400, 'validation_failed');
+    expectError(await t.call('GET', '/member?q=a%00b', undefined, { token, org: orgId }), 400, 'validation_failed');
+    // A member cursor whose time has more digits than a bigint holds.
+    const cursor = Buffer.from(`99999999999999999999~${newId('user')}`).toString('base64url');
+    const far = await t.call('GET', `/member?cursor=${cursor}`, undefined, { token, org: orgId });
+    expect(far.status).toBe(400);
+  });
+
   it('answers 415 unsupported_media_type for a text/plain body on a JSON operation', async () => {
     const { token, orgId } = await t.factories.org();
     const res = await t.as({ token, org: orgId }).post(LIST, undefined, { raw: '{"name":"Ops"}', headers: { 'content-type': 'text/plain' } });

@@ -434,6 +434,17 @@ describe('the transport, raw', () => {
     expect(old.result.serverInfo).not.toHaveProperty('title');
   });
 
+  it('records a call whose tool name carries a NUL character, with the character replaced (the batch it rides in is written)', async () => {
+    const auth = { Authorization: `Bearer ${serverB.token}` };
+    const odd = await post(serverB.id, { jsonrpc: '2.0', id: 'nul-1', method: 'tools/call', params: { name: 'crm__who\u0000ami', arguments: {} } }, auth);
+    expect(await odd.json()).toMatchObject({ id: 'nul-1', error: { code: -32602 } });
+    const fine = await post(serverB.id, { jsonrpc: '2.0', id: 'nul-2', method: 'tools/call', params: { name: 'crm__whoami', arguments: {} } }, auth);
+    expect(fine.status).toBe(200);
+    const rows = await recordsOf(serverB.id, (all) => all.some((r) => r.jsonrpc_id === 'nul-1') && all.some((r) => r.jsonrpc_id === 'nul-2'));
+    expect(rows.find((r) => r.jsonrpc_id === 'nul-1')).toMatchObject({ tool_name: 'crm__who\uFFFDami', outcome: 'refused' });
+    expect(rows.find((r) => r.jsonrpc_id === 'nul-2')).toMatchObject({ outcome: 'succeeded' });
+  });
+
   it('lists no tools on an unavailable server and refuses its calls with -32602', async () => {
     const server = await mint(org.orgId, aliceId, 'utbx_dyn_all', 'Alice gone');
     await t.db.updateTable('mcp_servers').set({ status: 'unavailable' }).where('id', '=', server.id).execute();

@@ -45,7 +45,7 @@ async function present(ctx: RequestContext, rows: repo.MemberRow[]): Promise<Mem
 const eventMember = (row: repo.MemberRow) => ({ user_id: row.user_id, email: row.email, name: row.name });
 
 // The cursor carries the last member's joining time (microseconds) and user id: members are listed in the order they joined.
-const KEY = /^(\d{1,20})~(usr_[0-7][0-9a-hjkmnp-tv-z]{25})$/;
+const KEY = /^(\d{1,16})~(usr_[0-7][0-9a-hjkmnp-tv-z]{25})$/;
 
 export async function list(
   ctx: RequestContext,

@@ -116,7 +116,7 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
 }
 
 // The cursor carries the last entry's time of addition (microseconds) and user id: members are listed in the order they were added.
-const KEY = /^(\d{1,20})~(usr_[0-7][0-9a-hjkmnp-tv-z]{25})$/;
+const KEY = /^(\d{1,16})~(usr_[0-7][0-9a-hjkmnp-tv-z]{25})$/;
 
 export async function listMembers(ctx: RequestContext, id: string, query: { limit?: number; cursor?: string }): Promise<Page<TeamMember>> {
   const page = keyedPageRequest(query, (key) => KEY.test(key));

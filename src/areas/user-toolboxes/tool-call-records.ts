@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Db } from '../../db/database';
+import { storableText } from '../../db/unstorable';
 import type { NewRow } from '../../db/schema';
 
 /**
@@ -26,13 +27,22 @@ interface Buffer {
 const buffers = new Map<Db, Buffer>();
 
 /** Buffers one record; its `created_at` is when the call ended, not when the batch is written. */
+function storable(row: ToolCallRecord): ToolCallRecord {
+  const values = Object.values(row);
+  if (!values.some((value) => typeof value === 'string' && value.includes('\u0000'))) return row;
+  const copy = { ...row } as Record<string, unknown>;
+  for (const [name, value] of Object.entries(copy)) if (typeof value === 'string') copy[name] = storableText(value);
+  return copy as unknown as ToolCallRecord;
+}
+
 export function recordToolCall(db: Db, logger: Logger, row: ToolCallRecord): void {
   let buffer = buffers.get(db);
   if (!buffer) {
     buffer = { rows: [], timer: null, writing: new Set(), logger };
     buffers.set(db, buffer);
   }
-  buffer.rows.push(row);
+  // One row PostgreSQL refuses would lose the whole batch: a client's tool name with a NUL in it included.
+  buffer.rows.push(storable(row));
   if (buffer.rows.length >= BATCH_MAX) write(db, buffer);
   else buffer.timer ??= setTimeout(() => write(db, buffer), FLUSH_AFTER_MS);
 }
