@@ -6,6 +6,7 @@
 // upgrade fails loudly at boot instead of misrouting or mis-validating quietly.
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
+import { fullFormats } from 'ajv-formats/dist/formats';
 import type { ErrorObject } from 'ajv';
 import * as library from 'openapi-backend';
 import { OpenAPIBackend, OpenAPIValidator, type Operation, type Request as BackendRequest } from 'openapi-backend';
@@ -245,6 +246,14 @@ function splitPath(path: string): string[] {
   return trimmed.split('/').slice(1);
 }
 
+/**
+ * RFC 3339 date-times that JavaScript can also read: RFC 3339 allows a leap second (`23:59:60`),
+ * which Date cannot represent (Invalid Date), and a handler then fails on it with a 500.
+ * Refused here as any other bad date-time (400 validation_failed).
+ */
+const rfc3339 = fullFormats['date-time'] as { validate: (value: string) => boolean; compare: (a: string, b: string) => number | undefined };
+const dateTime = { type: 'string' as const, validate: (value: string) => rfc3339.validate(value) && !Number.isNaN(Date.parse(value)), compare: rfc3339.compare };
+
 export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecValidator> {
   checkOpenApiBackend();
   if (!patched) {
@@ -268,6 +277,7 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
     customizeAjv: (_original, options) => {
       const ajv = new Ajv2020({ ...options, allErrors: true, strict: false, discriminator: true });
       addFormats(ajv);
+      ajv.addFormat('date-time', dateTime);
       return ajv as any;
     },
   });
