@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { OutboundRefused, OutboundSession, type OutboundLimits } from './outbound';
+import { OutboundRefused, OutboundSession, refuseUrl, type OutboundLimits } from './outbound';
 
 /**
  * The server as an OAuth client of upstream providers, for connections: discovery of the
@@ -178,6 +178,12 @@ export async function discoverProvider(mcpUrl: string, limits: OutboundLimits, c
   const token = str(metadata?.token_endpoint);
   if (!metadata || !authorize || !token) {
     throw new OAuthFailure('unreachable', null, 'The MCP server does not say where to authorize (no usable OAuth metadata).', `no authorization server metadata for ${issuer}`);
+  }
+  // The member's browser is sent there: never a javascript: or data: URL an upstream names, nor
+  // plain http to a public host (the guard's rule for the server's own calls).
+  const refusal = refuseUrl(authorize, limits.policy);
+  if (refusal) {
+    throw new OAuthFailure('unreachable', null, `The authorization server's authorization endpoint ${refusal}.`, `${issuer} names authorization_endpoint ${JSON.stringify(authorize.slice(0, 200))}, which ${refusal}`);
   }
   const methods = Array.isArray(metadata.code_challenge_methods_supported) ? metadata.code_challenge_methods_supported : null;
   if (methods && !methods.includes('S256')) {

