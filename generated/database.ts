@@ -159,6 +159,7 @@ export interface McpServers {
   expires_at: Timestamp | null;
   id: string;
   last_used_at: Timestamp | null;
+  minted_by_token_id: string | null;
   name: string;
   org_id: string;
   owner_user_id: string;

@@ -3827,9 +3827,12 @@ export interface paths {
          *     restriction denies to the owner), `tools/call` (forwards to the upstream MCP server
          *     through the connection's own credentials, never the client's token, or runs a synthetic
          *     tool), and the notifications `notifications/initialized` and `notifications/cancelled`.
-         *     Synthetic tools are listed and run only while the owner holds `synthetic_tool:execute`,
-         *     the permission `POST /synthetic-tool/{id}/execute` needs; restrictions apply to them as
-         *     there (one naming the synthetic tool, or matching a tool one of its steps calls).
+         *     Upstream tools are listed and called only while the owner holds `connection:use` (calling
+         *     tools through connections), synthetic tools only while they hold
+         *     `synthetic_tool:execute`, the permission `POST /synthetic-tool/{id}/execute` needs; with
+         *     an MCP server token minted by an API token, within that token's permissions too.
+         *     Restrictions apply to synthetic tools as there (one naming the synthetic tool, or
+         *     matching a tool one of its steps calls).
          *     Tool names join the connector slug and the tool name, `<connector_slug>__<tool>`
          *     (see `McpTool`). Other methods get the JSON-RPC error -32601 (in a 200, or a 404 in
          *     2026-07-28). A tool that fails, is held for approval,
@@ -4060,7 +4063,11 @@ export interface paths {
          *     this response only; the server keeps a hash of it and shows `token_hint` afterwards.
          *     An MCP client can use the token (`Authorization: Bearer mcpt_…`), or the URL alone and
          *     go through OAuth (the endpoint's 401 points it to the protected-resource metadata). Every
-         *     request acts as the caller. Needs `mcp_server:manage`. Records the audit action
+         *     request acts as the caller: minted with a session, with the caller's own permissions as
+         *     they are at the time of each request; minted with an API token, within that token's
+         *     permissions too, and only while the token is valid (revoking it or its expiry stops the
+         *     MCP server's token; rotating the MCP server's token moves it to whoever rotates).
+         *     Needs `mcp_server:manage`. Records the audit action
          *     `mcp_server.created` (never the token). Emits no event.
          *
          *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
@@ -4165,7 +4172,9 @@ export interface paths {
          * @description Replaces the MCP server's token with a new one, shown in this response only. The old
          *     token stops working at once, also inside sessions it opened (their next request gets
          *     401). The URL, expiry and OAuth tokens issued for the URL are not affected (revoke
-         *     those with `POST /oauth/revoke`, or delete the server). Takes no body. Needs
+         *     those with `POST /oauth/revoke`, or delete the server). The new token acts as the
+         *     caller, as `createMcpServer` says (with an API token: within its permissions and while it
+         *     is valid). Takes no body. Needs
          *     `mcp_server:manage`. Records the audit action `mcp_server.token_rotated` (never the
          *     token) and emits `mcp_server.token_rotated`.
          *

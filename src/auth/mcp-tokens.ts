@@ -19,9 +19,11 @@ export function newMcpToken(): NewMcpToken {
 
 /**
  * The `mcpToken` security scheme for an MCP server's own token (`mcpt_…`): the MCP client
- * acts as the server's owner in the server's organization, with the owner's current
- * permissions (no ceiling of its own). Refused: an unknown token (also the one a rotation
- * replaced), an expired server, an owner who is no longer an active member. An `unavailable`
+ * acts as whoever minted the token (or last rotated it) in the server's organization: the
+ * owner with their current permissions when a session did; when an API token did, within that
+ * token's permissions and only while it is valid (a credential never mints one that outlives
+ * or outranks it). Refused: an unknown token (also the one a rotation replaced), an expired
+ * server, a revoked or expired minting API token, an owner who is no longer an active member. An `unavailable`
  * server (its dynamic user toolbox is gone) still authenticates: the endpoint answers it with
  * an empty `tools/list` (McpServerStatus). Remembered by the credential cache: `mcp_servers`
  * notifies on token, status, expiry and delete; memberships, roles and organizations already do.
@@ -40,13 +42,21 @@ export const mcpServerTokenAuthenticator: Authenticator = {
       .selectFrom('mcp_servers as s')
       .leftJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 's.org_id').onRef('m.user_id', '=', 's.owner_user_id'))
       .leftJoin('organizations as o', 'o.id', 's.org_id')
-      .select(['s.id', 's.org_id', 's.owner_user_id', 's.expires_at', 's.last_used_at', 'm.status', 'o.require_mfa', ...rolesHeld('m')])
+      .leftJoin('api_tokens as t', 't.id', 's.minted_by_token_id')
+      .select(['s.id', 's.org_id', 's.owner_user_id', 's.expires_at', 's.last_used_at', 's.minted_by_token_id', 'm.status', 'o.require_mfa', ...rolesHeld('m')])
+      .select(['t.permissions as token_permissions', 't.expires_at as token_expires_at', 't.revoked_at as token_revoked_at'])
       .where('s.token_hash', '=', hashSecret(credential.secret))
       .executeTakeFirst();
     if (!server) return { status: 'invalid', detail: 'The MCP server token is unknown, was rotated, or its server was deleted.' };
     if (server.expires_at && server.expires_at <= now) {
       return { status: 'invalid', detail: 'The MCP server has expired; its owner can move expires_at (PATCH /user-toolbox/{id}/mcp/{mcpId}).' };
     }
+    const mintedByToken = server.minted_by_token_id !== null;
+    if (mintedByToken && (server.token_revoked_at || !server.token_permissions || (server.token_expires_at && server.token_expires_at <= now))) {
+      return { status: 'invalid', detail: 'The API token that minted this MCP server token was revoked or has expired; its owner can rotate the MCP server token (POST /user-toolbox/{id}/mcp/{mcpId}/rotate-token).' };
+    }
+    // Remembered no longer than the earlier of the two expiries.
+    const expiresAt = [server.expires_at, mintedByToken ? server.token_expires_at : null].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
     if (server.status !== 'active' || server.require_mfa === null) {
       return { status: 'invalid', detail: inactiveMember(server.status === 'suspended' || server.status === 'removed' ? server.status : 'none', server.org_id, 'This MCP server’s owner’s') };
     }
@@ -60,8 +70,8 @@ export const mcpServerTokenAuthenticator: Authenticator = {
         mcpServerId: server.id,
         clientId: null,
         orgId: server.org_id,
-        expiresAt: server.expires_at,
-        access: { orgId: server.org_id, requireMfa: server.require_mfa, permissions: effectivePermissions(server, null) },
+        expiresAt,
+        access: { orgId: server.org_id, requireMfa: server.require_mfa, permissions: effectivePermissions(server, mintedByToken ? server.token_permissions : null) },
       },
     };
   },

@@ -259,6 +259,48 @@ describe('policy', () => {
   });
 });
 
+describe('an MCP server token minted by an API token', () => {
+  const list = async (server: { id: string; token: string }) => {
+    const res = await post(server.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { Authorization: `Bearer ${server.token}` });
+    return { status: res.status, names: res.status === 200 ? ((await res.json()) as { result: { tools: { name: string }[] } }).result.tools.map((tool) => tool.name) : [] };
+  };
+  const callWhoami = async (server: { id: string; token: string }) => {
+    const res = await post(server.id, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'crm__whoami', arguments: {} } }, { Authorization: `Bearer ${server.token}` });
+    return { status: res.status, body: res.status === 200 ? await res.json() : null };
+  };
+  const mintWith = async (token: string, name: string) => {
+    const res = await t.call('POST', '/user-toolbox/utbx_dyn_all/mcp', { name }, { token, org: org.orgId });
+    expect(res.status).toBe(201);
+    return { id: res.body.mcp_server.id as string, token: res.body.token as string };
+  };
+
+  it('acts within that token’s permissions: no connection:use, no upstream tools', async () => {
+    const narrow = await t.factories.token(org.orgId, aliceId, ['mcp_server:manage', 'mcp_server:view']);
+    const server = await mintWith(narrow, 'Narrow');
+    expect((await list(server)).names.filter((name) => name.startsWith('crm__'))).toEqual([]);
+    expect((await callWhoami(server)).body).toMatchObject({ error: { code: -32602 } });
+  });
+
+  it('works only while that token is valid; rotating with a session moves the token to the owner', async () => {
+    const token = await t.factories.token(org.orgId, aliceId, ['mcp_server:manage', 'mcp_server:view', 'connection:use']);
+    const server = await mintWith(token, 'Scripted');
+    expect((await callWhoami(server)).body).toMatchObject({ result: { structuredContent: { member: 'alice' } } });
+    const session = await t.factories.session(aliceId);
+    expect((await t.call('DELETE', `/api-token/${await t.factories.tokenId(token)}`, undefined, { session, org: org.orgId })).status).toBe(204);
+    expect((await callWhoami(server)).status).toBe(401);
+    const rotated = await t.call('POST', `/user-toolbox/utbx_dyn_all/mcp/${server.id}/rotate`, undefined, { session, org: org.orgId });
+    expect(rotated.status).toBe(200);
+    expect((await callWhoami({ id: server.id, token: rotated.body.token })).body).toMatchObject({ result: { structuredContent: { member: 'alice' } } });
+
+    // An API token past its expiry stops the servers it minted too.
+    const expiring = await t.factories.token(org.orgId, aliceId, ['mcp_server:manage', 'connection:use']);
+    const other = await mintWith(expiring, 'Expiring');
+    expect((await callWhoami(other)).status).toBe(200);
+    await t.db.updateTable('api_tokens').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', await t.factories.tokenId(expiring)).execute();
+    expect((await callWhoami(other)).status).toBe(401);
+  });
+});
+
 describe('synthetic tools', () => {
   it('lists and runs a synthetic tool of a toolbox shared with the owner', async () => {
     const admin = t.as({ token: org.token, org: org.orgId });

@@ -26,6 +26,7 @@ import { recordToolCall } from './tool-call-records';
 const SERVER_INFO = { name: 'mcp-control-plane', version: '0.1.0' };
 const PAGE_SIZE = 500;
 const SYNTHETIC_PERMISSION = 'synthetic_tool:execute';
+const UPSTREAM_PERMISSION = 'connection:use';
 /** A connection's `last_used_at` moves on a call only when it is older than this (or the last use failed). */
 const LAST_USED_PRECISION_MS = 60_000;
 
@@ -77,18 +78,29 @@ async function admit(ctx: Ctx, mcpId: string): Promise<Served | Result> {
 
 const isServed = (value: Served | Result): value is Served => value instanceof ServedTools;
 
-/** Whether the caller may run synthetic tools (they are listed and called only then). */
-const mayRunSynthetic = (ctx: Ctx): boolean => ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(SYNTHETIC_PERMISSION) ?? false);
+/** Whether the caller holds a permission (an MCP client: within the ceiling of whoever minted its token). */
+const holds = (ctx: Ctx, permission: string): boolean => ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(permission) ?? false);
 
-/** The tools the caller sees: what the server serves, synthetic tools only with synthetic_tool:execute. */
+/**
+ * Whether the caller may see and call a tool: an upstream tool with `connection:use` (calling
+ * tools through connections), a synthetic one with `synthetic_tool:execute`, as the API asks.
+ */
+function mayCall(ctx: Ctx, tool: OfferedTool): boolean {
+  return holds(ctx, tool.source.kind === 'synthetic' ? SYNTHETIC_PERMISSION : UPSTREAM_PERMISSION);
+}
+
+/** The tools the caller sees: what the server serves, of the kinds the caller may call. */
 function offeredTools(ctx: Ctx, served: ServedTools): readonly OfferedTool[] {
-  return mayRunSynthetic(ctx) ? served.tools : served.tools.filter((t) => t.source.kind !== 'synthetic');
+  const synthetic = holds(ctx, SYNTHETIC_PERMISSION);
+  const upstream = holds(ctx, UPSTREAM_PERMISSION);
+  if (synthetic && upstream) return served.tools;
+  return served.tools.filter((t) => (t.source.kind === 'synthetic' ? synthetic : upstream));
 }
 
 /** The tool a call names, if the caller sees it. */
 function offeredTool(ctx: Ctx, served: ServedTools, name: string): OfferedTool | undefined {
   const tool = served.byName.get(name);
-  return tool && (tool.source.kind !== 'synthetic' || mayRunSynthetic(ctx)) ? tool : undefined;
+  return tool && mayCall(ctx, tool) ? tool : undefined;
 }
 
 /**

@@ -83,7 +83,7 @@ export function update(
   db: Executor,
   orgId: string,
   id: string,
-  changes: { name?: string; expires_at?: Date | null; token_hash?: string; token_hint?: string; token_rotated_at?: Date },
+  changes: { name?: string; expires_at?: Date | null; token_hash?: string; token_hint?: string; token_rotated_at?: Date; minted_by_token_id?: string | null },
 ): Promise<McpServerRow | undefined> {
   return db.updateTable('mcp_servers').set({ ...changes, updated_at: new Date() }).where('org_id', '=', orgId).where('id', '=', id).returning(COLUMNS).executeTakeFirst();
 }

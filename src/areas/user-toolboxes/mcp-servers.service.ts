@@ -58,6 +58,13 @@ async function guardName<T>(name: string | undefined, run: () => Promise<T>): Pr
   }
 }
 
+/**
+ * The API token minting (or rotating) an MCP server's token, which then bounds it (its
+ * permissions, its validity: mcp-tokens.ts); null when a session does, and the owner's own
+ * permissions apply.
+ */
+const mintingToken = (ctx: RequestContext): string | null => (ctx.caller?.kind === 'api_token' ? ctx.caller.tokenId : null);
+
 /** 400 unless an expiry given is in the future; the Date to store (null: never). */
 function expiryOf(value: string | null | undefined): Date | null | undefined {
   if (value === undefined || value === null) return value;
@@ -109,7 +116,7 @@ export async function create(ctx: RequestContext, userToolboxId: string, body: C
       const id = newId('mcpServer');
       const inserted = await repo.insert(w.db, {
         id, org_id: ctx.orgId, user_toolbox_id: userToolboxId, owner_user_id: ctx.user, name: body.name,
-        token_hash: minted.hash, token_hint: minted.hint, expires_at: expiresAt,
+        token_hash: minted.hash, token_hint: minted.hint, expires_at: expiresAt, minted_by_token_id: mintingToken(ctx),
       });
       // Never the token, nor its hash.
       w.audit({ targetId: id, changes: { name: body.name, user_toolbox_id: userToolboxId, expires_at: iso(expiresAt) } });
@@ -151,7 +158,7 @@ export async function rotate(ctx: RequestContext, userToolboxId: string, id: str
     const row = await repo.findOwned(w.db, ctx.orgId, ctx.user, userToolboxId, id, true);
     if (!row) throw serverNotFound(userToolboxId, id);
     const rotatedAt = new Date();
-    const updated = await repo.update(w.db, ctx.orgId, id, { token_hash: minted.hash, token_hint: minted.hint, token_rotated_at: rotatedAt });
+    const updated = await repo.update(w.db, ctx.orgId, id, { token_hash: minted.hash, token_hint: minted.hint, token_rotated_at: rotatedAt, minted_by_token_id: mintingToken(ctx) });
     w.audit({ targetId: id, changes: { name: row.name, user_toolbox_id: row.user_toolbox_id, token_rotated_at: rotatedAt.toISOString() } });
     w.emit('mcp_server.token_rotated', { mcp_server: { id: row.id, name: row.name, user_toolbox_id: row.user_toolbox_id, owner_user_id: row.owner_user_id } });
     return updated!;
