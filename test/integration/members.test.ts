@@ -163,8 +163,12 @@ describe('updateMember: roles', () => {
     expect((await p.api.raw.get('/team')).status).toBe(200);
     expect((await p.api.raw.post('/team', { name: `T ${Date.now()}` })).body.code).toBe('missing_permission');
     const custom = await t.factories.customRole(org.orgId, ['team:manage', 'team:view']);
+    const before = (await t.call('GET', `/member/${p.userId}`, undefined, { token: org.token, org: org.orgId })).body.updated_at as string;
+    await new Promise((resolve) => setTimeout(resolve, 5));
     const res = await owner().update(p.userId, { role_ids: [org.roleIds.member, custom] });
     expect(res.status).toBe(200);
+    // updated_at is when the membership's status or roles last changed.
+    expect(Date.parse(res.body.updated_at)).toBeGreaterThan(Date.parse(before));
     expect(res.body.roles.map((r: { id: string }) => r.id)).toEqual([org.roleIds.member, custom].sort());
     expect(res.body.permissions).toContain('team:manage');
     expect((await p.api.raw.post('/team', { name: `T ${Date.now()}` })).status).toBe(201);

@@ -150,6 +150,8 @@ export async function replaceRoles(db: Executor, orgId: string, userId: string, 
     .values(roleIds.map((roleId) => ({ org_id: orgId, user_id: userId, role_id: roleId })))
     .onConflict((oc) => oc.columns(['org_id', 'user_id', 'role_id']).doNothing())
     .execute();
+  // Member.updated_at is when the membership (status, roles) last changed: the roles live beside it.
+  await db.updateTable('memberships').set({ updated_at: new Date() }).where('org_id', '=', orgId).where('user_id', '=', userId).execute();
 }
 
 export type StatusReason = Row<'memberships'>['status_reason'];
