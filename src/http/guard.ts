@@ -67,6 +67,9 @@ function authenticate(meta: OperationMeta, req: Request, credential: PresentedCr
   return chain(deps.beforeLookup(req), () =>
     chain(deps.credentials.authenticate(reader, credential, deps.db), (result) => {
       if (result.status === 'invalid') {
+        // Where a credential is optional, a browser's stale session cookie means signed out
+        // (a bad bearer token is still the caller's mistake to hear about).
+        if (meta.credentialOptional && credential.scheme === 'cookie') return null;
         return chain(deps.countFailure(req), () => {
           throw new ApiError('invalid_token', result.detail);
         });

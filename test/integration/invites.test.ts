@@ -443,6 +443,9 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
     const location = new URL(res.headers.get('location')!);
     expect(location.pathname).toBe('/sign-in');
     expect(location.searchParams.get('return_to')).toBe(new URL(link).pathname + new URL(link).search);
+    // A stale or unknown session cookie counts as signed out: the same redirect, not a 401.
+    const stale = await open(link, `cps_${'x'.repeat(43)}`);
+    expect([stale.status, stale.headers.get('location')]).toEqual([302, res.headers.get('location')]);
 
     const someoneElse = await t.factories.session(await t.factories.user());
     expect((await open(link, someoneElse)).headers.get('location')).toBe(`${t.url}/sign-in?error=invite_email_mismatch`);
