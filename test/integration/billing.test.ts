@@ -85,7 +85,7 @@ describe('createBillingCheckoutSession', () => {
     });
     expect(JSON.stringify(stripe.calls)).not.toContain(stripe.key);
     const [entry] = await t.factories.auditEntries(org.orgId, 'billing.checkout_started');
-    expect(entry).toMatchObject({ actor_type: 'api_token', target_type: 'organization', target_id: org.orgId, changes: { plan: 'team', billing_interval: 'year', seats: 20 } });
+    expect(entry).toMatchObject({ actor_type: 'api_token', target_type: 'billing', target_id: org.orgId, changes: { plan: 'team', billing_interval: 'year', seats: 20 } });
 
     // A second checkout reuses the customer; seats default to those in use, monthly.
     expect((await client.post(path('/checkout'), { plan: 'team' })).status).toBe(200);
@@ -182,7 +182,7 @@ describe('createBillingPortalSession', () => {
     expect(callsTo('/v1/billing_portal/sessions', customer)).toHaveLength(2);
     const entries = await t.factories.auditEntries(org.orgId, 'billing.portal_opened');
     expect(entries).toHaveLength(2);
-    expect(entries[0]).toMatchObject({ target_type: 'organization', target_id: org.orgId });
+    expect(entries[0]).toMatchObject({ target_type: 'billing', target_id: org.orgId });
     expectError(await client.post(path('/portal'), { return_path: 'https://elsewhere.example' }), 400, 'validation_failed');
   });
 

@@ -510,6 +510,26 @@ describe('previewConnectorPull and applyConnectorPull', () => {
     expect(declined.body).toMatchObject({ version: 3, upstream: { version: 4, updates_available: false } });
   });
 
+  it('refuses a pull that would leave more documentation entries than a connector holds, changing nothing', async () => {
+    const { client } = await newOrg();
+    const entries = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ key: `${prefix}-${i}`, title: `Entry ${i}`, body: 'Text.' }));
+    const up = await created(client, apiKeyBody({ slug: 'up-docs', documentation: entries('u', 150) }));
+    await client.fork(up.slug, { slug: 'down-docs' });
+    // Each side reaches the cap of 200 on its own.
+    expect((await client.docs('down-docs', { entries: entries('local', 50) })).status).toBe(200);
+    expect((await client.docs(up.slug, { entries: entries('upstream', 50) })).status).toBe(200);
+    const preview = await client.preview('down-docs');
+    const fields = preview.body.changes.map((change: { field: string }) => change.field);
+    const refused = await client.pull('down-docs', { upstream_version: preview.body.upstream_version, fields });
+    expectError(refused, 400, 'validation_failed');
+    expect(refused.body.errors[0]).toMatchObject({ pointer: '/fields', message: expect.stringContaining('at most 200') });
+    const after = (await client.read('down-docs')).body;
+    expect(after.documentation).toHaveLength(200);
+    expect(after.version).toBe((await client.read('down-docs')).body.version);
+    // Declining them is fine.
+    expect((await client.pull('down-docs', { upstream_version: preview.body.upstream_version, fields: [] })).status).toBe(200);
+  });
+
   it('refuses connectors without lineage', async () => {
     const { client } = await newOrg();
     const c = await created(client, apiKeyBody());

@@ -287,6 +287,10 @@ export async function applyPull(ctx: RequestContext, slug: string, body: PullApp
     const now = new Date();
     const content = takeFields(row.content, state.current.content, body.fields, now.toISOString());
     assertContent(content, ctx.deps.config.outbound);
+    // Each side may be at the cap on its own; taken together, their entries may pass it.
+    if (content.documentation.length > MAX_DOCUMENTATION) {
+      throw validationError([{ in: 'body', pointer: '/fields', message: `would leave ${content.documentation.length} documentation entries; a connector holds at most ${MAX_DOCUMENTATION} (remove some with PUT …/documentation first)` }]);
+    }
     // Taking `auth` takes the upstream's client secret with it.
     let secretEnc = row.client_secret_enc;
     if (body.fields.includes('auth')) {

@@ -238,7 +238,7 @@ export async function startCheckout(ctx: RequestContext, orgId: string, body: Ch
   );
   if (!session.url) throw unavailable();
   await ctx.write(async (w) => {
-    w.audit({ targetType: 'organization', targetId: orgId, changes: { plan: body.plan, billing_interval: interval, seats } });
+    w.audit({ targetId: orgId, changes: { plan: body.plan, billing_interval: interval, seats } });
   });
   return { url: session.url, expires_at: seconds(session.expires_at)?.toISOString() ?? null };
 }
@@ -250,7 +250,7 @@ export async function openPortal(ctx: RequestContext, orgId: string, body: Porta
     stripe.billingPortal.sessions.create({ customer, return_url: returnUrl(ctx, body?.return_path) }),
   );
   await ctx.write(async (w) => {
-    w.audit({ targetType: 'organization', targetId: orgId, changes: {} });
+    w.audit({ targetId: orgId, changes: {} });
   });
   return { url: session.url, expires_at: null };
 }
