@@ -3460,8 +3460,9 @@ export interface paths {
          *     (send the complete list; there is no per-entry patch). Omitting `entries` keeps them.
          *     The same rules as on create apply to each entry, except that a connection the toolbox
          *     already holds may stay whoever its owner is: a curator without `connection:manage` can
-         *     edit a toolbox that holds other members' connections without dropping them, but cannot
-         *     add another one. The change reaches every dynamic user
+         *     edit a toolbox that holds other members' connections without dropping them, with the
+         *     tools they had or fewer, but cannot add another one or widen one's tools (400
+         *     `unknown_reference` at `/entries/{i}/tools`). The change reaches every dynamic user
          *     toolbox made from this toolbox, and so the `tools/list` of their MCP servers, at once.
          *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with the names of
          *     the changed members and, for `entries`, the entries added and removed. Emits no event.

@@ -333,6 +333,19 @@ describe('update and delete', () => {
     expectError(await alice.patch(`/toolbox/${box.id}`, {}), 400, 'validation_failed');
   });
 
+  it('lets a curator keep another member’s connection with the tools it had, or fewer, but not widen it', async () => {
+    const box = await created(owner, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami', 'echo'] }] });
+    const widened = await alice.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] });
+    expectError(widened, 400, 'unknown_reference');
+    expect(widened.body.errors).toEqual([expect.objectContaining({ pointer: '/entries/0/tools' })]);
+    const kept = await alice.update(box.id, { name: `${box.name} kept`, entries: [{ type: 'connection', connection_id: bobConn, tools: ['echo', 'whoami'] }] });
+    expect(kept.status).toBe(200);
+    expect((await alice.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami'] }] })).status).toBe(200);
+    // Narrowed, it cannot grow back without connection:manage.
+    expectError(await alice.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami', 'echo'] }] }), 400, 'unknown_reference');
+    expect((await owner.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] })).status).toBe(200);
+  });
+
   it('deletes the toolbox, its entries and shares, leaving connections and synthetic tools', async () => {
     const box = await created(alice, { entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }, { type: 'synthetic_tool', synthetic_tool_id: stool }] });
     await alice.share(box.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' });

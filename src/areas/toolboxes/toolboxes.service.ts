@@ -78,7 +78,7 @@ const entryKey = (entry: EntryInput | repo.NewToolboxEntry): string =>
  * `connection:manage`; each synthetic tool the organization's (else 400 unknown_reference
  * naming the entry's id).
  */
-async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInput[], held: ReadonlySet<string> = new Set()): Promise<repo.NewToolboxEntry[]> {
+async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInput[], held: ReadonlyMap<string, 'all' | readonly string[]> = new Map()): Promise<repo.NewToolboxEntry[]> {
   const repeated: ValidationProblem[] = [];
   const seen = new Set<string>();
   entries.forEach((entry, i) => {
@@ -95,13 +95,19 @@ async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInp
   const tools = toolIds.length === 0
     ? []
     : await db.selectFrom('synthetic_tools').select('id').where('org_id', '=', ctx.orgId).where('id', 'in', toolIds).execute();
-  // A connection the toolbox already holds may stay: keeping it grants nobody anything new.
-  const usable = new Set(connections.filter((c) => c.owner_user_id === ctx.user || managesConnections(ctx) || held.has(c.id)).map((c) => c.id));
+  // A connection the toolbox already holds may stay, with the tools it had or fewer: keeping
+  // it grants nobody anything new, widening it would.
+  const own = new Set(connections.filter((c) => c.owner_user_id === ctx.user || managesConnections(ctx)).map((c) => c.id));
+  const kept = new Set(connections.filter((c) => held.has(c.id)).map((c) => c.id));
   const known = new Set(tools.map((s) => s.id));
   const unknown: ValidationProblem[] = [];
   entries.forEach((entry, i) => {
-    if (entry.type === 'connection' && !usable.has(entry.connection_id)) {
-      unknown.push({ in: 'body', pointer: `/entries/${i}/connection_id`, message: 'names no connection of yours (another member’s needs connection:manage)' });
+    if (entry.type === 'connection' && !own.has(entry.connection_id)) {
+      if (!kept.has(entry.connection_id)) {
+        unknown.push({ in: 'body', pointer: `/entries/${i}/connection_id`, message: 'names no connection of yours (another member’s needs connection:manage)' });
+      } else if (!within(entry.tools, held.get(entry.connection_id) ?? [])) {
+        unknown.push({ in: 'body', pointer: `/entries/${i}/tools`, message: 'adds tools of another member’s connection to those the toolbox had (widening it needs connection:manage)' });
+      }
     }
     if (entry.type === 'synthetic_tool' && !known.has(entry.synthetic_tool_id)) {
       unknown.push({ in: 'body', pointer: `/entries/${i}/synthetic_tool_id`, message: 'names no synthetic tool of this organization' });
@@ -111,6 +117,12 @@ async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInp
   return entries.map((e) =>
     e.type === 'connection' ? { type: 'connection', connection_id: e.connection_id, tools: e.tools === 'all' ? 'all' : [...e.tools] } : { type: 'synthetic_tool', synthetic_tool_id: e.synthetic_tool_id },
   );
+}
+
+/** Whether a tool selection takes nothing beyond another. */
+function within(next: 'all' | readonly string[], had: 'all' | readonly string[]): boolean {
+  if (had === 'all') return true;
+  return next !== 'all' && next.every((tool) => had.includes(tool));
 }
 
 /** An entry as the audit log names it. */
@@ -171,7 +183,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       const audit: Record<string, unknown> = { ...changes };
       if (body.entries !== undefined) {
         const stored = (await repo.toolboxEntries(w.db, [id])).get(id) ?? [];
-        const next = await checkEntries(w.db, ctx, body.entries, new Set(stored.flatMap((e) => (e.connection_id ? [e.connection_id] : []))));
+        const next = await checkEntries(w.db, ctx, body.entries, new Map(stored.flatMap((e) => (e.connection_id ? [[e.connection_id, e.tools ?? 'all'] as const] : []))));
         const current = stored.map((e): repo.NewToolboxEntry =>
           e.type === 'connection'
             ? { type: 'connection', connection_id: e.connection_id as string, tools: e.tools ?? 'all' }
