@@ -2557,7 +2557,8 @@ export interface paths {
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`; 404 `not_found`; 409 `connector_not_forked` (no upstream lineage,
          *     including every built-in connector), `upstream_connector_missing` (the upstream was
-         *     deleted or is no longer visible); 429 `rate_limited`.
+         *     deleted or is no longer visible, to the organization or to the caller: the preview
+         *     shows its content); 429 `rate_limited`.
          */
         get: operations["previewConnectorPull"];
         put?: never;

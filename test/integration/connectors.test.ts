@@ -530,6 +530,24 @@ describe('previewConnectorPull and applyConnectorPull', () => {
     expect((await client.pull('down-docs', { upstream_version: preview.body.upstream_version, fields: [] })).status).toBe(200);
   });
 
+  it('previews a pull only for someone who may see the upstream connector too', async () => {
+    const org = await newOrg();
+    const suffix = unique();
+    const up = await created(org.client, apiKeyBody({ slug: `hidden-${suffix}` }));
+    const fork = `shown-${suffix}`;
+    expect((await org.client.fork(up.slug, { slug: fork })).status).toBe(201);
+    await org.client.update(up.slug, { description: 'Upstream moved on.' });
+    const member = await plainMember(org);
+    await org.client.share(fork, { principal: { type: 'user', id: member.userId }, level: 'use' });
+    expect((await member.client.read(fork)).status).toBe(200);
+    const preview = await member.client.preview(fork);
+    expectError(preview, 409, 'upstream_connector_missing');
+    expect(preview.text).not.toContain('Upstream moved on.');
+    // Shared with them too, the preview shows.
+    await org.client.share(up.slug, { principal: { type: 'user', id: member.userId }, level: 'use' });
+    expect((await member.client.preview(fork)).status).toBe(200);
+  });
+
   it('refuses connectors without lineage', async () => {
     const { client } = await newOrg();
     const c = await created(client, apiKeyBody());

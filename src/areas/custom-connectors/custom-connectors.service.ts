@@ -265,6 +265,16 @@ async function pullState(ctx: RequestContext, db: WriteScope['db'] | RequestCont
 export async function previewPull(ctx: RequestContext, slug: string): Promise<PullPreview> {
   const found = await visible(ctx, slug);
   if (found.source === 'built_in') throw new ApiError('connector_not_forked', `${slug} is a built-in connector; it has no upstream to pull from.`);
+  // The preview shows the upstream's content: only to someone who may see that connector.
+  const upstreamSlug = found.row.upstream_slug;
+  if (upstreamSlug !== null) {
+    await visible(ctx, upstreamSlug).catch((err: unknown) => {
+      if (err instanceof ApiError && err.code === 'not_found') {
+        throw new ApiError('upstream_connector_missing', `The upstream connector ${upstreamSlug} of ${slug} was deleted or is not visible to you.`);
+      }
+      throw err;
+    });
+  }
   const state = await pullState(ctx, ctx.db, found.row);
   return { slug, upstream_slug: state.upstreamSlug, base_version: state.baseVersion, upstream_version: state.current.version, changes: state.changes };
 }
