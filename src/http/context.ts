@@ -43,6 +43,25 @@ export interface AuditDetails {
   changes?: Record<string, unknown>;
 }
 
+/** A secret that changed, as an audit entry shows it (AuditEvent.changes): never its value. */
+export const SECRET_CHANGED = { changed: true } as const;
+
+/**
+ * An update's audit `changes` as AuditEvent.changes defines them: each member of `after`
+ * whose value differs from `before`, as `{from, to}` (compared by value: arrays and objects
+ * alike); members named in `secrets` as `{changed: true}` only.
+ */
+export function changedMembers(before: Record<string, unknown>, after: Record<string, unknown>, secrets: readonly string[] = []): Record<string, unknown> {
+  const changes: Record<string, unknown> = {};
+  for (const [name, to] of Object.entries(after)) {
+    if (to === undefined) continue;
+    const from = before[name];
+    if (JSON.stringify(from ?? null) === JSON.stringify(to ?? null)) continue;
+    changes[name] = secrets.includes(name) ? SECRET_CHANGED : { from: from ?? null, to };
+  }
+  return changes;
+}
+
 /** Who an audit entry names for a caller: the credential itself, and the person it acts for. */
 function auditActor(caller: Caller | null): { actor_type: ActorType; actor_id: string | null; actor_user_id: string | null } {
   if (!caller) return { actor_type: 'system', actor_id: null, actor_user_id: null };

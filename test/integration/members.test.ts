@@ -174,7 +174,7 @@ describe('updateMember: roles', () => {
     expect((await p.api.raw.post('/team', { name: `T ${Date.now()}` })).status).toBe(201);
     const [audit] = (await t.factories.auditEntries(org.orgId, 'member.updated')).filter((a) => a.target_id === p.userId);
     expect(audit).toMatchObject({ target_type: 'member', actor_user_id: org.ownerId });
-    expect(audit!.changes).toEqual({ role_ids: { before: [org.roleIds.member], after: [org.roleIds.member, custom].sort() } });
+    expect(audit!.changes).toEqual({ role_ids: { from: [org.roleIds.member], to: [org.roleIds.member, custom].sort() } });
     // Taken away again: refused at once.
     expect((await owner().update(p.userId, { role_ids: [org.roleIds.member] })).status).toBe(200);
     expect((await p.api.raw.post('/team', { name: `T ${Date.now()}` })).body.code).toBe('missing_permission');
@@ -268,7 +268,7 @@ describe('updateMember: suspend and reactivate', () => {
     expect(byToken.body.detail).toContain('suspended');
     expect([(await bySession.list()).status, (await bySession.list()).body.code]).toEqual([403, 'not_a_member']);
     const [audit] = (await t.factories.auditEntries(org.orgId, 'member.updated')).filter((a) => a.target_id === p.userId);
-    expect(audit!.changes).toEqual({ status: { before: 'active', after: 'suspended' } });
+    expect(audit!.changes).toEqual({ status: { from: 'active', to: 'suspended' } });
 
     const back = await owner().update(p.userId, { status: 'active' });
     expect(back.body).toMatchObject({ status: 'active', status_reason: null });
@@ -299,7 +299,7 @@ describe('removeMember', () => {
     expect(await t.db.selectFrom('api_tokens').select('revoked_at').where('user_id', '=', p.userId).where('org_id', '=', org.orgId).execute()).toEqual([{ revoked_at: expect.any(Date) }]);
     expect((await owner().raw.get(`/team/${team}`)).body.member_count).toBe(0);
     const [audit] = (await t.factories.auditEntries(org.orgId, 'member.removed')).filter((a) => a.target_id === p.userId);
-    expect(audit!.changes).toMatchObject({ status: { before: 'active', after: 'removed' }, status_reason: 'removed', role_ids: [org.roleIds.member], api_tokens_revoked: 1 });
+    expect(audit!.changes).toMatchObject({ status: { from: 'active', to: 'removed' }, status_reason: 'removed', role_ids: [org.roleIds.member], api_tokens_revoked: 1 });
     // Already removed: 404.
     expect((await owner().remove(p.userId)).status).toBe(404);
   });

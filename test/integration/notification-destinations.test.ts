@@ -1159,6 +1159,8 @@ describe('audit', () => {
       for (const secret of secrets) expect(changes).not.toContain(secret);
       if (action === 'notification_destination.updated') {
         expect(Object.keys(entry.changes).sort()).toEqual(['name', 'webhook_url']);
+        expect(entry.changes.webhook_url).toEqual({ changed: true });
+        expect(entry.changes.name).toEqual({ from: expect.any(String), to: 'Renamed' });
       }
     }
     expect((await destinationAudit(orgId)).map((e) => e.action)).toEqual(steps.map(([action]) => action));

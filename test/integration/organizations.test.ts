@@ -164,7 +164,7 @@ describe('updateOrganization', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: org.orgId, name: 'After', slug });
     const [entry] = await t.factories.auditEntries(org.orgId, 'organization.updated');
-    expect(entry).toMatchObject({ actor_type: 'api_token', target_id: org.orgId, changes: { name: { old: 'Before', new: 'After' }, slug: { old: expect.any(String), new: slug } } });
+    expect(entry).toMatchObject({ actor_type: 'api_token', target_id: org.orgId, changes: { name: { from: 'Before', to: 'After' }, slug: { from: expect.any(String), to: slug } } });
     expect((await t.as({ token: org.token, org: org.orgId }).get(`/organization/${org.orgId}`)).body.slug).toBe(slug);
   });
 
@@ -194,7 +194,7 @@ describe('updateOrganization', () => {
     expect(on.status).toBe(200);
     expect(on.body.require_mfa).toBe(true);
     const [entry] = (await t.factories.auditEntries(org.orgId, 'organization.updated')).filter((e) => 'require_mfa' in e.changes);
-    expect(entry).toMatchObject({ actor_type: 'user', actor_id: org.ownerId, changes: { require_mfa: { old: false, new: true } } });
+    expect(entry).toMatchObject({ actor_type: 'user', actor_id: org.ownerId, changes: { require_mfa: { from: false, to: true } } });
 
     // From now on a session without a second factor is refused here; API tokens are not.
     const plain = await t.factories.session(org.ownerId);

@@ -220,6 +220,8 @@ describe('updateRestriction', () => {
     });
     const audit = (await t.factories.auditEntries(org.orgId, 'restriction.updated')).at(-1);
     expect(Object.keys(audit?.changes ?? {}).sort()).toEqual(['applies_to', 'effect', 'match']);
+    expect(audit?.changes.effect).toEqual({ from: created.body.effect, to: 'deny' });
+    expect(audit?.changes.match).toEqual({ from: created.body.match, to: { connector_slug: null, tool_pattern: 'delete_*', synthetic_tool_id: null } });
     expect((await events(org.orgId, 'restriction.updated')).at(-1)).toEqual({ restriction: { id: created.body.id, name: created.body.name, effect: 'deny' }, change: 'updated' });
     const off = await owner().update(created.body.id, { is_active: false, name: 'Renamed', description: null });
     expect(off.body).toMatchObject({ is_active: false, name: 'Renamed', description: null, effect: 'deny' });

@@ -205,15 +205,16 @@ describe('getRole', () => {
 });
 
 describe('updateRole', () => {
-  it('renames, clears the description and replaces permissions; audit with before and after; role.updated', async () => {
+  it('renames, clears the description and replaces permissions; audit with each change from and to; role.updated', async () => {
     const created = (await owner().create({ name: name(), description: 'Old', permissions: ['connector:view'] })).body;
     const res = await owner().update(created.id, { name: 'Connector owner', description: null, permissions: ['connector:view', 'connector:manage'] });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: created.id, name: 'Connector owner', description: null, permissions: ['connector:manage', 'connector:view'] });
     const [audit] = (await t.factories.auditEntries(org.orgId, 'role.updated')).filter((a) => a.target_id === created.id);
     expect(audit!.changes).toEqual({
-      before: { name: created.name, description: 'Old', permissions: ['connector:view'] },
-      after: { name: 'Connector owner', description: null, permissions: ['connector:manage', 'connector:view'] },
+      name: { from: created.name, to: 'Connector owner' },
+      description: { from: 'Old', to: null },
+      permissions: { from: ['connector:view'], to: ['connector:manage', 'connector:view'] },
     });
   });
 

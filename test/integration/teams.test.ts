@@ -146,7 +146,7 @@ describe('updateTeam', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: created.id, name: 'Platform engineering', description: null, created_by_user_id: org.ownerId });
     const [audit] = (await t.factories.auditEntries(org.orgId, 'team.updated')).filter((a) => a.target_id === created.id);
-    expect(audit!.changes).toEqual({ before: { name: created.name, description: 'Old' }, after: { name: 'Platform engineering', description: null } });
+    expect(audit!.changes).toEqual({ name: { from: created.name, to: 'Platform engineering' }, description: { from: 'Old', to: null } });
   });
 
   it('409 name_taken; 400 validation_failed; 404 for another organization’s team, unchanged; 403; 401', async () => {

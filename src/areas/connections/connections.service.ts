@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { loadMemberAccess } from '../../auth/credentials';
 import { requireWithinLimit } from '../../auth/entitlements';
-import type { RequestContext } from '../../http/context';
+import { SECRET_CHANGED, type RequestContext } from '../../http/context';
 import { ApiError, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { pageOfSorted, toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -261,7 +261,7 @@ export async function reconnect(ctx: RequestContext, id: string, body: Reconnect
     });
     if (!updated) throw notFound(WHAT, id);
     await repo.saveTools(w.db, id, tools, now);
-    w.audit({ targetId: id, changes: { status: 'active', ...(input.api_key !== undefined ? { api_key: '[changed]' } : {}) } });
+    w.audit({ targetId: id, changes: { status: 'active', ...(input.api_key !== undefined ? { api_key: SECRET_CHANGED } : {}) } });
     return toConnection(ctx, updated);
   });
 }

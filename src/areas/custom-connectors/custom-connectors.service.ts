@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { requireFeature, requireWithinLimit } from '../../auth/entitlements';
 import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../auth/shares';
-import type { RequestContext, WriteScope } from '../../http/context';
+import { SECRET_CHANGED, type RequestContext, type WriteScope } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import type { Page } from '../../http/pagination';
 import { builtIns, catalogVersionContent } from '../connectors/catalog';
@@ -130,7 +130,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
           mcp_url: content.mcp_url,
           transport: content.transport,
           auth_type: content.auth.type,
-          client_secret: secret === null ? null : '[set]',
+          client_secret: secret === null ? null : SECRET_CHANGED,
           tools: content.tools.map((t) => t.name),
           documentation: content.documentation.map((d) => d.key),
         },

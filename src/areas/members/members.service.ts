@@ -139,8 +139,8 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
     }
 
     const changes: Record<string, unknown> = {};
-    if (body.role_ids !== undefined) changes.role_ids = { before: [...heldIds].sort(), after: nextIds };
-    if (body.status !== undefined) changes.status = { before: current.status, after: nextStatus };
+    if (rolesChanged) changes.role_ids = { from: [...heldIds].sort(), to: nextIds };
+    if (statusChanged) changes.status = { from: current.status, to: nextStatus };
     w.audit({ targetId: userId, changes });
     if (rolesChanged) w.emit('member.roles_updated', { member: eventMember(current), role_ids: nextIds, previous_role_ids: [...heldIds].sort() });
     if (statusChanged && nextStatus === 'suspended') w.emit('member.removed', { member: eventMember(current), status: 'suspended' });
@@ -171,7 +171,7 @@ export async function remove(ctx: RequestContext, userId: string): Promise<void>
     await runMemberRemovedHooks(w, ctx.orgId, userId);
     w.audit({
       targetId: userId,
-      changes: { status: { before: current.status, after: 'removed' }, status_reason: reason, role_ids: roles.map((r) => r.id), api_tokens_revoked: revokedTokens },
+      changes: { status: { from: current.status, to: 'removed' }, status_reason: reason, role_ids: roles.map((r) => r.id), api_tokens_revoked: revokedTokens },
     });
     w.emit('member.removed', { member: eventMember(current), status: 'removed' });
   });

@@ -3,7 +3,7 @@ import type { components } from '../../../generated/openapi';
 import { EVENT_TYPES, type EventType } from '../../events/catalog';
 import { eventBody } from '../../events/outbox';
 import { sendToDestination, webhookUrlContext, type DeliveryOutcome, type DestinationConfig } from '../../events/senders';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -140,7 +140,8 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
         });
       }
       const changes: Parameters<typeof repo.updateDestination>[3] = {};
-      const audit: Record<string, unknown> = {};
+      const before: Record<string, unknown> = { name: row.name, event_types: row.event_types, is_active: row.is_active, config: row.config, webhook_url: null };
+      const after: Record<string, unknown> = {};
       if (body.config) {
         const misplaced: ValidationProblem[] = Object.keys(body.config)
           .filter((key) => (row.type === 'slack' ? EMAIL_ONLY : SLACK_ONLY).has(key))
@@ -150,20 +151,21 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
         if (webhookUrl !== undefined) {
           checkWebhookUrl(ctx, webhookUrl);
           changes.webhook_url_enc = ctx.deps.secrets.seal(webhookUrl, webhookUrlContext(id));
-          audit.webhook_url = '[changed]';
+          // Compared as a secret: shown as {changed: true} whatever it was.
+          after.webhook_url = webhookUrl;
         }
         if (Object.keys(settings).length > 0) {
           const merged = { ...row.config, ...settings };
           changes.config = JSON.stringify(merged);
-          audit.config = settings;
+          after.config = merged;
         }
       }
-      if (body.name !== undefined) changes.name = audit.name = body.name;
-      if (body.event_types !== undefined) changes.event_types = audit.event_types = inCatalogOrder(body.event_types);
-      if (body.is_active !== undefined) changes.is_active = audit.is_active = body.is_active;
+      if (body.name !== undefined) changes.name = after.name = body.name;
+      if (body.event_types !== undefined) changes.event_types = after.event_types = inCatalogOrder(body.event_types);
+      if (body.is_active !== undefined) changes.is_active = after.is_active = body.is_active;
       const updated = Object.keys(changes).length > 0 ? await repo.updateDestination(w.db, ctx.orgId, id, changes) : row;
       if (!updated) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: audit });
+      w.audit({ targetId: id, changes: changedMembers(before, after, ['webhook_url']) });
       return toDestination(updated);
     }),
   );

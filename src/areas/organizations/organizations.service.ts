@@ -1,7 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { components } from '../../../generated/openapi';
 import type { Database, MembershipVia } from '../../db/schema';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, isUniqueViolation, notFound, validationError } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -122,7 +122,6 @@ export async function updateOrganization(ctx: RequestContext, id: string, body: 
       const org = await repo.findOrganization(w.db, id, true);
       if (!org) throw notFound('organization', id);
       const changes: { name?: string; slug?: string; require_mfa?: boolean } = {};
-      const audit: Record<string, { old: unknown; new: unknown }> = {};
       if (body.name !== undefined && body.name !== org.name) changes.name = body.name;
       if (body.slug !== undefined && body.slug !== org.slug) changes.slug = body.slug;
       if (body.require_mfa !== undefined && body.require_mfa !== org.require_mfa) {
@@ -132,9 +131,8 @@ export async function updateOrganization(ctx: RequestContext, id: string, body: 
         }
         changes.require_mfa = body.require_mfa;
       }
-      for (const [key, value] of Object.entries(changes)) audit[key] = { old: org[key as keyof typeof changes], new: value };
       const row = Object.keys(changes).length > 0 ? await repo.updateOrganization(w.db, id, changes) : org;
-      w.audit({ targetId: id, changes: audit });
+      w.audit({ targetId: id, changes: changedMembers(org, changes) });
       return toOrganization(row!);
     });
   return body.slug === undefined ? run() : conflictOnUnique(repo.SLUG_CONSTRAINT, () => slugTaken(body.slug as string), run);

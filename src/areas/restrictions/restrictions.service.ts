@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
 import { requireFeature } from '../../auth/entitlements';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -177,16 +177,24 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       const current = await repo.findRestriction(w.db, ctx.orgId, id, true);
       if (!current) throw notFound(WHAT, id);
       const changes: Parameters<typeof repo.updateRestriction>[3] = { ...match, ...appliesTo };
-      const audit: Record<string, unknown> = {};
-      if (body.name !== undefined) changes.name = audit.name = body.name;
-      if (body.description !== undefined) changes.description = audit.description = body.description;
-      if (body.match !== undefined) audit.match = body.match;
-      if (body.effect !== undefined) changes.effect = audit.effect = body.effect;
-      if (body.applies_to !== undefined) audit.applies_to = body.applies_to;
-      if (body.is_active !== undefined) changes.is_active = audit.is_active = body.is_active;
+      if (body.name !== undefined) changes.name = body.name;
+      if (body.description !== undefined) changes.description = body.description;
+      if (body.effect !== undefined) changes.effect = body.effect;
+      if (body.is_active !== undefined) changes.is_active = body.is_active;
       const updated = await repo.updateRestriction(w.db, ctx.orgId, id, changes);
       if (!updated) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: audit });
+      // Before and after as the API shows them (match and applies_to included), the members sent.
+      const rows = [current, updated];
+      const live = await repo.livePrincipals(w.db, ctx.orgId, {
+        roleIds: [...new Set(rows.flatMap((r) => r.applies_to_role_ids))],
+        teamIds: [...new Set(rows.flatMap((r) => r.applies_to_team_ids))],
+        userIds: [...new Set(rows.flatMap((r) => r.applies_to_user_ids))],
+      });
+      const sent = (r: repo.RestrictionRow) => {
+        const shown = toRestriction(r, live) as unknown as Record<string, unknown>;
+        return Object.fromEntries(Object.keys(body).map((key) => [key, shown[key]]));
+      };
+      w.audit({ targetId: id, changes: changedMembers(sent(current), sent(updated)) });
       w.emit('restriction.updated', { restriction: summary(updated), change: 'updated' });
       return updated;
     }),

@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { requireFeature } from '../../auth/entitlements';
 import { rolePermissions } from '../../auth/permissions';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -119,7 +119,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       }
       const updated = changed.length > 0 ? await repo.updateRole(w.db, ctx.orgId, id, changes) : current;
       if (!updated) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: { before, after } });
+      w.audit({ targetId: id, changes: changedMembers(before, after) });
       if (changed.length > 0) w.emit('role.updated', { role: eventRole(updated), changed });
       return updated;
     }),

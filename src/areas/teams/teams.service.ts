@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound } from '../../http/errors';
 import { cursorAfter, keyedPageRequest, toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -90,7 +90,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       }
       const updated = Object.keys(changes).length > 0 ? await repo.updateTeam(w.db, ctx.orgId, id, changes) : current;
       if (!updated) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: { before, after: changes } });
+      w.audit({ targetId: id, changes: changedMembers(before, changes) });
       return updated;
     }),
   );
