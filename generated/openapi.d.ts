@@ -6411,7 +6411,8 @@ export interface components {
          */
         Timestamp: string;
         /**
-         * @description An opaque position in a list, taken from `next_cursor` of the previous page.
+         * @description An opaque position in a list, taken from `next_cursor` of the previous page. Most are
+         *     short; one that carries a long key (a tool name of up to 512 characters) is longer.
          * @example b25mZF8wMWpnM2I3ZjBrMnE4eXE5dzZyMWM0ZDVlNg
          */
         Cursor: string;

@@ -17,6 +17,9 @@ const CONNECTION_ID = /^conn_[0-7][0-9a-hjkmnp-tv-z]{25}$/;
 
 const header = useUpstream(() => startApiKeyUpstream({ keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' }, tools: manyTools(23), pageSize: 7 }));
 const query = useUpstream(() => startApiKeyUpstream({ keys: { [KEY_A]: 'alice' }, placement: { placement: 'query', name: 'api_key' }, transport: 'sse' }));
+/** Tool names as long as a connection keeps (512 characters): their cursors are long too. */
+const LONG = 'ü'.repeat(300);
+const longNames = useUpstream(() => startApiKeyUpstream({ keys: { [KEY_A]: 'alice' }, tools: manyTools(3, LONG) }));
 const everythingHttp = useUpstream(() => startEverythingServer('streamableHttp'));
 const everythingSse = useUpstream(() => startEverythingServer('sse'));
 
@@ -285,6 +288,17 @@ describe('tools', () => {
     expect(names).toEqual(expect.arrayContaining(['whoami', 'echo', 'tool_001', 'tool_023']));
     expect(names).toHaveLength(25);
     expectError(await alice.tools(a.id, { cursor: 'zz' }), 400, 'invalid_cursor');
+  });
+
+  it('walks the tools of an upstream whose names are long, a page at a time', async () => {
+    const slug = await customConnector(t, org.orgId, { name: `Long names ${Date.now()}`, mcp_url: `${new URL(longNames.peer.url).origin}/mcp`, auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' } });
+    const a = await connect(alice, KEY_A, slug);
+    const names = await allToolNames(alice, a.id, 1);
+    expect(names).toHaveLength(5);
+    expect(names.filter((name) => name.startsWith(LONG))).toHaveLength(3);
+    // Out of the way of the plan's limits the later tests reach.
+    expect((await alice.remove(a.id)).status).toBe(204);
+    expect((await t.call('DELETE', `/connector/${slug}`, undefined, { token: org.token, org: org.orgId })).status).toBe(204);
   });
 
   it('answers from the cache within its time, and the stale list when the upstream is down', async () => {
