@@ -42,6 +42,32 @@ const matches = (declared: string, type: string) =>
 
 const nothing: ReadBody = { body: undefined, validated: undefined, cleanup: async () => undefined };
 
+/** Half of a UTF-16 surrogate pair without the other half: JSON can carry it (`"\ud800"`), text cannot. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * 400 for a string (or member name) holding a lone surrogate, with its pointer: no character
+ * encoding can store or send it (PostgreSQL refuses it in jsonb, encodeURIComponent throws).
+ */
+function refuseLoneSurrogates(body: unknown): void {
+  // A stack, not recursion: a body may nest thousands deep.
+  const pending: [unknown, string][] = [[body, '']];
+  while (pending.length > 0) {
+    const [value, pointer] = pending.pop() as [unknown, string];
+    if (typeof value === 'string') {
+      if (LONE_SURROGATE.test(value)) throw validationError([{ in: 'body', pointer, message: 'holds half of a UTF-16 surrogate pair, which is no character' }]);
+    } else if (Array.isArray(value)) {
+      for (let i = 0; i < value.length; i += 1) pending.push([value[i], `${pointer}/${i}`]);
+    } else if (value && typeof value === 'object') {
+      for (const [key, item] of Object.entries(value)) {
+        const at = `${pointer}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+        if (LONE_SURROGATE.test(key)) throw validationError([{ in: 'body', pointer: at, message: 'is a member name holding half of a UTF-16 surrogate pair' }]);
+        pending.push([item, at]);
+      }
+    }
+  }
+}
+
 /** Whether a body left something behind to remove once the response is done. */
 export const leavesSomething = (body: ReadBody): boolean => body.cleanup !== nothing.cleanup;
 
@@ -57,9 +83,19 @@ export function fromParserError(err: { type?: string; status?: number; limit?: n
   return null;
 }
 
+/**
+ * A parser's 4xx without a `type`: the body did not decompress as its Content-Encoding says
+ * (zlib's Z_DATA_ERROR, brotli's format errors).
+ */
+function undecodable(err: unknown): ApiError | null {
+  const status = (err as { status?: unknown }).status;
+  if (typeof status !== 'number' || status < 400 || status >= 500) return null;
+  return new ApiError('malformed_json', 'The body could not be decoded as its Content-Encoding says; send it compressed that way, or uncompressed without the header.');
+}
+
 function parseWith(parser: express.RequestHandler, req: Request, res: Response): Promise<unknown> {
   return new Promise((resolve, reject) => {
-    parser(req, res, (err?: unknown) => (err ? reject(fromParserError(err as { type?: string }) ?? err) : resolve(req.body)));
+    parser(req, res, (err?: unknown) => (err ? reject(fromParserError(err as { type?: string }) ?? undecodable(err) ?? err) : resolve(req.body)));
   });
 }
 
@@ -238,6 +274,7 @@ export async function readBody(req: Request, res: Response, meta: OperationMeta,
   switch (kind) {
     case 'json': {
       const body = plainUtf8(req) ? await readJson(req, cap) : await parseWith(express.json({ limit: cap, type: () => true, strict: false }), req, res);
+      refuseLoneSurrogates(body);
       return { body, validated: body, cleanup: nothing.cleanup };
     }
     case 'form': {

@@ -103,7 +103,12 @@ function documentForValidation(spec: OpenApiDocument): OpenApiDocument {
       delete record.examples;
       delete record.example;
     }
-    if (record.discriminator && typeof record.discriminator === 'object') delete record.discriminator.mapping;
+    if (record.discriminator && typeof record.discriminator === 'object') {
+      delete record.discriminator.mapping;
+      // Ajv's discriminator passes a value that is not an object (null, 1, "x") without
+      // looking at oneOf: a discriminated union is of objects.
+      record.type ??= 'object';
+    }
     if (record.content && typeof record.content === 'object' && !record.content['application/json']) {
       const suffixed = Object.keys(record.content).find((type) => /^application\/[\w.-]+\+json$/.test(type));
       if (suffixed) record.content['application/json'] = record.content[suffixed];
@@ -252,7 +257,32 @@ function splitPath(path: string): string[] {
  * Refused here as any other bad date-time (400 validation_failed).
  */
 const rfc3339 = fullFormats['date-time'] as { validate: (value: string) => boolean; compare: (a: string, b: string) => number | undefined };
-const dateTime = { type: 'string' as const, validate: (value: string) => rfc3339.validate(value) && !Number.isNaN(Date.parse(value)), compare: rfc3339.compare };
+// And PostgreSQL's timestamptz, whose last year is 9999 (in UTC: 9999-12-31T23:59:59-14:00 is
+// in year 10000, which JavaScript writes +010000-… and PostgreSQL reads as an offset).
+const LATEST = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const dateTime = {
+  type: 'string' as const,
+  validate: (value: string) => {
+    if (!rfc3339.validate(value)) return false;
+    const at = Date.parse(value);
+    return !Number.isNaN(at) && at <= LATEST;
+  },
+  compare: rfc3339.compare,
+};
+
+/**
+ * The most items a body that is an array may hold: the largest `maxItems` of the body
+ * schema's array forms (itself, or its oneOf/anyOf members); null when it has none or one
+ * without a cap. Checked before the validators run: Ajv with allErrors goes on through every
+ * item past maxItems, in time that grows with the square of their number.
+ */
+function arrayBodyCap(operation: Operation): number | null {
+  const schema = (operation.requestBody as { content?: Record<string, { schema?: Record<string, any> }> } | undefined)?.content?.['application/json']?.schema;
+  if (!schema) return null;
+  const forms = [schema, ...((schema.oneOf ?? schema.anyOf ?? []) as Record<string, any>[])].filter((form) => form?.type === 'array');
+  if (forms.length === 0 || forms.some((form) => typeof form.maxItems !== 'number')) return null;
+  return Math.max(...forms.map((form) => form.maxItems as number));
+}
 
 export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecValidator> {
   checkOpenApiBackend();
@@ -307,7 +337,18 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
    * parameters, the same compiled validators, the same coercion and errors) without what it
    * spends per request on copying the request, lodash look-ups and empty-value filtering.
    */
+  const arrayCaps = new Map<string, number | null>();
+
   function validateWithLibraryValidators(req: RequestToValidate, operation: Operation): { errors: ErrorObject[] | null; params: unknown; query: unknown } {
+    if (Array.isArray(req.body)) {
+      const id = operation.operationId as string;
+      let cap = arrayCaps.get(id);
+      if (cap === undefined) arrayCaps.set(id, (cap = arrayBodyCap(operation)));
+      if (cap !== null && req.body.length > cap) {
+        const tooMany: ErrorObject = { keyword: 'maxItems', instancePath: '/requestBody', schemaPath: '#/requestBody', params: { limit: cap }, message: `must NOT have more than ${cap} items` };
+        return { errors: [tooMany], params: undefined, query: req.query };
+      }
+    }
     const validators = requestValidators.getRequestValidatorsForOperation(operation.operationId as string) || [];
     const { params, query, headers, cookies, requestBody } = parsing.parseRequest(req as unknown as BackendRequest, operation);
     if (query) {

@@ -341,6 +341,25 @@ describe('request bodies', () => {
     expect(far.status).toBe(400);
   });
 
+  it('answers 400, changing nothing, for what no text holds or no parser decodes: lone surrogates, a body not compressed as it says, a union item that is no object, a date past year 9999', async () => {
+    const { token, orgId } = await t.factories.org();
+    const client = t.as({ token, org: orgId });
+    const lone = await client.post('/team', undefined, { raw: '{"name":"a\\ud800b"}', headers: json });
+    expectError(lone, 400, 'validation_failed');
+    expect(lone.body.errors).toEqual([{ in: 'body', pointer: '/name', message: expect.stringContaining('surrogate') }]);
+    const nested = await client.post(LIST, undefined, { raw: '{"name":"Ops","type":"email","config":{"to":["a@b.example"],"subject_prefix":"\\udc00"},"event_types":["member.joined"]}', headers: json });
+    expect(nested.body.errors?.[0]?.pointer).toBe('/config/subject_prefix');
+    // A well-formed pair is a character like any other.
+    expect((await client.post('/team', undefined, { raw: '{"name":"\\ud83d\\ude00 team"}', headers: json })).status).toBe(201);
+    const notGzip = await client.post('/team', undefined, { raw: '{"name":"x"}', headers: { ...json, 'content-encoding': 'gzip' } });
+    expectError(notGzip, 400, 'malformed_json');
+    const toolbox = await t.call('POST', '/toolbox', { name: 'Box', entries: [null] }, { token, org: orgId });
+    expectError(toolbox, 400, 'validation_failed');
+    const far = await t.call('GET', `/audit-log?since=${encodeURIComponent('9999-12-31T23:59:59-14:00')}`, undefined, { token, org: orgId });
+    expectError(far, 400, 'validation_failed');
+    expect((await client.get('/team')).body?.data.map((team: { name: string }) => team.name)).toEqual(['\u{1F600} team']);
+  });
+
   it('answers 415 unsupported_media_type for a text/plain body on a JSON operation', async () => {
     const { token, orgId } = await t.factories.org();
     const res = await t.as({ token, org: orgId }).post(LIST, undefined, { raw: '{"name":"Ops"}', headers: { 'content-type': 'text/plain' } });

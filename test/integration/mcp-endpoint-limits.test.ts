@@ -112,6 +112,21 @@ it('refuses an oversized body with 413 as a JSON-RPC error, announced or chunked
   expect(await fits.json()).toMatchObject({ id: 2, error: { code: -32602 } });
 });
 
+it('refuses a batch past 50 messages at once, however many it holds (no validation of each)', async () => {
+  const server = servers[2] as { id: string; token: string };
+  const headers = { Authorization: `Bearer ${server.token}`, 'MCP-Protocol-Version': '2025-03-26' };
+  // 200,000 items, under the body limit: validated one by one, this held the server for minutes.
+  const started = Date.now();
+  const huge = await post(server.id, `[${Array.from({ length: 200_000 }, () => '1').join(',')}]`, headers);
+  expect(huge.status).toBe(400);
+  expect(await huge.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } });
+  expect(Date.now() - started).toBeLessThan(5_000);
+  // 50 is still a batch.
+  const fifty = await post(server.id, `[${Array.from({ length: 50 }, (_, i) => ping(i + 1)).join(',')}]`, headers);
+  expect(fifty.status).toBe(200);
+  expect(((await fifty.json()) as unknown[]).length).toBe(50);
+});
+
 it('answers the methods it does not take with 405 and Allow: POST, DELETE', async () => {
   const server = servers[3] as { id: string; token: string };
   for (const method of ['GET', 'PUT', 'PATCH']) {
