@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '../db/database';
+import type { Db, Executor } from '../db/database';
 import { hashSecret } from '../lib/crypto';
 import { heldPermissions } from './permissions';
 
@@ -249,6 +249,12 @@ export function inactiveMember(status: 'suspended' | 'removed' | 'none', orgId: 
   if (status === 'suspended') return `${whose} membership in organization ${orgId} is suspended; an administrator can reactivate it.`;
   if (status === 'removed') return `${whose} membership in organization ${orgId} was removed.`;
   return `${whose} account is not a member of organization ${orgId}.`;
+}
+
+/** Whether someone is an active member of an organization now. */
+export async function isActiveMember(db: Executor, orgId: string, userId: string): Promise<boolean> {
+  const row = await db.selectFrom('memberships').select('user_id').where('org_id', '=', orgId).where('user_id', '=', userId).where('status', '=', 'active').executeTakeFirst();
+  return row !== undefined;
 }
 
 /** The status of a membership that is not active, for the refusal (`none`: there is no membership). */

@@ -53,10 +53,11 @@ export const mcpServerTokenAuthenticator: Authenticator = {
     }
     const mintedByToken = server.minted_by_token_id !== null;
     if (mintedByToken && (server.token_revoked_at || !server.token_permissions || (server.token_expires_at && server.token_expires_at <= now))) {
-      return { status: 'invalid', detail: 'The API token that minted this MCP server token was revoked or has expired; its owner can rotate the MCP server token (POST /user-toolbox/{id}/mcp/{mcpId}/rotate-token).' };
+      return { status: 'invalid', detail: 'The API token that minted this MCP server token was revoked or has expired; its owner can rotate the MCP server token (POST /user-toolbox/{id}/mcp/{mcpId}/rotate).' };
     }
     // Remembered no longer than the earlier of the two expiries.
-    const expiresAt = [server.expires_at, mintedByToken ? server.token_expires_at : null].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+    const tokenExpiry = mintedByToken ? server.token_expires_at : null;
+    const expiresAt = !tokenExpiry || (server.expires_at && server.expires_at <= tokenExpiry) ? server.expires_at : tokenExpiry;
     if (server.status !== 'active' || server.require_mfa === null) {
       return { status: 'invalid', detail: inactiveMember(server.status === 'suspended' || server.status === 'removed' ? server.status : 'none', server.org_id, 'This MCP server’s owner’s') };
     }

@@ -332,13 +332,14 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
     return names;
   };
 
+  // Per operation: the most items an array body may hold (arrayBodyCap), worked out on its first request.
+  const arrayCaps = new Map<string, number | null>();
+
   /**
    * openapi-backend's OpenAPIRequestValidator.validateRequest, step for step (the same parsed
    * parameters, the same compiled validators, the same coercion and errors) without what it
    * spends per request on copying the request, lodash look-ups and empty-value filtering.
    */
-  const arrayCaps = new Map<string, number | null>();
-
   function validateWithLibraryValidators(req: RequestToValidate, operation: Operation): { errors: ErrorObject[] | null; params: unknown; query: unknown } {
     if (Array.isArray(req.body)) {
       const id = operation.operationId as string;

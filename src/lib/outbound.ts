@@ -87,13 +87,14 @@ function allowed(kind: AddressClass, policy: OutboundPolicy): boolean {
   return true;
 }
 
+/** Whether a request that failed on the network may have reached the remote. */
+export type NetworkFailure = 'not_sent' | 'maybe_received';
+
 /**
  * An outbound call the server refused or gave up on. `message` is for the customer and never
  * says more than they need (which internal names exist, what a remote said in its status
  * line); `detail` is for the operator's log.
  */
-export type NetworkFailure = 'not_sent' | 'maybe_received';
-
 export class OutboundRefused extends Error {
   override readonly name = 'OutboundRefused';
   constructor(

@@ -44,6 +44,8 @@ export function decodeHeaderValue(value: string): string {
   return match ? Buffer.from(match[1] as string, 'base64').toString('utf8') : value;
 }
 
+const versionMismatch = (header: string, metaVersion: unknown) => `Header mismatch: MCP-Protocol-Version header value '${header}' does not match _meta value '${String(metaVersion)}'`;
+
 /**
  * Which era the POST speaks, and whether a 2026-07-28 request may run. A `MCP-Protocol-Version`
  * of a handshake revision (or none, on a body without 2026-07-28 `_meta`) is the handshake era,
@@ -67,7 +69,7 @@ export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
   if (header !== undefined && (HANDSHAKE_VERSIONS as readonly string[]).includes(header)) {
     // A client speaking 2026-07-28 in _meta must say so in the header too (the revision's MUST).
     if (isRequest && metaVersion !== undefined && metaVersion !== header) {
-      return refuse(400, HEADER_MISMATCH, `Header mismatch: MCP-Protocol-Version header value '${header}' does not match _meta value '${String(metaVersion)}'`);
+      return refuse(400, HEADER_MISMATCH, versionMismatch(header, metaVersion));
     }
     return { era: 'handshake', version: header };
   }
@@ -96,7 +98,7 @@ export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
     if (typeof metaVersion === 'string' && !(SUPPORTED_VERSIONS as readonly string[]).includes(metaVersion)) {
       return refuse(400, UNSUPPORTED_PROTOCOL_VERSION, 'Unsupported protocol version', { supported: [...SUPPORTED_VERSIONS], requested: metaVersion });
     }
-    return refuse(400, HEADER_MISMATCH, `Header mismatch: MCP-Protocol-Version header value '${header}' does not match _meta value '${String(metaVersion)}'`);
+    return refuse(400, HEADER_MISMATCH, versionMismatch(header, metaVersion));
   }
   if (headers.method === undefined) return refuse(400, HEADER_MISMATCH, 'Header mismatch: the Mcp-Method header is missing');
   if (headers.method !== request.method) {

@@ -1,4 +1,4 @@
-import { rolesHeld } from '../../auth/credentials';
+import { isActiveMember, rolesHeld } from '../../auth/credentials';
 import { heldPermissions } from '../../auth/permissions';
 import { isSharedWith } from '../../auth/shares';
 import type { Db, Executor } from '../../db/database';
@@ -97,11 +97,6 @@ export async function seesConnector(db: Executor, orgId: string, userId: string,
  */
 function memberSees(db: Executor, orgId: string, userId: string, slug: string, source: 'custom' | 'built_in'): Promise<boolean> {
   return source === 'custom' ? memberSeesCustom(db, orgId, userId, slug) : isActiveMember(db, orgId, userId);
-}
-
-async function isActiveMember(db: Executor, orgId: string, userId: string): Promise<boolean> {
-  const found = await db.selectFrom('memberships').select('user_id').where('org_id', '=', orgId).where('user_id', '=', userId).where('status', '=', 'active').executeTakeFirst();
-  return found !== undefined;
 }
 
 /** Whether an active member sees a custom connector by their roles: `connector:manage`, or a share. */

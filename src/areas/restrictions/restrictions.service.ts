@@ -1,5 +1,6 @@
 import type { components } from '../../../generated/openapi';
 import { requireFeature } from '../../auth/entitlements';
+import type { Executor } from '../../db/database';
 import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
@@ -40,8 +41,8 @@ function toRestriction(row: repo.RestrictionRow, live: Live): Restriction {
   };
 }
 
-async function present(ctx: RequestContext, rows: repo.RestrictionRow[]): Promise<(row: repo.RestrictionRow) => Restriction> {
-  const live = await repo.livePrincipals(ctx.db, ctx.orgId, {
+async function present(ctx: RequestContext, rows: repo.RestrictionRow[], db: Executor = ctx.db): Promise<(row: repo.RestrictionRow) => Restriction> {
+  const live = await repo.livePrincipals(db, ctx.orgId, {
     roleIds: [...new Set(rows.flatMap((r) => r.applies_to_role_ids))],
     teamIds: [...new Set(rows.flatMap((r) => r.applies_to_team_ids))],
     userIds: [...new Set(rows.flatMap((r) => r.applies_to_user_ids))],
@@ -184,14 +185,9 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       const updated = await repo.updateRestriction(w.db, ctx.orgId, id, changes);
       if (!updated) throw notFound(WHAT, id);
       // Before and after as the API shows them (match and applies_to included), the members sent.
-      const rows = [current, updated];
-      const live = await repo.livePrincipals(w.db, ctx.orgId, {
-        roleIds: [...new Set(rows.flatMap((r) => r.applies_to_role_ids))],
-        teamIds: [...new Set(rows.flatMap((r) => r.applies_to_team_ids))],
-        userIds: [...new Set(rows.flatMap((r) => r.applies_to_user_ids))],
-      });
+      const show = await present(ctx, [current, updated], w.db);
       const sent = (r: repo.RestrictionRow) => {
-        const shown = toRestriction(r, live) as unknown as Record<string, unknown>;
+        const shown = show(r) as unknown as Record<string, unknown>;
         return Object.fromEntries(Object.keys(body).map((key) => [key, shown[key]]));
       };
       w.audit({ targetId: id, changes: changedMembers(sent(current), sent(updated)) });

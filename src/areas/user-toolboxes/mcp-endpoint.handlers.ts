@@ -451,11 +451,11 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
     const progressToken = (only.params?._meta as { progressToken?: unknown } | undefined)?.progressToken;
     if (!batch && only.method === 'tools/call' && (typeof progressToken === 'string' || typeof progressToken === 'number')) {
       const finish =
-      era.era === 'modern'
-        ? <R extends Parameters<typeof modernResponse>[0]>(r: R) => modernResponse(r, serverInfoOf(server))
-        : version === '2025-03-26'
-          ? withoutResourceLinks
-          : undefined;
+        era.era === 'modern'
+          ? <R extends Parameters<typeof modernResponse>[0]>(r: R) => modernResponse(r, serverInfoOf(server))
+          : version === '2025-03-26'
+            ? withoutResourceLinks
+            : undefined;
       return { status: 200, events: streamed(ctx, served, only, progressToken, finish) };
     }
     if (era.era === 'modern') return (await answerModern(ctx, served, only)) as never;

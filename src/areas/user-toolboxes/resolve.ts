@@ -1,4 +1,5 @@
 import type { components } from '../../../generated/openapi';
+import { isActiveMember } from '../../auth/credentials';
 import type { Executor } from '../../db/database';
 import type { AppDeps } from '../../http/context';
 import { stepToolsOf, type SyntheticToolStep } from '../synthetic-tools';
@@ -242,10 +243,10 @@ export async function resolveUserToolbox(
   // Someone no longer (or not yet) an active member has no user toolboxes there, stored ones
   // included. For `utbx_dyn_all` (what most MCP servers serve) that is asked alongside the reads.
   if (id === DYN_ALL) {
-    const [member, loaded] = await Promise.all([repo.isActiveMember(db, orgId, userId), load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [], withoutDates: options.withoutDates })]);
+    const [member, loaded] = await Promise.all([isActiveMember(db, orgId, userId), load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [], withoutDates: options.withoutDates })]);
     return member ? resolveDynAll(loaded) : null;
   }
-  if (!(await repo.isActiveMember(db, orgId, userId))) return null;
+  if (!(await isActiveMember(db, orgId, userId))) return null;
   if (id.startsWith(DYN_TBX)) {
     const toolboxId = toolboxIdOf(id);
     const toolbox = (await toolboxesSharedWith(db, orgId, userId)).find((t) => t.id === toolboxId);

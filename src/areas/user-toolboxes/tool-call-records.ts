@@ -26,7 +26,7 @@ interface Buffer {
 
 const buffers = new Map<Db, Buffer>();
 
-/** Buffers one record; its `created_at` is when the call ended, not when the batch is written. */
+/** The record with NUL characters replaced in its text (PostgreSQL refuses them). */
 function storable(row: ToolCallRecord): ToolCallRecord {
   const values = Object.values(row);
   if (!values.some((value) => typeof value === 'string' && value.includes('\u0000'))) return row;
@@ -35,6 +35,7 @@ function storable(row: ToolCallRecord): ToolCallRecord {
   return copy as unknown as ToolCallRecord;
 }
 
+/** Buffers one record; its `created_at` is when the call ended, not when the batch is written. */
 export function recordToolCall(db: Db, logger: Logger, row: ToolCallRecord): void {
   let buffer = buffers.get(db);
   if (!buffer) {

@@ -93,11 +93,6 @@ export async function connectionStates(db: Executor, orgId: string, ids: readonl
   return db.selectFrom('connections').select(CONNECTION_STATE).where('org_id', '=', orgId).where('id', 'in', ids).execute();
 }
 
-export async function isActiveMember(db: Executor, orgId: string, userId: string): Promise<boolean> {
-  const row = await db.selectFrom('memberships').select('user_id').where('org_id', '=', orgId).where('user_id', '=', userId).where('status', '=', 'active').executeTakeFirst();
-  return !!row;
-}
-
 export async function joinedAt(db: Executor, orgId: string, userId: string): Promise<Date> {
   const row = await db.selectFrom('memberships').select('created_at').where('org_id', '=', orgId).where('user_id', '=', userId).executeTakeFirst();
   return row?.created_at ?? new Date(0);
