@@ -1,12 +1,12 @@
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sql, type Kysely, type Transaction } from 'kysely';
-import { mintApiToken, revokeApiToken } from './auth/api-tokens';
-import { findOrCreateUser } from './auth/users';
+import { mintApiToken, revokeApiToken } from './identity/api-tokens';
+import { findOrCreateUser } from './identity/users';
 import type { Db } from './db/database';
 import type { Database } from './db/schema';
 import { createOrganizationWithOwner } from './areas/organizations/organizations.service';
-import { PERMISSIONS } from './auth/permissions';
+import { PERMISSIONS } from './identity/permissions';
 import { newId } from './lib/ids';
 import { isUniqueViolation } from './http/errors';
 import { SecretBox } from './lib/crypto';

@@ -40,7 +40,7 @@ import { cpus, loadavg } from 'node:os';
 import { resolve } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { newMcpToken } from '../../src/auth/mcp-tokens';
+import { newMcpToken } from '../../src/identity/mcp-tokens';
 import { openDatabase, type DatabaseHandle } from '../../src/db/database';
 import { newId } from '../../src/lib/ids';
 import { Factories } from '../../test/support/factories';

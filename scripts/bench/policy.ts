@@ -16,7 +16,7 @@
 // evaluation pass (default 1000, at most 100000).
 import { migrateToLatest } from '../../src/db/database';
 import { newId } from '../../src/lib/ids';
-import { Policy, type ToolRef } from '../../src/policy/restrictions';
+import { type ToolRef, loadPolicy, policySubjectOf } from '../../src/access/policy';
 import { Factories } from '../../test/support/factories';
 import { COUNT, measure, openBenchDatabase, percentile } from './support';
 
@@ -88,10 +88,10 @@ async function main() {
   }
 
   const now = new Date();
-  const subjectTime = await measure(() => Policy.subjectOf(db, org.orgId, userId));
-  const subject = await Policy.subjectOf(db, org.orgId, userId);
-  const loadTime = await measure(() => Policy.load(db, subject, now));
-  const policy = await Policy.load(db, subject, now);
+  const subjectTime = await measure(() => policySubjectOf(db, org.orgId, userId));
+  const subject = await policySubjectOf(db, org.orgId, userId);
+  const loadTime = await measure(() => loadPolicy(db, subject, now));
+  const policy = await loadPolicy(db, subject, now);
 
   const tools: ToolRef[] = [];
   for (let i = 0; i < TOOLS; i += 1) {

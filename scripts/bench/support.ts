@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import pino from 'pino';
 import { createApp } from '../../src/app';
 import { insertConnector } from '../../src/areas/connectors/connectors.repo';
-import { shareResource } from '../../src/auth/shares';
+import { shareResource } from '../../src/access/shares';
 import { loadConfig, type Config } from '../../src/config';
 import { migrateToLatest, openDatabase, type DatabaseHandle } from '../../src/db/database';
 import { createMailer } from '../../src/events/email';

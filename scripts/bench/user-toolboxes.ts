@@ -16,7 +16,7 @@
 // DATABASE_URL names a scratch PostgreSQL database, else the embedded one.
 import { resolveUserToolbox, toolsOf } from '../../src/areas/user-toolboxes';
 import { newId } from '../../src/lib/ids';
-import { Policy } from '../../src/policy/restrictions';
+import { loadPolicy, policySubjectOf } from '../../src/access/policy';
 import { COUNT, measure, startBenchApp } from './support';
 
 const CONNECTIONS = Math.min(100, Math.max(1, Number(process.env.BENCH_CONNECTIONS ?? 10)));
@@ -62,9 +62,9 @@ async function main() {
     if (!box) throw new Error('utbx_dyn_all did not resolve');
     return box;
   };
-  const loadPolicy = async () => Policy.load(database.db, await Policy.subjectOf(database.db, org.orgId, userId), new Date());
+  const policyNow = async () => loadPolicy(database.db, await policySubjectOf(database.db, org.orgId, userId), new Date());
   const box = await resolve();
-  const policy = await loadPolicy();
+  const policy = await policyNow();
   const offered = await toolsOf(deps, box, policy);
   const headers = { authorization: `Bearer ${org.token}`, 'x-organization-id': org.orgId };
   const get = async () => {
@@ -76,11 +76,11 @@ async function main() {
   const measured = async (label: string, run: () => Promise<unknown>, before?: () => Promise<unknown>) => ({ label, ...(await measure(run, before)) });
   const results = [
     await measured('resolve', resolve),
-    await measured('policy (subjectOf + load)', loadPolicy),
+    await measured('policy (subjectOf + load)', policyNow),
     await measured('toolsOf', () => toolsOf(deps, box, policy)),
     // Every list fetched again upstream since the last call: each is read and parsed again.
     await measured('toolsOf, every list refetched', () => toolsOf(deps, box, policy), () => database.db.updateTable('connection_tools').set({ fetched_at: new Date() }).execute()),
-    await measured('resolve + policy + toolsOf', async () => toolsOf(deps, await resolve(), await loadPolicy())),
+    await measured('resolve + policy + toolsOf', async () => toolsOf(deps, await resolve(), await policyNow())),
     await measured('GET /user-toolbox/utbx_dyn_all', get),
   ];
   console.log(

@@ -1,5 +1,5 @@
-import type { OutboundPolicy } from '../lib/outbound';
-import { OutboundRefused, postJson } from '../lib/outbound';
+import type { OutboundPolicy } from '../outbound/client';
+import { OutboundRefused, postJson } from '../outbound/client';
 import type { SecretBox } from '../lib/crypto';
 import type { EmailMessage, Mailer } from './email';
 

@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { RequestHandler } from 'express';
 import type { CommittedChange } from '../db/written-tables';
 import type { Tag } from '../../generated/operations';
-import type { Authenticator } from '../auth/credentials';
+import type { Authenticator } from '../identity/credentials';
 import type { OutboxConsumer } from '../events/outbox';
 import type { AppDeps, RequestContext } from './context';
 import type { ApiError } from './errors';

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Transaction } from 'kysely';
-import type { Caller, OrgAccess } from '../auth/credentials';
+import type { Caller, OrgAccess } from '../identity/credentials';
 import type { Config } from '../config';
 import type { Db } from '../db/database';
 import type { ActorType, Database, EventActorType } from '../db/schema';

@@ -1,6 +1,6 @@
 import type { Request } from 'express';
-import { inactiveMember, loadMemberAccess, membershipStatus, type Authenticator, type Caller, type OrgAccess, type PresentedCredential } from '../auth/credentials';
-import type { CredentialCache } from '../auth/credential-cache';
+import { inactiveMember, loadMemberAccess, membershipStatus, type Authenticator, type Caller, type OrgAccess, type PresentedCredential } from '../identity/credentials';
+import type { CredentialCache } from '../identity/credential-cache';
 import type { Db } from '../db/database';
 import { isId } from '../lib/ids';
 import type { OperationMeta } from '../spec/operations';

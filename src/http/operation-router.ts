@@ -5,7 +5,7 @@ import type { OpenApiDocument } from '../spec';
 import { absentBody, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
 import { RequestContext, type AppDeps, type ClientPresence } from './context';
 import { ApiError, notImplementedError, validationError } from './errors';
-import type { CredentialCache } from '../auth/credential-cache';
+import type { CredentialCache } from '../identity/credential-cache';
 import { guard, type Admitted, type GuardDeps } from './guard';
 import type { AnyResult } from './handler-types';
 import { createSpecValidator } from './openapi-backend';

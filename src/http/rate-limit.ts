@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import type { Caller } from '../auth/credentials';
+import type { Caller } from '../identity/credentials';
 import { ApiError } from './errors';
 
 /** Where the counters live: this process, or a store every replica shares. */

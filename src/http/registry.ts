@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { CommittedChange } from '../db/written-tables';
 import type { RequestHandler } from 'express';
-import { apiTokenAuthenticator, sessionAuthenticator, type Authenticator } from '../auth/credentials';
+import { apiTokenAuthenticator, sessionAuthenticator, type Authenticator } from '../identity/credentials';
 import type { OutboxConsumer } from '../events/outbox';
 import type { OperationMeta } from '../spec/operations';
 import type { Area, RenderedError, SealedColumn } from './area';

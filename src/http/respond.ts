@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
-import type { PresentedCredential } from '../auth/credentials';
+import type { PresentedCredential } from '../identity/credentials';
 import { isDatabaseUnavailable } from '../db/unavailable';
 import { isUnstorableText } from '../db/unstorable';
 import type { RenderedError } from './area';

@@ -1,6 +1,6 @@
 // The server compiles an operation's validators on its first request. This compiles all of
 // them at once, so a schema Ajv refuses fails here rather than on some client's first call.
-import { CredentialCache } from '../../src/auth/credential-cache';
+import { CredentialCache } from '../../src/identity/credential-cache';
 import { loadConfig } from '../../src/config';
 import type { AppDeps } from '../../src/http/context';
 import { createOperationRouter } from '../../src/http/operation-router';

@@ -7,7 +7,7 @@
 // PGlite is one process's database, so this runs on a PostgreSQL server only.
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { SESSION_PREFIX } from '../../src/auth/credentials';
+import { SESSION_PREFIX } from '../../src/identity/credentials';
 import { LISTENER_NAME } from '../../src/db/database';
 import { hashSecret, randomSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';

@@ -4,7 +4,7 @@
 // leave it). The notification path between processes is
 // tested in test/db/credential-cache.test.ts.
 import { sql } from 'kysely';
-import { CREDENTIALS_CHANNEL } from '../../src/auth/credential-cache';
+import { CREDENTIALS_CHANNEL } from '../../src/identity/credential-cache';
 import { startTestApp, type TestApp } from '../support/app';
 
 const LIST = '/notification-destination';

@@ -1,4 +1,4 @@
-import { PERMISSIONS, rolePermissions as permissionsOf } from '../../src/auth/permissions';
+import { PERMISSIONS, rolePermissions as permissionsOf } from '../../src/identity/permissions';
 import { newId } from '../../src/lib/ids';
 import { settle, startTestApp, type TestApp } from '../support/app';
 

@@ -1,5 +1,5 @@
-import { PLANS } from '../../src/auth/entitlements';
-import { PERMISSIONS } from '../../src/auth/permissions';
+import { PLANS } from '../../src/access/entitlements';
+import { PERMISSIONS } from '../../src/identity/permissions';
 import { loadSpec } from '../../src/spec';
 import { startTestApp, type TestApp, type TestResponse } from '../support/app';
 

@@ -6,7 +6,7 @@
 // refused call changes nothing.
 import { operations as generated } from '../../generated/operations';
 import { serviceRegistry } from '../../src/areas';
-import { PERMISSIONS } from '../../src/auth/permissions';
+import { PERMISSIONS } from '../../src/identity/permissions';
 import { ID_PREFIXES, newId, type IdKind } from '../../src/lib/ids';
 import { loadSpec } from '../../src/spec';
 import type { OperationMeta } from '../../src/spec/operations';

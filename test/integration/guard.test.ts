@@ -3,7 +3,7 @@ import http from 'node:http';
 import { gzipSync } from 'node:zlib';
 import pino from 'pino';
 import { loadAreas } from '../../src/areas';
-import { PERMISSIONS } from '../../src/auth/permissions';
+import { PERMISSIONS } from '../../src/identity/permissions';
 import type { Area } from '../../src/http/area';
 import type { RequestContext } from '../../src/http/context';
 import { hashSecret } from '../../src/lib/crypto';

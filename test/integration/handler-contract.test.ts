@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { Readable } from 'node:stream';
 import { loadAreas } from '../../src/areas';
-import type { Authenticator } from '../../src/auth/credentials';
+import type { Authenticator } from '../../src/identity/credentials';
 import type { Area } from '../../src/http/area';
 import { ApiError } from '../../src/http/errors';
 import type { RequestContext } from '../../src/http/context';

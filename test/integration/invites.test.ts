@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { acceptInvite } from '../../src/areas/invites/invites.service';
 import { notificationDeliveries } from '../../src/areas/notification-destinations/notification-destinations.consumer';
-import { PLANS } from '../../src/auth/entitlements';
+import { PLANS } from '../../src/access/entitlements';
 import { DEFAULT_OUTBOX_OPTIONS, OutboxDispatcher } from '../../src/events/outbox';
 import { hashSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';

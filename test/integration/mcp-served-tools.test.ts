@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { servedToolsClears } from '../../src/areas/user-toolboxes/served-tools';
+import { servedToolsClears } from '../../src/mcp/served-tools';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { connectionClient } from '../support/connections';

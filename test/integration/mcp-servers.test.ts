@@ -1,5 +1,5 @@
 import type { components } from '../../generated/openapi';
-import { mcpServerTokenAuthenticator } from '../../src/auth/mcp-tokens';
+import { mcpServerTokenAuthenticator } from '../../src/identity/mcp-tokens';
 import { hashSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
 import { settle, startTestApp, type TestApp } from '../support/app';

@@ -3,7 +3,7 @@ import { lookup } from 'node:dns/promises';
 import { hostname } from 'node:os';
 import type { components } from '../../generated/openapi';
 import { newId } from '../../src/lib/ids';
-import { classifyAddress } from '../../src/lib/outbound';
+import { classifyAddress } from '../../src/outbound/client';
 import { settle, startTestApp, type ApiClient, type TestApp, type TestResponse } from '../support/app';
 import { startHttpReceiver, startSmtpServer, usePeers } from '../support/peers';
 

@@ -1,6 +1,6 @@
 import { restrictionsNaming } from '../../src/areas/restrictions/restrictions.repo';
 import { newId } from '../../src/lib/ids';
-import { Policy } from '../../src/policy/restrictions';
+import { loadPolicy, loadPolicyForMember, policySubjectOf } from '../../src/access/policy';
 import { startTestApp, type TestApp } from '../support/app';
 
 /*
@@ -50,24 +50,24 @@ it('loads the active restrictions applying to the member and their live exceptio
   await areq(byTeam, userId, 'pending', null);
   await areq(byUser, bystander, 'approved', null); // someone else's
 
-  const subject = await Policy.subjectOf(t.db, org.orgId, userId);
+  const subject = await policySubjectOf(t.db, org.orgId, userId);
   expect([...subject.roleIds].sort()).toEqual([roleId, org.roleIds.member].sort());
   expect(subject.teamIds).toEqual([teamId]);
-  const policy = await Policy.load(t.db, subject, now);
+  const policy = await loadPolicy(t.db, subject, now);
   expect(policy.restrictionIds).toEqual([everyone, byRole, byTeam, byUser]);
   expect(policy.evaluate({ kind: 'upstream', connector_slug: 'github', tool: 'delete_repo' })).toEqual({ listed: true, callable: false, deniedBy: [], heldBy: [byRole, byTeam, byUser] });
   // The MCP endpoint's one-query form reads the same subject, restrictions and exceptions.
-  const member = await Policy.loadForMember(t.db, org.orgId, userId, now);
+  const member = await loadPolicyForMember(t.db, org.orgId, userId, now);
   expect([...member.subject.roleIds].sort()).toEqual([...subject.roleIds].sort());
   expect(member.subject.teamIds).toEqual([teamId]);
   expect(member.restrictionIds).toEqual(policy.restrictionIds);
   expect(member.evaluate({ kind: 'upstream', connector_slug: 'github', tool: 'delete_repo' })).toEqual(policy.evaluate({ kind: 'upstream', connector_slug: 'github', tool: 'delete_repo' }));
-  const none = await Policy.loadForMember(t.db, other.orgId, bystander, now);
+  const none = await loadPolicyForMember(t.db, other.orgId, bystander, now);
   expect(none.subject).toEqual({ orgId: other.orgId, userId: bystander, roleIds: [], teamIds: [] });
   expect(none.restrictionIds).toHaveLength(1);
 
   // No roles and no teams: only `everyone` and the user's own.
-  const bare = await Policy.load(t.db, { orgId: org.orgId, userId, roleIds: [], teamIds: [] }, now);
+  const bare = await loadPolicy(t.db, { orgId: org.orgId, userId, roleIds: [], teamIds: [] }, now);
   expect(bare.restrictionIds).toEqual([everyone, byUser]);
 });
 

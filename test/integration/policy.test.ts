@@ -1,13 +1,13 @@
 import type { components } from '../../generated/openapi';
 import { newId } from '../../src/lib/ids';
-import { Policy, type ToolRef } from '../../src/policy/restrictions';
+import { type ToolRef, loadPolicy, policySubjectOf } from '../../src/access/policy';
 import { startTestApp, type TestApp } from '../support/app';
 
 /*
  * The policy table: (restrictions, the member's roles and teams, their access requests, the
  * tool) → listed? callable? held? Restrictions and access requests are made over HTTP (the
  * approvals by a person in a session), roles and teams by the factories (their operations
- * are not built yet), then `Policy.load(...).evaluate(...)` runs on the app's database, as
+ * are not built yet), then `loadPolicy(...).evaluate(...)` runs on the app's database, as
  * the tool listings and the MCP endpoint will.
  */
 
@@ -169,7 +169,7 @@ async function run(row: Row) {
   }
   const tool: ToolRef = row.tool.kind === 'synthetic' ? { ...row.tool, id: stool } : row.tool;
   const at = new Date(now.getTime() + (row.atMinutes ?? 0) * 60_000);
-  const policy = await Policy.load(t.db, await Policy.subjectOf(t.db, org.orgId, me), at);
+  const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, me), at);
   return { verdict: policy.evaluate(tool), ids };
 }
 

@@ -1,5 +1,5 @@
 import type { components, paths } from '../../generated/openapi';
-import { PERMISSIONS } from '../../src/auth/permissions';
+import { PERMISSIONS } from '../../src/identity/permissions';
 import { newId } from '../../src/lib/ids';
 import { settle, startTestApp, type ApiClient, type TestApp } from '../support/app';
 import type { SeededOrg } from '../support/factories';

@@ -1,5 +1,5 @@
 import type { components } from '../../generated/openapi';
-import { PERMISSIONS, SYSTEM_ROLES } from '../../src/auth/permissions';
+import { PERMISSIONS, SYSTEM_ROLES } from '../../src/identity/permissions';
 import { newId } from '../../src/lib/ids';
 import { settle, startTestApp, type ApiClient, type TestApp } from '../support/app';
 import { webhookSubscription } from '../support/event-delivery';

@@ -1,9 +1,9 @@
 import type { components } from '../../generated/openapi';
 import { insertConnector } from '../../src/areas/connectors/connectors.repo';
 import { findSyntheticTool, runSyntheticTool } from '../../src/areas/synthetic-tools';
-import { PLANS } from '../../src/auth/entitlements';
-import { PERMISSIONS } from '../../src/auth/permissions';
-import { shareResource } from '../../src/auth/shares';
+import { PLANS } from '../../src/access/entitlements';
+import { PERMISSIONS } from '../../src/identity/permissions';
+import { shareResource } from '../../src/access/shares';
 import { newId } from '../../src/lib/ids';
 import { settle, startTestApp, type TestApp } from '../support/app';
 import { eventsOf, expectError } from '../support/connections';

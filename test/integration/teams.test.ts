@@ -1,5 +1,5 @@
 import type { components } from '../../generated/openapi';
-import { shareResource } from '../../src/auth/shares';
+import { shareResource } from '../../src/access/shares';
 import { newId } from '../../src/lib/ids';
 import { settle, startTestApp, type ApiClient, type TestApp } from '../support/app';
 import type { SeededOrg } from '../support/factories';

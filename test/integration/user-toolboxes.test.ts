@@ -1,7 +1,7 @@
 import type { components } from '../../generated/openapi';
 import { resolveUserToolbox, toolsOf } from '../../src/areas/user-toolboxes';
 import { newId } from '../../src/lib/ids';
-import { Policy } from '../../src/policy/restrictions';
+import { loadPolicy, policySubjectOf } from '../../src/access/policy';
 import { settle, startTestApp, type TestApp } from '../support/app';
 import { connectionClient, expectError } from '../support/connections';
 import type { SeededOrg } from '../support/factories';
@@ -346,7 +346,7 @@ describe('through the template and toolbox operations', () => {
     expect(share.status).toBe(201);
     expect((await frank.list()).body.data.map((b: UserToolbox) => b.id)).toEqual([box.id, 'utbx_dyn_all', dynId]);
     const dynamic = (await resolveUserToolbox(t.db, org.orgId, frankId, dynId))!;
-    const policy = await Policy.load(t.db, await Policy.subjectOf(t.db, org.orgId, frankId), new Date());
+    const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, frankId), new Date());
     expect((await toolsOf(t.deps, dynamic, policy)).map((tool) => tool.name)).toEqual([`${crm}__crm_001`]);
     expect((await owner.delete(`/toolbox/${tbx.body.id}/share/${share.body.id}`)).status).toBe(204);
     expectError(await frank.read(dynId), 404, 'not_found');
@@ -369,7 +369,7 @@ describe('toolsOf', () => {
     const k = await connect(erinConn, tracker, KEY_A);
     const box = await created(erin, { template_id: template, bindings: [{ connector_slug: crm, connection_id: c }, { connector_slug: tracker, connection_id: k }] });
     const resolved = (await resolveUserToolbox(t.db, org.orgId, erinId, box.id))!;
-    const policyNow = async () => Policy.load(t.db, await Policy.subjectOf(t.db, org.orgId, erinId), new Date());
+    const policyNow = async () => loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, erinId), new Date());
 
     // From the caches alone: the upstreams are not asked.
     const before = crmPeer.peer.seen.length + trackerPeer.peer.seen.length;
@@ -421,7 +421,7 @@ describe('toolsOf', () => {
     const ginaConn = connectionClient(t, { token: await t.factories.token(org.orgId, ginaId), org: org.orgId });
     const first = await connect(ginaConn, crm, KEY_A, 'CRM (work)');
     const second = await connect(ginaConn, crm, KEY_B, 'CRM (personal)');
-    const policy = await Policy.load(t.db, await Policy.subjectOf(t.db, org.orgId, ginaId), new Date());
+    const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, ginaId), new Date());
     const offered = await toolsOf(t.deps, (await resolveUserToolbox(t.db, org.orgId, ginaId, 'utbx_dyn_all'))!, policy);
     expect(offered.map((tool) => tool.name)).toHaveLength(new Set(offered.map((tool) => tool.name)).size);
     expect(offered.find((tool) => tool.name === `${crm}__whoami`)?.source).toMatchObject({ connection_id: first });
@@ -441,7 +441,7 @@ describe('toolsOf', () => {
     const bobs = await connect(bobConn, crm, KEY_B);
     const toolbox = await insertToolbox(t, org.orgId, { name: 'Triage', entries: [{ connection_id: bobs, tools: ['crm_005'] }, { synthetic_tool_id: stoolId }], principal: { type: 'organization', id: org.orgId } });
     const box = (await resolveUserToolbox(t.db, org.orgId, aliceId, `utbx_dyn_tbx_${toolbox.slice(4)}`))!;
-    const policy = await Policy.load(t.db, await Policy.subjectOf(t.db, org.orgId, aliceId), new Date());
+    const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, aliceId), new Date());
     const tools = await toolsOf(t.deps, box, policy);
     expect(tools.map((tool) => tool.name)).toEqual([`${crm}__crm_005`, 'triage_ticket']);
     expect(tools[1]).toMatchObject({ description: 'Triage a ticket.', source: { kind: 'synthetic', synthetic_tool_id: stoolId, steps: [{ connector_slug: tracker, tool: 'issue_001' }] } });

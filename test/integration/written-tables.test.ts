@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { SERVED_TOOLS_TABLES } from '../../src/areas/user-toolboxes/served-tools';
-import { CREDENTIAL_TABLES } from '../../src/auth/credential-cache';
+import { SERVED_TOOLS_TABLES } from '../../src/mcp/served-tools';
+import { CREDENTIAL_TABLES } from '../../src/identity/credential-cache';
 import { WrittenTables } from '../../src/db/written-tables';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';

@@ -10,7 +10,7 @@ import pino from 'pino';
 import type { paths } from '../../generated/openapi';
 import { createApp, type AppOptions } from '../../src/app';
 import { loadConfig, type Config } from '../../src/config';
-import type { CredentialCache } from '../../src/auth/credential-cache';
+import type { CredentialCache } from '../../src/identity/credential-cache';
 import type { DatabaseHandle, Db } from '../../src/db/database';
 import { createMailer } from '../../src/events/email';
 import type { AppDeps } from '../../src/http/context';

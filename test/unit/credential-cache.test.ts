@@ -2,8 +2,8 @@
 // before a change is not remembered after it, and nothing is remembered while changes could
 // go unheard. An authenticator of this file's own stands in for an area's.
 import pino from 'pino';
-import { CredentialCache } from '../../src/auth/credential-cache';
-import type { Authenticator, Caller } from '../../src/auth/credentials';
+import { CredentialCache } from '../../src/identity/credential-cache';
+import type { Authenticator, Caller } from '../../src/identity/credentials';
 import type { DatabaseHandle, Db } from '../../src/db/database';
 
 const db = {} as Db;

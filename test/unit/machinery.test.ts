@@ -6,7 +6,7 @@ import { pageRequest, toPage } from '../../src/http/pagination';
 import { PathRouter } from '../../src/http/router';
 import { SecretBox, hashSecret, secretBoxOf } from '../../src/lib/crypto';
 import { isId, newId } from '../../src/lib/ids';
-import { classifyAddress, refuseUrl } from '../../src/lib/outbound';
+import { classifyAddress, refuseUrl } from '../../src/outbound/client';
 
 describe('ids', () => {
   it('are a prefix and 26 lowercase Crockford characters, sorting in creation order', () => {

@@ -1,6 +1,6 @@
 // Which era a POST to /mcp/{mcpId} speaks, and the 2026-07-28 additions to results: the cases
 // the integration tests (test/integration/mcp-endpoint-2026.test.ts) do not each send.
-import { decodeHeaderValue, eraOf, modernResponse, withoutHeaderMirroring } from '../../src/mcp/revision-2026';
+import { decodeHeaderValue, eraOf, modernResponse, withoutHeaderMirroring } from '../../src/mcp/endpoint/revision-2026';
 
 const meta = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {} };
 const request = (method: string, params: Record<string, unknown> = {}) => ({ jsonrpc: '2.0', id: 1, method, params: { ...params, _meta: meta } });

@@ -2,7 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { lookup } from 'node:dns/promises';
 import { hostname } from 'node:os';
-import { classifyAddress, OutboundRefused, OutboundSession } from '../../src/lib/outbound';
+import { classifyAddress, OutboundRefused, OutboundSession } from '../../src/outbound/client';
 
 /*
  * The guarded fetch the MCP SDK and the OAuth client go through: a real HTTP server on

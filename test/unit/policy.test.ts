@@ -1,5 +1,5 @@
-import { compileGlob, globMatch } from '../../src/policy/glob';
-import { Policy, type PolicyRestrictionInput, type ToolRef } from '../../src/policy/restrictions';
+import { compileGlob, globMatch } from '../../src/access/policy/glob';
+import { Policy, type PolicyRestrictionInput, type ToolRef } from '../../src/access/policy';
 
 describe('RestrictionToolPattern globs', () => {
   const cases: [pattern: string, name: string, matches: boolean][] = [

@@ -4,8 +4,8 @@ import type { RequestContext } from '../../http/context';
 import { ApiError, notFound, validationError } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { compileGlob } from '../../policy/glob';
-import { Policy } from '../../policy/restrictions';
+import { compileGlob } from '../../access/policy/glob';
+import { policySubjectOf } from '../../access/policy';
 import { findRestriction, type RestrictionRow } from '../restrictions/restrictions.repo';
 import * as repo from './access-requests.repo';
 
@@ -69,7 +69,7 @@ export async function get(ctx: RequestContext, id: string): Promise<AccessReques
 /** Whether a restriction applies to the member (by user, role or team, or everyone). */
 async function appliesTo(db: Executor, orgId: string, r: RestrictionRow, userId: string): Promise<boolean> {
   if (r.applies_to_everyone || r.applies_to_user_ids.includes(userId)) return true;
-  const subject = await Policy.subjectOf(db, orgId, userId);
+  const subject = await policySubjectOf(db, orgId, userId);
   return subject.roleIds.some((id) => r.applies_to_role_ids.includes(id)) || subject.teamIds.some((id) => r.applies_to_team_ids.includes(id));
 }
 

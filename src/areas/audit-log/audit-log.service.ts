@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import { planOf } from '../../auth/entitlements';
+import { planOf } from '../../access/entitlements';
 import type { RequestContext } from '../../http/context';
 import { notFound, validationError } from '../../http/errors';
 import { filteredPageRequest, toFilteredPage, type Page } from '../../http/pagination';

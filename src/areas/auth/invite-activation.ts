@@ -1,6 +1,6 @@
-import { SESSION_COOKIE } from '../../auth/credentials';
-import { startSession } from '../../auth/sessions';
-import { createUser, findUserByEmail } from '../../auth/users';
+import { SESSION_COOKIE } from '../../identity/credentials';
+import { startSession } from '../../identity/sessions';
+import { createUser, findUserByEmail } from '../../identity/users';
 import type { RequestContext } from '../../http/context';
 import { isUniqueViolation } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';

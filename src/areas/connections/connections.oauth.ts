@@ -1,13 +1,13 @@
 import type { operations } from '../../../generated/openapi';
-import { loadMemberAccess } from '../../auth/credentials';
+import { loadMemberAccess } from '../../identity/credentials';
 import type { RequestContext } from '../../http/context';
 import { ApiError, notFound } from '../../http/errors';
 import { hashSecret } from '../../lib/crypto';
 import {
   authorizationUrl, discoverProvider, exchangeCode, newState, OAuthFailure, pkcePair, registerClient, revokeToken,
   type OAuthClientCredentials, type ProviderEndpoints,
-} from '../../lib/oauth-client';
-import type { OutboundLimits } from '../../lib/outbound';
+} from '../../protocols/oauth-client/client';
+import type { OutboundLimits } from '../../outbound/client';
 import { resolveConnector, type ResolvedConnector } from '../connectors/resolve';
 import * as repo from './connections.repo';
 import {

@@ -1,11 +1,11 @@
 import type { components } from '../../../generated/openapi';
-import { loadMemberAccess } from '../../auth/credentials';
-import { requireWithinLimit } from '../../auth/entitlements';
+import { loadMemberAccess } from '../../identity/credentials';
+import { requireWithinLimit } from '../../access/entitlements';
 import { SECRET_CHANGED, type RequestContext } from '../../http/context';
 import { ApiError, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { pageOfSorted, toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { listUpstreamTools, UpstreamUnavailable } from '../../lib/mcp-upstream';
+import { listUpstreamTools, UpstreamUnavailable } from '../../mcp/upstream/client';
 import { resolveConnector, type ResolvedConnector } from '../connectors/resolve';
 import * as repo from './connections.repo';
 import { authorizeUrlOf, revokeTokens, startAuthorization, type StartedAuthorization } from './connections.oauth';

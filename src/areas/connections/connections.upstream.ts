@@ -2,8 +2,8 @@ import type { components } from '../../../generated/openapi';
 import type { ResolvedConnector } from '../connectors/resolve';
 import type { RequestContext } from '../../http/context';
 import { ApiError } from '../../http/errors';
-import { listUpstreamTools, UpstreamRejected, UpstreamUnavailable, type UpstreamCredential, type UpstreamLimits, type UpstreamTool } from '../../lib/mcp-upstream';
-import { OAuthFailure, refreshTokens, type OAuthClientCredentials, type ProviderEndpoints } from '../../lib/oauth-client';
+import { listUpstreamTools, UpstreamRejected, UpstreamUnavailable, type UpstreamCredential, type UpstreamLimits, type UpstreamTool } from '../../mcp/upstream/client';
+import { OAuthFailure, refreshTokens, type OAuthClientCredentials, type ProviderEndpoints } from '../../protocols/oauth-client/client';
 import * as repo from './connections.repo';
 
 /**

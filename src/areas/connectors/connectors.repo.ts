@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Executor } from '../../db/database';
 import type { Row, RowChanges } from '../../db/schema';
-import { sharedWithQuery } from '../../auth/shares';
+import { sharedWithQuery } from '../../access/shares';
 import type { ConnectorContent } from './content';
 
 /** A custom connector as stored, its JSON `content` read as the shape it is written in. */

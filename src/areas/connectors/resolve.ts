@@ -1,6 +1,6 @@
-import { isActiveMember, rolesHeld } from '../../auth/credentials';
-import { heldPermissions } from '../../auth/permissions';
-import { isSharedWith } from '../../auth/shares';
+import { isActiveMember, rolesHeld } from '../../identity/credentials';
+import { heldPermissions } from '../../identity/permissions';
+import { isSharedWith } from '../../access/shares';
 import type { Db, Executor } from '../../db/database';
 import type { SecretBox } from '../../lib/crypto';
 import { builtIns } from './catalog';

@@ -1,5 +1,5 @@
 import { ApiError, validationError, type ValidationProblem } from '../../http/errors';
-import { refuseUrl, type OutboundPolicy } from '../../lib/outbound';
+import { refuseUrl, type OutboundPolicy } from '../../outbound/client';
 import type { ConnectorContent } from './content';
 
 /**

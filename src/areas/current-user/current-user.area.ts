@@ -1,4 +1,4 @@
-import type { ApiTokenCaller, SessionCaller } from '../../auth/credentials';
+import type { ApiTokenCaller, SessionCaller } from '../../identity/credentials';
 import { defineArea } from '../../http/area';
 import { currentUser } from './current-user.service';
 

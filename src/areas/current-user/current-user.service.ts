@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
-import type { ApiTokenCaller, SessionCaller } from '../../auth/credentials';
-import { rolePermissions } from '../../auth/permissions';
+import type { ApiTokenCaller, SessionCaller } from '../../identity/credentials';
+import { rolePermissions } from '../../identity/permissions';
 import type { Db } from '../../db/database';
 import { ApiError } from '../../http/errors';
 import { toOrganization } from '../organizations/organizations.mapper';

@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
-import { requireFeature, requireWithinLimit } from '../../auth/entitlements';
-import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../auth/shares';
+import { requireFeature, requireWithinLimit } from '../../access/entitlements';
+import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../access/shares';
 import { SECRET_CHANGED, type RequestContext, type WriteScope } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import type { Page } from '../../http/pagination';

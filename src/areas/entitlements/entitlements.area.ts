@@ -1,8 +1,8 @@
 import type { components } from '../../../generated/openapi';
-import { planOf, type LimitKey } from '../../auth/entitlements';
+import { planOf, type LimitKey } from '../../access/entitlements';
 import type { Executor } from '../../db/database';
 import { defineArea } from '../../http/area';
-import { seatsInUse } from '../../auth/seats';
+import { seatsInUse } from '../../access/seats';
 
 type Entitlements = components['schemas']['Entitlements'];
 

@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
-import { requireWithinLimit } from '../../auth/entitlements';
-import { seatsInUse } from '../../auth/seats';
-import { rolePermissions } from '../../auth/permissions';
+import { requireWithinLimit } from '../../access/entitlements';
+import { seatsInUse } from '../../access/seats';
+import { rolePermissions } from '../../identity/permissions';
 import type { Db, Executor } from '../../db/database';
 import { appendEvents } from '../../events/outbox';
 import type { RequestContext } from '../../http/context';

@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
-import { requireWithinLimit } from '../../auth/entitlements';
-import { seatsInUse } from '../../auth/seats';
-import { heldPermissions } from '../../auth/permissions';
+import { requireWithinLimit } from '../../access/entitlements';
+import { seatsInUse } from '../../access/seats';
+import { heldPermissions } from '../../identity/permissions';
 import type { RequestContext, WriteScope } from '../../http/context';
 import { ApiError, notFound, type ValidationProblem } from '../../http/errors';
 import { cursorAfter, keyedPageRequest, type Page } from '../../http/pagination';

@@ -7,7 +7,7 @@ import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { refuseUrl } from '../../lib/outbound';
+import { refuseUrl } from '../../outbound/client';
 import * as repo from './notification-destinations.repo';
 
 type Destination = components['schemas']['NotificationDestination'];

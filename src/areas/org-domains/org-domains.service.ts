@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { domainToASCII } from 'node:url';
 import type { components } from '../../../generated/openapi';
-import { requireFeature } from '../../auth/entitlements';
+import { requireFeature } from '../../access/entitlements';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';

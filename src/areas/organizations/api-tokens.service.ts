@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
-import { mintApiToken, revokeApiToken } from '../../auth/api-tokens';
-import { PERMISSIONS } from '../../auth/permissions';
+import { mintApiToken, revokeApiToken } from '../../identity/api-tokens';
+import { PERMISSIONS } from '../../identity/permissions';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';

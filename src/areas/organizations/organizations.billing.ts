@@ -1,11 +1,11 @@
 import Stripe from 'stripe';
 import type { components } from '../../../generated/openapi';
-import { DEFAULT_PLAN } from '../../auth/entitlements';
+import { DEFAULT_PLAN } from '../../access/entitlements';
 import type { Config } from '../../config';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, validationError } from '../../http/errors';
-import { seatsInUse } from '../../auth/seats';
+import { seatsInUse } from '../../access/seats';
 import { findOrganization } from './organizations.repo';
 
 /*

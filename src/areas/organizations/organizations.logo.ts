@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { components } from '../../../generated/openapi';
-import { loadMemberAccess } from '../../auth/credentials';
+import { loadMemberAccess } from '../../identity/credentials';
 import type { RequestContext } from '../../http/context';
 import { ApiError, notFound, validationError } from '../../http/errors';
 import type { UploadStream } from '../../http/handler-types';

@@ -6,7 +6,7 @@ import { ApiError, conflictOnUnique, isUniqueViolation, notFound, validationErro
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { storageOf } from '../../lib/storage';
-import { SYSTEM_ROLES } from '../../auth/permissions';
+import { SYSTEM_ROLES } from '../../identity/permissions';
 import { addMember, holdsOwner } from '../members/members.repo';
 import { subscriptionInForce } from './organizations.billing';
 import { toOrganization } from './organizations.mapper';

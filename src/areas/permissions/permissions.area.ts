@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import { PERMISSIONS } from '../../auth/permissions';
+import { PERMISSIONS } from '../../identity/permissions';
 import { defineArea } from '../../http/area';
 import { keyedPageRequest } from '../../http/pagination';
 import { loadSpec } from '../../spec';

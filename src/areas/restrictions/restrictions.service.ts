@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import { requireFeature } from '../../auth/entitlements';
+import { requireFeature } from '../../access/entitlements';
 import type { Executor } from '../../db/database';
 import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';

@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
-import { requireFeature } from '../../auth/entitlements';
-import { rolePermissions } from '../../auth/permissions';
+import { requireFeature } from '../../access/entitlements';
+import { rolePermissions } from '../../identity/permissions';
 import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { sharedWithQuery } from '../../auth/shares';
+import { sharedWithQuery } from '../../access/shares';
 import type { Executor } from '../../db/database';
 import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';

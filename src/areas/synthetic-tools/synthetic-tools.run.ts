@@ -2,13 +2,13 @@ import type { Logger } from 'pino';
 import { appendEvents } from '../../events/outbox';
 import { WriteScope, type AppDeps } from '../../http/context';
 import { ApiError, type ValidationProblem } from '../../http/errors';
-import { UpstreamUnavailable, type UpstreamCallResult } from '../../lib/mcp-upstream';
-import { upstreamPoolOf } from '../../lib/mcp-upstream-pool';
+import { UpstreamUnavailable, type UpstreamCallResult } from '../../mcp/upstream/client';
+import { upstreamPoolOf } from '../../mcp/upstream/pool';
 import * as connectionsRepo from '../connections/connections.repo';
 import { upstreamLimits, withConnection, type ConnectionContext } from '../connections/connections.upstream';
 import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors/resolve';
 import { evaluate, MappingError, type Json } from './mapping';
-import { Policy } from '../../policy/restrictions';
+import { loadPolicy, policySubjectOf } from '../../access/policy';
 import { problemsOf, validatorFor } from './schemas';
 import * as repo from './synthetic-tools.repo';
 import { stepToolsOf } from './synthetic-tools.service';
@@ -99,7 +99,7 @@ function checkedArguments(tool: repo.SyntheticToolRow, input: unknown): Record<s
 
 /** 403 tool_restricted when a restriction denies the tool or holds it without an approved exception. */
 async function checkPolicy(deps: AppDeps, orgId: string, userId: string, tool: repo.SyntheticToolRow): Promise<void> {
-  const policy = await Policy.load(deps.db, await Policy.subjectOf(deps.db, orgId, userId), new Date());
+  const policy = await loadPolicy(deps.db, await policySubjectOf(deps.db, orgId, userId), new Date());
   const verdict = policy.evaluate({ kind: 'synthetic', id: tool.id, steps: stepToolsOf(tool.steps) });
   if (verdict.callable) return;
   if (verdict.deniedBy.length > 0) {

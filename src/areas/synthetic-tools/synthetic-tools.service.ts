@@ -1,4 +1,4 @@
-import { requireFeature, requireWithinLimit } from '../../auth/entitlements';
+import { requireFeature, requireWithinLimit } from '../../access/entitlements';
 import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';

@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import { listShares, revokeShare, shareResource, deleteSharesOf, type Share } from '../../auth/shares';
+import { listShares, revokeShare, shareResource, deleteSharesOf, type Share } from '../../access/shares';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';

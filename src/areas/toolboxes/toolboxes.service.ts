@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
-import { requireWithinLimit } from '../../auth/entitlements';
-import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../auth/shares';
+import { requireWithinLimit } from '../../access/entitlements';
+import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../access/shares';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';

@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
-import { requireWithinLimit } from '../../auth/entitlements';
-import { newMcpToken } from '../../auth/mcp-tokens';
+import { requireWithinLimit } from '../../access/entitlements';
+import { newMcpToken } from '../../identity/mcp-tokens';
 import type { RequestContext, WriteScope } from '../../http/context';
 import { ApiError, isUniqueViolation, validationError } from '../../http/errors';
 import type { Page, PageRequest } from '../../http/pagination';

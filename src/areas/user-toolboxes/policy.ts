@@ -3,7 +3,7 @@
  * filtered by: `Policy` satisfies `ToolPolicy` (only `evaluate` is used here, so this area
  * does not depend on how a policy is loaded).
  */
-import type { Policy, ToolRef, Verdict } from '../../policy/restrictions';
+import type { Policy, ToolRef, Verdict } from '../../access/policy';
 
 export type { ToolRef, Verdict };
 export type ToolPolicy = Pick<Policy, 'evaluate'>;

@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import { isActiveMember } from '../../auth/credentials';
+import { isActiveMember } from '../../identity/credentials';
 import type { Executor } from '../../db/database';
 import type { AppDeps } from '../../http/context';
 import { stepToolsOf, type SyntheticToolStep } from '../synthetic-tools';

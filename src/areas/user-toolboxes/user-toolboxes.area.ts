@@ -1,13 +1,13 @@
-import { mcpServerTokenAuthenticator } from '../../auth/mcp-tokens';
+import { mcpServerTokenAuthenticator } from '../../identity/mcp-tokens';
 import { defineArea } from '../../http/area';
 import { ApiError } from '../../http/errors';
 import { keyedPageRequest } from '../../http/pagination';
-import { closeUpstreamPool } from '../../lib/mcp-upstream-pool';
-import { renderMcpError } from '../../mcp/jsonrpc';
-import { mcpEndpointHandlers } from './mcp-endpoint.handlers';
+import { closeUpstreamPool } from '../../mcp/upstream/pool';
+import { renderMcpError } from '../../mcp/endpoint/jsonrpc';
+import { mcpEndpointHandlers } from '../../mcp/endpoint/handlers';
 import { touches } from '../../db/written-tables';
-import { forgetServedTools, SERVED_TOOLS_TABLES, startServedTools, stopServedTools } from './served-tools';
-import { flushToolCallRecords } from './tool-call-records';
+import { forgetServedTools, SERVED_TOOLS_TABLES, startServedTools, stopServedTools } from '../../mcp/served-tools';
+import { flushToolCallRecords } from '../../mcp/tool-call-records';
 import { mcpServerHandlers } from './mcp-servers.handlers';
 import * as userToolboxes from './user-toolboxes.service';
 

@@ -3,19 +3,19 @@ import type { AreaHandlers } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
 import type { RequestContext } from '../../http/context';
 import type { ServerSentEvent } from '../../http/handler-types';
-import { UpstreamUnavailable } from '../../lib/mcp-upstream';
-import { upstreamPoolOf } from '../../lib/mcp-upstream-pool';
+import { UpstreamUnavailable } from '../upstream/client';
+import { upstreamPoolOf } from '../upstream/pool';
 import {
   classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
   SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
-} from '../../mcp/jsonrpc';
-import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from '../../mcp/revision-2026';
-import * as connectionsRepo from '../connections/connections.repo';
-import { upstreamLimits, withConnection } from '../connections/connections.upstream';
-import { findSyntheticTool, runSyntheticTool } from '../synthetic-tools';
-import type { OfferedTool } from './resolve';
-import { servedTools, ServedTools, type McpServerRow } from './served-tools';
-import { recordToolCall } from './tool-call-records';
+} from './jsonrpc';
+import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from './revision-2026';
+import * as connectionsRepo from '../../areas/connections/connections.repo';
+import { upstreamLimits, withConnection } from '../../areas/connections/connections.upstream';
+import { findSyntheticTool, runSyntheticTool } from '../../areas/synthetic-tools';
+import type { OfferedTool } from '../../areas/user-toolboxes/resolve';
+import { servedTools, ServedTools, type McpServerRow } from '../served-tools';
+import { recordToolCall } from '../tool-call-records';
 
 /**
  * postMcpMessage and deleteMcpSession: the MCP endpoint `/mcp/{mcpId}` (spec/paths/mcp.yml),

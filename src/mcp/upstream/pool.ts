@@ -1,7 +1,7 @@
 import type { Progress } from '@modelcontextprotocol/sdk/types.js';
-import { callTool, describe, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './mcp-upstream';
-import { UpstreamHttpError, UpstreamSession } from './mcp-upstream-session';
-import { OutboundRefused, type OutboundLimits } from './outbound';
+import { callTool, describe, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './client';
+import { UpstreamHttpError, UpstreamSession } from './session';
+import { OutboundRefused, type OutboundLimits } from '../../outbound/client';
 
 /**
  * Upstream MCP sessions kept open between calls, one per connection and credential: a

@@ -1,9 +1,9 @@
-import { NotifiedCache } from '../../db/notified-cache';
-import type { AppDeps } from '../../http/context';
-import { Policy } from '../../policy/restrictions';
-import * as connectionsRepo from '../connections/connections.repo';
-import { resolveConnectorForMember, type ResolvedConnector } from '../connectors/resolve';
-import { resolveUserToolbox, toolsOf, type OfferedTool } from './resolve';
+import { NotifiedCache } from '../db/notified-cache';
+import type { AppDeps } from '../http/context';
+import { loadPolicyForMember } from '../access/policy';
+import * as connectionsRepo from '../areas/connections/connections.repo';
+import { resolveConnectorForMember, type ResolvedConnector } from '../areas/connectors/resolve';
+import { resolveUserToolbox, toolsOf, type OfferedTool } from '../areas/user-toolboxes/resolve';
 
 /**
  * What an MCP server serves: its row, the tools its user toolbox offers the owner now (policy
@@ -90,7 +90,7 @@ async function load(deps: Deps, mcpId: string): Promise<{ value: ServedTools; un
   // The box and the owner's policy are independent reads: side by side.
   const [box, policy] = await Promise.all([
     resolveUserToolbox(deps.db, server.org_id, server.owner_user_id, server.user_toolbox_id, { withoutDates: true }),
-    Policy.loadForMember(deps.db, server.org_id, server.owner_user_id, new Date()),
+    loadPolicyForMember(deps.db, server.org_id, server.owner_user_id, new Date()),
   ]);
   if (!box) return { value: new ServedTools(deps, server, [], new Map()), until: policy.changesAt?.getTime(), scope };
   const active = box.sources.flatMap((s) => (s.type === 'connection' && s.status === 'active' ? [s.connection_id] : []));

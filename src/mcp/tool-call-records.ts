@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
-import type { Db } from '../../db/database';
-import { storableText } from '../../db/unstorable';
-import type { NewRow } from '../../db/schema';
+import type { Db } from '../db/database';
+import { storableText } from '../db/unstorable';
+import type { NewRow } from '../db/schema';
 
 /**
  * Tool-call records are written off the answer's path and in batches: each call adds its row

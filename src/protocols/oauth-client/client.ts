@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { OutboundRefused, OutboundSession, refuseUrl, type OutboundLimits } from './outbound';
+import { OutboundRefused, OutboundSession, refuseUrl, type OutboundLimits } from '../../outbound/client';
 
 /**
  * The server as an OAuth client of upstream providers, for connections: discovery of the

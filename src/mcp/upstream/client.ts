@@ -2,7 +2,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema, ErrorCode, McpError, type CallToolResult, type Progress, type Tool } from '@modelcontextprotocol/sdk/types.js';
-import { OutboundRefused, OutboundSession, type OutboundLimits } from './outbound';
+import { OutboundRefused, OutboundSession, type OutboundLimits } from '../../outbound/client';
 
 /**
  * Calls to upstream MCP servers with one member's credential, through the MCP SDK client

@@ -1,8 +1,8 @@
 import type http from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import { ErrorCode, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, type Progress } from '@modelcontextprotocol/sdk/types.js';
-import { CLIENT_INFO, UpstreamRejected, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './mcp-upstream';
-import { guardedRequest, keepAliveAgent, OutboundDeadline, OutboundRefused, type GuardedResponse, type OutboundLimits } from './outbound';
+import { CLIENT_INFO, UpstreamRejected, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './client';
+import { guardedRequest, keepAliveAgent, OutboundDeadline, OutboundRefused, type GuardedResponse, type OutboundLimits } from '../../outbound/client';
 
 /**
  * A Streamable HTTP MCP session kept open by the upstream pool: a JSON-RPC client of its own

@@ -6,8 +6,8 @@
  * is not per revision) and it would have to be re-created on every request to stay stateless.
  * The SDK's schemas still check what the upstream answers (CallToolResultSchema in callTool).
  */
-import type { ApiError } from '../http/errors';
-import type { RenderedError } from '../http/area';
+import type { ApiError } from '../../http/errors';
+import type { RenderedError } from '../../http/area';
 
 /** The current revision: stateless, no handshake, version and capabilities in each request's `_meta` (src/mcp/revision-2026.ts). */
 export const MODERN_VERSION = '2026-07-28';
