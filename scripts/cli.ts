@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../src/config';
 import { DatabaseInUseError, migrateToLatest, openDatabase, type DatabaseHandle } from '../src/db/database';
-import { serviceRegistry } from '../src/areas';
+import { serviceRegistry } from '../src/modules';
 import { secretBoxOf } from '../src/lib/crypto';
 import { bootstrap, createOrganization, createToken, OperatorError, resealSecrets, revokeToken, writeBootstrapFile } from '../src/operator';
 

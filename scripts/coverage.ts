@@ -2,7 +2,7 @@
 // Built: an area has a handler for it, or it is served by an engine an area mounts
 // (x-engine). Everything else answers 501 not_implemented and does not count.
 import { operations } from '../generated/operations';
-import { serviceRegistry } from '../src/areas';
+import { serviceRegistry } from '../src/modules';
 import { loadSpec } from '../src/spec';
 
 const spec = loadSpec();

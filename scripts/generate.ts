@@ -2,8 +2,8 @@
 // and the operation table the router and the guard read. `--check` fails when generated/ is
 // stale instead of writing it.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, writeFileSync, existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { readFileSync, readdirSync, writeFileSync, existsSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
 import openapiTS, { astToString } from 'openapi-typescript';
 import YAML from 'yaml';
 import type { OpenApiDocument } from '../src/spec';
@@ -87,6 +87,27 @@ ${rows}
 `;
 }
 
+/**
+ * The app's modules, one import each: every `<name>.area.ts` under src/ (a REST area) and
+ * `<name>.module.ts` (a protocol module), in path order. Listed here rather than found at
+ * run time, so that the list is plain code a reader can follow, and adding a module touches no
+ * hand-kept list.
+ */
+function modulesModule(): string {
+  const found: string[] = [];
+  const walk = (dir: string) => {
+    for (const entry of readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else if (/\.(area|module)\.ts$/.test(entry.name)) found.push(relative(out, path).replace(/\.ts$/, ''));
+    }
+  };
+  walk(join(root, 'src'));
+  const name = (path: string) => path.split('/').pop()!.replace(/\.(area|module)$/, '').replace(/-(\w)/g, (_, c: string) => c.toUpperCase()) + (path.endsWith('.area') ? 'Area' : 'Module');
+  const imports = found.map((path) => `import ${name(path)} from '${path}';`).join('\n');
+  return `// ${BANNER}\n// (From the *.area.ts and *.module.ts files under src/.)\nimport type { Module } from '../src/http/area';\n${imports}\n\n/** Every module of the app, in path order: hooks run and modules start in this order. */\nexport const MODULES: readonly Module[] = [\n${found.map((p) => `  ${name(p)},`).join('\n')}\n];\n`;
+}
+
 async function main(): Promise<void> {
   const doc = bundle();
   const { operations, problems } = describeOperations(doc as OpenApiDocument);
@@ -102,6 +123,7 @@ async function main(): Promise<void> {
   files.set('operations.ts', operationsModule(operations, (doc.tags as Json[]).map((t) => t.name)));
   files.set('ids.ts', idsModule(idPrefixes(doc)));
   files.set('events.ts', eventsModule(doc));
+  files.set('modules.ts', modulesModule());
 
   const stale: string[] = [];
   for (const [name, text] of files) {

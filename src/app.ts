@@ -2,13 +2,15 @@ import { createServer, IncomingMessage, ServerResponse, type Server } from 'node
 import express, { type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
 import type { Logger } from 'pino';
-import { loadAreas } from './areas';
+import { MODULES } from './modules';
 import { HEALTH } from './areas/health/health.area';
 import { CREDENTIAL_TABLES, CredentialCache } from './identity/credential-cache';
 import { ANY_CHANGE, touches, type CommittedChange } from './db/written-tables';
 import { presentedCredential } from './identity/credentials';
-import type { Area } from './http/area';
-import type { AppDeps } from './http/context';
+import type { Module } from './http/area';
+import type { AppDeps, ProcessDeps } from './http/context';
+import { Hooks } from './http/hooks';
+import { McpRuntime } from './mcp/runtime';
 import { ApiError } from './http/errors';
 import { createOperationRouter } from './http/operation-router';
 import { RateLimits, type CounterStore } from './http/rate-limit';
@@ -24,9 +26,9 @@ import { describeOperations } from './spec/operations';
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
 export interface AppOptions {
-  /** Another document and areas than the service's own; tests of the shared machinery use small fixtures. */
+  /** Another document and modules than the service's own; tests of the shared machinery use small fixtures. */
   spec?: OpenApiDocument;
-  areas?: readonly Area[];
+  modules?: readonly Module[];
 }
 
 export interface App {
@@ -37,8 +39,10 @@ export interface App {
   listen(port: number, host: string): Promise<Server>;
   /** Answers every request from now on with 503 and `Connection: close` (shutting down). */
   drain(): void;
-  /** What the areas brought: handlers, authenticators, engines, outbox consumers, and what is not built. */
+  /** What the modules brought: handlers, authenticators, engines, outbox consumers, and what is not built. */
   registry: Registry;
+  /** What every request of this app uses: the process's collaborators, the modules' hooks, the MCP runtime. */
+  deps: AppDeps;
   /** What the app remembers of credentials; forgets on every change it hears of. */
   credentials: CredentialCache;
   /**
@@ -50,12 +54,12 @@ export interface App {
   close(): Promise<void>;
 }
 
-export async function createApp(deps: AppDeps, options: AppOptions = {}): Promise<App> {
+export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Promise<App> {
   const spec = options.spec ?? loadSpec();
   const { operations, problems } = describeOperations(spec);
   if (problems.length > 0) throw new Error(`The spec breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
-  const registry = buildRegistry(options.areas ?? loadAreas(), operations, Object.keys(spec.components?.securitySchemes ?? {}));
-  await registry.start(deps);
+  const modules = options.modules ?? MODULES;
+  const registry = buildRegistry(modules, operations, Object.keys(spec.components?.securitySchemes ?? {}));
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store });
   // Remembered only while this process hears every change (see CredentialCache); its own
@@ -65,7 +69,7 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
   const afterCommit = deps.afterCommit;
   const forget = (change: CommittedChange = ANY_CHANGE) => {
     if (touches(change, CREDENTIAL_TABLES)) credentials.clear();
-    registry.afterCommit(deps, change);
+    registry.afterCommit(appDeps, change);
   };
   const appDeps: AppDeps = {
     ...deps,
@@ -73,7 +77,10 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
       forget(change);
       afterCommit?.(change);
     },
+    hooks: new Hooks(modules),
+    mcp: new McpRuntime(deps),
   };
+  await registry.start(appDeps);
   const router = await createOperationRouter(appDeps, { spec, operations, registry, limits, credentials });
   // Express lends its request and response helpers (req.ip, req.query, res.status…) through
   // the prototypes of the server's own classes, set once; its router is not on the path of a
@@ -181,18 +188,19 @@ export async function createApp(deps: AppDeps, options: AppOptions = {}): Promis
       draining = true;
     },
     registry,
+    deps: appDeps,
     credentials,
     forget,
     close: async () => {
       await stopFollowing();
       await counters.close();
-      await registry.stop(deps);
+      await registry.stop(appDeps);
     },
   };
 }
 
 /** The rate limits' counters: in this process, or shared by the replicas in PostgreSQL or Redis. */
-function counterStore(deps: AppDeps): { store: CounterStore; close(): Promise<void> } {
+function counterStore(deps: ProcessDeps): { store: CounterStore; close(): Promise<void> } {
   const { store } = deps.config.rateLimit;
   if (store === 'postgres' && deps.pool) return { store: { kind: 'postgres', pool: deps.pool }, close: async () => undefined };
   if (store === 'redis' && deps.config.redisUrl) {

@@ -73,8 +73,7 @@ export async function startBenchApp(env: Record<string, string> = {}): Promise<B
     ...env,
   });
   const logger = pino({ level: 'silent' });
-  const deps = { config, db: database.db, pool: database.pool, listen: database.listen, secrets: secretBoxOf(config.encryptionKeys), mailer: createMailer(null, config.smtp.from, logger, 1000), logger };
-  const { listen, close } = await createApp(deps);
+  const { listen, deps, close } = await createApp({ config, db: database.db, pool: database.pool, listen: database.listen, secrets: secretBoxOf(config.encryptionKeys), mailer: createMailer(null, config.smtp.from, logger, 1000), logger });
   const server = await listen(0, '127.0.0.1');
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   (config as { baseUrl: string }).baseUrl = base;

@@ -6,7 +6,8 @@ import type { Authenticator } from '../identity/credentials';
 import type { OutboxConsumer } from '../events/outbox';
 import type { AppDeps, RequestContext } from './context';
 import type { ApiError } from './errors';
-import type { AreaHandlers } from './handler-types';
+import type { AreaHandlers, ModuleHandlers } from './handler-types';
+import type { HookListeners } from './hooks';
 
 /** An error in an area's own wire format (SCIM, OAuth, JSON-RPC) instead of the Error object. */
 export interface RenderedError {
@@ -17,16 +18,21 @@ export interface RenderedError {
 }
 
 /**
- * Everything one area brings to the app, declared in its own folder
- * (`src/areas/<folder>/<folder>.area.ts`, found at start-up): the handlers of its tag's
- * operations, and whatever of the shared machinery it plugs into. Nothing outside the
- * folder lists it.
+ * Everything one module brings to the app: the handlers of the operations it serves, and
+ * whatever of the shared machinery it plugs into. A REST area is a module serving (part of)
+ * one tag (`defineArea`); the MCP endpoint and the protocol servers are modules serving the
+ * operations of their protocol (`defineModule`). Every module is listed once, in
+ * generated/modules.ts (written by `make generate` from the `*.area.ts` and `*.module.ts`
+ * files): adding a folder with one adds it.
  */
-export interface Area<T extends Tag = Tag> {
-  tag: T;
-  /** Any subset of the tag's operations; the others answer 501 `not_implemented`. */
-  handlers: AreaHandlers<T, RequestContext>;
-  /** Security schemes of the spec this area authenticates (a SCIM token, an MCP server token, …). */
+export interface Module {
+  /** Names the module in start-up errors (an area: its tag). */
+  name: string;
+  /** An area's tag: its handlers must be of that tag, and the tag's unbuilt operations answer in its error format. */
+  tag?: Tag;
+  /** The operations it serves, any of the spec's; each is served by one module. The rest answer 501 `not_implemented`. */
+  handlers: ModuleHandlers<RequestContext>;
+  /** Security schemes of the spec this module authenticates (a SCIM token, an MCP server token, …). */
   authenticators?: Record<string, Authenticator>;
   /**
    * Engines mounted beside the router, by the name operations give in `x-engine` (an OAuth
@@ -42,17 +48,17 @@ export interface Area<T extends Tag = Tag> {
    */
   sealed?: SealedColumn[];
   /**
-   * Renders the errors of this area's operations (including the guard's 401 and 403) in its
+   * Renders the errors of this module's operations (including the guard's 401 and 403) in its
    * protocol's format; null keeps the Error object for that operation.
    */
-  renderError?: (error: ApiError, operationId: string, requestId: string, path: string) => RenderedError | null;
+  renderError?: (error: ApiError, operationId: string, requestId: string, path: string, deps: AppDeps) => RenderedError | null;
   /**
    * Runs once when the app starts, before it serves a request (loading and checking data the
    * area ships, such as the connector catalog); a throw stops the start.
    */
   start?: (deps: AppDeps) => Promise<void>;
   /**
-   * Checks of this area's operations that come before authentication (and its rate limit):
+   * Checks of this module's operations that come before authentication (and its rate limit):
    * throws an ApiError to refuse. The MCP endpoint refuses a foreign `Origin` here, so that a
    * web page learns nothing from the endpoint, not even whether a token is needed.
    */
@@ -60,12 +66,20 @@ export interface Area<T extends Tag = Tag> {
   /** Runs when the app closes: releases what `start` opened (kept upstream sessions, timers). */
   stop?: (deps: AppDeps) => Promise<void>;
   /**
-   * Runs after every write this process commits, before its response leaves: what the area
+   * Runs after every write this process commits, before its response leaves: what the module
    * remembers of the database forgets, so that a change is never one request late here
    * (other processes hear of it through NOTIFY triggers). The change names the organization
    * and the tables it wrote, as far as they are known.
    */
   afterCommit?: (deps: AppDeps, change: CommittedChange) => void;
+  /** The cross-area hooks it listens to (src/http/hooks.ts). */
+  hooks?: HookListeners;
+}
+
+/** A REST area: a module serving any subset of one tag's operations, typed by that tag. */
+export interface Area<T extends Tag = Tag> extends Omit<Module, 'name' | 'handlers' | 'tag'> {
+  tag: T;
+  handlers: AreaHandlers<T, RequestContext>;
 }
 
 export interface SealedColumn {
@@ -81,6 +95,11 @@ export interface SealedColumn {
 }
 
 /** Declares an area; the handlers are checked against its tag's operations as they are written. */
-export function defineArea<T extends Tag>(area: Area<T>): Area<T> {
-  return area;
+export function defineArea<T extends Tag>(area: Area<T>): Module & { tag: T } {
+  return { ...area, name: area.tag, handlers: area.handlers as ModuleHandlers<RequestContext> };
+}
+
+/** Declares a module that is not one tag's REST area (a protocol endpoint); its handlers are typed by operation id. */
+export function defineModule(module: Module): Module {
+  return module;
 }

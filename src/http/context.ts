@@ -11,9 +11,10 @@ import type { SecretBox } from '../lib/crypto';
 import { newId } from '../lib/ids';
 import { WrittenTables, type CommittedChange } from '../db/written-tables';
 import type { OperationMeta } from '../spec/operations';
+import type { Hooks } from './hooks';
 
-/** Long-lived collaborators every request may use; built once per process. */
-export interface AppDeps {
+/** Long-lived collaborators the process hands the app (main.ts, the test harness). */
+export interface ProcessDeps {
   config: Config;
   db: Db;
   secrets: SecretBox;
@@ -33,6 +34,15 @@ export interface AppDeps {
   afterCommit?: (change?: CommittedChange) => void;
   /** Told of every event a write commits (the test harness checks them against each operation's x-events). */
   onEvent?: (operationId: string, type: EventType) => void;
+}
+
+/**
+ * What every request may use: the process's collaborators, and what createApp builds once
+ * for the app (the modules' hooks; other parts add theirs by declaration merging, as the MCP
+ * runtime adds `mcp`). Closed with the app.
+ */
+export interface AppDeps extends ProcessDeps {
+  hooks: Hooks;
 }
 
 export interface AuditDetails {

@@ -108,3 +108,6 @@ export type OperationsOfTag<T extends Tag> = { [K in OperationId]: Meta<K>['tag'
 
 /** The handlers of one tag's area: any subset of its operations (the rest answer 501). */
 export type AreaHandlers<T extends Tag, Ctx> = { [K in Exclude<OperationsOfTag<T>, EngineOperationId>]?: OperationHandler<K, Ctx> };
+
+/** The handlers of a module that is not one tag's area (a protocol endpoint): any operations, typed by id. */
+export type ModuleHandlers<Ctx> = { [K in Exclude<OperationId, EngineOperationId>]?: OperationHandler<K, Ctx> };

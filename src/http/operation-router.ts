@@ -87,6 +87,8 @@ export interface RouterDefinition {
  */
 export async function createOperationRouter(deps: AppDeps, definition: RouterDefinition): Promise<OperationRouter> {
   const { operations, registry } = definition;
+  // Errors of an operation in the format of the module that serves it (or of its tag's area).
+  const renderError = (operationId: string, error: ApiError, requestId: string, path: string) => registry.renderError(operationId, error, requestId, path, deps);
   const validator = await createSpecValidator(definition.spec);
   const routes = new PathRouter<Route>();
   for (const [operationId, meta] of Object.entries(operations)) {
@@ -215,7 +217,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       const found = routes.match(req.method, req.path);
       const route = found && operationAt(found, req.path);
       if (route) requestState(req).operationId = route.operationId;
-      sendError(req, res, err, registry.renderError);
+      sendError(req, res, err, renderError);
     },
     async handle(req, res) {
       let body: ReadBody | null = null;
@@ -239,7 +241,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         await sendResult(res, result);
       } catch (err) {
         closeIfUnread(req, res);
-        sendError(req, res, err, registry.renderError);
+        sendError(req, res, err, renderError);
       } finally {
         if (body && leavesSomething(body)) {
           const cleanup = body.cleanup;

@@ -4,14 +4,14 @@ import type { RequestHandler } from 'express';
 import { apiTokenAuthenticator, sessionAuthenticator, type Authenticator } from '../identity/credentials';
 import type { OutboxConsumer } from '../events/outbox';
 import type { OperationMeta } from '../spec/operations';
-import type { Area, RenderedError, SealedColumn } from './area';
+import type { Module, RenderedError, SealedColumn } from './area';
 import type { AppDeps, RequestContext } from './context';
 import type { ApiError } from './errors';
 import type { AnyResult } from './handler-types';
 
 export type AnyHandler = (input: { params: unknown; query: unknown; headers: unknown; body: unknown }, ctx: RequestContext) => Promise<AnyResult>;
 
-/** The areas merged into what the router needs, checked against the spec's operations. */
+/** The modules merged into what the router needs, checked against the spec's operations. */
 export interface Registry {
   handlers: ReadonlyMap<string, AnyHandler>;
   /** Security scheme → how it authenticates. Schemes nobody registered accept nothing. */
@@ -19,56 +19,65 @@ export interface Registry {
   engines: ReadonlyArray<{ name: string; path: string; create(deps: AppDeps): RequestHandler }>;
   /** Operations the contract has but nothing serves: they answer 501 `not_implemented`. */
   notImplemented: ReadonlySet<string>;
-  renderError(operationId: string, error: ApiError, requestId: string, path: string): RenderedError | null;
-  /** The area's checks before authentication (Area.beforeAuthentication); throws to refuse. */
+  renderError(operationId: string, error: ApiError, requestId: string, path: string, deps: AppDeps): RenderedError | null;
+  /** The serving module's checks before authentication (Module.beforeAuthentication); throws to refuse. */
   beforeAuthentication(operationId: string, headers: IncomingHttpHeaders, deps: AppDeps): void;
-  /** Every area's outbox consumers, for the outbox worker. */
+  /** Every module's outbox consumers, for the outbox worker. */
   consumers(deps: AppDeps): OutboxConsumer[];
   /** Every column of sealed secrets, for re-sealing after a key rotation. */
   sealed: readonly SealedColumn[];
-  /** Runs every area's start-up step, in area order; a throw stops the start. */
+  /** Runs every module's start-up step, in module order; a throw stops the start. */
   start(deps: AppDeps): Promise<void>;
-  /** Runs every area's stop step (app shutdown); a failing one does not keep the others from running. */
+  /** Runs every module's stop step (app shutdown); a failing one does not keep the others from running. */
   stop(deps: AppDeps): Promise<void>;
-  /** Tells every area that a write of this process committed (Area.afterCommit). */
+  /** Tells every module that a write of this process committed (Module.afterCommit). */
   afterCommit(deps: AppDeps, change: CommittedChange): void;
 }
 
-/** The schemes the shared machinery authenticates itself; areas add the protocol ones. */
+/** The schemes the shared machinery authenticates itself; modules add the protocol ones. */
 const CORE_AUTHENTICATORS: Record<string, Authenticator> = { apiToken: apiTokenAuthenticator, session: sessionAuthenticator };
 
-export function buildRegistry(areas: readonly Area[], operations: Readonly<Record<string, OperationMeta>>, schemes: readonly string[]): Registry {
+export function buildRegistry(modules: readonly Module[], operations: Readonly<Record<string, OperationMeta>>, schemes: readonly string[]): Registry {
   const problems: string[] = [];
   const handlers = new Map<string, AnyHandler>();
+  const servedBy = new Map<string, Module>();
   const authenticators = new Map<string, Authenticator>(Object.entries(CORE_AUTHENTICATORS));
   const engines: Registry['engines'][number][] = [];
-  const renderers = new Map<string, NonNullable<Area['renderError']>>();
-  const prechecks = new Map<string, NonNullable<Area['beforeAuthentication']>>();
-  const tags = new Set<string>();
+  const names = new Set<string>();
 
-  for (const area of areas) {
-    if (tags.has(area.tag)) problems.push(`two areas serve the tag "${area.tag}"`);
-    tags.add(area.tag);
-    for (const [operationId, handler] of Object.entries(area.handlers)) {
+  for (const module of modules) {
+    if (names.has(module.name)) problems.push(`two modules are named "${module.name}"`);
+    names.add(module.name);
+    const tag = module.tag;
+    for (const [operationId, handler] of Object.entries(module.handlers)) {
       const meta = operations[operationId];
-      if (!meta) problems.push(`${area.tag}: ${operationId} is not an operation of the spec`);
-      else if (meta.tag !== area.tag) problems.push(`${area.tag}: ${operationId} belongs to the tag "${meta.tag}"`);
-      else if (meta.engine) problems.push(`${area.tag}: ${operationId} is served by the engine "${meta.engine}", not a handler`);
-      else if (typeof handler === 'function') handlers.set(operationId, handler as unknown as AnyHandler);
+      if (!meta) problems.push(`${module.name}: ${operationId} is not an operation of the spec`);
+      else if (tag !== undefined && meta.tag !== tag) problems.push(`${module.name}: ${operationId} belongs to the tag "${meta.tag}"`);
+      else if (meta.engine) problems.push(`${module.name}: ${operationId} is served by the engine "${meta.engine}", not a handler`);
+      else if (servedBy.has(operationId)) problems.push(`${module.name}: ${operationId} is served by ${servedBy.get(operationId)?.name} already`);
+      else if (typeof handler === 'function') {
+        handlers.set(operationId, handler as unknown as AnyHandler);
+        servedBy.set(operationId, module);
+      }
     }
-    for (const [scheme, authenticator] of Object.entries(area.authenticators ?? {})) {
-      if (!schemes.includes(scheme)) problems.push(`${area.tag}: authenticates "${scheme}", which is not a security scheme of the spec`);
-      if (authenticators.has(scheme)) problems.push(`${area.tag}: "${scheme}" is authenticated elsewhere already`);
+    for (const [scheme, authenticator] of Object.entries(module.authenticators ?? {})) {
+      if (!schemes.includes(scheme)) problems.push(`${module.name}: authenticates "${scheme}", which is not a security scheme of the spec`);
+      if (authenticators.has(scheme)) problems.push(`${module.name}: "${scheme}" is authenticated elsewhere already`);
       authenticators.set(scheme, authenticator);
     }
-    for (const [name, engine] of Object.entries(area.engines ?? {})) {
-      if (engines.some((e) => e.name === name)) problems.push(`${area.tag}: the engine "${name}" is mounted twice`);
+    for (const [name, engine] of Object.entries(module.engines ?? {})) {
+      if (engines.some((e) => e.name === name)) problems.push(`${module.name}: the engine "${name}" is mounted twice`);
       engines.push({ name, ...engine });
     }
-    if (area.renderError) renderers.set(area.tag, area.renderError);
-    if (area.beforeAuthentication) prechecks.set(area.tag, area.beforeAuthentication);
   }
-  if (problems.length > 0) throw new Error(`The areas do not fit the spec:\n  ${problems.join('\n  ')}`);
+  if (problems.length > 0) throw new Error(`The modules do not fit the spec:\n  ${problems.join('\n  ')}`);
+  // An operation nobody serves yet (501) still answers in the format of the area of its tag.
+  const ownerOf = (operationId: string): Module | undefined => {
+    const served = servedBy.get(operationId);
+    if (served) return served;
+    const tag = operations[operationId]?.tag;
+    return tag === undefined ? undefined : modules.find((m) => m.tag === tag);
+  };
 
   const mounted = new Set(engines.map((e) => e.name));
   const notImplemented = new Set(
@@ -81,26 +90,22 @@ export function buildRegistry(areas: readonly Area[], operations: Readonly<Recor
     authenticators,
     engines,
     notImplemented,
-    renderError(operationId, error, requestId, path) {
-      const meta = operations[operationId];
-      const render = meta && renderers.get(meta.tag);
-      return render ? render(error, operationId, requestId, path) : null;
+    renderError(operationId, error, requestId, path, deps) {
+      return ownerOf(operationId)?.renderError?.(error, operationId, requestId, path, deps) ?? null;
     },
     beforeAuthentication(operationId, headers, deps) {
-      const meta = operations[operationId];
-      const check = meta && prechecks.get(meta.tag);
-      check?.(operationId, headers, deps);
+      servedBy.get(operationId)?.beforeAuthentication?.(operationId, headers, deps);
     },
-    consumers: (deps) => areas.flatMap((area) => area.consumers?.(deps) ?? []),
-    sealed: areas.flatMap((area) => area.sealed ?? []),
+    consumers: (deps) => modules.flatMap((module) => module.consumers?.(deps) ?? []),
+    sealed: modules.flatMap((module) => module.sealed ?? []),
     async start(deps) {
-      for (const area of areas) await area.start?.(deps);
+      for (const module of modules) await module.start?.(deps);
     },
     async stop(deps) {
-      await Promise.allSettled(areas.map((area) => area.stop?.(deps)));
+      await Promise.allSettled(modules.map((module) => module.stop?.(deps)));
     },
     afterCommit(deps, change) {
-      for (const area of areas) area.afterCommit?.(deps, change);
+      for (const module of modules) module.afterCommit?.(deps, change);
     },
   };
 }

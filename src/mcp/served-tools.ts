@@ -11,7 +11,7 @@ import { resolveUserToolbox, toolsOf, type OfferedTool } from '../areas/user-too
  * reads it on every request, so it is remembered per process (NotifiedCache): triggers on every
  * table it comes from notify `cp_served_tools` with the organization changed (migration
  * 2026_11_26_090001; other organizations' servers stay remembered), this process's own commits
- * clear the acting organization's at once (the area's afterCommit; a write outside any
+ * clear the acting organization's at once (the endpoint module's afterCommit; a write outside any
  * organization clears everything), and a live exception's expiry ends it.
  */
 
@@ -98,44 +98,43 @@ async function load(deps: Deps, mcpId: string): Promise<{ value: ServedTools; un
   return { value: new ServedTools(deps, server, tools, new Map(rows.map((row) => [row.id, row]))), until: policy.changesAt?.getTime(), scope };
 }
 
-/** One cache per app, found by its configuration (the handlers' deps and the area's start, stop and afterCommit share it). */
-const caches = new WeakMap<object, NotifiedCache<ServedTools>>();
+/**
+ * What the MCP servers serve, remembered for one app (McpRuntime.servedTools): read on a
+ * miss, forgotten on the change notifications it follows and on this process's own commits.
+ */
+export class ServedToolsCache {
+  private readonly cache: NotifiedCache<ServedTools>;
+  private stopFollowing: (() => Promise<void>) | null = null;
 
-function cacheOf(config: AppDeps['config']): NotifiedCache<ServedTools> {
-  let cache = caches.get(config);
-  if (!cache) {
-    cache = new NotifiedCache({ maxAgeMs: config.servedTools.cacheSeconds * 1000, maxEntries: config.servedTools.maxServers });
-    caches.set(config, cache);
+  constructor(private readonly options: AppDeps['config']['servedTools']) {
+    this.cache = new NotifiedCache({ maxAgeMs: options.cacheSeconds * 1000, maxEntries: options.maxServers });
   }
-  return cache;
-}
 
-/** What the MCP server serves now: remembered, or read (and then remembered when it may be). */
-export function servedTools(deps: Deps & Pick<AppDeps, 'config'>, mcpId: string): ServedTools | Promise<ServedTools> {
-  return cacheOf(deps.config).get(mcpId, () => load(deps, mcpId));
-}
+  /** What the MCP server serves now: remembered, or read (and then remembered when it may be). */
+  get(deps: Deps, mcpId: string): ServedTools | Promise<ServedTools> {
+    return this.cache.get(mcpId, () => load(deps, mcpId));
+  }
 
-const stoppers = new WeakMap<object, () => Promise<void>>();
+  /** Starts remembering once the change notifications are heard (without a listener nothing is remembered). */
+  async follow(listen: AppDeps['listen'], logger: AppDeps['logger']): Promise<void> {
+    if (!listen || this.options.cacheSeconds === 0) return;
+    this.stopFollowing = await this.cache.follow(listen, SERVED_TOOLS_CHANNEL, logger, 'MCP served-tools cache');
+  }
 
-/** Starts remembering once the change notifications are heard (without a listener nothing is remembered). */
-export async function startServedTools(deps: Pick<AppDeps, 'config' | 'listen' | 'logger'>): Promise<void> {
-  if (!deps.listen || deps.config.servedTools.cacheSeconds === 0) return;
-  stoppers.set(deps.config, await cacheOf(deps.config).follow(deps.listen, SERVED_TOOLS_CHANNEL, deps.logger, 'MCP served-tools cache'));
-}
+  /** Stops listening and forgets (app shutdown). */
+  async stop(): Promise<void> {
+    const stop = this.stopFollowing;
+    this.stopFollowing = null;
+    await stop?.();
+  }
 
-/** Stops listening and forgets (app shutdown). */
-export async function stopServedTools(config: AppDeps['config']): Promise<void> {
-  const stop = stoppers.get(config);
-  stoppers.delete(config);
-  await stop?.();
-}
+  /** Forgets what the MCP servers of an organization serve ('': of every organization): a change this process committed. */
+  forget(scope = ''): void {
+    this.cache.clear(scope);
+  }
 
-/** Forgets what the MCP servers of an organization serve ('': of every organization): a change this process committed. */
-export function forgetServedTools(config: AppDeps['config'], scope = ''): void {
-  caches.get(config)?.clear(scope);
-}
-
-/** How many times the cache was cleared (tests wait on it to know a notification arrived). */
-export function servedToolsClears(config: AppDeps['config']): number {
-  return caches.get(config)?.clears ?? 0;
+  /** How many times it was cleared (tests wait on it to know a notification arrived). */
+  get clears(): number {
+    return this.cache.clears;
+  }
 }

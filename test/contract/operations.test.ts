@@ -1,5 +1,5 @@
 import { operations } from '../../generated/operations';
-import { serviceRegistry } from '../../src/areas';
+import { serviceRegistry } from '../../src/modules';
 import { loadSpec } from '../../src/spec';
 import { describeOperations } from '../../src/spec/operations';
 

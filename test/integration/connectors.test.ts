@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { components } from '../../generated/openapi';
-import { connectorAccessHooks, connectorChangeHooks, connectorUsageHooks } from '../../src/areas/connectors/hooks';
-import { serviceRegistry } from '../../src/areas';
+import type { HookMap } from '../../src/http/hooks';
+import { MODULES } from '../../src/modules';
+import { serviceRegistry } from '../../src/modules';
 import { clientSecretContext, resolveConnector, seesConnector } from '../../src/areas/connectors/resolve';
 import { secretBoxOf } from '../../src/lib/crypto';
 import { resealSecrets } from '../../src/operator';
@@ -18,9 +19,21 @@ import type { SeededOrg } from '../support/factories';
 type Schemas = components['schemas'];
 type Create = Schemas['ConnectorCreate'];
 
+/** A module listening to the connector hooks as another area would; each test sets what it hears. */
+const probe: { changed?: HookMap['connectorChanged']; accessChanged?: HookMap['connectorAccessChanged']; usage?: HookMap['connectorUsage'] } = {};
+const probeModule = {
+  name: 'Connector hooks probe',
+  handlers: {},
+  hooks: {
+    connectorChanged: (...args: Parameters<HookMap['connectorChanged']>) => probe.changed?.(...args) ?? Promise.resolve(),
+    connectorAccessChanged: (...args: Parameters<HookMap['connectorAccessChanged']>) => probe.accessChanged?.(...args) ?? Promise.resolve(),
+    connectorUsage: (...args: Parameters<HookMap['connectorUsage']>) => probe.usage?.(...args) ?? Promise.resolve({ count: 0, what: 'probes' }),
+  },
+};
+
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({ modules: [...MODULES, probeModule] });
 });
 afterAll(() => t.close());
 
@@ -319,7 +332,7 @@ describe('updateConnector', () => {
     const c = await created(client, oauthBody());
     const calls: string[] = [];
     const hook = async (_w: unknown, org: string, slug: string) => void calls.push(`${org}:${slug}`);
-    connectorChangeHooks.push(hook);
+    probe.changed = hook;
     try {
       await client.update(c.slug, { mcp_url: 'https://mcp.oauth.example/v2/mcp', transport: 'sse', auth: { type: 'oauth2', token_url: 'https://auth.oauth.example/token', authorize_url: 'https://auth.oauth.example/authorize2', client_id: 'client-1', scopes: ['x'] } });
       expect(calls).toEqual([]);
@@ -329,7 +342,7 @@ describe('updateConnector', () => {
       await client.update(c.slug, { auth: { type: 'none' } });
       expect(calls).toHaveLength(3);
     } finally {
-      connectorChangeHooks.splice(connectorChangeHooks.indexOf(hook), 1);
+      delete probe.changed;
     }
   });
 
@@ -367,13 +380,13 @@ describe('deleteConnector', () => {
     const { client } = await newOrg();
     const c = await created(client, apiKeyBody());
     const hook = async (_db: unknown, _org: string, slug: string) => ({ count: slug === c.slug ? 2 : 0, what: 'connections' });
-    connectorUsageHooks.push(hook);
+    probe.usage = hook;
     try {
       const res = await client.remove(c.slug);
       expectError(res, 409, 'connector_in_use');
       expect(res.body.detail).toContain('2 connections');
     } finally {
-      connectorUsageHooks.splice(connectorUsageHooks.indexOf(hook), 1);
+      delete probe.usage;
     }
     expect((await client.read(c.slug)).status).toBe(200);
   });
@@ -400,11 +413,11 @@ describe('visibility', () => {
 
     const calls: string[] = [];
     const hook = async (_w: unknown, _org: string, slug: string) => void calls.push(slug);
-    connectorAccessHooks.push(hook);
+    probe.accessChanged = hook;
     try {
       expect((await org.client.revoke(c.slug, direct.body.id)).status).toBe(204);
     } finally {
-      connectorAccessHooks.splice(connectorAccessHooks.indexOf(hook), 1);
+      delete probe.accessChanged;
     }
     expect(calls).toEqual([c.slug]);
     expect(await listed()).toEqual([]);

@@ -5,7 +5,7 @@
 // malformed id, and 404 for another organization's resource, which stays as it was. A
 // refused call changes nothing.
 import { operations as generated } from '../../generated/operations';
-import { serviceRegistry } from '../../src/areas';
+import { serviceRegistry } from '../../src/modules';
 import { PERMISSIONS } from '../../src/identity/permissions';
 import { ID_PREFIXES, newId, type IdKind } from '../../src/lib/ids';
 import { loadSpec } from '../../src/spec';

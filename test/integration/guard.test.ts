@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { gzipSync } from 'node:zlib';
 import pino from 'pino';
-import { loadAreas } from '../../src/areas';
+import { MODULES } from '../../src/modules';
 import { PERMISSIONS } from '../../src/identity/permissions';
-import type { Area } from '../../src/http/area';
+import type { Module } from '../../src/http/area';
 import type { RequestContext } from '../../src/http/context';
 import { hashSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
@@ -549,12 +549,12 @@ describe('operations not implemented yet', () => {
   const path = () => `${LIST}/${newId('notificationDestination')}`;
   beforeAll(async () => {
     // The notification-destinations area without one of its handlers.
-    const areas = loadAreas().map((area) => {
+    const modules = MODULES.map((area) => {
       if (area.tag !== 'Notification destinations') return area;
       const { getNotificationDestination: _, ...handlers } = area.handlers as Record<string, unknown>;
-      return { ...area, handlers } as Area;
+      return { ...area, handlers } as Module;
     });
-    partial = await startTestApp({ areas });
+    partial = await startTestApp({ modules });
   });
   afterAll(() => partial.close());
 
@@ -620,10 +620,10 @@ describe('person-only operations (fixture spec)', () => {
       return { status: 204 };
     };
     // The fixture operation joins the Organizations area (one area per tag).
-    const areas = loadAreas().map((area) =>
-      area.tag === 'Organizations' ? ({ ...area, handlers: { ...area.handlers, fixturePersonOnly: done } } as unknown as Area) : area,
+    const modules = MODULES.map((area) =>
+      area.tag === 'Organizations' ? ({ ...area, handlers: { ...area.handlers, fixturePersonOnly: done } } as unknown as Module) : area,
     );
-    fixture = await startTestApp({ spec, areas, checkSpec: false });
+    fixture = await startTestApp({ spec, modules, checkSpec: false });
     checker = new SpecChecker(spec);
   });
   afterAll(() => fixture.close());

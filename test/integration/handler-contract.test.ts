@@ -5,9 +5,9 @@
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { Readable } from 'node:stream';
-import { loadAreas } from '../../src/areas';
+import { MODULES } from '../../src/modules';
 import type { Authenticator } from '../../src/identity/credentials';
-import type { Area } from '../../src/http/area';
+import type { Module } from '../../src/http/area';
 import { ApiError } from '../../src/http/errors';
 import type { RequestContext } from '../../src/http/context';
 import type { AnyResult, ServerSentEvent, UploadedFile, UploadStream } from '../../src/http/handler-types';
@@ -201,17 +201,18 @@ const handlers: Record<string, (input: any, ctx: RequestContext) => Promise<AnyR
 };
 
 const fixtureArea = {
+  name: TAG,
   tag: TAG,
   handlers,
   authenticators: { fixtureToken: fixtureAuthenticator },
   engines: { 'fixture-engine': { path: '/fixture/engine', create: () => (_req: unknown, res: http.ServerResponse) => { res.setHeader('Content-Type', 'application/json'); res.end('{"pong":true}'); } } },
   renderError: (error: { status: number; code: string; detail: string }, operationId: string) =>
     operationId === 'fixtureProtocol' ? { status: error.status, contentType: 'application/fixture+json', body: { fault: error.code, says: error.detail }, headers: { 'WWW-Authenticate': 'Bearer realm="fixture"' } } : null,
-} as unknown as Area;
+} as unknown as Module;
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ spec: fixtureSpec(), areas: [...loadAreas(), fixtureArea], checkSpec: false });
+  t = await startTestApp({ spec: fixtureSpec(), modules: [...MODULES, fixtureArea], checkSpec: false });
 });
 afterAll(() => t.close());
 
@@ -406,10 +407,10 @@ describe('engines mounted beside the router', () => {
     expect(t.pending.has('fixtureEnginePing')).toBe(false);
   });
 
-  it('leave their operations answering 501 when no area mounts them', () => {
+  it('leave their operations answering 501 when no module mounts them', () => {
     const spec = fixtureSpec();
     const { operations } = describeOperations(spec);
-    const withoutEngine = { ...fixtureArea, engines: undefined } as Area;
+    const withoutEngine = { ...fixtureArea, engines: undefined } as Module;
     expect(buildRegistry([withoutEngine], operations, Object.keys(spec.components.securitySchemes)).notImplemented.has('fixtureEnginePing')).toBe(true);
   });
 });
@@ -418,7 +419,7 @@ describe('the registry and the adapter refuse what does not fit, at start-up', (
   const spec = fixtureSpec();
   const { operations } = describeOperations(spec);
   const schemes = Object.keys(spec.components.securitySchemes);
-  const area = (extra: object) => ({ tag: TAG, handlers: {}, ...extra }) as unknown as Area;
+  const area = (extra: object) => ({ name: TAG, tag: TAG, handlers: {}, ...extra }) as unknown as Module;
   const noop = async () => ({ status: 204 });
 
   it.each([
@@ -426,7 +427,8 @@ describe('the registry and the adapter refuse what does not fit, at start-up', (
     ['a handler for another tag', area({ handlers: { getHealth: noop } }), /getHealth belongs to the tag "Health"/],
     ['a handler for an engine’s operation', area({ handlers: { fixtureEnginePing: noop } }), /served by the engine "fixture-engine"/],
     ['an authenticator for no scheme', area({ authenticators: { nope: fixtureAuthenticator } }), /"nope", which is not a security scheme/],
-    ['two areas for one tag', [area({}), area({})], /two areas serve the tag "Fixtures"/],
+    ['two modules of one name', [area({}), area({})], /two modules are named "Fixtures"/],
+    ['one operation served by two modules', [area({ handlers: { fixtureProtocol: noop } }), area({ name: 'Other', tag: undefined, handlers: { fixtureProtocol: noop } })], /fixtureProtocol is served by Fixtures already/],
   ])('%s', (_name, areas, message) => {
     expect(() => buildRegistry(Array.isArray(areas) ? areas : [areas], operations, schemes)).toThrow(message);
   });

@@ -1,5 +1,4 @@
 import { sql } from 'kysely';
-import { servedToolsClears } from '../../src/mcp/served-tools';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { connectionClient } from '../support/connections';
@@ -41,8 +40,8 @@ const call = (name: string, target = server) => rpc(target, 'tools/call', { name
 
 /** Waits until the app has heard at least one more change notification than `before`. */
 async function notified(app: TestApp, before: number): Promise<void> {
-  for (let i = 0; i < 200 && servedToolsClears(app.deps.config) <= before; i += 1) await new Promise((resolve) => setTimeout(resolve, 25));
-  expect(servedToolsClears(app.deps.config)).toBeGreaterThan(before);
+  for (let i = 0; i < 200 && app.deps.mcp.servedTools.clears <= before; i += 1) await new Promise((resolve) => setTimeout(resolve, 25));
+  expect(app.deps.mcp.servedTools.clears).toBeGreaterThan(before);
 }
 
 /** Changes the connection's status where no trigger sees it (replica mode): nothing is announced. */
@@ -81,7 +80,7 @@ describe('what an MCP server serves', () => {
     await setStatusUnannounced(t, 'disconnected');
     // Nothing announced the change: the remembered tools are still served.
     expect(await names()).toContain('crm__echo');
-    const before = servedToolsClears(t.deps.config);
+    const before = t.deps.mcp.servedTools.clears;
     await sql`select pg_notify('cp_served_tools', ${org.orgId})`.execute(t.database.db);
     await notified(t, before);
     expect(await names()).not.toContain('crm__echo');
@@ -96,7 +95,7 @@ describe('what an MCP server serves', () => {
     expect(await names()).toContain('crm__echo');
     await setStatusUnannounced(t, 'disconnected');
     // A restriction committed in another organization: its notification names that one.
-    const before = servedToolsClears(t.deps.config);
+    const before = t.deps.mcp.servedTools.clears;
     await t.database.db
       .insertInto('restrictions')
       .values({ id: newId('restriction'), org_id: other.orgId, name: 'Elsewhere', effect: 'deny', match_connector_slug: 'crm', match_tool_pattern: 'echo', applies_to_everyone: true, is_active: true })
@@ -118,7 +117,7 @@ describe('what an MCP server serves', () => {
     expect(await names()).toContain('crm__echo');
     await setStatusUnannounced(t, 'disconnected');
     // A write in another organization: neither this process's commit nor the trigger's notification names this one.
-    const before = servedToolsClears(t.deps.config);
+    const before = t.deps.mcp.servedTools.clears;
     expect((await t.as({ token: other.token, org: other.orgId }).post('/team', { name: 'Elsewhere' })).status).toBe(201);
     await notified(t, before);
     expect(await names()).toContain('crm__echo');
@@ -126,7 +125,7 @@ describe('what an MCP server serves', () => {
     expect((await t.as({ token: org.token, org: org.orgId }).post('/team', { name: 'Here' })).status).toBe(201);
     expect(await names()).not.toContain('crm__echo');
     await setStatusUnannounced(t, 'active');
-    const cleared = servedToolsClears(t.deps.config);
+    const cleared = t.deps.mcp.servedTools.clears;
     await sql`select pg_notify('cp_served_tools', '')`.execute(t.database.db);
     await notified(t, cleared);
     expect(await names()).toContain('crm__echo');
@@ -134,7 +133,7 @@ describe('what an MCP server serves', () => {
 
   it('hears a restriction another process commits through the table’s trigger', async () => {
     expect(await names()).toContain('crm__echo');
-    const before = servedToolsClears(t.deps.config);
+    const before = t.deps.mcp.servedTools.clears;
     await t.database.db
       .insertInto('restrictions')
       .values({ id: newId('restriction'), org_id: org.orgId, name: 'No echo (elsewhere)', effect: 'deny', match_connector_slug: crm, match_tool_pattern: 'echo', applies_to_everyone: true, is_active: true })
@@ -166,20 +165,20 @@ describe('what an MCP server serves', () => {
     expect(held.result?.content?.[0]?.text).toContain(hold.body.id);
     // An approved exception for a moment, committed beside the app: the notification tells it.
     const expiresAt = new Date(Date.now() + 1500);
-    const announced = servedToolsClears(t.deps.config);
+    const announced = t.deps.mcp.servedTools.clears;
     await t.database.db
       .insertInto('access_requests')
       .values({ id: newId('accessRequest'), org_id: org.orgId, requester_user_id: aliceId, restriction_id: hold.body.id, connector_slug: crm, tool_name: 'delete_record', reason: 'cleanup', status: 'approved', resolved_at: new Date(), resolved_by_user_id: org.ownerId, exception_expires_at: expiresAt })
       .execute();
     await notified(t, announced);
-    const before = servedToolsClears(t.deps.config);
+    const before = t.deps.mcp.servedTools.clears;
     expect((await call('crm__delete_record')).result?.isError).toBeFalsy();
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, expiresAt.getTime() - Date.now()) + 100));
     const after = await call('crm__delete_record');
     expect(after.result?.isError).toBe(true);
     expect(after.result?.content?.[0]?.text).toContain(hold.body.id);
     // Nothing was announced in between: the expiry alone ended what was remembered.
-    expect(servedToolsClears(t.deps.config)).toBe(before);
+    expect(t.deps.mcp.servedTools.clears).toBe(before);
     expect((await admin.delete(`/restriction/${hold.body.id}`)).status).toBe(204);
   });
 

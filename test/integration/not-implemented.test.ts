@@ -1,7 +1,7 @@
 // Every operation of the contract that is not built yet answers 501 not_implemented, whatever
 // its security scheme or media type, so the gap is visible to every client.
 import { operations, type OperationId } from '../../generated/operations';
-import { serviceRegistry } from '../../src/areas';
+import { serviceRegistry } from '../../src/modules';
 import { startTestApp, type TestApp } from '../support/app';
 
 let t: TestApp;

@@ -2,7 +2,7 @@
 // old one after it; `cli secrets reseal` (resealSecrets) moves every sealed column the areas
 // declare to the new key, after which the old key can go.
 import { randomBytes } from 'node:crypto';
-import { serviceRegistry } from '../../src/areas';
+import { serviceRegistry } from '../../src/modules';
 import { SecretBox, secretBoxOf } from '../../src/lib/crypto';
 import { resealSecrets } from '../../src/operator';
 import { startTestApp, type TestApp } from '../support/app';

@@ -13,7 +13,7 @@ import { loadConfig, type Config } from '../../src/config';
 import type { CredentialCache } from '../../src/identity/credential-cache';
 import type { DatabaseHandle, Db } from '../../src/db/database';
 import { createMailer } from '../../src/events/email';
-import type { AppDeps } from '../../src/http/context';
+import type { AppDeps, ProcessDeps } from '../../src/http/context';
 import { secretBoxOf } from '../../src/lib/crypto';
 import { freshDatabase } from './database';
 import { recordEvent } from './events-seen';
@@ -207,7 +207,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...options.env,
   });
   const logger = pino({ level: config.logLevel });
-  const deps: AppDeps = {
+  const processDeps: ProcessDeps = {
     config,
     db: database.db,
     pool: database.pool,
@@ -216,7 +216,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     logger,
     onEvent: recordEvent,
   };
-  const { listen, drain, registry, credentials, forget, close: closeApp } = await createApp({ ...deps, listen: database.listen }, options);
+  const { listen, drain, registry, deps, credentials, forget, close: closeApp } = await createApp({ ...processDeps, listen: database.listen }, options);
   const server: Server = await listen(0, '127.0.0.1');
   const { port } = server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}`;

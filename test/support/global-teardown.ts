@@ -1,7 +1,7 @@
 import { rmSync } from 'node:fs';
 import type { Config } from '@jest/types';
 import { operations } from '../../generated/operations';
-import { serviceRegistry } from '../../src/areas';
+import { serviceRegistry } from '../../src/modules';
 import { onServer, serverUrl, templateName } from './database';
 import { takeEventsSeen } from './events-seen';
 

@@ -1,17 +1,16 @@
 import { defineArea } from '../../http/area';
 import { keyedPageRequest, pageRequest } from '../../http/pagination';
-import { registerConnectorHooks } from './connections.hooks';
+import { connectionHooks } from './connections.hooks';
 import { handleCallback } from './connections.oauth';
 import * as connections from './connections.service';
-import { authorizeContext, credentialsContext, oauthClientContext } from './connections.upstream';
-
-registerConnectorHooks();
+import { authorizeContext, credentialsContext, oauthClientContext } from '../../mcp/upstream/credentials';
 
 /** An MCP tool name: what a cursor over an upstream's tools may carry. */
 const TOOL_NAME = /^\S{1,512}$/u;
 
 export default defineArea({
   tag: 'Connections',
+  hooks: connectionHooks,
   handlers: {
     async listConnections({ query }, ctx) {
       const page = pageRequest(query, 'connection');

@@ -1,10 +1,9 @@
 import type { Executor } from '../../db/database';
 import type { WriteScope } from '../../http/context';
-import { connectorAccessHooks, connectorChangeHooks, connectorUsageHooks } from '../connectors/hooks';
-import { memberRemovedHooks } from '../members/hooks';
+import type { HookListeners } from '../../http/hooks';
 import { seesConnector } from '../connectors/resolve';
 import * as repo from './connections.repo';
-import { eventConnection } from './connections.upstream';
+import { eventConnection } from '../../mcp/upstream/credentials';
 
 /**
  * What connections do when a custom connector changes, inside the connector's transaction:
@@ -60,14 +59,10 @@ async function usages(db: Executor, orgId: string, slug: string) {
   return { count: rows.length, what: rows.length === 1 ? 'connection' : 'connections' };
 }
 
-let registered = false;
-
-/** Plugs the hooks into the connectors and members areas, once per process. */
-export function registerConnectorHooks(): void {
-  if (registered) return;
-  registered = true;
-  connectorChangeHooks.push(onConnectorChanged);
-  connectorAccessHooks.push(onConnectorAccessChanged);
-  connectorUsageHooks.push(usages);
-  memberRemovedHooks.push(onMemberRemoved);
-}
+/** What connections listen to: connector changes and usage, and members leaving. */
+export const connectionHooks: HookListeners = {
+  connectorChanged: onConnectorChanged,
+  connectorAccessChanged: onConnectorAccessChanged,
+  connectorUsage: usages,
+  memberRemoved: onMemberRemoved,
+};

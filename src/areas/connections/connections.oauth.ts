@@ -13,7 +13,7 @@ import * as repo from './connections.repo';
 import {
   authorizeContext, oauthClientContext, openCredentials, openOAuthClient, providerOf, sealCredentials, unavailable,
   type StoredCredentials, type StoredOAuthClient,
-} from './connections.upstream';
+} from '../../mcp/upstream/credentials';
 
 /**
  * The OAuth side of connections: starting an authorization (discovering the provider and

@@ -12,7 +12,7 @@ import { authorizeUrlOf, revokeTokens, startAuthorization, type StartedAuthoriza
 import {
   eventConnection, markNeedsReauth, needsReauthError, openCredentials, openOAuthClient, sealCredentials, toTool,
   tryCredentials, unavailable, upstreamLimits, withConnection, type ConnectionTool, type StoredCredentials,
-} from './connections.upstream';
+} from '../../mcp/upstream/credentials';
 
 type Connection = components['schemas']['Connection'];
 type Create = components['schemas']['ConnectionCreate'];

@@ -19,7 +19,6 @@ import {
 } from '../connectors/content';
 import * as repo from '../connectors/connectors.repo';
 import { present, visible, WHAT, type Connector } from '../connectors/connectors.service';
-import { runAccessHooks, runChangeHooks, usagesOf } from '../connectors/hooks';
 import { diffUpstream, takeFields, type FieldChange } from '../connectors/pull';
 import { clientSecretContext, lookup } from '../connectors/resolve';
 import { assertContent } from '../connectors/rules';
@@ -162,7 +161,7 @@ async function writeVersion(
   const version = row.version + 1;
   const updated = await repo.updateConnector(w.db, ctx.orgId, row.slug, { content, client_secret_enc: secretEnc, version, ...extra });
   await repo.insertVersion(w.db, ctx.orgId, row.slug, version, content);
-  if (identityChanged(row.content, content)) await runChangeHooks(w, ctx.orgId, row.slug);
+  if (identityChanged(row.content, content)) await ctx.deps.hooks.run('connectorChanged', w, ctx.orgId, row.slug);
   return { row: updated, changed };
 }
 
@@ -200,7 +199,7 @@ export async function update(ctx: RequestContext, slug: string, body: Update): P
 export async function remove(ctx: RequestContext, slug: string): Promise<void> {
   await ctx.write(async (w) => {
     const row = await ownForUpdate(w, ctx, slug);
-    const usages = await usagesOf(w.db, ctx.orgId, slug);
+    const usages = await ctx.deps.hooks.usages('connectorUsage', w.db, ctx.orgId, slug);
     if (usages.length > 0) {
       throw new ApiError('connector_in_use', `${slug} is still used by ${usages.join(' and ')}; delete or move them first.`);
     }
@@ -415,7 +414,7 @@ export async function revokeConnectorShare(ctx: RequestContext, slug: string, sh
     if (!found || found.source === 'built_in') throw notFound(WHAT, slug);
     const revoked = await revokeShare(w.db, ctx.orgId, 'connector', slug, shareId);
     if (!revoked) throw new ApiError('not_found', `No share ${shareId} of connector ${slug} in this organization.`);
-    await runAccessHooks(w, ctx.orgId, slug);
+    await ctx.deps.hooks.run('connectorAccessChanged', w, ctx.orgId, slug);
     w.audit({ targetId: slug, changes: { share_id: shareId, principal: { type: revoked.principal_type, id: revoked.principal_id }, level: revoked.level } });
   });
 }

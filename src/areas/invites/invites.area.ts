@@ -2,10 +2,9 @@ import { defineArea } from '../../http/area';
 import { pageRequest } from '../../http/pagination';
 import * as invites from './invites.service';
 
-invites.registerRoleHooks();
-
 export default defineArea({
   tag: 'Invites',
+  hooks: { roleUsage: invites.roleUsage },
   handlers: {
     async listInvites({ query }, ctx) {
       const page = pageRequest(query, 'invite');

@@ -10,7 +10,7 @@ import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { hashSecret, randomSecret } from '../../lib/crypto';
 import { newId } from '../../lib/ids';
 import { addMember, holdsOwner } from '../members/members.repo';
-import { roleUsageHooks } from '../roles/hooks';
+import type { Usage } from '../../http/hooks';
 import { systemRoleId } from '../roles/roles.repo';
 import { addTeamMember } from '../teams/teams.repo';
 import * as repo from './invites.repo';
@@ -311,11 +311,7 @@ export async function acceptInvite(
   });
 }
 
-let hooksRegistered = false;
-
-/** Pending invites name roles: deleting one of them would change what the invitee gets, so it is refused while they wait. */
-export function registerRoleHooks(): void {
-  if (hooksRegistered) return;
-  hooksRegistered = true;
-  roleUsageHooks.push(async (db, orgId, roleId) => ({ count: await repo.pendingInvitesNamingRole(db, orgId, roleId, new Date()), what: 'pending invites' }));
+/** Pending invites name roles: deleting one of them would change what the invitee gets, so it is refused while they wait (the roleUsage hook). */
+export async function roleUsage(db: Executor, orgId: string, roleId: string): Promise<Usage> {
+  return { count: await repo.pendingInvitesNamingRole(db, orgId, roleId, new Date()), what: 'pending invites' };
 }

@@ -7,7 +7,6 @@ import { ApiError, notFound, type ValidationProblem } from '../../http/errors';
 import { cursorAfter, keyedPageRequest, type Page } from '../../http/pagination';
 import { permissionsOf, requireHeld } from '../roles/roles.service';
 import { rolesIn } from '../roles/roles.repo';
-import { runMemberRemovedHooks } from './hooks';
 import * as repo from './members.repo';
 
 type Member = components['schemas']['Member'];
@@ -168,7 +167,7 @@ export async function remove(ctx: RequestContext, userId: string): Promise<void>
     const reason = self ? 'left' : 'removed';
     await repo.setStatus(w.db, ctx.orgId, userId, 'removed', reason);
     const { revokedTokens } = await repo.stripMembership(w.db, ctx.orgId, userId, new Date());
-    await runMemberRemovedHooks(w, ctx.orgId, userId);
+    await ctx.deps.hooks.run('memberRemoved', w, ctx.orgId, userId);
     w.audit({
       targetId: userId,
       changes: { status: { from: current.status, to: 'removed' }, status_reason: reason, role_ids: roles.map((r) => r.id), api_tokens_revoked: revokedTokens },

@@ -2,10 +2,9 @@ import { defineArea } from '../../http/area';
 import { pageRequest } from '../../http/pagination';
 import * as domains from './org-domains.service';
 
-domains.registerRoleHooks();
-
 export default defineArea({
   tag: 'Org domains',
+  hooks: { roleUsage: domains.roleUsage },
   handlers: {
     async listOrgDomains({ query }, ctx) {
       const page = pageRequest(query, 'orgDomain');

@@ -7,7 +7,7 @@ import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { roleUsageHooks } from '../roles/hooks';
+import type { Usage } from '../../http/hooks';
 import { systemRoleId } from '../roles/roles.repo';
 import { checkGrantable, resolveRoles } from '../invites/invites.service';
 import { lookupTxt } from './dns';
@@ -237,11 +237,7 @@ export async function joinableOrganizationsFor(db: Executor, email: string): Pro
   );
 }
 
-let hooksRegistered = false;
-
-/** A domain's default role is what people joining through it get: deleting that role is refused while a domain names it. */
-export function registerRoleHooks(): void {
-  if (hooksRegistered) return;
-  hooksRegistered = true;
-  roleUsageHooks.push(async (db, orgId, roleId) => ({ count: await repo.domainsWithDefaultRole(db, orgId, roleId), what: 'organization domains (as their default role)' }));
+/** A domain's default role is what people joining through it get: deleting that role is refused while a domain names it (the roleUsage hook). */
+export async function roleUsage(db: Executor, orgId: string, roleId: string): Promise<Usage> {
+  return { count: await repo.domainsWithDefaultRole(db, orgId, roleId), what: 'organization domains (as their default role)' };
 }

@@ -6,7 +6,6 @@ import { ApiError, conflictOnUnique, notFound } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { restrictionsNaming } from '../restrictions/restrictions.repo';
-import { roleUsagesFromHooks } from './hooks';
 import * as repo from './roles.repo';
 
 type Role = components['schemas']['Role'];
@@ -128,13 +127,13 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
 }
 
 /** What still names the role, in words; empty when nothing does. */
-async function usages(db: Parameters<typeof repo.memberCounts>[0], orgId: string, id: string): Promise<string[]> {
+async function usages(ctx: RequestContext, db: Parameters<typeof repo.memberCounts>[0], orgId: string, id: string): Promise<string[]> {
   const found: string[] = [];
   const members = (await repo.memberCounts(db, orgId, [id])).get(id) ?? 0;
   if (members > 0) found.push(`${members} member${members === 1 ? '' : 's'} (${members === 1 ? 'holds' : 'hold'} it)`);
   const restrictions = await restrictionsNaming(db, orgId, { roleId: id });
   if (restrictions.length > 0) found.push(`${restrictions.length} restriction${restrictions.length === 1 ? '' : 's'} (${restrictions.join(', ')})`);
-  found.push(...(await roleUsagesFromHooks(db, orgId, id)));
+  found.push(...(await ctx.deps.hooks.usages('roleUsage', db, orgId, id)));
   return found;
 }
 
@@ -143,7 +142,7 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
     const current = await repo.findRole(w.db, ctx.orgId, id, true);
     if (!current) throw notFound(WHAT, id);
     if (current.is_system) throw immutable(current);
-    const used = await usages(w.db, ctx.orgId, id);
+    const used = await usages(ctx, w.db, ctx.orgId, id);
     if (used.length > 0) throw new ApiError('role_in_use', `${current.name} is still named by ${used.join(' and ')}; reassign those first.`);
     await repo.deleteRole(w.db, ctx.orgId, id);
     w.audit({ targetId: id, changes: { name: current.name, description: current.description, permissions: current.permissions } });

@@ -2,10 +2,10 @@ import type { Logger } from 'pino';
 import { appendEvents } from '../../events/outbox';
 import { WriteScope, type AppDeps } from '../../http/context';
 import { ApiError, type ValidationProblem } from '../../http/errors';
-import { UpstreamUnavailable, type UpstreamCallResult } from '../../mcp/upstream/client';
-import { upstreamPoolOf } from '../../mcp/upstream/pool';
+import { invokeTool } from '../../mcp/invoke';
+import type { UpstreamCallResult } from '../../mcp/upstream/client';
 import * as connectionsRepo from '../connections/connections.repo';
-import { upstreamLimits, withConnection, type ConnectionContext } from '../connections/connections.upstream';
+import type { ConnectionContext } from '../../mcp/upstream/credentials';
 import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors/resolve';
 import { evaluate, MappingError, type Json } from './mapping';
 import { loadPolicy, policySubjectOf } from '../../access/policy';
@@ -184,7 +184,6 @@ export async function runSyntheticTool(
   const connections = await resolveConnections(deps, orgId, userId, tool, bound);
   const ctx = options.context ?? standaloneContext(deps, orgId);
   const { stepTimeoutMs, runTimeoutMs } = deps.config.syntheticTools;
-  const baseLimits = upstreamLimits(ctx);
 
   const started = new Date();
   const runDeadline = started.getTime() + runTimeoutMs;
@@ -229,27 +228,25 @@ export async function runSyntheticTool(
       failure = `The run passed its overall deadline of ${runTimeoutMs} ms before this step.`;
       unreachable = true;
     } else {
-      try {
-        const answer = await withConnection(ctx, row, connector, (credential) =>
-          // Through the connection's kept session, as the MCP endpoint's calls: a step costs the upstream one request.
-          upstreamPoolOf(deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, { ...baseLimits, timeoutMs }, { name: step.tool.name, args: stepArgs, signal }),
-        );
-        if (answer.isError) failure = errorTextOf(answer);
-        else results.set(step.id, resultOf(answer));
-        void connectionsRepo.recordUse(deps.db, row.id, new Date(), null).catch(() => undefined);
-      } catch (err) {
-        if (err instanceof UpstreamUnavailable) {
-          const elapsed = Date.now() - at;
-          failure = elapsed >= timeoutMs - 50 ? `${connector.name} did not answer within ${timeoutMs} ms.` : err.message;
-          unreachable = true;
-          options.log?.info({ synthetic_tool_id: tool.id, step: step.id, reason: err.detail }, 'synthetic tool step: upstream unavailable');
-          void connectionsRepo.recordError(deps.db, row.id, `Synthetic tool ${tool.name}, step ${step.id}: ${failure}`).catch(() => undefined);
-        } else if (err instanceof ApiError && err.code === 'connection_needs_reauth') {
-          if (step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${err.detail}`);
-          failure = err.detail;
-        } else {
-          throw err;
-        }
+      const invoked = await invokeTool(ctx, {
+        connection: row,
+        connector,
+        tool: step.tool.name,
+        args: stepArgs,
+        signal,
+        timeoutMs,
+        label: `Synthetic tool ${tool.name}, step ${step.id}`,
+      });
+      if (invoked.outcome === 'answered') {
+        if (invoked.result.isError) failure = errorTextOf(invoked.result);
+        else results.set(step.id, resultOf(invoked.result));
+      } else if (invoked.outcome === 'unavailable' || invoked.outcome === 'cancelled') {
+        failure = invoked.outcome === 'cancelled' ? 'The run was cancelled.' : invoked.timedOut ? `${connector.name} did not answer within ${timeoutMs} ms.` : invoked.message;
+        unreachable = true;
+        if (invoked.outcome === 'unavailable') options.log?.info({ synthetic_tool_id: tool.id, step: step.id, reason: invoked.detail }, 'synthetic tool step: upstream unavailable');
+      } else {
+        if (step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${invoked.message}`);
+        failure = invoked.message;
       }
     }
     run.duration_ms = Math.max(0, Date.now() - at);

@@ -2,10 +2,9 @@ import { defineArea } from '../../http/area';
 import { pageRequest } from '../../http/pagination';
 import * as teams from './teams.service';
 
-teams.registerMemberHooks();
-
 export default defineArea({
   tag: 'Teams',
+  hooks: { memberRemoved: teams.onMemberRemoved },
   handlers: {
     async listTeams({ query }, ctx) {
       return { status: 200, body: await teams.list(ctx, pageRequest(query, 'team'), { user_id: query.user_id }) };

@@ -1,11 +1,9 @@
 import type { components } from '../../../generated/openapi';
-import { changedMembers, type RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext, type WriteScope } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound } from '../../http/errors';
 import { cursorAfter, keyedPageRequest, toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { memberRemovedHooks } from '../members/hooks';
 import { restrictionsNaming } from '../restrictions/restrictions.repo';
-import { runTeamDeletedHooks, runTeamMembershipHooks, teamUsagesFromHooks } from './hooks';
 import * as repo from './teams.repo';
 
 type Team = components['schemas']['Team'];
@@ -104,13 +102,13 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
     const used: string[] = [];
     const restrictions = await restrictionsNaming(w.db, ctx.orgId, { teamId: id });
     if (restrictions.length > 0) used.push(`${restrictions.length} restriction${restrictions.length === 1 ? '' : 's'} (${restrictions.join(', ')})`);
-    used.push(...(await teamUsagesFromHooks(w.db, ctx.orgId, id)));
+    used.push(...(await ctx.deps.hooks.usages('teamUsage', w.db, ctx.orgId, id)));
     if (used.length > 0) throw new ApiError('team_in_use', `${current.name} is still named by ${used.join(' and ')}; change those first.`);
     const members = (await repo.teamMemberCounts(w.db, ctx.orgId, [id])).get(id) ?? 0;
     const memberIds = await w.db.selectFrom('team_members').select('user_id').where('org_id', '=', ctx.orgId).where('team_id', '=', id).execute();
-    await runTeamDeletedHooks(w, ctx.orgId, id);
+    await ctx.deps.hooks.run('teamDeleted', w, ctx.orgId, id);
     await repo.deleteTeam(w.db, ctx.orgId, id);
-    await runTeamMembershipHooks(w, ctx.orgId, memberIds.map((m) => m.user_id));
+    await teamMembershipChanged(ctx, w, memberIds.map((m) => m.user_id));
     w.audit({ targetId: id, changes: { name: current.name, description: current.description, member_count: members } });
   });
 }
@@ -148,7 +146,7 @@ export async function addMember(ctx: RequestContext, id: string, userId: string)
     await ctx.write(async (w) => {
       if (!(await repo.findTeam(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
       if (!(await repo.insertTeamMember(w.db, { teamId: id, orgId: ctx.orgId, userId, addedByUserId: ctx.user }))) throw new AlreadyThere();
-      await runTeamMembershipHooks(w, ctx.orgId, [userId]);
+      await teamMembershipChanged(ctx, w, [userId]);
       w.audit({ targetId: id, changes: { user_id: userId } });
     });
   } catch (err) {
@@ -167,18 +165,16 @@ export async function removeMember(ctx: RequestContext, id: string, userId: stri
   await ctx.write(async (w) => {
     if (!(await repo.findTeam(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
     if (!(await repo.deleteTeamMember(w.db, ctx.orgId, id, userId))) throw new ApiError('not_found', `${userId} is not in team ${id}.`);
-    await runTeamMembershipHooks(w, ctx.orgId, [userId]);
+    await teamMembershipChanged(ctx, w, [userId]);
     w.audit({ targetId: id, changes: { user_id: userId } });
   });
 }
 
-let registered = false;
+function teamMembershipChanged(ctx: RequestContext, w: WriteScope, userIds: readonly string[]): Promise<void> {
+  return userIds.length === 0 ? Promise.resolve() : ctx.deps.hooks.run('teamMembershipChanged', w, ctx.orgId, userIds);
+}
 
-/** A removed member leaves every team (memberRemovedHooks), once per process. */
-export function registerMemberHooks(): void {
-  if (registered) return;
-  registered = true;
-  memberRemovedHooks.push(async (w, orgId, userId) => {
-    await repo.leaveAllTeams(w.db, orgId, userId);
-  });
+/** A removed member leaves every team (the memberRemoved hook). */
+export async function onMemberRemoved(w: WriteScope, orgId: string, userId: string): Promise<void> {
+  await repo.leaveAllTeams(w.db, orgId, userId);
 }

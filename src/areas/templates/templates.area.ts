@@ -1,23 +1,17 @@
 import { defineArea } from '../../http/area';
 import { pageRequest } from '../../http/pagination';
-import { connectorUsageHooks } from '../connectors/hooks';
 import { countTemplatesUsing } from './templates.repo';
 import * as templates from './templates.service';
 
-let registered = false;
-/** Template entries are usages of their connectors: deleteConnector answers 409 connector_in_use while one names it. */
-function registerConnectorUsage(): void {
-  if (registered) return;
-  registered = true;
-  connectorUsageHooks.push(async (db, orgId, slug) => {
-    const count = await countTemplatesUsing(db, orgId, slug);
-    return { count, what: count === 1 ? 'template' : 'templates' };
-  });
-}
-registerConnectorUsage();
-
 export default defineArea({
   tag: 'Templates',
+  hooks: {
+    // Template entries are usages of their connectors: deleteConnector answers 409 connector_in_use while one names it.
+    async connectorUsage(db, orgId, slug) {
+      const count = await countTemplatesUsing(db, orgId, slug);
+      return { count, what: count === 1 ? 'template' : 'templates' };
+    },
+  },
   handlers: {
     async listTemplates({ query }, ctx) {
       const page = pageRequest(query, 'template');

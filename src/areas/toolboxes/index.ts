@@ -5,4 +5,3 @@
  */
 export { toolboxesSharedWith, toolboxEntries, type ToolboxRow, type ToolboxEntryRow } from './toolboxes.repo';
 export { findVisibleTemplate, type TemplateRow, type StoredTemplateEntry } from '../templates/templates.repo';
-export { toolboxDeletedHooks, toolboxAccessHooks, type ToolboxDeletedHook, type ToolboxAccessHook } from './hooks';

@@ -7,7 +7,6 @@ import { ApiError, conflictOnUnique, notFound, validationError, type ValidationP
 import type { Page, PageRequest } from '../../http/pagination';
 import { cursorAfter } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { toolboxAccessHooks, toolboxDeletedHooks } from './hooks';
 import * as repo from './toolboxes.repo';
 
 type Toolbox = components['schemas']['Toolbox'];
@@ -210,7 +209,7 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
     const row = await repo.findToolbox(w.db, ctx.orgId, id, true);
     if (!row) throw notFound(WHAT, id);
     // MCP servers minted for its dynamic user toolboxes (issue 11) become unavailable here.
-    for (const hook of toolboxDeletedHooks) await hook(w, ctx.orgId, id);
+    await ctx.deps.hooks.run('toolboxDeleted', w, ctx.orgId, id);
     await deleteSharesOf(w.db, ctx.orgId, 'toolbox', id);
     await repo.deleteToolbox(w.db, ctx.orgId, id);
     w.audit({ targetId: id, changes: { name: row.name } });
@@ -236,7 +235,7 @@ export async function share(ctx: RequestContext, id: string, body: ShareCreate):
       .executeTakeFirst();
     const result = await shareResource(w.db, { orgId: ctx.orgId, resourceType: 'toolbox', resourceId: id, share: body, byUserId: ctx.user });
     // People it reaches again get back what a revoked share had taken (their MCP servers for it).
-    for (const hook of toolboxAccessHooks) await hook(w, ctx.orgId, id);
+    await ctx.deps.hooks.run('toolboxAccessChanged', w, ctx.orgId, id);
     w.audit({ targetId: id, changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created } });
     return result;
   });
@@ -247,7 +246,7 @@ export async function revokeToolboxShare(ctx: RequestContext, id: string, shareI
     if (!(await repo.findToolbox(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
     const revoked = await revokeShare(w.db, ctx.orgId, 'toolbox', id, shareId);
     if (!revoked) throw new ApiError('not_found', `No share ${shareId} of toolbox ${id} in this organization.`);
-    for (const hook of toolboxAccessHooks) await hook(w, ctx.orgId, id);
+    await ctx.deps.hooks.run('toolboxAccessChanged', w, ctx.orgId, id);
     w.audit({ targetId: id, changes: { share_id: shareId, principal: { type: revoked.principal_type, id: revoked.principal_id }, level: revoked.level } });
   });
 }

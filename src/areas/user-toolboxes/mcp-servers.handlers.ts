@@ -3,8 +3,6 @@ import type { RequestContext } from '../../http/context';
 import { pageRequest } from '../../http/pagination';
 import * as servers from './mcp-servers.service';
 
-servers.registerMcpServerHooks();
-
 /** The MCP server operations of the tag "MCP control plane", spread into its area's handlers. */
 export const mcpServerHandlers: Pick<
   AreaHandlers<'MCP control plane', RequestContext>,

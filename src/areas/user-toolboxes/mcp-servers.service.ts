@@ -6,9 +6,7 @@ import { ApiError, isUniqueViolation, validationError } from '../../http/errors'
 import type { Page, PageRequest } from '../../http/pagination';
 import { toPage } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { teamMembershipHooks } from '../teams/hooks';
-import { toolboxAccessHooks, toolboxDeletedHooks } from '../toolboxes';
-import { mcpServerCountHooks, userToolboxDeleteHooks } from './hooks';
+import type { HookListeners } from '../../http/hooks';
 import * as repo from './mcp-servers.repo';
 import { dynamicIdOf, resolveUserToolbox } from './resolve';
 import { toolboxesSharedWith } from './sources';
@@ -170,7 +168,6 @@ export async function rotate(ctx: RequestContext, userToolboxId: string, id: str
 // What goes with user toolboxes and toolboxes
 // ---------------------------------------------------------------------------------------
 
-let registered = false;
 
 /** An owner's servers for these dynamic user toolboxes of shared toolboxes: `active` where they reach the toolbox, `unavailable` where not. */
 async function followAccess(w: WriteScope, orgId: string, owner: string, boxes: readonly string[]): Promise<void> {
@@ -179,20 +176,18 @@ async function followAccess(w: WriteScope, orgId: string, owner: string, boxes: 
   for (const box of boxes) await repo.setAvailability(w.db, orgId, box, reached.has(box) ? 'active' : 'unavailable', [owner]);
 }
 
-/** Plugs MCP servers into user toolboxes (counts, deletion) and toolboxes (deletion, revoked shares), once per process. */
-export function registerMcpServerHooks(): void {
-  if (registered) return;
-  registered = true;
-  mcpServerCountHooks.push((db, orgId, owner, ids) => repo.countsByUserToolbox(db, orgId, owner, ids));
-  userToolboxDeleteHooks.push((w, orgId, userToolboxId) => repo.removeOfUserToolbox(w.db, orgId, userToolboxId));
-  toolboxDeletedHooks.push((w, orgId, toolboxId) => repo.setAvailability(w.db, orgId, dynamicIdOf(toolboxId), 'unavailable'));
+/** MCP servers follow their toolboxes: deleted, shared or unshared, reached through teams or not. */
+export const mcpServerHooks: HookListeners = {
+  async toolboxDeleted(w, orgId, toolboxId) {
+    await repo.setAvailability(w.db, orgId, dynamicIdOf(toolboxId), 'unavailable');
+  },
   // A share made or revoked: the servers of everyone who has some for its toolbox follow.
-  toolboxAccessHooks.push(async (w, orgId, toolboxId) => {
+  async toolboxAccessChanged(w, orgId, toolboxId) {
     const dynamicId = dynamicIdOf(toolboxId);
     for (const owner of await repo.ownersOf(w.db, orgId, dynamicId)) await followAccess(w, orgId, owner, [dynamicId]);
-  });
+  },
   // Joining or leaving a team changes which toolboxes its shares reach: each person's servers for shared toolboxes follow.
-  teamMembershipHooks.push(async (w, orgId, userIds) => {
+  async teamMembershipChanged(w, orgId, userIds) {
     for (const owner of userIds) await followAccess(w, orgId, owner, await repo.sharedToolboxBoxesOf(w.db, orgId, owner));
-  });
-}
+  },
+};

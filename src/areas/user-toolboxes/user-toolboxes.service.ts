@@ -4,7 +4,7 @@ import { ApiError, conflictOnUnique, notFound, type ValidationProblem } from '..
 import type { Page, PageRequest } from '../../http/pagination';
 import { cursorAfter } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { mcpServerCounts, runDeleteHooks } from './hooks';
+import * as serversOfBoxes from './mcp-servers.repo';
 import {
   DYN_ALL, dynamicIdOf, isDynamicId, load, resolveDynAll, resolveDynToolbox, resolveStored, resolveUserToolbox,
   type Binding, type ResolvedUserToolbox, type TemplateEntry,
@@ -13,7 +13,6 @@ import { findVisibleTemplate, toolboxesSharedWith, type ToolboxRow } from './sou
 import * as repo from './user-toolboxes.repo';
 import * as serversRepo from './mcp-servers.repo';
 import type { WriteScope } from '../../http/context';
-import { memberRemovedHooks } from '../members/hooks';
 
 type UserToolbox = components['schemas']['UserToolbox'];
 type Create = components['schemas']['UserToolboxCreate'];
@@ -45,7 +44,7 @@ function toUserToolbox(box: ResolvedUserToolbox, mcpServers: number): UserToolbo
 }
 
 async function answer(ctx: RequestContext, boxes: ResolvedUserToolbox[]): Promise<UserToolbox[]> {
-  const counts = await mcpServerCounts(ctx.db, ctx.orgId, ctx.user, boxes.map((b) => b.id));
+  const counts = await serversOfBoxes.countsByUserToolbox(ctx.db, ctx.orgId, ctx.user, boxes.map((b) => b.id));
   return boxes.map((box) => toUserToolbox(box, counts.get(box.id) ?? 0));
 }
 
@@ -221,7 +220,7 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
   await ctx.write(async (w) => {
     const row = await repo.findOwned(w.db, ctx.orgId, ctx.user, id, true);
     if (!row) throw notFound(WHAT, id);
-    const servers = await runDeleteHooks(w, ctx.orgId, id);
+    const servers = await serversOfBoxes.removeOfUserToolbox(w.db, ctx.orgId, id);
     await repo.remove(w.db, ctx.orgId, id);
     w.audit({ targetId: id, changes: { name: row.name, template_id: row.template_id, mcp_servers: servers } });
   });
@@ -233,20 +232,12 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
 
 /**
  * The member's membership ended (removeMember): their stored user toolboxes are deleted, with
- * what each delete takes along (its MCP servers, through userToolboxDeleteHooks), then every
+ * what each delete takes along (its MCP servers), then every
  * MCP server left of theirs (those of dynamic user toolboxes): the endpoints stop answering.
  */
-async function onMemberRemoved(w: WriteScope, orgId: string, userId: string): Promise<void> {
-  for (const row of await repo.listOwned(w.db, orgId, userId, { limit: 1_000_000 })) await runDeleteHooks(w, orgId, row.id);
+export async function onMemberRemoved(w: WriteScope, orgId: string, userId: string): Promise<void> {
+  for (const row of await repo.listOwned(w.db, orgId, userId, { limit: 1_000_000 })) await serversOfBoxes.removeOfUserToolbox(w.db, orgId, row.id);
   await repo.removeAllOwned(w.db, orgId, userId);
   await serversRepo.removeOfOwner(w.db, orgId, userId);
 }
 
-let registered = false;
-
-/** Plugs user toolboxes and MCP servers into member removal, once per process. */
-export function registerMemberHooks(): void {
-  if (registered) return;
-  registered = true;
-  memberRemovedHooks.push(onMemberRemoved);
-}

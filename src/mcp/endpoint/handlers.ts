@@ -3,19 +3,15 @@ import type { AreaHandlers } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
 import type { RequestContext } from '../../http/context';
 import type { ServerSentEvent } from '../../http/handler-types';
-import { UpstreamUnavailable } from '../upstream/client';
-import { upstreamPoolOf } from '../upstream/pool';
 import {
   classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
   SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
 } from './jsonrpc';
 import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from './revision-2026';
-import * as connectionsRepo from '../../areas/connections/connections.repo';
-import { upstreamLimits, withConnection } from '../../areas/connections/connections.upstream';
+import { invokeTool } from '../invoke';
 import { findSyntheticTool, runSyntheticTool } from '../../areas/synthetic-tools';
 import type { OfferedTool } from '../../areas/user-toolboxes/resolve';
-import { servedTools, ServedTools, type McpServerRow } from '../served-tools';
-import { recordToolCall } from '../tool-call-records';
+import { ServedTools, type McpServerRow } from '../served-tools';
 
 /**
  * postMcpMessage and deleteMcpSession: the MCP endpoint `/mcp/{mcpId}` (spec/paths/mcp.yml),
@@ -27,28 +23,11 @@ const SERVER_INFO = { name: 'mcp-control-plane', version: '0.1.0' };
 const PAGE_SIZE = 500;
 const SYNTHETIC_PERMISSION = 'synthetic_tool:execute';
 const UPSTREAM_PERMISSION = 'connection:use';
-/** A connection's `last_used_at` moves on a call only when it is older than this (or the last use failed). */
-const LAST_USED_PRECISION_MS = 60_000;
-
 
 type Ctx = RequestContext;
 /** What an existing MCP server serves. */
 type Served = ServedTools & { readonly server: McpServerRow };
 type Result = { status: number; body?: unknown; events?: AsyncIterable<ServerSentEvent>; headers?: Record<string, string> };
-
-/**
- * Calls in flight in this process, by MCP server and JSON-RPC id. Clients of one server number
- * their requests alike (SDK clients count from 0) and the endpoint keeps no sessions to tell
- * them apart: a `notifications/cancelled` stops a call only while it is the one call with that
- * id, never a call of another client that happens to share it.
- */
-const inFlight = new Map<string, Set<AbortController>>();
-const flightKey = (serverId: string, id: JsonRpcId) => `${serverId}\u0000${typeof id}:${String(id)}`;
-
-function cancelInFlight(serverId: string, id: JsonRpcId): void {
-  const calls = inFlight.get(flightKey(serverId, id));
-  if (calls?.size === 1) for (const call of calls) call.abort();
-}
 
 /** An answer the typed results do not cover (406, 403, 404, 400 for a batch): sent as it is. */
 const raw = (status: number, id: JsonRpcId | null, code: number, message: string, requestId: string): never =>
@@ -71,7 +50,7 @@ async function admit(ctx: Ctx, mcpId: string): Promise<Served | Result> {
   if (!caller || caller.kind !== 'mcp_client') throw new ApiError('invalid_token', 'This endpoint takes an MCP server token or an OAuth access token.');
   // A credential of another MCP server opens nothing here, and says nothing about this one.
   if (caller.mcpServerId !== mcpId) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
-  const served = await servedTools(ctx.deps, mcpId);
+  const served = await ctx.deps.mcp.servedTools.get(ctx.deps, mcpId);
   if (!served.server) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
   return served as Served;
 }
@@ -205,32 +184,20 @@ async function callOffered(
   // The connector as the connection's owner sees it (a shared toolbox's connection acts as its owner).
   const connector = await served.connector(row.owner_user_id, source.connector_slug);
   if (!connector) return { result: toolError(`${tool.name} cannot be called: its connector is no longer available.`), outcome: 'unavailable', error: 'connector unavailable' };
-  const limits = upstreamLimits(ctx);
-  // The upstream's own word that a second run changes nothing (hints, but about its own tool).
-  const repeatable = tool.annotations?.read_only_hint === true || tool.annotations?.idempotent_hint === true;
-  try {
-    const result = await withConnection(ctx, row, connector, (credential) =>
-      upstreamPoolOf(ctx.deps.config).callTool(row.id, { url: connector.mcp_url, transport: connector.transport, credential }, limits, { name: source.tool, args, signal, onprogress, repeatable }),
-    );
-    // Bookkeeping kept to the minute (as the server's own last_used_at): not a write on every
-    // call. The remembered row follows it (these columns notify nothing).
-    const now = new Date();
-    if (row.last_error !== null || !row.last_used_at || now.getTime() - row.last_used_at.getTime() >= LAST_USED_PRECISION_MS) {
-      row.last_used_at = now;
-      row.last_error = null;
-      void connectionsRepo.recordUse(ctx.db, row.id, now, null).catch(() => undefined);
-    }
-    return { result, outcome: result.isError ? 'tool_error' : 'succeeded', error: null };
-  } catch (err) {
-    if (signal.aborted) return { result: toolError('The call was cancelled.'), outcome: 'cancelled', error: 'cancelled' };
-    if (err instanceof UpstreamUnavailable) {
-      row.last_error = `tools/call ${source.tool}: ${err.message}`;
-      void connectionsRepo.recordError(ctx.db, row.id, row.last_error).catch(() => undefined);
-      const text = `${connector.name} could not be reached or did not answer in time: ${err.message}`;
-      return { result: toolError(text), outcome: 'unavailable', error: err.detail };
-    }
-    if (err instanceof ApiError) return { result: toolError(err.detail), outcome: 'unavailable', error: err.detail };
-    throw err;
+  const invoked = await invokeTool(ctx, { connection: row, connector, tool: source.tool, args, signal, onprogress, annotations: tool.annotations, label: `tools/call ${source.tool}` });
+  switch (invoked.outcome) {
+    case 'answered':
+      return { result: invoked.result, outcome: invoked.result.isError ? 'tool_error' : 'succeeded', error: null };
+    case 'cancelled':
+      return { result: toolError('The call was cancelled.'), outcome: 'cancelled', error: 'cancelled' };
+    case 'needs_reauth':
+      return { result: toolError(invoked.message), outcome: 'unavailable', error: invoked.message };
+    case 'unavailable':
+      return {
+        result: toolError(`${connector.name} could not be reached or did not answer in time: ${invoked.message}`),
+        outcome: 'unavailable',
+        error: invoked.detail,
+      };
   }
 }
 
@@ -238,7 +205,7 @@ async function callOffered(
 function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number): void {
   const source = tool?.source;
   const now = Date.now();
-  recordToolCall(ctx.db, ctx.deps.logger, {
+  ctx.deps.mcp.toolCalls.record({
     org_id: server.org_id,
     mcp_server_id: server.id,
     user_id: server.owner_user_id,
@@ -272,21 +239,16 @@ async function toolsCall(ctx: Ctx, served: Served, request: JsonRpcRequest, onpr
     record(ctx, server, request.id, name, null, 'refused', 'unknown tool', started);
     return errorResponse(request.id, INVALID_PARAMS, `Unknown tool: ${name}`);
   }
-  const key = flightKey(server.id, request.id);
-  // Stopped by the client's notifications/cancelled (inFlight) or by the client going away.
-  const controller = new AbortController();
-  const calls = inFlight.get(key) ?? new Set<AbortController>();
-  calls.add(controller);
-  inFlight.set(key, calls);
-  const stopListening = ctx.whenGone(() => controller.abort());
+  // Stopped by the client's notifications/cancelled (in-flight.ts) or by the client going away.
+  const call = ctx.deps.mcp.inFlight.start(server.id, request.id);
+  const stopListening = ctx.whenGone(() => call.abort());
   try {
-    const outcome = await callOffered(ctx, served, tool, args as Record<string, unknown>, controller.signal, onprogress);
+    const outcome = await callOffered(ctx, served, tool, args as Record<string, unknown>, call.signal, onprogress);
     record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
     return resultResponse(request.id, outcome.result as Record<string, unknown>);
   } finally {
     stopListening();
-    calls.delete(controller);
-    if (calls.size === 0 && inFlight.get(key) === calls) inFlight.delete(key);
+    call.done();
   }
 }
 
@@ -443,7 +405,7 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
       if (sorted.kind === 'request') requests.push(sorted.request);
       else if (sorted.kind === 'notification' && sorted.method === 'notifications/cancelled') {
         const id = sorted.params.requestId;
-        if (typeof id === 'string' || typeof id === 'number') cancelInFlight(server.id, id);
+        if (typeof id === 'string' || typeof id === 'number') ctx.deps.mcp.inFlight.cancel(server.id, id);
       }
     }
     if (requests.length === 0) return { status: 202 };

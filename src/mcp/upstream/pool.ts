@@ -217,20 +217,3 @@ class Retry extends Error {
     super(cause.message);
   }
 }
-
-/** One pool per app, found by its configuration (the handlers' deps and the area's start and stop share it). */
-const pools = new WeakMap<object, UpstreamPool>();
-
-export function upstreamPoolOf(config: { upstreamMcp: UpstreamPoolOptions }): UpstreamPool {
-  let pool = pools.get(config);
-  if (!pool) {
-    pool = new UpstreamPool(config.upstreamMcp);
-    pools.set(config, pool);
-  }
-  return pool;
-}
-
-/** Closes the app's pool (app shutdown): its sessions, its timer; later calls run one session each. */
-export async function closeUpstreamPool(config: { upstreamMcp: UpstreamPoolOptions }): Promise<void> {
-  await pools.get(config)?.close();
-}

@@ -1,10 +1,10 @@
 import type { components } from '../../../generated/openapi';
-import type { ResolvedConnector } from '../connectors/resolve';
+import type { ResolvedConnector } from '../../areas/connectors/resolve';
 import type { RequestContext } from '../../http/context';
 import { ApiError } from '../../http/errors';
-import { listUpstreamTools, UpstreamRejected, UpstreamUnavailable, type UpstreamCredential, type UpstreamLimits, type UpstreamTool } from '../../mcp/upstream/client';
+import { listUpstreamTools, UpstreamRejected, UpstreamUnavailable, type UpstreamCredential, type UpstreamLimits, type UpstreamTool } from './client';
 import { OAuthFailure, refreshTokens, type OAuthClientCredentials, type ProviderEndpoints } from '../../protocols/oauth-client/client';
-import * as repo from './connections.repo';
+import * as repo from '../../areas/connections/connections.repo';
 
 /**
  * A connection's credentials and how they reach the upstream: sealing, placing them as the

@@ -1,0 +1,10 @@
+/** What other parts of the app (the MCP runtime, synthetic tools) use of connections. */
+export {
+  findConnection,
+  findConnections,
+  recordError,
+  recordUse,
+  replaceCredentials,
+  updateConnection,
+  type ConnectionRow,
+} from './connections.repo';
