@@ -6,8 +6,8 @@ import auditLogArea from '../src/areas/audit-log/audit-log.area';
 import authArea from '../src/areas/auth/auth.area';
 import connectionsArea from '../src/areas/connections/connections.area';
 import connectorsArea from '../src/areas/connectors/connectors.area';
+import customConnectorsArea from '../src/areas/connectors/custom-connectors.area';
 import currentUserArea from '../src/areas/current-user/current-user.area';
-import customConnectorsArea from '../src/areas/custom-connectors/custom-connectors.area';
 import entitlementsArea from '../src/areas/entitlements/entitlements.area';
 import healthArea from '../src/areas/health/health.area';
 import invitesArea from '../src/areas/invites/invites.area';
@@ -25,6 +25,7 @@ import teamsArea from '../src/areas/teams/teams.area';
 import templatesArea from '../src/areas/templates/templates.area';
 import toolboxesArea from '../src/areas/toolboxes/toolboxes.area';
 import userToolboxesArea from '../src/areas/user-toolboxes/user-toolboxes.area';
+import endpointModule from '../src/mcp/endpoint/endpoint.module';
 
 /** Every module of the app, in path order: hooks run and modules start in this order. */
 export const MODULES: readonly Module[] = [
@@ -33,8 +34,8 @@ export const MODULES: readonly Module[] = [
   authArea,
   connectionsArea,
   connectorsArea,
-  currentUserArea,
   customConnectorsArea,
+  currentUserArea,
   entitlementsArea,
   healthArea,
   invitesArea,
@@ -52,4 +53,5 @@ export const MODULES: readonly Module[] = [
   templatesArea,
   toolboxesArea,
   userToolboxesArea,
+  endpointModule,
 ];

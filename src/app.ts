@@ -3,7 +3,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import helmet from 'helmet';
 import type { Logger } from 'pino';
 import { MODULES } from './modules';
-import { HEALTH } from './areas/health/health.area';
+import { HEALTH } from './areas/health';
 import { CREDENTIAL_TABLES, CredentialCache } from './identity/credential-cache';
 import { ANY_CHANGE, touches, type CommittedChange } from './db/written-tables';
 import { presentedCredential } from './identity/credentials';
@@ -19,7 +19,7 @@ import { buildRegistry, type Registry } from './http/registry';
 import { logRequest } from './http/request-log';
 import { clientIp, sendError, setRequestState } from './http/respond';
 import { newRequestId } from './lib/ids';
-import { docsAssets } from './areas/schema/docs';
+import { docsAssets } from './areas/schema';
 import { loadSpec, type OpenApiDocument } from './spec';
 import { describeOperations } from './spec/operations';
 

@@ -5,7 +5,7 @@ import { mintApiToken, revokeApiToken } from './identity/api-tokens';
 import { findOrCreateUser } from './identity/users';
 import type { Db } from './db/database';
 import type { Database } from './db/schema';
-import { createOrganizationWithOwner } from './areas/organizations/organizations.service';
+import { createOrganizationWithOwner } from './areas/organizations';
 import { PERMISSIONS } from './identity/permissions';
 import { newId } from './lib/ids';
 import { isUniqueViolation } from './http/errors';

@@ -1,9 +1,9 @@
 import { NotifiedCache } from '../db/notified-cache';
 import type { AppDeps } from '../http/context';
 import { loadPolicyForMember } from '../access/policy';
-import * as connectionsRepo from '../areas/connections/connections.repo';
-import { resolveConnectorForMember, type ResolvedConnector } from '../areas/connectors/resolve';
-import { resolveUserToolbox, toolsOf, type OfferedTool } from '../areas/user-toolboxes/resolve';
+import { ConnectionRow, findConnections } from '../areas/connections';
+import { resolveConnectorForMember, type ResolvedConnector } from '../areas/connectors';
+import { resolveUserToolbox, toolsOf, type OfferedTool } from '../areas/user-toolboxes';
 
 /**
  * What an MCP server serves: its row, the tools its user toolbox offers the owner now (policy
@@ -54,12 +54,12 @@ export class ServedTools {
      * The rows of the connections the tools go through, read with the tools. Kept up to date
      * by the endpoint's bookkeeping (`last_used_at`, `last_error`), which notifies nothing.
      */
-    private readonly connections: ReadonlyMap<string, connectionsRepo.ConnectionRow>,
+    private readonly connections: ReadonlyMap<string, ConnectionRow>,
   ) {
     this.byName = new Map(tools.map((tool) => [tool.name, tool]));
   }
 
-  connection(id: string): connectionsRepo.ConnectionRow | undefined {
+  connection(id: string): ConnectionRow | undefined {
     return this.connections.get(id);
   }
 
@@ -94,7 +94,7 @@ async function load(deps: Deps, mcpId: string): Promise<{ value: ServedTools; un
   ]);
   if (!box) return { value: new ServedTools(deps, server, [], new Map()), until: policy.changesAt?.getTime(), scope };
   const active = box.sources.flatMap((s) => (s.type === 'connection' && s.status === 'active' ? [s.connection_id] : []));
-  const [tools, rows] = await Promise.all([toolsOf(deps, box, policy), connectionsRepo.findConnections(deps.db, server.org_id, [...new Set(active)])]);
+  const [tools, rows] = await Promise.all([toolsOf(deps, box, policy), findConnections(deps.db, server.org_id, [...new Set(active)])]);
   return { value: new ServedTools(deps, server, tools, new Map(rows.map((row) => [row.id, row]))), until: policy.changesAt?.getTime(), scope };
 }
 

@@ -6,7 +6,7 @@ import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { compileGlob } from '../../access/policy/glob';
 import { policySubjectOf } from '../../access/policy';
-import { findRestriction, type RestrictionRow } from '../restrictions/restrictions.repo';
+import { findRestriction, type RestrictionRow } from '../restrictions';
 import * as repo from './access-requests.repo';
 
 type AccessRequest = components['schemas']['AccessRequest'];

@@ -4,7 +4,7 @@ import { createUser, findUserByEmail } from '../../identity/users';
 import type { RequestContext } from '../../http/context';
 import { isUniqueViolation } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';
-import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites/invites.service';
+import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites';
 
 /** How long a session started by an invite link lasts without use (the spec's SessionCookie: 14 days). */
 const SESSION_MAX_AGE_S = 14 * 24 * 3600;

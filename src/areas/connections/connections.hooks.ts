@@ -1,7 +1,7 @@
 import type { Executor } from '../../db/database';
 import type { WriteScope } from '../../http/context';
 import type { HookListeners } from '../../http/hooks';
-import { seesConnector } from '../connectors/resolve';
+import { seesConnector } from '../connectors';
 import * as repo from './connections.repo';
 import { eventConnection } from '../../mcp/upstream/credentials';
 

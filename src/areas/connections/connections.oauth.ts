@@ -8,7 +8,7 @@ import {
   type OAuthClientCredentials, type ProviderEndpoints,
 } from '../../protocols/oauth-client/client';
 import type { OutboundLimits } from '../../outbound/client';
-import { resolveConnector, type ResolvedConnector } from '../connectors/resolve';
+import { resolveConnector, type ResolvedConnector } from '../connectors';
 import * as repo from './connections.repo';
 import {
   authorizeContext, oauthClientContext, openCredentials, openOAuthClient, providerOf, sealCredentials, unavailable,

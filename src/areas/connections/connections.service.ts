@@ -6,7 +6,7 @@ import { ApiError, notFound, validationError, type ValidationProblem } from '../
 import { pageOfSorted, toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { listUpstreamTools, UpstreamUnavailable } from '../../mcp/upstream/client';
-import { resolveConnector, type ResolvedConnector } from '../connectors/resolve';
+import { resolveConnector, type ResolvedConnector } from '../connectors';
 import * as repo from './connections.repo';
 import { authorizeUrlOf, revokeTokens, startAuthorization, type StartedAuthorization } from './connections.oauth';
 import {

@@ -3,7 +3,7 @@ import type { ApiTokenCaller, SessionCaller } from '../../identity/credentials';
 import { rolePermissions } from '../../identity/permissions';
 import type { Db } from '../../db/database';
 import { ApiError } from '../../http/errors';
-import { toOrganization } from '../organizations/organizations.mapper';
+import { toOrganization } from '../organizations';
 import * as repo from './current-user.repo';
 
 type CurrentUser = components['schemas']['CurrentUser'];

@@ -9,10 +9,10 @@ import { ApiError, conflictOnUnique, notFound, type ValidationProblem } from '..
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { hashSecret, randomSecret } from '../../lib/crypto';
 import { newId } from '../../lib/ids';
-import { addMember, holdsOwner } from '../members/members.repo';
+import { addMember, holdsOwner } from '../members';
 import type { Usage } from '../../http/hooks';
-import { systemRoleId } from '../roles/roles.repo';
-import { addTeamMember } from '../teams/teams.repo';
+import { systemRoleId } from '../roles';
+import { addTeamMember } from '../teams';
 import * as repo from './invites.repo';
 
 type Invite = components['schemas']['Invite'];

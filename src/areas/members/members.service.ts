@@ -5,8 +5,8 @@ import { heldPermissions } from '../../identity/permissions';
 import type { RequestContext, WriteScope } from '../../http/context';
 import { ApiError, notFound, type ValidationProblem } from '../../http/errors';
 import { cursorAfter, keyedPageRequest, type Page } from '../../http/pagination';
-import { permissionsOf, requireHeld } from '../roles/roles.service';
-import { rolesIn } from '../roles/roles.repo';
+import { permissionsOf, requireHeld } from '../roles';
+import { rolesIn } from '../roles';
 import * as repo from './members.repo';
 
 type Member = components['schemas']['Member'];

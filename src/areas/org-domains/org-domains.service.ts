@@ -8,8 +8,8 @@ import { ApiError, conflictOnUnique, notFound, validationError } from '../../htt
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import type { Usage } from '../../http/hooks';
-import { systemRoleId } from '../roles/roles.repo';
-import { checkGrantable, resolveRoles } from '../invites/invites.service';
+import { systemRoleId } from '../roles';
+import { checkGrantable, resolveRoles } from '../invites';
 import { lookupTxt } from './dns';
 import * as repo from './org-domains.repo';
 

@@ -7,7 +7,7 @@ import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { storageOf } from '../../lib/storage';
 import { SYSTEM_ROLES } from '../../identity/permissions';
-import { addMember, holdsOwner } from '../members/members.repo';
+import { addMember, holdsOwner } from '../members';
 import { subscriptionInForce } from './organizations.billing';
 import { toOrganization } from './organizations.mapper';
 import * as repo from './organizations.repo';

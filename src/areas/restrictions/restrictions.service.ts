@@ -5,8 +5,8 @@ import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { closePendingOfRestriction, toEventAccessRequest } from '../access-requests/access-requests.repo';
-import { lookup, visibleTo } from '../connectors/resolve';
+import { closePendingOfRestriction, toEventAccessRequest } from '../access-requests';
+import { lookup, visibleTo } from '../connectors';
 import * as repo from './restrictions.repo';
 
 type Restriction = components['schemas']['Restriction'];

@@ -5,7 +5,7 @@ import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { restrictionsNaming } from '../restrictions/restrictions.repo';
+import { restrictionsNaming } from '../restrictions';
 import * as repo from './roles.repo';
 
 type Role = components['schemas']['Role'];

@@ -4,9 +4,9 @@ import { WriteScope, type AppDeps } from '../../http/context';
 import { ApiError, type ValidationProblem } from '../../http/errors';
 import { invokeTool } from '../../mcp/invoke';
 import type { UpstreamCallResult } from '../../mcp/upstream/client';
-import * as connectionsRepo from '../connections/connections.repo';
+import { ConnectionRow, findConnection } from '../connections';
 import type { ConnectionContext } from '../../mcp/upstream/credentials';
-import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors/resolve';
+import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors';
 import { evaluate, MappingError, type Json } from './mapping';
 import { loadPolicy, policySubjectOf } from '../../access/policy';
 import { problemsOf, validatorFor } from './schemas';
@@ -36,7 +36,7 @@ export interface RunOptions {
 }
 
 interface Resolved {
-  row: connectionsRepo.ConnectionRow;
+  row: ConnectionRow;
   connector: ResolvedConnector;
 }
 
@@ -144,7 +144,7 @@ async function resolveConnections(deps: AppDeps, orgId: string, userId: string, 
       let id = pinned ?? bound.get(slug) ?? null;
       if (!pinned && !id) id = (await repo.ownConnectionOf(deps.db, orgId, userId, slug))?.id ?? null;
       if (!id) throw unavailable(`Step ${step.id} calls ${slug}, and you have no connection to it; connect it first (POST /connection).`);
-      const row = await connectionsRepo.findConnection(deps.db, orgId, id);
+      const row = await findConnection(deps.db, orgId, id);
       if (!row) throw unavailable(`Step ${step.id} runs through connection ${id} of ${slug}, which no longer exists.`);
       if (pinned && row.owner_user_id !== userId && !(await repo.reachesThroughToolbox(deps.db, orgId, userId, pinned))) {
         throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);

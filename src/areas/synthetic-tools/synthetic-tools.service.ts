@@ -3,7 +3,7 @@ import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { lookup, resolveConnector } from '../connectors/resolve';
+import { lookup, resolveConnector } from '../connectors';
 import { checkValue, type MappingProblem } from './mapping';
 import { schemaProblems } from './schemas';
 import * as repo from './synthetic-tools.repo';

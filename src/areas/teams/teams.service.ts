@@ -3,7 +3,7 @@ import { changedMembers, type RequestContext, type WriteScope } from '../../http
 import { ApiError, conflictOnUnique, notFound } from '../../http/errors';
 import { cursorAfter, keyedPageRequest, toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { restrictionsNaming } from '../restrictions/restrictions.repo';
+import { restrictionsNaming } from '../restrictions';
 import * as repo from './teams.repo';
 
 type Team = components['schemas']['Team'];

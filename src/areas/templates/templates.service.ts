@@ -5,7 +5,7 @@ import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
-import { lookup, visibleTo } from '../connectors/resolve';
+import { lookup, visibleTo } from '../connectors';
 import * as repo from './templates.repo';
 
 type Template = components['schemas']['Template'];

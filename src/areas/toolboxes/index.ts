@@ -1,7 +1,6 @@
 /**
- * What the toolboxes area offers the others (user toolboxes, and the MCP endpoint in issue 11):
- * toolboxes shared with a member and their entries, the templates a member sees, and the
- * hooks that run when a toolbox goes or a share of it is revoked.
+ * What the toolboxes area offers the others (user toolboxes, the MCP endpoint):
+ * toolboxes shared with a member and their entries, and the templates a member sees.
  */
 export { toolboxesSharedWith, toolboxEntries, type ToolboxRow, type ToolboxEntryRow } from './toolboxes.repo';
-export { findVisibleTemplate, type TemplateRow, type StoredTemplateEntry } from '../templates/templates.repo';
+export { findVisibleTemplate, type TemplateRow, type StoredTemplateEntry } from '../templates';

@@ -10,7 +10,7 @@ import {
 import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from './revision-2026';
 import { invokeTool } from '../invoke';
 import { findSyntheticTool, runSyntheticTool } from '../../areas/synthetic-tools';
-import type { OfferedTool } from '../../areas/user-toolboxes/resolve';
+import type { OfferedTool } from '../../areas/user-toolboxes';
 import { ServedTools, type McpServerRow } from '../served-tools';
 
 /**

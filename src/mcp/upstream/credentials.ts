@@ -1,10 +1,10 @@
 import type { components } from '../../../generated/openapi';
-import type { ResolvedConnector } from '../../areas/connectors/resolve';
+import type { ResolvedConnector } from '../../areas/connectors';
 import type { RequestContext } from '../../http/context';
 import { ApiError } from '../../http/errors';
 import { listUpstreamTools, UpstreamRejected, UpstreamUnavailable, type UpstreamCredential, type UpstreamLimits, type UpstreamTool } from './client';
 import { OAuthFailure, refreshTokens, type OAuthClientCredentials, type ProviderEndpoints } from '../../protocols/oauth-client/client';
-import * as repo from '../../areas/connections/connections.repo';
+import { ConnectionRow, findConnection, replaceCredentials, updateConnection } from '../../areas/connections';
 
 /**
  * A connection's credentials and how they reach the upstream: sealing, placing them as the
@@ -137,7 +137,7 @@ export async function tryCredentials(ctx: RequestContext, connector: ResolvedCon
   }
 }
 
-export function eventConnection(row: repo.ConnectionRow) {
+export function eventConnection(row: ConnectionRow) {
   return { id: row.id, name: row.name, connector_slug: row.connector_slug, owner_user_id: row.owner_user_id, status: row.status };
 }
 
@@ -148,12 +148,12 @@ export const needsReauthError = (id: string, why: string) =>
  * The connection's credentials stopped working: `needs_reauth` with the reason, emitting
  * `connection.needs_reauth` unless it already was (a change the server makes, not the caller).
  */
-export async function markNeedsReauth(ctx: ConnectionContext, row: repo.ConnectionRow, reason: 'credentials_rejected' | 'refresh_failed', message: string): Promise<void> {
+export async function markNeedsReauth(ctx: ConnectionContext, row: ConnectionRow, reason: 'credentials_rejected' | 'refresh_failed', message: string): Promise<void> {
   await ctx.systemWrite(async (w) => {
-    const current = await repo.findConnection(w.db, row.org_id, row.id, true);
+    const current = await findConnection(w.db, row.org_id, row.id, true);
     if (!current) return;
     const already = current.status === 'needs_reauth';
-    const updated = await repo.updateConnection(w.db, row.org_id, row.id, {
+    const updated = await updateConnection(w.db, row.org_id, row.id, {
       status: 'needs_reauth',
       status_reason: reason,
       ...(already ? {} : { status_changed_at: new Date() }),
@@ -164,7 +164,7 @@ export async function markNeedsReauth(ctx: ConnectionContext, row: repo.Connecti
 }
 
 /** New OAuth tokens from the refresh token, stored; a refusal makes the connection `needs_reauth` (409). */
-async function refresh(ctx: ConnectionContext, row: repo.ConnectionRow, auth: OAuth2Auth, tokens: Extract<StoredCredentials, { type: 'oauth2' }>, connectorUrl: string) {
+async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2Auth, tokens: Extract<StoredCredentials, { type: 'oauth2' }>, connectorUrl: string) {
   const provider = providerOf(auth, openOAuthClient(ctx, row));
   if (!tokens.refresh_token || !provider.token_endpoint || !provider.client) {
     const message = 'The access token expired and there is no refresh token to renew it.';
@@ -177,7 +177,7 @@ async function refresh(ctx: ConnectionContext, row: repo.ConnectionRow, auth: OA
       { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
     );
     const stored: StoredCredentials = { type: 'oauth2', access_token: next.access_token, refresh_token: next.refresh_token, expires_at: next.expires_at, token_type: next.token_type };
-    await repo.replaceCredentials(ctx.db, row.id, row.credentials_enc, sealCredentials(ctx, row.id, stored));
+    await replaceCredentials(ctx.db, row.id, row.credentials_enc, sealCredentials(ctx, row.id, stored));
     // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
     ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });
     return stored;
@@ -185,7 +185,7 @@ async function refresh(ctx: ConnectionContext, row: repo.ConnectionRow, auth: OA
     if (!(err instanceof OAuthFailure)) throw err;
     if (err.kind === 'unreachable') throw new UpstreamUnavailable(err.message, err.detail);
     // With rotation, a concurrent request may have used the refresh token first: its tokens are good.
-    const now = await repo.findConnection(ctx.db, row.org_id, row.id);
+    const now = await findConnection(ctx.db, row.org_id, row.id);
     if (now && now.status === 'active' && now.credentials_enc && now.credentials_enc !== row.credentials_enc) {
       const theirs = openCredentials(ctx, now);
       if (theirs?.type === 'oauth2') return theirs;
@@ -203,7 +203,7 @@ async function refresh(ctx: ConnectionContext, row: repo.ConnectionRow, auth: OA
  */
 export async function withConnection<T>(
   ctx: ConnectionContext,
-  row: repo.ConnectionRow,
+  row: ConnectionRow,
   connector: ResolvedConnector,
   work: (credential: UpstreamCredential) => Promise<T>,
 ): Promise<T> {
@@ -218,7 +218,7 @@ export async function withConnection<T>(
   } catch (err) {
     if (!(err instanceof UpstreamRejected)) throw err;
     if (credentials?.type === 'oauth2' && auth.type === 'oauth2' && credentials.refresh_token) {
-      const latest = (await repo.findConnection(ctx.db, row.org_id, row.id)) ?? row;
+      const latest = (await findConnection(ctx.db, row.org_id, row.id)) ?? row;
       credentials = await refresh(ctx, latest, auth, credentials, connector.mcp_url);
       try {
         return await work(placeCredential(connector, credentials));

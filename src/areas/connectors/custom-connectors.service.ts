@@ -4,7 +4,7 @@ import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } fr
 import { SECRET_CHANGED, type RequestContext, type WriteScope } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import type { Page } from '../../http/pagination';
-import { builtIns, catalogVersionContent } from '../connectors/catalog';
+import { builtIns, catalogVersionContent } from './catalog';
 import {
   docValue,
   MEMBERS,
@@ -16,12 +16,12 @@ import {
   storedDocumentation,
   storedTool,
   type ConnectorContent,
-} from '../connectors/content';
-import * as repo from '../connectors/connectors.repo';
-import { present, visible, WHAT, type Connector } from '../connectors/connectors.service';
-import { diffUpstream, takeFields, type FieldChange } from '../connectors/pull';
-import { clientSecretContext, lookup } from '../connectors/resolve';
-import { assertContent } from '../connectors/rules';
+} from './content';
+import { ConnectorRow, countConnectors, deleteConnector, insertConnector, insertVersion, lineage, updateConnector, versionContent } from './connectors.repo';
+import { present, visible, WHAT, type Connector } from './connectors.service';
+import { diffUpstream, takeFields, type FieldChange } from './pull';
+import { clientSecretContext, lookup } from './resolve';
+import { assertContent } from './rules';
 
 type Create = components['schemas']['ConnectorCreate'];
 type Update = components['schemas']['ConnectorUpdate'];
@@ -43,7 +43,7 @@ const slugTaken = (slug: string) => new ApiError('slug_taken', `The organization
 const guardSlug = <T>(slug: string, run: () => Promise<T>): Promise<T> => conflictOnUnique(PKEY, () => slugTaken(slug), run);
 
 /** The organization's own connector, locked for the change; 409 for a built-in slug, 404 for nothing. */
-async function ownForUpdate(w: WriteScope, ctx: RequestContext, slug: string): Promise<repo.ConnectorRow> {
+async function ownForUpdate(w: WriteScope, ctx: RequestContext, slug: string): Promise<ConnectorRow> {
   const found = await lookup(w.db, ctx.orgId, slug, true);
   if (!found) throw notFound(WHAT, slug);
   if (found.source === 'built_in') throw readOnly(slug);
@@ -90,7 +90,7 @@ function changedFields(before: ConnectorContent, after: ConnectorContent): strin
 
 async function requireRoomForOne(ctx: RequestContext, w: WriteScope): Promise<void> {
   await requireFeature(w.db, ctx.orgId, 'custom_connectors');
-  await requireWithinLimit(w.db, ctx.orgId, 'custom_connectors', await repo.countConnectors(w.db, ctx.orgId));
+  await requireWithinLimit(w.db, ctx.orgId, 'custom_connectors', await countConnectors(w.db, ctx.orgId));
 }
 
 export async function create(ctx: RequestContext, body: Create): Promise<Connector> {
@@ -111,7 +111,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
   return guardSlug(body.slug, () =>
     ctx.write(async (w) => {
       await requireRoomForOne(ctx, w);
-      const row = await repo.insertConnector(w.db, {
+      const row = await insertConnector(w.db, {
         org_id: ctx.orgId,
         slug: body.slug,
         content,
@@ -121,7 +121,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
         linked_at: null,
         created_by_user_id: ctx.user,
       });
-      await repo.insertVersion(w.db, ctx.orgId, body.slug, 1, content);
+      await insertVersion(w.db, ctx.orgId, body.slug, 1, content);
       w.audit({
         targetId: body.slug,
         changes: {
@@ -147,20 +147,20 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
 async function writeVersion(
   ctx: RequestContext,
   w: WriteScope,
-  row: repo.ConnectorRow,
+  row: ConnectorRow,
   content: ConnectorContent,
   secretEnc: string | null,
   extra: { upstream_version?: number; linked_at?: Date } = {},
-): Promise<{ row: repo.ConnectorRow; changed: string[] }> {
+): Promise<{ row: ConnectorRow; changed: string[] }> {
   const changed = changedFields(row.content, content);
   if (secretEnc !== row.client_secret_enc && !changed.includes('auth')) changed.push('auth');
   if (changed.length === 0) {
     if (Object.keys(extra).length === 0) return { row, changed };
-    return { row: await repo.updateConnector(w.db, ctx.orgId, row.slug, extra), changed };
+    return { row: await updateConnector(w.db, ctx.orgId, row.slug, extra), changed };
   }
   const version = row.version + 1;
-  const updated = await repo.updateConnector(w.db, ctx.orgId, row.slug, { content, client_secret_enc: secretEnc, version, ...extra });
-  await repo.insertVersion(w.db, ctx.orgId, row.slug, version, content);
+  const updated = await updateConnector(w.db, ctx.orgId, row.slug, { content, client_secret_enc: secretEnc, version, ...extra });
+  await insertVersion(w.db, ctx.orgId, row.slug, version, content);
   if (identityChanged(row.content, content)) await ctx.deps.hooks.run('connectorChanged', w, ctx.orgId, row.slug);
   return { row: updated, changed };
 }
@@ -204,7 +204,7 @@ export async function remove(ctx: RequestContext, slug: string): Promise<void> {
       throw new ApiError('connector_in_use', `${slug} is still used by ${usages.join(' and ')}; delete or move them first.`);
     }
     await deleteSharesOf(w.db, ctx.orgId, 'connector', slug);
-    await repo.deleteConnector(w.db, ctx.orgId, slug);
+    await deleteConnector(w.db, ctx.orgId, slug);
     w.audit({ targetId: slug, changes: { name: row.content.name, version: row.version } });
     w.emit('connector.deleted', { connector: eventConnector(row) });
   });
@@ -227,7 +227,7 @@ export async function fork(ctx: RequestContext, slug: string, body: Fork): Promi
   return guardSlug(body.slug, () =>
     ctx.write(async (w) => {
       await requireRoomForOne(ctx, w);
-      const row = await repo.insertConnector(w.db, {
+      const row = await insertConnector(w.db, {
         org_id: ctx.orgId,
         slug: body.slug,
         content,
@@ -237,7 +237,7 @@ export async function fork(ctx: RequestContext, slug: string, body: Fork): Promi
         linked_at: now,
         created_by_user_id: ctx.user,
       });
-      await repo.insertVersion(w.db, ctx.orgId, body.slug, 1, content);
+      await insertVersion(w.db, ctx.orgId, body.slug, 1, content);
       w.audit({ targetId: body.slug, changes: { forked_from: slug, upstream_version: version, name: content.name } });
       w.emit('connector.created', { connector: eventConnector(row), forked_from: slug });
       return present(w.db, ctx.orgId, row);
@@ -246,7 +246,7 @@ export async function fork(ctx: RequestContext, slug: string, body: Fork): Promi
 }
 
 /** A fork's upstream as it is now and the base it started from. */
-async function pullState(ctx: RequestContext, db: WriteScope['db'] | RequestContext['db'], row: repo.ConnectorRow) {
+async function pullState(ctx: RequestContext, db: WriteScope['db'] | RequestContext['db'], row: ConnectorRow) {
   if (row.upstream_slug === null || row.upstream_version === null) {
     throw new ApiError('connector_not_forked', `${row.slug} has no upstream lineage, so there is nothing to pull; link one with POST /connector/${row.slug}/link-upstream.`);
   }
@@ -256,7 +256,7 @@ async function pullState(ctx: RequestContext, db: WriteScope['db'] | RequestCont
   }
   const current = upstream.source === 'custom' ? { content: upstream.row.content, version: upstream.row.version, secretEnc: upstream.row.client_secret_enc } : { content: upstream.content, version: upstream.version, secretEnc: null };
   const base = upstream.source === 'custom'
-    ? await repo.versionContent(db, ctx.orgId, row.upstream_slug, row.upstream_version)
+    ? await versionContent(db, ctx.orgId, row.upstream_slug, row.upstream_version)
     : await catalogVersionContent(db, row.upstream_slug, row.upstream_version);
   return { upstreamSlug: row.upstream_slug, baseVersion: row.upstream_version, current, changes: diffUpstream(base, current.content, row.content) };
 }
@@ -327,7 +327,7 @@ export async function linkUpstream(ctx: RequestContext, slug: string, body: Link
       });
     }
     if (upstream.source === 'custom') {
-      const upstreams = await repo.lineage(w.db, ctx.orgId);
+      const upstreams = await lineage(w.db, ctx.orgId);
       const seen = new Set<string>();
       for (let at: string | null | undefined = body.upstream_slug; at; at = upstreams.get(at)) {
         if (at === slug) throw invalid('/upstream_slug', `would make a cycle: ${body.upstream_slug} already descends from ${slug}`);
@@ -341,10 +341,10 @@ export async function linkUpstream(ctx: RequestContext, slug: string, body: Link
       version === current ||
       (version < current &&
         (upstream.source === 'custom'
-          ? (await repo.versionContent(w.db, ctx.orgId, body.upstream_slug, version)) !== null
+          ? (await versionContent(w.db, ctx.orgId, body.upstream_slug, version)) !== null
           : (await catalogVersionContent(w.db, body.upstream_slug, version)) !== null));
     if (!known) throw invalid('/upstream_version', `${body.upstream_slug} never had version ${version} here`);
-    const updated = await repo.updateConnector(w.db, ctx.orgId, slug, { upstream_slug: body.upstream_slug, upstream_version: version, linked_at: new Date() });
+    const updated = await updateConnector(w.db, ctx.orgId, slug, { upstream_slug: body.upstream_slug, upstream_version: version, linked_at: new Date() });
     w.audit({
       targetId: slug,
       changes: { upstream_slug: body.upstream_slug, upstream_version: version, previous: row.upstream_slug === null ? null : { slug: row.upstream_slug, version: row.upstream_version } },
