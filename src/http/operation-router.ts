@@ -4,10 +4,10 @@ import type { OperationMeta } from '../spec/operations';
 import type { OpenApiDocument } from '../spec';
 import { absentBody, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
 import { RequestContext, type AppDeps, type ClientPresence } from './context';
-import { ApiError, notImplementedError, validationError } from './errors';
+import { ApiError, MAX_LISTED_PROBLEMS, notImplementedError, validationError } from './errors';
 import type { CredentialCache } from '../auth/credential-cache';
 import { guard, type Admitted, type GuardDeps } from './guard';
-import type { AnyResult } from './handler-types';
+import type { AnyResult, ProtocolInput } from './handler-types';
 import { createSpecValidator } from './openapi-backend';
 import type { RateLimits } from './rate-limit';
 import type { Registry } from './registry';
@@ -20,6 +20,14 @@ interface Route {
   operation: Operation;
   /** Multipart file parts the schema requires: the validator drops binary members from `required`, so they are checked here. */
   requiredFiles: string[];
+}
+
+/** What a handler receives, once the router has checked it. */
+interface HandlerInput {
+  params: Record<string, unknown>;
+  query: Record<string, unknown>;
+  headers: Record<string, string | undefined>;
+  body: unknown;
 }
 
 function requiredFiles(meta: OperationMeta, operation: Operation): string[] {
@@ -129,24 +137,29 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     return found.route;
   }
 
-  function validate(route: Route, req: Request, body: ReadBody) {
+  function validate(route: Route, req: Request, body: ReadBody): HandlerInput | ProtocolInput<HandlerInput> {
     const checked = validator.validateRequest(
       { method: req.method, path: req.path, headers: req.headers, query: req.query as Record<string, unknown>, body: body.validated },
       route.operation,
     );
     const fields = body.validated as Record<string, unknown> | undefined;
     const missingFiles = fields ? route.requiredFiles.filter((part) => !(part in fields)) : [];
-    if ('problems' in checked || missingFiles.length > 0) {
-      const problems = 'problems' in checked ? checked.problems : [];
-      const total = ('problems' in checked ? checked.total : 0) + missingFiles.length;
-      throw validationError([...problems, ...missingFiles.map((part) => ({ in: 'body' as const, pointer: `/${part}`, message: 'is required' }))], total);
-    }
     const headers: Record<string, string | undefined> = {};
     for (const name of route.meta.headers) {
       const value = req.headers[name.toLowerCase()];
       headers[name] = Array.isArray(value) ? value.join(', ') : value;
     }
-    return { params: checked.params, query: checked.query, headers, body: body.body };
+    if ('problems' in checked || missingFiles.length > 0) {
+      const problems = [...('problems' in checked ? checked.problems : []), ...missingFiles.map((part) => ({ in: 'body' as const, pointer: `/${part}`, message: 'is required' }))];
+      // A protocol operation answers its problems in its own protocol: its handler gets them.
+      if (route.meta.protocol) {
+        const raw = 'problems' in checked ? checked.raw : { params: checked.params, query: checked.query };
+        return { valid: false, problems: problems.slice(0, MAX_LISTED_PROBLEMS), raw: { params: raw.params ?? {}, query: raw.query ?? {}, headers, body: body.body } };
+      }
+      throw validationError(problems, ('problems' in checked ? checked.total : 0) + missingFiles.length);
+    }
+    const value = { params: checked.params, query: checked.query, headers, body: body.body };
+    return route.meta.protocol ? { valid: true, value } : value;
   }
 
   async function dispatch(route: Route, req: Request, res: Response, admitted: Admitted, input: ReturnType<typeof validate>): Promise<AnyResult> {

@@ -2,6 +2,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { AreaHandlers } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
 import type { RequestContext } from '../../http/context';
+import { refuseProblems } from '../../http/protocol';
 import type { ServerSentEvent } from '../../http/handler-types';
 import { UpstreamUnavailable } from '../../lib/mcp-upstream';
 import { upstreamPoolOf } from '../../lib/mcp-upstream-pool';
@@ -421,7 +422,9 @@ function streamed(
 }
 
 export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestContext> = {
-  async postMcpMessage({ params, headers, body }, ctx) {
+  async postMcpMessage(input, ctx) {
+    if (!input.valid) refuseProblems('jsonrpc', input.problems);
+    const { params, headers, body } = input.value;
     if (!acceptsBoth(ctx.client.accept)) {
       return raw(406, null, SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream', ctx.requestId);
     }
@@ -464,7 +467,9 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
     return { status: 200, body: (batch ? responses : responses[0]) as never };
   },
 
-  async deleteMcpSession({ params }, ctx) {
+  async deleteMcpSession(input, ctx) {
+    if (!input.valid) refuseProblems('jsonrpc', input.problems);
+    const { params } = input.value;
     const admitted = await admit(ctx, params.mcpId);
     if (!isServed(admitted)) return admitted as never;
     return { status: 204 };
