@@ -4,6 +4,7 @@ import type { OperationMeta } from '../spec/operations';
 import type { OpenApiDocument } from '../spec';
 import { absentBody, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
 import { RequestContext, type AppDeps, type ClientPresence } from './context';
+import { allowCrossOrigin, answerPreflight } from './cors';
 import { ApiError, MAX_LISTED_PROBLEMS, notImplementedError, validationError } from './errors';
 import type { CredentialCache } from '../auth/credential-cache';
 import { guard, type Admitted, type GuardDeps } from './guard';
@@ -222,18 +223,41 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     }
   }
 
+  /**
+   * Cross-origin requests to `x-cors` paths: an OPTIONS is answered here (true), after the
+   * area's checks before authentication (the MCP endpoint's Origin rule refuses a foreign
+   * page's preflight as it would its request); other requests get the headers that let the
+   * page read the response. Only requests that carry an Origin, or are OPTIONS, pay for the look-up.
+   */
+  function crossOrigin(req: Request, res: Response): boolean {
+    if (req.headers.origin === undefined && req.method !== 'OPTIONS') return false;
+    const found = routes.match(req.method, req.path);
+    const route = found && operationAt(found, req.path);
+    if (!found || !route?.meta.cors) return false;
+    if (req.method !== 'OPTIONS' || found.route) {
+      allowCrossOrigin(res);
+      return false;
+    }
+    requestState(req).operationId = route.operationId;
+    registry.beforeAuthentication(route.operationId, req.headers, deps);
+    answerPreflight(res, found.allowed);
+    return true;
+  }
+
   return {
     compileAll: () => validator.compileAll(),
     refuse(req, res, err) {
       const found = routes.match(req.method, req.path);
       const route = found && operationAt(found, req.path);
       if (route) requestState(req).operationId = route.operationId;
+      if (route?.meta.cors && req.headers.origin !== undefined) allowCrossOrigin(res);
       sendError(req, res, err, registry.renderError);
     },
     async handle(req, res) {
       let body: ReadBody | null = null;
       const { credential } = requestState(req);
       try {
+        if (crossOrigin(req, res)) return;
         // Each step answers at once when it can (a remembered credential, counters in this
         // process, no body): only what is really awaited costs the request a turn.
         const matched = matchCounting(req, credential !== null);
