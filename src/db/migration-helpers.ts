@@ -26,7 +26,7 @@ export async function dropTouchUpdatedAt(db: Kysely<any>, table: string): Promis
 
 /**
  * Makes changes to `table` tell every server to forget the credentials it remembers
- * (src/auth/credential-cache.ts): when the change commits, the trigger (function
+ * (src/identity/credential-cache.ts): when the change commits, the trigger (function
  * notify_credentials_changed, created by 2026_11_24_223124_notify_credential_changes)
  * notifies `cp_credentials`. `on` is the trigger's event list: name only the columns an
  * authenticator reads, so that bookkeeping (a token's last use) notifies nothing.

@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { operations as Operations } from '../../generated/openapi';
 import type { OperationId, Tag, operations as table } from '../../generated/operations';
+import type { ValidationProblem } from './errors';
 import type { Representation } from './representation';
 
 /**
@@ -58,6 +59,25 @@ export interface OperationInput<K extends OperationId> {
   body: Body<K>;
 }
 
+/** One thing wrong with a request, where and why (the Error object's `errors` items). */
+export type Problem = ValidationProblem;
+
+/** A protocol operation's request as it arrived: path and query parameters uncoerced, declared headers, the body as read. */
+export interface RawInput {
+  params: Record<string, unknown>;
+  query: Record<string, unknown>;
+  headers: Record<string, string | undefined>;
+  body: unknown;
+}
+
+/**
+ * What the handler of a protocol operation (`x-protocol`) receives: the validated input, or
+ * the problems found with the request as it arrived, so that it can answer in its protocol
+ * (src/http/protocol.ts turns problems into that answer). Unknown parameters and body members
+ * never count as problems there.
+ */
+export type ProtocolInput<T> = { valid: true; value: T } | { valid: false; problems: Problem[]; raw: RawInput };
+
 /** One message of a `text/event-stream` response; an object `data` is sent as JSON. */
 export interface ServerSentEvent {
   event?: string;
@@ -89,6 +109,10 @@ type ResultOf<S, R> = R extends { content: infer C }
 /** What a handler returns: one of the operation's success responses. */
 export type OperationResult<K extends OperationId> = { [S in SuccessStatus<K>]: ResultOf<S, Responses<K>[S]> }[SuccessStatus<K>];
 
+type DeclaredStatus<K extends OperationId> = Extract<keyof Responses<K>, number>;
+/** What a protocol operation's handler returns: any response its spec declares, errors included (they are its protocol's). */
+export type ProtocolResult<K extends OperationId> = { [S in DeclaredStatus<K>]: ResultOf<S, Responses<K>[S]> }[DeclaredStatus<K>];
+
 /** Any handler's result, as the router sends it. */
 export type AnyResult = {
   status: number;
@@ -100,7 +124,10 @@ export type AnyResult = {
   representation?: Representation;
 };
 
-export type OperationHandler<K extends OperationId, Ctx> = (input: OperationInput<K>, ctx: Ctx) => Promise<OperationResult<K>>;
+/** A handler of one operation; a protocol operation's (`x-protocol`) takes its problems too and may answer any status it declares. */
+export type OperationHandler<K extends OperationId, Ctx> = Meta<K>['protocol'] extends null
+  ? (input: OperationInput<K>, ctx: Ctx) => Promise<OperationResult<K>>
+  : (input: ProtocolInput<OperationInput<K>>, ctx: Ctx) => Promise<ProtocolResult<K>>;
 
 /** Operations served by an engine mounted beside the router: no handler may claim them. */
 export type EngineOperationId = { [K in OperationId]: Meta<K>['engine'] extends null ? never : K }[OperationId];

@@ -173,7 +173,10 @@ export interface SpecValidator {
    * The problems found (400 `validation_failed`; `total` counts them all when only the first
    * ones were kept), or the path and query parameters coerced to their types.
    */
-  validateRequest(req: RequestToValidate, operation: Operation): { problems: ValidationProblem[]; total: number } | { params: Record<string, unknown>; query: Record<string, unknown> };
+  validateRequest(
+    req: RequestToValidate,
+    operation: Operation,
+  ): { problems: ValidationProblem[]; total: number; raw: { params: Record<string, unknown>; query: Record<string, unknown> } } | { params: Record<string, unknown>; query: Record<string, unknown> };
   /** What does not match the spec in a response body; empty when it matches. */
   validateResponse(body: unknown, operation: Operation, status: number): string[];
   /** Compiles every validator now (they are otherwise compiled on first use); throws on a schema Ajv refuses. */
@@ -284,6 +287,55 @@ function arrayBodyCap(operation: Operation): number | null {
   return Math.max(...forms.map((form) => form.maxItems as number));
 }
 
+/** A copy of a schema in which objects accept members it does not name (cycles kept as cycles). */
+function acceptingUnknownMembers(schema: unknown, copies = new Map<object, unknown>()): unknown {
+  if (typeof schema !== 'object' || schema === null) return schema;
+  const done = copies.get(schema);
+  if (done !== undefined) return done;
+  if (Array.isArray(schema)) {
+    const list: unknown[] = [];
+    copies.set(schema, list);
+    for (const item of schema) list.push(acceptingUnknownMembers(item, copies));
+    return list;
+  }
+  const copy: Record<string, unknown> = {};
+  copies.set(schema, copy);
+  for (const [key, value] of Object.entries(schema)) {
+    if ((key === 'additionalProperties' || key === 'unevaluatedProperties') && value === false) continue;
+    copy[key] = DATA_MEMBERS.has(key) ? value : acceptingUnknownMembers(value, copies);
+  }
+  return copy;
+}
+
+/**
+ * Protocol operations (`x-protocol`) ignore what they do not know, as their protocols require
+ * (OAuth: RFC 6749 §3.1; SCIM clients send attributes of their own; JSON-RPC members of later
+ * revisions): their request bodies' schemas accept unknown members, here in the dereferenced
+ * document the validators are compiled from. Returns the query parameters each of them declares:
+ * any other is dropped before validation.
+ */
+function loosenProtocolOperations(definition: { paths?: Record<string, Record<string, any>> }): Map<string, ReadonlySet<string>> {
+  const declared = new Map<string, ReadonlySet<string>>();
+  for (const item of Object.values(definition.paths ?? {})) {
+    for (const method of ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']) {
+      const op = item[method] as Record<string, any> | undefined;
+      if (!op || !op['x-protocol']) continue;
+      const parameters = [...(item.parameters ?? []), ...(op.parameters ?? [])] as Array<{ in?: string; name?: string }>;
+      declared.set(op.operationId as string, new Set(parameters.filter((p) => p.in === 'query' && p.name).map((p) => p.name as string)));
+      const content = op.requestBody?.content as Record<string, { schema?: unknown }> | undefined;
+      if (!content) continue;
+      op.requestBody = { ...op.requestBody, content: Object.fromEntries(Object.entries(content).map(([type, media]) => [type, { ...media, schema: acceptingUnknownMembers(media.schema) }])) };
+    }
+  }
+  return declared;
+}
+
+function onlyKnown(query: Record<string, unknown>, known: ReadonlySet<string>): Record<string, unknown> {
+  const kept: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(query)) if (known.has(name)) kept[name] = value;
+  return kept;
+}
+
 export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecValidator> {
   checkOpenApiBackend();
   if (!patched) {
@@ -296,6 +348,7 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
   // the spec is linted by Redocly instead (toolchain.md §2).
   api.validateDefinition = () => api.document;
   await api.init();
+  const protocolQuery = loosenProtocolOperations(api.definition as unknown as { paths?: Record<string, Record<string, any>> });
   // Each operation's validators are compiled on its first request: compiling all ~220
   // operations up front made every start (and every test file) seconds slower.
   const validator = new OpenAPIValidator({
@@ -340,18 +393,19 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
    * parameters, the same compiled validators, the same coercion and errors) without what it
    * spends per request on copying the request, lodash look-ups and empty-value filtering.
    */
-  function validateWithLibraryValidators(req: RequestToValidate, operation: Operation): { errors: ErrorObject[] | null; params: unknown; query: unknown } {
+  function validateWithLibraryValidators(req: RequestToValidate, operation: Operation): { errors: ErrorObject[] | null; params: unknown; query: unknown; raw?: { params: Record<string, unknown>; query: Record<string, unknown> } } {
     if (Array.isArray(req.body)) {
       const id = operation.operationId as string;
       let cap = arrayCaps.get(id);
       if (cap === undefined) arrayCaps.set(id, (cap = arrayBodyCap(operation)));
       if (cap !== null && req.body.length > cap) {
         const tooMany: ErrorObject = { keyword: 'maxItems', instancePath: '/requestBody', schemaPath: '#/requestBody', params: { limit: cap }, message: `must NOT have more than ${cap} items` };
-        return { errors: [tooMany], params: undefined, query: req.query };
+        return { errors: [tooMany], params: undefined, query: req.query, raw: { params: {}, query: req.query } };
       }
     }
     const validators = requestValidators.getRequestValidatorsForOperation(operation.operationId as string) || [];
     const { params, query, headers, cookies, requestBody } = parsing.parseRequest(req as unknown as BackendRequest, operation);
+    const raw = { params: { ...params }, query: { ...query } };
     if (query) {
       const arrays = arrayQueryOf(operation);
       if (arrays.size > 0) for (const name of Object.keys(query)) if (typeof query[name] === 'string' && arrays.has(name)) query[name] = [query[name]];
@@ -385,19 +439,20 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
         coercedParams = parameters.path;
       }
     }
-    return { errors: errors.length > 0 ? errors : null, params: coercedParams, query: coercedQuery };
+    return { errors: errors.length > 0 ? errors : null, params: coercedParams, query: coercedQuery, raw };
   }
 
   return {
     operations,
     validateRequest(req, operation) {
       lastErrorCount = 0;
-      const result = validateWithLibraryValidators(req, operation);
+      const known = protocolQuery.get(operation.operationId as string);
+      const result = validateWithLibraryValidators(known ? { ...req, query: onlyKnown(req.query, known) } : req, operation);
       if (result.errors) {
         const problems = problemsFrom(result.errors);
         // Cut short: count what Ajv found (summaries of oneOf branches included, so a little high).
         const cut = lastErrorCount > result.errors.length;
-        return { problems, total: cut ? lastErrorCount : problems.length };
+        return { problems, total: cut ? lastErrorCount : problems.length, raw: { params: result.raw?.params ?? {}, query: req.query } };
       }
       return { params: (result.params ?? {}) as Record<string, unknown>, query: (result.query ?? {}) as Record<string, unknown> };
     },

@@ -4,10 +4,11 @@ import type { OperationMeta } from '../spec/operations';
 import type { OpenApiDocument } from '../spec';
 import { absentBody, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
 import { RequestContext, type AppDeps, type ClientPresence } from './context';
-import { ApiError, notImplementedError, validationError } from './errors';
+import { allowCrossOrigin, answerPreflight } from './cors';
+import { ApiError, MAX_LISTED_PROBLEMS, notImplementedError, validationError } from './errors';
 import type { CredentialCache } from '../identity/credential-cache';
 import { guard, type Admitted, type GuardDeps } from './guard';
-import type { AnyResult } from './handler-types';
+import type { AnyResult, ProtocolInput } from './handler-types';
 import { createSpecValidator } from './openapi-backend';
 import type { RateLimits } from './rate-limit';
 import type { Registry } from './registry';
@@ -20,6 +21,14 @@ interface Route {
   operation: Operation;
   /** Multipart file parts the schema requires: the validator drops binary members from `required`, so they are checked here. */
   requiredFiles: string[];
+}
+
+/** What a handler receives, once the router has checked it. */
+interface HandlerInput {
+  params: Record<string, unknown>;
+  query: Record<string, unknown>;
+  headers: Record<string, string | undefined>;
+  body: unknown;
 }
 
 function requiredFiles(meta: OperationMeta, operation: Operation): string[] {
@@ -131,24 +140,29 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     return found.route;
   }
 
-  function validate(route: Route, req: Request, body: ReadBody) {
+  function validate(route: Route, req: Request, body: ReadBody): HandlerInput | ProtocolInput<HandlerInput> {
     const checked = validator.validateRequest(
       { method: req.method, path: req.path, headers: req.headers, query: req.query as Record<string, unknown>, body: body.validated },
       route.operation,
     );
     const fields = body.validated as Record<string, unknown> | undefined;
     const missingFiles = fields ? route.requiredFiles.filter((part) => !(part in fields)) : [];
-    if ('problems' in checked || missingFiles.length > 0) {
-      const problems = 'problems' in checked ? checked.problems : [];
-      const total = ('problems' in checked ? checked.total : 0) + missingFiles.length;
-      throw validationError([...problems, ...missingFiles.map((part) => ({ in: 'body' as const, pointer: `/${part}`, message: 'is required' }))], total);
-    }
     const headers: Record<string, string | undefined> = {};
     for (const name of route.meta.headers) {
       const value = req.headers[name.toLowerCase()];
       headers[name] = Array.isArray(value) ? value.join(', ') : value;
     }
-    return { params: checked.params, query: checked.query, headers, body: body.body };
+    if ('problems' in checked || missingFiles.length > 0) {
+      const problems = [...('problems' in checked ? checked.problems : []), ...missingFiles.map((part) => ({ in: 'body' as const, pointer: `/${part}`, message: 'is required' }))];
+      // A protocol operation answers its problems in its own protocol: its handler gets them.
+      if (route.meta.protocol) {
+        const raw = 'problems' in checked ? checked.raw : { params: checked.params, query: checked.query };
+        return { valid: false, problems: problems.slice(0, MAX_LISTED_PROBLEMS), raw: { params: raw.params ?? {}, query: raw.query ?? {}, headers, body: body.body } };
+      }
+      throw validationError(problems, ('problems' in checked ? checked.total : 0) + missingFiles.length);
+    }
+    const value = { params: checked.params, query: checked.query, headers, body: body.body };
+    return route.meta.protocol ? { valid: true, value } : value;
   }
 
   async function dispatch(route: Route, req: Request, res: Response, admitted: Admitted, input: ReturnType<typeof validate>): Promise<AnyResult> {
@@ -211,18 +225,41 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     }
   }
 
+  /**
+   * Cross-origin requests to `x-cors` paths: an OPTIONS is answered here (true), after the
+   * area's checks before authentication (the MCP endpoint's Origin rule refuses a foreign
+   * page's preflight as it would its request); other requests get the headers that let the
+   * page read the response. Only requests that carry an Origin, or are OPTIONS, pay for the look-up.
+   */
+  function crossOrigin(req: Request, res: Response): boolean {
+    if (req.headers.origin === undefined && req.method !== 'OPTIONS') return false;
+    const found = routes.match(req.method, req.path);
+    const route = found && operationAt(found, req.path);
+    if (!found || !route?.meta.cors) return false;
+    if (req.method !== 'OPTIONS' || found.route) {
+      allowCrossOrigin(res);
+      return false;
+    }
+    requestState(req).operationId = route.operationId;
+    registry.beforeAuthentication(route.operationId, req.headers, deps);
+    answerPreflight(res, found.allowed);
+    return true;
+  }
+
   return {
     compileAll: () => validator.compileAll(),
     refuse(req, res, err) {
       const found = routes.match(req.method, req.path);
       const route = found && operationAt(found, req.path);
       if (route) requestState(req).operationId = route.operationId;
+      if (route?.meta.cors && req.headers.origin !== undefined) allowCrossOrigin(res);
       sendError(req, res, err, renderError);
     },
     async handle(req, res) {
       let body: ReadBody | null = null;
       const { credential } = requestState(req);
       try {
+        if (crossOrigin(req, res)) return;
         // Each step answers at once when it can (a remembered credential, counters in this
         // process, no body): only what is really awaited costs the request a turn.
         const matched = matchCounting(req, credential !== null);

@@ -7,9 +7,11 @@ import type { OperationMeta } from '../spec/operations';
 import type { Module, RenderedError, SealedColumn } from './area';
 import type { AppDeps, RequestContext } from './context';
 import type { ApiError } from './errors';
-import type { AnyResult } from './handler-types';
+import type { AnyResult, ProtocolInput } from './handler-types';
 
-export type AnyHandler = (input: { params: unknown; query: unknown; headers: unknown; body: unknown }, ctx: RequestContext) => Promise<AnyResult>;
+type AnyInput = { params: unknown; query: unknown; headers: unknown; body: unknown };
+/** Any handler, as the router calls it: a protocol operation's (`x-protocol`) takes a ProtocolInput. */
+export type AnyHandler = (input: AnyInput | ProtocolInput<AnyInput>, ctx: RequestContext) => Promise<AnyResult>;
 
 /** The modules merged into what the router needs, checked against the spec's operations. */
 export interface Registry {

@@ -9,6 +9,7 @@ import type { RenderedError } from './area';
 import { fromParserError } from './body';
 import { ApiError, errorBody } from './errors';
 import type { AnyResult, ServerSentEvent } from './handler-types';
+import { ProtocolRefusal } from './protocol';
 import { sendRepresentation } from './representation';
 
 /** What the middleware learns about a request once, for every later step to read. */
@@ -66,7 +67,7 @@ export function sendError(req: Request, res: Response, err: unknown, render?: Er
   }
   // A stream that failed before its first byte leaves its length behind; the error has its own.
   res.removeHeader('Content-Length');
-  const rendered = state.operationId && render ? render(state.operationId, error, state.requestId, req.path) : null;
+  const rendered = (state.operationId && render ? render(state.operationId, error, state.requestId, req.path) : null) ?? (error instanceof ProtocolRefusal ? error.rendered : null);
   for (const [name, value] of Object.entries({ ...error.options.headers, ...rendered?.headers })) res.setHeader(name, value);
   if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) {
     res.setHeader('WWW-Authenticate', error.code === 'invalid_token'

@@ -111,7 +111,7 @@ export interface Authenticator {
   /** What to do to present one, for a 401 without any credential ("sign in"). */
   howToSend: string;
   /**
-   * Present when a successful answer may be remembered (src/auth/credential-cache.ts): only
+   * Present when a successful answer may be remembered (src/identity/credential-cache.ts): only
    * when every table `authenticate` reads notifies `cp_credentials` on change (a migration
    * adds the trigger with `notifyCredentialChanges`). `recordUse` then notes a use the cache
    * answered, as `authenticate` would have.

@@ -31,7 +31,18 @@ export interface OperationMeta {
   fileParts: readonly string[];
   /** A cap on the body below the server-wide one (`x-max-body-bytes`): an organization logo, say. */
   maxBodyBytes: number | null;
+  /**
+   * The wire format the operation owns (`x-protocol`): unknown parameters and body members are
+   * ignored and validation problems reach its handler, which answers in that protocol.
+   */
+  protocol: Protocol | null;
+  /** Browsers of other origins may call it (`x-cors` on its path): preflights are answered, headers exposed. */
+  cors: boolean;
 }
+
+/** The foreign wire formats an operation may own (`x-protocol`). */
+export const PROTOCOLS = ['oauth', 'scim', 'jsonrpc', 'oidc', 'saml'] as const;
+export type Protocol = (typeof PROTOCOLS)[number];
 
 export const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
 const WRITE_METHODS = new Set(['post', 'put', 'patch', 'delete']);
@@ -63,6 +74,8 @@ export function describeOperations(doc: OpenApiDocument): { operations: Record<s
   const operations: Record<string, OperationMeta> = {};
 
   for (const [path, item] of Object.entries<Json>(doc.paths ?? {})) {
+    const cors = item['x-cors'] ?? false;
+    if (typeof cors !== 'boolean') problems.push(`${path}: x-cors must be true or false`);
     for (const method of METHODS) {
       const op = item[method] as Json | undefined;
       if (!op) continue;
@@ -99,6 +112,8 @@ export function describeOperations(doc: OpenApiDocument): { operations: Record<s
       const maxBodyBytes: number | null = op['x-max-body-bytes'] ?? null;
       if (maxBodyBytes !== null && (!Number.isInteger(maxBodyBytes) || maxBodyBytes < 1)) problems.push(`${where}: x-max-body-bytes must be a positive whole number`);
       if (engine !== null && !/^[a-z][a-z0-9-]*$/.test(engine)) problems.push(`${where}: x-engine must name an engine in lowercase`);
+      const protocol: Protocol | null = op['x-protocol'] ?? null;
+      if (protocol !== null && !(PROTOCOLS as readonly string[]).includes(protocol)) problems.push(`${where}: x-protocol must be one of ${PROTOCOLS.join(', ')}`);
 
       const requestBody = resolve(doc, op.requestBody);
       const content: Json = requestBody?.content ?? {};
@@ -116,6 +131,8 @@ export function describeOperations(doc: OpenApiDocument): { operations: Record<s
           bodyRequired: requestBody?.required === true,
           fileParts,
           maxBodyBytes,
+          protocol,
+          cors: cors === true,
         };
       }
     }

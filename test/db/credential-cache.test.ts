@@ -1,5 +1,5 @@
 // Two server processes on one PostgreSQL database remember what credentials may do
-// (src/auth/credential-cache.ts). A change made anywhere else (the operator CLI, another
+// (src/identity/credential-cache.ts). A change made anywhere else (the operator CLI, another
 // replica, a statement in the database) must reach both within moments through NOTIFY,
 // although each may remember for an hour here (CREDENTIAL_CACHE_SECONDS=3600): only the
 // notification can explain a refusal within the polling bound. A server whose database

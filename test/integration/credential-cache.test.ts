@@ -1,4 +1,4 @@
-// What the server remembers of credentials (src/auth/credential-cache.ts), in one process:
+// What the server remembers of credentials (src/identity/credential-cache.ts), in one process:
 // it is used, it never outlives a credential's expiry, and a write the server commits to a
 // table credentials are read from forgets at once, before its response leaves (other writes
 // leave it). The notification path between processes is

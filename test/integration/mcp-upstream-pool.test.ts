@@ -8,7 +8,7 @@ import { customConnector } from '../fixtures/connections';
 
 /*
  * The upstream MCP sessions the endpoint `/mcp/{mcpId}` keeps per connection and credential
- * (src/lib/mcp-upstream-pool.ts), seen from the upstreams: the API-key peer records every
+ * (src/mcp/upstream/pool.ts), seen from the upstreams: the API-key peer records every
  * request it gets (`initialize` included), server-everything keeps sessions and forgets them
  * when it restarts.
  */

@@ -8,6 +8,8 @@ const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options', 'tr
 interface OperationRef {
   pointer: string;
   operation: Record<string, any>;
+  /** The path is marked `x-cors`: the server answers its OPTIONS preflights itself. */
+  cors: boolean;
 }
 
 const escape = (s: string) => s.replace(/~/g, '~0').replace(/\//g, '~1');
@@ -38,7 +40,7 @@ export class SpecChecker {
     this.ajv.addSchema(copy, 'spec');
     for (const [path, item] of Object.entries(doc.paths)) {
       for (const method of METHODS) {
-        if (item[method]) this.routes.add(method, path, { pointer: `/paths/${escape(path)}/${method}`, operation: item[method] });
+        if (item[method]) this.routes.add(method, path, { pointer: `/paths/${escape(path)}/${method}`, operation: item[method], cors: item['x-cors'] === true });
       }
     }
   }
@@ -73,6 +75,8 @@ export class SpecChecker {
     if (!headers.get('x-request-id')) problems.push('no X-Request-Id header');
     const match = this.routes.match(method, path);
     const contentType = (headers.get('content-type') ?? '').split(';')[0]?.trim() ?? '';
+    const siblings = match && !match.route && method === 'options' ? match.allowed.flatMap((m) => this.routes.match(m.toLowerCase(), path)?.route ?? []) : [];
+    if (siblings.some((s) => s.cors)) return this.checkPreflight(path, status, headers, body, siblings, pending);
     if (!match?.route) {
       // No operation: 404 or 405, or the rate limit (429) that every request is under.
       if (![404, 405, 429].includes(status)) problems.push(`${method} ${path} matches no operation but answered ${status}`);
@@ -107,6 +111,26 @@ export class SpecChecker {
       if (resolved.node.required && !headers.get(name)) problems.push(`${operation.operationId} ${status} lacks the required header ${name}`);
     }
     return problems;
+  }
+
+  /**
+   * An OPTIONS of an `x-cors` path, which the spec describes through that extension (see its
+   * info section): 204 with the preflight headers and no body, or a refusal that one of the
+   * path's operations declares (the MCP endpoint's 403 for a foreign Origin).
+   */
+  private checkPreflight(path: string, status: number, headers: Headers, body: unknown, siblings: OperationRef[], pending: ReadonlySet<string>): string[] {
+    if (status === 204) {
+      const problems: string[] = [];
+      for (const name of ['access-control-allow-origin', 'access-control-allow-methods', 'access-control-allow-headers', 'access-control-max-age']) {
+        if (!headers.get(name)) problems.push(`OPTIONS ${path} answered 204 without ${name}`);
+      }
+      if (body !== undefined && body !== '') problems.push(`OPTIONS ${path} answered 204 with a body`);
+      return problems;
+    }
+    const declaring = siblings.find((s) => s.operation.responses?.[String(status)]);
+    if (!declaring) return [`OPTIONS ${path} answered ${status}, which no operation of the path declares`];
+    const method = declaring.pointer.split('/').pop() as string;
+    return this.check(method, path, status, headers, body, pending);
   }
 
   private checkSchema(pointer: string, body: unknown, problems: string[], what: string): void {

@@ -1,5 +1,5 @@
 import { defineArea } from '../../http/area';
-import { ApiError } from '../../http/errors';
+import { ApiError, validationError } from '../../http/errors';
 
 /**
  * The tag "OAuth discovery": for now only the two protected-resource metadata documents
@@ -27,7 +27,10 @@ export default defineArea({
         },
       };
     },
-    async getMcpServerProtectedResourceMetadata({ params }, ctx) {
+    async getMcpServerProtectedResourceMetadata(input, ctx) {
+      // RFC 9728 defines no error format: a malformed id is refused as any other request is.
+      if (!input.valid) throw validationError(input.problems);
+      const { params } = input.value;
       const base = ctx.deps.config.baseUrl;
       const server = await ctx.db.selectFrom('mcp_servers').select(['id', 'name']).where('id', '=', params.mcpId).executeTakeFirst();
       if (!server) throw new ApiError('not_found', `No MCP server ${params.mcpId}.`);

@@ -2,6 +2,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { AreaHandlers } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
 import type { RequestContext } from '../../http/context';
+import { refuseProblems } from '../../http/protocol';
 import type { ServerSentEvent } from '../../http/handler-types';
 import {
   classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
@@ -383,7 +384,9 @@ function streamed(
 }
 
 export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestContext> = {
-  async postMcpMessage({ params, headers, body }, ctx) {
+  async postMcpMessage(input, ctx) {
+    if (!input.valid) refuseProblems('jsonrpc', input.problems);
+    const { params, headers, body } = input.value;
     if (!acceptsBoth(ctx.client.accept)) {
       return raw(406, null, SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream', ctx.requestId);
     }
@@ -426,7 +429,9 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
     return { status: 200, body: (batch ? responses : responses[0]) as never };
   },
 
-  async deleteMcpSession({ params }, ctx) {
+  async deleteMcpSession(input, ctx) {
+    if (!input.valid) refuseProblems('jsonrpc', input.problems);
+    const { params } = input.value;
     const admitted = await admit(ctx, params.mcpId);
     if (!isServed(admitted)) return admitted as never;
     return { status: 204 };
