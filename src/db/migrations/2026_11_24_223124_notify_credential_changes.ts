@@ -1,4 +1,4 @@
-// Servers remember what a credential may do (src/identity/credential-cache.ts). Every change that
+// Servers remember what a credential may do (src/auth/credential-cache.ts). Every change that
 // could alter that answer notifies `cp_credentials` when it commits, whichever process made
 // it (a replica, the operator CLI, a background job), so that every server forgets.
 // Bookkeeping columns (a token's last use, a session's last sight) notify nothing.
