@@ -1,12 +1,12 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import type { AreaHandlers } from '../../http/handler-types';
+import type { OperationHandler, ProtocolResult } from '../../http/handler-types';
 import { ApiError } from '../../http/errors';
 import type { RequestContext } from '../../http/context';
 import { refuseProblems } from '../../http/protocol';
 import type { ServerSentEvent } from '../../http/handler-types';
 import {
   classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
-  SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcId, type JsonRpcRequest,
+  SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcErrorCode, type JsonRpcId, type JsonRpcRequest,
 } from './jsonrpc';
 import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from './revision-2026';
 import { invokeTool } from '../invoke';
@@ -28,11 +28,13 @@ const UPSTREAM_PERMISSION = 'connection:use';
 type Ctx = RequestContext;
 /** What an existing MCP server serves. */
 type Served = ServedTools & { readonly server: McpServerRow };
-type Result = { status: number; body?: unknown; events?: AsyncIterable<ServerSentEvent>; headers?: Record<string, string> };
+type Result = ProtocolResult<'postMcpMessage'>;
 
 /** An answer the typed results do not cover (406, 403, 404, 400 for a batch): sent as it is. */
-const raw = (status: number, id: JsonRpcId | null, code: number, message: string, requestId: string): never =>
-  ({ status, body: errorResponse(id, code, message, { request_id: requestId }) }) as never;
+const raw = <S extends 400 | 403 | 404 | 406>(status: S, id: JsonRpcId | null, code: JsonRpcErrorCode, message: string, requestId: string) => ({
+  status,
+  body: errorResponse(id, code, message, { request_id: requestId }),
+});
 
 function acceptsBoth(accept: string | null | undefined): boolean {
   if (!accept) return false;
@@ -42,11 +44,13 @@ function acceptsBoth(accept: string | null | undefined): boolean {
   return json && sse;
 }
 
+type NotFound = ReturnType<typeof raw<404>>;
+
 /**
  * Credential and server checks shared by POST and DELETE; answers what the server serves.
  * (The Origin was checked before authentication: the area's `beforeAuthentication`.)
  */
-async function admit(ctx: Ctx, mcpId: string): Promise<Served | Result> {
+async function admit(ctx: Ctx, mcpId: string): Promise<Served | NotFound> {
   const caller = ctx.caller;
   if (!caller || caller.kind !== 'mcp_client') throw new ApiError('invalid_token', 'This endpoint takes an MCP server token or an OAuth access token.');
   // A credential of another MCP server opens nothing here, and says nothing about this one.
@@ -56,7 +60,7 @@ async function admit(ctx: Ctx, mcpId: string): Promise<Served | Result> {
   return served as Served;
 }
 
-const isServed = (value: Served | Result): value is Served => value instanceof ServedTools;
+const isServed = (value: Served | NotFound): value is Served => value instanceof ServedTools;
 
 /** Whether the caller holds a permission (an MCP client: within the ceiling of whoever minted its token). */
 const holds = (ctx: Ctx, permission: string): boolean => ctx.caller?.kind === 'mcp_client' && (ctx.caller.access?.permissions.has(permission) ?? false);
@@ -383,7 +387,7 @@ function streamed(
   };
 }
 
-export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestContext> = {
+export const mcpEndpointHandlers: { postMcpMessage: OperationHandler<'postMcpMessage', RequestContext>; deleteMcpSession: OperationHandler<'deleteMcpSession', RequestContext> } = {
   async postMcpMessage(input, ctx) {
     if (!input.valid) refuseProblems('jsonrpc', input.problems);
     const { params, headers, body } = input.value;
@@ -391,11 +395,11 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
       return raw(406, null, SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream', ctx.requestId);
     }
     const admitted = await admit(ctx, params.mcpId);
-    if (!isServed(admitted)) return admitted as never;
+    if (!isServed(admitted)) return admitted;
     const served = admitted;
     const { server } = served;
     const era = eraOf({ version: headers['MCP-Protocol-Version'], method: headers['Mcp-Method'], name: headers['Mcp-Name'] }, body, ctx.requestId);
-    if (era.era === 'refused') return { status: era.status, body: era.body } as never;
+    if (era.era === 'refused') return { status: era.status, body: era.body };
     const version = era.era === 'modern' ? MODERN_VERSION : era.version;
     const batch = Array.isArray(body);
     if (batch && version !== '2025-03-26') {
@@ -423,17 +427,17 @@ export const mcpEndpointHandlers: AreaHandlers<'MCP control plane', RequestConte
             : undefined;
       return { status: 200, events: streamed(ctx, served, only, progressToken, finish) };
     }
-    if (era.era === 'modern') return (await answerModern(ctx, served, only)) as never;
+    if (era.era === 'modern') return answerModern(ctx, served, only);
     const responses = [];
     for (const request of requests) responses.push(await answer(ctx, served, request, version));
-    return { status: 200, body: (batch ? responses : responses[0]) as never };
+    return { status: 200, body: batch ? responses : (responses[0] as (typeof responses)[number]) };
   },
 
   async deleteMcpSession(input, ctx) {
     if (!input.valid) refuseProblems('jsonrpc', input.problems);
     const { params } = input.value;
     const admitted = await admit(ctx, params.mcpId);
-    if (!isServed(admitted)) return admitted as never;
+    if (!isServed(admitted)) return admitted;
     return { status: 204 };
   },
 };

@@ -40,7 +40,18 @@ export const HEADER_MISMATCH = -32020;
 /** 2026-07-28: the request's revision is not one this server speaks; `data` lists the supported ones. */
 export const UNSUPPORTED_PROTOCOL_VERSION = -32022;
 
-export function errorResponse(id: JsonRpcId | null, code: number, message: string, data?: unknown) {
+/** The error codes this endpoint answers with (the spec's JsonRpcErrorResponse lists them). */
+export type JsonRpcErrorCode =
+  | typeof PARSE_ERROR
+  | typeof INVALID_REQUEST
+  | typeof METHOD_NOT_FOUND
+  | typeof INVALID_PARAMS
+  | typeof INTERNAL_ERROR
+  | typeof SERVER_ERROR
+  | typeof HEADER_MISMATCH
+  | typeof UNSUPPORTED_PROTOCOL_VERSION;
+
+export function errorResponse(id: JsonRpcId | null, code: JsonRpcErrorCode, message: string, data?: unknown) {
   return { jsonrpc: '2.0' as const, id, error: { code, message, ...(data === undefined ? {} : { data }) } };
 }
 
@@ -79,7 +90,7 @@ export function renderMcpError(error: ApiError, requestId: string, path: string,
   // Only an id of the right form is repeated (the path may be anything, even broken percent-encoding).
   const last = path.split('/').pop() ?? '';
   const mcpId = /^mcp_[0-9a-z]{26}$/.test(last) ? last : '';
-  const json = (status: number, code: number, message: string, headers: Record<string, string> = {}): RenderedError => ({
+  const json = (status: number, code: JsonRpcErrorCode, message: string, headers: Record<string, string> = {}): RenderedError => ({
     status,
     contentType: 'application/json',
     body: errorResponse(null, code, message, { request_id: requestId }),

@@ -6,7 +6,7 @@
  */
 import {
   DEFAULT_VERSION, errorResponse, HANDSHAKE_VERSIONS, HEADER_MISMATCH, INVALID_PARAMS, MODERN_VERSION, SERVER_ERROR, SUPPORTED_VERSIONS,
-  UNSUPPORTED_PROTOCOL_VERSION, type JsonRpcId,
+  UNSUPPORTED_PROTOCOL_VERSION, type JsonRpcErrorCode, type JsonRpcId,
 } from './jsonrpc';
 
 export const META_VERSION = 'io.modelcontextprotocol/protocolVersion';
@@ -21,7 +21,7 @@ export type Era =
   | { era: 'handshake'; version: string }
   | { era: 'modern' }
   /** The request is refused before it runs: the HTTP status and the JSON-RPC error response. */
-  | { era: 'refused'; status: number; body: ReturnType<typeof errorResponse> };
+  | { era: 'refused'; status: 400 | 404; body: ReturnType<typeof errorResponse> };
 
 interface Headers {
   version: string | undefined;
@@ -59,7 +59,7 @@ export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
   const metaVersion = meta?.[META_VERSION];
   const id: JsonRpcId | null = isObject(single) && (typeof single.id === 'string' || typeof single.id === 'number') ? single.id : null;
   const isRequest = id !== null && isObject(single) && typeof single.method === 'string';
-  const refuse = (status: number, code: number, message: string, data: Record<string, unknown> = {}, to: JsonRpcId | null = id): Era => ({
+  const refuse = (status: 400 | 404, code: JsonRpcErrorCode, message: string, data: Record<string, unknown> = {}, to: JsonRpcId | null = id): Era => ({
     era: 'refused',
     status,
     body: errorResponse(to, code, message, { ...data, request_id: requestId }),
