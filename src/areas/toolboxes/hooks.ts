@@ -2,7 +2,7 @@ import type { WriteScope } from '../../http/context';
 
 /**
  * Where other areas plug into what happens to toolboxes, inside the toolbox's own
- * transaction. MCP servers (issue 11) register here: a deleted toolbox, or a revoked share
+ * transaction. MCP servers register here: a deleted toolbox, or a revoked share
  * that leaves members without it, makes the MCP servers minted for its dynamic user
  * toolboxes `unavailable` (deleteToolbox, revokeToolboxShare say so), and a share that
  * reaches them again makes theirs `active` again: user-toolboxes/mcp-servers.service.ts.

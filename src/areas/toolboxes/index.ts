@@ -1,5 +1,5 @@
 /**
- * What the toolboxes area offers the others (user toolboxes, and the MCP endpoint in issue 11):
+ * What the toolboxes area offers the others (user toolboxes, and the MCP endpoint):
  * toolboxes shared with a member and their entries, the templates a member sees, and the
  * hooks that run when a toolbox goes or a share of it is revoked.
  */

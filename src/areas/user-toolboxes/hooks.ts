@@ -2,7 +2,7 @@ import type { Executor } from '../../db/database';
 import type { WriteScope } from '../../http/context';
 
 /**
- * Where the MCP servers (issue 11) plug into user toolboxes, registered when their area
+ * Where the MCP servers plug into user toolboxes, registered when their area
  * loads: how many servers each user toolbox has (`mcp_server_count`), and what goes with a
  * stored user toolbox when it is deleted. With nothing registered, every count is 0.
  */

@@ -18,8 +18,8 @@ const MCP_ENDPOINT = new Set(['postMcpMessage', 'deleteMcpSession']);
 let config: { baseUrl: string } = { baseUrl: '' };
 
 /**
- * The tag "MCP control plane": user toolboxes (issue 10), their MCP servers (issue 11,
- * mcp-servers.handlers.ts), whose token scheme `mcpToken` this area authenticates, and the MCP
+ * The tag "MCP control plane": user toolboxes, their MCP servers
+ * (mcp-servers.handlers.ts), whose token scheme `mcpToken` this area authenticates, and the MCP
  * endpoint `/mcp/{mcpId}` those servers serve (mcp-endpoint.handlers.ts, src/mcp/).
  */
 export default defineArea({

@@ -1,4 +1,4 @@
-// Connectors (issue 9): the organization's custom connectors with every version of their
+// Connectors: the organization's custom connectors with every version of their
 // content, every built-in catalog version this database has seen (forks of built-ins read
 // their base from it), and generic shares (access-control entries) for connectors now and
 // templates, toolboxes and files later.

@@ -1,4 +1,4 @@
-// MCP servers (issue 11): an endpoint `{base_url}/mcp/{id}` minted by a member for one of their
+// MCP servers: an endpoint `{base_url}/mcp/{id}` minted by a member for one of their
 // user toolboxes, stored (`utbx_…`, deleted with it by the user-toolboxes delete hook) or
 // dynamic (`utbx_dyn_…`, computed, hence no foreign key). Only the token's SHA-256 is kept.
 // `status` holds what is stored (`unavailable`: its dynamic user toolbox's toolbox went);

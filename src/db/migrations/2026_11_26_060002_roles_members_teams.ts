@@ -1,4 +1,4 @@
-// Roles, members and teams (issue 12): names unique per organization without regard to case
+// Roles, members and teams: names unique per organization without regard to case
 // (as the spec says; the foundation's constraints compare them exactly), why a membership is
 // not active as a fixed set of values, and the orders the lists walk (members by joining,
 // team members by being added) as keyset indexes. Role and membership changes already

@@ -1,4 +1,4 @@
-// Issue 12, invites, org domains and the audit log's reads.
+// Invites, org domains and the audit log's reads.
 //
 // Invites: one row per invitation; only the SHA-256 of the emailed link's token is kept. The
 // stored status is pending, accepted or revoked; `expired` is read from `expires_at`. At most
