@@ -1,7 +1,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install start dev build test test-fast test-pg generate check-generated migration lint typecheck migrate bench bench-audit-log bench-mcp coverage ci clean
+.PHONY: help install start dev build test test-fast test-pg generate check-generated migration lint format typecheck migrate bench bench-audit-log bench-mcp coverage ci clean
 
 # A PostgreSQL server for `make test-pg` and CI's second run (trust auth on loopback here).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
@@ -46,8 +46,18 @@ check-generated: install ## Fail when generated/ is stale
 migration: install ## A new migration named by the current UTC time: make migration name=add_widgets
 	npx tsx scripts/new-migration.ts "$(name)"
 
-lint: install ## Lint the spec with Redocly (zero errors, zero warnings)
-	npx tsx scripts/lint-spec.ts
+lint: install ## The spec (Redocly), the code (ESLint: TypeScript, the layers of src/) and its format (Prettier); zero findings
+	@# Every check runs, so one run shows every finding; the target fails when any did.
+	@status=0; \
+	echo '== spec (Redocly)'; npx tsx scripts/lint-spec.ts || status=1; \
+	echo '== layering rules still fire'; node scripts/lint-boundaries-proof.mjs || status=1; \
+	echo '== ESLint'; npx eslint --max-warnings 0 . || status=1; \
+	echo '== Prettier'; npx prettier --check --log-level warn . || status=1; \
+	exit $$status
+
+format: install ## Format the code (Prettier), then apply ESLint's fixes
+	npx prettier --write --log-level warn .
+	npx eslint --fix .
 
 typecheck: install ## Type-check everything (strict)
 	npx tsc --noEmit -p tsconfig.json

@@ -8,7 +8,7 @@
 //                    tool named and evaluated; lists parsed before are kept in process
 //   toolsOf, every list refetched   the same when every list changed since the last call
 //                    (each is read and parsed again: the cold figure)
-//   all three        what the MCP endpoint (issue 11) does for a `tools/list`
+//   all three        what the MCP endpoint does for a `tools/list`
 //   GET (loopback)   GET /user-toolbox/utbx_dyn_all through the app (resolve + the response)
 //
 // Sequential, in process (the app listens on loopback for the GET); nothing reaches an

@@ -5,7 +5,7 @@ import { ApiError } from '../http/errors';
 /**
  * What each plan allows, as data: features it turns on and quotas. The plan in force is
  * `organizations.plan` (default `free`); a plan name this table does not know gets the free
- * plan's terms. Billing (issue 12) moves organizations between plans; the numbers live here.
+ * plan's terms. Billing moves organizations between plans; the numbers live here.
  */
 export type Feature = keyof components['schemas']['EntitlementFeatures'];
 export type LimitKey = keyof components['schemas']['EntitlementLimits'];

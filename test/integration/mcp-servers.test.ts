@@ -8,7 +8,7 @@ import type { SeededOrg } from '../support/factories';
 import { insertTemplate, insertToolbox } from '../fixtures/user-toolboxes';
 
 /*
- * MCP servers (issue 11) over HTTP through the typed client: minting, reading, renaming,
+ * MCP servers over HTTP through the typed client: minting, reading, renaming,
  * expiring, rotating and deleting the endpoints a member mints for their user toolboxes;
  * their tokens (shown once, hashed at rest, refused at once after rotation); and what goes
  * with user toolboxes and toolboxes. The MCP endpoint itself is tested in its own file.

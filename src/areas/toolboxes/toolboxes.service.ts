@@ -208,7 +208,7 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
   await ctx.write(async (w) => {
     const row = await repo.findToolbox(w.db, ctx.orgId, id, true);
     if (!row) throw notFound(WHAT, id);
-    // MCP servers minted for its dynamic user toolboxes (issue 11) become unavailable here.
+    // MCP servers minted for its dynamic user toolboxes become unavailable here (the toolboxDeleted hook).
     await ctx.deps.hooks.run('toolboxDeleted', w, ctx.orgId, id);
     await deleteSharesOf(w.db, ctx.orgId, 'toolbox', id);
     await repo.deleteToolbox(w.db, ctx.orgId, id);

@@ -1,3 +1,3 @@
-/** What other areas (the MCP endpoint, issue 11) use of user toolboxes. */
+/** What other areas (the MCP endpoint) use of user toolboxes. */
 export { resolveUserToolbox, toolsOf, isDynamicId, type OfferedTool, type ResolvedUserToolbox, type ToolSource } from './resolve';
 export type { ToolPolicy, ToolRef, Verdict } from './policy';

@@ -10,7 +10,7 @@ import { toolboxEntries, toolboxesSharedWith, type ToolboxEntryRow, type Toolbox
 /**
  * A user toolbox of one person, stored (`template`) or computed (`dynamic`), resolved to the
  * connections that serve it and their live states: what the user toolbox operations answer,
- * and what the MCP endpoint (issue 11) serves through `toolsOf`. Nothing here calls an
+ * and what the MCP endpoint serves through `toolsOf`. Nothing here calls an
  * upstream: tools come from the connections' tool caches.
  */
 
