@@ -303,7 +303,7 @@ async function main(): Promise<void> {
   console.log(`Load average ${loads()} at the end.`);
 }
 
-main()
+void main()
   .then(
     () => 0,
     (err) => {

@@ -465,7 +465,7 @@ async function main(): Promise<void> {
   if (diagnostics.length > 0) console.log(['', ...diagnostics].join('\n'));
 }
 
-main()
+void main()
   .then(
     () => 0,
     (err) => {
