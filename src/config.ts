@@ -258,10 +258,20 @@ export function loadConfig(env: Env = process.env): Config {
   const port = int(env, 'PORT', 8080, 0, 65535);
   const host = env.HOST || '127.0.0.1';
   const baseUrl = (env.BASE_URL || `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`).replace(/\/+$/, '');
+  let base: URL;
   try {
-    new URL(baseUrl);
+    base = new URL(baseUrl);
   } catch {
     throw new ConfigError(`BASE_URL must be an absolute URL; got "${baseUrl}".`);
+  }
+  if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new ConfigError(`BASE_URL must be an http or https URL; got "${baseUrl}".`);
+  // RFC 8414 and RFC 9728 put the discovery documents at the host's root
+  // (/.well-known/oauth-protected-resource/mcp/…), outside any path prefix the app would be
+  // served under: MCP clients would look for them where this server is not.
+  if (base.pathname !== '/' || base.search !== '' || base.hash !== '' || base.username !== '' || base.password !== '') {
+    throw new ConfigError(
+      `BASE_URL must be an origin (scheme, host and port) without a path; got "${baseUrl}". MCP clients look for the OAuth discovery documents at the host's root (/.well-known/…, RFC 8414 and RFC 9728), so serve the API at the root of its own host name (https://mcp.example.com) rather than under a path (https://example.com/api).`,
+    );
   }
   const dataDir = resolve(env.DATA_DIR || './data');
   return {

@@ -60,7 +60,8 @@ export interface Module {
   /**
    * Checks of this module's operations that come before authentication (and its rate limit):
    * throws an ApiError to refuse. The MCP endpoint refuses a foreign `Origin` here, so that a
-   * web page learns nothing from the endpoint, not even whether a token is needed.
+   * web page learns nothing from the endpoint, not even whether a token is needed. It runs on
+   * the CORS preflight (OPTIONS) of an `x-cors` path too, as the operation of that path.
    */
   beforeAuthentication?: (operationId: string, headers: IncomingHttpHeaders, deps: AppDeps) => void;
   /** Runs when the app closes: releases what `start` opened (kept upstream sessions, timers). */

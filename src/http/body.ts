@@ -129,7 +129,7 @@ function readJson(req: Request, cap: number): Promise<unknown> {
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > cap) {
-        // The rest is not read: the router closes the connection after the 413.
+        // The rest is left to the router, which drains it (bounded) before it answers 413.
         req.pause();
         finish(() => reject(tooLarge(cap)));
         return;
@@ -153,6 +153,45 @@ function readJson(req: Request, cap: number): Promise<unknown> {
     req.on('end', onEnd);
     req.on('aborted', onAborted);
     req.on('error', onError);
+  });
+}
+
+/**
+ * The most of an unread body read and dropped before a refusal is sent. A client writes its
+ * whole body before it reads the answer (node:http, fetch, curl): a server that answers 413
+ * and closes while bytes are still coming makes the client fail writing (EPIPE, ECONNRESET)
+ * without ever seeing the 413. Past these bounds the connection is closed anyway.
+ */
+export const DRAIN_MAX_BYTES = 16 * 1024 * 1024;
+/** The longest the rest of a refused body is read for (a slow sender is not waited for). */
+export const DRAIN_MAX_MS = 10_000;
+
+/**
+ * Reads and drops what is left of the request body, up to DRAIN_MAX_BYTES and DRAIN_MAX_MS;
+ * resolves when it ended (`req.complete`) or a bound was reached (it then stays unread).
+ */
+export function drainRequest(req: Request, maxBytes = DRAIN_MAX_BYTES, maxMs = DRAIN_MAX_MS): Promise<void> {
+  if (req.complete || req.destroyed || req.readableEnded) return Promise.resolve();
+  return new Promise((resolve) => {
+    let seen = 0;
+    const stop = () => {
+      clearTimeout(timer);
+      req.off('data', onData);
+      for (const event of ['end', 'close', 'aborted', 'error'] as const) req.off(event, stop);
+      if (!req.complete) req.pause();
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      seen += chunk.length;
+      if (seen > maxBytes) stop();
+    };
+    const timer = setTimeout(stop, maxMs);
+    timer.unref();
+    // Whatever it was piped into (a parser that gave up, an upload nobody read) would hold it back.
+    req.unpipe();
+    req.on('data', onData);
+    for (const event of ['end', 'close', 'aborted', 'error'] as const) req.once(event, stop);
+    req.resume();
   });
 }
 

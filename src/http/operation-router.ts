@@ -2,7 +2,7 @@ import type { Request, Response } from 'express';
 import type { Operation } from 'openapi-backend';
 import type { OperationMeta } from '../spec/operations';
 import type { OpenApiDocument } from '../spec';
-import { absentBody, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
+import { absentBody, drainRequest, leavesSomething, readBody, type BodyLimits, type ReadBody } from './body';
 import { RequestContext, type AppDeps, type ClientPresence } from './context';
 import { allowCrossOrigin, answerPreflight } from './cors';
 import { ApiError, MAX_LISTED_PROBLEMS, notImplementedError, validationError } from './errors';
@@ -59,10 +59,14 @@ function refuseUndecodablePath(template: string, path: string): void {
 
 /**
  * A request answered before its body was read to the end (refused by the guard, too large,
- * or a handler that did not need it) leaves bytes on the connection: answer with
- * `Connection: close` so that neither side reads the next request out of them.
+ * or a handler that did not need it) has its body drained first, within bounds, so that the
+ * client, still writing, gets to read the answer. What is left past the bounds stays on the
+ * connection: the answer then says `Connection: close`, so that neither side reads the next
+ * request out of those bytes.
  */
-function closeIfUnread(req: Request, res: Response): void {
+async function settleUnread(req: Request, res: Response): Promise<void> {
+  if (req.complete || res.headersSent) return;
+  await drainRequest(req);
   if (!req.complete && !res.headersSent) res.setHeader('Connection', 'close');
 }
 
@@ -274,10 +278,10 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         body = absentBody(req, route.meta) ?? (await readBody(req, res, route.meta, bodyLimits));
         const input = validate(route, req, body);
         const result = await dispatch(route, req, res, admitted, input);
-        closeIfUnread(req, res);
+        if (!req.complete) await settleUnread(req, res);
         await sendResult(res, result);
       } catch (err) {
-        closeIfUnread(req, res);
+        if (!req.complete) await settleUnread(req, res);
         sendError(req, res, err, renderError);
       } finally {
         if (body && leavesSomething(body)) {

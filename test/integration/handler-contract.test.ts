@@ -306,8 +306,9 @@ describe('raw uploads', () => {
   it('answers 413 past the cap, whether the length is declared or the body is chunked', async () => {
     const declared = await request('PUT', '/fixture/raw', { 'content-type': 'application/octet-stream', 'content-length': '5000' }, Buffer.alloc(5000));
     expect([declared.status, JSON.parse(declared.text).code]).toEqual([413, 'payload_too_large']);
-    // Refused unread: the rest of the body must not be taken for the next request.
-    expect(declared.headers.connection).toBe('close');
+    // Refused before it was read, then drained to its end (within the drain's bounds): nothing
+    // of it is left to be taken for the next request, so the connection may serve one.
+    expect(declared.headers.connection).not.toBe('close');
     const chunked = await request('PUT', '/fixture/raw', { 'content-type': 'application/octet-stream' }, Readable.from([Buffer.alloc(1500), Buffer.alloc(1500)]));
     expect([chunked.status, JSON.parse(chunked.text).code]).toEqual([413, 'payload_too_large']);
   });

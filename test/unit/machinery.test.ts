@@ -181,6 +181,13 @@ describe('configuration', () => {
     expect(() => loadConfig({ ENCRYPTION_KEYS: key.toString('hex'), ENCRYPTION_KEY: key.toString('hex') })).toThrow(/not both/);
   });
 
+  it('refuses a BASE_URL with a path: the discovery documents live at the host root', () => {
+    for (const BASE_URL of ['https://host.example/api', 'https://host.example/api/', 'https://host.example/?x=1']) {
+      expect(() => loadConfig({ ...base, BASE_URL })).toThrow(/BASE_URL must be an origin .* without a path.*\/\.well-known/);
+    }
+    expect(loadConfig({ ...base, BASE_URL: 'https://mcp.example.com/' }).baseUrl).toBe('https://mcp.example.com');
+  });
+
   it('names the setting that is wrong', () => {
     expect(() => loadConfig({ ...base, PORT: 'eighty' })).toThrow(new ConfigError('PORT must be a whole number from 0 to 65535; got "eighty".'));
     expect(() => loadConfig({ ...base, OUTBOUND_ALLOW_PRIVATE: 'maybe' })).toThrow(ConfigError);

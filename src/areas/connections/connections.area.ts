@@ -1,4 +1,5 @@
 import { defineArea } from '../../http/area';
+import { validationError } from '../../http/errors';
 import { keyedPageRequest, pageRequest } from '../../http/pagination';
 import { connectionHooks } from './connections.hooks';
 import { handleCallback } from './connections.oauth';
@@ -30,7 +31,10 @@ export default defineArea({
       await connections.remove(ctx, params.id);
       return { status: 204 };
     },
-    async handleConnectionCallback({ params, query }, ctx) {
+    // An OAuth authorization response: parameters a provider adds (Google's scope and authuser, iss, session_state) are ignored.
+    async handleConnectionCallback(input, ctx) {
+      if (!input.valid) throw validationError(input.problems);
+      const { params, query } = input.value;
       return { status: 302, headers: { Location: await handleCallback(ctx, params.id, query) } };
     },
     async reconnectConnection({ params, body }, ctx) {
