@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
+import { PGlite, type PGliteOptions } from '@electric-sql/pglite';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { openDatabase, type DatabaseHandle } from '../../src/db/database';
@@ -13,6 +13,35 @@ import { projectRoot } from '../../src/spec';
  */
 export const TEMPLATE_DIR = join(projectRoot, '.test-results');
 export const TEMPLATE_ENV = 'CP_TEST_TEMPLATE';
+/** The empty (initdb'd, unmigrated) PGlite data directory global setup leaves, for emptyDatabase(). */
+export const EMPTY_TEMPLATE_ENV = 'CP_TEST_EMPTY_TEMPLATE';
+/** Names this run (its events-seen file): templates are shared between runs, so their names cannot. */
+export const RUN_ENV = 'CP_TEST_RUN';
+
+/**
+ * PGlite's start parameters for tests: its defaults, with 16 MB of shared buffers instead of
+ * 128 MB (a test database holds a few hundred rows; starting with 128 MB cost about a quarter
+ * of each PGlite's start, and every test file starts at least one).
+ */
+export const PGLITE_TEST_START_PARAMS = [
+  '--single', '-F', '-O', '-j',
+  '-c', 'search_path=public', '-c', 'exit_on_error=false', '-c', 'log_checkpoints=false',
+  '-c', 'max_worker_processes=0', '-c', 'max_parallel_workers=0', '-c', 'max_parallel_workers_per_gather=0',
+  '-c', 'shared_buffers=16MB',
+];
+
+/** Read once per test file: the template is the same for every app of the file. */
+const dumps = new Map<string, Blob>();
+function dumpOf(file: string): Blob {
+  let blob = dumps.get(file);
+  if (!blob) dumps.set(file, (blob = new Blob([readFileSync(file)])));
+  return blob;
+}
+
+/** A PGlite started from a data-directory dump global setup made (uncompressed, checkpointed). */
+export function pgliteFrom(file: string, options: PGliteOptions = {}): Promise<PGlite> {
+  return PGlite.create({ loadDataDir: dumpOf(file), startParams: PGLITE_TEST_START_PARAMS, ...options });
+}
 
 export function templateName(): string {
   const name = process.env[TEMPLATE_ENV];
@@ -66,13 +95,17 @@ async function openServerDatabase(url: string, prefix: string, template: string 
  */
 export async function freshDatabase(): Promise<DatabaseHandle> {
   const url = serverUrl();
-  if (!url) return openDatabase({ pglite: await PGlite.create({ loadDataDir: new Blob([readFileSync(templateName())]) }) });
+  if (!url) return openDatabase({ pglite: await pgliteFrom(templateName()) });
   return openServerDatabase(url, 'file', templateName(), 5);
 }
 
 /** An empty database, with no migration applied: in-memory PGlite, or a new database on the server. */
 export async function emptyDatabase(): Promise<DatabaseHandle> {
   const url = serverUrl();
-  if (!url) return openDatabase({ pglite: await PGlite.create() });
+  if (!url) {
+    // A dump of an initdb'd data directory (global setup's): initdb itself takes seconds.
+    const empty = process.env[EMPTY_TEMPLATE_ENV];
+    return openDatabase({ pglite: empty ? await pgliteFrom(empty) : await PGlite.create() });
+  }
   return openServerDatabase(url, 'empty', undefined, 2);
 }

@@ -1,8 +1,10 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { migrateToLatest, openDatabase } from '../../src/db/database';
-import { TEMPLATE_DIR, TEMPLATE_ENV, onServer, serverUrl, withDatabase } from './database';
+import { projectRoot } from '../../src/spec';
+import { EMPTY_TEMPLATE_ENV, PGLITE_TEST_START_PARAMS, RUN_ENV, TEMPLATE_DIR, TEMPLATE_ENV, onServer, serverUrl, withDatabase } from './database';
 
 /** Migrates one template database; every test file starts from a copy of it. */
 function processAlive(pid: number): boolean {
@@ -14,18 +16,62 @@ function processAlive(pid: number): boolean {
   }
 }
 
+/** Every file under a directory, sorted, so that the hash does not depend on the listing order. */
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir)
+    .sort()
+    .flatMap((name) => {
+      const path = join(dir, name);
+      return statSync(path).isDirectory() ? filesUnder(path) : [path];
+    });
+}
+
+/**
+ * What a migrated PGlite template depends on: the database code and migrations (src/db) and
+ * the installed packages (the lock file: PGlite's version, Kysely's). Templates whose key
+ * matches are reused by later runs instead of running initdb and every migration again.
+ */
+function templateKey(files: string[]): string {
+  const hash = createHash('sha256');
+  for (const file of files) hash.update(relative(projectRoot, file)).update('\0').update(readFileSync(file)).update('\0');
+  return hash.digest('hex').slice(0, 16);
+}
+
+/** Writes a dump under a temporary name, then renames it: a concurrent run never reads half a file. */
+async function saveDump(pglite: PGlite, file: string): Promise<void> {
+  // Checkpointed first: a copy then starts without replaying the WAL.
+  await pglite.exec('checkpoint');
+  // Uncompressed: every test file loads it, and gunzipping 40 MB cost each one a second.
+  const dump = await pglite.dumpDataDir('none');
+  const partial = `${file}.${process.pid}.partial`;
+  writeFileSync(partial, Buffer.from(await dump.arrayBuffer()));
+  renameSync(partial, file);
+}
+
+async function pgliteTemplates(): Promise<{ migrated: string; empty: string }> {
+  const lock = join(projectRoot, 'package-lock.json');
+  const emptyFile = join(TEMPLATE_DIR, `pglite-empty-${templateKey([lock])}.tar`);
+  const migratedFile = join(TEMPLATE_DIR, `pglite-template-${templateKey([lock, join(projectRoot, 'test', 'support', 'global-setup.ts'), ...filesUnder(join(projectRoot, 'src', 'db'))])}.tar`);
+  if (existsSync(emptyFile) && existsSync(migratedFile)) return { migrated: migratedFile, empty: emptyFile };
+  const pglite = existsSync(emptyFile)
+    ? await PGlite.create({ loadDataDir: new Blob([readFileSync(emptyFile)]), startParams: PGLITE_TEST_START_PARAMS })
+    : await PGlite.create({ startParams: PGLITE_TEST_START_PARAMS });
+  if (!existsSync(emptyFile)) await saveDump(pglite, emptyFile);
+  const handle = await openDatabase({ pglite });
+  await migrateToLatest(handle.db);
+  await saveDump(pglite, migratedFile);
+  await handle.close();
+  return { migrated: migratedFile, empty: emptyFile };
+}
+
 export default async function globalSetup(): Promise<void> {
   mkdirSync(TEMPLATE_DIR, { recursive: true });
+  process.env[RUN_ENV] = `${process.pid}-${Date.now()}`;
   const url = serverUrl();
   if (!url) {
-    const pglite = await PGlite.create();
-    const handle = await openDatabase({ pglite });
-    await migrateToLatest(handle.db);
-    const dump = await pglite.dumpDataDir('gzip');
-    const file = join(TEMPLATE_DIR, `pglite-template-${process.pid}.tar.gz`);
-    writeFileSync(file, Buffer.from(await dump.arrayBuffer()));
-    await handle.close();
-    process.env[TEMPLATE_ENV] = file;
+    const { migrated, empty } = await pgliteTemplates();
+    process.env[TEMPLATE_ENV] = migrated;
+    process.env[EMPTY_TEMPLATE_ENV] = empty;
     return;
   }
   const template = `cp_test_template_${process.pid}`;

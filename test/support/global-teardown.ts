@@ -1,4 +1,3 @@
-import { rmSync } from 'node:fs';
 import type { Config } from '@jest/types';
 import { operations } from '../../generated/operations';
 import { serviceRegistry } from '../../src/areas';
@@ -30,7 +29,7 @@ export default async function globalTeardown(globalConfig: Config.GlobalConfig):
   try {
     checkEventsSeen(globalConfig);
   } finally {
-    if (!url) rmSync(template, { force: true });
-    else await onServer(url, (admin) => admin.query(`drop database if exists ${template} with (force)`));
+    // An embedded template stays for later runs (global setup reuses it while its key matches; make clean removes it).
+    if (url) await onServer(url, (admin) => admin.query(`drop database if exists ${template} with (force)`));
   }
 }
