@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { migrateToLatest, openDatabase } from '../../src/db/database';
@@ -37,31 +37,41 @@ function templateKey(files: string[]): string {
   return hash.digest('hex').slice(0, 16);
 }
 
-/** Writes a dump under a temporary name, then renames it: a concurrent run never reads half a file. */
-async function saveDump(pglite: PGlite, file: string): Promise<void> {
-  // Checkpointed first: a copy then starts without replaying the WAL.
-  await pglite.exec('checkpoint');
-  // Uncompressed: every test file loads it, and gunzipping 40 MB cost each one a second.
-  const dump = await pglite.dumpDataDir('none');
-  const partial = `${file}.${process.pid}.partial`;
-  writeFileSync(partial, Buffer.from(await dump.arrayBuffer()));
-  renameSync(partial, file);
+/**
+ * Builds a template data directory under a temporary name, closes its PGlite (a clean
+ * shutdown: copies start without recovery), then renames it: a concurrent run never sees half
+ * a directory, and one that lost the race keeps the other's.
+ */
+async function buildTemplate(dir: string, from: string | null, prepare: (pglite: PGlite) => Promise<void>): Promise<void> {
+  if (existsSync(dir)) return;
+  const partial = `${dir}.${process.pid}.partial`;
+  rmSync(partial, { recursive: true, force: true });
+  if (from) cpSync(from, partial, { recursive: true });
+  const pglite = await PGlite.create({ dataDir: partial, startParams: PGLITE_TEST_START_PARAMS });
+  try {
+    await prepare(pglite);
+  } finally {
+    if (!pglite.closed) await pglite.close();
+  }
+  try {
+    renameSync(partial, dir);
+  } catch (err) {
+    if (!existsSync(dir)) throw err;
+    rmSync(partial, { recursive: true, force: true });
+  }
 }
 
 async function pgliteTemplates(): Promise<{ migrated: string; empty: string }> {
   const lock = join(projectRoot, 'package-lock.json');
-  const emptyFile = join(TEMPLATE_DIR, `pglite-empty-${templateKey([lock])}.tar`);
-  const migratedFile = join(TEMPLATE_DIR, `pglite-template-${templateKey([lock, join(projectRoot, 'test', 'support', 'global-setup.ts'), ...filesUnder(join(projectRoot, 'src', 'db'))])}.tar`);
-  if (existsSync(emptyFile) && existsSync(migratedFile)) return { migrated: migratedFile, empty: emptyFile };
-  const pglite = existsSync(emptyFile)
-    ? await PGlite.create({ loadDataDir: new Blob([readFileSync(emptyFile)]), startParams: PGLITE_TEST_START_PARAMS })
-    : await PGlite.create({ startParams: PGLITE_TEST_START_PARAMS });
-  if (!existsSync(emptyFile)) await saveDump(pglite, emptyFile);
-  const handle = await openDatabase({ pglite });
-  await migrateToLatest(handle.db);
-  await saveDump(pglite, migratedFile);
-  await handle.close();
-  return { migrated: migratedFile, empty: emptyFile };
+  const empty = join(TEMPLATE_DIR, `pglite-empty-${templateKey([lock])}`);
+  const migrated = join(TEMPLATE_DIR, `pglite-template-${templateKey([lock, join(projectRoot, 'test', 'support', 'global-setup.ts'), ...filesUnder(join(projectRoot, 'src', 'db'))])}`);
+  await buildTemplate(empty, null, async () => undefined);
+  await buildTemplate(migrated, empty, async (pglite) => {
+    const handle = await openDatabase({ pglite });
+    await migrateToLatest(handle.db);
+    await handle.db.destroy();
+  });
+  return { migrated, empty };
 }
 
 export default async function globalSetup(): Promise<void> {
