@@ -1,7 +1,8 @@
 import { PLANS } from '../../src/auth/entitlements';
 import { PERMISSIONS } from '../../src/auth/permissions';
 import { loadSpec } from '../../src/spec';
-import { startTestApp, type TestApp, type TestResponse } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
+import { expectError } from '../support/client';
 
 /*
  * getEntitlements (what the plan allows and what is used, counted when asked) and
@@ -13,10 +14,6 @@ beforeAll(async () => {
   t = await startTestApp();
 });
 afterAll(() => t.close());
-
-function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
-}
 
 describe('getEntitlements', () => {
   it('answers the free plan’s features and limits with usage counted now', async () => {

@@ -83,7 +83,14 @@ export async function sendOp<Id extends OperationId>(call: Call, id: Id, request
   return { ...res, error: res.status >= 400 ? (res.body as unknown as ErrorBody) : undefined };
 }
 
-/** The one way tests check a refusal: its status and the Error body's code. */
-export function expectError(res: { status: number; body?: unknown }, status: number, code: string): void {
-  expect({ status: res.status, code: (res.body as { code?: unknown } | undefined)?.code }).toEqual({ status, code });
+/**
+ * The one way tests check a refusal: its status and the Error body's code, the body's own
+ * status, and its request_id (the X-Request-Id header's). The spec checker has already held the
+ * body to the Error schema.
+ */
+export function expectError(res: { status: number; body?: unknown; headers?: Headers }, status: number, code: string): void {
+  const body = (res.body ?? {}) as { code?: unknown; status?: unknown; request_id?: unknown };
+  expect({ status: res.status, code: body.code }).toEqual({ status, code });
+  expect(body.status).toBe(status);
+  if (res.headers) expect(body.request_id).toBe(res.headers.get('x-request-id'));
 }
