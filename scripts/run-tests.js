@@ -14,8 +14,19 @@ const { join } = require('node:path');
 const root = join(__dirname, '..');
 const DEFAULT_SERVER = 'postgres://postgres@127.0.0.1:5432/postgres';
 const DATABASE_SENSITIVE = ['test/integration', 'test/db'];
+// Of those, files that touch nothing a database decides, so one run (embedded) proves them:
+//   not-implemented  every unbuilt operation answers 501 before the guard reads anything
+//   upstream-peers   the loopback MCP/OAuth peers themselves; no app, no database
+//   health-schema    /health, the served spec and docs, and the drain's 503
+const EMBEDDED_ONLY = ['test/integration/not-implemented\\.test', 'test/integration/upstream-peers\\.test', 'test/integration/health-schema\\.test'];
+
+function duration(ms) {
+  const s = Math.round(ms / 1000);
+  return s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s} s`;
+}
 
 function jest(args, databaseUrl) {
+  const started = Date.now();
   const results = join(root, '.test-results', `jest-${process.pid}-${Date.now()}.json`);
   mkdirSync(join(root, '.test-results'), { recursive: true });
   const env = { ...process.env, NODE_OPTIONS: [process.env.NODE_OPTIONS, '--experimental-vm-modules', '--no-warnings=ExperimentalWarning'].filter(Boolean).join(' ') };
@@ -35,7 +46,8 @@ function jest(args, databaseUrl) {
   }
   // A failure outside any test (global setup or teardown, say) still fails the run.
   if (run.status !== 0 && counts.failed === 0) counts.failed = 1;
-  console.log(`\nTests on ${databaseUrl ? 'the PostgreSQL server' : 'embedded PostgreSQL'}${args.length ? ` (${args.join(' ')})` : ''}:`);
+  counts.ms = Date.now() - started;
+  console.log(`\nTests on ${databaseUrl ? 'the PostgreSQL server' : 'embedded PostgreSQL'}${args.length ? ` (${args.join(' ')})` : ''}, in ${duration(counts.ms)}:`);
   console.log(line(counts));
   return counts;
 }
@@ -51,6 +63,7 @@ function serverAnswers(url) {
   return probe.status === 0;
 }
 
+const started = Date.now();
 const args = process.argv.slice(2);
 const runs = [];
 if (process.env.TEST_DATABASE_URL) {
@@ -59,9 +72,11 @@ if (process.env.TEST_DATABASE_URL) {
   runs.push(jest(args, null));
 } else {
   runs.push(jest(args, null));
-  if (serverAnswers(DEFAULT_SERVER)) runs.push(jest([...args, ...DATABASE_SENSITIVE], DEFAULT_SERVER));
+  if (serverAnswers(DEFAULT_SERVER)) runs.push(jest([...args, ...DATABASE_SENSITIVE, '--testPathIgnorePatterns', '/node_modules/', ...EMBEDDED_ONLY], DEFAULT_SERVER));
   else console.log(`\nNo PostgreSQL server answers at ${DEFAULT_SERVER}; the database-sensitive tests ran on the embedded database only.`);
 }
 const total = runs.reduce((sum, r) => ({ passed: sum.passed + r.passed, failed: sum.failed + r.failed, skipped: sum.skipped + r.skipped }), { passed: 0, failed: 0, skipped: 0 });
-if (runs.length > 1) console.log(`\nAll runs:\n${line(total)}`);
+// The last line stays the counts CI reads.
+console.log(`\nSuite finished in ${duration(Date.now() - started)}${runs.length > 1 ? ` (${runs.map((r) => duration(r.ms)).join(' + ')})` : ''}.`);
+console.log(`${runs.length > 1 ? 'All runs:\n' : ''}${line(total)}`);
 process.exit(total.failed === 0 ? 0 : 1);

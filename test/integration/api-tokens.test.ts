@@ -1,5 +1,6 @@
 import { hashSecret } from '../../src/lib/crypto';
-import { startTestApp, type TestApp, type TestResponse } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
+import { expectError } from '../support/client';
 
 /*
  * API tokens over HTTP: a person mints one (shown once, stored as a hash, a ceiling of
@@ -15,10 +16,6 @@ afterAll(() => t.close());
 
 const TOKEN = /^cpt_[A-Za-z0-9_-]{43}$/;
 const TOKEN_ID = /^tok_[0-7][0-9a-hjkmnp-tv-z]{25}$/;
-
-function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
-}
 
 /** An organization, its owner's session and a plain member's session. */
 async function setup() {

@@ -161,18 +161,17 @@ describe('listAuditEvents', () => {
     expect(await walk(fresh, '', 50)).toContain(ancient);
   });
 
-  it('403 missing_permission without audit_log:view (an Auditor has it); 401 without a credential', async () => {
+  it('403 missing_permission without audit_log:view (an Auditor has it)', async () => {
     const memberId = await t.factories.member(org.orgId, { roles: ['member'] });
     const res = await t.as({ session: await t.factories.session(memberId), org: org.orgId }).get('/audit-log');
     expect([res.status, res.body.code]).toEqual([403, 'missing_permission']);
     const auditorId = await t.factories.member(org.orgId, { roles: ['auditor'] });
     expect((await t.as({ session: await t.factories.session(auditorId), org: org.orgId }).get('/audit-log')).status).toBe(200);
-    expect((await t.as({ org: org.orgId }).get('/audit-log')).status).toBe(401);
   });
 });
 
 describe('getAuditEvent', () => {
-  it('returns one entry; another organization’s is 404; a malformed id 400; 403; 401', async () => {
+  it('returns one entry; another organization’s is 404; a malformed id 400; 403', async () => {
     const [id] = await entries(org.orgId, [1], { action: 'role.updated', target_type: 'role', target_id: 'role_01jg3b7f0n7w4k2d9s5h8g1q6z' });
     const res = await as(org).get(`/audit-log/${id}`);
     expect(res.status).toBe(200);
@@ -187,6 +186,5 @@ describe('getAuditEvent', () => {
     expect((await as(org).get('/audit-log/inv_01jg3b7f0v7h1j5k9m3n7p1q5r')).status).toBe(400);
     const viewer = await t.factories.token(org.orgId, org.ownerId, ['invite:view']);
     expect((await t.as({ token: viewer, org: org.orgId }).get(`/audit-log/${id}`)).body.code).toBe('missing_permission');
-    expect((await t.as({ org: org.orgId }).get(`/audit-log/${id}`)).status).toBe(401);
   });
 });

@@ -1,5 +1,6 @@
-import { startTestApp, type TestApp, type TestResponse } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
 import { startStripePeer, type StripePeer } from '../support/stripe-peer';
+import { expectError } from '../support/client';
 
 /*
  * Billing through Stripe's official SDK, pointed at a Stripe-shaped server on loopback
@@ -27,10 +28,6 @@ afterAll(async () => {
   await stripe?.close();
 });
 afterEach(() => stripe.setDown(false));
-
-function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
-}
 
 async function setup() {
   const org = await t.factories.org({ name: 'Billed Inc.' });

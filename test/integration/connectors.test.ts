@@ -6,8 +6,9 @@ import { serviceRegistry } from '../../src/modules';
 import { clientSecretContext, resolveConnector, seesConnector } from '../../src/areas/connectors/resolve';
 import { secretBoxOf } from '../../src/lib/crypto';
 import { resealSecrets } from '../../src/operator';
-import { settle, startTestApp, type ApiClient, type TestApp, type TestResponse } from '../support/app';
+import { settle, startTestApp, type ApiClient, type TestApp } from '../support/app';
 import type { SeededOrg } from '../support/factories';
+import { expectError } from '../support/client';
 
 /*
  * The Connectors and Custom connectors operations over HTTP, against the real app on a fresh
@@ -106,10 +107,6 @@ async function created(client: Client, body: Create) {
   const res = await client.create(body);
   expect(res.status).toBe(201);
   return res.body as Schemas['Connector'];
-}
-
-function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
 }
 
 const versionsOf = async (orgId: string, slug: string) =>

@@ -452,13 +452,7 @@ describe('getCurrentUser: can_disable_mfa', () => {
 });
 
 describe('getCurrentUser: authentication', () => {
-  it('answers 401 unauthenticated without a credential', async () => {
-    const res = await t.call('GET', '/user/me');
-    expect(res.status).toBe(401);
-    expect(res.body.code).toBe('unauthenticated');
-    expect(res.headers.get('www-authenticate')).toBe('Bearer realm="mcp-control-plane"');
-  });
-
+  // Without a credential: 401 with the realm's challenge, proven on GET /user/me by guard.test.ts and for every operation by every-operation.test.ts.
   it('answers 401 invalid_token for a revoked token', async () => {
     const { token } = await t.factories.org();
     expect((await me({ token })).status).toBe(200);

@@ -9,8 +9,9 @@ import type { RequestContext } from '../../src/http/context';
 import { hashSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
 import { loadSpec } from '../../src/spec';
-import { startTestApp, type TestApp, type TestResponse } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
 import { SpecChecker } from '../support/spec-checker';
+import { expectError } from '../support/client';
 
 const LIST = '/notification-destination';
 const REQUEST_ID = /^req_[0-7][0-9a-hjkmnp-tv-z]{25}$/;
@@ -44,12 +45,6 @@ function rawRequest(base: string, method: string, path: string, headers: Record<
     if (body !== undefined) req.write(body);
     req.end();
   });
-}
-
-function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
-  expect(res.body.status).toBe(status);
-  expect(res.body.request_id).toBe(res.headers.get('x-request-id'));
 }
 
 describe('authentication', () => {

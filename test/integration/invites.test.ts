@@ -195,7 +195,7 @@ describe('listInvites and getInvite', () => {
     expect((await api.get('/invite?whatever=1')).status).toBe(400);
   });
 
-  it('another organization’s invite is 404; a malformed id 400; without invite:view 403; without a credential 401', async () => {
+  it('another organization’s invite is 404; a malformed id 400; without invite:view 403', async () => {
     const theirs = await t.as({ token: other.token, org: other.orgId }).post('/invite', { email: address() });
     const res = await byToken().get(`/invite/${theirs.body.id}`);
     expect([res.status, res.body.code]).toEqual([404, 'not_found']);
@@ -204,7 +204,6 @@ describe('listInvites and getInvite', () => {
     const m = await memberWith(org.orgId, ['member']);
     const forbidden = await t.as({ session: m.session, org: org.orgId }).get('/invite');
     expect([forbidden.status, forbidden.body.code]).toEqual([403, 'missing_permission']);
-    expect((await t.as({ org: org.orgId }).get(`/invite/${theirs.body.id}`)).status).toBe(401);
   });
 });
 
@@ -227,7 +226,7 @@ describe('revokeInvite', () => {
     expect([again.status, again.body.code]).toEqual([409, 'invalid_transition']);
   });
 
-  it('an expired invite cannot be revoked; another organization’s is 404 and stays pending; 403 and 401', async () => {
+  it('an expired invite cannot be revoked; another organization’s is 404 and stays pending; 403', async () => {
     const created = await byToken().post('/invite', { email: address() });
     await t.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', created.body.id).execute();
     const expired = await byToken().post(`/invite/${created.body.id}/revoke`);
@@ -239,7 +238,6 @@ describe('revokeInvite', () => {
     const viewer = await t.factories.token(org.orgId, org.ownerId, ['invite:view']);
     const forbidden = await t.as({ token: viewer, org: org.orgId }).post(`/invite/${created.body.id}/revoke`);
     expect([forbidden.status, forbidden.body.code]).toEqual([403, 'missing_permission']);
-    expect((await t.as({ org: org.orgId }).post(`/invite/${created.body.id}/revoke`)).status).toBe(401);
   });
 });
 
@@ -274,7 +272,7 @@ describe('resendInvite', () => {
     expect(await acceptInvite(t.db, second.token, userId)).toMatchObject({ ok: true, orgId: org.orgId, joined: true });
   });
 
-  it('409 invalid_transition for a revoked invite, already_member when the address joined another way; 404 for another organization’s; 403; 401', async () => {
+  it('409 invalid_transition for a revoked invite, already_member when the address joined another way; 404 for another organization’s; 403', async () => {
     const revoked = await byToken().post('/invite', { email: address() });
     await byToken().post(`/invite/${revoked.body.id}/revoke`);
     await backdate(revoked.body.id, 61_000);
@@ -294,7 +292,6 @@ describe('resendInvite', () => {
     expect((await t.as({ token: other.token, org: other.orgId }).get(`/invite/${theirs.body.id}`)).body.send_count).toBe(1);
     const viewer = await t.factories.token(org.orgId, org.ownerId, ['invite:view']);
     expect((await t.as({ token: viewer, org: org.orgId }).post(`/invite/${theirs.body.id}/resend`)).body.code).toBe('missing_permission');
-    expect((await t.as({ org: org.orgId }).post(`/invite/${theirs.body.id}/resend`)).status).toBe(401);
   });
 });
 

@@ -9,6 +9,7 @@ import { connectionClient } from '../support/connections';
 import type { SeededOrg } from '../support/factories';
 import { manyTools, startApiKeyUpstream, startEverythingServer, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
+import { mintMcpServer } from '../support/mcp';
 
 /*
  * The MCP endpoint in revision 2026-07-28, as raw JSON-RPC over HTTP: the installed MCP SDK
@@ -47,11 +48,7 @@ let serverA: { id: string; token: string };
 let serverB: { id: string; token: string };
 const memberTokens = new Map<string, string>();
 
-async function mint(ownerUserId: string, name: string) {
-  const res = await t.as({ token: memberTokens.get(ownerUserId) as string, org: org.orgId }).post('/user-toolbox/utbx_dyn_all/mcp', { name });
-  if (res.status !== 201) throw new Error(`createMcpServer: ${res.status} ${res.text}`);
-  return { id: res.body.mcp_server.id as string, token: res.body.token as string };
-}
+const mint = (ownerUserId: string, name: string) => mintMcpServer(t, { token: memberTokens.get(ownerUserId) as string, org: org.orgId }, { name });
 
 const meta = (extra: Record<string, unknown> = {}) => ({
   'io.modelcontextprotocol/protocolVersion': V,

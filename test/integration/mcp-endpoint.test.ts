@@ -8,6 +8,7 @@ import type { SeededOrg } from '../support/factories';
 import { startApiKeyUpstream, startEverythingServer, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
 import { insertToolbox } from '../fixtures/user-toolboxes';
+import { mintMcpServer } from '../support/mcp';
 
 /*
  * The MCP endpoint `/mcp/{mcpId}` with the MCP SDK's own client over Streamable HTTP, against
@@ -44,11 +45,8 @@ let serverB: { id: string; token: string };
 const memberTokens = new Map<string, string>();
 
 /** An MCP server minted by its owner through the API (createMcpServer): its token is shown once. */
-async function mint(orgId: string, ownerUserId: string, userToolboxId: string, name: string) {
-  const res = await t.as({ token: memberTokens.get(ownerUserId) as string, org: orgId }).post(`/user-toolbox/${userToolboxId}/mcp`, { name });
-  if (res.status !== 201) throw new Error(`createMcpServer: ${res.status} ${res.text}`);
-  return { id: res.body.mcp_server.id as string, token: res.body.token as string };
-}
+const mint = (orgId: string, ownerUserId: string, userToolboxId: string, name: string) =>
+  mintMcpServer(t, { token: memberTokens.get(ownerUserId) as string, org: orgId }, { userToolboxId, name });
 
 const endpoint = (id: string) => `${t.url}/mcp/${id}`;
 

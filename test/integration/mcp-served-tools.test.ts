@@ -5,6 +5,7 @@ import { connectionClient } from '../support/connections';
 import type { SeededOrg } from '../support/factories';
 import { startApiKeyUpstream, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
+import { mintMcpServer } from '../support/mcp';
 
 /*
  * What an MCP server serves is remembered per process (src/areas/user-toolboxes/served-tools.ts)
@@ -52,11 +53,7 @@ async function setStatusUnannounced(app: TestApp, status: 'active' | 'disconnect
   });
 }
 
-async function mint(app: TestApp, token: string, name: string) {
-  const res = await app.as({ token, org: org.orgId }).post('/user-toolbox/utbx_dyn_all/mcp', { name });
-  expect(res.status).toBe(201);
-  return { id: res.body.mcp_server.id as string, token: res.body.token as string };
-}
+const mint = (app: TestApp, token: string, name: string) => mintMcpServer(app, { token, org: org.orgId }, { name });
 
 beforeAll(async () => {
   t = await startTestApp();

@@ -5,6 +5,7 @@ import type { SeededOrg } from '../support/factories';
 import { startApiKeyUpstream, startEverythingServer, useUpstream, type EverythingServer } from '../support/upstream-mcp';
 import { closeServer, listen, readBody, sendJson } from '../support/upstream/mcp';
 import { customConnector } from '../fixtures/connections';
+import { connectMember, mintMcpServer } from '../support/mcp';
 
 /*
  * The upstream MCP sessions the endpoint `/mcp/{mcpId}` keeps per connection and credential
@@ -34,18 +35,9 @@ async function seat(t: TestApp): Promise<Seat> {
 }
 
 /** A connection of the seat's member to `slug` (key or none), and an MCP server over all their connections. */
-async function connect(s: Seat, slug: string, apiKeyValue?: string): Promise<string> {
-  const member = connectionClient(s.t, { token: s.memberToken, org: s.org.orgId });
-  const created = await member.create({ connector_slug: slug, ...(apiKeyValue ? { api_key: apiKeyValue } : {}) });
-  expect(created.status).toBe(201);
-  return created.body.id as string;
-}
+const connect = (s: Seat, slug: string, apiKeyValue?: string) => connectMember(s.t, { token: s.memberToken, org: s.org.orgId }, slug, apiKeyValue || undefined);
 
-async function mint(s: Seat, name: string) {
-  const res = await s.t.as({ token: s.memberToken, org: s.org.orgId }).post('/user-toolbox/utbx_dyn_all/mcp', { name });
-  expect(res.status).toBe(201);
-  return { id: res.body.mcp_server.id as string, token: res.body.token as string };
-}
+const mint = (s: Seat, name: string) => mintMcpServer(s.t, { token: s.memberToken, org: s.org.orgId }, { name });
 
 let rpcId = 0;
 /** One `tools/call` POSTed to the endpoint; answers the JSON-RPC result. */

@@ -6,6 +6,7 @@ import { newId } from '../../src/lib/ids';
 import { classifyAddress } from '../../src/outbound/client';
 import { settle, startTestApp, type ApiClient, type TestApp, type TestResponse } from '../support/app';
 import { startHttpReceiver, startSmtpServer, usePeers } from '../support/peers';
+import { expectError } from '../support/client';
 
 /*
  * The six notification destination operations over HTTP, against the real app on a fresh
@@ -94,12 +95,6 @@ async function create(client: Client, body: Schemas['NotificationDestinationCrea
   const res = await client.create(body);
   expect(res.status).toBe(201);
   return res.body;
-}
-
-function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
-  expect(res.body.status).toBe(status);
-  expect(res.body.request_id).toBe(res.headers.get('x-request-id'));
 }
 
 /** A validation problem (in the body unless `where` says otherwise); the message is checked only where given. */

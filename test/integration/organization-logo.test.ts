@@ -2,8 +2,9 @@ import { createHash } from 'node:crypto';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { imageInfo } from '../../src/lib/image-info';
-import { startTestApp, type TestApp, type TestResponse } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
 import { jpeg, png, SVG, webpExtended, webpLossless, webpLossy } from '../support/images';
+import { expectError } from '../support/client';
 
 /*
  * The organization logo: uploaded as raw image bytes (PNG, JPEG or WebP, recognised by their
@@ -19,10 +20,6 @@ afterAll(() => t.close());
 
 const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
 const storedAt = (orgId: string, bytes: Buffer) => join(t.deps.config.dataDir, 'storage', 'organization', orgId, 'logo', sha256(bytes));
-
-function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
-}
 
 function upload(org: { token: string; orgId: string }, bytes: Buffer, type: string, id = org.orgId) {
   return t.call('PUT', `/organization/${id}/logo`, undefined, { token: org.token, org: org.orgId, raw: bytes, headers: { 'content-type': type } });

@@ -160,11 +160,10 @@ describe('createRole', () => {
     expect((await narrow.create({ name: name(), permissions: ['member:view'] })).body.code).toBe('permission_escalation');
   });
 
-  it('403 missing_permission without role:manage; 401 without a credential', async () => {
+  it('403 missing_permission without role:manage', async () => {
     const viewer = await holder(['role:view']);
     const res = await viewer.api.create({ name: name(), permissions: ['role:view'] });
     expect([res.status, res.body.code]).toEqual([403, 'missing_permission']);
-    expect((await t.as({ org: org.orgId }).post('/role', { name: name(), permissions: ['role:view'] })).status).toBe(401);
   });
 
   it('a session creates one too', async () => {
@@ -197,10 +196,9 @@ describe('getRole', () => {
     expect((await owner().read(other.roleIds.owner)).status).toBe(404);
   });
 
-  it('403 missing_permission without role:view; 401', async () => {
+  it('403 missing_permission without role:view', async () => {
     const h = await holder(['member:view']);
     expect((await h.api.read(h.roleId)).body.code).toBe('missing_permission');
-    expect((await t.as({ org: org.orgId }).get(`/role/${h.roleId}`)).status).toBe(401);
   });
 });
 
@@ -264,10 +262,9 @@ describe('updateRole', () => {
     expect((await api({ token: other.token, org: other.orgId }).read(theirs)).body.name).toBe('Theirs');
   });
 
-  it('403 missing_permission without role:manage; 401', async () => {
+  it('403 missing_permission without role:manage', async () => {
     const h = await holder(['role:view']);
     expect((await h.api.update(h.roleId, { name: name() })).body.code).toBe('missing_permission');
-    expect((await t.as({ org: org.orgId }).patch(`/role/${h.roleId}`, { name: name() })).status).toBe(401);
   });
 });
 
@@ -319,12 +316,11 @@ describe('deleteRole', () => {
     expect((await api({ token: other.token, org: other.orgId }).read(theirs)).status).toBe(200);
   });
 
-  it('400 for a malformed id; 403 missing_permission; 401', async () => {
+  it('400 for a malformed id; 403 missing_permission', async () => {
     expect((await owner().raw.delete('/role/nope')).body.code).toBe('validation_failed');
     const h = await holder(['role:view']);
     const id = await t.factories.customRole(org.orgId, ['team:view']);
     expect((await h.api.remove(id)).body.code).toBe('missing_permission');
-    expect((await t.as({ org: org.orgId }).delete(`/role/${id}`)).status).toBe(401);
   });
 });
 

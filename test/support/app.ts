@@ -15,6 +15,7 @@ import type { DatabaseHandle, Db } from '../../src/db/database';
 import { createMailer } from '../../src/events/email';
 import type { AppDeps, ProcessDeps } from '../../src/http/context';
 import { secretBoxOf } from '../../src/lib/crypto';
+import { credentialOf, sendOp, type OperationId, type OpRequest, type OpResponse, type Who } from './client';
 import { freshDatabase } from './database';
 import { recordEvent } from './events-seen';
 import { Factories } from './factories';
@@ -158,11 +159,25 @@ export class TestApp {
     return client;
   }
 
-  /** A client whose requests carry the same credential and organization, untyped: for requests the spec forbids. */
-  as(credential: { token?: string; session?: string; org?: string }) {
+  /**
+   * An operation by its id, typed from the generated types, sent as `who` (test/support/client.ts):
+   * `t.op('getTeam', { params: { id } }, org)`. The answer is checked against the spec.
+   */
+  op<Id extends OperationId>(id: Id, request?: OpRequest<Id>, who?: Who): Promise<OpResponse<Id>> {
+    return sendOp((method, path, body, options) => this.call(method, path, body, options), id, request, who);
+  }
+
+  /**
+   * A caller: `op` sends operations by id, typed (`t.as(org).op('createTeam', { body })`); get,
+   * post… send any request untyped, for requests the spec forbids. Both carry the credential
+   * and organization, and both check answers against the spec.
+   */
+  as(who: Who) {
+    const credential = credentialOf(who);
     const call = <T = any>(method: string, path: string, body?: unknown, extra: CallOptions = {}) =>
       this.call<T>(method, path, body, { ...credential, ...extra, headers: { ...extra.headers } });
     return {
+      op: <Id extends OperationId>(id: Id, request?: OpRequest<Id>) => this.op(id, request, who),
       get: <T = any>(path: string, extra?: CallOptions) => call<T>('GET', path, undefined, extra),
       post: <T = any>(path: string, body?: unknown, extra?: CallOptions) => call<T>('POST', path, body, extra),
       patch: <T = any>(path: string, body?: unknown, extra?: CallOptions) => call<T>('PATCH', path, body, extra),

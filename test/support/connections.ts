@@ -1,5 +1,5 @@
 import type { components } from '../../generated/openapi';
-import { settle, type TestApp, type TestResponse } from './app';
+import { settle, type TestApp } from './app';
 
 type Schemas = components['schemas'];
 
@@ -22,9 +22,7 @@ export function connectionClient(app: TestApp, credential: { token?: string; ses
 }
 export type ConnectionClient = ReturnType<typeof connectionClient>;
 
-export function expectError(res: TestResponse, status: number, code: string) {
-  expect({ status: res.status, code: res.body?.code }).toEqual({ status, code });
-}
+export { expectError } from './client';
 
 /** The events of one type an organization's outbox holds, oldest first. */
 export async function eventsOf(t: TestApp, orgId: string, type: string) {

@@ -1,6 +1,6 @@
 import { appendFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { TEMPLATE_DIR, TEMPLATE_ENV } from './database';
+import { RUN_ENV, TEMPLATE_DIR, TEMPLATE_ENV } from './database';
 
 /**
  * Which operation emitted which event, across every worker of one test run: each pair is
@@ -8,7 +8,7 @@ import { TEMPLATE_DIR, TEMPLATE_ENV } from './database';
  * x-events the spec declares.
  */
 const seen = new Set<string>();
-const file = () => join(TEMPLATE_DIR, `events-seen-${basename(process.env[TEMPLATE_ENV] ?? 'run')}.jsonl`);
+const file = () => join(TEMPLATE_DIR, `events-seen-${basename(process.env[RUN_ENV] ?? process.env[TEMPLATE_ENV] ?? 'run')}.jsonl`);
 
 export function recordEvent(operationId: string, type: string): void {
   const key = `${operationId} ${type}`;

@@ -1,8 +1,9 @@
-import { rmSync } from 'node:fs';
+import { readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Config } from '@jest/types';
 import { operations } from '../../generated/operations';
 import { serviceRegistry } from '../../src/modules';
-import { onServer, serverUrl, templateName } from './database';
+import { RUN_ENV, SCRATCH_PREFIX, onServer, scratchRoot, serverUrl, templateName } from './database';
 import { takeEventsSeen } from './events-seen';
 
 /**
@@ -30,7 +31,10 @@ export default async function globalTeardown(globalConfig: Config.GlobalConfig):
   try {
     checkEventsSeen(globalConfig);
   } finally {
-    if (!url) rmSync(template, { force: true });
-    else await onServer(url, (admin) => admin.query(`drop database if exists ${template} with (force)`));
+    // Copies of the template a test file left open (a file that did not close its app).
+    const mine = `${SCRATCH_PREFIX}${process.env[RUN_ENV]}-`;
+    for (const name of readdirSync(scratchRoot())) if (name.startsWith(mine)) rmSync(join(scratchRoot(), name), { recursive: true, force: true });
+    // An embedded template stays for later runs (global setup reuses it while its key matches; make clean removes it).
+    if (url) await onServer(url, (admin) => admin.query(`drop database if exists ${template} with (force)`));
   }
 }

@@ -28,3 +28,21 @@ export async function harnessClient(client: ApiClient): Promise<void> {
   // @ts-expect-error -- a member of the wrong type
   await client.PATCH('/notification-destination/{id}', { params: { path: { id: 'onfd_x' } }, body: { is_active: 'yes' } });
 }
+
+export async function opClient(t: import('../support/app').TestApp, org: { orgId: string; token: string }): Promise<void> {
+  const created = await t.as(org).op('createTeam', { body: { name: 'Platform' } });
+  // The body is the operation's 2xx schema (Team) …
+  const id: string = created.body.id;
+  await t.op('getTeam', { params: { id } }, org);
+  await t.as(org).op('listTeams', { query: { limit: 5 } });
+  // @ts-expect-error -- no such operation
+  await t.as(org).op('createTeams', { body: { name: 'x' } });
+  // @ts-expect-error -- a member of the wrong type
+  await t.as(org).op('createTeam', { body: { name: 7 } });
+  // @ts-expect-error -- the id is a required path parameter
+  await t.as(org).op('getTeam', { params: {} });
+  // @ts-expect-error -- no such query parameter
+  await t.as(org).op('listTeams', { query: { colour: 'red' } });
+  // @ts-expect-error -- … so a member it does not have does not compile
+  void created.body.colour;
+}
