@@ -82,20 +82,32 @@ async function main(): Promise<number> {
         tokenDays: config.bootstrapTokenDays,
       });
       const file = result.created ? writeBootstrapFile(config.dataDir, result) : null;
-      print({ ...result }, json, result.created
-        ? `Created organization ${result.organization_id} and its owner ${result.user_id}.\nAPI token (shown once, also in ${file}; expires ${result.api_token_expires_at ?? 'never'}): ${result.api_token}`
-        : `Already bootstrapped: organization ${result.organization_id}, owner ${result.user_id}. Create another token with: npm run cli -- token create --org ${result.organization_id} --user ${result.user_id}`);
+      print(
+        { ...result },
+        json,
+        result.created
+          ? `Created organization ${result.organization_id} and its owner ${result.user_id}.\nAPI token (shown once, also in ${file}; expires ${result.api_token_expires_at ?? 'never'}): ${result.api_token}`
+          : `Already bootstrapped: organization ${result.organization_id}, owner ${result.user_id}. Create another token with: npm run cli -- token create --org ${result.organization_id} --user ${result.user_id}`,
+      );
       return 0;
     }
     if (key === 'org create') {
-      const result = await createOrganization(db, { name: required(values, 'name'), ownerEmail: required(values, 'owner-email'), ownerName: (values['owner-name'] as string) ?? null });
+      const result = await createOrganization(db, {
+        name: required(values, 'name'),
+        ownerEmail: required(values, 'owner-email'),
+        ownerName: (values['owner-name'] as string) ?? null,
+      });
       print({ ...result }, json, `Created organization ${result.organization_id} owned by ${result.user_id}.`);
       return 0;
     }
     if (key === 'token create') {
-      const permissions = typeof values.permissions === 'string' && values.permissions !== 'all'
-        ? values.permissions.split(',').map((p) => p.trim()).filter(Boolean)
-        : 'all';
+      const permissions =
+        typeof values.permissions === 'string' && values.permissions !== 'all'
+          ? values.permissions
+              .split(',')
+              .map((p) => p.trim())
+              .filter(Boolean)
+          : 'all';
       const days = values['expires-in-days'] === undefined ? null : Number(values['expires-in-days']);
       if (days !== null && (!Number.isInteger(days) || days < 1)) throw new OperatorError('--expires-in-days must be a whole number of days, 1 or more.');
       const result = await createToken(db, {
@@ -116,8 +128,15 @@ async function main(): Promise<number> {
     }
     if (key === 'secrets reseal') {
       const report = await resealSecrets(db, secretBoxOf(config.encryptionKeys), serviceRegistry().sealed);
-      print({ ...report }, json, `Re-sealed ${report.resealed} secret(s) with the current key; ${report.current} already were.${
-        report.unreadable.length > 0 ? `\nNo configured key opens: ${report.unreadable.join(', ')}. Add the key that sealed them to ENCRYPTION_KEYS and run again.` : ''}`);
+      print(
+        { ...report },
+        json,
+        `Re-sealed ${report.resealed} secret(s) with the current key; ${report.current} already were.${
+          report.unreadable.length > 0
+            ? `\nNo configured key opens: ${report.unreadable.join(', ')}. Add the key that sealed them to ENCRYPTION_KEYS and run again.`
+            : ''
+        }`,
+      );
       return report.unreadable.length > 0 ? 1 : 0;
     }
     throw new OperatorError(`Unknown command "${key}". See: npm run cli -- help`);

@@ -9,7 +9,9 @@ const spec = loadSpec();
 const pending = serviceRegistry().notImplemented;
 const tags = (spec.tags as { name: string }[]).map((t) => t.name);
 const rows = tags.map((tag) => {
-  const ids = Object.entries(operations).filter(([, meta]) => meta.tag === tag).map(([id]) => id);
+  const ids = Object.entries(operations)
+    .filter(([, meta]) => meta.tag === tag)
+    .map(([id]) => id);
   const built = ids.filter((id) => !pending.has(id));
   return { tag, built: built.length, total: ids.length, missing: ids.filter((id) => pending.has(id)) };
 });
@@ -25,7 +27,9 @@ if (json) {
     const bar = r.total === 0 ? '' : '#'.repeat(Math.round((20 * r.built) / r.total)).padEnd(20, '.');
     process.stdout.write(`${r.tag.padEnd(width)}  ${String(r.built).padStart(3)} / ${String(r.total).padEnd(3)}  ${bar}\n`);
   }
-  process.stdout.write(`${'Total'.padEnd(width)}  ${String(built).padStart(3)} / ${String(total).padEnd(3)}  (${Math.round((100 * built) / total)}% implemented; the rest answer 501 not_implemented)\n`);
+  process.stdout.write(
+    `${'Total'.padEnd(width)}  ${String(built).padStart(3)} / ${String(total).padEnd(3)}  (${Math.round((100 * built) / total)}% implemented; the rest answer 501 not_implemented)\n`,
+  );
   if (process.argv.includes('--missing')) {
     for (const r of rows.filter((x) => x.missing.length > 0)) process.stdout.write(`\n${r.tag}: ${r.missing.join(', ')}\n`);
   }

@@ -21,11 +21,11 @@ function bundle(): Json {
   const assembled = assembleSpec();
   try {
     const file = join(assembled.dir, '..', 'openapi.json');
-    execFileSync(
-      process.execPath,
-      [require.resolve('@redocly/cli/bin/cli.js'), 'bundle', assembled.root, '--config', join(root, 'redocly.yaml'), '-o', file],
-      { cwd: root, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true' } },
-    );
+    execFileSync(process.execPath, [require.resolve('@redocly/cli/bin/cli.js'), 'bundle', assembled.root, '--config', join(root, 'redocly.yaml'), '-o', file], {
+      cwd: root,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true' },
+    });
     return JSON.parse(readFileSync(file, 'utf8'));
   } finally {
     assembled.cleanup();
@@ -35,7 +35,9 @@ function bundle(): Json {
 const ts = (value: unknown) => JSON.stringify(value);
 
 function operationsModule(operations: Record<string, OperationMeta>, tags: string[]): string {
-  const rows = Object.entries(operations).map(([id, meta]) => `  ${id}: ${ts(meta)},`).join('\n');
+  const rows = Object.entries(operations)
+    .map(([id, meta]) => `  ${id}: ${ts(meta)},`)
+    .join('\n');
   return `// ${BANNER}
 /** Every operation of the spec: where it lives and what the guard and the router enforce. */
 export const operations = {
@@ -103,7 +105,12 @@ function modulesModule(): string {
     }
   };
   walk(join(root, 'src'));
-  const name = (path: string) => path.split('/').pop()!.replace(/\.(area|module)$/, '').replace(/-(\w)/g, (_, c: string) => c.toUpperCase()) + (path.endsWith('.area') ? 'Area' : 'Module');
+  const name = (path: string) =>
+    path
+      .split('/')
+      .pop()!
+      .replace(/\.(area|module)$/, '')
+      .replace(/-(\w)/g, (_, c: string) => c.toUpperCase()) + (path.endsWith('.area') ? 'Area' : 'Module');
   const imports = found.map((path) => `import ${name(path)} from '${path}';`).join('\n');
   return `// ${BANNER}\n// (From the *.area.ts and *.module.ts files under src/.)\nimport type { Module } from '../src/http/area';\n${imports}\n\n/** Every module of the app, in path order: hooks run and modules start in this order. */\nexport const MODULES: readonly Module[] = [\n${found.map((p) => `  ${name(p)},`).join('\n')}\n];\n`;
 }
@@ -120,7 +127,13 @@ async function main(): Promise<void> {
   // defaultNonNullable off: a member with a default is optional to send, and SDK users must not be told otherwise.
   const ast = await openapiTS(doc as any, { emptyObjectsUnknown: true, rootTypes: false, alphabetize: false, defaultNonNullable: false });
   files.set('openapi.d.ts', `// ${BANNER}\n${astToString(ast)}`);
-  files.set('operations.ts', operationsModule(operations, (doc.tags as Json[]).map((t) => t.name)));
+  files.set(
+    'operations.ts',
+    operationsModule(
+      operations,
+      (doc.tags as Json[]).map((t) => t.name),
+    ),
+  );
   files.set('ids.ts', idsModule(idPrefixes(doc)));
   files.set('events.ts', eventsModule(doc));
   files.set('modules.ts', modulesModule());

@@ -10,12 +10,17 @@ if (!/^[a-z][a-z0-9_]{2,60}$/.test(name)) {
   process.exit(2);
 }
 const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '_').slice(0, 15); // YYYYMMDD_HHMMSS
-const file = join(resolve(__dirname, '..', 'src', 'db', 'migrations'), `${stamp.slice(0, 4)}_${stamp.slice(4, 6)}_${stamp.slice(6, 8)}_${stamp.slice(9)}_${name}.ts`);
+const file = join(
+  resolve(__dirname, '..', 'src', 'db', 'migrations'),
+  `${stamp.slice(0, 4)}_${stamp.slice(4, 6)}_${stamp.slice(6, 8)}_${stamp.slice(9)}_${name}.ts`,
+);
 if (existsSync(file)) {
   console.error(`${file} exists already.`);
   process.exit(1);
 }
-writeFileSync(file, `// What this migration changes, and why. Landed migrations are never edited: a later change
+writeFileSync(
+  file,
+  `// What this migration changes, and why. Landed migrations are never edited: a later change
 // to the schema is a new migration. \`make generate\` then rewrites generated/database.ts.
 import { type Kysely, sql } from 'kysely';
 import { dropTouchUpdatedAt, idColumn, reference, touchUpdatedAt } from '../migration-helpers';
@@ -37,5 +42,6 @@ export async function down(db: Kysely<any>): Promise<void> {
   // await dropTouchUpdatedAt(db, 'widgets');
   // await db.schema.dropTable('widgets').execute();
 }
-`);
+`,
+);
 console.log(`Wrote ${file}`);

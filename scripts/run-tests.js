@@ -29,10 +29,17 @@ function jest(args, databaseUrl) {
   const started = Date.now();
   const results = join(root, '.test-results', `jest-${process.pid}-${Date.now()}.json`);
   mkdirSync(join(root, '.test-results'), { recursive: true });
-  const env = { ...process.env, NODE_OPTIONS: [process.env.NODE_OPTIONS, '--experimental-vm-modules', '--no-warnings=ExperimentalWarning'].filter(Boolean).join(' ') };
+  const env = {
+    ...process.env,
+    NODE_OPTIONS: [process.env.NODE_OPTIONS, '--experimental-vm-modules', '--no-warnings=ExperimentalWarning'].filter(Boolean).join(' '),
+  };
   delete env.TEST_DATABASE_URL;
   if (databaseUrl) env.TEST_DATABASE_URL = databaseUrl;
-  const run = spawnSync(process.execPath, [require.resolve('jest/bin/jest'), '--json', `--outputFile=${results}`, ...args], { cwd: root, stdio: 'inherit', env });
+  const run = spawnSync(process.execPath, [require.resolve('jest/bin/jest'), '--json', `--outputFile=${results}`, ...args], {
+    cwd: root,
+    stdio: 'inherit',
+    env,
+  });
   const counts = { passed: 0, failed: 0, skipped: 0 };
   try {
     const summary = JSON.parse(readFileSync(results, 'utf8'));
@@ -47,7 +54,9 @@ function jest(args, databaseUrl) {
   // A failure outside any test (global setup or teardown, say) still fails the run.
   if (run.status !== 0 && counts.failed === 0) counts.failed = 1;
   counts.ms = Date.now() - started;
-  console.log(`\nTests on ${databaseUrl ? 'the PostgreSQL server' : 'embedded PostgreSQL'}${args.length ? ` (${args.join(' ')})` : ''}, in ${duration(counts.ms)}:`);
+  console.log(
+    `\nTests on ${databaseUrl ? 'the PostgreSQL server' : 'embedded PostgreSQL'}${args.length ? ` (${args.join(' ')})` : ''}, in ${duration(counts.ms)}:`,
+  );
   console.log(line(counts));
   return counts;
 }
@@ -57,9 +66,17 @@ function line({ passed, failed, skipped }) {
 }
 
 function serverAnswers(url) {
-  const probe = spawnSync(process.execPath, ['-e', `
+  const probe = spawnSync(
+    process.execPath,
+    [
+      '-e',
+      `
     const c = new (require('pg').Client)({ connectionString: process.argv[1], connectionTimeoutMillis: 3000 });
-    c.connect().then(() => c.end()).then(() => process.exit(0), () => process.exit(1));`, url], { cwd: root });
+    c.connect().then(() => c.end()).then(() => process.exit(0), () => process.exit(1));`,
+      url,
+    ],
+    { cwd: root },
+  );
   return probe.status === 0;
 }
 
@@ -72,10 +89,15 @@ if (process.env.TEST_DATABASE_URL) {
   runs.push(jest(args, null));
 } else {
   runs.push(jest(args, null));
-  if (serverAnswers(DEFAULT_SERVER)) runs.push(jest([...args, ...DATABASE_SENSITIVE, '--testPathIgnorePatterns', '/node_modules/', ...EMBEDDED_ONLY], DEFAULT_SERVER));
+  if (serverAnswers(DEFAULT_SERVER))
+    runs.push(jest([...args, ...DATABASE_SENSITIVE, '--testPathIgnorePatterns', '/node_modules/', ...EMBEDDED_ONLY], DEFAULT_SERVER));
   else console.log(`\nNo PostgreSQL server answers at ${DEFAULT_SERVER}; the database-sensitive tests ran on the embedded database only.`);
 }
-const total = runs.reduce((sum, r) => ({ passed: sum.passed + r.passed, failed: sum.failed + r.failed, skipped: sum.skipped + r.skipped }), { passed: 0, failed: 0, skipped: 0 });
+const total = runs.reduce((sum, r) => ({ passed: sum.passed + r.passed, failed: sum.failed + r.failed, skipped: sum.skipped + r.skipped }), {
+  passed: 0,
+  failed: 0,
+  skipped: 0,
+});
 // The last line stays the counts CI reads.
 console.log(`\nSuite finished in ${duration(Date.now() - started)}${runs.length > 1 ? ` (${runs.map((r) => duration(r.ms)).join(' + ')})` : ''}.`);
 console.log(`${runs.length > 1 ? 'All runs:\n' : ''}${line(total)}`);

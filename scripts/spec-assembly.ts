@@ -21,11 +21,18 @@ export interface AssembledSpec {
 }
 
 const readYaml = (file: string): Json => YAML.parse(readFileSync(file, 'utf8')) ?? {};
-const yamlFiles = (dir: string) => readdirSync(dir).filter((f) => f.endsWith('.yml')).sort();
+const yamlFiles = (dir: string) =>
+  readdirSync(dir)
+    .filter((f) => f.endsWith('.yml'))
+    .sort();
 const pointerEscape = (key: string) => key.replace(/~/g, '~0').replace(/\//g, '~1');
 
 /** `access_request.resolved` → `AccessRequestResolved`: the stem of its data and envelope schema names. */
-export const eventSchemaStem = (type: string) => type.split(/[._]/).map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join('');
+export const eventSchemaStem = (type: string) =>
+  type
+    .split(/[._]/)
+    .map((w) => w.charAt(0).toUpperCase() + w.slice(1))
+    .join('');
 
 function assemblePaths(source: string, root: Json, problems: string[]): void {
   if (root.paths) problems.push('openapi.yml: paths are assembled from paths/*.yml; the root lists none');

@@ -112,7 +112,10 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
     app.use((req, res) => router.handle(req, res));
     app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => sendError(req, res, err));
   }
-  const dispatch = registry.engines.length > 0 ? (req: Request, res: Response) => app(req, res, lastResort(req, res)) : (req: Request, res: Response) => void router.handle(req, res);
+  const dispatch =
+    registry.engines.length > 0
+      ? (req: Request, res: Response) => app(req, res, lastResort(req, res))
+      : (req: Request, res: Response) => void router.handle(req, res);
   // Bodies are read by the router, per operation, once the caller is known.
   const route = (req: Request, res: Response) => assets(req, res, () => dispatch(req, res));
 

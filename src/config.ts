@@ -133,7 +133,10 @@ function encryptionKeys(env: Env, dataDir: string, required: string | null): { c
     return { current: current as Buffer, older };
   }
   if (env.ENCRYPTION_KEY) return { current: parseKey(env.ENCRYPTION_KEY, 'ENCRYPTION_KEY'), older: [] };
-  if (required) throw new ConfigError(`ENCRYPTION_KEY is required ${required}. Make one once (openssl rand -hex 32), keep it with your secrets, and give the same one to every replica.`);
+  if (required)
+    throw new ConfigError(
+      `ENCRYPTION_KEY is required ${required}. Make one once (openssl rand -hex 32), keep it with your secrets, and give the same one to every replica.`,
+    );
   const file = join(dataDir, 'encryption.key');
   if (existsSync(file)) return { current: parseKey(readFileSync(file, 'utf8'), file), older: [] };
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
@@ -146,7 +149,10 @@ function encryptionKeys(env: Env, dataDir: string, required: string | null): { c
 function hostList(env: Env, name: string, fallback: readonly string[]): readonly string[] {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
-  const hosts = raw.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean);
+  const hosts = raw
+    .split(',')
+    .map((h) => h.trim().toLowerCase())
+    .filter(Boolean);
   const bad = hosts.find((h) => !/^[a-z0-9.-]+$|^\[[0-9a-f:.]+\]$/.test(h));
   if (bad !== undefined || hosts.length === 0) throw new ConfigError(`${name} must be a comma-separated list of host names; got "${raw}".`);
   return hosts;
@@ -155,21 +161,26 @@ function hostList(env: Env, name: string, fallback: readonly string[]): readonly
 function originList(env: Env, name: string): readonly string[] {
   const raw = env[name];
   if (raw === undefined || raw === '') return [];
-  return raw.split(',').map((o) => o.trim()).filter(Boolean).map((o) => {
-    let origin: string;
-    try {
-      origin = new URL(o).origin;
-    } catch {
-      throw new ConfigError(`${name} must be a comma-separated list of origins (https://app.example.com); got "${raw}".`);
-    }
-    if (origin === 'null' || origin !== o.replace(/\/+$/, '')) throw new ConfigError(`${name} must list origins only (scheme, host, port); got "${o}".`);
-    return origin;
-  });
+  return raw
+    .split(',')
+    .map((o) => o.trim())
+    .filter(Boolean)
+    .map((o) => {
+      let origin: string;
+      try {
+        origin = new URL(o).origin;
+      } catch {
+        throw new ConfigError(`${name} must be a comma-separated list of origins (https://app.example.com); got "${raw}".`);
+      }
+      if (origin === 'null' || origin !== o.replace(/\/+$/, '')) throw new ConfigError(`${name} must list origins only (scheme, host, port); got "${o}".`);
+      return origin;
+    });
 }
 
 function rateLimitStore(env: Env): 'memory' | 'postgres' | 'redis' {
   const store = oneOf(env, 'RATE_LIMIT_STORE', ['memory', 'postgres', 'redis'] as const, env.REDIS_URL ? 'redis' : 'memory');
-  if (store === 'postgres' && !env.DATABASE_URL) throw new ConfigError('RATE_LIMIT_STORE=postgres needs DATABASE_URL (a PostgreSQL server shared by the replicas).');
+  if (store === 'postgres' && !env.DATABASE_URL)
+    throw new ConfigError('RATE_LIMIT_STORE=postgres needs DATABASE_URL (a PostgreSQL server shared by the replicas).');
   if (store === 'redis' && !env.REDIS_URL) throw new ConfigError('RATE_LIMIT_STORE=redis needs REDIS_URL.');
   return store;
 }
@@ -182,7 +193,10 @@ function trustProxy(env: Env): boolean | number | string[] {
   const raw = env.TRUST_PROXY?.trim();
   if (!raw || /^(false|off|no|0)$/i.test(raw)) return false;
   if (/^\d+$/.test(raw)) return Number(raw);
-  const entries = raw.split(',').map((e) => e.trim()).filter(Boolean);
+  const entries = raw
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean);
   const bad = entries.find((e) => !['loopback', 'linklocal', 'uniquelocal'].includes(e) && !isIP(e.split('/')[0] ?? ''));
   if (bad !== undefined) throw new ConfigError(`TRUST_PROXY must be a hop count or a comma-separated list of proxy addresses or CIDRs; got "${raw}".`);
   return entries;
@@ -209,7 +223,10 @@ function stripePrices(env: Env): Record<string, string> {
   const raw = env.STRIPE_PRICES?.trim();
   if (!raw) return {};
   const prices: Record<string, string> = {};
-  for (const entry of raw.split(',').map((e) => e.trim()).filter(Boolean)) {
+  for (const entry of raw
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)) {
     const match = /^([a-z][a-z0-9_]{0,39}):(month|year)=([A-Za-z0-9_]+)$/.exec(entry);
     if (!match) throw new ConfigError(`STRIPE_PRICES must list plan:interval=price_id pairs (team:month=price_123); got "${entry}".`);
     prices[`${match[1]}:${match[2]}`] = match[3] as string;
@@ -238,19 +255,23 @@ function webAppUrl(env: Env): string | null {
 function dnsServers(env: Env): readonly string[] {
   const raw = env.DNS_SERVERS?.trim();
   if (!raw) return [];
-  return raw.split(',').map((s) => s.trim()).filter(Boolean).map((server) => {
-    const bracketed = /^\[([0-9a-fA-F:.]+)\](?::(\d{1,5}))?$/.exec(server);
-    const plain = /^([0-9.]+)(?::(\d{1,5}))?$/.exec(server);
-    const bare6 = isIP(server) === 6 ? [server, server, undefined] : null;
-    const match = bracketed ?? plain ?? bare6;
-    const host = match?.[1] ?? '';
-    const port = match?.[2] === undefined ? null : Number(match[2]);
-    if (!match || isIP(host) === 0 || (port !== null && (port < 1 || port > 65535))) {
-      throw new ConfigError(`DNS_SERVERS must be a comma-separated list of IP addresses with optional ports (127.0.0.1:5353, [::1]:53); got "${server}".`);
-    }
-    if (port === null) return host;
-    return isIP(host) === 6 ? `[${host}]:${port}` : `${host}:${port}`;
-  });
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((server) => {
+      const bracketed = /^\[([0-9a-fA-F:.]+)\](?::(\d{1,5}))?$/.exec(server);
+      const plain = /^([0-9.]+)(?::(\d{1,5}))?$/.exec(server);
+      const bare6 = isIP(server) === 6 ? [server, server, undefined] : null;
+      const match = bracketed ?? plain ?? bare6;
+      const host = match?.[1] ?? '';
+      const port = match?.[2] === undefined ? null : Number(match[2]);
+      if (!match || isIP(host) === 0 || (port !== null && (port < 1 || port > 65535))) {
+        throw new ConfigError(`DNS_SERVERS must be a comma-separated list of IP addresses with optional ports (127.0.0.1:5353, [::1]:53); got "${server}".`);
+      }
+      if (port === null) return host;
+      return isIP(host) === 6 ? `[${host}]:${port}` : `${host}:${port}`;
+    });
 }
 
 export function loadConfig(env: Env = process.env): Config {

@@ -58,7 +58,13 @@ async function main(): Promise<void> {
 
   const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs);
   const secrets = secretBoxOf(config.encryptionKeys);
-  const { listen, drain, registry, deps, close: closeApp } = await createApp({ config, db: database.db, pool: database.pool, listen: database.listen, secrets, mailer, logger });
+  const {
+    listen,
+    drain,
+    registry,
+    deps,
+    close: closeApp,
+  } = await createApp({ config, db: database.db, pool: database.pool, listen: database.listen, secrets, mailer, logger });
   const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger);
   dispatcher.start(config.outboxPollMs);
   const server: Server = await listen(config.port, config.host);

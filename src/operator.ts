@@ -25,7 +25,20 @@ export class OperatorError extends Error {
 async function audit(trx: Transaction<Database>, orgId: string, action: string, targetType: string, targetId: string, changes: Record<string, unknown>) {
   await trx
     .insertInto('audit_log')
-    .values({ id: newId('auditEvent'), org_id: orgId, actor_type: 'operator', actor_id: null, actor_user_id: null, action, target_type: targetType, target_id: targetId, changes: JSON.stringify(changes), ip: null, user_agent: null, request_id: null })
+    .values({
+      id: newId('auditEvent'),
+      org_id: orgId,
+      actor_type: 'operator',
+      actor_id: null,
+      actor_user_id: null,
+      action,
+      target_type: targetType,
+      target_id: targetId,
+      changes: JSON.stringify(changes),
+      ip: null,
+      user_agent: null,
+      request_id: null,
+    })
     .execute();
 }
 
@@ -96,7 +109,8 @@ async function createTokenIn(trx: Transaction<Database>, input: TokenInput, perm
   const expiresAt = input.expiresInDays ? new Date(Date.now() + input.expiresInDays * 86_400_000) : null;
   const minted = await mintApiToken(trx, { orgId: input.orgId, userId: member.user_id, name: input.name, permissions, expiresAt }).catch((err) => {
     // A person's live tokens in one organization have distinct names.
-    if (isUniqueViolation(err, 'api_tokens_owner_name_key')) throw new OperatorError(`${input.user} already has a token named "${input.name}" in ${input.orgId}; choose another --name or revoke that one.`);
+    if (isUniqueViolation(err, 'api_tokens_owner_name_key'))
+      throw new OperatorError(`${input.user} already has a token named "${input.name}" in ${input.orgId}; choose another --name or revoke that one.`);
     throw err;
   });
   await audit(trx, input.orgId, 'api_token.created', 'api_token', minted.id, { name: input.name, user_id: member.user_id, permissions });
@@ -151,13 +165,34 @@ export async function bootstrap(db: Db, input: BootstrapInput & { onlyIfEmpty?: 
     const done = await trx.selectFrom('settings').select('value').where('key', '=', BOOTSTRAP_KEY).executeTakeFirst();
     if (done) {
       const value = done.value as { organization_id: string; user_id: string };
-      return { created: false, base_url: input.baseUrl, organization_id: value.organization_id, user_id: value.user_id, api_token: null, api_token_expires_at: null };
+      return {
+        created: false,
+        base_url: input.baseUrl,
+        organization_id: value.organization_id,
+        user_id: value.user_id,
+        api_token: null,
+        api_token_expires_at: null,
+      };
     }
     if (input.onlyIfEmpty && (await trx.selectFrom('organizations').select('id').limit(1).executeTakeFirst())) return null;
     const org = await createOrganizationIn(trx, { name: input.organizationName, ownerEmail: input.email });
-    const token = await createTokenIn(trx, { orgId: org.organization_id, user: org.user_id, name: 'bootstrap', permissions: 'all', expiresInDays: input.tokenDays || null }, [...PERMISSIONS]);
-    await trx.insertInto('settings').values({ key: BOOTSTRAP_KEY, value: JSON.stringify({ ...org, token_id: token.token_id }) }).execute();
-    return { created: true, base_url: input.baseUrl, organization_id: org.organization_id, user_id: org.user_id, api_token: token.api_token, api_token_expires_at: token.expires_at };
+    const token = await createTokenIn(
+      trx,
+      { orgId: org.organization_id, user: org.user_id, name: 'bootstrap', permissions: 'all', expiresInDays: input.tokenDays || null },
+      [...PERMISSIONS],
+    );
+    await trx
+      .insertInto('settings')
+      .values({ key: BOOTSTRAP_KEY, value: JSON.stringify({ ...org, token_id: token.token_id }) })
+      .execute();
+    return {
+      created: true,
+      base_url: input.baseUrl,
+      organization_id: org.organization_id,
+      user_id: org.user_id,
+      api_token: token.api_token,
+      api_token_expires_at: token.expires_at,
+    };
   });
 }
 
@@ -190,7 +225,11 @@ export async function resealSecrets(db: Db, secrets: SecretBox, columns: readonl
   const report: ResealReport = { resealed: 0, current: 0, unreadable: [] };
   const untyped = db as unknown as Kysely<any>;
   for (const { table, column, context, key = ['id'] } of columns) {
-    const rows = (await untyped.selectFrom(table).select([...key, column]).where(column, 'is not', null).execute()) as Record<string, string>[];
+    const rows = (await untyped
+      .selectFrom(table)
+      .select([...key, column])
+      .where(column, 'is not', null)
+      .execute()) as Record<string, string>[];
     for (const row of rows) {
       const id = key.map((k) => row[k]).join(':');
       const sealed = row[column] as string;
@@ -206,7 +245,10 @@ export async function resealSecrets(db: Db, secrets: SecretBox, columns: readonl
         continue;
       }
       // Conditional on the value read, so a concurrent change to the secret is never overwritten.
-      let update = untyped.updateTable(table).set({ [column]: secrets.seal(plain, context(id)) }).where(column, '=', sealed);
+      let update = untyped
+        .updateTable(table)
+        .set({ [column]: secrets.seal(plain, context(id)) })
+        .where(column, '=', sealed);
       for (const k of key) update = update.where(k, '=', row[k]);
       await update.execute();
       report.resealed += 1;

@@ -18,11 +18,21 @@ import { COUNT, measure, startBenchApp, type BenchApp, type Latency } from './su
 const SIZES = [1_000, 1_000_000] as const;
 const LIMIT = 50;
 const DEADLINE_S = Math.min(3600, Math.max(60, Number(process.env.BENCH_DEADLINE_SECONDS ?? 900)));
-const ACTIONS = ['team.created', 'team.member_added', 'member.roles_updated', 'invite.created', 'connection.created', 'toolbox.updated', 'restriction.updated', 'role.created', 'org_domain.created', 'connector.updated'];
+const ACTIONS = [
+  'team.created',
+  'team.member_added',
+  'member.roles_updated',
+  'invite.created',
+  'connection.created',
+  'toolbox.updated',
+  'restriction.updated',
+  'role.created',
+  'org_domain.created',
+  'connector.updated',
+];
 
 let scratch: ScratchDatabase | null = null;
 let app: BenchApp | null = null;
-
 
 let cleaning: Promise<void> | null = null;
 function cleanup(): Promise<void> {
@@ -95,12 +105,22 @@ async function main(): Promise<void> {
     await seed(database.db, org.orgId, userIds, seeded + 1, size, SIZES[1]);
     if (size === SIZES[1]) await seed(database.db, neighbour.orgId, [neighbour.ownerId], 1, 100_000, 100_000, 1);
     seeded = size;
-    const count = await database.db.selectFrom('audit_log').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', org.orgId).executeTakeFirstOrThrow();
+    const count = await database.db
+      .selectFrom('audit_log')
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .where('org_id', '=', org.orgId)
+      .executeTakeFirstOrThrow();
     // The entry 90% of the way down, newest first: its cursor opens a page deep in.
     const deepAt = Math.floor(size * 0.9);
     const { id: deepId } = await database.db
-      .selectFrom('audit_log').select('id').where('org_id', '=', org.orgId)
-      .orderBy('created_at', 'desc').orderBy('id', 'desc').offset(deepAt).limit(1).executeTakeFirstOrThrow();
+      .selectFrom('audit_log')
+      .select('id')
+      .where('org_id', '=', org.orgId)
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc')
+      .offset(deepAt)
+      .limit(1)
+      .executeTakeFirstOrThrow();
     console.log(`\n${Number(count.n).toLocaleString('en')} entries for the organization (seeded in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
     const first = await measure(() => get(`limit=${LIMIT}`));
     console.log(row('first page', first));
@@ -110,8 +130,14 @@ async function main(): Promise<void> {
     console.log(row('first page, action=team.*', family));
     results[size] = { first, deep, family };
     if (process.env.BENCH_EXPLAIN === '1') {
-      for (const [label, after] of [['first page', undefined], ['deep page', deepId]] as const) {
-        const plan = await listEntriesQuery(database.db, org.orgId, new Date(Date.now() - 90 * 86_400_000), { limit: LIMIT, after }, {}).explain('text', sql`analyze, buffers`);
+      for (const [label, after] of [
+        ['first page', undefined],
+        ['deep page', deepId],
+      ] as const) {
+        const plan = await listEntriesQuery(database.db, org.orgId, new Date(Date.now() - 90 * 86_400_000), { limit: LIMIT, after }, {}).explain(
+          'text',
+          sql`analyze, buffers`,
+        );
         console.log(`  plan, ${label}:\n${plan.map((r) => `    ${String(Object.values(r)[0])}`).join('\n')}`);
       }
     }
@@ -119,7 +145,9 @@ async function main(): Promise<void> {
   const [small, large] = SIZES;
   const a = results[small]!;
   const b = results[large]!;
-  console.log(`\np50 at ${large.toLocaleString('en')} / at ${small.toLocaleString('en')}: first page ${(b.first.p50 / a.first.p50).toFixed(2)}×, deep page ${(b.deep.p50 / a.deep.p50).toFixed(2)}×, action=team.* ${(b.family.p50 / a.family.p50).toFixed(2)}×`);
+  console.log(
+    `\np50 at ${large.toLocaleString('en')} / at ${small.toLocaleString('en')}: first page ${(b.first.p50 / a.first.p50).toFixed(2)}×, deep page ${(b.deep.p50 / a.deep.p50).toFixed(2)}×, action=team.* ${(b.family.p50 / a.family.p50).toFixed(2)}×`,
+  );
   console.log(`deep page / first page at ${large.toLocaleString('en')}: ${(b.deep.p50 / b.first.p50).toFixed(2)}×`);
   clearTimeout(deadline);
 }

@@ -32,7 +32,10 @@ app.post('/mcp', (req, res) => {
       const chunks: Buffer[] = [];
       answer.on('data', (chunk: Buffer) => chunks.push(chunk));
       answer.on('end', () => {
-        res.status(answer.statusCode ?? 502).type(answer.headers['content-type'] ?? 'application/json').send(Buffer.concat(chunks));
+        res
+          .status(answer.statusCode ?? 502)
+          .type(answer.headers['content-type'] ?? 'application/json')
+          .send(Buffer.concat(chunks));
       });
     },
   );

@@ -61,9 +61,13 @@ async function main() {
     { label: 'warm (API, from cache)', ...(await measure(listViaApi)) },
   ];
   const floor = results[0]!.p50;
-  console.log(`listConnectionTools, ${COUNT} sequential requests per target, upstream with ${TOOLS} tools in pages of 20, ${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}:`);
+  console.log(
+    `listConnectionTools, ${COUNT} sequential requests per target, upstream with ${TOOLS} tools in pages of 20, ${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}:`,
+  );
   for (const r of results) {
-    console.log(`  ${r.label.padEnd(34)} p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms   p50 ${(r.p50 / floor).toFixed(2)}× direct`);
+    console.log(
+      `  ${r.label.padEnd(34)} p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms   p50 ${(r.p50 / floor).toFixed(2)}× direct`,
+    );
   }
 
   await close();

@@ -182,7 +182,10 @@ async function throughputRounds(targets: { run: () => Promise<void>; procs: Proc
 /** BENCH_PROFILE_OUT: a directory to write the control plane's .cpuprofile to (open it in Chrome DevTools or speedscope). */
 const PROFILE_DIR = process.env.BENCH_PROFILE_OUT ? resolve(process.env.BENCH_PROFILE_OUT) : null;
 
-const loads = () => loadavg().map((l) => l.toFixed(2)).join(' ');
+const loads = () =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 
 async function main(): Promise<void> {
   const cpu = cpus();
@@ -191,25 +194,42 @@ async function main(): Promise<void> {
   const scratch = await createScratchDatabase();
   atCleanup(() => scratch.drop());
 
-  const peers = startChild('the upstream peers', tsxArgs('scripts/bench/upstream-peers.ts'), { NODE_ENV: 'production', BENCH_CONNECTIONS: String(CONNECTIONS), BENCH_TOOLS: String(TOOLS), BENCH_UPSTREAM_KEY: KEY }, 'pipe');
+  const peers = startChild(
+    'the upstream peers',
+    tsxArgs('scripts/bench/upstream-peers.ts'),
+    { NODE_ENV: 'production', BENCH_CONNECTIONS: String(CONNECTIONS), BENCH_TOOLS: String(TOOLS), BENCH_UPSTREAM_KEY: KEY },
+    'pipe',
+  );
   const { urls } = JSON.parse(await firstLine(peers)) as { urls: string[] };
   if (urls.length !== CONNECTIONS) throw new Error(`the upstream peers started ${urls.length} servers, not ${CONNECTIONS}`);
   const upstreamMcp = urls.map((url) => `${new URL(url).origin}/mcp`);
   const floorPort = await freePort();
-  const floor = startChild('the bare proxy', tsxArgs('scripts/bench/bare-proxy.ts'), { NODE_ENV: 'production', PORT: String(floorPort), UPSTREAM_URL: upstreamMcp[0]!, UPSTREAM_KEY: KEY }, 'pipe');
+  const floor = startChild(
+    'the bare proxy',
+    tsxArgs('scripts/bench/bare-proxy.ts'),
+    { NODE_ENV: 'production', PORT: String(floorPort), UPSTREAM_URL: upstreamMcp[0]!, UPSTREAM_KEY: KEY },
+    'pipe',
+  );
   await firstLine(floor);
 
   // src/main.ts migrates the database before it listens.
-  const server = await startRealServer(real.args, {
-    NODE_ENV: 'production',
-    DATABASE_URL: scratch.url,
-    ENCRYPTION_KEY: randomBytes(32).toString('hex'),
-    OUTBOUND_ALLOW_LOOPBACK: 'true',
-    CONNECTION_TOOLS_TTL_SECONDS: '3600',
-    RATE_LIMIT_REQUESTS: '10000000',
-  }, {}, PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []);
+  const server = await startRealServer(
+    real.args,
+    {
+      NODE_ENV: 'production',
+      DATABASE_URL: scratch.url,
+      ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+      OUTBOUND_ALLOW_LOOPBACK: 'true',
+      CONNECTION_TOOLS_TTL_SECONDS: '3600',
+      RATE_LIMIT_REQUESTS: '10000000',
+    },
+    {},
+    PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : [],
+  );
   const base = server.baseUrl;
-  console.log(`Control plane: ${real.how}, pid ${server.child.process.pid}; upstream peers: pid ${peers.process.pid}; PostgreSQL database ${scratch.name} on ${new URL(SERVER_URL).host}.`);
+  console.log(
+    `Control plane: ${real.how}, pid ${server.child.process.pid}; upstream peers: pid ${peers.process.pid}; PostgreSQL database ${scratch.name} on ${new URL(SERVER_URL).host}.`,
+  );
 
   // Seeding, through a handle of this process's own, closed before the measurements.
   const database: DatabaseHandle = await openDatabase({ url: scratch.url, poolSize: 2 });
@@ -227,13 +247,29 @@ async function main(): Promise<void> {
   }
   const minted = newMcpToken();
   const mcpId = newId('mcpServer');
-  await database.db.insertInto('mcp_servers').values({ id: mcpId, org_id: org.orgId, owner_user_id: org.ownerId, user_toolbox_id: 'utbx_dyn_all', name: 'Bench', token_hash: minted.hash, token_hint: minted.hint }).execute();
+  await database.db
+    .insertInto('mcp_servers')
+    .values({
+      id: mcpId,
+      org_id: org.orgId,
+      owner_user_id: org.ownerId,
+      user_toolbox_id: 'utbx_dyn_all',
+      name: 'Bench',
+      token_hash: minted.hash,
+      token_hint: minted.hint,
+    })
+    .execute();
   await closeDatabase();
 
   const rpc = (url: string, auth: string, body: object) => async () => {
     const res = await fetch(url, {
       method: 'POST',
-      headers: { authorization: `Bearer ${auth}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
+      headers: {
+        authorization: `Bearer ${auth}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-protocol-version': '2025-06-18',
+      },
       body: JSON.stringify(body),
     });
     const text = await res.text();
@@ -264,7 +300,8 @@ async function main(): Promise<void> {
   const [rd, rf, rv] = rounds.results as [(typeof rounds.results)[number], (typeof rounds.results)[number], (typeof rounds.results)[number]];
   const l = await measure(list);
 
-  const fmt = (r: { p50: number; p90: number; p99: number }) => `p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;
+  const fmt = (r: { p50: number; p90: number; p99: number }) =>
+    `p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`;
   const ms = (x: number | null) => (x === null ? '   n/a' : x.toFixed(3).padStart(6));
   const cpuLine = (c: CpuPerCall) => {
     const all = c.controlPlane === null || c.upstreams === null ? null : c.loadGenerator + c.controlPlane + c.upstreams + (c.postgres ?? 0);
@@ -277,14 +314,22 @@ async function main(): Promise<void> {
   console.log(`MCP endpoint, ${CALLS} tools/call requests per target, PostgreSQL; control plane, upstream peers and load generator in separate processes:`);
   console.log(`  tools/call direct (upstream)        ${fmt(d)}`);
   console.log(`  tools/call direct, SDK session      ${fmt(sdk)}`);
-  console.log(`  tools/call via a bare proxy         ${fmt(f)}   added p50 ${(f.p50 - d.p50).toFixed(2)} ms (the floor: Express, JSON, one kept-alive forward)`);
-  console.log(`  tools/call via control plane        ${fmt(v)}   added p50 ${(v.p50 - d.p50).toFixed(2)} ms   above the floor ${(v.p50 - f.p50).toFixed(2)} ms`);
-  console.log(`  throughput at ${CONCURRENCY} in flight          direct ${rd.rate.toFixed(0)} req/s   via control plane ${rv.rate.toFixed(0)} req/s   ratio ${(rv.rate / rd.rate).toFixed(2)}   (via the bare proxy ${rf.rate.toFixed(0)} req/s, ratio ${(rf.rate / rd.rate).toFixed(2)})`);
+  console.log(
+    `  tools/call via a bare proxy         ${fmt(f)}   added p50 ${(f.p50 - d.p50).toFixed(2)} ms (the floor: Express, JSON, one kept-alive forward)`,
+  );
+  console.log(
+    `  tools/call via control plane        ${fmt(v)}   added p50 ${(v.p50 - d.p50).toFixed(2)} ms   above the floor ${(v.p50 - f.p50).toFixed(2)} ms`,
+  );
+  console.log(
+    `  throughput at ${CONCURRENCY} in flight          direct ${rd.rate.toFixed(0)} req/s   via control plane ${rv.rate.toFixed(0)} req/s   ratio ${(rv.rate / rd.rate).toFixed(2)}   (via the bare proxy ${rf.rate.toFixed(0)} req/s, ratio ${(rf.rate / rd.rate).toFixed(2)})`,
+  );
   console.log(`  CPU per call in those bursts (ms, ${rounds.calls} calls each; /proc counts in 10 ms ticks; the bare proxy's in the control plane column):`);
   console.log(`    direct                            ${cpuLine(dc)}`);
   console.log(`    via the bare proxy                ${cpuLine(fc)}`);
   console.log(`    via control plane                 ${cpuLine(vc)}`);
-  console.log(`    added by the control plane path   load generator ${ms(added(dc.loadGenerator, vc.loadGenerator))}   control plane ${ms(added(dc.controlPlane, vc.controlPlane))}   upstream peers ${ms(added(dc.upstreams, vc.upstreams))}   postgres ${ms(added(dc.postgres, vc.postgres))}`);
+  console.log(
+    `    added by the control plane path   load generator ${ms(added(dc.loadGenerator, vc.loadGenerator))}   control plane ${ms(added(dc.controlPlane, vc.controlPlane))}   upstream peers ${ms(added(dc.upstreams, vc.upstreams))}   postgres ${ms(added(dc.postgres, vc.postgres))}`,
+  );
   // What one core per server would carry: the busiest server of the path bounds it (the load
   // generator is not part of the system; PostgreSQL is, but takes no call's path here).
   const bound = (servers: (number | null)[]) => (servers.some((x) => x === null) ? null : Math.max(...(servers as number[])));
@@ -292,13 +337,16 @@ async function main(): Promise<void> {
   const viaBound = bound([vc.controlPlane, vc.upstreams]);
   if (directBound !== null && viaBound !== null && directBound > 0 && viaBound > 0) {
     const floorBound = bound([fc.controlPlane, fc.upstreams]);
-    console.log(`  capacity with a core per server    direct ${(1000 / directBound).toFixed(0)} req/s (upstream bound)   via control plane ${(1000 / viaBound).toFixed(0)} req/s (${vc.controlPlane! >= vc.upstreams! ? 'control plane' : 'upstream'} bound)   ratio ${(directBound / viaBound).toFixed(2)}${floorBound ? `   (bare proxy ratio ${(directBound / floorBound).toFixed(2)})` : ''}`);
+    console.log(
+      `  capacity with a core per server    direct ${(1000 / directBound).toFixed(0)} req/s (upstream bound)   via control plane ${(1000 / viaBound).toFixed(0)} req/s (${vc.controlPlane! >= vc.upstreams! ? 'control plane' : 'upstream'} bound)   ratio ${(directBound / viaBound).toFixed(2)}${floorBound ? `   (bare proxy ratio ${(directBound / floorBound).toFixed(2)})` : ''}`,
+    );
   }
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);
 
   await stopChild(floor);
   await stopChild(server.child);
-  if (server.child.exitCode !== 0) console.log(`(the control plane exited with code ${server.child.exitCode} on SIGTERM: ${server.child.stderr.join('').slice(-500)})`);
+  if (server.child.exitCode !== 0)
+    console.log(`(the control plane exited with code ${server.child.exitCode} on SIGTERM: ${server.child.stderr.join('').slice(-500)})`);
   if (PROFILE_DIR) console.log(`The control plane's CPU profile (whole run, seeding included) is in ${PROFILE_DIR}.`);
   console.log(`Load average ${loads()} at the end.`);
 }

@@ -53,9 +53,20 @@ async function main() {
   for (let i = 0; i < 10; i += 1) {
     const id = newId('syntheticTool');
     syntheticIds.push(id);
-    await db.insertInto('synthetic_tools').values({
-      id, org_id: org.orgId, name: `Bench synthetic ${i}`, description: 'bench', input_schema: '{}', output_schema: null, steps: '[]', output: '{}', created_by_user_id: null,
-    }).execute();
+    await db
+      .insertInto('synthetic_tools')
+      .values({
+        id,
+        org_id: org.orgId,
+        name: `Bench synthetic ${i}`,
+        description: 'bench',
+        input_schema: '{}',
+        output_schema: null,
+        steps: '[]',
+        output: '{}',
+        created_by_user_id: null,
+      })
+      .execute();
   }
 
   const restrictionIds: string[] = [];
@@ -65,26 +76,48 @@ async function main() {
     const kind = i % 10;
     const synthetic = kind === 9 ? pick(syntheticIds, i) : null;
     const who = i % 5; // 0 everyone, 1 roles, 2 teams, 3 users, 4 groups the member is not in
-    await db.insertInto('restrictions').values({
-      id, org_id: org.orgId, name: `Bench restriction ${i}`, description: null,
-      match_connector_slug: synthetic || kind === 3 ? null : pick(CONNECTORS, i),
-      match_tool_pattern: synthetic || kind === 4 ? null : [`${pick(VERBS, i)}_*`, `*_${pick(NOUNS, i)}`, `${pick(VERBS, i)}_?${pick(NOUNS, i + 1).slice(1)}`, `*${pick(NOUNS, i).slice(0, 3)}*`][i % 4] as string,
-      match_synthetic_tool_id: synthetic,
-      effect: i % 5 === 1 ? 'deny' : 'require_approval',
-      applies_to_everyone: who === 0,
-      applies_to_role_ids: who === 1 ? [pick(roleIds, i), pick(foreignRoles, i)] : who === 4 ? [pick(foreignRoles, i)] : [],
-      applies_to_team_ids: who === 2 ? [pick(teamIds, i), pick(foreignTeams, i)] : who === 4 ? [pick(foreignTeams, i)] : [],
-      applies_to_user_ids: who === 3 ? [userId, otherId] : [],
-      is_active: i % 17 !== 0,
-      created_by_user_id: null,
-    }).execute();
+    await db
+      .insertInto('restrictions')
+      .values({
+        id,
+        org_id: org.orgId,
+        name: `Bench restriction ${i}`,
+        description: null,
+        match_connector_slug: synthetic || kind === 3 ? null : pick(CONNECTORS, i),
+        match_tool_pattern:
+          synthetic || kind === 4
+            ? null
+            : ([`${pick(VERBS, i)}_*`, `*_${pick(NOUNS, i)}`, `${pick(VERBS, i)}_?${pick(NOUNS, i + 1).slice(1)}`, `*${pick(NOUNS, i).slice(0, 3)}*`][
+                i % 4
+              ] as string),
+        match_synthetic_tool_id: synthetic,
+        effect: i % 5 === 1 ? 'deny' : 'require_approval',
+        applies_to_everyone: who === 0,
+        applies_to_role_ids: who === 1 ? [pick(roleIds, i), pick(foreignRoles, i)] : who === 4 ? [pick(foreignRoles, i)] : [],
+        applies_to_team_ids: who === 2 ? [pick(teamIds, i), pick(foreignTeams, i)] : who === 4 ? [pick(foreignTeams, i)] : [],
+        applies_to_user_ids: who === 3 ? [userId, otherId] : [],
+        is_active: i % 17 !== 0,
+        created_by_user_id: null,
+      })
+      .execute();
   }
   for (let i = 0; i < 20; i += 1) {
-    await db.insertInto('access_requests').values({
-      id: newId('accessRequest'), org_id: org.orgId, requester_user_id: userId, restriction_id: pick(restrictionIds, i * 7 + 1),
-      connector_slug: i % 2 === 0 ? pick(CONNECTORS, i) : null, tool_name: i % 4 === 0 ? `${pick(VERBS, i)}_${pick(NOUNS, i)}` : null, synthetic_tool_id: null,
-      reason: 'bench', status: 'approved', resolved_at: new Date(), exception_expires_at: i % 3 === 0 ? new Date(Date.now() + 3_600_000) : null,
-    }).execute();
+    await db
+      .insertInto('access_requests')
+      .values({
+        id: newId('accessRequest'),
+        org_id: org.orgId,
+        requester_user_id: userId,
+        restriction_id: pick(restrictionIds, i * 7 + 1),
+        connector_slug: i % 2 === 0 ? pick(CONNECTORS, i) : null,
+        tool_name: i % 4 === 0 ? `${pick(VERBS, i)}_${pick(NOUNS, i)}` : null,
+        synthetic_tool_id: null,
+        reason: 'bench',
+        status: 'approved',
+        resolved_at: new Date(),
+        exception_expires_at: i % 3 === 0 ? new Date(Date.now() + 3_600_000) : null,
+      })
+      .execute();
   }
 
   const now = new Date();
@@ -97,7 +130,8 @@ async function main() {
   for (let i = 0; i < TOOLS; i += 1) {
     if (i % 10 === 9) {
       tools.push({
-        kind: 'synthetic', id: pick(syntheticIds, i),
+        kind: 'synthetic',
+        id: pick(syntheticIds, i),
         steps: [0, 1, 2].map((s) => ({ connector_slug: pick(CONNECTORS, i + s), tool: `${pick(VERBS, i + s)}_${pick(NOUNS, i * 3 + s)}` })),
       });
     } else {
@@ -126,10 +160,14 @@ async function main() {
   const bestPerTool = perPass[0] as number;
 
   const applying = policy.restrictionIds.length;
-  console.log(`policy bench (${database.kind} database): ${RESTRICTIONS} restrictions, member with ${subject.roleIds.length} roles and ${subject.teamIds.length} teams, ${applying} restrictions apply to them`);
+  console.log(
+    `policy bench (${database.kind} database): ${RESTRICTIONS} restrictions, member with ${subject.roleIds.length} roles and ${subject.teamIds.length} teams, ${applying} restrictions apply to them`,
+  );
   console.log(`  subjectOf  p50 ${subjectTime.p50.toFixed(3)} ms  p90 ${subjectTime.p90.toFixed(3)} ms  p99 ${subjectTime.p99.toFixed(3)} ms  (${COUNT} runs)`);
   console.log(`  load       p50 ${loadTime.p50.toFixed(3)} ms  p90 ${loadTime.p90.toFixed(3)} ms  p99 ${loadTime.p99.toFixed(3)} ms  (${COUNT} runs)`);
-  console.log(`  evaluate   ${perTool.toFixed(2)} µs per tool (median pass; best ${bestPerTool.toFixed(2)})  (${tools.length} tools × ${passes} passes; ${listed} listed, ${held} of them held, ${callable} callable)`);
+  console.log(
+    `  evaluate   ${perTool.toFixed(2)} µs per tool (median pass; best ${bestPerTool.toFixed(2)})  (${tools.length} tools × ${passes} passes; ${listed} listed, ${held} of them held, ${callable} callable)`,
+  );
   console.log(`  a listing of 100 tools: load + 100 evaluations ≈ ${(loadTime.p50 + (perTool * 100) / 1000).toFixed(3)} ms`);
   await database.close();
 }

@@ -163,7 +163,10 @@ export function firstLine(child: Child): Promise<string> {
     const out = child.process.stdout;
     if (!out) return reject(new Error(`${child.name} has no stdout pipe`));
     let text = '';
-    const timer = setTimeout(() => fail(new Error(`${child.name} wrote no line within ${START_TIMEOUT_MS / 1000} s:\n${child.stderr.join('')}`)), START_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => fail(new Error(`${child.name} wrote no line within ${START_TIMEOUT_MS / 1000} s:\n${child.stderr.join('')}`)),
+      START_TIMEOUT_MS,
+    );
     const onData = (chunk: Buffer) => {
       text += chunk.toString('utf8');
       const end = text.indexOf('\n');
@@ -193,7 +196,9 @@ export function firstLine(child: Child): Promise<string> {
 /** CPU time (ms) a process has used, from /proc (Linux); null elsewhere. */
 export function cpuMs(pid: number): number | null {
   try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8')
+      .replace(/^.*\) /, '')
+      .split(' ');
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command; in ticks of 1/100 s.
     return (Number(fields[11]) + Number(fields[12])) * 10;
   } catch {
@@ -257,7 +262,12 @@ export interface RealServer {
 }
 
 /** The real server on a free port of 127.0.0.1 with a DATA_DIR of its own, once /health answers. */
-export async function startRealServer(args: string[], env: Record<string, string>, extra: Record<string, string> = {}, nodeArgs: string[] = []): Promise<RealServer> {
+export async function startRealServer(
+  args: string[],
+  env: Record<string, string>,
+  extra: Record<string, string> = {},
+  nodeArgs: string[] = [],
+): Promise<RealServer> {
   const port = await freePort();
   const dataDir = tempDir();
   const child = startChild('the real server', [...nodeArgs, ...args], {

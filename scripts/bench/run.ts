@@ -237,8 +237,14 @@ function areaOf(frame: { functionName: string; url: string }): string {
 
 const CONCERNS: [string, RegExp][] = [
   ['database client (kysely, pg)', /^(kysely|pg|pg-.*|postgres-.*|pgpass|split2)$/],
-  ['logging (pino, pino-http)', /^(pino|pino-.*|@pinojs\/.*|sonic-boom|fast-redact|quick-format-unescaped|thread-stream|safe-stable-stringify|atomic-sleep|on-exit-leak-free)$/],
-  ['openapi-backend + ajv', /^(openapi-backend|ajv|ajv-formats|fast-uri|fast-deep-equal|json-schema-traverse|lodash|bath-es5|mock-json-schema|openapi-schema-validator)$/],
+  [
+    'logging (pino, pino-http)',
+    /^(pino|pino-.*|@pinojs\/.*|sonic-boom|fast-redact|quick-format-unescaped|thread-stream|safe-stable-stringify|atomic-sleep|on-exit-leak-free)$/,
+  ],
+  [
+    'openapi-backend + ajv',
+    /^(openapi-backend|ajv|ajv-formats|fast-uri|fast-deep-equal|json-schema-traverse|lodash|bath-es5|mock-json-schema|openapi-schema-validator)$/,
+  ],
   ['helmet', /^helmet$/],
   ['rate limiter', /^rate-limiter-flexible$/],
   ['ids (ulid, crypto random)', /^ulid$/],
@@ -313,8 +319,14 @@ function summariseProfile(profile: CpuProfile, window: [number, number], label: 
 
 async function main(): Promise<void> {
   const cpu = cpus();
-  console.log(`Machine: ${cpu.length} CPU(s), ${cpu[0]?.model ?? 'unknown'}; ${(totalmem() / 2 ** 30).toFixed(1)} GiB; Node ${process.version} (${process.platform}/${process.arch}); load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} before the run`);
-  console.log(`Load: autocannon, ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s measured per target; servers are separate processes on ${HOST}.`);
+  console.log(
+    `Machine: ${cpu.length} CPU(s), ${cpu[0]?.model ?? 'unknown'}; ${(totalmem() / 2 ** 30).toFixed(1)} GiB; Node ${process.version} (${process.platform}/${process.arch}); load average ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')} before the run`,
+  );
+  console.log(
+    `Load: autocannon, ${CONNECTIONS} connections, ${WARMUP} s warm-up + ${DURATION} s measured per target; servers are separate processes on ${HOST}.`,
+  );
   const real = realServerArgs();
   const database = await createScratchDatabase();
   scratch = database;
@@ -380,7 +392,12 @@ async function main(): Promise<void> {
       c.query<{ id: string }>('select id from notification_destinations order by id offset $1 limit 1', [Math.floor(size / 2)]),
     );
     const first = await load(`real: list page 1 at ${size.toLocaleString('en')} rows`, listUrl, auth, server.child);
-    const deep = await load(`real: list page ${size / 100 + 1} at ${size.toLocaleString('en')} rows`, `${listUrl}&cursor=${cursorAfter(middle.rows[0]!.id)}`, auth, server.child);
+    const deep = await load(
+      `real: list page ${size / 100 + 1} at ${size.toLocaleString('en')} rows`,
+      `${listUrl}&cursor=${cursorAfter(middle.rows[0]!.id)}`,
+      auth,
+      server.child,
+    );
     rows.push(first, deep);
     lists[size] = first;
     lists[`${size} deep`] = deep;
@@ -389,7 +406,11 @@ async function main(): Promise<void> {
 
   // The floor: bare Express reading the same row with pg, nothing else.
   const floorPort = await freePort();
-  const floor = startChild('hello-express+pg', tsxArgs('scripts/bench/hello-express.ts'), { PORT: String(floorPort), NODE_ENV: 'production', DATABASE_URL: databaseUrl });
+  const floor = startChild('hello-express+pg', tsxArgs('scripts/bench/hello-express.ts'), {
+    PORT: String(floorPort),
+    NODE_ENV: 'production',
+    DATABASE_URL: databaseUrl,
+  });
   await waitUntilUp(floor, `http://${HOST}:${floorPort}/`);
   const floorUrl = `http://${HOST}:${floorPort}/notification-destination/${boot.organization_id}/${destination.id}`;
   const floorRead = await load('floor: bare Express + pg, the same row', floorUrl, {}, floor);
@@ -430,13 +451,17 @@ async function main(): Promise<void> {
     await stopChild(profiled.child);
     const profile = readProfile(profileDir);
     keepProfiles(profileDir, 'real');
-    if (profile) profiles.push(...summariseProfile(profile, profiledHealth.window, 'real /health'), ...summariseProfile(profile, profiledRead.window, 'real token read'));
+    if (profile)
+      profiles.push(...summariseProfile(profile, profiledHealth.window, 'real /health'), ...summariseProfile(profile, profiledRead.window, 'real token read'));
 
     const cores = (v: number | null) => (v === null ? 'n/a' : v.toFixed(2));
     const perRequest = (v: number | null, rps: number) => (v === null || rps === 0 ? 'n/a' : ((1000 * v) / rps).toFixed(3));
     diagnostics.push(
       'CPU while measuring (cores busy on average, and CPU ms per request; postgres = the backends serving the benchmark database):',
-      ...rows.map((r) => `  ${r.target.padEnd(50)} server ${cores(r.cpu.server)} (${perRequest(r.cpu.server, r.rps)} ms/req)  postgres ${cores(r.cpu.postgres)} (${perRequest(r.cpu.postgres, r.rps)} ms/req)  load generator ${cores(r.cpu.loadGenerator)}`),
+      ...rows.map(
+        (r) =>
+          `  ${r.target.padEnd(50)} server ${cores(r.cpu.server)} (${perRequest(r.cpu.server, r.rps)} ms/req)  postgres ${cores(r.cpu.postgres)} (${perRequest(r.cpu.postgres, r.rps)} ms/req)  load generator ${cores(r.cpu.loadGenerator)}`,
+      ),
       '',
       'Profiles (--cpu-prof):',
       ...profiles,
@@ -447,7 +472,9 @@ async function main(): Promise<void> {
   console.log('');
   console.log('');
   console.log(`Router (in this process, ${router.rounds} alternating rounds of ${router.lookups.toLocaleString('en')} lookups of GET ${router.path}):`);
-  console.log(`  ${router.full.operations} operations: ${fmt(router.full.ns, 0)} ns per lookup; ${router.small.operations} operations: ${fmt(router.small.ns, 0)} ns per lookup`);
+  console.log(
+    `  ${router.full.operations} operations: ${fmt(router.full.ns, 0)} ns per lookup; ${router.small.operations} operations: ${fmt(router.small.ns, 0)} ns per lookup`,
+  );
   console.log('');
   const [small, large] = LIST_SIZES;
   const goals = [
@@ -455,12 +482,24 @@ async function main(): Promise<void> {
     { name: '/health ≥ 0.8× baseline', ratio: health.rps / baseline.rps, need: 0.8, atLeast: true },
     { name: 'p99 < 5× p50 (authenticated read)', ratio: read.p99 / Math.max(read.p50, 1), need: 5, atLeast: false },
     { name: `list page 1: ${large / 1000}k rows vs ${small / 1000}k ≤ 1.2× time`, ratio: lists[small]!.rps / lists[large]!.rps, need: 1.2, atLeast: false },
-    { name: `list middle page: ${large / 1000}k vs ${small / 1000}k ≤ 1.2× time`, ratio: lists[`${small} deep`]!.rps / lists[`${large} deep`]!.rps, need: 1.2, atLeast: false },
-    { name: `router: ${router.full.operations} vs ${router.small.operations} operations ≤ 1.1× time`, ratio: router.full.ns / router.small.ns, need: 1.1, atLeast: false },
+    {
+      name: `list middle page: ${large / 1000}k vs ${small / 1000}k ≤ 1.2× time`,
+      ratio: lists[`${small} deep`]!.rps / lists[`${large} deep`]!.rps,
+      need: 1.2,
+      atLeast: false,
+    },
+    {
+      name: `router: ${router.full.operations} vs ${router.small.operations} operations ≤ 1.1× time`,
+      ratio: router.full.ns / router.small.ns,
+      need: 1.1,
+      atLeast: false,
+    },
   ];
   console.log('Goals:');
   for (const g of goals) console.log(`  ${g.name.padEnd(48)} ${fmt(g.ratio, 2)}×  ${(g.atLeast ? g.ratio >= g.need : g.ratio <= g.need) ? 'MET' : 'NOT MET'}`);
-  console.log(`  (the floor, bare Express + pg reading the same row, ran at ${fmt(floorRead.rps / baseline.rps, 2)}× baseline: the most any server doing one query per read can reach here)`);
+  console.log(
+    `  (the floor, bare Express + pg reading the same row, ran at ${fmt(floorRead.rps / baseline.rps, 2)}× baseline: the most any server doing one query per read can reach here)`,
+  );
   if (rows.some((r) => r.non2xx > 0 || r.errors > 0)) console.log('Warning: some requests failed (non-2xx or errors); the figures above include them.');
   if (diagnostics.length > 0) console.log(['', ...diagnostics].join('\n'));
 }

@@ -73,7 +73,15 @@ export async function startBenchApp(env: Record<string, string> = {}): Promise<B
     ...env,
   });
   const logger = pino({ level: 'silent' });
-  const { listen, deps, close } = await createApp({ config, db: database.db, pool: database.pool, listen: database.listen, secrets: secretBoxOf(config.encryptionKeys), mailer: createMailer(null, config.smtp.from, logger, 1000), logger });
+  const { listen, deps, close } = await createApp({
+    config,
+    db: database.db,
+    pool: database.pool,
+    listen: database.listen,
+    secrets: secretBoxOf(config.encryptionKeys),
+    mailer: createMailer(null, config.smtp.from, logger, 1000),
+    logger,
+  });
   const server = await listen(0, '127.0.0.1');
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   (config as { baseUrl: string }).baseUrl = base;
@@ -97,9 +105,29 @@ export async function startBenchApp(env: Record<string, string> = {}): Promise<B
 /** A custom connector with a bearer API key, visible to the whole organization: what the benches connect to. */
 export async function addApiKeyConnector(db: DatabaseHandle['db'], orgId: string, slug: string, name: string, mcpUrl: string): Promise<void> {
   await insertConnector(db, {
-    org_id: orgId, slug,
-    content: { name, description: null, icon_url: null, mcp_url: mcpUrl, transport: 'streamable_http', auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' }, tools: [], documentation: [] },
-    client_secret_enc: null, upstream_slug: null, upstream_version: null, linked_at: null, created_by_user_id: null,
+    org_id: orgId,
+    slug,
+    content: {
+      name,
+      description: null,
+      icon_url: null,
+      mcp_url: mcpUrl,
+      transport: 'streamable_http',
+      auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' },
+      tools: [],
+      documentation: [],
+    },
+    client_secret_enc: null,
+    upstream_slug: null,
+    upstream_version: null,
+    linked_at: null,
+    created_by_user_id: null,
   });
-  await shareResource(db, { orgId, resourceType: 'connector', resourceId: slug, share: { principal: { type: 'organization', id: orgId }, level: 'use' }, byUserId: null });
+  await shareResource(db, {
+    orgId,
+    resourceType: 'connector',
+    resourceId: slug,
+    share: { principal: { type: 'organization', id: orgId }, level: 'use' },
+    byUserId: null,
+  });
 }

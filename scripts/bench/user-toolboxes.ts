@@ -43,18 +43,51 @@ async function main() {
   for (let c = 0; c < CONNECTIONS; c += 1) {
     const id = newId('connection');
     const slug = `bench-c${String(c).padStart(2, '0')}`;
-    await database.db.insertInto('connections').values({
-      id, org_id: org.orgId, connector_slug: slug, owner_user_id: userId, name: slug, status: 'active', auth_type: 'none',
-      credentials_enc: null, last_used_at: null, last_error: null, oauth_client_enc: null, authorize_state_hash: null, authorize_enc: null, authorize_expires_at: null, status_reason: null,
-    }).execute();
-    await database.db.insertInto('connection_tools').values({ connection_id: id, tools: JSON.stringify(tools), fetched_at: new Date() }).execute();
+    await database.db
+      .insertInto('connections')
+      .values({
+        id,
+        org_id: org.orgId,
+        connector_slug: slug,
+        owner_user_id: userId,
+        name: slug,
+        status: 'active',
+        auth_type: 'none',
+        credentials_enc: null,
+        last_used_at: null,
+        last_error: null,
+        oauth_client_enc: null,
+        authorize_state_hash: null,
+        authorize_enc: null,
+        authorize_expires_at: null,
+        status_reason: null,
+      })
+      .execute();
+    await database.db
+      .insertInto('connection_tools')
+      .values({ connection_id: id, tools: JSON.stringify(tools), fetched_at: new Date() })
+      .execute();
   }
   for (let r = 0; r < RESTRICTIONS; r += 1) {
     // Two deny rules that hit the box (every tool_00* of bench-c00, tool_1* everywhere); the rest name other connectors.
-    const hits = r === 0 ? { match_connector_slug: 'bench-c00', match_tool_pattern: 'tool_00*' } : r === 1 ? { match_connector_slug: null, match_tool_pattern: 'tool_1*' } : { match_connector_slug: `other-${r}`, match_tool_pattern: '*_write' };
-    await database.db.insertInto('restrictions').values({
-      id: newId('restriction'), org_id: org.orgId, name: `r${r}`, ...hits, effect: r % 3 === 2 ? 'require_approval' : 'deny', applies_to_everyone: true, is_active: true,
-    }).execute();
+    const hits =
+      r === 0
+        ? { match_connector_slug: 'bench-c00', match_tool_pattern: 'tool_00*' }
+        : r === 1
+          ? { match_connector_slug: null, match_tool_pattern: 'tool_1*' }
+          : { match_connector_slug: `other-${r}`, match_tool_pattern: '*_write' };
+    await database.db
+      .insertInto('restrictions')
+      .values({
+        id: newId('restriction'),
+        org_id: org.orgId,
+        name: `r${r}`,
+        ...hits,
+        effect: r % 3 === 2 ? 'require_approval' : 'deny',
+        applies_to_everyone: true,
+        is_active: true,
+      })
+      .execute();
   }
 
   const resolve = async () => {
@@ -79,7 +112,11 @@ async function main() {
     await measured('policy (subjectOf + load)', policyNow),
     await measured('toolsOf', () => toolsOf(deps, box, policy)),
     // Every list fetched again upstream since the last call: each is read and parsed again.
-    await measured('toolsOf, every list refetched', () => toolsOf(deps, box, policy), () => database.db.updateTable('connection_tools').set({ fetched_at: new Date() }).execute()),
+    await measured(
+      'toolsOf, every list refetched',
+      () => toolsOf(deps, box, policy),
+      () => database.db.updateTable('connection_tools').set({ fetched_at: new Date() }).execute(),
+    ),
     await measured('resolve + policy + toolsOf', async () => toolsOf(deps, await resolve(), await policyNow())),
     await measured('GET /user-toolbox/utbx_dyn_all', get),
   ];
@@ -88,11 +125,15 @@ async function main() {
       `${COUNT} sequential runs per target, ${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}:`,
   );
   for (const r of results) {
-    console.log(`  ${r.label.padEnd(32)} p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`);
+    console.log(
+      `  ${r.label.padEnd(32)} p50 ${r.p50.toFixed(2).padStart(7)} ms   p90 ${r.p90.toFixed(2).padStart(7)} ms   p99 ${r.p99.toFixed(2).padStart(7)} ms`,
+    );
   }
   const all = results[4]!;
   const cold = results[3]!;
-  console.log(`  per tool (resolve + policy + toolsOf, p50): ${((all.p50 * 1000) / (CONNECTIONS * TOOLS)).toFixed(2)} µs; with every list refetched (toolsOf alone): ${((cold.p50 * 1000) / (CONNECTIONS * TOOLS)).toFixed(2)} µs`);
+  console.log(
+    `  per tool (resolve + policy + toolsOf, p50): ${((all.p50 * 1000) / (CONNECTIONS * TOOLS)).toFixed(2)} µs; with every list refetched (toolsOf alone): ${((cold.p50 * 1000) / (CONNECTIONS * TOOLS)).toFixed(2)} µs`,
+  );
 
   await close();
 }

@@ -22,9 +22,13 @@ export async function seatsInUse(
     .$if(exceptUserId !== null, (q) => q.where('m.user_id', '!=', exceptUserId as string))
     .where((eb) =>
       eb.exists(
-        eb.selectFrom('role_assignments as ra').innerJoin('roles as r', 'r.id', 'ra.role_id')
+        eb
+          .selectFrom('role_assignments as ra')
+          .innerJoin('roles as r', 'r.id', 'ra.role_id')
           .select(sql.lit(1).as('one'))
-          .whereRef('ra.org_id', '=', 'm.org_id').whereRef('ra.user_id', '=', 'm.user_id').where('r.seat_class', '=', 'billable'),
+          .whereRef('ra.org_id', '=', 'm.org_id')
+          .whereRef('ra.user_id', '=', 'm.user_id')
+          .where('r.seat_class', '=', 'billable'),
       ),
     )
     .executeTakeFirstOrThrow();
@@ -39,9 +43,12 @@ export async function seatsInUse(
         .$if(exceptInviteId !== null, (q) => q.where('i.id', '!=', exceptInviteId as string))
         .where((eb) =>
           eb.exists(
-            eb.selectFrom('invite_roles as ir').innerJoin('roles as r', 'r.id', 'ir.role_id')
+            eb
+              .selectFrom('invite_roles as ir')
+              .innerJoin('roles as r', 'r.id', 'ir.role_id')
               .select(sql.lit(1).as('one'))
-              .whereRef('ir.invite_id', '=', 'i.id').where('r.seat_class', '=', 'billable'),
+              .whereRef('ir.invite_id', '=', 'i.id')
+              .where('r.seat_class', '=', 'billable'),
           ),
         )
         .executeTakeFirstOrThrow();

@@ -147,11 +147,7 @@ export function sharedWithQuery(db: Executor, orgId: string, userId: string, res
         eb.and([eb('s.principal_type', '=', 'organization'), eb('s.principal_id', '=', orgId)]),
         eb.and([
           eb('s.principal_type', '=', 'team'),
-          eb(
-            's.principal_id',
-            'in',
-            eb.selectFrom('team_members as tm').select('tm.team_id').where('tm.org_id', '=', orgId).where('tm.user_id', '=', userId),
-          ),
+          eb('s.principal_id', 'in', eb.selectFrom('team_members as tm').select('tm.team_id').where('tm.org_id', '=', orgId).where('tm.user_id', '=', userId)),
         ]),
       ]),
     );

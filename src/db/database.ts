@@ -300,7 +300,9 @@ function lockDataDir(dataDir: string): () => void {
   } catch {
     const holder = Number(readFileSync(file, 'utf8').trim());
     if (holder && holder !== process.pid && processAlive(holder)) {
-      throw new DatabaseInUseError(`The embedded database in ${dataDir} is in use by process ${holder}. Stop it first, or set DATABASE_URL to use a PostgreSQL server.`);
+      throw new DatabaseInUseError(
+        `The embedded database in ${dataDir} is in use by process ${holder}. Stop it first, or set DATABASE_URL to use a PostgreSQL server.`,
+      );
     }
     writeFileSync(file, String(process.pid));
   }

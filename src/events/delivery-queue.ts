@@ -26,11 +26,29 @@ export interface RetryPolicy {
 }
 
 // perRecipient × the outbound deadline stays well under the lease, so a claim never expires mid-round.
-export const DEFAULT_RETRY_POLICY: RetryPolicy = { batchSize: 50, perRecipient: 3, concurrency: 8, maxAttempts: 8, leaseMs: 60_000, baseBackoffMs: 30_000, maxBackoffMs: 3_600_000 };
+export const DEFAULT_RETRY_POLICY: RetryPolicy = {
+  batchSize: 50,
+  perRecipient: 3,
+  concurrency: 8,
+  maxAttempts: 8,
+  leaseMs: 60_000,
+  baseBackoffMs: 30_000,
+  maxBackoffMs: 3_600_000,
+};
 
 /** Tables with the columns a delivery queue reads and writes. */
 export type DeliveryTable = {
-  [T in keyof Database]: Database[T] extends { id: unknown; status: unknown; attempts: unknown; last_attempt_at: unknown; next_attempt_at: unknown; last_error: unknown; delivered_at: unknown } ? T : never;
+  [T in keyof Database]: Database[T] extends {
+    id: unknown;
+    status: unknown;
+    attempts: unknown;
+    last_attempt_at: unknown;
+    next_attempt_at: unknown;
+    last_error: unknown;
+    delivered_at: unknown;
+  }
+    ? T
+    : never;
 }[keyof Database];
 
 export type SendOutcome = { status: 'ok'; error?: null } | { status: 'failed'; error: string } | 'skipped';

@@ -24,7 +24,10 @@ export function createMailer(smtpUrl: string | null, from: string, logger: Logge
     return {
       async send(message) {
         await transport.sendMail({ from, ...message });
-        logger.info({ email: { to: message.to, cc: message.cc, bcc: message.bcc, subject: message.subject } }, 'email written to the log (SMTP_URL is not set)');
+        logger.info(
+          { email: { to: message.to, cc: message.cc, bcc: message.bcc, subject: message.subject } },
+          'email written to the log (SMTP_URL is not set)',
+        );
       },
       close: () => transport.close(),
     };

@@ -102,7 +102,10 @@ export class OutboxDispatcher {
     }
     if (now.getTime() - this.lastRetention >= RETENTION_EVERY_MS) {
       this.lastRetention = now.getTime();
-      await this.db.deleteFrom('outbox').where('created_at', '<', new Date(now.getTime() - this.options.retentionMs)).execute();
+      await this.db
+        .deleteFrom('outbox')
+        .where('created_at', '<', new Date(now.getTime() - this.options.retentionMs))
+        .execute();
     }
     return result;
   }
@@ -146,7 +149,15 @@ export class OutboxDispatcher {
         .execute();
       if (events.length === 0) return 0;
       for (const consumer of this.consumers) await consumer.fanOut(trx, events, now);
-      await trx.updateTable('outbox').set({ delivered_at: now }).where('id', 'in', events.map((e) => e.id)).execute();
+      await trx
+        .updateTable('outbox')
+        .set({ delivered_at: now })
+        .where(
+          'id',
+          'in',
+          events.map((e) => e.id),
+        )
+        .execute();
       return events.length;
     });
   }

@@ -25,7 +25,11 @@ export async function sendSlackMessage(webhookUrl: string, text: string, policy:
     const res = await postJson(webhookUrl, { text }, policy, timeoutMs);
     if (res.status >= 200 && res.status < 300) return ok;
     // The status code only: the remote's status line and body are its words, not ours to repeat.
-    return { status: 'failed', error: `The webhook answered with HTTP status ${res.status}.`, detail: `webhook answered ${res.status}: ${res.body.slice(0, 300)}` };
+    return {
+      status: 'failed',
+      error: `The webhook answered with HTTP status ${res.status}.`,
+      detail: `webhook answered ${res.status}: ${res.body.slice(0, 300)}`,
+    };
   } catch (err) {
     return { status: 'failed', error: describeFailure(err), detail: err instanceof OutboundRefused ? err.detail : undefined };
   }
@@ -68,7 +72,13 @@ export interface SendingDeps {
 export async function sendToDestination(deps: SendingDeps, target: DestinationTarget, message: { subject: string; text: string }): Promise<DeliveryOutcome> {
   const prefix = target.config.subject_prefix ? `${target.config.subject_prefix} ` : '';
   if (target.type === 'email') {
-    return sendEmailMessage(deps.mailer, { to: target.config.to, cc: target.config.cc, bcc: target.config.bcc, subject: `${prefix}${message.subject}`, text: message.text });
+    return sendEmailMessage(deps.mailer, {
+      to: target.config.to,
+      cc: target.config.cc,
+      bcc: target.config.bcc,
+      subject: `${prefix}${message.subject}`,
+      text: message.text,
+    });
   }
   if (!target.webhook_url_enc) return { status: 'failed', error: 'No webhook URL is stored; set config.webhook_url.' };
   let url: string;

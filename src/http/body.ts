@@ -90,7 +90,10 @@ export function fromParserError(err: { type?: string; status?: number; limit?: n
 function undecodable(err: unknown): ApiError | null {
   const status = (err as { status?: unknown }).status;
   if (typeof status !== 'number' || status < 400 || status >= 500) return null;
-  return new ApiError('malformed_json', 'The body could not be decoded as its Content-Encoding says; send it compressed that way, or uncompressed without the header.');
+  return new ApiError(
+    'malformed_json',
+    'The body could not be decoded as its Content-Encoding says; send it compressed that way, or uncompressed without the header.',
+  );
 }
 
 function parseWith(parser: express.RequestHandler, req: Request, res: Response): Promise<unknown> {

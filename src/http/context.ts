@@ -218,23 +218,27 @@ export class RequestContext {
   async write<T>(change: (scope: WriteScope) => Promise<T>): Promise<T> {
     const action = this.operation.audit;
     if (!action) throw new Error(`${this.operationId} declares no x-audit; it cannot write.`);
-    const result = await this.commit(change, async (trx, details) => {
-      await trx
-        .insertInto('audit_log')
-        .values({
-          id: newId('auditEvent'),
-          org_id: this.org?.orgId ?? null,
-          ...auditActor(this.caller),
-          action,
-          target_type: details.targetType ?? action.slice(0, action.indexOf('.')),
-          target_id: details.targetId,
-          changes: JSON.stringify(details.changes ?? {}),
-          ip: this.client.ip,
-          user_agent: this.client.userAgent,
-          request_id: this.requestId,
-        })
-        .execute();
-    }, eventActor(this.caller));
+    const result = await this.commit(
+      change,
+      async (trx, details) => {
+        await trx
+          .insertInto('audit_log')
+          .values({
+            id: newId('auditEvent'),
+            org_id: this.org?.orgId ?? null,
+            ...auditActor(this.caller),
+            action,
+            target_type: details.targetType ?? action.slice(0, action.indexOf('.')),
+            target_id: details.targetId,
+            changes: JSON.stringify(details.changes ?? {}),
+            ip: this.client.ip,
+            user_agent: this.client.userAgent,
+            request_id: this.requestId,
+          })
+          .execute();
+      },
+      eventActor(this.caller),
+    );
     this.wrote = true;
     return result;
   }
@@ -265,14 +269,17 @@ export class RequestContext {
   ): Promise<T> {
     let events: WriteScope['events'] = [];
     const written = new WrittenTables();
-    const result = await this.db.withPlugin(written).transaction().execute(async (trx) => {
-      const scope = new WriteScope(trx, this.operationId, this.operation.events);
-      const value = await change(scope);
-      await audit(trx, scope.auditDetails ?? { targetId: null });
-      if (scope.events.length > 0) await appendEvents(trx, this.orgId, scope.events, actor);
-      events = scope.events;
-      return value;
-    });
+    const result = await this.db
+      .withPlugin(written)
+      .transaction()
+      .execute(async (trx) => {
+        const scope = new WriteScope(trx, this.operationId, this.operation.events);
+        const value = await change(scope);
+        await audit(trx, scope.auditDetails ?? { targetId: null });
+        if (scope.events.length > 0) await appendEvents(trx, this.orgId, scope.events, actor);
+        events = scope.events;
+        return value;
+      });
     // The acting organization's data is what a request changes (tenant isolation); a write
     // outside any organization may have changed any organization's.
     this.deps.afterCommit?.({ scope: this.org?.orgId ?? '', tables: written.tables });

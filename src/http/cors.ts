@@ -11,7 +11,16 @@
 import type { Response } from 'express';
 
 /** The request headers a browser may send on these paths: MCP's Streamable HTTP transport and OAuth's. */
-export const CORS_ALLOW_HEADERS = ['Authorization', 'Content-Type', 'MCP-Protocol-Version', 'Mcp-Method', 'Mcp-Name', 'Mcp-Session-Id', 'Last-Event-ID', 'X-Request-Id'].join(', ');
+export const CORS_ALLOW_HEADERS = [
+  'Authorization',
+  'Content-Type',
+  'MCP-Protocol-Version',
+  'Mcp-Method',
+  'Mcp-Name',
+  'Mcp-Session-Id',
+  'Last-Event-ID',
+  'X-Request-Id',
+].join(', ');
 /** The response headers a page may read: the bearer challenge leads to the metadata, Retry-After paces retries. */
 export const CORS_EXPOSE_HEADERS = ['WWW-Authenticate', 'Mcp-Session-Id', 'Retry-After', 'X-Request-Id'].join(', ');
 /** How long a browser may reuse a preflight's answer (Chromium caps it at 2 hours, Firefox at 24). */

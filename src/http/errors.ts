@@ -112,8 +112,7 @@ export function validationError(problems: ValidationProblem[], total = problems.
 export const notImplementedError = (operationId: string): ApiError =>
   new ApiError('not_implemented', `${operationId} is part of the contract but not built yet.`);
 
-export const notFound = (what: string, id: string): ApiError =>
-  new ApiError('not_found', `No ${what} ${id} in this organization.`);
+export const notFound = (what: string, id: string): ApiError => new ApiError('not_found', `No ${what} ${id} in this organization.`);
 
 /** Postgres unique-violation on the named constraint (works for pg and PGlite errors alike). */
 export function isUniqueViolation(err: unknown, constraint: string): boolean {

@@ -1,5 +1,13 @@
 import type { Request } from 'express';
-import { inactiveMember, loadMemberAccess, membershipStatus, type Authenticator, type Caller, type OrgAccess, type PresentedCredential } from '../identity/credentials';
+import {
+  inactiveMember,
+  loadMemberAccess,
+  membershipStatus,
+  type Authenticator,
+  type Caller,
+  type OrgAccess,
+  type PresentedCredential,
+} from '../identity/credentials';
 import type { CredentialCache } from '../identity/credential-cache';
 import type { Db } from '../db/database';
 import { isId } from '../lib/ids';
@@ -33,8 +41,7 @@ export interface Admitted {
   org: OrgAccess | null;
 }
 
-const requiresPerson = () =>
-  new ApiError('requires_person', 'This action is reserved for a person signed in to the web app; API tokens cannot do it.');
+const requiresPerson = () => new ApiError('requires_person', 'This action is reserved for a person signed in to the web app; API tokens cannot do it.');
 
 // The authenticators of an operation's security schemes, in the spec's order: the same for every request.
 const schemesOf = new WeakMap<OperationMeta, Authenticator[]>();
@@ -61,7 +68,10 @@ function authenticate(meta: OperationMeta, req: Request, credential: PresentedCr
   if (!reader) {
     const offered = schemes;
     return chain(deps.countFailure(req), () => {
-      throw new ApiError('invalid_token', `This operation takes ${offered.map((a) => a.describes).join(' or ') || 'no credential this server issues yet'}; the credential sent is none of them.`);
+      throw new ApiError(
+        'invalid_token',
+        `This operation takes ${offered.map((a) => a.describes).join(' or ') || 'no credential this server issues yet'}; the credential sent is none of them.`,
+      );
     });
   }
   return chain(deps.beforeLookup(req), () =>
@@ -109,7 +119,10 @@ function organizationFromHeader(req: Request, caller: Caller, deps: GuardDeps): 
       });
     }
     if (caller.kind === 'session' && org.requireMfa && !caller.secondFactorAt) {
-      throw new ApiError('mfa_setup_required', `Organization ${header} requires a second factor; verify one (POST /auth/mfa/verify) or enroll TOTP or a passkey first.`);
+      throw new ApiError(
+        'mfa_setup_required',
+        `Organization ${header} requires a second factor; verify one (POST /auth/mfa/verify) or enroll TOTP or a passkey first.`,
+      );
     }
     return org;
   });

@@ -47,7 +47,7 @@ type BodyOf<K extends OperationId, M, S> = M extends `${string}json` | 'applicat
 type RequestContent<K extends OperationId> = Op<K>['requestBody'] extends infer B ? (B extends { content: infer C } ? C : never) : never;
 type Body<K extends OperationId> = [RequestContent<K>] extends [never]
   ? undefined
-  : { [M in keyof RequestContent<K> & string]: BodyOf<K, M, RequestContent<K>[M]> }[keyof RequestContent<K> & string]
+  : | { [M in keyof RequestContent<K> & string]: BodyOf<K, M, RequestContent<K>[M]> }[keyof RequestContent<K> & string]
     | (undefined extends Op<K>['requestBody'] ? undefined : never);
 
 /** What a handler receives: parameters validated (and coerced) against the spec, and the body. */

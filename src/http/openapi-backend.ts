@@ -41,7 +41,13 @@ export function checkOpenApiBackend(lib: LibraryShape = installed()): void {
   expect(lib.OpenAPIBackend.prototype, 'init', 'OpenAPIBackend.prototype');
   expect(lib.OpenAPIBackend.prototype, 'validateDefinition', 'OpenAPIBackend.prototype');
   expect(lib.OpenAPIValidator, 'compileSchema', 'OpenAPIValidator');
-  for (const member of ['validateRequest', 'validateResponse', 'preCompileRequestValidators', 'preCompileResponseValidators', 'getRequestValidatorsForOperation']) {
+  for (const member of [
+    'validateRequest',
+    'validateResponse',
+    'preCompileRequestValidators',
+    'preCompileResponseValidators',
+    'getRequestValidatorsForOperation',
+  ]) {
     expect(lib.OpenAPIValidator.prototype, member, 'OpenAPIValidator.prototype');
   }
   for (const member of ['getOperations', 'parseRequest']) expect(lib.OpenAPIRouter.prototype, member, 'OpenAPIRouter.prototype');
@@ -176,7 +182,9 @@ export interface SpecValidator {
   validateRequest(
     req: RequestToValidate,
     operation: Operation,
-  ): { problems: ValidationProblem[]; total: number; raw: { params: Record<string, unknown>; query: Record<string, unknown> } } | { params: Record<string, unknown>; query: Record<string, unknown> };
+  ):
+    | { problems: ValidationProblem[]; total: number; raw: { params: Record<string, unknown>; query: Record<string, unknown> } }
+    | { params: Record<string, unknown>; query: Record<string, unknown> };
   /** What does not match the spec in a response body; empty when it matches. */
   validateResponse(body: unknown, operation: Operation, status: number): string[];
   /** Compiles every validator now (they are otherwise compiled on first use); throws on a schema Ajv refuses. */
@@ -229,7 +237,9 @@ function useQuickParse(router: ParsingRouter): void {
     if (table === undefined) {
       const query = (operation.parameters ?? []).filter((p) => !('$ref' in p) && p.in === 'query') as Array<{ content?: unknown; explode?: boolean }>;
       const simple = query.every((p) => !p.content && p.explode !== false);
-      table = simple ? splitPath(operation.path).flatMap((segment, i): Array<[number, string]> => (/^\{[^{}]+\}$/.test(segment) ? [[i, segment.slice(1, -1)]] : [])) : null;
+      table = simple
+        ? splitPath(operation.path).flatMap((segment, i): Array<[number, string]> => (/^\{[^{}]+\}$/.test(segment) ? [[i, segment.slice(1, -1)]] : []))
+        : null;
       positions.set(operation.operationId as string, table);
     }
     return table;
@@ -324,7 +334,10 @@ function loosenProtocolOperations(definition: { paths?: Record<string, Record<st
       declared.set(op.operationId as string, new Set(parameters.filter((p) => p.in === 'query' && p.name).map((p) => p.name as string)));
       const content = op.requestBody?.content as Record<string, { schema?: unknown }> | undefined;
       if (!content) continue;
-      op.requestBody = { ...op.requestBody, content: Object.fromEntries(Object.entries(content).map(([type, media]) => [type, { ...media, schema: acceptingUnknownMembers(media.schema) }])) };
+      op.requestBody = {
+        ...op.requestBody,
+        content: Object.fromEntries(Object.entries(content).map(([type, media]) => [type, { ...media, schema: acceptingUnknownMembers(media.schema) }])),
+      };
     }
   }
   return declared;
@@ -340,8 +353,10 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
   checkOpenApiBackend();
   if (!patched) {
     patched = true;
-    (OpenAPIValidator as unknown as { compileSchema: (ajv: { compile(schema: unknown): CompiledSchema }, schema: unknown) => unknown }).compileSchema = (ajv, schema) =>
-      keepingFewErrors(ajv.compile(decycleSchemas(schema)));
+    (OpenAPIValidator as unknown as { compileSchema: (ajv: { compile(schema: unknown): CompiledSchema }, schema: unknown) => unknown }).compileSchema = (
+      ajv,
+      schema,
+    ) => keepingFewErrors(ajv.compile(decycleSchemas(schema)));
   }
   const api = new OpenAPIBackend({ definition: documentForValidation(spec) as any, strict: true, quick: false, validate: false });
   // openapi-backend checks documents against the OpenAPI 3.0 meta-schema, which rejects 3.1;
@@ -393,13 +408,22 @@ export async function createSpecValidator(spec: OpenApiDocument): Promise<SpecVa
    * parameters, the same compiled validators, the same coercion and errors) without what it
    * spends per request on copying the request, lodash look-ups and empty-value filtering.
    */
-  function validateWithLibraryValidators(req: RequestToValidate, operation: Operation): { errors: ErrorObject[] | null; params: unknown; query: unknown; raw?: { params: Record<string, unknown>; query: Record<string, unknown> } } {
+  function validateWithLibraryValidators(
+    req: RequestToValidate,
+    operation: Operation,
+  ): { errors: ErrorObject[] | null; params: unknown; query: unknown; raw?: { params: Record<string, unknown>; query: Record<string, unknown> } } {
     if (Array.isArray(req.body)) {
       const id = operation.operationId as string;
       let cap = arrayCaps.get(id);
       if (cap === undefined) arrayCaps.set(id, (cap = arrayBodyCap(operation)));
       if (cap !== null && req.body.length > cap) {
-        const tooMany: ErrorObject = { keyword: 'maxItems', instancePath: '/requestBody', schemaPath: '#/requestBody', params: { limit: cap }, message: `must NOT have more than ${cap} items` };
+        const tooMany: ErrorObject = {
+          keyword: 'maxItems',
+          instancePath: '/requestBody',
+          schemaPath: '#/requestBody',
+          params: { limit: cap },
+          message: `must NOT have more than ${cap} items`,
+        };
         return { errors: [tooMany], params: undefined, query: req.query, raw: { params: {}, query: req.query } };
       }
     }

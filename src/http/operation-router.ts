@@ -101,7 +101,8 @@ export interface RouterDefinition {
 export async function createOperationRouter(deps: AppDeps, definition: RouterDefinition): Promise<OperationRouter> {
   const { operations, registry } = definition;
   // Errors of an operation in the format of the module that serves it (or of its tag's area).
-  const renderError = (operationId: string, error: ApiError, requestId: string, path: string) => registry.renderError(operationId, error, requestId, path, deps);
+  const renderError = (operationId: string, error: ApiError, requestId: string, path: string) =>
+    registry.renderError(operationId, error, requestId, path, deps);
   const validator = await createSpecValidator(definition.spec);
   const routes = new PathRouter<Route>();
   for (const [operationId, meta] of Object.entries(operations)) {
@@ -157,11 +158,18 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       headers[name] = Array.isArray(value) ? value.join(', ') : value;
     }
     if ('problems' in checked || missingFiles.length > 0) {
-      const problems = [...('problems' in checked ? checked.problems : []), ...missingFiles.map((part) => ({ in: 'body' as const, pointer: `/${part}`, message: 'is required' }))];
+      const problems = [
+        ...('problems' in checked ? checked.problems : []),
+        ...missingFiles.map((part) => ({ in: 'body' as const, pointer: `/${part}`, message: 'is required' })),
+      ];
       // A protocol operation answers its problems in its own protocol: its handler gets them.
       if (route.meta.protocol) {
         const raw = 'problems' in checked ? checked.raw : { params: checked.params, query: checked.query };
-        return { valid: false, problems: problems.slice(0, MAX_LISTED_PROBLEMS), raw: { params: raw.params ?? {}, query: raw.query ?? {}, headers, body: body.body } };
+        return {
+          valid: false,
+          problems: problems.slice(0, MAX_LISTED_PROBLEMS),
+          raw: { params: raw.params ?? {}, query: raw.query ?? {}, headers, body: body.body },
+        };
       }
       throw validationError(problems, ('problems' in checked ? checked.total : 0) + missingFiles.length);
     }
@@ -198,11 +206,21 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         return () => void listeners?.delete(listener);
       },
     };
-    const ctx = new RequestContext(deps, route.operationId, route.meta, state.requestId, () => state.log, admitted.caller, admitted.org, {
-      ip: clientIp(req) ?? null,
-      userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
-      accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
-    }, presence);
+    const ctx = new RequestContext(
+      deps,
+      route.operationId,
+      route.meta,
+      state.requestId,
+      () => state.log,
+      admitted.caller,
+      admitted.org,
+      {
+        ip: clientIp(req) ?? null,
+        userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
+        accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
+      },
+      presence,
+    );
     const handler = registry.handlers.get(route.operationId);
     if (!handler) throw notImplementedError(route.operationId);
     const result = await handler(input, ctx);
@@ -293,4 +311,3 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     },
   };
 }
-

@@ -52,7 +52,8 @@ export function keyedPageRequest(query: { limit?: number; cursor?: string }, val
   if (query.cursor === undefined) return { limit, after: undefined };
   const after = Buffer.from(query.cursor, 'base64url').toString('utf8');
   // A cursor is only ever one this server wrote: it must encode back to itself.
-  if (after === '' || cursorAfter(after) !== query.cursor || !valid(after)) throw new ApiError('invalid_cursor', 'The cursor does not belong to this list; start again without it.');
+  if (after === '' || cursorAfter(after) !== query.cursor || !valid(after))
+    throw new ApiError('invalid_cursor', 'The cursor does not belong to this list; start again without it.');
   return { limit, after };
 }
 
@@ -70,7 +71,11 @@ export function pageOfSorted<T>(items: readonly T[], key: (item: T) => string, r
  * cursor holds the last id and a fingerprint of the filters (400 `invalid_cursor` when they
  * differ, or when it is not a cursor of this list).
  */
-export function filteredPageRequest(query: { limit?: number; cursor?: string }, kind: IdKind, filters: Record<string, unknown>): PageRequest & { fingerprint: string } {
+export function filteredPageRequest(
+  query: { limit?: number; cursor?: string },
+  kind: IdKind,
+  filters: Record<string, unknown>,
+): PageRequest & { fingerprint: string } {
   const fingerprint = filterFingerprint(filters);
   const limit = query.limit ?? DEFAULT_LIMIT;
   if (query.cursor === undefined) return { limit, after: undefined, fingerprint };
@@ -82,7 +87,10 @@ export function filteredPageRequest(query: { limit?: number; cursor?: string }, 
 }
 
 function filterFingerprint(filters: Record<string, unknown>): string {
-  const defined = Object.keys(filters).sort().filter((k) => filters[k] !== undefined).map((k) => [k, filters[k]]);
+  const defined = Object.keys(filters)
+    .sort()
+    .filter((k) => filters[k] !== undefined)
+    .map((k) => [k, filters[k]]);
   return createHash('sha256').update(JSON.stringify(defined)).digest('base64url').slice(0, 12);
 }
 

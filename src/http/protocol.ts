@@ -76,13 +76,21 @@ function render(protocol: Protocol, problems: Problem[], options: RefusalOptions
       if (problems.every((p) => p.in === 'path')) {
         return { status: 404, contentType: 'application/scim+json', body: { schemas: [SCIM_ERROR], status: '404', detail: 'Resource not found.' } };
       }
-      return { status: 400, contentType: 'application/scim+json', body: { schemas: [SCIM_ERROR], status: '400', scimType: 'invalidValue', detail: description } };
+      return {
+        status: 400,
+        contentType: 'application/scim+json',
+        body: { schemas: [SCIM_ERROR], status: '400', scimType: 'invalidValue', detail: description },
+      };
     }
     case 'jsonrpc':
       return {
         status: 400,
         contentType: 'application/json',
-        body: { jsonrpc: '2.0', id: null, error: { code: JSON_RPC_INVALID_REQUEST, message: `Invalid Request: ${description}`, data: { problems: problems.slice(0, MAX_LISTED_PROBLEMS) } } },
+        body: {
+          jsonrpc: '2.0',
+          id: null,
+          error: { code: JSON_RPC_INVALID_REQUEST, message: `Invalid Request: ${description}`, data: { problems: problems.slice(0, MAX_LISTED_PROBLEMS) } },
+        },
       };
     // Browser flows (sign-in callbacks): their handlers show a page when they can; without one the Error object says what was wrong.
     case 'oidc':

@@ -22,8 +22,15 @@ function limiter(store: CounterStore, keyPrefix: string, points: number, duratio
   // counter store does not turn into an outage of the API.
   if (store.kind === 'postgres') {
     return new RateLimiterPostgres({
-      storeClient: store.pool, storeType: 'pool', tableName: 'rate_limits', tableCreated: true, clearExpiredByTimeout: true,
-      keyPrefix, points, duration, insuranceLimiter: memory,
+      storeClient: store.pool,
+      storeType: 'pool',
+      tableName: 'rate_limits',
+      tableCreated: true,
+      clearExpiredByTimeout: true,
+      keyPrefix,
+      points,
+      duration,
+      insuranceLimiter: memory,
     });
   }
   if (store.kind === 'redis') return new RateLimiterRedis({ storeClient: store.client, keyPrefix, points, duration, insuranceLimiter: memory });

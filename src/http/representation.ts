@@ -93,7 +93,12 @@ export function noneMatch(ifNoneMatch: string | undefined, etag: string): boolea
  * the client holds these bytes, else 200 with them, compressed when that pays and the client
  * accepts it.
  */
-export async function sendRepresentation(req: IncomingMessage, res: ServerResponse, representation: Representation, headers: Record<string, string | number | readonly string[]> = {}): Promise<void> {
+export async function sendRepresentation(
+  req: IncomingMessage,
+  res: ServerResponse,
+  representation: Representation,
+  headers: Record<string, string | number | readonly string[]> = {},
+): Promise<void> {
   for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
   const compressible = representation.compressible;
   const coding = compressible ? chooseCoding(req.headers['accept-encoding']) : null;

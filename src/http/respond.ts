@@ -51,7 +51,10 @@ export function sendError(req: Request, res: Response, err: unknown, render?: Er
   const state = requestState(req);
   let error = err instanceof ApiError ? err : fromParserError((err ?? {}) as { type?: string });
   if (!error && isUnstorableText(err)) {
-    error = new ApiError('validation_failed', 'A text value in the request contains the NUL character (U+0000), which cannot be stored; remove it and send the request again.');
+    error = new ApiError(
+      'validation_failed',
+      'A text value in the request contains the NUL character (U+0000), which cannot be stored; remove it and send the request again.',
+    );
   }
   if (!error && isDatabaseUnavailable(err)) {
     state.log.error({ err }, 'request failed: the database cannot be reached');
@@ -67,15 +70,21 @@ export function sendError(req: Request, res: Response, err: unknown, render?: Er
   }
   // A stream that failed before its first byte leaves its length behind; the error has its own.
   res.removeHeader('Content-Length');
-  const rendered = (state.operationId && render ? render(state.operationId, error, state.requestId, req.path) : null) ?? (error instanceof ProtocolRefusal ? error.rendered : null);
+  const rendered =
+    (state.operationId && render ? render(state.operationId, error, state.requestId, req.path) : null) ??
+    (error instanceof ProtocolRefusal ? error.rendered : null);
   for (const [name, value] of Object.entries({ ...error.options.headers, ...rendered?.headers })) res.setHeader(name, value);
   if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) {
-    res.setHeader('WWW-Authenticate', error.code === 'invalid_token'
-      ? 'Bearer realm="mcp-control-plane", error="invalid_token"'
-      : 'Bearer realm="mcp-control-plane"');
+    res.setHeader(
+      'WWW-Authenticate',
+      error.code === 'invalid_token' ? 'Bearer realm="mcp-control-plane", error="invalid_token"' : 'Bearer realm="mcp-control-plane"',
+    );
   }
   if (rendered) {
-    res.status(rendered.status).type(rendered.contentType).send(typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body));
+    res
+      .status(rendered.status)
+      .type(rendered.contentType)
+      .send(typeof rendered.body === 'string' ? rendered.body : JSON.stringify(rendered.body));
     return;
   }
   res.status(error.status).json(errorBody(error.code, error.detail, state.requestId, error.options.errors));

@@ -11,7 +11,15 @@ export const CREDENTIALS_CHANNEL = 'cp_credentials';
  * The tables whose triggers notify CREDENTIALS_CHANNEL: a write of this process that touches
  * none of them leaves the cache as it is (test/integration/written-tables.test.ts keeps the two lists equal).
  */
-export const CREDENTIAL_TABLES: ReadonlySet<string> = new Set(['api_tokens', 'sessions', 'memberships', 'roles', 'role_assignments', 'organizations', 'mcp_servers']);
+export const CREDENTIAL_TABLES: ReadonlySet<string> = new Set([
+  'api_tokens',
+  'sessions',
+  'memberships',
+  'roles',
+  'role_assignments',
+  'organizations',
+  'mcp_servers',
+]);
 
 // A credential's last use is written at most this often, as the authenticators do themselves.
 const USE_RESOLUTION_MS = 60_000;

@@ -126,7 +126,14 @@ const LAST_USED_RESOLUTION_MS = 60_000;
  * Records when a credential was last used, at most once a minute, and never waiting for it:
  * conditional, so concurrent requests (or several servers) write it once.
  */
-export function touchLastUsed(db: Db, table: 'api_tokens' | 'sessions' | 'mcp_servers', column: 'last_used_at' | 'last_seen_at', id: string, last: Date | null, now: Date): void {
+export function touchLastUsed(
+  db: Db,
+  table: 'api_tokens' | 'sessions' | 'mcp_servers',
+  column: 'last_used_at' | 'last_seen_at',
+  id: string,
+  last: Date | null,
+  now: Date,
+): void {
   if (last && now.getTime() - last.getTime() <= LAST_USED_RESOLUTION_MS) return;
   const stale = new Date(now.getTime() - LAST_USED_RESOLUTION_MS);
   void db
@@ -154,14 +161,28 @@ export const apiTokenAuthenticator: Authenticator = {
       .selectFrom('api_tokens as t')
       .leftJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 't.org_id').onRef('m.user_id', '=', 't.user_id'))
       .leftJoin('organizations as o', 'o.id', 't.org_id')
-      .select(['t.id', 't.org_id', 't.user_id', 't.permissions', 't.expires_at', 't.revoked_at', 't.last_used_at', 'm.status', 'o.require_mfa', ...rolesHeld('m')])
+      .select([
+        't.id',
+        't.org_id',
+        't.user_id',
+        't.permissions',
+        't.expires_at',
+        't.revoked_at',
+        't.last_used_at',
+        'm.status',
+        'o.require_mfa',
+        ...rolesHeld('m'),
+      ])
       .where('t.token_hash', '=', hashSecret(credential.secret))
       .executeTakeFirst();
     if (!token || token.revoked_at) return { status: 'invalid', detail: 'The API token is unknown or revoked.' };
     if (token.expires_at && token.expires_at <= now) return { status: 'invalid', detail: 'The API token has expired.' };
     // A token acts for its owner: it stops when they stop being an active member.
     if (token.status !== 'active' || token.require_mfa === null) {
-      return { status: 'invalid', detail: inactiveMember(token.status === 'suspended' || token.status === 'removed' ? token.status : 'none', token.org_id, 'This API token’s owner’s') };
+      return {
+        status: 'invalid',
+        detail: inactiveMember(token.status === 'suspended' || token.status === 'removed' ? token.status : 'none', token.org_id, 'This API token’s owner’s'),
+      };
     }
     touchLastUsed(db, 'api_tokens', 'last_used_at', token.id, token.last_used_at, now);
     return {
@@ -253,7 +274,13 @@ export function inactiveMember(status: 'suspended' | 'removed' | 'none', orgId: 
 
 /** Whether someone is an active member of an organization now. */
 export async function isActiveMember(db: Executor, orgId: string, userId: string): Promise<boolean> {
-  const row = await db.selectFrom('memberships').select('user_id').where('org_id', '=', orgId).where('user_id', '=', userId).where('status', '=', 'active').executeTakeFirst();
+  const row = await db
+    .selectFrom('memberships')
+    .select('user_id')
+    .where('org_id', '=', orgId)
+    .where('user_id', '=', userId)
+    .where('status', '=', 'active')
+    .executeTakeFirst();
   return row !== undefined;
 }
 

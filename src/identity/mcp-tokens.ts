@@ -53,13 +53,24 @@ export const mcpServerTokenAuthenticator: Authenticator = {
     }
     const mintedByToken = server.minted_by_token_id !== null;
     if (mintedByToken && (server.token_revoked_at || !server.token_permissions || (server.token_expires_at && server.token_expires_at <= now))) {
-      return { status: 'invalid', detail: 'The API token that minted this MCP server token was revoked or has expired; its owner can rotate the MCP server token (POST /user-toolbox/{id}/mcp/{mcpId}/rotate).' };
+      return {
+        status: 'invalid',
+        detail:
+          'The API token that minted this MCP server token was revoked or has expired; its owner can rotate the MCP server token (POST /user-toolbox/{id}/mcp/{mcpId}/rotate).',
+      };
     }
     // Remembered no longer than the earlier of the two expiries.
     const tokenExpiry = mintedByToken ? server.token_expires_at : null;
     const expiresAt = !tokenExpiry || (server.expires_at && server.expires_at <= tokenExpiry) ? server.expires_at : tokenExpiry;
     if (server.status !== 'active' || server.require_mfa === null) {
-      return { status: 'invalid', detail: inactiveMember(server.status === 'suspended' || server.status === 'removed' ? server.status : 'none', server.org_id, 'This MCP server’s owner’s') };
+      return {
+        status: 'invalid',
+        detail: inactiveMember(
+          server.status === 'suspended' || server.status === 'removed' ? server.status : 'none',
+          server.org_id,
+          'This MCP server’s owner’s',
+        ),
+      };
     }
     touchLastUsed(db, 'mcp_servers', 'last_used_at', server.id, server.last_used_at, now);
     return {
@@ -72,7 +83,11 @@ export const mcpServerTokenAuthenticator: Authenticator = {
         clientId: null,
         orgId: server.org_id,
         expiresAt,
-        access: { orgId: server.org_id, requireMfa: server.require_mfa, permissions: effectivePermissions(server, mintedByToken ? server.token_permissions : null) },
+        access: {
+          orgId: server.org_id,
+          requireMfa: server.require_mfa,
+          permissions: effectivePermissions(server, mintedByToken ? server.token_permissions : null),
+        },
       },
     };
   },

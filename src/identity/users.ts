@@ -3,12 +3,19 @@ import { newId } from '../lib/ids';
 
 /** People are found by email whatever its case. */
 export function findUserByEmail(db: Executor, email: string) {
-  return db.selectFrom('users').select(['id', 'email', 'name']).where((eb) => eb(eb.fn('lower', ['email']), '=', email.toLowerCase())).executeTakeFirst();
+  return db
+    .selectFrom('users')
+    .select(['id', 'email', 'name'])
+    .where((eb) => eb(eb.fn('lower', ['email']), '=', email.toLowerCase()))
+    .executeTakeFirst();
 }
 
 export async function createUser(db: Executor, input: { email: string; name?: string | null; isRootOrgStaff?: boolean }): Promise<string> {
   const id = newId('user');
-  await db.insertInto('users').values({ id, email: input.email, name: input.name ?? null, is_root_org_staff: input.isRootOrgStaff ?? false }).execute();
+  await db
+    .insertInto('users')
+    .values({ id, email: input.email, name: input.name ?? null, is_root_org_staff: input.isRootOrgStaff ?? false })
+    .execute();
   return id;
 }
 

@@ -23,8 +23,25 @@ export const SERVED_TOOLS_CHANNEL = 'cp_served_tools';
  * the two lists equal).
  */
 export const SERVED_TOOLS_TABLES: ReadonlySet<string> = new Set([
-  'mcp_servers', 'connections', 'connection_tools', 'connectors', 'catalog_versions', 'user_toolboxes', 'user_toolbox_bindings', 'toolboxes', 'toolbox_entries',
-  'templates', 'synthetic_tools', 'shares', 'restrictions', 'access_requests', 'memberships', 'roles', 'role_assignments', 'teams', 'team_members',
+  'mcp_servers',
+  'connections',
+  'connection_tools',
+  'connectors',
+  'catalog_versions',
+  'user_toolboxes',
+  'user_toolbox_bindings',
+  'toolboxes',
+  'toolbox_entries',
+  'templates',
+  'synthetic_tools',
+  'shares',
+  'restrictions',
+  'access_requests',
+  'memberships',
+  'roles',
+  'role_assignments',
+  'teams',
+  'team_members',
 ]);
 
 export interface McpServerRow {

@@ -53,7 +53,11 @@ export class ToolCallRecords {
       .execute()
       .then(
         () => undefined,
-        (err: unknown) => this.logger.error({ err, records: rows.length, mcp_server_ids: [...new Set(rows.map((r) => r.mcp_server_id))].slice(0, 20) }, 'tool-call records not written'),
+        (err: unknown) =>
+          this.logger.error(
+            { err, records: rows.length, mcp_server_ids: [...new Set(rows.map((r) => r.mcp_server_id))].slice(0, 20) },
+            'tool-call records not written',
+          ),
       )
       .finally(() => this.writing.delete(done));
     this.writing.add(done);

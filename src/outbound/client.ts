@@ -25,9 +25,19 @@ loopback.addAddress('::', 'ipv6');
 // IPv4 special-use ranges (RFC 6890 and successors): none of them is the public internet.
 const specialIpv4 = new BlockList();
 for (const [net, bits] of [
-  ['10.0.0.0', 8], ['100.64.0.0', 10], ['169.254.0.0', 16], ['172.16.0.0', 12],
-  ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.88.99.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24],
-  ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.0.2.0', 24],
+  ['192.88.99.0', 24],
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
+  ['224.0.0.0', 4],
+  ['240.0.0.0', 4],
 ] as const) {
   specialIpv4.addSubnet(net, bits, 'ipv4');
 }
@@ -38,7 +48,12 @@ for (const [net, bits] of [
 const globalUnicast = new BlockList();
 globalUnicast.addSubnet('2000::', 3, 'ipv6');
 const specialIpv6 = new BlockList();
-for (const [net, bits] of [['2001::', 23], ['2001:db8::', 32], ['2002::', 16], ['3fff::', 20]] as const) {
+for (const [net, bits] of [
+  ['2001::', 23],
+  ['2001:db8::', 32],
+  ['2002::', 16],
+  ['3fff::', 20],
+] as const) {
   specialIpv6.addSubnet(net, bits, 'ipv6');
 }
 
@@ -268,9 +283,14 @@ export class OutboundSession {
   private readonly timer: NodeJS.Timeout;
   private bytesRead = 0;
 
-  constructor(private readonly limits: OutboundLimits, signal?: AbortSignal) {
+  constructor(
+    private readonly limits: OutboundLimits,
+    signal?: AbortSignal,
+  ) {
     this.timer = setTimeout(() => {
-      this.deadline.abort(new OutboundRefused(`No answer within ${limits.timeoutMs / 1000} seconds.`, `outbound session over its ${limits.timeoutMs} ms deadline`));
+      this.deadline.abort(
+        new OutboundRefused(`No answer within ${limits.timeoutMs / 1000} seconds.`, `outbound session over its ${limits.timeoutMs} ms deadline`),
+      );
     }, limits.timeoutMs);
     this.timer.unref();
     if (signal) {
@@ -359,7 +379,9 @@ export class OutboundSession {
       if (signal.aborted) return onAbort();
       signal.addEventListener('abort', onAbort, { once: true });
       req.on('close', () => signal.removeEventListener('abort', onAbort));
-      req.on('error', (err) => reject(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, 'maybe_received')));
+      req.on('error', (err) =>
+        reject(err instanceof OutboundRefused ? err : new OutboundRefused(UNREACHABLE, `${url.host}: ${err.message}`, 'maybe_received')),
+      );
       req.end(body);
     });
   };
@@ -472,7 +494,11 @@ export function guardedRequest(url: URL, init: GuardedRequestInit, limits: Outbo
       else if (!response) reject(err);
     };
     const onAbort = () => fail(new OutboundRefused('The outbound call was cancelled.'));
-    const deadline = setTimeout(() => fail(new OutboundDeadline(`No answer within ${limits.timeoutMs / 1000} seconds.`, `no complete answer from ${url.host} within ${limits.timeoutMs} ms`)), limits.timeoutMs);
+    const deadline = setTimeout(
+      () =>
+        fail(new OutboundDeadline(`No answer within ${limits.timeoutMs / 1000} seconds.`, `no complete answer from ${url.host} within ${limits.timeoutMs} ms`)),
+      limits.timeoutMs,
+    );
     signal?.addEventListener('abort', onAbort, { once: true });
 
     let req: http.ClientRequest | undefined;

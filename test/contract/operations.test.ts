@@ -16,7 +16,10 @@ const isOrgScoped = (e: (typeof all)[number]) => params(e).some((p) => p.$ref ==
 const resolve = (node: any): any => {
   let current = node;
   while (current && typeof current.$ref === 'string') {
-    current = current.$ref.split('/').slice(1).reduce((n: any, key: string) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], spec);
+    current = current.$ref
+      .split('/')
+      .slice(1)
+      .reduce((n: any, key: string) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], spec);
   }
   return current;
 };
@@ -85,7 +88,11 @@ describe('the contract', () => {
       for (const [status, response] of Object.entries<Record<string, any>>(e.op.responses)) {
         if (Number(status) < 400) continue;
         const resolved = resolve(response);
-        expect([e.op.operationId, status, resolved.content?.['application/json']?.schema]).toEqual([e.op.operationId, status, { $ref: '#/components/schemas/Error' }]);
+        expect([e.op.operationId, status, resolved.content?.['application/json']?.schema]).toEqual([
+          e.op.operationId,
+          status,
+          { $ref: '#/components/schemas/Error' },
+        ]);
       }
     }
   });
@@ -118,10 +125,22 @@ describe('the contract', () => {
   it('lists the 12 events of the description in the catalog, each once', () => {
     const events: string[] = spec.components.schemas.EventType.enum;
     expect(new Set(events).size).toBe(events.length);
-    expect(events).toEqual(expect.arrayContaining([
-      'connection.needs_reauth', 'connection.disconnected', 'member.joined', 'member.removed', 'member.roles_updated',
-      'invite.sent', 'invite.revoked', 'role.created', 'role.updated', 'role.deleted', 'restriction.updated', 'connector.created',
-    ]));
+    expect(events).toEqual(
+      expect.arrayContaining([
+        'connection.needs_reauth',
+        'connection.disconnected',
+        'member.joined',
+        'member.removed',
+        'member.roles_updated',
+        'invite.sent',
+        'invite.revoked',
+        'role.created',
+        'role.updated',
+        'role.deleted',
+        'restriction.updated',
+        'connector.created',
+      ]),
+    );
   });
 });
 
@@ -213,7 +232,9 @@ describe('error codes in descriptions', () => {
   // The last paragraph of every non-protocol description is "Errors: 400 `code`, …; 403 …",
   // naming codes of ErrorCode under the status they have, each status declared.
   it.each(all.filter((e) => !isProtocol(e)).map((e) => [e.op.operationId as string, e] as const))('%s lists its errors', (_id, e) => {
-    const paragraphs = String(e.op.description).trim().split(/\n\s*\n/);
+    const paragraphs = String(e.op.description)
+      .trim()
+      .split(/\n\s*\n/);
     const last = paragraphs[paragraphs.length - 1] ?? '';
     expect(last.startsWith('Errors:')).toBe(true);
     const problems: string[] = [];

@@ -11,7 +11,11 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 it('generates a client with oazapfts that compiles, and takes every schema example as its type', () => {
   mkdirSync(dir, { recursive: true });
-  const generate = spawnSync(process.execPath, [join(projectRoot, 'node_modules', 'oazapfts', 'dist', 'cli.js'), join(projectRoot, 'generated', 'openapi.json'), join(dir, 'client.ts')], { encoding: 'utf8' });
+  const generate = spawnSync(
+    process.execPath,
+    [join(projectRoot, 'node_modules', 'oazapfts', 'dist', 'cli.js'), join(projectRoot, 'generated', 'openapi.json'), join(dir, 'client.ts')],
+    { encoding: 'utf8' },
+  );
   expect({ status: generate.status, stderr: generate.stderr }).toEqual({ status: 0, stderr: '' });
 
   const client = readFileSync(join(dir, 'client.ts'), 'utf8');
@@ -29,10 +33,28 @@ it('generates a client with oazapfts that compiles, and takes every schema examp
   expect(untyped).toEqual([]);
   expect(lines.length).toBeGreaterThan(200);
   writeFileSync(join(dir, 'examples.ts'), `${lines.join('\n')}\n`);
-  writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({
-    compilerOptions: { target: 'ES2022', module: 'ESNext', moduleResolution: 'Bundler', strict: true, noEmit: true, skipLibCheck: true, lib: ['ES2023', 'DOM'], types: [] },
-    include: ['client.ts', 'examples.ts'],
-  }));
+  writeFileSync(
+    join(dir, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        target: 'ES2022',
+        module: 'ESNext',
+        moduleResolution: 'Bundler',
+        strict: true,
+        noEmit: true,
+        skipLibCheck: true,
+        lib: ['ES2023', 'DOM'],
+        types: [],
+      },
+      include: ['client.ts', 'examples.ts'],
+    }),
+  );
   const check = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json')], { encoding: 'utf8' });
-  expect({ status: check.status, errors: check.stdout.split('\n').filter((l) => l.includes('error TS')).slice(0, 20) }).toEqual({ status: 0, errors: [] });
+  expect({
+    status: check.status,
+    errors: check.stdout
+      .split('\n')
+      .filter((l) => l.includes('error TS'))
+      .slice(0, 20),
+  }).toEqual({ status: 0, errors: [] });
 }, 120_000);

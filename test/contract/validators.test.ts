@@ -14,6 +14,12 @@ it('compiles the request, response and header validators of every operation', as
   const spec = loadSpec();
   const { operations } = describeOperations(spec);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: { kind: 'memory' } });
-  const router = await createOperationRouter(deps, { spec, operations, registry: buildRegistry([], operations, []), limits, credentials: new CredentialCache() });
+  const router = await createOperationRouter(deps, {
+    spec,
+    operations,
+    registry: buildRegistry([], operations, []),
+    limits,
+    credentials: new CredentialCache(),
+  });
   expect(() => router.compileAll()).not.toThrow();
 }, 120_000);

@@ -32,7 +32,9 @@ async function get(server: ServerProcess, path: string, token: string, org?: str
   const headers: Record<string, string> = { authorization: `Bearer ${token}` };
   if (org) headers['x-organization-id'] = org;
   const res = await fetch(`${server.baseUrl}${path}`, { headers, signal: AbortSignal.timeout(20_000) }).catch((err) => {
-    throw new Error(`GET ${path}: ${String(err)} (${String(err?.cause)}); server exit ${server.child.exitCode}; stderr tail: ${server.output().stderr.slice(-800)}`);
+    throw new Error(
+      `GET ${path}: ${String(err)} (${String(err?.cause)}); server exit ${server.child.exitCode}; stderr tail: ${server.output().stderr.slice(-800)}`,
+    );
   });
   const body = await res.json();
   const problems = checker.check('GET', path, res.status, res.headers, body);
@@ -140,7 +142,8 @@ onServer('credential cache across server processes', () => {
     try {
       await untilEvery(403, (s) => get(s, '/notification-destination', token, orgId));
     } finally {
-      for (const { role_id } of roles.rows) await admin.query(`insert into role_assignments (org_id, user_id, role_id) values ($1, $2, $3)`, [orgId, ownerId, role_id]);
+      for (const { role_id } of roles.rows)
+        await admin.query(`insert into role_assignments (org_id, user_id, role_id) values ($1, $2, $3)`, [orgId, ownerId, role_id]);
     }
     await untilEvery(200, (s) => get(s, '/notification-destination', token, orgId));
   }, 60_000);
@@ -161,7 +164,7 @@ onServer('credential cache across server processes', () => {
     await untilEvery(401, (s) => get(s, '/user/me', token));
   }, 60_000);
 
-  it('refuses an MCP server\'s old token on the other server soon after its rotation', async () => {
+  it("refuses an MCP server's old token on the other server soon after its rotation", async () => {
     const { token: apiToken } = await newToken();
     const post = async (server: ServerProcess, path: string, body?: unknown) => {
       const res = await fetch(`${server.baseUrl}${path}`, {
@@ -200,7 +203,11 @@ onServer('credential cache across server processes', () => {
   it('refuses an API token on every server soon after a person revokes it, or deletes its organization', async () => {
     // A person's session (sign-in comes later): written as startSession writes one.
     const secret = randomSecret(SESSION_PREFIX);
-    await admin.query(`insert into sessions (id, user_id, token_hash, expires_at) values ($1, $2, $3, now() + interval '1 day')`, [newId('session'), ownerId, hashSecret(secret)]);
+    await admin.query(`insert into sessions (id, user_id, token_hash, expires_at) values ($1, $2, $3, now() + interval '1 day')`, [
+      newId('session'),
+      ownerId,
+      hashSecret(secret),
+    ]);
     const send = async (server: ServerProcess, method: string, path: string, org: string | null, body?: unknown) => {
       const res = await fetch(`${server.baseUrl}${path}`, {
         method,
@@ -214,7 +221,10 @@ onServer('credential cache across server processes', () => {
       if (problems.length > 0) throw new Error(`${method} ${path} answered against the spec:\n${problems.join('\n')}`);
       return { status: res.status, body: answer };
     };
-    const minted = await send(servers[0]!, 'POST', '/api-token', orgId, { name: `Two processes ${randomBytes(3).toString('hex')}`, permissions: ['notification:view', 'organization:view'] });
+    const minted = await send(servers[0]!, 'POST', '/api-token', orgId, {
+      name: `Two processes ${randomBytes(3).toString('hex')}`,
+      permissions: ['notification:view', 'organization:view'],
+    });
     expect(minted.status).toBe(201);
     await rememberedEverywhere(minted.body.token);
     expect((await send(servers[0]!, 'DELETE', `/api-token/${minted.body.api_token.id}`, orgId)).status).toBe(204);

@@ -12,7 +12,13 @@ beforeAll(async () => {
 afterAll(() => database.close());
 
 const tables = async () =>
-  (await sql<{ name: string }>`select table_name as name from information_schema.tables where table_schema = 'public' and table_name not like 'kysely_%' order by 1`.execute(database.db)).rows.map((r) => r.name);
+  (
+    await sql<{
+      name: string;
+    }>`select table_name as name from information_schema.tables where table_schema = 'public' and table_name not like 'kysely_%' order by 1`.execute(
+      database.db,
+    )
+  ).rows.map((r) => r.name);
 
 it('names every migration by date, in the order written', () => {
   const names = Object.keys(loadMigrations());

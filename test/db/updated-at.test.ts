@@ -27,16 +27,26 @@ it('is kept by the trigger on every table that has the column', async () => {
 });
 
 describe('on a notification destination', () => {
-  const read = (id: string) => database.db.selectFrom('notification_destinations').select(['name', 'updated_at']).where('id', '=', id).executeTakeFirstOrThrow();
+  const read = (id: string) =>
+    database.db.selectFrom('notification_destinations').select(['name', 'updated_at']).where('id', '=', id).executeTakeFirstOrThrow();
   let id: string;
   let created: Date;
 
   beforeAll(async () => {
     const { orgId } = await factories.org();
     id = newId('notificationDestination');
-    await database.db.insertInto('notification_destinations').values({
-      id, org_id: orgId, name: 'Ops', type: 'email', config: JSON.stringify({ to: ['a@b.example'], cc: [], bcc: [], subject_prefix: null }), event_types: [], is_active: true,
-    }).execute();
+    await database.db
+      .insertInto('notification_destinations')
+      .values({
+        id,
+        org_id: orgId,
+        name: 'Ops',
+        type: 'email',
+        config: JSON.stringify({ to: ['a@b.example'], cc: [], bcc: [], subject_prefix: null }),
+        event_types: [],
+        is_active: true,
+      })
+      .execute();
     created = (await read(id)).updated_at;
   });
 

@@ -29,7 +29,13 @@ function checkout(): string {
 it('builds and starts with NODE_ENV=production from a fresh checkout', async () => {
   const root = checkout();
   // stdin ignored: on a socket (Node's pipes are socket pairs) bash takes itself for a remote shell and reads bashrc.
-  const build = spawnSync('make', ['build'], { cwd: root, env: cleanEnv({ NODE_ENV: 'production' }), encoding: 'utf8', timeout: 540_000, stdio: ['ignore', 'pipe', 'pipe'] });
+  const build = spawnSync('make', ['build'], {
+    cwd: root,
+    env: cleanEnv({ NODE_ENV: 'production' }),
+    encoding: 'utf8',
+    timeout: 540_000,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   expect({ status: build.status, output: build.status === 0 ? '' : `${build.stdout}\n${build.stderr}`.slice(-3000) }).toEqual({ status: 0, output: '' });
 
   const server = await startServer({ NODE_ENV: 'production', ENCRYPTION_KEY: randomBytes(32).toString('hex'), DATA_DIR: tempDir('cp-e2e-prod-') }, { root });

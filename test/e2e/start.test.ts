@@ -38,34 +38,38 @@ afterAll(async () => {
 }, 30_000);
 
 describe('first start on an empty DATA_DIR', () => {
-  test('prints the bootstrap block (base URL, organization id, token) and answers /health', async () => {
-    first = await startServer(env);
-    await first.waitForStderr((out) => /API token:\s+cpt_\S+/.test(out), START);
-    await first.waitUntilHealthy();
-    // The log line is written after the socket listens, so /health can answer before it is out.
-    await first.waitForStdout((out) => out.includes('"msg":"listening"'), START);
+  test(
+    'prints the bootstrap block (base URL, organization id, token) and answers /health',
+    async () => {
+      first = await startServer(env);
+      await first.waitForStderr((out) => /API token:\s+cpt_\S+/.test(out), START);
+      await first.waitUntilHealthy();
+      // The log line is written after the socket listens, so /health can answer before it is out.
+      await first.waitForStdout((out) => out.includes('"msg":"listening"'), START);
 
-    // The block is for the person at the terminal (stderr); stdout is the structured log stream.
-    const { stdout, stderr } = first.output();
-    expect(stderr).toContain('First start: created an organization, its owner and an API token with every permission.');
-    const baseUrl = /base URL:\s+(\S+)/.exec(stderr)?.[1];
-    const organizationId = /organization id:\s+(org_[0-9a-z]{26})\b/.exec(stderr)?.[1];
-    const token = /API token:\s+(cpt_\S+)/.exec(stderr)?.[1];
-    const expires = Date.parse(/expires:\s+(\S+)/.exec(stderr)?.[1] ?? '');
-    // BOOTSTRAP_TOKEN_DAYS is 7 by default: a token for setting up, not for running.
-    expect(Math.round((expires - Date.now()) / 86_400_000)).toBe(7);
-    expect({ baseUrl, organizationId, token }).toEqual({
-      baseUrl: first.baseUrl,
-      organizationId: expect.any(String),
-      token: expect.any(String),
-    });
-    printed = { baseUrl: baseUrl!, organizationId: organizationId!, token: token! };
-    // The try-line is a working command.
-    expect(stderr).toContain(`curl -H "Authorization: Bearer ${token}" ${first.baseUrl}/user/me`);
-    // The token never reaches the log stream.
-    expect(stdout).not.toContain(token);
-    expect(logLines(stdout).map((l) => l.msg)).toEqual(expect.arrayContaining(['database ready', 'listening']));
-  }, START);
+      // The block is for the person at the terminal (stderr); stdout is the structured log stream.
+      const { stdout, stderr } = first.output();
+      expect(stderr).toContain('First start: created an organization, its owner and an API token with every permission.');
+      const baseUrl = /base URL:\s+(\S+)/.exec(stderr)?.[1];
+      const organizationId = /organization id:\s+(org_[0-9a-z]{26})\b/.exec(stderr)?.[1];
+      const token = /API token:\s+(cpt_\S+)/.exec(stderr)?.[1];
+      const expires = Date.parse(/expires:\s+(\S+)/.exec(stderr)?.[1] ?? '');
+      // BOOTSTRAP_TOKEN_DAYS is 7 by default: a token for setting up, not for running.
+      expect(Math.round((expires - Date.now()) / 86_400_000)).toBe(7);
+      expect({ baseUrl, organizationId, token }).toEqual({
+        baseUrl: first.baseUrl,
+        organizationId: expect.any(String),
+        token: expect.any(String),
+      });
+      printed = { baseUrl: baseUrl!, organizationId: organizationId!, token: token! };
+      // The try-line is a working command.
+      expect(stderr).toContain(`curl -H "Authorization: Bearer ${token}" ${first.baseUrl}/user/me`);
+      // The token never reaches the log stream.
+      expect(stdout).not.toContain(token);
+      expect(logLines(stdout).map((l) => l.msg)).toEqual(expect.arrayContaining(['database ready', 'listening']));
+    },
+    START,
+  );
 
   test('DATA_DIR/bootstrap.json (0600) holds what was printed; encryption.key (0600) was generated', () => {
     const file = join(dataDir, 'bootstrap.json');
@@ -125,27 +129,31 @@ describe('first start on an empty DATA_DIR', () => {
 describe('restart on the same DATA_DIR', () => {
   let second: ServerProcess | null = null;
 
-  test('no second bootstrap block; the printed token still works', async () => {
-    const keyBefore = readFileSync(join(dataDir, 'encryption.key'), 'utf8');
-    const bootstrapBefore = readFileSync(join(dataDir, 'bootstrap.json'), 'utf8');
-    second = await startServer(env);
-    await second.waitUntilHealthy(START);
-    await second.waitForStdout((out) => logLines(out).some((l) => l.msg === 'listening'));
+  test(
+    'no second bootstrap block; the printed token still works',
+    async () => {
+      const keyBefore = readFileSync(join(dataDir, 'encryption.key'), 'utf8');
+      const bootstrapBefore = readFileSync(join(dataDir, 'bootstrap.json'), 'utf8');
+      second = await startServer(env);
+      await second.waitUntilHealthy(START);
+      await second.waitForStdout((out) => logLines(out).some((l) => l.msg === 'listening'));
 
-    const { stdout, stderr } = second.output();
-    for (const output of [stdout, stderr]) {
-      expect(output).not.toContain('First start');
-      expect(output).not.toContain('API token:');
-      expect(output).not.toContain(printed.token);
-    }
-    // Nothing regenerated.
-    expect(readFileSync(join(dataDir, 'encryption.key'), 'utf8')).toBe(keyBefore);
-    expect(readFileSync(join(dataDir, 'bootstrap.json'), 'utf8')).toBe(bootstrapBefore);
+      const { stdout, stderr } = second.output();
+      for (const output of [stdout, stderr]) {
+        expect(output).not.toContain('First start');
+        expect(output).not.toContain('API token:');
+        expect(output).not.toContain(printed.token);
+      }
+      // Nothing regenerated.
+      expect(readFileSync(join(dataDir, 'encryption.key'), 'utf8')).toBe(keyBefore);
+      expect(readFileSync(join(dataDir, 'bootstrap.json'), 'utf8')).toBe(bootstrapBefore);
 
-    const me = await getJson(`${second.baseUrl}/user/me`, printed.token);
-    expect(me.status).toBe(200);
-    expect(me.body.organizations.map((o: any) => o.organization.id)).toEqual([printed.organizationId]);
-  }, START);
+      const me = await getJson(`${second.baseUrl}/user/me`, printed.token);
+      expect(me.status).toBe(200);
+      expect(me.body.organizations.map((o: any) => o.organization.id)).toEqual([printed.organizationId]);
+    },
+    START,
+  );
 
   test('SIGTERM: exits 0 within a few seconds and logs shutting down', async () => {
     const stopped = await second!.stop();

@@ -51,14 +51,20 @@ async function member(target: SeededOrg = org, roles: string[] = ['member']) {
 let n = 0;
 async function restriction(body: Partial<Schemas['RestrictionCreate']> = {}, target: SeededOrg = org): Promise<string> {
   const res = await api({ token: target.token, org: target.orgId }).raw.post('/restriction', {
-    name: `R ${++n}`, effect: 'require_approval', match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' }, applies_to: { everyone: true }, ...body,
+    name: `R ${++n}`,
+    effect: 'require_approval',
+    match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' },
+    applies_to: { everyone: true },
+    ...body,
   });
   if (res.status !== 201) throw new Error(res.text);
   return res.body.id;
 }
 
 const events = async (type: string) =>
-  (await t.db.selectFrom('outbox').select(['payload']).where('org_id', '=', org.orgId).where('event_type', '=', type).orderBy('id').execute()).map((e) => e.payload as any);
+  (await t.db.selectFrom('outbox').select(['payload']).where('org_id', '=', org.orgId).where('event_type', '=', type).orderBy('id').execute()).map(
+    (e) => e.payload as any,
+  );
 
 beforeAll(async () => {
   ownerSession = await t.factories.session(org.ownerId);
@@ -73,28 +79,62 @@ describe('createAccessRequest', () => {
     expect(tool.body.id).toMatch(AREQ);
     expect(tool.headers.get('location')).toBe(`/access-request/${tool.body.id}`);
     expect(tool.body).toMatchObject({
-      requester_user_id: m.userId, restriction_id: rst, connector_slug: 'tickets-demo', tool_name: 'delete_ticket', synthetic_tool_id: null, reason: 'Cleanup.',
-      status: 'pending', resolved_by_user_id: null, resolution_note: null, resolved_at: null, exception_expires_at: null,
+      requester_user_id: m.userId,
+      restriction_id: rst,
+      connector_slug: 'tickets-demo',
+      tool_name: 'delete_ticket',
+      synthetic_tool_id: null,
+      reason: 'Cleanup.',
+      status: 'pending',
+      resolved_by_user_id: null,
+      resolution_note: null,
+      resolved_at: null,
+      exception_expires_at: null,
     });
     // Left out: the restriction's own connector, every tool.
     const whole = await m.file({ restriction_id: rst, reason: 'Everything.' });
     expect(whole.body).toMatchObject({ connector_slug: 'tickets-demo', tool_name: null });
     expect((await events('access_request.created')).at(-1)).toEqual({
-      access_request: { id: whole.body.id, requester_user_id: m.userId, restriction_id: rst, connector_slug: 'tickets-demo', tool_name: null, synthetic_tool_id: null, status: 'pending', reason: 'Everything.' },
+      access_request: {
+        id: whole.body.id,
+        requester_user_id: m.userId,
+        restriction_id: rst,
+        connector_slug: 'tickets-demo',
+        tool_name: null,
+        synthetic_tool_id: null,
+        status: 'pending',
+        reason: 'Everything.',
+      },
     });
     const audit = (await t.factories.auditEntries(org.orgId, 'access_request.created')).at(-1);
     expect(audit).toMatchObject({ target_id: whole.body.id, actor_user_id: m.userId });
 
     // A restriction on any connector: the named connector is kept; none named is null.
     const any = await restriction({ match: { tool_pattern: 'export_*' } });
-    expect((await m.file({ restriction_id: any, connector_slug: 'docs-demo', reason: 'x' })).body).toMatchObject({ connector_slug: 'docs-demo', tool_name: null });
+    expect((await m.file({ restriction_id: any, connector_slug: 'docs-demo', reason: 'x' })).body).toMatchObject({
+      connector_slug: 'docs-demo',
+      tool_name: null,
+    });
     expect((await m.file({ restriction_id: any, reason: 'x' })).body).toMatchObject({ connector_slug: null, tool_name: null });
   });
 
   it('a synthetic tool restriction: the request names the tool; connector or tool sent is 400', async () => {
     const m = await member();
     const stool = newId('syntheticTool');
-    await t.db.insertInto('synthetic_tools').values({ id: stool, org_id: org.orgId, name: stool, description: 'd', input_schema: '{}', output_schema: null, steps: '[]', output: '{}', created_by_user_id: null }).execute();
+    await t.db
+      .insertInto('synthetic_tools')
+      .values({
+        id: stool,
+        org_id: org.orgId,
+        name: stool,
+        description: 'd',
+        input_schema: '{}',
+        output_schema: null,
+        steps: '[]',
+        output: '{}',
+        created_by_user_id: null,
+      })
+      .execute();
     const rst = await restriction({ match: { synthetic_tool_id: stool } });
     const res = await m.file({ restriction_id: rst, reason: 'Release notes.' });
     expect(res.body).toMatchObject({ connector_slug: null, tool_name: null, synthetic_tool_id: stool });
@@ -146,7 +186,11 @@ describe('createAccessRequest', () => {
     const approver = api({ session: ownerSession, org: org.orgId });
     await approver.resolve(first.body.id, { decision: 'approved' });
     expect((await m.file({ restriction_id: rst, tool_name: 'delete_ticket', reason: 'again' })).body.code).toBe('access_request_exists');
-    await t.db.updateTable('access_requests').set({ exception_expires_at: new Date(Date.now() - 1000) }).where('id', '=', first.body.id).execute();
+    await t.db
+      .updateTable('access_requests')
+      .set({ exception_expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', first.body.id)
+      .execute();
     const refiled = await m.file({ restriction_id: rst, tool_name: 'delete_ticket', reason: 'expired' });
     expect(refiled.status).toBe(201);
     await owner().resolve(refiled.body.id, { decision: 'denied' });
@@ -206,7 +250,9 @@ describe('listAccessRequests and getAccessRequest', () => {
     const gone = await restriction({}, fresh);
     const filed = await bob.file({ restriction_id: gone, reason: 'r' });
     await as.raw.delete(`/restriction/${gone}`);
-    expect((await as.list({ restriction_id: gone })).body.data).toEqual([expect.objectContaining({ id: filed.body.id, status: 'denied', resolved_by_user_id: null })]);
+    expect((await as.list({ restriction_id: gone })).body.data).toEqual([
+      expect.objectContaining({ id: filed.body.id, status: 'denied', resolved_by_user_id: null }),
+    ]);
   });
 
   it('get: one’s own, or any with view; someone else’s is 404 to a plain member, as is another organization’s', async () => {
@@ -230,9 +276,13 @@ describe('resolveAccessRequest', () => {
     expect(res.body).toMatchObject({ status: 'approved', resolved_by_user_id: org.ownerId, resolution_note: 'This week.', exception_expires_at: expires });
     expect(res.body.resolved_at).not.toBeNull();
     expect((await events('access_request.resolved')).at(-1)).toEqual({
-      access_request: expect.objectContaining({ id: filed.body.id, status: 'approved' }), resolved_by_user_id: org.ownerId,
+      access_request: expect.objectContaining({ id: filed.body.id, status: 'approved' }),
+      resolved_by_user_id: org.ownerId,
     });
-    expect((await t.factories.auditEntries(org.orgId, 'access_request.resolved')).at(-1)).toMatchObject({ target_id: filed.body.id, changes: { decision: 'approved', expires_at: expires } });
+    expect((await t.factories.auditEntries(org.orgId, 'access_request.resolved')).at(-1)).toMatchObject({
+      target_id: filed.body.id,
+      changes: { decision: 'approved', expires_at: expires },
+    });
     // The requester is told by email (a real SMTP server on loopback).
     const email = (await t.db.selectFrom('users').select('email').where('id', '=', m.userId).executeTakeFirstOrThrow()).email;
     const mail = peers.smtp.messages.filter((message) => message.to.includes(email));
@@ -261,7 +311,10 @@ describe('resolveAccessRequest', () => {
     const m = await member();
     const rst = await restriction();
     const filed = await m.file({ restriction_id: rst, reason: 'r' });
-    const past = await api({ session: ownerSession, org: org.orgId }).resolve(filed.body.id, { decision: 'approved', expires_at: new Date(Date.now() - 1000).toISOString() });
+    const past = await api({ session: ownerSession, org: org.orgId }).resolve(filed.body.id, {
+      decision: 'approved',
+      expires_at: new Date(Date.now() - 1000).toISOString(),
+    });
     expect([past.status, past.body.code, past.body.errors[0].pointer]).toEqual([400, 'validation_failed', '/expires_at']);
     const noPermission = await m.resolve(filed.body.id, { decision: 'denied' });
     expect([noPermission.status, noPermission.body.code]).toEqual([403, 'missing_permission']);

@@ -35,16 +35,29 @@ describe('createApiToken', () => {
     const { token, api_token: record } = res.body;
     expect(token).toMatch(TOKEN);
     expect(record).toEqual({
-      id: expect.stringMatching(TOKEN_ID), name: 'CI deploy', token_hint: token.slice(-4), owner_user_id: org.ownerId,
-      permissions: ['organization:view', 'toolbox:view'], status: 'active', expires_at: expiresAt, last_used_at: null,
-      created_at: expect.any(String), updated_at: expect.any(String),
+      id: expect.stringMatching(TOKEN_ID),
+      name: 'CI deploy',
+      token_hint: token.slice(-4),
+      owner_user_id: org.ownerId,
+      permissions: ['organization:view', 'toolbox:view'],
+      status: 'active',
+      expires_at: expiresAt,
+      last_used_at: null,
+      created_at: expect.any(String),
+      updated_at: expect.any(String),
     });
     expect(res.headers.get('location')).toBe(`/api-token/${record.id}`);
     const stored = await t.db.selectFrom('api_tokens').selectAll().where('id', '=', record.id).executeTakeFirstOrThrow();
     expect(stored.token_hash).toBe(hashSecret(token));
     expect(JSON.stringify(stored)).not.toContain(token);
     const [entry] = await t.factories.auditEntries(org.orgId, 'api_token.created');
-    expect(entry).toMatchObject({ actor_type: 'user', actor_id: org.ownerId, target_type: 'api_token', target_id: record.id, changes: { name: 'CI deploy', permissions: ['organization:view', 'toolbox:view'], expires_at: expiresAt } });
+    expect(entry).toMatchObject({
+      actor_type: 'user',
+      actor_id: org.ownerId,
+      target_type: 'api_token',
+      target_id: record.id,
+      changes: { name: 'CI deploy', permissions: ['organization:view', 'toolbox:view'], expires_at: expiresAt },
+    });
     expect(JSON.stringify(entry)).not.toContain(token);
 
     // It works, as its owner, within its permissions only.
@@ -85,10 +98,21 @@ describe('createApiToken', () => {
 
   it('refuses bad bodies and API tokens', async () => {
     const { org, owner } = await setup();
-    for (const body of [{}, { name: 'x' }, { name: 'x', permissions: [] }, { name: 'x', permissions: ['nope:nope'] }, { name: '', permissions: ['organization:view'] }, { name: 'x', permissions: ['organization:view'], extra: 1 }]) {
+    for (const body of [
+      {},
+      { name: 'x' },
+      { name: 'x', permissions: [] },
+      { name: 'x', permissions: ['nope:nope'] },
+      { name: '', permissions: ['organization:view'] },
+      { name: 'x', permissions: ['organization:view'], extra: 1 },
+    ]) {
       expectError(await owner.post('/api-token', body), 400, 'validation_failed');
     }
-    expectError(await t.as({ token: org.token, org: org.orgId }).post('/api-token', { name: 'By token', permissions: ['organization:view'] }), 403, 'requires_person');
+    expectError(
+      await t.as({ token: org.token, org: org.orgId }).post('/api-token', { name: 'By token', permissions: ['organization:view'] }),
+      403,
+      'requires_person',
+    );
   });
 });
 
@@ -169,7 +193,13 @@ describe('revokeApiToken', () => {
     expectError(await byToken.get(`/organization/${org.orgId}`), 401, 'invalid_token');
     expect((await owner.get('/api-token')).body.data.map((x: { id: string }) => x.id)).not.toContain(created.body.api_token.id);
     const [entry] = await t.factories.auditEntries(org.orgId, 'api_token.revoked');
-    expect(entry).toMatchObject({ actor_type: 'user', actor_id: org.ownerId, target_type: 'api_token', target_id: created.body.api_token.id, changes: { name: 'Short-lived' } });
+    expect(entry).toMatchObject({
+      actor_type: 'user',
+      actor_id: org.ownerId,
+      target_type: 'api_token',
+      target_id: created.body.api_token.id,
+      changes: { name: 'Short-lived' },
+    });
     expectError(await owner.delete(`/api-token/${created.body.api_token.id}`), 404, 'not_found');
   });
 

@@ -23,16 +23,33 @@ const unique = () => randomBytes(4).toString('hex');
 const as = (o: SeededOrg) => t.as({ token: o.token, org: o.orgId });
 
 /** Entries written directly, `minutesAgo` each (in order), all with the given action and target. */
-async function entries(orgId: string, minutesAgo: number[], fields: { action?: string; target_type?: string; target_id?: string; actor_user_id?: string | null } = {}) {
+async function entries(
+  orgId: string,
+  minutesAgo: number[],
+  fields: { action?: string; target_type?: string; target_id?: string; actor_user_id?: string | null } = {},
+) {
   const ids: string[] = [];
   for (const minutes of minutesAgo) {
     const id = newId('auditEvent');
     ids.push(id);
-    await t.db.insertInto('audit_log').values({
-      id, org_id: orgId, actor_type: 'system', actor_id: null, actor_user_id: fields.actor_user_id ?? null,
-      action: fields.action ?? 'team.created', target_type: fields.target_type ?? 'team', target_id: fields.target_id ?? newId('team'),
-      changes: JSON.stringify({ minutes }), ip: null, user_agent: null, request_id: null, created_at: new Date(Date.now() - minutes * 60_000),
-    }).execute();
+    await t.db
+      .insertInto('audit_log')
+      .values({
+        id,
+        org_id: orgId,
+        actor_type: 'system',
+        actor_id: null,
+        actor_user_id: fields.actor_user_id ?? null,
+        action: fields.action ?? 'team.created',
+        target_type: fields.target_type ?? 'team',
+        target_id: fields.target_id ?? newId('team'),
+        changes: JSON.stringify({ minutes }),
+        ip: null,
+        user_agent: null,
+        request_id: null,
+        created_at: new Date(Date.now() - minutes * 60_000),
+      })
+      .execute();
   }
   return ids;
 }
@@ -62,12 +79,20 @@ describe('listAuditEvents', () => {
     expect(res.status).toBe(200);
     const [second, first] = res.body.data;
     expect(first).toMatchObject({
-      id: expect.stringMatching(/^aud_/), action: 'invite.created', target: { type: 'invite', id: byToken.body.id },
+      id: expect.stringMatching(/^aud_/),
+      action: 'invite.created',
+      target: { type: 'invite', id: byToken.body.id },
       actor: { type: 'api_token', id: tokenId, user_id: fresh.ownerId, display: expect.stringContaining(`(${email})`) },
-      user_agent: 'acme-deploy/2.3', request_id: byToken.headers.get('x-request-id'), ip: expect.any(String),
+      user_agent: 'acme-deploy/2.3',
+      request_id: byToken.headers.get('x-request-id'),
+      ip: expect.any(String),
       changes: { email: byToken.body.email },
     });
-    expect(second).toMatchObject({ action: 'invite.created', target: { id: bySession.body.id }, actor: { type: 'user', id: fresh.ownerId, user_id: fresh.ownerId, display: email } });
+    expect(second).toMatchObject({
+      action: 'invite.created',
+      target: { id: bySession.body.id },
+      actor: { type: 'user', id: fresh.ownerId, user_id: fresh.ownerId, display: email },
+    });
     // Reading the log is not itself audited.
     expect((await as(fresh).get('/audit-log')).body.data).toHaveLength(2);
   });
@@ -90,7 +115,10 @@ describe('listAuditEvents', () => {
     const at = new Date(Date.now() - 5 * 60_000);
     const ids = [newId('auditEvent'), newId('auditEvent'), newId('auditEvent')];
     for (const id of ids) {
-      await t.db.insertInto('audit_log').values({ id, org_id: fresh.orgId, actor_type: 'system', action: 'role.created', target_type: 'role', target_id: null, created_at: at }).execute();
+      await t.db
+        .insertInto('audit_log')
+        .values({ id, org_id: fresh.orgId, actor_type: 'system', action: 'role.created', target_type: 'role', target_id: null, created_at: at })
+        .execute();
     }
     expect(await walk(fresh, '', 1)).toEqual([...ids].reverse());
   });
@@ -135,7 +163,18 @@ describe('listAuditEvents', () => {
     const since = await as(org).get(`/audit-log?since=${now}&until=${now}`);
     expect([since.status, since.body.code, since.body.errors[0].pointer]).toEqual([400, 'validation_failed', '/since']);
     // A leap second is RFC 3339 but no JavaScript Date: refused like any other bad time.
-    for (const query of ['action=team', 'action=Team.created', 'actor_type=robot', 'actor_id=ada', 'since=yesterday', 'since=2026-12-31T23:59:60Z', 'until=2026-12-31T23:59:60Z', 'limit=201', 'colour=red', 'target_type=Team']) {
+    for (const query of [
+      'action=team',
+      'action=Team.created',
+      'actor_type=robot',
+      'actor_id=ada',
+      'since=yesterday',
+      'since=2026-12-31T23:59:60Z',
+      'until=2026-12-31T23:59:60Z',
+      'limit=201',
+      'colour=red',
+      'target_type=Team',
+    ]) {
       const res = await as(org).get(`/audit-log?${query}`);
       expect([query, res.status, res.body.code]).toEqual([query, 400, 'validation_failed']);
     }
@@ -176,8 +215,14 @@ describe('getAuditEvent', () => {
     const res = await as(org).get(`/audit-log/${id}`);
     expect(res.status).toBe(200);
     expect(res.body).toEqual({
-      id, actor: { type: 'system', id: null, user_id: null, display: null }, action: 'role.updated',
-      target: { type: 'role', id: 'role_01jg3b7f0n7w4k2d9s5h8g1q6z' }, changes: { minutes: 1 }, ip: null, user_agent: null, request_id: null,
+      id,
+      actor: { type: 'system', id: null, user_id: null, display: null },
+      action: 'role.updated',
+      target: { type: 'role', id: 'role_01jg3b7f0n7w4k2d9s5h8g1q6z' },
+      changes: { minutes: 1 },
+      ip: null,
+      user_agent: null,
+      request_id: null,
       created_at: expect.any(String),
     });
     const theirs = await as(other).get(`/audit-log/${id}`);

@@ -19,7 +19,9 @@ beforeAll(async () => {
     env: {
       STRIPE_SECRET_KEY: stripe.key,
       STRIPE_API_BASE_URL: stripe.url,
-      STRIPE_PRICES: Object.entries(PRICES).map(([k, v]) => `${k}=${v}`).join(','),
+      STRIPE_PRICES: Object.entries(PRICES)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(','),
     },
   });
 });
@@ -41,7 +43,8 @@ async function customerOf(orgId: string): Promise<string> {
   return (await t.db.selectFrom('organization_billing').select('customer_id').where('org_id', '=', orgId).executeTakeFirstOrThrow()).customer_id;
 }
 
-const callsTo = (path: string, customer?: string) => stripe.calls.filter((c) => c.path === path && (!customer || c.form.customer === customer || c.query.customer === customer));
+const callsTo = (path: string, customer?: string) =>
+  stripe.calls.filter((c) => c.path === path && (!customer || c.form.customer === customer || c.query.customer === customer));
 
 describe('getOrganizationBilling', () => {
   it('answers the free plan for an organization that never subscribed, counting billable seats only', async () => {
@@ -54,9 +57,19 @@ describe('getOrganizationBilling', () => {
     const res = await client.get(path());
     expect(res.status).toBe(200);
     expect(res.body).toEqual({
-      organization_id: org.orgId, plan: 'free', status: 'none', billing_interval: null, billable_seats: 3, seat_limit: null,
-      trial_ends_at: null, current_period_start: null, current_period_end: null, cancel_at_period_end: false,
-      has_payment_method: false, billing_email: null, updated_at: null,
+      organization_id: org.orgId,
+      plan: 'free',
+      status: 'none',
+      billing_interval: null,
+      billable_seats: 3,
+      seat_limit: null,
+      trial_ends_at: null,
+      current_period_start: null,
+      current_period_end: null,
+      cancel_at_period_end: false,
+      has_payment_method: false,
+      billing_email: null,
+      updated_at: null,
     });
     expect(stripe.calls.length).toBe(before);
     const billingAdmin = await t.factories.member(org.orgId, { roles: ['billing_admin'] });
@@ -75,14 +88,24 @@ describe('createBillingCheckoutSession', () => {
     expect(created).toMatchObject({ method: 'POST', form: { name: 'Billed Inc.' }, idempotencyKey: `customer-${org.orgId}` });
     const [checkout] = callsTo('/v1/checkout/sessions', customer);
     expect(checkout?.form).toMatchObject({
-      mode: 'subscription', customer, client_reference_id: org.orgId,
-      'line_items[0][price]': PRICES['team:year'], 'line_items[0][quantity]': '20',
-      success_url: `${t.url}/settings/billing?from=checkout`, cancel_url: `${t.url}/settings/billing?from=checkout`,
-      'subscription_data[metadata][organization_id]': org.orgId, 'subscription_data[metadata][plan]': 'team',
+      mode: 'subscription',
+      customer,
+      client_reference_id: org.orgId,
+      'line_items[0][price]': PRICES['team:year'],
+      'line_items[0][quantity]': '20',
+      success_url: `${t.url}/settings/billing?from=checkout`,
+      cancel_url: `${t.url}/settings/billing?from=checkout`,
+      'subscription_data[metadata][organization_id]': org.orgId,
+      'subscription_data[metadata][plan]': 'team',
     });
     expect(JSON.stringify(stripe.calls)).not.toContain(stripe.key);
     const [entry] = await t.factories.auditEntries(org.orgId, 'billing.checkout_started');
-    expect(entry).toMatchObject({ actor_type: 'api_token', target_type: 'billing', target_id: org.orgId, changes: { plan: 'team', billing_interval: 'year', seats: 20 } });
+    expect(entry).toMatchObject({
+      actor_type: 'api_token',
+      target_type: 'billing',
+      target_id: org.orgId,
+      changes: { plan: 'team', billing_interval: 'year', seats: 20 },
+    });
 
     // A second checkout reuses the customer; seats default to those in use, monthly.
     expect((await client.post(path('/checkout'), { plan: 'team' })).status).toBe(200);
@@ -103,7 +126,15 @@ describe('createBillingCheckoutSession', () => {
       expectError(res, 400, 'validation_failed');
       expect(res.body.errors).toEqual([{ in: 'body', pointer, message: expect.any(String) }]);
     }
-    for (const body of [{}, { plan: 'Team!' }, { plan: 'team', seats: 0 }, { plan: 'team', billing_interval: 'week' }, { plan: 'team', return_path: 'https://evil.example/' }, { plan: 'team', return_path: '//evil.example' }, { plan: 'team', extra: 1 }]) {
+    for (const body of [
+      {},
+      { plan: 'Team!' },
+      { plan: 'team', seats: 0 },
+      { plan: 'team', billing_interval: 'week' },
+      { plan: 'team', return_path: 'https://evil.example/' },
+      { plan: 'team', return_path: '//evil.example' },
+      { plan: 'team', extra: 1 },
+    ]) {
       expectError(await client.post(path('/checkout'), body), 400, 'validation_failed');
     }
     expect(await t.factories.auditEntries(org.orgId, 'billing.checkout_started')).toEqual([]);
@@ -117,14 +148,26 @@ describe('a subscription read back from the provider', () => {
     expect(portal.status).toBe(200);
     const customer = await customerOf(org.orgId);
     const periodStart = Math.floor(Date.UTC(2026, 10, 1) / 1000);
-    stripe.setSubscriptions(customer, [{ status: 'active', price: PRICES['team:year'], interval: 'year', quantity: 20, periodStart, periodEnd: periodStart + 365 * 86_400 }]);
+    stripe.setSubscriptions(customer, [
+      { status: 'active', price: PRICES['team:year'], interval: 'year', quantity: 20, periodStart, periodEnd: periodStart + 365 * 86_400 },
+    ]);
     stripe.setEmail(customer, 'billing@billed.example');
 
     const billing = await client.get(path());
     expect(billing.body).toEqual({
-      organization_id: org.orgId, plan: 'team', status: 'active', billing_interval: 'year', billable_seats: 1, seat_limit: 20,
-      trial_ends_at: null, current_period_start: '2026-11-01T00:00:00.000Z', current_period_end: new Date((periodStart + 365 * 86_400) * 1000).toISOString(),
-      cancel_at_period_end: false, has_payment_method: true, billing_email: 'billing@billed.example', updated_at: expect.any(String),
+      organization_id: org.orgId,
+      plan: 'team',
+      status: 'active',
+      billing_interval: 'year',
+      billable_seats: 1,
+      seat_limit: 20,
+      trial_ends_at: null,
+      current_period_start: '2026-11-01T00:00:00.000Z',
+      current_period_end: new Date((periodStart + 365 * 86_400) * 1000).toISOString(),
+      cancel_at_period_end: false,
+      has_payment_method: true,
+      billing_email: 'billing@billed.example',
+      updated_at: expect.any(String),
     });
     expect((await client.get(`/organization/${org.orgId}`)).body.plan).toBe('team');
     const entitlements = await client.get('/entitlement');
@@ -203,7 +246,10 @@ describe('a deployment without a payment provider', () => {
     const org = await bare.factories.org();
     const client = bare.as({ token: org.token, org: org.orgId });
     expect((await client.get(`/organization/${org.orgId}/billing`)).body).toMatchObject({ plan: 'free', status: 'none' });
-    for (const [suffix, body] of [['/checkout', { plan: 'team' }], ['/portal', {}]] as const) {
+    for (const [suffix, body] of [
+      ['/checkout', { plan: 'team' }],
+      ['/portal', {}],
+    ] as const) {
       const res = await client.post(`/organization/${org.orgId}/billing${suffix}`, body);
       expectError(res, 503, 'payment_provider_unavailable');
       expect(res.body.detail).toContain('STRIPE_SECRET_KEY');

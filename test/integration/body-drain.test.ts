@@ -36,15 +36,19 @@ function postLarge(path: string, headers: Record<string, string>): Promise<{ sta
       if (answer && written) resolve(answer);
     };
     const url = new URL(path, t.url);
-    const req = http.request(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json', 'content-length': String(BODY_BYTES) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => {
-        answer = { status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) };
-        settle();
-      });
-      res.on('error', reject);
-    });
+    const req = http.request(
+      url,
+      { method: 'POST', headers: { ...headers, 'content-type': 'application/json', 'content-length': String(BODY_BYTES) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          answer = { status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) };
+          settle();
+        });
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.on('finish', () => {
       written = true;

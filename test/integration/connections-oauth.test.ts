@@ -76,7 +76,11 @@ describe('the connect flow', () => {
     const authorize = new URL(c.authorize_url);
     expect(`${authorize.origin}${authorize.pathname}`).toBe(up.peer.endpoints.authorize);
     expect(Object.fromEntries(authorize.searchParams)).toMatchObject({
-      response_type: 'code', redirect_uri: redirectUri, code_challenge_method: 'S256', resource: up.peer.resource, scope: 'mcp:tools',
+      response_type: 'code',
+      redirect_uri: redirectUri,
+      code_challenge_method: 'S256',
+      resource: up.peer.resource,
+      scope: 'mcp:tools',
     });
     // The state is stored hashed only.
     const row = await t.db.selectFrom('connections').selectAll().where('id', '=', c.id).executeTakeFirstOrThrow();
@@ -96,7 +100,14 @@ describe('the connect flow', () => {
     expect(token).toMatchObject({ grant_type: 'authorization_code', resource: up.peer.resource, status: 200 });
 
     const after = (await alice.read(c.id)).body;
-    expect(after).toMatchObject({ status: 'active', has_credentials: true, authorize_url: null, authorize_expires_at: null, last_error: null, scopes: ['mcp:tools'] });
+    expect(after).toMatchObject({
+      status: 'active',
+      has_credentials: true,
+      authorize_url: null,
+      authorize_expires_at: null,
+      last_error: null,
+      scopes: ['mcp:tools'],
+    });
     expect((await t.factories.auditEntries(org.orgId, 'connection.authorized')).some((e) => e.target_id === c.id && e.actor_user_id === aliceId)).toBe(true);
     const created_ = (await eventsOf(t, org.orgId, 'connection.created')).find((e) => e.payload.connection.id === c.id);
     expect(created_?.payload.connection.status).toBe('pending');
@@ -127,7 +138,11 @@ describe('the connect flow', () => {
   it('refuses an expired state, and one a newer reconnect replaced', async () => {
     const created = await alice.create({ connector_slug: byUrl });
     const first = await consent(created.body.authorize_url);
-    await t.db.updateTable('connections').set({ authorize_expires_at: new Date(Date.now() - 1000) }).where('id', '=', created.body.id).execute();
+    await t.db
+      .updateTable('connections')
+      .set({ authorize_expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', created.body.id)
+      .execute();
     expect((await callback(first)).location?.searchParams.get('error')).toBe('invalid_state');
 
     const re1 = await alice.reconnect(created.body.id);
@@ -263,12 +278,25 @@ describe('an OAuth connector configured in full', () => {
     const placeholder = `${t.url}/connection/`;
     const slug = await customConnector(t, org.orgId, {
       mcp_url: up.peer.resource,
-      auth: { type: 'oauth2', authorize_url: up.peer.endpoints.authorize, token_url: up.peer.endpoints.token, revocation_url: up.peer.endpoints.revoke, scopes: ['mcp:tools'], client_id: clientId, pkce: true },
+      auth: {
+        type: 'oauth2',
+        authorize_url: up.peer.endpoints.authorize,
+        token_url: up.peer.endpoints.token,
+        revocation_url: up.peer.endpoints.revoke,
+        scopes: ['mcp:tools'],
+        client_id: clientId,
+        pkce: true,
+      },
       client_secret: 'acme-secret',
     });
     const created = await alice.create({ connector_slug: slug });
     expect(created.status).toBe(201);
-    up.peer.addClient({ client_id: clientId, client_secret: 'acme-secret', token_endpoint_auth_method: 'client_secret_post', redirect_uris: [`${placeholder}${created.body.id}/callback`] });
+    up.peer.addClient({
+      client_id: clientId,
+      client_secret: 'acme-secret',
+      token_endpoint_auth_method: 'client_secret_post',
+      redirect_uris: [`${placeholder}${created.body.id}/callback`],
+    });
     const authorize = new URL(created.body.authorize_url);
     expect(authorize.searchParams.get('client_id')).toBe(clientId);
     const { location } = await callback(await consent(created.body.authorize_url));

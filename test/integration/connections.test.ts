@@ -61,8 +61,17 @@ describe('api_key connections', () => {
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe(`/connection/${res.body.id}`);
     expect(res.body).toMatchObject({
-      connector_slug: crm, name: 'Acme CRM', owner_user_id: aliceId, status: 'active', status_reason: null, auth_type: 'api_key',
-      has_credentials: true, scopes: [], authorize_url: null, authorize_expires_at: null, last_error: null,
+      connector_slug: crm,
+      name: 'Acme CRM',
+      owner_user_id: aliceId,
+      status: 'active',
+      status_reason: null,
+      auth_type: 'api_key',
+      has_credentials: true,
+      scopes: [],
+      authorize_url: null,
+      authorize_expires_at: null,
+      last_error: null,
     });
     expect(res.body.id).toMatch(CONNECTION_ID);
     expect(res.body.last_used_at).not.toBeNull();
@@ -103,7 +112,11 @@ describe('api_key connections', () => {
   });
 
   it('places the key in the query when the connector says so, over SSE', async () => {
-    const slug = await customConnector(t, org.orgId, { mcp_url: `${new URL(query.peer.url).origin}/sse`, transport: 'sse', auth: { type: 'api_key', placement: 'query', name: 'api_key', value_prefix: null } });
+    const slug = await customConnector(t, org.orgId, {
+      mcp_url: `${new URL(query.peer.url).origin}/sse`,
+      transport: 'sse',
+      auth: { type: 'api_key', placement: 'query', name: 'api_key', value_prefix: null },
+    });
     const mark = query.peer.seen.length;
     const created = await connect(alice, KEY_A, slug);
     expect(created.status).toBe('active');
@@ -291,7 +304,11 @@ describe('tools', () => {
   });
 
   it('walks the tools of an upstream whose names are long, a page at a time', async () => {
-    const slug = await customConnector(t, org.orgId, { name: `Long names ${Date.now()}`, mcp_url: `${new URL(longNames.peer.url).origin}/mcp`, auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' } });
+    const slug = await customConnector(t, org.orgId, {
+      name: `Long names ${Date.now()}`,
+      mcp_url: `${new URL(longNames.peer.url).origin}/mcp`,
+      auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' },
+    });
     const a = await connect(alice, KEY_A, slug);
     const names = await allToolNames(alice, a.id, 1);
     expect(names).toHaveLength(5);
@@ -308,13 +325,24 @@ describe('tools', () => {
     expect(first.status).toBe(200);
     expect(first.headers.get('tools-stale')).toBe('false');
     const fetchedAt = first.headers.get('tools-fetched-at');
-    expect(first.body.data[0]).toEqual({ name: 'echo', title: null, description: expect.any(String), input_schema: expect.objectContaining({ type: 'object' }), output_schema: null, annotations: null });
+    expect(first.body.data[0]).toEqual({
+      name: 'echo',
+      title: null,
+      description: expect.any(String),
+      input_schema: expect.objectContaining({ type: 'object' }),
+      output_schema: null,
+      annotations: null,
+    });
     const mark = header.peer.seen.length;
     const warm = await alice.tools(a.id, { limit: 5 });
     expect(header.peer.seen.length).toBe(mark);
     expect(warm.headers.get('tools-fetched-at')).toBe(fetchedAt);
     // Past its time, with the upstream down: the old list, said to be stale.
-    await t.db.updateTable('connection_tools').set({ fetched_at: new Date(Date.now() - 3_600_000) }).where('connection_id', '=', a.id).execute();
+    await t.db
+      .updateTable('connection_tools')
+      .set({ fetched_at: new Date(Date.now() - 3_600_000) })
+      .where('connection_id', '=', a.id)
+      .execute();
     header.peer.down();
     try {
       const stale = await alice.tools(a.id, { limit: 5 });
@@ -355,7 +383,10 @@ describe('none connections against the reference server', () => {
 describe('when the connector changes', () => {
   async function connectorBy(slug: string, mcpUrl: string, share: { type: 'organization' | 'user'; id: string }) {
     const res = await owner.post('/connector', {
-      slug, name: `Connector ${slug}`, mcp_url: mcpUrl, transport: 'streamable_http',
+      slug,
+      name: `Connector ${slug}`,
+      mcp_url: mcpUrl,
+      transport: 'streamable_http',
       auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' },
     });
     expect(res.status).toBe(201);
@@ -373,7 +404,10 @@ describe('when the connector changes', () => {
     expect((await owner.patch('/connector/moving-crm', { mcp_url: 'https://crm.elsewhere.example/mcp' })).status).toBe(200);
     expect((await alice.read(a.id)).body).toMatchObject({ status: 'disconnected', status_reason: 'connector_changed', has_credentials: false });
     const event = (await eventsOf(t, org.orgId, 'connection.disconnected')).find((e) => e.payload.connection.id === a.id);
-    expect(event?.payload).toMatchObject({ connection: { id: a.id, status: 'disconnected' }, reason: expect.stringMatching(/changed where credentials are sent/) });
+    expect(event?.payload).toMatchObject({
+      connection: { id: a.id, status: 'disconnected' },
+      reason: expect.stringMatching(/changed where credentials are sent/),
+    });
     expectError(await alice.tools(a.id), 409, 'connection_needs_reauth');
   });
 

@@ -49,20 +49,30 @@ it('loads the shipped catalog (CATALOG_DIR by default) and the test fixtures', (
   const catalog = loadCatalog(FIXTURES);
   expect([...catalog.entries.keys()]).toEqual(['docs-demo', 'keys-demo', 'tickets-demo']);
   expect(catalog.entries.get('tickets-demo')?.content.auth).toEqual({
-    type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: ['read'], client_id: null, pkce: true,
+    type: 'oauth2',
+    authorize_url: null,
+    token_url: null,
+    revocation_url: null,
+    scopes: ['read'],
+    client_id: null,
+    pkce: true,
   });
 });
 
 it('names the file and the JSON pointer of every problem', () => {
   const good = fixture('keys-demo.yml');
   const message = problemsOf(() =>
-    loadCatalog(catalogDir({
-      'keys-demo.yml': good.replace('transport: streamable_http', 'transport: ftp').replace('version: 1', 'version: 1\ncolour: red'),
-      'wrong-name.yml': good,
-      'secret.yml': good.replace('slug: keys-demo', 'slug: secret').replace(/auth:[\s\S]*?tools:/, 'auth:\n  type: oauth2\n  client_id: x\n  client_secret: y\ntools:'),
-      'private.yml': good.replace('slug: keys-demo', 'slug: private').replace('https://mcp.keys.example/mcp', 'https://10.1.2.3/mcp'),
-      'broken.yml': 'slug: [unclosed',
-    })),
+    loadCatalog(
+      catalogDir({
+        'keys-demo.yml': good.replace('transport: streamable_http', 'transport: ftp').replace('version: 1', 'version: 1\ncolour: red'),
+        'wrong-name.yml': good,
+        'secret.yml': good
+          .replace('slug: keys-demo', 'slug: secret')
+          .replace(/auth:[\s\S]*?tools:/, 'auth:\n  type: oauth2\n  client_id: x\n  client_secret: y\ntools:'),
+        'private.yml': good.replace('slug: keys-demo', 'slug: private').replace('https://mcp.keys.example/mcp', 'https://10.1.2.3/mcp'),
+        'broken.yml': 'slug: [unclosed',
+      }),
+    ),
   );
   expect(message).toContain('keys-demo.yml: /transport');
   expect(message).toContain('keys-demo.yml: /colour is not a known member');
@@ -81,7 +91,14 @@ it('records each version once and refuses a changed file under a version it has 
   const changed = loadCatalog(catalogDir({ 'keys-demo.yml': v1.replace('name: Keys Demo', 'name: Keys Demo 2') }));
   await expect(syncCatalog(database.db, changed)).rejects.toThrow(/keys-demo.yml: version 1 was loaded before with other content; bump the version/);
 
-  const v2 = loadCatalog(catalogDir({ 'keys-demo.yml': v1.replace('name: Keys Demo', 'name: Keys Demo 2').replace('version: 1', 'version: 2').replace('released: "2026-10-15"', 'released: "2026-11-25"') }));
+  const v2 = loadCatalog(
+    catalogDir({
+      'keys-demo.yml': v1
+        .replace('name: Keys Demo', 'name: Keys Demo 2')
+        .replace('version: 1', 'version: 2')
+        .replace('released: "2026-10-15"', 'released: "2026-11-25"'),
+    }),
+  );
   await syncCatalog(database.db, v2);
   const entry = v2.entries.get('keys-demo')!;
   expect([entry.createdAt.toISOString(), entry.updatedAt.toISOString()]).toEqual(['2026-10-15T00:00:00.000Z', '2026-11-25T00:00:00.000Z']);

@@ -56,7 +56,8 @@ function connectorClient(app: TestApp, credential: { token?: string; session?: s
     pull: (slug: string, body: Schemas['ConnectorPullApply']) => settle(api.POST('/connector/{slug}/pull', { ...path(slug), body })),
     link: (slug: string, body: Schemas['ConnectorUpstreamLink']) => settle(api.POST('/connector/{slug}/link-upstream', { ...path(slug), body })),
     docs: (slug: string, body: Schemas['ConnectorDocumentationUpsert']) => settle(api.PUT('/connector/{slug}/documentation', { ...path(slug), body })),
-    shares: (slug: string, query: { limit?: number; cursor?: string } = {}) => settle(api.GET('/connector/{slug}/share', { params: { path: { slug }, query } })),
+    shares: (slug: string, query: { limit?: number; cursor?: string } = {}) =>
+      settle(api.GET('/connector/{slug}/share', { params: { path: { slug }, query } })),
     share: (slug: string, body: Schemas['ShareCreate']) => settle(api.POST('/connector/{slug}/share', { ...path(slug), body })),
     revoke: (slug: string, aclId: string) => settle(api.DELETE('/connector/{slug}/share/{aclId}', { params: { path: { slug, aclId } } })),
   };
@@ -110,10 +111,12 @@ async function created(client: Client, body: Create) {
 }
 
 const versionsOf = async (orgId: string, slug: string) =>
-  (await t.db.selectFrom('connector_versions').select(['version', 'content']).where('org_id', '=', orgId).where('slug', '=', slug).orderBy('version').execute());
+  await t.db.selectFrom('connector_versions').select(['version', 'content']).where('org_id', '=', orgId).where('slug', '=', slug).orderBy('version').execute();
 
 const eventsOf = async (orgId: string, type: string) =>
-  (await t.db.selectFrom('outbox').select(['event_type', 'payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map((e) => ({ data: e.payload as any }));
+  (await t.db.selectFrom('outbox').select(['event_type', 'payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map(
+    (e) => ({ data: e.payload as any }),
+  );
 
 // ---------------------------------------------------------------------------------------
 
@@ -125,11 +128,27 @@ describe('listConnectors and getConnector', () => {
     expect(res.status).toBe(200);
     expect(res.body.data.map((c: any) => c.slug)).toEqual(['aaa-crm', 'docs-demo', 'keys-demo', 'tickets-demo']);
     expect(res.body.data[0]).toEqual({
-      slug: 'aaa-crm', name: 'Acme CRM', description: 'Accounts, contacts and deals.', icon_url: 'https://cdn.acme.example/icons/crm.png',
-      source: 'custom', transport: 'streamable_http', auth_type: 'api_key', tool_count: 1, version: 1, upstream: null,
-      created_at: mine.created_at, updated_at: mine.updated_at,
+      slug: 'aaa-crm',
+      name: 'Acme CRM',
+      description: 'Accounts, contacts and deals.',
+      icon_url: 'https://cdn.acme.example/icons/crm.png',
+      source: 'custom',
+      transport: 'streamable_http',
+      auth_type: 'api_key',
+      tool_count: 1,
+      version: 1,
+      upstream: null,
+      created_at: mine.created_at,
+      updated_at: mine.updated_at,
     });
-    expect(res.body.data[1]).toMatchObject({ slug: 'docs-demo', source: 'built_in', auth_type: 'none', tool_count: 2, version: 2, created_at: '2026-11-20T00:00:00.000Z' });
+    expect(res.body.data[1]).toMatchObject({
+      slug: 'docs-demo',
+      source: 'built_in',
+      auth_type: 'none',
+      tool_count: 2,
+      version: 2,
+      created_at: '2026-11-20T00:00:00.000Z',
+    });
     expect(res.body.next_cursor).toBeNull();
   });
 
@@ -165,7 +184,12 @@ describe('listConnectors and getConnector', () => {
     const res = await client.read('docs-demo');
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
-      slug: 'docs-demo', source: 'built_in', version: 2, auth: { type: 'none' }, upstream: null, created_by_user_id: null,
+      slug: 'docs-demo',
+      source: 'built_in',
+      version: 2,
+      auth: { type: 'none' },
+      upstream: null,
+      created_by_user_id: null,
       updated_at: '2026-11-20T00:00:00.000Z',
       tools: [
         { name: 'search_docs', title: 'Search docs' },
@@ -174,7 +198,16 @@ describe('listConnectors and getConnector', () => {
       documentation: [{ key: 'getting-started', position: 0, updated_at: '2026-11-20T00:00:00.000Z' }],
     });
     const oauth = await client.read('tickets-demo');
-    expect(oauth.body.auth).toEqual({ type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: ['read'], client_id: null, has_client_secret: false, pkce: true });
+    expect(oauth.body.auth).toEqual({
+      type: 'oauth2',
+      authorize_url: null,
+      token_url: null,
+      revocation_url: null,
+      scopes: ['read'],
+      client_id: null,
+      has_client_secret: false,
+      pkce: true,
+    });
     expectError(await client.read('no-such-thing'), 404, 'not_found');
   });
 });
@@ -188,7 +221,13 @@ describe('createConnector', () => {
     expect(res.headers.get('location')).toBe(`/connector/${body.slug}`);
     expect(res.text).not.toContain(SECRET);
     expect(res.body).toMatchObject({
-      slug: body.slug, source: 'custom', version: 1, upstream: null, created_by_user_id: ownerId, tools: [], documentation: [],
+      slug: body.slug,
+      source: 'custom',
+      version: 1,
+      upstream: null,
+      created_by_user_id: ownerId,
+      tools: [],
+      documentation: [],
       auth: { type: 'oauth2', client_id: 'client-1', has_client_secret: true, pkce: true, scopes: ['read'] },
     });
     const row = await t.db.selectFrom('connectors').selectAll().where('org_id', '=', orgId).where('slug', '=', body.slug).executeTakeFirstOrThrow();
@@ -217,7 +256,12 @@ describe('createConnector', () => {
     const report = await resealSecrets(t.db, rotating, columns);
     expect(report.unreadable).toEqual([]);
     expect(report.resealed).toBeGreaterThanOrEqual(1);
-    const row = await t.db.selectFrom('connectors').select('client_secret_enc').where('org_id', '=', orgId).where('slug', '=', c.slug).executeTakeFirstOrThrow();
+    const row = await t.db
+      .selectFrom('connectors')
+      .select('client_secret_enc')
+      .where('org_id', '=', orgId)
+      .where('slug', '=', c.slug)
+      .executeTakeFirstOrThrow();
     expect(secretBoxOf({ current: newKey, older: [] }).open(row.client_secret_enc!, clientSecretContext(orgId, c.slug))).toBe(SECRET);
     // Back to the app's key, for the tests after this one.
     await resealSecrets(t.db, secretBoxOf({ current: t.deps.config.encryptionKeys.current, older: [newKey] }), columns);
@@ -227,7 +271,16 @@ describe('createConnector', () => {
     const { client } = await newOrg();
     const res = await client.create({ slug: `url-${unique()}`, name: 'By URL', mcp_url: 'https://mcp.byurl.example/mcp', auth: { type: 'oauth2' } });
     expect(res.status).toBe(201);
-    expect(res.body.auth).toEqual({ type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, has_client_secret: false, pkce: true });
+    expect(res.body.auth).toEqual({
+      type: 'oauth2',
+      authorize_url: null,
+      token_url: null,
+      revocation_url: null,
+      scopes: [],
+      client_id: null,
+      has_client_secret: false,
+      pkce: true,
+    });
     expect(res.body.transport).toBe('streamable_http');
   });
 
@@ -247,7 +300,16 @@ describe('createConnector', () => {
     const tool = { name: 'dup', description: 'x', input_schema: { type: 'object' as const } };
     const cases: [Create, string, string][] = [
       [apiKeyBody({ tools: [tool, tool] }), 'validation_failed', '/tools/1/name'],
-      [apiKeyBody({ documentation: [{ key: 'a', title: 'A', body: '' }, { key: 'a', title: 'B', body: '' }] }), 'validation_failed', '/documentation/1/key'],
+      [
+        apiKeyBody({
+          documentation: [
+            { key: 'a', title: 'A', body: '' },
+            { key: 'a', title: 'B', body: '' },
+          ],
+        }),
+        'validation_failed',
+        '/documentation/1/key',
+      ],
       [apiKeyBody({ icon_url: 'http://cdn.acme.example/x.png' }), 'validation_failed', '/icon_url'],
       [apiKeyBody({ auth: { type: 'api_key', placement: 'query', name: 'key', value_prefix: 'Bearer ' } }), 'validation_failed', '/auth/value_prefix'],
       [apiKeyBody({ mcp_url: 'https://user:pw@mcp.acme.example/mcp' }), 'validation_failed', '/mcp_url'],
@@ -289,17 +351,30 @@ describe('updateConnector', () => {
     const tools = await client.update(c.slug, { tools: [] });
     expect(tools.body).toMatchObject({ version: 3, tools: [] });
     const versions = await versionsOf(orgId, c.slug);
-    expect(versions.map((v) => [v.version, (v.content as any).name, (v.content as any).tools.length])).toEqual([[1, 'Acme CRM', 1], [2, 'Renamed', 1], [3, 'Renamed', 0]]);
+    expect(versions.map((v) => [v.version, (v.content as any).name, (v.content as any).tools.length])).toEqual([
+      [1, 'Acme CRM', 1],
+      [2, 'Renamed', 1],
+      [3, 'Renamed', 0],
+    ]);
     const events = await eventsOf(orgId, 'connector.updated');
     expect(events.map((e) => e.data.changed)).toEqual([['name', 'description'], ['tools']]);
     const audit = await t.factories.auditEntries(orgId, 'connector.updated');
-    expect(audit.map((a) => a.changes)).toEqual([{ changed: ['name', 'description'], version: 2 }, { changed: [], version: 2 }, { changed: ['tools'], version: 3 }]);
+    expect(audit.map((a) => a.changes)).toEqual([
+      { changed: ['name', 'description'], version: 2 },
+      { changed: [], version: 2 },
+      { changed: ['tools'], version: 3 },
+    ]);
   });
 
   it('keeps the client secret only for the same OAuth client at the same provider', async () => {
     const { client, orgId } = await newOrg();
     const c = await created(client, oauthBody());
-    const auth = { type: 'oauth2' as const, authorize_url: 'https://auth.oauth.example/authorize', token_url: 'https://auth.oauth.example/token', client_id: 'client-1' };
+    const auth = {
+      type: 'oauth2' as const,
+      authorize_url: 'https://auth.oauth.example/authorize',
+      token_url: 'https://auth.oauth.example/token',
+      client_id: 'client-1',
+    };
     let res = await client.update(c.slug, { auth: { ...auth, scopes: ['read', 'write'] } });
     expect(res.body.auth).toMatchObject({ has_client_secret: true, scopes: ['read', 'write'] });
     const resolved = await resolveConnector(t.db, t.deps.secrets, orgId, c.created_by_user_id!, true, c.slug);
@@ -311,7 +386,12 @@ describe('updateConnector', () => {
     expect(res.text).not.toContain('new-secret-456');
     res = await client.update(c.slug, { auth: { type: 'none' } });
     expect(res.body.auth).toEqual({ type: 'none' });
-    const row = await t.db.selectFrom('connectors').select('client_secret_enc').where('org_id', '=', orgId).where('slug', '=', c.slug).executeTakeFirstOrThrow();
+    const row = await t.db
+      .selectFrom('connectors')
+      .select('client_secret_enc')
+      .where('org_id', '=', orgId)
+      .where('slug', '=', c.slug)
+      .executeTakeFirstOrThrow();
     expect(row.client_secret_enc).toBeNull();
     const audit = await t.factories.auditEntries(orgId);
     expect(JSON.stringify(audit)).not.toContain('new-secret-456');
@@ -331,7 +411,17 @@ describe('updateConnector', () => {
     const hook = async (_w: unknown, org: string, slug: string) => void calls.push(`${org}:${slug}`);
     probe.changed = hook;
     try {
-      await client.update(c.slug, { mcp_url: 'https://mcp.oauth.example/v2/mcp', transport: 'sse', auth: { type: 'oauth2', token_url: 'https://auth.oauth.example/token', authorize_url: 'https://auth.oauth.example/authorize2', client_id: 'client-1', scopes: ['x'] } });
+      await client.update(c.slug, {
+        mcp_url: 'https://mcp.oauth.example/v2/mcp',
+        transport: 'sse',
+        auth: {
+          type: 'oauth2',
+          token_url: 'https://auth.oauth.example/token',
+          authorize_url: 'https://auth.oauth.example/authorize2',
+          client_id: 'client-1',
+          scopes: ['x'],
+        },
+      });
       expect(calls).toEqual([]);
       await client.update(c.slug, { mcp_url: 'https://other.oauth.example/mcp' });
       expect(calls).toEqual([`${orgId}:${c.slug}`]);
@@ -349,7 +439,11 @@ describe('updateConnector', () => {
     expectError(await client.update('nothing-here', { name: 'Mine' }), 404, 'not_found');
     expectError(await client.remove('docs-demo'), 409, 'built_in_connector_read_only');
     expectError(await client.docs('docs-demo', { entries: [] }), 409, 'built_in_connector_read_only');
-    expectError(await client.share('docs-demo', { principal: { type: 'user', id: 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e' }, level: 'use' }), 409, 'built_in_connector_read_only');
+    expectError(
+      await client.share('docs-demo', { principal: { type: 'user', id: 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e' }, level: 'use' }),
+      409,
+      'built_in_connector_read_only',
+    );
     expectError(await client.link('docs-demo', { upstream_slug: 'keys-demo' }), 409, 'built_in_connector_read_only');
   });
 });
@@ -370,7 +464,9 @@ describe('deleteConnector', () => {
     const after = await client.read(`${c.slug}-fork`);
     expect(after.body.upstream).toMatchObject({ slug: c.slug, version: 1, current_version: null, updates_available: false });
     expectError(await client.preview(`${c.slug}-fork`), 409, 'upstream_connector_missing');
-    expect(await eventsOf(orgId, 'connector.deleted')).toEqual([expect.objectContaining({ data: { connector: { slug: c.slug, name: 'Acme CRM', version: '1' } } })]);
+    expect(await eventsOf(orgId, 'connector.deleted')).toEqual([
+      expect.objectContaining({ data: { connector: { slug: c.slug, name: 'Acme CRM', version: '1' } } }),
+    ]);
   });
 
   it('refuses while something still uses the connector', async () => {
@@ -454,13 +550,25 @@ describe('forkConnector', () => {
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe('/connector/docs-mine');
     expect(res.body).toMatchObject({
-      slug: 'docs-mine', name: 'Our docs', source: 'custom', version: 1, description: 'Searches the demo documentation.',
+      slug: 'docs-mine',
+      name: 'Our docs',
+      source: 'custom',
+      version: 1,
+      description: 'Searches the demo documentation.',
       upstream: { slug: 'docs-demo', version: 2, current_version: 2, updates_available: false },
     });
     expect(res.body.tools).toHaveLength(2);
-    expect(await eventsOf(orgId, 'connector.created')).toEqual([expect.objectContaining({ data: { connector: { slug: 'docs-mine', name: 'Our docs', version: '1' }, forked_from: 'docs-demo' } })]);
+    expect(await eventsOf(orgId, 'connector.created')).toEqual([
+      expect.objectContaining({ data: { connector: { slug: 'docs-mine', name: 'Our docs', version: '1' }, forked_from: 'docs-demo' } }),
+    ]);
     expect(await t.factories.auditEntries(orgId, 'connector.forked')).toHaveLength(1);
-    expect((await client.preview('docs-mine')).body).toEqual({ slug: 'docs-mine', upstream_slug: 'docs-demo', base_version: 2, upstream_version: 2, changes: [] });
+    expect((await client.preview('docs-mine')).body).toEqual({
+      slug: 'docs-mine',
+      upstream_slug: 'docs-demo',
+      base_version: 2,
+      upstream_version: 2,
+      changes: [],
+    });
     expectError(await client.fork('docs-demo', { slug: 'keys-demo' }), 409, 'slug_taken');
     expectError(await client.fork('docs-demo', { slug: 'docs-mine' }), 409, 'slug_taken');
     expectError(await client.fork('nope-nope', { slug: 'docs-other' }), 404, 'not_found');
@@ -491,9 +599,19 @@ describe('previewConnectorPull and applyConnectorPull', () => {
     const preview = await client.preview('down-crm');
     expect(preview.status).toBe(200);
     expect(preview.body).toEqual({
-      slug: 'down-crm', upstream_slug: 'up-crm', base_version: 1, upstream_version: 3,
+      slug: 'down-crm',
+      upstream_slug: 'up-crm',
+      base_version: 1,
+      upstream_version: 3,
       changes: [
-        { field: 'description', kind: 'modified', upstream_value: 'Upstream description', local_value: 'Local description', base_value: 'Accounts, contacts and deals.', conflict: true },
+        {
+          field: 'description',
+          kind: 'modified',
+          upstream_value: 'Upstream description',
+          local_value: 'Local description',
+          base_value: 'Accounts, contacts and deals.',
+          conflict: true,
+        },
         { field: 'tools/create_deal', kind: 'added', upstream_value: { ...newTool }, local_value: null, base_value: null, conflict: false },
       ],
     });
@@ -505,7 +623,11 @@ describe('previewConnectorPull and applyConnectorPull', () => {
 
     const applied = await client.pull('down-crm', { upstream_version: 3, fields: ['tools/create_deal'] });
     expect(applied.status).toBe(200);
-    expect(applied.body).toMatchObject({ description: 'Local description', version: 3, upstream: { slug: 'up-crm', version: 3, current_version: 3, updates_available: false } });
+    expect(applied.body).toMatchObject({
+      description: 'Local description',
+      version: 3,
+      upstream: { slug: 'up-crm', version: 3, current_version: 3, updates_available: false },
+    });
     expect(applied.body.tools.map((x: any) => x.name)).toEqual(['search_contacts', 'create_deal']);
     expect((await client.preview('down-crm')).body.changes).toEqual([]);
     expect((await t.factories.auditEntries(orgId, 'connector.pulled'))[0]?.changes).toMatchObject({ fields: ['tools/create_deal'], upstream_version: 3 });
@@ -615,7 +737,10 @@ describe('upsertConnectorDocumentation', () => {
     });
     expect(res.status).toBe(200);
     expect(res.body.version).toBe(2);
-    expect(res.body.documentation.map((d: any) => [d.key, d.position, d.body])).toEqual([['limits', 0, '100/min'], ['getting-started', 1, 'New body']]);
+    expect(res.body.documentation.map((d: any) => [d.key, d.position, d.body])).toEqual([
+      ['limits', 0, '100/min'],
+      ['getting-started', 1, 'New body'],
+    ]);
     const again = await client.docs(c.slug, { entries: [{ key: 'limits', title: 'Limits', body: '100/min' }] });
     expect(again.body.version).toBe(2);
     const only = await client.docs(c.slug, { entries: [{ key: 'limits', title: 'Limits', body: '100/min' }], delete_missing: true });
@@ -627,7 +752,12 @@ describe('upsertConnectorDocumentation', () => {
       { created: [], replaced: [], deleted: ['getting-started'], version: 3 },
     ]);
     expect((await eventsOf(orgId, 'connector.updated')).map((e) => e.data.changed)).toEqual([['documentation'], ['documentation']]);
-    const dup = await client.docs(c.slug, { entries: [{ key: 'x', title: 'X', body: '' }, { key: 'x', title: 'Y', body: '' }] });
+    const dup = await client.docs(c.slug, {
+      entries: [
+        { key: 'x', title: 'X', body: '' },
+        { key: 'x', title: 'Y', body: '' },
+      ],
+    });
     expectError(dup, 400, 'validation_failed');
     expect(dup.body.errors[0].pointer).toBe('/entries/1/key');
     expectError(await client.docs('not-there', { entries: [] }), 404, 'not_found');
@@ -642,7 +772,13 @@ describe('connector shares', () => {
     const first = await org.client.share(c.slug, { principal: { type: 'user', id: member.userId }, level: 'use' });
     expect(first.status).toBe(201);
     expect(first.headers.get('location')).toBe(`/connector/${c.slug}/share/${first.body.id}`);
-    expect(first.body).toMatchObject({ resource_type: 'connector', resource_id: c.slug, principal: { type: 'user', id: member.userId }, level: 'use', created_by_user_id: org.ownerId });
+    expect(first.body).toMatchObject({
+      resource_type: 'connector',
+      resource_id: c.slug,
+      principal: { type: 'user', id: member.userId },
+      level: 'use',
+      created_by_user_id: org.ownerId,
+    });
     const again = await org.client.share(c.slug, { principal: { type: 'user', id: member.userId }, level: 'edit' });
     expect(again.status).toBe(200);
     expect(again.body).toMatchObject({ id: first.body.id, level: 'edit' });

@@ -29,7 +29,9 @@ describe('a preflight', () => {
     expect(res.headers.get('access-control-allow-origin')).toBe('*');
     expect(methodsOf(res.headers)).toEqual(['DELETE', 'POST']);
     const allowed = (res.headers.get('access-control-allow-headers') ?? '').toLowerCase().split(', ');
-    expect(allowed).toEqual(expect.arrayContaining(['authorization', 'content-type', 'mcp-protocol-version', 'mcp-method', 'mcp-name', 'last-event-id', 'mcp-session-id']));
+    expect(allowed).toEqual(
+      expect.arrayContaining(['authorization', 'content-type', 'mcp-protocol-version', 'mcp-method', 'mcp-name', 'last-event-id', 'mcp-session-id']),
+    );
     expect(Number(res.headers.get('access-control-max-age'))).toBeGreaterThan(0);
   });
 
@@ -61,7 +63,12 @@ describe('a preflight', () => {
 
 describe('a cross-origin response', () => {
   it('of an MCP endpoint lets the page read WWW-Authenticate and Mcp-Session-Id', async () => {
-    const res = await t.call('POST', mcpPath, { jsonrpc: '2.0', id: 1, method: 'ping' }, { headers: { origin: ALLOWED, accept: 'application/json, text/event-stream' } });
+    const res = await t.call(
+      'POST',
+      mcpPath,
+      { jsonrpc: '2.0', id: 1, method: 'ping' },
+      { headers: { origin: ALLOWED, accept: 'application/json, text/event-stream' } },
+    );
     expect(res.status).toBe(401);
     expect(res.headers.get('www-authenticate')).toContain('resource_metadata=');
     expect(res.headers.get('access-control-allow-origin')).toBe('*');

@@ -74,7 +74,11 @@ it('never serves a remembered token past its expiry', async () => {
   expect((await client.get(LIST)).status).toBe(200);
   await new Promise((r) => setTimeout(r, 1_600));
   const refused = await client.get(LIST);
-  expect({ status: refused.status, code: refused.body.code, detail: refused.body.detail }).toEqual({ status: 401, code: 'invalid_token', detail: 'The API token has expired.' });
+  expect({ status: refused.status, code: refused.body.code, detail: refused.body.detail }).toEqual({
+    status: 401,
+    code: 'invalid_token',
+    detail: 'The API token has expired.',
+  });
 });
 
 it('remembers a person’s standing in an organization for sessions, and forgets it on a write', async () => {

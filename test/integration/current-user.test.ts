@@ -456,7 +456,11 @@ describe('getCurrentUser: authentication', () => {
   it('answers 401 invalid_token for a revoked token', async () => {
     const { token } = await t.factories.org();
     expect((await me({ token })).status).toBe(200);
-    await t.db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', await t.factories.tokenId(token)).execute();
+    await t.db
+      .updateTable('api_tokens')
+      .set({ revoked_at: new Date() })
+      .where('id', '=', await t.factories.tokenId(token))
+      .execute();
     const res = await me({ token });
     expect(res.status).toBe(401);
     expect(res.body.code).toBe('invalid_token');

@@ -48,7 +48,12 @@ describe('getEntitlements', () => {
     const org = await t.factories.org();
     await t.db.updateTable('organizations').set({ plan: 'enterprise' }).where('id', '=', org.orgId).execute();
     const res = await t.as({ token: org.token, org: org.orgId }).get('/entitlement');
-    expect(res.body).toMatchObject({ plan: 'enterprise', features: { sso: true, scim: true }, limits: { seats: { limit: null, used: 1 } }, audit_log_retention_days: null });
+    expect(res.body).toMatchObject({
+      plan: 'enterprise',
+      features: { sso: true, scim: true },
+      limits: { seats: { limit: null, used: 1 } },
+      audit_log_retention_days: null,
+    });
   });
 
   it('needs organization:view in the organization of the header', async () => {
@@ -78,7 +83,13 @@ describe('listPermissions', () => {
       expect(seen).toEqual([...PERMISSIONS]);
     }
     const all = await t.as({ session }).get('/permission?limit=200');
-    expect(all.body.data[0]).toEqual({ name: 'organization:view', resource: 'organization', action: 'view', description: descriptions['organization:view'], person_only: false });
+    expect(all.body.data[0]).toEqual({
+      name: 'organization:view',
+      resource: 'organization',
+      action: 'view',
+      description: descriptions['organization:view'],
+      person_only: false,
+    });
     const byName = new Map(all.body.data.map((p: { name: string; person_only: boolean }) => [p.name, p.person_only]));
     // Every operation needing scim:manage is a person's; organization:view is needed by many that are not.
     expect(byName.get('scim:manage')).toBe(true);

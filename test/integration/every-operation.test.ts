@@ -24,7 +24,10 @@ const KIND_OF_PREFIX: ReadonlyMap<string, IdKind> = new Map(Object.entries(ID_PR
 const resolve = (node: Json | undefined): Json | undefined => {
   let current = node;
   while (current && typeof current.$ref === 'string') {
-    current = (current.$ref as string).slice(2).split('/').reduce<any>((n, k) => n?.[k.replace(/~1/g, '/').replace(/~0/g, '~')], spec);
+    current = (current.$ref as string)
+      .slice(2)
+      .split('/')
+      .reduce<any>((n, k) => n?.[k.replace(/~1/g, '/').replace(/~0/g, '~')], spec);
   }
   return current;
 };
@@ -50,12 +53,14 @@ function rowOf(id: string, meta: OperationMeta): Row {
   const item = spec.paths[meta.path] as Json;
   const op = item[meta.method] as Json;
   const params = [...(item.parameters ?? []), ...(op.parameters ?? [])].map((p: Json) => resolve(p) as Json);
-  const pathParams = params.filter((p) => p.in === 'path').map((p) => {
-    const ref: string | undefined = p.schema?.$ref;
-    const schemaName = ref ? ref.split('/').pop() ?? null : null;
-    const prefix = /^\^([a-z]+)_/.exec(resolve(p.schema)?.pattern ?? '')?.[1];
-    return { name: p.name as string, schemaName, kind: (prefix && KIND_OF_PREFIX.get(prefix)) || null };
-  });
+  const pathParams = params
+    .filter((p) => p.in === 'path')
+    .map((p) => {
+      const ref: string | undefined = p.schema?.$ref;
+      const schemaName = ref ? (ref.split('/').pop() ?? null) : null;
+      const prefix = /^\^([a-z]+)_/.exec(resolve(p.schema)?.pattern ?? '')?.[1];
+      return { name: p.name as string, schemaName, kind: (prefix && KIND_OF_PREFIX.get(prefix)) || null };
+    });
   const media = resolve(op.requestBody)?.content?.['application/json'];
   const example = media?.example ?? (Object.values(media?.examples ?? {})[0] as Json | undefined)?.value;
   return { id, meta, op, pathParams, example, jsonSchema: resolve(media?.schema) };
@@ -134,40 +139,59 @@ it('covers the built operations', () => {
   expect(built.length).toBeGreaterThan(0);
 });
 
-forEach(built.filter((r) => !r.meta.credentialOptional), '%s without a credential', (row) => {
-  it('answers 401 with a WWW-Authenticate challenge', async () => {
-    const res = await refused(row, pathOf(row), row.example, row.meta.orgScoped ? { org: a.orgId } : {});
-    expect([res.status, codeOf(res) ?? 'unauthenticated']).toEqual([401, 'unauthenticated']);
-    expect(res.headers.get('www-authenticate')).toMatch(/^Bearer /);
-  });
-});
+forEach(
+  built.filter((r) => !r.meta.credentialOptional),
+  '%s without a credential',
+  (row) => {
+    it('answers 401 with a WWW-Authenticate challenge', async () => {
+      const res = await refused(row, pathOf(row), row.example, row.meta.orgScoped ? { org: a.orgId } : {});
+      expect([res.status, codeOf(res) ?? 'unauthenticated']).toEqual([401, 'unauthenticated']);
+      expect(res.headers.get('www-authenticate')).toMatch(/^Bearer /);
+    });
+  },
+);
 
-forEach(callable.filter((r) => r.meta.permission), '%s without its permission', (row) => {
-  it('answers 403 missing_permission', async () => {
-    const roleId = await t.factories.customRole(a.orgId, PERMISSIONS.filter((p) => p !== row.meta.permission));
-    const memberId = await t.factories.member(a.orgId, { roles: [roleId] });
-    const options: CallOptions = row.meta.personOnly
-      ? { session: await t.factories.session(memberId, { secondFactor: true }), org: a.orgId }
-      : { token: await t.factories.token(a.orgId, memberId), org: a.orgId };
-    const res = await refused(row, pathOf(row), row.example, options);
-    expect([res.status, codeOf(res)]).toEqual([403, 'missing_permission']);
-  });
-});
+forEach(
+  callable.filter((r) => r.meta.permission),
+  '%s without its permission',
+  (row) => {
+    it('answers 403 missing_permission', async () => {
+      const roleId = await t.factories.customRole(
+        a.orgId,
+        PERMISSIONS.filter((p) => p !== row.meta.permission),
+      );
+      const memberId = await t.factories.member(a.orgId, { roles: [roleId] });
+      const options: CallOptions = row.meta.personOnly
+        ? { session: await t.factories.session(memberId, { secondFactor: true }), org: a.orgId }
+        : { token: await t.factories.token(a.orgId, memberId), org: a.orgId };
+      const res = await refused(row, pathOf(row), row.example, options);
+      expect([res.status, codeOf(res)]).toEqual([403, 'missing_permission']);
+    });
+  },
+);
 
-forEach(callable.filter((r) => r.meta.personOnly), '%s with an API token', (row) => {
-  it('answers 403 requires_person', async () => {
-    const res = await refused(row, pathOf(row), row.example, { token: a.token, org: a.orgId });
-    expect([res.status, codeOf(res)]).toEqual([403, 'requires_person']);
-  });
-});
+forEach(
+  callable.filter((r) => r.meta.personOnly),
+  '%s with an API token',
+  (row) => {
+    it('answers 403 requires_person', async () => {
+      const res = await refused(row, pathOf(row), row.example, { token: a.token, org: a.orgId });
+      expect([res.status, codeOf(res)]).toEqual([403, 'requires_person']);
+    });
+  },
+);
 
-forEach(callable.filter((r) => r.meta.orgScoped), '%s without X-Organization-Id', (row) => {
-  it('answers 400 organization_header_required', async () => {
-    const { org: _org, ...withoutOrganization } = credentialFor(row);
-    const res = await refused(row, pathOf(row), row.example, withoutOrganization);
-    expect([res.status, codeOf(res)]).toEqual([400, 'organization_header_required']);
-  });
-});
+forEach(
+  callable.filter((r) => r.meta.orgScoped),
+  '%s without X-Organization-Id',
+  (row) => {
+    it('answers 400 organization_header_required', async () => {
+      const { org: _org, ...withoutOrganization } = credentialFor(row);
+      const res = await refused(row, pathOf(row), row.example, withoutOrganization);
+      expect([res.status, codeOf(res)]).toEqual([400, 'organization_header_required']);
+    });
+  },
+);
 
 forEach(callable, '%s with bad input', (row) => {
   const pointers = (res: TestResponse) => ((res.body as Json).errors as { in: string; pointer: string }[]).map((e) => `${e.in} ${e.pointer}`);

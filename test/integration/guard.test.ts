@@ -76,7 +76,11 @@ describe('authentication', () => {
     const { orgId, token } = await t.factories.org();
     const client = t.as({ token, org: orgId });
     expect((await client.get(LIST)).status).toBe(200);
-    await t.db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', await t.factories.tokenId(token)).execute();
+    await t.db
+      .updateTable('api_tokens')
+      .set({ revoked_at: new Date() })
+      .where('id', '=', await t.factories.tokenId(token))
+      .execute();
     expectError(await client.get(LIST), 401, 'invalid_token');
     expectError(await t.as({ token }).get('/user/me'), 401, 'invalid_token');
   });
@@ -161,7 +165,6 @@ describe('membership', () => {
       }
     }
   });
-
 });
 
 describe('second factor', () => {
@@ -218,7 +221,9 @@ describe('permissions', () => {
     expectError(await t.as({ token: narrow, org: orgId }).get(LIST), 403, 'missing_permission');
     const viewer = await t.factories.token(orgId, ownerId, ['notification:view']);
     expect((await t.as({ token: viewer, org: orgId }).get(LIST)).status).toBe(200);
-    const created = await t.as({ token: viewer, org: orgId }).post(LIST, { name: 'Ops', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
+    const created = await t
+      .as({ token: viewer, org: orgId })
+      .post(LIST, { name: 'Ops', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
     expectError(created, 403, 'missing_permission');
   });
 
@@ -241,7 +246,11 @@ describe('system roles', () => {
   it('take their permissions from the catalog, so a permission added later reaches every existing Owner without a data migration', async () => {
     const { orgId, ownerId, token, roleIds } = await t.factories.org();
     // An organization created before notification destinations existed: its Owner row lists less.
-    await t.db.updateTable('roles').set({ permissions: ['organization:view'] }).where('id', '=', roleIds.owner).execute();
+    await t.db
+      .updateTable('roles')
+      .set({ permissions: ['organization:view'] })
+      .where('id', '=', roleIds.owner)
+      .execute();
     expect((await t.as({ token, org: orgId }).get(LIST)).status).toBe(200);
     const me = await t.as({ session: await t.factories.session(ownerId) }).get('/user/me');
     expect(me.body.organizations[0].permissions).toEqual([...PERMISSIONS].sort());
@@ -315,7 +324,10 @@ describe('request bodies', () => {
     const bom = await client.post(LIST, undefined, { raw: `\uFEFF${destination('With BOM')}`, headers: { 'content-type': 'application/json; charset=UTF-8' } });
     expect(bom.status).toBe(201);
     expect(bom.body.name).toBe('With BOM');
-    const zipped = await client.post(LIST, undefined, { raw: gzipSync(destination('Zipped')), headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' } });
+    const zipped = await client.post(LIST, undefined, {
+      raw: gzipSync(destination('Zipped')),
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+    });
     expect(zipped.status).toBe(201);
     expect(zipped.body.name).toBe('Zipped');
   });
@@ -327,7 +339,12 @@ describe('request bodies', () => {
     expectError(team, 400, 'validation_failed');
     expect(team.body.detail).toContain('NUL');
     expect((await client.get('/team')).body?.data).toEqual([]);
-    const destination = await t.call('POST', LIST, { name: 'Ops\u0000', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] }, { token, org: orgId });
+    const destination = await t.call(
+      'POST',
+      LIST,
+      { name: 'Ops\u0000', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] },
+      { token, org: orgId },
+    );
     expectError(destination, 400, 'validation_failed');
     expectError(await t.call('GET', '/member?q=a%00b', undefined, { token, org: orgId }), 400, 'validation_failed');
     // A member cursor whose time has more digits than a bigint holds.
@@ -342,7 +359,10 @@ describe('request bodies', () => {
     const lone = await client.post('/team', undefined, { raw: '{"name":"a\\ud800b"}', headers: json });
     expectError(lone, 400, 'validation_failed');
     expect(lone.body.errors).toEqual([{ in: 'body', pointer: '/name', message: expect.stringContaining('surrogate') }]);
-    const nested = await client.post(LIST, undefined, { raw: '{"name":"Ops","type":"email","config":{"to":["a@b.example"],"subject_prefix":"\\udc00"},"event_types":["member.joined"]}', headers: json });
+    const nested = await client.post(LIST, undefined, {
+      raw: '{"name":"Ops","type":"email","config":{"to":["a@b.example"],"subject_prefix":"\\udc00"},"event_types":["member.joined"]}',
+      headers: json,
+    });
     expect(nested.body.errors?.[0]?.pointer).toBe('/config/subject_prefix');
     // A well-formed pair is a character like any other.
     expect((await client.post('/team', undefined, { raw: '{"name":"\\ud83d\\ude00 team"}', headers: json })).status).toBe(201);
@@ -391,10 +411,17 @@ describe('request bodies', () => {
       const { token, orgId } = await small.factories.org();
       const payload = JSON.stringify({ name: 'x'.repeat(3000), type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] });
       const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(`${small.url}${LIST}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'x-organization-id': orgId, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        });
+        const req = http.request(
+          `${small.url}${LIST}`,
+          {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}`, 'x-organization-id': orgId, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+          },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
         req.on('error', reject);
         for (let i = 0; i < payload.length; i += 1000) req.write(payload.slice(i, i + 1000));
         req.end();
@@ -445,7 +472,11 @@ describe('request ids', () => {
 describe('caching', () => {
   it('marks every answer to a request with a credential no-store, and leaves the public documents cacheable', async () => {
     const { orgId, token } = await t.factories.org();
-    for (const res of [await t.as({ token, org: orgId }).get(LIST), await t.as({ token }).get('/user/me'), await t.call('GET', LIST, undefined, { token: `cpt_${'z'.repeat(43)}`, org: orgId })]) {
+    for (const res of [
+      await t.as({ token, org: orgId }).get(LIST),
+      await t.as({ token }).get('/user/me'),
+      await t.call('GET', LIST, undefined, { token: `cpt_${'z'.repeat(43)}`, org: orgId }),
+    ]) {
       expect(res.headers.get('cache-control')).toBe('no-store');
     }
     expect((await t.call('GET', '/openapi.json')).headers.get('cache-control')).toBeNull();
@@ -524,13 +555,25 @@ describe('rate limit', () => {
 
   it('believes X-Forwarded-For only as far as TRUST_PROXY says: the audit entry names the client behind the proxy', async () => {
     const { orgId, token } = await limited.factories.org();
-    const res = await limited.as({ token, org: orgId }).post(LIST, { name: 'Proxied', type: 'email', config: { to: ['ops@acme.example'] }, event_types: ['member.joined'] }, { headers: { 'x-forwarded-for': '198.51.100.23' } });
+    const res = await limited
+      .as({ token, org: orgId })
+      .post(
+        LIST,
+        { name: 'Proxied', type: 'email', config: { to: ['ops@acme.example'] }, event_types: ['member.joined'] },
+        { headers: { 'x-forwarded-for': '198.51.100.23' } },
+      );
     expect(res.status).toBe(201);
     const [entry] = await limited.factories.auditEntries(orgId, 'notification_destination.created');
     expect(entry?.ip).toBe('198.51.100.23');
     // The default app trusts no proxy: the connection's address is the client's.
     const { orgId: other, token: otherToken } = await t.factories.org();
-    await t.as({ token: otherToken, org: other }).post(LIST, { name: 'Direct', type: 'email', config: { to: ['ops@acme.example'] }, event_types: ['member.joined'] }, { headers: { 'x-forwarded-for': '198.51.100.23' } });
+    await t
+      .as({ token: otherToken, org: other })
+      .post(
+        LIST,
+        { name: 'Direct', type: 'email', config: { to: ['ops@acme.example'] }, event_types: ['member.joined'] },
+        { headers: { 'x-forwarded-for': '198.51.100.23' } },
+      );
     expect((await t.factories.auditEntries(other, 'notification_destination.created'))[0]?.ip).toBe('127.0.0.1');
   });
 

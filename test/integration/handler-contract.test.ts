@@ -18,9 +18,22 @@ import { describeOperations } from '../../src/spec/operations';
 import { startTestApp, type TestApp } from '../support/app';
 
 const TAG = 'Fixtures';
-const errors = Object.fromEntries(['400', '401', '403', '404', '413', '415', '429'].map((s) => [s, { $ref: `#/components/responses/${{ 400: 'BadRequest', 401: 'Unauthorized', 403: 'Forbidden', 404: 'NotFound', 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType', 429: 'TooManyRequests' }[s]}` }]));
+const errors = Object.fromEntries(
+  ['400', '401', '403', '404', '413', '415', '429'].map((s) => [
+    s,
+    {
+      $ref: `#/components/responses/${{ 400: 'BadRequest', 401: 'Unauthorized', 403: 'Forbidden', 404: 'NotFound', 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType', 429: 'TooManyRequests' }[s]}`,
+    },
+  ]),
+);
 const op = (operationId: string, extra: Record<string, unknown>) => ({
-  operationId, tags: [TAG], summary: operationId, description: 'A fixture.', security: [], 'x-permission': null, ...extra,
+  operationId,
+  tags: [TAG],
+  summary: operationId,
+  description: 'A fixture.',
+  security: [],
+  'x-permission': null,
+  ...extra,
   responses: { ...errors, ...(extra.responses as object) },
 });
 const json = (schema: object) => ({ content: { 'application/json': { schema } } });
@@ -46,17 +59,41 @@ function fixtureSpec(): OpenApiDocument {
   spec.paths['/fixture/form'] = {
     post: op('fixtureForm', {
       'x-audit': null,
-      requestBody: { required: true, content: { 'application/x-www-form-urlencoded': { schema: {
-        type: 'object', additionalProperties: false, required: ['grant_type'],
-        properties: { grant_type: { type: 'string', enum: ['authorization_code', 'refresh_token'] }, code: { type: 'string' }, resource: { type: 'array', items: { type: 'string' } } },
-      } } } },
+      requestBody: {
+        required: true,
+        content: {
+          'application/x-www-form-urlencoded': {
+            schema: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['grant_type'],
+              properties: {
+                grant_type: { type: 'string', enum: ['authorization_code', 'refresh_token'] },
+                code: { type: 'string' },
+                resource: { type: 'array', items: { type: 'string' } },
+              },
+            },
+          },
+        },
+      },
       responses: { 200: { description: 'Parsed.', ...json(anything) } },
     }),
   };
   spec.paths['/fixture/scim'] = {
     post: op('fixtureScim', {
       'x-audit': null,
-      requestBody: { required: true, content: { 'application/scim+json': { schema: { type: 'object', required: ['schemas', 'userName'], properties: { schemas: { type: 'array', items: { type: 'string' } }, userName: { type: 'string', minLength: 1 } } } } } },
+      requestBody: {
+        required: true,
+        content: {
+          'application/scim+json': {
+            schema: {
+              type: 'object',
+              required: ['schemas', 'userName'],
+              properties: { schemas: { type: 'array', items: { type: 'string' } }, userName: { type: 'string', minLength: 1 } },
+            },
+          },
+        },
+      },
       responses: { 201: { description: 'Created.', content: { 'application/scim+json': { schema: anything } } } },
     }),
   };
@@ -64,10 +101,19 @@ function fixtureSpec(): OpenApiDocument {
     post: op('fixtureUpload', {
       'x-audit': null,
       'x-max-body-bytes': 4096,
-      requestBody: { required: true, content: { 'multipart/form-data': { schema: {
-        type: 'object', additionalProperties: false, required: ['file'],
-        properties: { file: { type: 'string', format: 'binary' }, name: { type: 'string', maxLength: 20 } },
-      } } } },
+      requestBody: {
+        required: true,
+        content: {
+          'multipart/form-data': {
+            schema: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['file'],
+              properties: { file: { type: 'string', format: 'binary' }, name: { type: 'string', maxLength: 20 } },
+            },
+          },
+        },
+      },
       responses: { 200: { description: 'Stored.', ...json(anything) } },
     }),
   };
@@ -75,7 +121,13 @@ function fixtureSpec(): OpenApiDocument {
     put: op('fixtureRaw', {
       'x-audit': null,
       'x-max-body-bytes': 2048,
-      requestBody: { required: true, content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } }, 'image/png': { schema: { type: 'string', format: 'binary' } } } },
+      requestBody: {
+        required: true,
+        content: {
+          'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
+          'image/png': { schema: { type: 'string', format: 'binary' } },
+        },
+      },
       responses: { 200: { description: 'Stored.', ...json(anything) } },
     }),
   };
@@ -86,22 +138,32 @@ function fixtureSpec(): OpenApiDocument {
     }),
   };
   spec.paths['/fixture/download'] = {
-    get: op('fixtureDownload', { responses: { 200: { description: 'Bytes.', content: { 'application/pdf': { schema: { type: 'string', format: 'binary' } } } } } }),
+    get: op('fixtureDownload', {
+      responses: { 200: { description: 'Bytes.', content: { 'application/pdf': { schema: { type: 'string', format: 'binary' } } } } },
+    }),
   };
   spec.paths['/fixture/redirect'] = {
-    get: op('fixtureRedirect', { responses: { 302: { description: 'Away.', headers: { Location: { schema: { type: 'string' } }, 'Set-Cookie': { schema: { type: 'string' } } } } } }),
+    get: op('fixtureRedirect', {
+      responses: { 302: { description: 'Away.', headers: { Location: { schema: { type: 'string' } }, 'Set-Cookie': { schema: { type: 'string' } } } } },
+    }),
   };
   spec.paths['/fixture/xml'] = {
     get: op('fixtureXml', { responses: { 200: { description: 'XML.', content: { 'application/xml': { schema: { type: 'string' } } } } } }),
   };
   spec.paths['/fixture/protocol'] = {
     post: op('fixtureProtocol', {
-      security: [{ fixtureToken: [] }], 'x-audit': 'fixture.done', 'x-events': ['member.removed'],
+      security: [{ fixtureToken: [] }],
+      'x-audit': 'fixture.done',
+      'x-events': ['member.removed'],
       responses: { 204: { description: 'Done.' } },
     }),
   };
   spec.paths['/fixture/observe'] = {
-    get: op('fixtureObserve', { security: [{ fixtureToken: [] }], 'x-events': ['connection.needs_reauth'], responses: { 200: { description: 'Read.', ...json(anything) } } }),
+    get: op('fixtureObserve', {
+      security: [{ fixtureToken: [] }],
+      'x-events': ['connection.needs_reauth'],
+      responses: { 200: { description: 'Read.', ...json(anything) } },
+    }),
   };
   spec.paths['/fixture/undeclared-event'] = {
     post: op('fixtureUndeclaredEvent', { security: [{ fixtureToken: [] }], 'x-audit': 'fixture.done', responses: { 204: { description: 'Done.' } } }),
@@ -141,7 +203,10 @@ const handlers: Record<string, (input: any, ctx: RequestContext) => Promise<AnyR
     const bytes: Buffer[] = [];
     for await (const chunk of file.open()) bytes.push(chunk as Buffer);
     const data = Buffer.concat(bytes);
-    return { status: 200, body: { name: body.name ?? file.filename, type: file.contentType, size: file.size, sha256: createHash('sha256').update(data).digest('hex') } };
+    return {
+      status: 200,
+      body: { name: body.name ?? file.filename, type: file.contentType, size: file.size, sha256: createHash('sha256').update(data).digest('hex') },
+    };
   },
   async fixtureRaw({ body }) {
     const upload = body as UploadStream;
@@ -205,9 +270,24 @@ const fixtureArea = {
   tag: TAG,
   handlers,
   authenticators: { fixtureToken: fixtureAuthenticator },
-  engines: { 'fixture-engine': { path: '/fixture/engine', create: () => (_req: unknown, res: http.ServerResponse) => { res.setHeader('Content-Type', 'application/json'); res.end('{"pong":true}'); } } },
+  engines: {
+    'fixture-engine': {
+      path: '/fixture/engine',
+      create: () => (_req: unknown, res: http.ServerResponse) => {
+        res.setHeader('Content-Type', 'application/json');
+        res.end('{"pong":true}');
+      },
+    },
+  },
   renderError: (error: { status: number; code: string; detail: string }, operationId: string) =>
-    operationId === 'fixtureProtocol' ? { status: error.status, contentType: 'application/fixture+json', body: { fault: error.code, says: error.detail }, headers: { 'WWW-Authenticate': 'Bearer realm="fixture"' } } : null,
+    operationId === 'fixtureProtocol'
+      ? {
+          status: error.status,
+          contentType: 'application/fixture+json',
+          body: { fault: error.code, says: error.detail },
+          headers: { 'WWW-Authenticate': 'Bearer realm="fixture"' },
+        }
+      : null,
 } as unknown as Module;
 
 let t: TestApp;
@@ -236,7 +316,12 @@ describe('handler input', () => {
   it('gets path, query and the declared header parameters, named as the spec names them, and the body', async () => {
     const res = await t.call('POST', '/fixture/echo/thing_abc?limit=3', { name: 'x' }, { headers: { 'x-fixture-mode': 'fast', 'if-match': 'W/"1"' } });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ params: { thing_id: 'thing_abc' }, query: { limit: 3 }, headers: { 'X-Fixture-Mode': 'fast', 'If-Match': 'W/"1"' }, body: { name: 'x' } });
+    expect(res.body).toEqual({
+      params: { thing_id: 'thing_abc' },
+      query: { limit: 3 },
+      headers: { 'X-Fixture-Mode': 'fast', 'If-Match': 'W/"1"' },
+      body: { name: 'x' },
+    });
   });
 
   it('validates header parameters like the others', async () => {
@@ -252,7 +337,11 @@ describe('handler input', () => {
     expect(JSON.parse(ok.text)).toEqual({ grant_type: 'authorization_code', code: 'abc', resource: ['https://a.example/mcp', 'https://b.example/mcp'] });
     const bad = await request('POST', '/fixture/form', { 'content-type': 'application/x-www-form-urlencoded' }, 'grant_type=password&extra=1');
     expect(bad.status).toBe(400);
-    expect(JSON.parse(bad.text).errors.map((e: { pointer: string }) => e.pointer).sort()).toEqual(['/extra', '/grant_type']);
+    expect(
+      JSON.parse(bad.text)
+        .errors.map((e: { pointer: string }) => e.pointer)
+        .sort(),
+    ).toEqual(['/extra', '/grant_type']);
   });
 });
 
@@ -278,7 +367,10 @@ describe('multipart uploads', () => {
 
   it('spools file parts to disk and hands the handler a file it can read, with the other parts validated', async () => {
     const data = 'id,title\n1,Flaky test\n';
-    const res = await upload([{ name: 'file', filename: 'issues.csv', type: 'text/csv', data }, { name: 'name', data: 'open.csv' }]);
+    const res = await upload([
+      { name: 'file', filename: 'issues.csv', type: 'text/csv', data },
+      { name: 'name', data: 'open.csv' },
+    ]);
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ name: 'open.csv', type: 'text/csv', size: data.length, sha256: createHash('sha256').update(data).digest('hex') });
   });
@@ -286,7 +378,10 @@ describe('multipart uploads', () => {
   it('refuses a file over the operation’s cap with 413, a file in an unknown part and a missing file with 400', async () => {
     const big = await upload([{ name: 'file', filename: 'big.bin', data: Buffer.alloc(5000, 1) }]);
     expect([big.status, ((await big.json()) as { code: string }).code]).toEqual([413, 'payload_too_large']);
-    const stray = await upload([{ name: 'file', filename: 'a.txt', data: 'a' }, { name: 'other', filename: 'b.txt', data: 'b' }]);
+    const stray = await upload([
+      { name: 'file', filename: 'a.txt', data: 'a' },
+      { name: 'other', filename: 'b.txt', data: 'b' },
+    ]);
     expect([stray.status, ((await stray.json()) as { code: string }).code]).toEqual([400, 'validation_failed']);
     const missing = await upload([{ name: 'name', data: 'x' }]);
     expect(missing.status).toBe(400);
@@ -309,7 +404,12 @@ describe('raw uploads', () => {
     // Refused before it was read, then drained to its end (within the drain's bounds): nothing
     // of it is left to be taken for the next request, so the connection may serve one.
     expect(declared.headers.connection).not.toBe('close');
-    const chunked = await request('PUT', '/fixture/raw', { 'content-type': 'application/octet-stream' }, Readable.from([Buffer.alloc(1500), Buffer.alloc(1500)]));
+    const chunked = await request(
+      'PUT',
+      '/fixture/raw',
+      { 'content-type': 'application/octet-stream' },
+      Readable.from([Buffer.alloc(1500), Buffer.alloc(1500)]),
+    );
     expect([chunked.status, JSON.parse(chunked.text).code]).toEqual([413, 'payload_too_large']);
   });
 
@@ -375,7 +475,11 @@ describe('an area’s own credential and error format', () => {
 
   it('renders the guard’s errors in the area’s format', async () => {
     const none = await request('POST', '/fixture/protocol', {});
-    expect([none.status, none.headers['content-type'], none.headers['www-authenticate']]).toEqual([401, 'application/fixture+json; charset=utf-8', 'Bearer realm="fixture"']);
+    expect([none.status, none.headers['content-type'], none.headers['www-authenticate']]).toEqual([
+      401,
+      'application/fixture+json; charset=utf-8',
+      'Bearer realm="fixture"',
+    ]);
     expect(JSON.parse(none.text)).toEqual({ fault: 'unauthenticated', says: 'Send a fixture token as "Authorization: Bearer fxt_<organization id>".' });
     const bad = await request('POST', '/fixture/protocol', { authorization: 'Bearer fxt_nope' });
     expect(JSON.parse(bad.text)).toEqual({ fault: 'invalid_token', says: 'Unknown fixture token.' });
@@ -429,7 +533,11 @@ describe('the registry and the adapter refuse what does not fit, at start-up', (
     ['a handler for an engine’s operation', area({ handlers: { fixtureEnginePing: noop } }), /served by the engine "fixture-engine"/],
     ['an authenticator for no scheme', area({ authenticators: { nope: fixtureAuthenticator } }), /"nope", which is not a security scheme/],
     ['two modules of one name', [area({}), area({})], /two modules are named "Fixtures"/],
-    ['one operation served by two modules', [area({ handlers: { fixtureProtocol: noop } }), area({ name: 'Other', tag: undefined, handlers: { fixtureProtocol: noop } })], /fixtureProtocol is served by Fixtures already/],
+    [
+      'one operation served by two modules',
+      [area({ handlers: { fixtureProtocol: noop } }), area({ name: 'Other', tag: undefined, handlers: { fixtureProtocol: noop } })],
+      /fixtureProtocol is served by Fixtures already/,
+    ],
   ])('%s', (_name, areas, message) => {
     expect(() => buildRegistry(Array.isArray(areas) ? areas : [areas], operations, schemes)).toThrow(message);
   });

@@ -75,11 +75,37 @@ describe('OpenAPI documents', () => {
   it('lists every tag of the service description first, in its order', async () => {
     const { body } = await t.call('GET', '/openapi.json');
     const described = [
-      'Health', 'Schema', 'Auth', 'Current user', 'Organizations', 'Entitlements', 'Permissions', 'Roles', 'Teams',
-      'Members', 'Invites', 'Org domains', 'Audit log', 'Connectors', 'Custom connectors', 'Connections', 'Templates',
-      'Toolboxes', 'Synthetic tools', 'MCP control plane', 'MCP OAuth', 'OAuth discovery', 'Restrictions',
-      'Access requests', 'Files', 'Logging destinations', 'Notification destinations', 'SSO connections',
-      'SCIM groups', 'SCIM v2', 'Group mapping',
+      'Health',
+      'Schema',
+      'Auth',
+      'Current user',
+      'Organizations',
+      'Entitlements',
+      'Permissions',
+      'Roles',
+      'Teams',
+      'Members',
+      'Invites',
+      'Org domains',
+      'Audit log',
+      'Connectors',
+      'Custom connectors',
+      'Connections',
+      'Templates',
+      'Toolboxes',
+      'Synthetic tools',
+      'MCP control plane',
+      'MCP OAuth',
+      'OAuth discovery',
+      'Restrictions',
+      'Access requests',
+      'Files',
+      'Logging destinations',
+      'Notification destinations',
+      'SSO connections',
+      'SCIM groups',
+      'SCIM v2',
+      'Group mapping',
     ];
     const names: string[] = body.tags.map((tag: { name: string }) => tag.name);
     expect(names.slice(0, described.length)).toEqual(described);
@@ -140,7 +166,7 @@ describe('OpenAPI documents, cached and compressed', () => {
 });
 
 describe('getApiReference', () => {
-  it('serves a Redoc page that loads this document and only this deployment\'s scripts', async () => {
+  it("serves a Redoc page that loads this document and only this deployment's scripts", async () => {
     const res = await t.call('GET', '/docs');
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8');
@@ -175,7 +201,7 @@ describe('getApiReference', () => {
     expect(await held.text()).toBe('');
   });
 
-  it('answers other asset paths with the API\'s 404', async () => {
+  it("answers other asset paths with the API's 404", async () => {
     const res = await t.call('GET', '/docs/assets/other.js');
     expect(res.status).toBe(404);
     expect(res.body.code).toBe('not_found');
@@ -205,11 +231,20 @@ describe('while the server shuts down', () => {
 
   it('answers the MCP endpoint in its own format: a JSON-RPC error -32000', async () => {
     draining.drain();
-    const res = await draining.call('POST', `/mcp/${newId('mcpServer')}`, { jsonrpc: '2.0', id: 1, method: 'ping' }, {
-      headers: { accept: 'application/json, text/event-stream' },
-    });
+    const res = await draining.call(
+      'POST',
+      `/mcp/${newId('mcpServer')}`,
+      { jsonrpc: '2.0', id: 1, method: 'ping' },
+      {
+        headers: { accept: 'application/json, text/event-stream' },
+      },
+    );
     expect(res.status).toBe(503);
     expect(res.headers.get('retry-after')).toBe('5');
-    expect(res.body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Service Unavailable: The server is shutting down; retry shortly.' } });
+    expect(res.body).toMatchObject({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: -32000, message: 'Service Unavailable: The server is shutting down; retry shortly.' },
+    });
   });
 });

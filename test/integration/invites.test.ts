@@ -47,7 +47,9 @@ function linkTo(to: string): { link: string; token: string } {
 }
 
 const outbox = async (orgId: string, type: string) =>
-  (await t.db.selectFrom('outbox').select(['payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map((e) => e.payload as any);
+  (await t.db.selectFrom('outbox').select(['payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map(
+    (e) => e.payload as any,
+  );
 
 async function memberWith(orgId: string, roles: string[]) {
   const userId = await t.factories.member(orgId, { roles });
@@ -63,9 +65,17 @@ describe('createInvite', () => {
     expect(res.body.id).toMatch(INV);
     expect(res.headers.get('location')).toBe(`/invite/${res.body.id}`);
     expect(res.body).toMatchObject({
-      email: email.toLowerCase(), roles: [{ id: org.roleIds.member, name: 'Member', is_system: true, seat_class: 'billable' }],
-      teams: [{ id: teamId }], status: 'pending', invited_by_user_id: org.ownerId, message: 'Welcome aboard.', send_count: 1,
-      accepted_at: null, accepted_by_user_id: null, revoked_at: null, revoked_by_user_id: null,
+      email: email.toLowerCase(),
+      roles: [{ id: org.roleIds.member, name: 'Member', is_system: true, seat_class: 'billable' }],
+      teams: [{ id: teamId }],
+      status: 'pending',
+      invited_by_user_id: org.ownerId,
+      message: 'Welcome aboard.',
+      send_count: 1,
+      accepted_at: null,
+      accepted_by_user_id: null,
+      revoked_at: null,
+      revoked_by_user_id: null,
     });
     const days = (Date.parse(res.body.expires_at) - Date.parse(res.body.created_at)) / 86_400_000;
     expect(days).toBeCloseTo(7, 3);
@@ -80,7 +90,12 @@ describe('createInvite', () => {
     expect(JSON.stringify(stored)).not.toContain(token);
 
     const [audit] = await t.factories.auditEntries(org.orgId, 'invite.created').then((a) => a.filter((e) => e.target_id === res.body.id));
-    expect(audit).toMatchObject({ actor_type: 'user', actor_id: org.ownerId, target_type: 'invite', changes: { email: email.toLowerCase(), role_ids: [org.roleIds.member], team_ids: [teamId] } });
+    expect(audit).toMatchObject({
+      actor_type: 'user',
+      actor_id: org.ownerId,
+      target_type: 'invite',
+      changes: { email: email.toLowerCase(), role_ids: [org.roleIds.member], team_ids: [teamId] },
+    });
     expect(JSON.stringify(audit)).not.toContain(token);
     expect((await outbox(org.orgId, 'invite.sent')).at(-1)).toEqual({
       invite: { id: res.body.id, email: email.toLowerCase(), role_ids: [org.roleIds.member], invited_by_user_id: org.ownerId, expires_at: res.body.expires_at },
@@ -89,7 +104,14 @@ describe('createInvite', () => {
   });
 
   it('400 validation_failed: missing email, wrong types, unknown members', async () => {
-    for (const body of [{}, { email: 'not-an-email' }, { email: address(), role_ids: 'role' }, { email: address(), role_ids: [] }, { email: address(), surprise: true }, { email: address(), message: 'x'.repeat(501) }]) {
+    for (const body of [
+      {},
+      { email: 'not-an-email' },
+      { email: address(), role_ids: 'role' },
+      { email: address(), role_ids: [] },
+      { email: address(), surprise: true },
+      { email: address(), message: 'x'.repeat(501) },
+    ]) {
       const res = await byToken().post('/invite', body);
       expect([res.status, res.body.code]).toEqual([400, 'validation_failed']);
     }
@@ -182,7 +204,11 @@ describe('listInvites and getInvite', () => {
     } while (cursor);
     expect(seen).toEqual(ids);
 
-    await t.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', ids[1]!).execute();
+    await t.db
+      .updateTable('invites')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', ids[1]!)
+      .execute();
     expect((await api.get('/invite?status=expired')).body.data.map((i: any) => i.id)).toEqual([ids[1]]);
     expect((await api.get('/invite?status=pending')).body.data.map((i: any) => i.id)).toEqual([ids[0], ids[2], ids[3], ids[4]]);
     expect((await api.get(`/invite/${ids[1]}`)).body.status).toBe('expired');
@@ -228,7 +254,11 @@ describe('revokeInvite', () => {
 
   it('an expired invite cannot be revoked; another organization’s is 404 and stays pending; 403', async () => {
     const created = await byToken().post('/invite', { email: address() });
-    await t.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', created.body.id).execute();
+    await t.db
+      .updateTable('invites')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', created.body.id)
+      .execute();
     const expired = await byToken().post(`/invite/${created.body.id}/revoke`);
     expect([expired.status, expired.body.code]).toEqual([409, 'invalid_transition']);
     const theirs = await t.as({ token: other.token, org: other.orgId }).post('/invite', { email: address() });
@@ -242,7 +272,12 @@ describe('revokeInvite', () => {
 });
 
 describe('resendInvite', () => {
-  const backdate = (id: string, ms: number) => t.db.updateTable('invites').set({ last_sent_at: new Date(Date.now() - ms) }).where('id', '=', id).execute();
+  const backdate = (id: string, ms: number) =>
+    t.db
+      .updateTable('invites')
+      .set({ last_sent_at: new Date(Date.now() - ms) })
+      .where('id', '=', id)
+      .execute();
 
   it('is refused with 429 and Retry-After within a minute of the last send', async () => {
     const created = await byToken().post('/invite', { email: address() });
@@ -257,7 +292,11 @@ describe('resendInvite', () => {
     const email = address();
     const created = await owner().post('/invite', { email });
     const first = linkTo(email);
-    await t.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', created.body.id).execute();
+    await t.db
+      .updateTable('invites')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', created.body.id)
+      .execute();
     await backdate(created.body.id, 61_000);
     const res = await owner().post(`/invite/${created.body.id}/resend`);
     expect(res.status).toBe(200);
@@ -267,7 +306,10 @@ describe('resendInvite', () => {
     expect(second.token).not.toBe(first.token);
     const userId = await t.factories.user({ email });
     expect(await acceptInvite(t.db, first.token, userId)).toEqual({ ok: false, reason: 'link_invalid' });
-    expect((await t.factories.auditEntries(org.orgId, 'invite.resent')).at(-1)).toMatchObject({ target_id: created.body.id, changes: { send_count: 2, was_expired: true } });
+    expect((await t.factories.auditEntries(org.orgId, 'invite.resent')).at(-1)).toMatchObject({
+      target_id: created.body.id,
+      changes: { send_count: 2, was_expired: true },
+    });
     expect((await outbox(org.orgId, 'invite.sent')).at(-1)).toMatchObject({ invite: { id: created.body.id, expires_at: res.body.expires_at }, resent: true });
     expect(await acceptInvite(t.db, second.token, userId)).toMatchObject({ ok: true, orgId: org.orgId, joined: true });
   });
@@ -306,7 +348,13 @@ describe('accepting through the emailed link', () => {
     // Not a member yet: the organization refuses the session.
     expect((await t.as({ session, org: org.orgId }).get('/audit-log')).body.code).toBe('not_a_member');
 
-    expect(await acceptInvite(t.db, token, userId, { requestId: 'req_test' })).toEqual({ ok: true, orgId: org.orgId, inviteId: created.body.id, userId, joined: true });
+    expect(await acceptInvite(t.db, token, userId, { requestId: 'req_test' })).toEqual({
+      ok: true,
+      orgId: org.orgId,
+      inviteId: created.body.id,
+      userId,
+      joined: true,
+    });
     t.credentials.clear();
     const me = await t.as({ session }).get('/user/me');
     const membership = me.body.organizations.find((o: any) => o.organization.id === org.orgId);
@@ -318,7 +366,11 @@ describe('accepting through the emailed link', () => {
     const invite = await owner().get(`/invite/${created.body.id}`);
     expect(invite.body).toMatchObject({ status: 'accepted', accepted_by_user_id: userId });
     expect((await t.factories.auditEntries(org.orgId, 'invite.accepted')).at(-1)).toMatchObject({
-      actor_type: 'user', actor_id: userId, target_type: 'invite', target_id: created.body.id, request_id: 'req_test',
+      actor_type: 'user',
+      actor_id: userId,
+      target_type: 'invite',
+      target_id: created.body.id,
+      request_id: 'req_test',
       changes: { email, joined: true, role_ids: [org.roleIds.auditor], team_ids: [teamId] },
     });
     expect((await outbox(org.orgId, 'member.joined')).at(-1)).toEqual({ member: { user_id: userId, email: email.toUpperCase(), name: 'Ada' }, via: 'invite' });
@@ -335,7 +387,11 @@ describe('accepting through the emailed link', () => {
     const someoneElse = await t.factories.user();
     expect(await acceptInvite(t.db, token, someoneElse)).toEqual({ ok: false, reason: 'invite_email_mismatch' });
     expect(await acceptInvite(t.db, 'cpinv_unknown_token_of_some_length', someoneElse)).toEqual({ ok: false, reason: 'link_invalid' });
-    await t.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000) }).where('token_hash', '=', hashSecret(token)).execute();
+    await t.db
+      .updateTable('invites')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('token_hash', '=', hashSecret(token))
+      .execute();
     expect(await acceptInvite(t.db, token, await t.factories.user({ email }))).toEqual({ ok: false, reason: 'link_expired' });
   });
 
@@ -349,7 +405,12 @@ describe('accepting through the emailed link', () => {
     expect(await acceptInvite(t.db, linkTo(email).token, userId)).toMatchObject({ ok: true, joined: true });
     const roles = await t.db.selectFrom('role_assignments').select('role_id').where('org_id', '=', org.orgId).where('user_id', '=', userId).execute();
     expect(roles.map((r) => r.role_id)).toEqual([org.roleIds.member]);
-    const membership = await t.db.selectFrom('memberships').select(['status', 'via']).where('org_id', '=', org.orgId).where('user_id', '=', userId).executeTakeFirstOrThrow();
+    const membership = await t.db
+      .selectFrom('memberships')
+      .select(['status', 'via'])
+      .where('org_id', '=', org.orgId)
+      .where('user_id', '=', userId)
+      .executeTakeFirstOrThrow();
     expect(membership).toEqual({ status: 'active', via: 'invite' });
   });
 });
@@ -359,7 +420,12 @@ describe('events to a real receiver', () => {
     const fresh = await t.factories.org();
     const api = t.as({ token: fresh.token, org: fresh.orgId });
     const hook = `${peers.receiver.url}/services/T${unique()}/B${unique()}/${unique()}`;
-    const dest = await api.post('/notification-destination', { name: 'Invites', type: 'slack', config: { webhook_url: hook }, event_types: ['invite.sent', 'invite.revoked', 'member.joined'] });
+    const dest = await api.post('/notification-destination', {
+      name: 'Invites',
+      type: 'slack',
+      config: { webhook_url: hook },
+      event_types: ['invite.sent', 'invite.revoked', 'member.joined'],
+    });
     expect(dest.status).toBe(201);
     const email = address();
     const sent = await api.post('/invite', { email });
@@ -396,7 +462,11 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
     expect((await owner().get(`/invite/${created.body.id}`)).body).toMatchObject({ status: 'accepted', accepted_by_user_id: userId });
     const me = await t.as({ session }).get('/user/me');
     expect(me.body.organizations.map((o: any) => o.organization.id)).toContain(org.orgId);
-    expect((await t.factories.auditEntries(org.orgId, 'invite.accepted')).at(-1)).toMatchObject({ actor_id: userId, target_id: created.body.id, request_id: res.headers.get('x-request-id') });
+    expect((await t.factories.auditEntries(org.orgId, 'invite.accepted')).at(-1)).toMatchObject({
+      actor_id: userId,
+      target_id: created.body.id,
+      request_id: res.headers.get('x-request-id'),
+    });
     // Used up: the same link again is link_invalid.
     const again = await open(linkTo(email).link, session);
     expect(again.headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
@@ -452,7 +522,11 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
     await owner().post(`/invite/${revoked.body.id}/revoke`);
     expect((await open(revokedLink)).headers.get('location')).toBe(`${t.url}/sign-in?error=invite_revoked`);
     const expired = await owner().post('/invite', { email: address() });
-    await t.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', expired.body.id).execute();
+    await t.db
+      .updateTable('invites')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', expired.body.id)
+      .execute();
     expect((await open(linkTo(expired.body.email).link)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_expired`);
     const malformed = await t.call('GET', '/auth/invite/activate?token=short');
     expect([malformed.status, malformed.body.code]).toEqual([400, 'validation_failed']);

@@ -35,7 +35,11 @@ const crmPeer = useUpstream(() =>
         inputSchema: { type: 'object', properties: { region: { type: 'string', 'x-mcp-header': 'Region' } as never }, required: ['region'] },
         call: (args) => ({ content: [{ type: 'text', text: `region ${String(args.region)}` }] }),
       },
-      { name: 'slow', description: 'Answers after 10 s.', call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000).unref()) },
+      {
+        name: 'slow',
+        description: 'Answers after 10 s.',
+        call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000).unref()),
+      },
     ],
   }),
 );
@@ -58,14 +62,27 @@ const meta = (extra: Record<string, unknown> = {}) => ({
 });
 
 /** A 2026-07-28 request as the transport sends it: the version, method and (tools/call) name mirrored into headers. */
-function rpc(server: { id: string; token: string }, id: string | number, method: string, params: Record<string, unknown> = {}, headers: Record<string, string | undefined> = {}) {
+function rpc(
+  server: { id: string; token: string },
+  id: string | number,
+  method: string,
+  params: Record<string, unknown> = {},
+  headers: Record<string, string | undefined> = {},
+) {
   const body = { jsonrpc: '2.0', id, method, params: { ...params, _meta: { ...meta(), ...(params._meta as object | undefined) } } };
-  return send(server, body, { 'MCP-Protocol-Version': V, 'Mcp-Method': method, ...(typeof params.name === 'string' ? { 'Mcp-Name': params.name } : {}), ...headers });
+  return send(server, body, {
+    'MCP-Protocol-Version': V,
+    'Mcp-Method': method,
+    ...(typeof params.name === 'string' ? { 'Mcp-Name': params.name } : {}),
+    ...headers,
+  });
 }
 
 /** Any body, with the Accept the transport requires; the response is checked against the spec by t.call. */
 function send(server: { id: string; token: string }, body: unknown, headers: Record<string, string | undefined> = {}): Promise<TestResponse> {
-  const defined = Object.fromEntries(Object.entries({ Accept: 'application/json, text/event-stream', ...headers }).filter(([, v]) => v !== undefined)) as Record<string, string>;
+  const defined = Object.fromEntries(
+    Object.entries({ Accept: 'application/json, text/event-stream', ...headers }).filter(([, v]) => v !== undefined),
+  ) as Record<string, string>;
   return t.call('POST', `/mcp/${server.id}`, body, { token: server.token, headers: defined });
 }
 
@@ -93,7 +110,13 @@ function expectSchema(name: string, value: unknown) {
 const events = (text: string) =>
   text
     .split(/\r?\n\r?\n/)
-    .map((chunk) => chunk.split(/\r?\n/).filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()).join('\n'))
+    .map((chunk) =>
+      chunk
+        .split(/\r?\n/)
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trim())
+        .join('\n'),
+    )
     .filter((data) => data !== '')
     .map((data) => JSON.parse(data) as Record<string, any>);
 
@@ -188,7 +211,11 @@ describe('revision 2026-07-28, raw JSON-RPC', () => {
   it('passes tools/call results through unchanged, adding resultType and the server’s name', async () => {
     const who = await rpc(serverA, 2, 'tools/call', { name: 'crm__whoami', arguments: {} });
     expect(who.status).toBe(200);
-    expect(who.body.result).toMatchObject({ resultType: 'complete', structuredContent: { member: 'alice', credential: KEY_A }, _meta: serverInfo('Alice 2026') });
+    expect(who.body.result).toMatchObject({
+      resultType: 'complete',
+      structuredContent: { member: 'alice', credential: KEY_A },
+      _meta: serverInfo('Alice 2026'),
+    });
     expect(who.body.result.isError).toBeFalsy();
     const bob = await rpc(serverB, 2, 'tools/call', { name: 'crm__whoami', arguments: {} });
     expect(bob.body.result.structuredContent).toMatchObject({ member: 'bob', credential: KEY_B });
@@ -197,7 +224,9 @@ describe('revision 2026-07-28, raw JSON-RPC', () => {
     expect(fails.body.result).toMatchObject({ resultType: 'complete', isError: true, content: [{ type: 'text', text: 'upstream says no' }] });
 
     // The same call through the 2025 era (the SDK's client) gives the same result, less the 2026 members.
-    const transport = new StreamableHTTPClientTransport(new URL(`${t.url}/mcp/${serverA.id}`), { requestInit: { headers: { Authorization: `Bearer ${serverA.token}` } } });
+    const transport = new StreamableHTTPClientTransport(new URL(`${t.url}/mcp/${serverA.id}`), {
+      requestInit: { headers: { Authorization: `Bearer ${serverA.token}` } },
+    });
     const client = new Client({ name: 'sdk-2025', version: '1.0.0' });
     await client.connect(transport);
     try {
@@ -254,7 +283,11 @@ describe('revision 2026-07-28, raw JSON-RPC', () => {
     expect(future.body).toEqual({
       jsonrpc: '2.0',
       id: 20,
-      error: { code: -32022, message: 'Unsupported protocol version', data: { supported: SUPPORTED, requested: '2027-03-01', request_id: future.headers.get('x-request-id') } },
+      error: {
+        code: -32022,
+        message: 'Unsupported protocol version',
+        data: { supported: SUPPORTED, requested: '2027-03-01', request_id: future.headers.get('x-request-id') },
+      },
     });
     const old = await rpc(serverA, 21, 'server/discover', { _meta: { 'io.modelcontextprotocol/protocolVersion': '1900-01-01' } });
     expect(old.status).toBe(400);
@@ -324,7 +357,12 @@ describe('revision 2026-07-28, raw JSON-RPC', () => {
         'Mcp-Method': 'tools/call',
         'Mcp-Name': 'crm__slow',
       },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 'slow-2026', method: 'tools/call', params: { name: 'crm__slow', arguments: {}, _meta: meta({ progressToken: 'p-slow' }) } }),
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 'slow-2026',
+        method: 'tools/call',
+        params: { name: 'crm__slow', arguments: {}, _meta: meta({ progressToken: 'p-slow' }) },
+      }),
     });
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
@@ -332,14 +370,21 @@ describe('revision 2026-07-28, raw JSON-RPC', () => {
     let outcomes: string[] = [];
     for (let i = 0; i < 50 && !outcomes.includes('cancelled'); i += 1) {
       await new Promise((resolve) => setTimeout(resolve, 200));
-      const rows = await t.db.selectFrom('tool_call_records').select(['outcome']).where('mcp_server_id', '=', serverA.id).where('tool_name', '=', 'crm__slow').execute();
+      const rows = await t.db
+        .selectFrom('tool_call_records')
+        .select(['outcome'])
+        .where('mcp_server_id', '=', serverA.id)
+        .where('tool_name', '=', 'crm__slow')
+        .execute();
       outcomes = rows.map((r) => r.outcome);
     }
     expect(outcomes).toContain('cancelled');
   }, 30_000);
 
   it('still serves the MCP SDK’s 2025 client on the same server, with no 2026 members in its results', async () => {
-    const transport = new StreamableHTTPClientTransport(new URL(`${t.url}/mcp/${serverB.id}`), { requestInit: { headers: { Authorization: `Bearer ${serverB.token}` } } });
+    const transport = new StreamableHTTPClientTransport(new URL(`${t.url}/mcp/${serverB.id}`), {
+      requestInit: { headers: { Authorization: `Bearer ${serverB.token}` } },
+    });
     const client = new Client({ name: 'sdk-2025', version: '1.0.0' });
     await client.connect(transport);
     try {

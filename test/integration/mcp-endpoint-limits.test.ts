@@ -39,7 +39,11 @@ it('refuses a foreign Origin before it looks at the token: 403, not 401', async 
     const res = await post(server.id, ping(1), headers);
     expect(res.status).toBe(403);
     expect(res.headers.get('www-authenticate')).toBeNull();
-    expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Forbidden: Origin https://evil.example is not allowed' } });
+    expect(await res.json()).toMatchObject({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: -32000, message: 'Forbidden: Origin https://evil.example is not allowed' },
+    });
   }
   const del = await fetch(endpoint(server.id), { method: 'DELETE', headers: evil });
   expect(del.status).toBe(403);
@@ -105,9 +109,13 @@ it('refuses an oversized body with 413 as a JSON-RPC error, announced or chunked
   expect(chunked.status).toBe(413);
   expect(JSON.parse(chunked.body)).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
   // A body just under the limit is read (and answered as what it is: a tool this server does not list).
-  const fits = await post(server.id, JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'x__y', arguments: { blob: 'a'.repeat(limit - 200) } } }), {
-    Authorization: `Bearer ${server.token}`,
-  });
+  const fits = await post(
+    server.id,
+    JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'x__y', arguments: { blob: 'a'.repeat(limit - 200) } } }),
+    {
+      Authorization: `Bearer ${server.token}`,
+    },
+  );
   expect(fits.status).toBe(200);
   expect(await fits.json()).toMatchObject({ id: 2, error: { code: -32602 } });
 });
@@ -130,9 +138,18 @@ it('refuses a batch past 50 messages at once, however many it holds (no validati
 it('answers the methods it does not take with 405 and Allow: POST, DELETE', async () => {
   const server = servers[3] as { id: string; token: string };
   for (const method of ['GET', 'PUT', 'PATCH']) {
-    const res = await fetch(endpoint(server.id), { method, headers: { Authorization: `Bearer ${server.token}`, Accept: 'text/event-stream, application/json' } });
+    const res = await fetch(endpoint(server.id), {
+      method,
+      headers: { Authorization: `Bearer ${server.token}`, Accept: 'text/event-stream, application/json' },
+    });
     expect({ method, status: res.status }).toEqual({ method, status: 405 });
-    expect(res.headers.get('allow')?.split(',').map((m) => m.trim()).sort()).toEqual(['DELETE', 'POST']);
+    expect(
+      res.headers
+        .get('allow')
+        ?.split(',')
+        .map((m) => m.trim())
+        .sort(),
+    ).toEqual(['DELETE', 'POST']);
     expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
   }
 });

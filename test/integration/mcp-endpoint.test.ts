@@ -25,7 +25,11 @@ const crmPeer = useUpstream(() =>
     keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' },
     tools: [
       { name: 'fails', description: 'Always fails.', call: () => ({ isError: true, content: [{ type: 'text', text: 'upstream says no' }] }) },
-      { name: 'slow', description: 'Answers after 10 s.', call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000).unref()) },
+      {
+        name: 'slow',
+        description: 'Answers after 10 s.',
+        call: () => new Promise((resolve) => setTimeout(() => resolve({ content: [{ type: 'text', text: 'late' }] }), 10_000).unref()),
+      },
       { name: 'big', description: 'A large result.', call: () => ({ content: [{ type: 'text', text: BIG }] }) },
       { name: 'delete_record', description: 'Deletes a record.' },
       { name: 'drop_all', description: 'Drops everything.' },
@@ -78,7 +82,8 @@ async function recordsOf(serverId: string, ready: (rows: Awaited<ReturnType<type
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
-const readRecords = (serverId: string) => t.db.selectFrom('tool_call_records').selectAll().where('mcp_server_id', '=', serverId).orderBy('created_at').execute();
+const readRecords = (serverId: string) =>
+  t.db.selectFrom('tool_call_records').selectAll().where('mcp_server_id', '=', serverId).orderBy('created_at').execute();
 
 beforeAll(async () => {
   t = await startTestApp();
@@ -238,9 +243,19 @@ describe('the MCP SDK client', () => {
 describe('policy', () => {
   it('hides a denied tool and refuses its call; a held tool answers a tool error naming the restriction', async () => {
     const admin = t.as({ token: org.token, org: org.orgId });
-    const deny = await admin.post('/restriction', { name: 'No drops', match: { connector_slug: crm, tool_pattern: 'drop_*' }, effect: 'deny', applies_to: { everyone: true } });
+    const deny = await admin.post('/restriction', {
+      name: 'No drops',
+      match: { connector_slug: crm, tool_pattern: 'drop_*' },
+      effect: 'deny',
+      applies_to: { everyone: true },
+    });
     expect(deny.status).toBe(201);
-    const hold = await admin.post('/restriction', { name: 'No deletes on CRM', match: { connector_slug: crm, tool_pattern: 'delete_*' }, effect: 'require_approval', applies_to: { everyone: true } });
+    const hold = await admin.post('/restriction', {
+      name: 'No deletes on CRM',
+      match: { connector_slug: crm, tool_pattern: 'delete_*' },
+      effect: 'require_approval',
+      applies_to: { everyone: true },
+    });
     expect(hold.status).toBe(201);
     const client = await connect(serverA);
     try {
@@ -260,10 +275,17 @@ describe('policy', () => {
 describe('an MCP server token minted by an API token', () => {
   const list = async (server: { id: string; token: string }) => {
     const res = await post(server.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { Authorization: `Bearer ${server.token}` });
-    return { status: res.status, names: res.status === 200 ? ((await res.json()) as { result: { tools: { name: string }[] } }).result.tools.map((tool) => tool.name) : [] };
+    return {
+      status: res.status,
+      names: res.status === 200 ? ((await res.json()) as { result: { tools: { name: string }[] } }).result.tools.map((tool) => tool.name) : [],
+    };
   };
   const callWhoami = async (server: { id: string; token: string }) => {
-    const res = await post(server.id, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'crm__whoami', arguments: {} } }, { Authorization: `Bearer ${server.token}` });
+    const res = await post(
+      server.id,
+      { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'crm__whoami', arguments: {} } },
+      { Authorization: `Bearer ${server.token}` },
+    );
     return { status: res.status, body: res.status === 200 ? await res.json() : null };
   };
   const mintWith = async (token: string, name: string) => {
@@ -294,7 +316,11 @@ describe('an MCP server token minted by an API token', () => {
     const expiring = await t.factories.token(org.orgId, aliceId, ['mcp_server:manage', 'connection:use']);
     const other = await mintWith(expiring, 'Expiring');
     expect((await callWhoami(other)).status).toBe(200);
-    await t.db.updateTable('api_tokens').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', await t.factories.tokenId(expiring)).execute();
+    await t.db
+      .updateTable('api_tokens')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', await t.factories.tokenId(expiring))
+      .execute();
     expect((await callWhoami(other)).status).toBe(401);
   });
 });
@@ -361,8 +387,12 @@ describe('the transport, raw', () => {
     const doc = await fetch(metadataUrl.replace(t.deps.config.baseUrl, t.url));
     expect(doc.status).toBe(200);
     expect(await doc.json()).toEqual({
-      resource: `${t.deps.config.baseUrl}/mcp/${serverA.id}`, authorization_servers: [t.deps.config.baseUrl], scopes_supported: ['mcp', 'offline_access'],
-      bearer_methods_supported: ['header'], resource_name: 'Alice all', resource_documentation: `${t.deps.config.baseUrl}/schema/openapi.json`,
+      resource: `${t.deps.config.baseUrl}/mcp/${serverA.id}`,
+      authorization_servers: [t.deps.config.baseUrl],
+      scopes_supported: ['mcp', 'offline_access'],
+      bearer_methods_supported: ['header'],
+      resource_name: 'Alice all',
+      resource_documentation: `${t.deps.config.baseUrl}/schema/openapi.json`,
     });
     expect((await fetch(`${t.url}/.well-known/oauth-protected-resource/mcp/${newId('mcpServer')}`)).status).toBe(404);
     const root = await fetch(`${t.url}/.well-known/oauth-protected-resource`);
@@ -402,7 +432,10 @@ describe('the transport, raw', () => {
     expect(batch.status).toBe(400);
     const old = await post(serverA.id, [ping, { ...ping, id: 2 }], { ...auth, 'MCP-Protocol-Version': '2025-03-26' });
     expect(old.status).toBe(200);
-    expect(await old.json()).toEqual([{ jsonrpc: '2.0', id: 1, result: {} }, { jsonrpc: '2.0', id: 2, result: {} }]);
+    expect(await old.json()).toEqual([
+      { jsonrpc: '2.0', id: 1, result: {} },
+      { jsonrpc: '2.0', id: 2, result: {} },
+    ]);
     const note = await post(serverA.id, { jsonrpc: '2.0', method: 'notifications/initialized' }, auth);
     expect(note.status).toBe(202);
     expect(note.headers.get('mcp-session-id')).toBeNull();
@@ -423,7 +456,11 @@ describe('the transport, raw', () => {
     expect(cancel.status).toBe(202);
     const res = await call;
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 'slow-77', result: { content: [{ type: 'text', text: 'The call was cancelled.' }], isError: true } });
+    expect(await res.json()).toEqual({
+      jsonrpc: '2.0',
+      id: 'slow-77',
+      result: { content: [{ type: 'text', text: 'The call was cancelled.' }], isError: true },
+    });
     expect(Date.now() - started).toBeLessThan(2500);
   });
 
@@ -450,7 +487,9 @@ describe('the transport, raw', () => {
     const listed = (await (await post(serverA.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, old)).json()) as Listed;
     const links = listed.result.tools.find((tool) => tool.name === 'every__get-resource-links');
     expect(links?.annotations).toMatchObject({ title: 'Get Resource Links Tool', readOnlyHint: true });
-    const newer = (await (await post(serverA.id, { jsonrpc: '2.0', id: 2, method: 'tools/list' }, { ...auth, 'MCP-Protocol-Version': '2025-11-25' })).json()) as Listed;
+    const newer = (await (
+      await post(serverA.id, { jsonrpc: '2.0', id: 2, method: 'tools/list' }, { ...auth, 'MCP-Protocol-Version': '2025-11-25' })
+    ).json()) as Listed;
     expect(newer.result.tools.find((tool) => tool.name === 'every__get-resource-links')?.annotations).not.toHaveProperty('title');
 
     type Called = { result: { content: { type: string; text?: string; uri?: string }[] } };
@@ -465,7 +504,12 @@ describe('the transport, raw', () => {
 
   it('names the server in initialize by the revision agreed on, which clients send no header for', async () => {
     const auth = { Authorization: `Bearer ${serverA.token}` };
-    const init = (protocolVersion: string) => ({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion, capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+    const init = (protocolVersion: string) => ({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion, capabilities: {}, clientInfo: { name: 't', version: '1' } },
+    });
     type Initialized = { result: { protocolVersion: string; serverInfo: Record<string, unknown> } };
     const newer = (await (await post(serverA.id, init('2025-06-18'), auth)).json()) as Initialized;
     expect(newer.result).toMatchObject({ protocolVersion: '2025-06-18', serverInfo: { name: 'mcp-control-plane', title: 'Alice all' } });
@@ -499,7 +543,14 @@ describe('the transport, raw', () => {
     const outcomes = ['succeeded', 'tool_error', 'unavailable', 'held', 'refused'];
     const rows = await recordsOf(serverA.id, (all) => outcomes.every((o) => all.some((r) => r.outcome === o)));
     const whoami = rows.find((r) => r.tool_name === 'crm__whoami');
-    expect(whoami).toMatchObject({ org_id: org.orgId, user_id: aliceId, user_toolbox_id: 'utbx_dyn_all', connector_slug: crm, upstream_tool: 'whoami', outcome: 'succeeded' });
+    expect(whoami).toMatchObject({
+      org_id: org.orgId,
+      user_id: aliceId,
+      user_toolbox_id: 'utbx_dyn_all',
+      connector_slug: crm,
+      upstream_tool: 'whoami',
+      outcome: 'succeeded',
+    });
     expect(whoami?.connection_id).toMatch(/^conn_/);
     expect(whoami?.request_id).toMatch(/^req_/);
     expect(rows.map((r) => r.outcome)).toEqual(expect.arrayContaining(['succeeded', 'tool_error', 'unavailable', 'held', 'refused']));

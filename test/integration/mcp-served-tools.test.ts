@@ -29,7 +29,12 @@ let server: { id: string; token: string };
 const rpc = (target: { id: string; token: string }, method: string, params: object = {}) =>
   fetch(`${t.url}/mcp/${target.id}`, {
     method: 'POST',
-    headers: { Authorization: `Bearer ${target.token}`, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'MCP-Protocol-Version': '2025-06-18' },
+    headers: {
+      Authorization: `Bearer ${target.token}`,
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      'MCP-Protocol-Version': '2025-06-18',
+    },
     body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
   }).then(async (res) => {
     expect(res.status).toBe(200);
@@ -95,7 +100,16 @@ describe('what an MCP server serves', () => {
     const before = t.deps.mcp.servedTools.clears;
     await t.database.db
       .insertInto('restrictions')
-      .values({ id: newId('restriction'), org_id: other.orgId, name: 'Elsewhere', effect: 'deny', match_connector_slug: 'crm', match_tool_pattern: 'echo', applies_to_everyone: true, is_active: true })
+      .values({
+        id: newId('restriction'),
+        org_id: other.orgId,
+        name: 'Elsewhere',
+        effect: 'deny',
+        match_connector_slug: 'crm',
+        match_tool_pattern: 'echo',
+        applies_to_everyone: true,
+        is_active: true,
+      })
       .execute();
     await notified(t, before);
     expect(await names()).toContain('crm__echo');
@@ -133,7 +147,16 @@ describe('what an MCP server serves', () => {
     const before = t.deps.mcp.servedTools.clears;
     await t.database.db
       .insertInto('restrictions')
-      .values({ id: newId('restriction'), org_id: org.orgId, name: 'No echo (elsewhere)', effect: 'deny', match_connector_slug: crm, match_tool_pattern: 'echo', applies_to_everyone: true, is_active: true })
+      .values({
+        id: newId('restriction'),
+        org_id: org.orgId,
+        name: 'No echo (elsewhere)',
+        effect: 'deny',
+        match_connector_slug: crm,
+        match_tool_pattern: 'echo',
+        applies_to_everyone: true,
+        is_active: true,
+      })
       .execute();
     await notified(t, before);
     expect(await names()).not.toContain('crm__echo');
@@ -146,7 +169,12 @@ describe('what an MCP server serves', () => {
   it('sees a change made through the API on the very next call', async () => {
     expect((await call('crm__echo')).result?.isError).toBeFalsy();
     const admin = t.as({ token: org.token, org: org.orgId });
-    const denied = await admin.post('/restriction', { name: 'No echo', match: { connector_slug: crm, tool_pattern: 'echo' }, effect: 'deny', applies_to: { everyone: true } });
+    const denied = await admin.post('/restriction', {
+      name: 'No echo',
+      match: { connector_slug: crm, tool_pattern: 'echo' },
+      effect: 'deny',
+      applies_to: { everyone: true },
+    });
     expect(denied.status).toBe(201);
     expect((await call('crm__echo')).error?.code).toBe(-32602);
     expect((await admin.delete(`/restriction/${denied.body.id}`)).status).toBe(204);
@@ -155,7 +183,12 @@ describe('what an MCP server serves', () => {
 
   it('holds a tool again when its exception expires, with no change to announce it', async () => {
     const admin = t.as({ token: org.token, org: org.orgId });
-    const hold = await admin.post('/restriction', { name: 'Deletes need approval', match: { connector_slug: crm, tool_pattern: 'delete_*' }, effect: 'require_approval', applies_to: { everyone: true } });
+    const hold = await admin.post('/restriction', {
+      name: 'Deletes need approval',
+      match: { connector_slug: crm, tool_pattern: 'delete_*' },
+      effect: 'require_approval',
+      applies_to: { everyone: true },
+    });
     expect(hold.status).toBe(201);
     const held = await call('crm__delete_record');
     expect(held.result?.isError).toBe(true);
@@ -165,7 +198,19 @@ describe('what an MCP server serves', () => {
     const announced = t.deps.mcp.servedTools.clears;
     await t.database.db
       .insertInto('access_requests')
-      .values({ id: newId('accessRequest'), org_id: org.orgId, requester_user_id: aliceId, restriction_id: hold.body.id, connector_slug: crm, tool_name: 'delete_record', reason: 'cleanup', status: 'approved', resolved_at: new Date(), resolved_by_user_id: org.ownerId, exception_expires_at: expiresAt })
+      .values({
+        id: newId('accessRequest'),
+        org_id: org.orgId,
+        requester_user_id: aliceId,
+        restriction_id: hold.body.id,
+        connector_slug: crm,
+        tool_name: 'delete_record',
+        reason: 'cleanup',
+        status: 'approved',
+        resolved_at: new Date(),
+        resolved_by_user_id: org.ownerId,
+        exception_expires_at: expiresAt,
+      })
       .execute();
     await notified(t, announced);
     const before = t.deps.mcp.servedTools.clears;
@@ -203,18 +248,32 @@ describe('with MCP_SERVED_TOOLS_CACHE_SECONDS=0', () => {
       const member = await uncached.factories.member(o.orgId);
       const token = await uncached.factories.token(o.orgId, member);
       const apiKey = { type: 'api_key' as const, placement: 'header' as const, name: 'Authorization', value_prefix: 'Bearer ' };
-      const slug = await customConnector(uncached, o.orgId, { slug: 'crm', name: 'Acme CRM', mcp_url: `${new URL(crmPeer.peer.url).origin}/mcp`, auth: apiKey });
+      const slug = await customConnector(uncached, o.orgId, {
+        slug: 'crm',
+        name: 'Acme CRM',
+        mcp_url: `${new URL(crmPeer.peer.url).origin}/mcp`,
+        auth: apiKey,
+      });
       const created = await connectionClient(uncached, { token, org: o.orgId }).create({ connector_slug: slug, api_key: KEY });
       expect(created.status).toBe(201);
       const res = await uncached.as({ token, org: o.orgId }).post('/user-toolbox/utbx_dyn_all/mcp', { name: 'Uncached' });
       expect(res.status).toBe(201);
       const target = { id: res.body.mcp_server.id as string, token: res.body.token as string };
       const list = async () =>
-        ((await (await fetch(`${uncached.url}/mcp/${target.id}`, {
-          method: 'POST',
-          headers: { Authorization: `Bearer ${target.token}`, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'MCP-Protocol-Version': '2025-06-18' },
-          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
-        })).json()) as { result: { tools: { name: string }[] } }).result.tools.map((tool) => tool.name);
+        (
+          (await (
+            await fetch(`${uncached.url}/mcp/${target.id}`, {
+              method: 'POST',
+              headers: {
+                Authorization: `Bearer ${target.token}`,
+                'Content-Type': 'application/json',
+                Accept: 'application/json, text/event-stream',
+                'MCP-Protocol-Version': '2025-06-18',
+              },
+              body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+            })
+          ).json()) as { result: { tools: { name: string }[] } }
+        ).result.tools.map((tool) => tool.name);
       expect(await list()).toContain('crm__echo');
       await uncached.database.db.transaction().execute(async (trx) => {
         await sql`set local session_replication_role = replica`.execute(trx);

@@ -55,7 +55,9 @@ beforeAll(async () => {
   bob = serverClient(t, { token: await t.factories.token(org.orgId, bobId), org: org.orgId });
   owner = serverClient(t, { token: org.token, org: org.orgId });
   const template = await insertTemplate(t, org.orgId, org.ownerId, { name: 'Assistant', entries: [{ connector_slug: 'docs-demo', tools: 'all' }] });
-  const created = await settle(t.client({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }).POST('/user-toolbox', { body: { template_id: template } }));
+  const created = await settle(
+    t.client({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }).POST('/user-toolbox', { body: { template_id: template } }),
+  );
   expect(created.status).toBe(201);
   aliceBox = created.body.id;
 });
@@ -86,8 +88,15 @@ describe('createMcpServer', () => {
     expect(token).toMatch(/^mcpt_[A-Za-z0-9_-]{43}$/);
     expect(res.headers.get('location')).toBe(`/user-toolbox/${aliceBox}/mcp/${server.id}`);
     expect(server).toMatchObject({
-      user_toolbox_id: aliceBox, owner_user_id: aliceId, name: 'Claude Desktop', url: `${t.url}/mcp/${server.id}`,
-      token_hint: token.slice(-4), status: 'active', expires_at: null, last_used_at: null, token_rotated_at: null,
+      user_toolbox_id: aliceBox,
+      owner_user_id: aliceId,
+      name: 'Claude Desktop',
+      url: `${t.url}/mcp/${server.id}`,
+      token_hint: token.slice(-4),
+      status: 'active',
+      expires_at: null,
+      last_used_at: null,
+      token_rotated_at: null,
     });
     // At rest: the SHA-256 only.
     const row = await t.db.selectFrom('mcp_servers').selectAll().where('id', '=', server.id).executeTakeFirstOrThrow();
@@ -120,7 +129,11 @@ describe('createMcpServer', () => {
     await mint(alice, DYN_ALL, { name: 'Twice' });
     expectError(await alice.create(aliceBox, { name: 'Past', expires_at: '2020-01-01T00:00:00.000Z' }), 400, 'validation_failed');
     expectError(await t.as({ token: org.token, org: org.orgId }).post(`/user-toolbox/${aliceBox}/mcp`, { name: '' }), 400, 'validation_failed');
-    expectError(await t.as({ token: org.token, org: org.orgId }).post(`/user-toolbox/${aliceBox}/mcp`, { name: 'x', token: 'mcpt_mine' }), 400, 'validation_failed');
+    expectError(
+      await t.as({ token: org.token, org: org.orgId }).post(`/user-toolbox/${aliceBox}/mcp`, { name: 'x', token: 'mcpt_mine' }),
+      400,
+      'validation_failed',
+    );
   });
 
   it('answers 404 for another member’s user toolbox, an unknown one, and a toolbox not shared with the caller', async () => {
@@ -134,9 +147,17 @@ describe('createMcpServer', () => {
     const full = await t.factories.org();
     await t.db
       .insertInto('mcp_servers')
-      .values(Array.from({ length: 1000 }, (_, i) => ({
-        id: newId('mcpServer'), org_id: full.orgId, user_toolbox_id: DYN_ALL, owner_user_id: full.ownerId, name: `s${i}`, token_hash: hashSecret(`mcpt_filler_${full.orgId}_${i}`), token_hint: 'fill',
-      })))
+      .values(
+        Array.from({ length: 1000 }, (_, i) => ({
+          id: newId('mcpServer'),
+          org_id: full.orgId,
+          user_toolbox_id: DYN_ALL,
+          owner_user_id: full.ownerId,
+          name: `s${i}`,
+          token_hash: hashSecret(`mcpt_filler_${full.orgId}_${i}`),
+          token_hint: 'fill',
+        })),
+      )
       .execute();
     const client = serverClient(t, { token: full.token, org: full.orgId });
     expectError(await client.create(DYN_ALL, { name: 'One more' }), 403, 'entitlement_exceeded');
@@ -156,7 +177,11 @@ describe('reading', () => {
     expect(first.body.data.map((s: McpServer) => s.id)).toEqual([a.server.id, b.server.id]);
     const second = await mine.listAll({ limit: 2, cursor: first.body.next_cursor });
     expect(second.body).toEqual({ data: [expect.objectContaining({ id: c.server.id })], next_cursor: null });
-    await t.db.updateTable('mcp_servers').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', b.server.id).execute();
+    await t.db
+      .updateTable('mcp_servers')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', b.server.id)
+      .execute();
     expect((await mine.listAll({ status: 'expired' })).body.data.map((s: McpServer) => s.id)).toEqual([b.server.id]);
     expect((await mine.listAll({ status: 'active' })).body.data.map((s: McpServer) => s.id)).toEqual([a.server.id, c.server.id]);
     expect((await mine.listAll({ status: 'unavailable' })).body.data).toEqual([]);
@@ -209,7 +234,11 @@ describe('updateMcpServer', () => {
     expect(renamed.status).toBe(200);
     expect(renamed.body).toMatchObject({ name: 'Workshop demo', token_hint: server.token_hint, url: server.url });
     // Expiry passes: the token is refused, the status says expired.
-    await t.db.updateTable('mcp_servers').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', server.id).execute();
+    await t.db
+      .updateTable('mcp_servers')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', server.id)
+      .execute();
     expect((await alice.read(aliceBox, server.id)).body.status).toBe('expired');
     expect(await authenticates(token)).toBe(false);
     expect((await orgOperationWith(token)).body.detail).toMatch(/expired/);
@@ -248,8 +277,12 @@ describe('rotateMcpServerToken', () => {
     expect(row).toEqual({ token_hash: hashSecret(rotated.token), token_hint: rotated.token.slice(-4) });
     expect((await alice.read(aliceBox, server.id)).text).not.toContain(rotated.token);
     const events = await eventsOf(t, org.orgId, 'mcp_server.token_rotated');
-    expect(events.map((e) => e.payload)).toContainEqual(expect.objectContaining({ mcp_server: { id: server.id, name: 'Rotating', user_toolbox_id: aliceBox, owner_user_id: aliceId } }));
-    const audit = (await t.factories.auditEntries(org.orgId, 'mcp_server.token_rotated')).filter((a: { target_id: string | null }) => a.target_id === server.id);
+    expect(events.map((e) => e.payload)).toContainEqual(
+      expect.objectContaining({ mcp_server: { id: server.id, name: 'Rotating', user_toolbox_id: aliceBox, owner_user_id: aliceId } }),
+    );
+    const audit = (await t.factories.auditEntries(org.orgId, 'mcp_server.token_rotated')).filter(
+      (a: { target_id: string | null }) => a.target_id === server.id,
+    );
     expect(audit).toHaveLength(1);
     expect(JSON.stringify(audit)).not.toContain(rotated.token);
     expect(JSON.stringify(events)).not.toContain(rotated.token);
@@ -260,7 +293,10 @@ describe('the mcpToken authenticator', () => {
   it('authenticates a server token as the owner, only for the MCP endpoint’s scheme', async () => {
     const { server, token } = await mint(alice, aliceBox, { name: 'Scheme' });
     const result = await mcpServerTokenAuthenticator.authenticate({ scheme: 'bearer', secret: token }, t.db);
-    expect(result).toMatchObject({ status: 'ok', caller: { kind: 'mcp_client', via: 'server_token', userId: aliceId, mcpServerId: server.id, orgId: org.orgId, clientId: null } });
+    expect(result).toMatchObject({
+      status: 'ok',
+      caller: { kind: 'mcp_client', via: 'server_token', userId: aliceId, mcpServerId: server.id, orgId: org.orgId, clientId: null },
+    });
     if (result.status === 'ok' && result.caller.kind === 'mcp_client') expect(result.caller.access?.permissions.has('mcp_server:view')).toBe(true);
     // An org-scoped operation of the apiToken/session schemes refuses it with 401.
     const res = await orgOperationWith(token);
@@ -297,7 +333,9 @@ describe('deleteMcpServer', () => {
 describe('what goes with user toolboxes and toolboxes', () => {
   it('deleting a stored user toolbox deletes its servers and names them in its audit entry', async () => {
     const template = await insertTemplate(t, org.orgId, org.ownerId, { name: 'Short', entries: [{ connector_slug: 'docs-demo', tools: 'all' }] });
-    const created = await settle(t.client({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }).POST('/user-toolbox', { body: { template_id: template } }));
+    const created = await settle(
+      t.client({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }).POST('/user-toolbox', { body: { template_id: template } }),
+    );
     const box = created.body.id as string;
     const one = await mint(alice, box, { name: 'One' });
     const two = await mint(alice, box, { name: 'Two' });
@@ -341,7 +379,12 @@ describe('what goes with user toolboxes and toolboxes', () => {
     expect(revoked.status).toBe(204);
     expect((await alice.read(dynamic, server.id)).body.status).toBe('unavailable');
     // As revokeToolboxShare promises: unavailable until the toolbox is shared with them again.
-    const again = await t.call('POST', `/toolbox/${toolbox}/share`, { principal: { type: 'user', id: aliceId }, level: 'use' }, { token: org.token, org: org.orgId });
+    const again = await t.call(
+      'POST',
+      `/toolbox/${toolbox}/share`,
+      { principal: { type: 'user', id: aliceId }, level: 'use' },
+      { token: org.token, org: org.orgId },
+    );
     expect(again.status).toBe(201);
     expect((await alice.read(dynamic, server.id)).body.status).toBe('active');
   });

@@ -19,10 +19,18 @@ let org: SeededOrg;
 const call = async (server: { id: string; token: string }, name: string) => {
   const res = await fetch(`${t.url}/mcp/${server.id}`, {
     method: 'POST',
-    headers: { Authorization: `Bearer ${server.token}`, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'MCP-Protocol-Version': '2025-11-25' },
+    headers: {
+      Authorization: `Bearer ${server.token}`,
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      'MCP-Protocol-Version': '2025-11-25',
+    },
     body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name, arguments: {} } }),
   });
-  return (await res.json()) as { result?: { isError?: boolean; content: { text: string }[]; structuredContent?: Record<string, unknown> }; error?: { code: number } };
+  return (await res.json()) as {
+    result?: { isError?: boolean; content: { text: string }[]; structuredContent?: Record<string, unknown> };
+    error?: { code: number };
+  };
 };
 
 beforeAll(async () => {
@@ -40,7 +48,12 @@ it('stops serving a suspended member’s connection to a built-in connector thro
   expect(connection.status).toBe(201);
   const toolbox = await insertToolbox(t, org.orgId, { entries: [{ connection_id: connection.body.id, tools: 'all' }], principal: { type: 'user', id: bobId } });
   const bobToken = await t.factories.token(org.orgId, bobId);
-  const minted = await t.call('POST', `/user-toolbox/utbx_dyn_tbx_${toolbox.slice('tbx_'.length)}/mcp`, { name: 'Shared keys' }, { token: bobToken, org: org.orgId });
+  const minted = await t.call(
+    'POST',
+    `/user-toolbox/utbx_dyn_tbx_${toolbox.slice('tbx_'.length)}/mcp`,
+    { name: 'Shared keys' },
+    { token: bobToken, org: org.orgId },
+  );
   expect(minted.status).toBe(201);
   const server = { id: minted.body.mcp_server.id as string, token: minted.body.token as string };
   expect((await call(server, 'keys-demo__whoami')).result?.structuredContent).toMatchObject({ member: 'alice', credential: KEY });

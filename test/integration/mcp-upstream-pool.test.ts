@@ -45,7 +45,12 @@ async function call(t: TestApp, server: { id: string; token: string }, name: str
   rpcId += 1;
   const res = await fetch(`${t.url}/mcp/${server.id}`, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${server.token}`, 'MCP-Protocol-Version': '2025-11-25' },
+    headers: {
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      Authorization: `Bearer ${server.token}`,
+      'MCP-Protocol-Version': '2025-11-25',
+    },
     body: JSON.stringify({ jsonrpc: '2.0', id: rpcId, method: 'tools/call', params: { name, arguments: args } }),
   });
   expect(res.status).toBe(200);
@@ -287,11 +292,20 @@ async function startScriptedUpstream(redirectTo: () => string) {
       const params = (body.params ?? {}) as { name?: string; _meta?: { progressToken?: string | number } };
       if (body.method === 'initialize') {
         sessions += 1;
-        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'scripted', version: '1.0.0' } } }, { 'mcp-session-id': `scripted-${sessions}` });
+        return sendJson(
+          res,
+          200,
+          { jsonrpc: '2.0', id, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'scripted', version: '1.0.0' } } },
+          { 'mcp-session-id': `scripted-${sessions}` },
+        );
       }
       if (body.method === 'tools/list') {
         const schema = { type: 'object', properties: {} };
-        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { tools: ['stream', 'moved', 'hang', 'huge', 'malformed', 'odd_flag'].map((name) => ({ name, inputSchema: schema })) } });
+        return sendJson(res, 200, {
+          jsonrpc: '2.0',
+          id,
+          result: { tools: ['stream', 'moved', 'hang', 'huge', 'malformed', 'odd_flag'].map((name) => ({ name, inputSchema: schema })) },
+        });
       }
       if (body.method !== 'tools/call') return sendJson(res, 200, { jsonrpc: '2.0', id, error: { code: -32601, message: 'Method not found' } });
       if (params.name === 'moved') return void res.writeHead(307, { location: redirectTo() }).end();
@@ -307,7 +321,8 @@ async function startScriptedUpstream(redirectTo: () => string) {
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
       const token = params._meta?.progressToken;
       const event = (message: unknown, eol = '\n') => res.write(`event: message${eol}data: ${JSON.stringify(message)}${eol}${eol}`);
-      if (token !== undefined) event({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'asked' } }, '\r\n');
+      if (token !== undefined)
+        event({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'asked' } }, '\r\n');
       event({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'not for the caller' } });
       res.write(': a comment\n\n');
       const pong = answerTo('srv-ping');
@@ -315,7 +330,8 @@ async function startScriptedUpstream(redirectTo: () => string) {
       event({ jsonrpc: '2.0', id: 'srv-ping', method: 'ping' });
       event({ jsonrpc: '2.0', id: 'srv-sample', method: 'sampling/createMessage', params: { messages: [], maxTokens: 1 } });
       const replies = await Promise.race([Promise.all([pong, sampled]), new Promise<null>((resolve) => setTimeout(() => resolve(null), 5000).unref())]);
-      if (token !== undefined) event({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress: 2, total: 2, message: 'answered' } });
+      if (token !== undefined)
+        event({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress: 2, total: 2, message: 'answered' } });
       const result = `data: ${JSON.stringify({ jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: JSON.stringify(replies) }], structuredContent: { replies } } })}\n\n`;
       res.write(result.slice(0, 25));
       setTimeout(() => res.end(result.slice(25)), 20);
@@ -330,7 +346,12 @@ async function streamedCall(t: TestApp, server: { id: string; token: string }, n
   rpcId += 1;
   const res = await fetch(`${t.url}/mcp/${server.id}`, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${server.token}`, 'MCP-Protocol-Version': '2025-11-25' },
+    headers: {
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      Authorization: `Bearer ${server.token}`,
+      'MCP-Protocol-Version': '2025-11-25',
+    },
     body: JSON.stringify({ jsonrpc: '2.0', id: rpcId, method: 'tools/call', params: { name, arguments: {}, _meta: { progressToken: `p-${rpcId}` } } }),
   });
   expect(res.status).toBe(200);
@@ -338,9 +359,23 @@ async function streamedCall(t: TestApp, server: { id: string; token: string }, n
   const text = await res.text();
   return text
     .split(/\n\n/)
-    .map((block) => block.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()).join('\n'))
+    .map((block) =>
+      block
+        .split('\n')
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trim())
+        .join('\n'),
+    )
     .filter(Boolean)
-    .map((data) => JSON.parse(data) as { id?: number; method?: string; params?: Record<string, unknown>; result?: { content: { text: string }[]; structuredContent?: Record<string, unknown>; isError?: boolean } });
+    .map(
+      (data) =>
+        JSON.parse(data) as {
+          id?: number;
+          method?: string;
+          params?: Record<string, unknown>;
+          result?: { content: { text: string }[]; structuredContent?: Record<string, unknown>; isError?: boolean };
+        },
+    );
 }
 
 describe('the pooled session’s own client', () => {
@@ -388,7 +423,9 @@ describe('the pooled session’s own client', () => {
     const opened = posts.filter((r) => r.body?.method === 'initialize');
     const session = opened[opened.length - 1]!;
     const after = posts.slice(posts.indexOf(session) + 1);
-    expect(after.map((r) => r.body?.method ?? `answer ${String(r.body?.id)}`).sort()).toEqual(['answer srv-ping', 'answer srv-sample', 'notifications/initialized', 'tools/call'].sort());
+    expect(after.map((r) => r.body?.method ?? `answer ${String(r.body?.id)}`).sort()).toEqual(
+      ['answer srv-ping', 'answer srv-sample', 'notifications/initialized', 'tools/call'].sort(),
+    );
     for (const r of after) {
       expect(r.headers['mcp-session-id']).toBe(`scripted-${opened.length}`);
       expect(r.headers['mcp-protocol-version']).toBe('2025-06-18');
@@ -406,12 +443,21 @@ describe('the pooled session’s own client', () => {
 
   it('turns a result no MCP client could read into a tool error, and keeps the session', async () => {
     const opened = scripted.seen.filter((r) => r.body?.method === 'initialize').length;
-    for (const [name, problem] of [['malformed', /content\[0\] is of no known type/], ['odd_flag', /isError is not a boolean/]] as const) {
+    for (const [name, problem] of [
+      ['malformed', /content\[0\] is of no known type/],
+      ['odd_flag', /isError is not a boolean/],
+    ] as const) {
       const result = await call(t, server, `script__${name}`);
       expect(result.isError).toBe(true);
       expect(result.content[0]?.text).toContain('Scripted could not be reached or did not answer');
       // The operator's detail is in the tool-call record, written off the answer's path (asked again for up to 5 s).
-      const record = () => t.db.selectFrom('tool_call_records').select(['outcome', 'error']).where('mcp_server_id', '=', server.id).where('tool_name', '=', `script__${name}`).executeTakeFirst();
+      const record = () =>
+        t.db
+          .selectFrom('tool_call_records')
+          .select(['outcome', 'error'])
+          .where('mcp_server_id', '=', server.id)
+          .where('tool_name', '=', `script__${name}`)
+          .executeTakeFirst();
       let row = await record();
       for (let i = 0; !row && i < 100; i += 1) {
         await new Promise((resolve) => setTimeout(resolve, 50));
@@ -462,7 +508,8 @@ describe('the pooled session’s own client', () => {
 
   /** The `tools/call` requests the scripted upstream got for `hang`, and the cancellations it heard. */
   const hangs = () => scripted.seen.filter((r) => r.body?.method === 'tools/call' && (r.body.params as { name?: string }).name === 'hang');
-  const cancelledIds = () => scripted.seen.filter((r) => r.body?.method === 'notifications/cancelled').map((r) => (r.body?.params as { requestId?: unknown }).requestId);
+  const cancelledIds = () =>
+    scripted.seen.filter((r) => r.body?.method === 'notifications/cancelled').map((r) => (r.body?.params as { requestId?: unknown }).requestId);
   async function until(check: () => boolean) {
     for (let i = 0; i < 100 && !check(); i += 1) await new Promise((resolve) => setTimeout(resolve, 50));
     expect(check()).toBe(true);
@@ -470,10 +517,23 @@ describe('the pooled session’s own client', () => {
 
   it('tells the upstream of a call the caller cancelled (notifications/cancelled with the upstream request’s id)', async () => {
     const before = hangs().length;
-    const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${server.token}`, 'MCP-Protocol-Version': '2025-11-25' };
-    const pending = fetch(`${t.url}/mcp/${server.id}`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 'hang-1', method: 'tools/call', params: { name: 'script__hang', arguments: {} } }) });
+    const headers = {
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      Authorization: `Bearer ${server.token}`,
+      'MCP-Protocol-Version': '2025-11-25',
+    };
+    const pending = fetch(`${t.url}/mcp/${server.id}`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'hang-1', method: 'tools/call', params: { name: 'script__hang', arguments: {} } }),
+    });
     await until(() => hangs().length > before);
-    const cancel = await fetch(`${t.url}/mcp/${server.id}`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'hang-1', reason: 'user' } }) });
+    const cancel = await fetch(`${t.url}/mcp/${server.id}`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'hang-1', reason: 'user' } }),
+    });
     expect(cancel.status).toBe(202);
     const answered = await pending;
     expect(await answered.json()).toMatchObject({ id: 'hang-1', result: { isError: true, content: [{ type: 'text', text: 'The call was cancelled.' }] } });

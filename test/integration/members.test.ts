@@ -65,12 +65,26 @@ describe('listMembers', () => {
     expect(res.status).toBe(200);
     expect(res.body.data.map((m: Member) => m.user_id)).toEqual([seeded.ownerId, ada.userId]);
     const [first, second] = res.body.data as Member[];
-    expect(first).toMatchObject({ status: 'active', status_reason: null, via: 'creator', roles: [{ id: seeded.roleIds.owner, name: 'Owner', is_system: true, seat_class: 'billable' }], teams: [], has_second_factor: true });
+    expect(first).toMatchObject({
+      status: 'active',
+      status_reason: null,
+      via: 'creator',
+      roles: [{ id: seeded.roleIds.owner, name: 'Owner', is_system: true, seat_class: 'billable' }],
+      teams: [],
+      has_second_factor: true,
+    });
     expect(first!.permissions).toContain('billing:manage');
     expect(second).toMatchObject({
-      user_id: ada.userId, user: { id: ada.userId, name: 'Ada Lovelace', avatar_url: null }, status: 'active', via: 'invite',
-      roles: [{ id: seeded.roleIds.member, name: 'Member' }, { id: custom, name: 'Maintainer', is_system: false }],
-      teams: [{ id: team, name: 'Platform' }], has_second_factor: false,
+      user_id: ada.userId,
+      user: { id: ada.userId, name: 'Ada Lovelace', avatar_url: null },
+      status: 'active',
+      via: 'invite',
+      roles: [
+        { id: seeded.roleIds.member, name: 'Member' },
+        { id: custom, name: 'Maintainer', is_system: false },
+      ],
+      teams: [{ id: team, name: 'Platform' }],
+      has_second_factor: false,
     });
     expect(second!.permissions).toContain('connector:manage');
     expect(second!.permissions).toEqual([...second!.permissions].sort());
@@ -99,7 +113,10 @@ describe('listMembers', () => {
     for (let i = 0; i < 3; i++) await t.factories.member(seeded.orgId);
     // Five who join in one statement share joined_at: the user id breaks the tie.
     const users = await Promise.all([1, 2, 3, 4, 5].map(() => t.factories.user()));
-    await t.db.insertInto('memberships').values(users.map((user_id) => ({ org_id: seeded.orgId, user_id, status: 'active' as const, via: 'invite' as const }))).execute();
+    await t.db
+      .insertInto('memberships')
+      .values(users.map((user_id) => ({ org_id: seeded.orgId, user_id, status: 'active' as const, via: 'invite' as const })))
+      .execute();
     const seen: string[] = [];
     let cursor: string | undefined;
     let pages = 0;
@@ -240,7 +257,14 @@ describe('updateMember: roles', () => {
 
   it('400 validation_failed; 404 for another organization’s member, unchanged; 403 missing_permission', async () => {
     const p = await person(org);
-    for (const body of [{}, { role_ids: [] }, { role_ids: 'role_x' }, { role_ids: ['team_01jg3b7f0p3m6q9x2v5c8n1b4k'] }, { status: 'removed' }, { role_ids: [org.roleIds.member], colour: 'red' }]) {
+    for (const body of [
+      {},
+      { role_ids: [] },
+      { role_ids: 'role_x' },
+      { role_ids: ['team_01jg3b7f0p3m6q9x2v5c8n1b4k'] },
+      { status: 'removed' },
+      { role_ids: [org.roleIds.member], colour: 'red' },
+    ]) {
       expect((await owner().raw.patch(`/member/${p.userId}`, body)).body.code).toBe('validation_failed');
     }
     const theirs = await t.factories.member(other.orgId);
@@ -293,10 +317,17 @@ describe('removeMember', () => {
     expect(gone).toMatchObject({ status: 'removed', status_reason: 'removed', roles: [], teams: [], permissions: [] });
     expect((await p.api.list()).status).toBe(401);
     expect((await api({ session, org: org.orgId }).list()).body.code).toBe('not_a_member');
-    expect(await t.db.selectFrom('api_tokens').select('revoked_at').where('user_id', '=', p.userId).where('org_id', '=', org.orgId).execute()).toEqual([{ revoked_at: expect.any(Date) }]);
+    expect(await t.db.selectFrom('api_tokens').select('revoked_at').where('user_id', '=', p.userId).where('org_id', '=', org.orgId).execute()).toEqual([
+      { revoked_at: expect.any(Date) },
+    ]);
     expect((await owner().raw.get(`/team/${team}`)).body.member_count).toBe(0);
     const [audit] = (await t.factories.auditEntries(org.orgId, 'member.removed')).filter((a) => a.target_id === p.userId);
-    expect(audit!.changes).toMatchObject({ status: { from: 'active', to: 'removed' }, status_reason: 'removed', role_ids: [org.roleIds.member], api_tokens_revoked: 1 });
+    expect(audit!.changes).toMatchObject({
+      status: { from: 'active', to: 'removed' },
+      status_reason: 'removed',
+      role_ids: [org.roleIds.member],
+      api_tokens_revoked: 1,
+    });
     // Already removed: 404.
     expect((await owner().remove(p.userId)).status).toBe(404);
   });
@@ -322,7 +353,8 @@ describe('removeMember', () => {
     expect(await t.db.selectFrom('user_toolboxes').select('id').where('owner_user_id', '=', p.userId).execute()).toEqual([]);
     expect(await t.db.selectFrom('mcp_servers').select('id').where('owner_user_id', '=', p.userId).execute()).toEqual([]);
     const mcp = await fetch(`${t.url}/mcp/${server.body.mcp_server.id}`, {
-      method: 'POST', headers: { authorization: `Bearer ${server.body.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      method: 'POST',
+      headers: { authorization: `Bearer ${server.body.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
     });
     expect(mcp.status).toBe(401);
@@ -371,7 +403,10 @@ describe('member events, end to end to a webhook receiver', () => {
     await as(seeded).remove(p.userId);
     const member = { user_id: p.userId, email, name: 'Lin' };
     expect(await hook.deliver()).toEqual([
-      { type: 'member.roles_updated', data: { member, role_ids: [seeded.roleIds.member, seeded.roleIds.auditor].sort(), previous_role_ids: [seeded.roleIds.member] } },
+      {
+        type: 'member.roles_updated',
+        data: { member, role_ids: [seeded.roleIds.member, seeded.roleIds.auditor].sort(), previous_role_ids: [seeded.roleIds.member] },
+      },
       { type: 'member.removed', data: { member, status: 'suspended' } },
       { type: 'member.removed', data: { member, status: 'removed' } },
     ]);

@@ -30,7 +30,12 @@ const dispatcher = (options: Partial<RetryPolicy> = {}, others: OutboxConsumer[]
   });
 const postsTo = (url: string) => peers.receiver.requests.filter((r) => url.endsWith(r.path));
 
-type DeliveryQuery = { limit?: number; cursor?: string; status?: components['schemas']['NotificationDeliveryStatus']; event_type?: components['schemas']['EventType'] };
+type DeliveryQuery = {
+  limit?: number;
+  cursor?: string;
+  status?: components['schemas']['NotificationDeliveryStatus'];
+  event_type?: components['schemas']['EventType'];
+};
 
 async function setup() {
   const seeded = await t.factories.org();
@@ -57,9 +62,20 @@ describe('the outbox worker', () => {
     const org = await setup();
     const other = await setup();
     const url = hookUrl();
-    const email = await org.create({ name: `Ops ${unique()}`, type: 'email', config: { to: ['ops@acme.example'], subject_prefix: '[Acme]' }, event_types: ['member.joined'] });
+    const email = await org.create({
+      name: `Ops ${unique()}`,
+      type: 'email',
+      config: { to: ['ops@acme.example'], subject_prefix: '[Acme]' },
+      event_types: ['member.joined'],
+    });
     const slack = await org.create({ name: `Slack ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['member.joined', 'role.created'] });
-    const paused = await org.create({ name: `Paused ${unique()}`, type: 'email', config: { to: ['paused@acme.example'] }, event_types: ['member.joined'], is_active: false });
+    const paused = await org.create({
+      name: `Paused ${unique()}`,
+      type: 'email',
+      config: { to: ['paused@acme.example'] },
+      event_types: ['member.joined'],
+      is_active: false,
+    });
     const elsewhere = await org.create({ name: `Roles ${unique()}`, type: 'email', config: { to: ['roles@acme.example'] }, event_types: ['role.created'] });
     const otherOrg = await other.create({ name: `Other ${unique()}`, type: 'email', config: { to: ['other@beta.example'] }, event_types: ['member.joined'] });
 
@@ -249,7 +265,9 @@ describe('listNotificationDeliveries', () => {
     const email = await org.create({ name: `Paged ${unique()}`, type: 'email', config: { to: ['ops@acme.example'] }, event_types: ['member.removed'] });
     const ids: string[] = [];
     for (let i = 0; i < 3; i += 1) {
-      ids.push(await t.factories.event(org.orgId, 'member.removed', { member: { user_id: org.ownerId, email: `m${i}@acme.example`, name: null }, status: 'removed' }));
+      ids.push(
+        await t.factories.event(org.orgId, 'member.removed', { member: { user_id: org.ownerId, email: `m${i}@acme.example`, name: null }, status: 'removed' }),
+      );
     }
     await dispatcher().runOnce();
     const first = await org.deliveries(email, { limit: 2 });

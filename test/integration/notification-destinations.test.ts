@@ -147,10 +147,12 @@ const mailbox = (label: string) => `${label}-${unique()}@acme.example`;
 describe('createNotificationDestination', () => {
   it('creates an email destination and answers 201 with the destination and its Location', async () => {
     const { client, orgId, ownerId } = await newOrg();
-    const res = await client.create(emailBody({
-      config: { to: ['ops@acme.example'], cc: ['lead@acme.example'], bcc: ['audit@acme.example'], subject_prefix: '[Acme MCP]' },
-      event_types: ['member.joined', 'connection.needs_reauth'],
-    }));
+    const res = await client.create(
+      emailBody({
+        config: { to: ['ops@acme.example'], cc: ['lead@acme.example'], bcc: ['audit@acme.example'], subject_prefix: '[Acme MCP]' },
+        event_types: ['member.joined', 'connection.needs_reauth'],
+      }),
+    );
 
     expect(res.status).toBe(201);
     const row = await storedRow(res.body.id);
@@ -188,7 +190,9 @@ describe('createNotificationDestination', () => {
   it('creates a Slack destination without ever returning the webhook URL, and stores it encrypted', async () => {
     const { client, ownerId } = await newOrg();
     const url = hookUrl();
-    const res = await client.create(slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' }, event_types: ['role.deleted', 'role.created'] }));
+    const res = await client.create(
+      slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' }, event_types: ['role.deleted', 'role.created'] }),
+    );
 
     expect(res.status).toBe(201);
     expectNoSecret(res, url);
@@ -313,26 +317,58 @@ describe('createNotificationDestination', () => {
       ['a config that is a string', rawEmail({ config: 'ops@acme.example' }), [problem('/config', 'must be object')]],
       ['a recipient that is a number', rawEmail({ config: { to: [42] } }), [problem('/config/to/0', 'must be string')]],
       ['an unknown top-level member', rawEmail({ colour: 'red' }), [problem('/colour', 'is not a known member')]],
-      ['an unknown member inside config', rawEmail({ config: { to: ['ops@acme.example'], channel: '#ops' } }), [problem('/config/channel', 'is not a known member')]],
-      ['has_webhook_url sent by the client', rawEmail({ config: { to: ['ops@acme.example'], has_webhook_url: false } }), [problem('/config/has_webhook_url', 'is not a known member')]],
-      ['a Slack config with `to` and no webhook_url', rawSlack(url, { config: { to: ['ops@acme.example'] } }), [problem('/config/webhook_url', 'is required'), problem('/config/to', 'is not a known member')]],
-      ['a Slack config with `to` next to webhook_url', rawSlack(url, { config: { webhook_url: url, to: ['ops@acme.example'] } }), [problem('/config/to', 'is not a known member')]],
+      [
+        'an unknown member inside config',
+        rawEmail({ config: { to: ['ops@acme.example'], channel: '#ops' } }),
+        [problem('/config/channel', 'is not a known member')],
+      ],
+      [
+        'has_webhook_url sent by the client',
+        rawEmail({ config: { to: ['ops@acme.example'], has_webhook_url: false } }),
+        [problem('/config/has_webhook_url', 'is not a known member')],
+      ],
+      [
+        'a Slack config with `to` and no webhook_url',
+        rawSlack(url, { config: { to: ['ops@acme.example'] } }),
+        [problem('/config/webhook_url', 'is required'), problem('/config/to', 'is not a known member')],
+      ],
+      [
+        'a Slack config with `to` next to webhook_url',
+        rawSlack(url, { config: { webhook_url: url, to: ['ops@acme.example'] } }),
+        [problem('/config/to', 'is not a known member')],
+      ],
       ['an email config without `to`', rawEmail({ config: { cc: ['ops@acme.example'] } }), [problem('/config/to', 'is required')]],
-      ['an email config with a webhook_url', rawEmail({ config: { to: ['ops@acme.example'], webhook_url: url } }), [problem('/config/webhook_url', 'is not a known member')]],
+      [
+        'an email config with a webhook_url',
+        rawEmail({ config: { to: ['ops@acme.example'], webhook_url: url } }),
+        [problem('/config/webhook_url', 'is not a known member')],
+      ],
       ['an empty `to`', rawEmail({ config: { to: [] } }), [problem('/config/to')]],
       ['an unknown type', rawEmail({ type: 'webhook' }), [problem('/type')]],
-      ['an unknown event type', rawEmail({ event_types: ['member.exploded'] }), [problem('/event_types/0', expect.stringMatching(/^must be one of "access_request.created", /))]],
+      [
+        'an unknown event type',
+        rawEmail({ event_types: ['member.exploded'] }),
+        [problem('/event_types/0', expect.stringMatching(/^must be one of "access_request.created", /))],
+      ],
       ['an unknown event type after a good one', rawEmail({ event_types: ['member.joined', 'member.left'] }), [problem('/event_types/1')]],
       ['empty event_types', rawEmail({ event_types: [] }), [problem('/event_types')]],
       ['a repeated event type', rawEmail({ event_types: ['member.joined', 'member.joined'] }), [problem('/event_types')]],
       ['a malformed address in to', rawEmail({ config: { to: ['not-an-address'] } }), [problem('/config/to/0', 'must match format "email"')]],
       ['a malformed address in cc', rawEmail({ config: { to: ['ops@acme.example'], cc: ['ops at acme'] } }), [problem('/config/cc/0')]],
-      ['a malformed address in bcc', rawEmail({ config: { to: ['ops@acme.example'], bcc: ['audit@acme.example', '@acme.example'] } }), [problem('/config/bcc/1')]],
+      [
+        'a malformed address in bcc',
+        rawEmail({ config: { to: ['ops@acme.example'], bcc: ['audit@acme.example', '@acme.example'] } }),
+        [problem('/config/bcc/1')],
+      ],
       ['a repeated recipient', rawEmail({ config: { to: ['ops@acme.example', 'ops@acme.example'] } }), [problem('/config/to')]],
       ['an empty name', rawEmail({ name: '' }), [problem('/name'), problem('/name')]],
       ['a blank name', rawEmail({ name: '   ' }), [problem('/name')]],
       ['a name longer than 100 characters', rawEmail({ name: 'n'.repeat(101) }), [problem('/name')]],
-      ['a subject prefix longer than 100 characters', rawEmail({ config: { to: ['ops@acme.example'], subject_prefix: 'p'.repeat(101) } }), [problem('/config/subject_prefix')]],
+      [
+        'a subject prefix longer than 100 characters',
+        rawEmail({ config: { to: ['ops@acme.example'], subject_prefix: 'p'.repeat(101) } }),
+        [problem('/config/subject_prefix')],
+      ],
       ['a webhook_url that is not a URL', rawSlack('not a url'), [problem('/config/webhook_url')]],
       ['a webhook_url longer than 2048 characters', rawSlack(`https://hooks.slack.com/services/${'x'.repeat(2048)}`), [problem('/config/webhook_url')]],
       [
@@ -396,10 +432,11 @@ describe('getNotificationDestination', () => {
 });
 
 describe('updateNotificationDestination', () => {
-  const fullEmail = () => emailBody({
-    config: { to: ['ops@acme.example'], cc: ['lead@acme.example'], bcc: ['audit@acme.example'], subject_prefix: '[Acme MCP]' },
-    event_types: ['member.joined', 'invite.sent'],
-  });
+  const fullEmail = () =>
+    emailBody({
+      config: { to: ['ops@acme.example'], cc: ['lead@acme.example'], bcc: ['audit@acme.example'], subject_prefix: '[Acme MCP]' },
+      event_types: ['member.joined', 'invite.sent'],
+    });
 
   it('renames and keeps every other member', async () => {
     const { client } = await newOrg();
@@ -417,7 +454,12 @@ describe('updateNotificationDestination', () => {
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ ...created.config, cc: ['cto@acme.example', 'cfo@acme.example'] });
     expect(res.body.event_types).toEqual(created.event_types);
-    expect((await storedRow(created.id))!.config).toEqual({ to: ['ops@acme.example'], cc: ['cto@acme.example', 'cfo@acme.example'], bcc: ['audit@acme.example'], subject_prefix: '[Acme MCP]' });
+    expect((await storedRow(created.id))!.config).toEqual({
+      to: ['ops@acme.example'],
+      cc: ['cto@acme.example', 'cfo@acme.example'],
+      bcc: ['audit@acme.example'],
+      subject_prefix: '[Acme MCP]',
+    });
   });
 
   it('clears the subject prefix with null and keeps the recipients', async () => {
@@ -482,7 +524,10 @@ describe('updateNotificationDestination', () => {
     const created = await create(client, slackBody(url));
     const before = await storedRow(created.id);
     expectValidation(await client.update(created.id, { config: { to: ['ops@acme.example'] } }), [problem('/config/to')]);
-    expectValidation(await client.update(created.id, { config: { cc: ['a@acme.example'], bcc: ['b@acme.example'] } }), [problem('/config/cc'), problem('/config/bcc')]);
+    expectValidation(await client.update(created.id, { config: { cc: ['a@acme.example'], bcc: ['b@acme.example'] } }), [
+      problem('/config/cc'),
+      problem('/config/bcc'),
+    ]);
     expect((await client.read(created.id)).body).toEqual(created);
     expect(await storedRow(created.id)).toEqual(before);
   });
@@ -738,11 +783,14 @@ describe('testNotificationDestination', () => {
     const to = mailbox('to');
     const cc = mailbox('cc');
     const bcc = mailbox('bcc');
-    const created = await create(client, emailBody({
-      name: 'Mail test',
-      config: { to: [to], cc: [cc], bcc: [bcc], subject_prefix: '[Acme MCP]' },
-      event_types: ['invite.sent'],
-    }));
+    const created = await create(
+      client,
+      emailBody({
+        name: 'Mail test',
+        config: { to: [to], cc: [cc], bcc: [bcc], subject_prefix: '[Acme MCP]' },
+        event_types: ['invite.sent'],
+      }),
+    );
 
     const res = await client.test(created.id);
     expect(res.status).toBe(200);
@@ -981,7 +1029,11 @@ const OPERATIONS: OperationCase[] = [
   { operationId: 'listNotificationDestinations', permission: 'notification:view', send: (c) => c.get(LIST) },
   { operationId: 'createNotificationDestination', permission: 'notification:manage', send: (c) => c.post(LIST, emailBody({ name: `New ${unique()}` })) },
   { operationId: 'getNotificationDestination', permission: 'notification:view', send: (c, id) => c.get(itemPath(id)) },
-  { operationId: 'updateNotificationDestination', permission: 'notification:manage', send: (c, id) => c.patch(itemPath(id), { name: 'Renamed', is_active: false }) },
+  {
+    operationId: 'updateNotificationDestination',
+    permission: 'notification:manage',
+    send: (c, id) => c.patch(itemPath(id), { name: 'Renamed', is_active: false }),
+  },
   { operationId: 'deleteNotificationDestination', permission: 'notification:manage', send: (c, id) => c.delete(itemPath(id)) },
   { operationId: 'testNotificationDestination', permission: 'notification:manage', send: (c, id) => c.post(testPath(id)) },
 ];
@@ -1122,11 +1174,14 @@ describe('audit', () => {
 
     const steps: [string, () => Promise<TestResponse>][] = [];
     let id = '';
-    steps.push(['notification_destination.created', async () => {
-      const res = await client.create(slackBody(firstUrl, { config: { webhook_url: firstUrl, subject_prefix: '[A]' } }));
-      id = res.body.id;
-      return res;
-    }]);
+    steps.push([
+      'notification_destination.created',
+      async () => {
+        const res = await client.create(slackBody(firstUrl, { config: { webhook_url: firstUrl, subject_prefix: '[A]' } }));
+        id = res.body.id;
+        return res;
+      },
+    ]);
     steps.push(['notification_destination.updated', () => client.update(id, { name: 'Renamed', config: { webhook_url: secondUrl } })]);
     steps.push(['notification_destination.tested', () => client.test(id)]);
     steps.push(['notification_destination.deleted', () => client.remove(id)]);
@@ -1236,7 +1291,9 @@ describe('with NOTIFICATION_TEST_COOLDOWN_SECONDS=60', () => {
     expect(Number(again.headers.get('retry-after'))).toBeGreaterThanOrEqual(59);
     expect((await client.test(second.id)).body.status).toBe('ok');
     expect(mailFor(to)).toHaveLength(2);
-    expect((await destinationAudit((await storedRow(first.id, cool))!.org_id, cool)).filter((e) => e.action === 'notification_destination.tested')).toHaveLength(2);
+    expect(
+      (await destinationAudit((await storedRow(first.id, cool))!.org_id, cool)).filter((e) => e.action === 'notification_destination.tested'),
+    ).toHaveLength(2);
   });
 
   it('lets one of two simultaneous tests through', async () => {
@@ -1294,15 +1351,23 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
     // where it leads (here, /etc/hosts maps it to loopback).
     const host = hostname();
     const resolved = await lookup(host).catch(() => null);
-    if (!resolved || classifyAddress(resolved.address) === 'public') return console.warn(`${host} does not resolve to an internal address here; nothing to test.`);
+    if (!resolved || classifyAddress(resolved.address) === 'public')
+      return console.warn(`${host} does not resolve to an internal address here; nothing to test.`);
     const { client, orgId, ownerId } = await newOrg(strict);
     const url = `https://${host}:${new URL(peers.receiver.url).port}/services/T1/B1/${unique()}`;
     const id = newId('notificationDestination');
     await strict.db
       .insertInto('notification_destinations')
       .values({
-        id, org_id: orgId, name: 'Resolves inside', type: 'slack', config: JSON.stringify({ to: [], cc: [], bcc: [], subject_prefix: null }),
-        webhook_url_enc: strict.deps.secrets.seal(url, `notification_destinations.webhook_url:${id}`), event_types: ['member.joined'], is_active: true, created_by_user_id: ownerId,
+        id,
+        org_id: orgId,
+        name: 'Resolves inside',
+        type: 'slack',
+        config: JSON.stringify({ to: [], cc: [], bcc: [], subject_prefix: null }),
+        webhook_url_enc: strict.deps.secrets.seal(url, `notification_destinations.webhook_url:${id}`),
+        event_types: ['member.joined'],
+        is_active: true,
+        created_by_user_id: ownerId,
       })
       .execute();
     const res = await client.test(id);
@@ -1343,7 +1408,9 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
 describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', () => {
   let privateOnly: TestApp;
   beforeAll(async () => {
-    privateOnly = await startTestApp({ env: { OUTBOUND_ALLOW_LOOPBACK: 'false', OUTBOUND_ALLOW_PRIVATE: 'true', SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,10.1.2.3' } });
+    privateOnly = await startTestApp({
+      env: { OUTBOUND_ALLOW_LOOPBACK: 'false', OUTBOUND_ALLOW_PRIVATE: 'true', SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,10.1.2.3' },
+    });
   });
   afterAll(() => privateOnly.close());
 

@@ -36,9 +36,16 @@ const domainName = () => `d${unique()}.acme.example`;
 const owner = () => t.as({ token: org.token, org: org.orgId });
 const theirs = () => t.as({ token: other.token, org: other.orgId });
 /** Lets the next lookup of a domain happen now (one per 10 seconds otherwise). */
-const allowCheck = (id: string) => t.db.updateTable('org_domains').set({ last_checked_at: new Date(Date.now() - 11_000) }).where('id', '=', id).execute();
+const allowCheck = (id: string) =>
+  t.db
+    .updateTable('org_domains')
+    .set({ last_checked_at: new Date(Date.now() - 11_000) })
+    .where('id', '=', id)
+    .execute();
 const outbox = async (orgId: string, type: string) =>
-  (await t.db.selectFrom('outbox').select(['payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map((e) => e.payload as any);
+  (await t.db.selectFrom('outbox').select(['payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map(
+    (e) => e.payload as any,
+  );
 
 async function claim(api = owner(), body: Record<string, unknown> = {}) {
   const res = await api.post('/org-domain', { domain: domainName(), ...body });
@@ -62,11 +69,22 @@ describe('createOrgDomain', () => {
     expect(res.body.id).toMatch(DOM);
     expect(res.headers.get('location')).toBe(`/org-domain/${res.body.id}`);
     expect(res.body).toMatchObject({
-      domain: name, status: 'pending', verification: { type: 'TXT', name: `_mcp-control-plane.${name}` },
-      verified_at: null, last_checked_at: null, last_check_error: null, auto_join: false, default_role_id: null, created_by_user_id: org.ownerId,
+      domain: name,
+      status: 'pending',
+      verification: { type: 'TXT', name: `_mcp-control-plane.${name}` },
+      verified_at: null,
+      last_checked_at: null,
+      last_check_error: null,
+      auto_join: false,
+      default_role_id: null,
+      created_by_user_id: org.ownerId,
     });
     expect(res.body.verification.value).toMatch(/^mcp-control-plane-verification=[A-Za-z0-9_-]{32,64}$/);
-    expect((await t.factories.auditEntries(org.orgId, 'org_domain.created')).at(-1)).toMatchObject({ target_type: 'org_domain', target_id: res.body.id, changes: { domain: name, auto_join: false } });
+    expect((await t.factories.auditEntries(org.orgId, 'org_domain.created')).at(-1)).toMatchObject({
+      target_type: 'org_domain',
+      target_id: res.body.id,
+      changes: { domain: name, auto_join: false },
+    });
     const idn = await owner().post('/org-domain', { domain: `bücher-${unique()}.example` });
     expect(idn.status).toBe(201);
     expect(idn.body.domain).toMatch(/^xn--bcher-.*\.example$/);
@@ -86,7 +104,15 @@ describe('createOrgDomain', () => {
   });
 
   it('400 validation_failed for missing, mistyped and unknown members and names that are no DNS name; domain_not_allowed for suffixes and mail providers', async () => {
-    for (const body of [{}, { domain: 42 }, { domain: domainName(), auto_join: 'yes' }, { domain: domainName(), extra: 1 }, { domain: 'not a domain' }, { domain: 'localhost' }, { domain: '-bad-.example' }]) {
+    for (const body of [
+      {},
+      { domain: 42 },
+      { domain: domainName(), auto_join: 'yes' },
+      { domain: domainName(), extra: 1 },
+      { domain: 'not a domain' },
+      { domain: 'localhost' },
+      { domain: '-bad-.example' },
+    ]) {
       const res = await owner().post('/org-domain', body);
       expect([res.status, res.body.code]).toEqual([400, 'validation_failed']);
     }
@@ -158,7 +184,8 @@ describe('updateOrgDomain', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: mine.id, auto_join: true, default_role_id: org.roleIds.auditor, domain: mine.domain });
     expect((await t.factories.auditEntries(org.orgId, 'org_domain.updated')).at(-1)).toMatchObject({
-      target_id: mine.id, changes: { auto_join: { from: false, to: true }, default_role_id: { from: null, to: org.roleIds.auditor } },
+      target_id: mine.id,
+      changes: { auto_join: { from: false, to: true }, default_role_id: { from: null, to: org.roleIds.auditor } },
     });
     const cleared = await owner().patch(`/org-domain/${mine.id}`, { default_role_id: null });
     expect(cleared.body).toMatchObject({ auto_join: true, default_role_id: null });
@@ -187,7 +214,10 @@ describe('deleteOrgDomain', () => {
     expect(res.status).toBe(204);
     expect((await owner().get(`/org-domain/${mine.id}`)).status).toBe(404);
     expect((await owner().delete(`/org-domain/${mine.id}`)).status).toBe(404);
-    expect((await t.factories.auditEntries(org.orgId, 'org_domain.deleted')).at(-1)).toMatchObject({ target_id: mine.id, changes: { domain: mine.domain, status: 'verified' } });
+    expect((await t.factories.auditEntries(org.orgId, 'org_domain.deleted')).at(-1)).toMatchObject({
+      target_id: mine.id,
+      changes: { domain: mine.domain, status: 'verified' },
+    });
     const claimed = await theirs().post('/org-domain', { domain: mine.domain });
     expect(claimed.status).toBe(201);
     dns.publish(claimed.body.verification.name, [claimed.body.verification.value]);
@@ -210,7 +240,12 @@ describe('verifyOrgDomain', () => {
 
     const missing = await owner().post(`/org-domain/${mine.id}/verify`);
     expect(missing.status).toBe(200);
-    expect(missing.body).toMatchObject({ status: 'failed', failure_reason: 'record_not_found', found_values: [], domain: { status: 'failed', verified_at: null } });
+    expect(missing.body).toMatchObject({
+      status: 'failed',
+      failure_reason: 'record_not_found',
+      found_values: [],
+      domain: { status: 'failed', verified_at: null },
+    });
     expect(missing.body.error).toContain(mine.verification.name);
     expect(missing.body.domain.last_check_error).toBe(missing.body.error);
     expect(missing.body.domain.last_checked_at).not.toBeNull();
@@ -243,7 +278,10 @@ describe('verifyOrgDomain', () => {
     const again = await owner().post(`/org-domain/${mine.id}/verify`);
     expect(again.body).toMatchObject({ status: 'verified', domain: { status: 'verified' } });
     expect(asked()).toBe(before);
-    expect((await t.factories.auditEntries(org.orgId, 'org_domain.verification_checked')).at(-1)).toMatchObject({ target_id: mine.id, changes: { outcome: 'verified', looked_up: false } });
+    expect((await t.factories.auditEntries(org.orgId, 'org_domain.verification_checked')).at(-1)).toMatchObject({
+      target_id: mine.id,
+      changes: { outcome: 'verified', looked_up: false },
+    });
   });
 
   it('a resolver failure or silence is dns_error (200, never 5xx), bounded by DNS_TIMEOUT_MS', async () => {
@@ -309,7 +347,10 @@ describe('org_domain.verified to a real receiver', () => {
     const fresh = await t.factories.org();
     const api = t.as({ token: fresh.token, org: fresh.orgId });
     const hook = `${peers.receiver.url}/services/T${unique()}/B${unique()}/${unique()}`;
-    expect((await api.post('/notification-destination', { name: 'Domains', type: 'slack', config: { webhook_url: hook }, event_types: ['org_domain.verified'] })).status).toBe(201);
+    expect(
+      (await api.post('/notification-destination', { name: 'Domains', type: 'slack', config: { webhook_url: hook }, event_types: ['org_domain.verified'] }))
+        .status,
+    ).toBe(201);
     const domain = await verified(api);
     const dispatcher = new OutboxDispatcher(t.db, [notificationDeliveries(t.deps)], t.deps.logger, DEFAULT_OUTBOX_OPTIONS);
     while ((await dispatcher.runOnce()).fannedOut > 0);

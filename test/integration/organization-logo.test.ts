@@ -74,7 +74,12 @@ describe('uploadOrganizationLogo', () => {
     expect((await download({ token: org.token }, org.orgId)).status).toBe(200);
 
     const [entry] = await t.factories.auditEntries(org.orgId, 'organization.logo_updated');
-    expect(entry).toMatchObject({ actor_type: 'api_token', target_type: 'organization', target_id: org.orgId, changes: { content_type: 'image/png', size: bytes.length, sha256: sha256(bytes), width: 256, height: 128 } });
+    expect(entry).toMatchObject({
+      actor_type: 'api_token',
+      target_type: 'organization',
+      target_id: org.orgId,
+      changes: { content_type: 'image/png', size: bytes.length, sha256: sha256(bytes), width: 256, height: 128 },
+    });
   });
 
   it('replaces the logo (JPEG, then WebP): the URL changes and the old bytes go', async () => {
@@ -114,7 +119,11 @@ describe('uploadOrganizationLogo', () => {
       expect(res.body.errors).toEqual([{ in: 'body', pointer: '', message: expect.any(String) }]);
     }
     expectError(await upload(org, png(10, 10, 1_048_576), 'image/png'), 413, 'payload_too_large');
-    expectError(await t.call('PUT', `/organization/${org.orgId}/logo`, undefined, { token: org.token, org: org.orgId, headers: { 'content-type': 'image/png' } }), 400, 'validation_failed');
+    expectError(
+      await t.call('PUT', `/organization/${org.orgId}/logo`, undefined, { token: org.token, org: org.orgId, headers: { 'content-type': 'image/png' } }),
+      400,
+      'validation_failed',
+    );
     expect((await t.as({ token: org.token, org: org.orgId }).get(`/organization/${org.orgId}`)).body.logo_url).toBeNull();
     expect(await t.factories.auditEntries(org.orgId, 'organization.logo_updated')).toEqual([]);
   });

@@ -55,8 +55,14 @@ describe('listOrganizations', () => {
     expect(seen).toEqual([owned.orgId, other.orgId, third.orgId].sort());
     const whole = await t.as({ session }).get('/organization');
     expect(whole.body.data[0]).toEqual({
-      id: owned.orgId, name: expect.any(String), slug: expect.any(String), logo_url: null, require_mfa: false, plan: 'free',
-      created_at: expect.any(String), updated_at: expect.any(String),
+      id: owned.orgId,
+      name: expect.any(String),
+      slug: expect.any(String),
+      logo_url: null,
+      require_mfa: false,
+      plan: 'free',
+      created_at: expect.any(String),
+      updated_at: expect.any(String),
     });
   });
 
@@ -71,7 +77,11 @@ describe('listOrganizations', () => {
 
   it('refuses a cursor of another list and an out-of-range limit', async () => {
     const { session } = await personWithSession();
-    expectError(await t.as({ session }).get(`/organization?cursor=${Buffer.from('tok_01jg3b7f0r8t2y6v4h1q9p3a5s').toString('base64url')}`), 400, 'invalid_cursor');
+    expectError(
+      await t.as({ session }).get(`/organization?cursor=${Buffer.from('tok_01jg3b7f0r8t2y6v4h1q9p3a5s').toString('base64url')}`),
+      400,
+      'invalid_cursor',
+    );
     expectError(await t.as({ session }).get('/organization?limit=0'), 400, 'validation_failed');
   });
 });
@@ -83,15 +93,25 @@ describe('createOrganization', () => {
     const res = await t.as({ session }).post('/organization', { name: 'Acme Inc.', slug });
     expect(res.status).toBe(201);
     expect(res.body).toEqual({
-      id: expect.stringMatching(ORG_ID), name: 'Acme Inc.', slug, logo_url: null, require_mfa: false, plan: 'free',
-      created_at: expect.any(String), updated_at: expect.any(String),
+      id: expect.stringMatching(ORG_ID),
+      name: 'Acme Inc.',
+      slug,
+      logo_url: null,
+      require_mfa: false,
+      plan: 'free',
+      created_at: expect.any(String),
+      updated_at: expect.any(String),
     });
     expect(res.headers.get('location')).toBe(`/organization/${res.body.id}`);
     const orgId = res.body.id as string;
     // The creator holds Owner: everything, including deleting it.
     const roles = await t.db
-      .selectFrom('role_assignments as ra').innerJoin('roles as r', 'r.id', 'ra.role_id')
-      .select(['r.system_key']).where('ra.org_id', '=', orgId).where('ra.user_id', '=', userId).execute();
+      .selectFrom('role_assignments as ra')
+      .innerJoin('roles as r', 'r.id', 'ra.role_id')
+      .select(['r.system_key'])
+      .where('ra.org_id', '=', orgId)
+      .where('ra.user_id', '=', userId)
+      .execute();
     expect(roles.map((r) => r.system_key)).toEqual(['owner']);
     const systemRoles = await t.db.selectFrom('roles').select('system_key').where('org_id', '=', orgId).orderBy('system_key').execute();
     expect(systemRoles.map((r) => r.system_key)).toEqual(['admin', 'auditor', 'billing_admin', 'member', 'owner']);
@@ -99,7 +119,9 @@ describe('createOrganization', () => {
     expect(membership).toEqual([{ status: 'active', via: 'creator' }]);
     expect((await t.as({ session, org: orgId }).get(`/organization/${orgId}`)).status).toBe(200);
     const audit = await t.factories.auditEntries(orgId, 'organization.created');
-    expect(audit).toEqual([expect.objectContaining({ actor_type: 'user', actor_id: userId, target_type: 'organization', target_id: orgId, changes: { name: 'Acme Inc.', slug } })]);
+    expect(audit).toEqual([
+      expect.objectContaining({ actor_type: 'user', actor_id: userId, target_type: 'organization', target_id: orgId, changes: { name: 'Acme Inc.', slug } }),
+    ]);
   });
 
   it('makes a slug from the name, with a suffix when that one is taken', async () => {
@@ -159,7 +181,11 @@ describe('updateOrganization', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: org.orgId, name: 'After', slug });
     const [entry] = await t.factories.auditEntries(org.orgId, 'organization.updated');
-    expect(entry).toMatchObject({ actor_type: 'api_token', target_id: org.orgId, changes: { name: { from: 'Before', to: 'After' }, slug: { from: expect.any(String), to: slug } } });
+    expect(entry).toMatchObject({
+      actor_type: 'api_token',
+      target_id: org.orgId,
+      changes: { name: { from: 'Before', to: 'After' }, slug: { from: expect.any(String), to: slug } },
+    });
     expect((await t.as({ token: org.token, org: org.orgId }).get(`/organization/${org.orgId}`)).body.slug).toBe(slug);
   });
 
@@ -220,7 +246,10 @@ describe('deleteOrganization', () => {
     const memberToken = await t.factories.token(org.orgId, member);
     await t.factories.team(org.orgId, 'Platform', [member]);
     const destination = await t.as({ token: org.token, org: org.orgId }).post('/notification-destination', {
-      name: 'Ops', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'],
+      name: 'Ops',
+      type: 'email',
+      config: { to: ['ops@example.com'] },
+      event_types: ['member.joined'],
     });
     expect(destination.status).toBe(201);
     await t.factories.event(org.orgId, 'member.joined', { user_id: member, email: 'm@example.com', via: 'invite', role_ids: [] } as never);
@@ -238,14 +267,22 @@ describe('deleteOrganization', () => {
     }
     expectError(await t.as({ session: org.session, org: org.orgId }).get(`/organization/${org.orgId}`), 403, 'not_a_member');
     // Nothing of it is left in any table, but the one entry that records the deletion.
-    const tables = await sql<{ table_name: string }>`select table_name from information_schema.columns where table_schema = current_schema() and column_name = 'org_id'`.execute(t.db);
+    const tables = await sql<{
+      table_name: string;
+    }>`select table_name from information_schema.columns where table_schema = current_schema() and column_name = 'org_id'`.execute(t.db);
     for (const { table_name: table } of tables.rows) {
       const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.table(table)} where org_id = ${org.orgId}`.execute(t.db);
       expect([table, left.rows[0]?.n]).toEqual([table, table === 'audit_log' ? 1 : 0]);
     }
     expect(await t.db.selectFrom('organizations').select('id').where('id', '=', org.orgId).execute()).toEqual([]);
     expect(await t.factories.auditEntries(org.orgId)).toEqual([
-      expect.objectContaining({ action: 'organization.deleted', actor_type: 'user', actor_id: org.ownerId, target_id: org.orgId, changes: { name: expect.any(String), slug: org.slug } }),
+      expect.objectContaining({
+        action: 'organization.deleted',
+        actor_type: 'user',
+        actor_id: org.ownerId,
+        target_id: org.orgId,
+        changes: { name: expect.any(String), slug: org.slug },
+      }),
     ]);
     // The people keep their accounts and their other organizations.
     expect((await t.db.selectFrom('users').select('id').where('id', 'in', [org.ownerId, member]).execute()).length).toBe(2);

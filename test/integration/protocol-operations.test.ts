@@ -15,7 +15,13 @@ const REGISTERED_REDIRECT = 'https://client.example/callback';
 const json = (schema: object) => ({ content: { 'application/json': { schema } } });
 const anything = { type: 'object', additionalProperties: true };
 const op = (operationId: string, extra: Record<string, unknown>) => ({
-  operationId, tags: [TAG], summary: operationId, description: 'A fixture.', security: [], 'x-permission': null, ...extra,
+  operationId,
+  tags: [TAG],
+  summary: operationId,
+  description: 'A fixture.',
+  security: [],
+  'x-permission': null,
+  ...extra,
 });
 
 function fixtureSpec(): OpenApiDocument {
@@ -30,19 +36,35 @@ function fixtureSpec(): OpenApiDocument {
         { name: 'redirect_uri', in: 'query', schema: { type: 'string' } },
         { name: 'state', in: 'query', schema: { type: 'string' } },
       ],
-      responses: { 200: { description: 'Echo.', ...json(anything) }, 302: { description: 'Back to the client.' }, 400: { description: 'OAuth error.', ...json(anything) } },
+      responses: {
+        200: { description: 'Echo.', ...json(anything) },
+        302: { description: 'Back to the client.' },
+        400: { description: 'OAuth error.', ...json(anything) },
+      },
     }),
   };
   const grant = (type: string, required: string[]) => ({
-    type: 'object', additionalProperties: false, required: ['grant_type', ...required],
+    type: 'object',
+    additionalProperties: false,
+    required: ['grant_type', ...required],
     properties: { grant_type: { type: 'string', enum: [type] }, code: { type: 'string' }, refresh_token: { type: 'string' } },
   });
   spec.paths['/fixture/oauth/token'] = {
     post: op('fixtureToken', {
-      'x-protocol': 'oauth', 'x-audit': null,
-      requestBody: { required: true, content: { 'application/x-www-form-urlencoded': { schema: {
-        type: 'object', oneOf: [grant('authorization_code', ['code']), grant('refresh_token', ['refresh_token'])], discriminator: { propertyName: 'grant_type' },
-      } } } },
+      'x-protocol': 'oauth',
+      'x-audit': null,
+      requestBody: {
+        required: true,
+        content: {
+          'application/x-www-form-urlencoded': {
+            schema: {
+              type: 'object',
+              oneOf: [grant('authorization_code', ['code']), grant('refresh_token', ['refresh_token'])],
+              discriminator: { propertyName: 'grant_type' },
+            },
+          },
+        },
+      },
       responses: { 200: { description: 'Echo.', ...json(anything) }, 400: { description: 'OAuth error.', ...json(anything) } },
     }),
   };
@@ -50,7 +72,10 @@ function fixtureSpec(): OpenApiDocument {
     get: op('fixtureScimUser', {
       'x-protocol': 'scim',
       parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
-      responses: { 200: { description: 'A user.', content: { 'application/scim+json': { schema: anything } } }, 404: { description: 'SCIM error.', content: { 'application/scim+json': { schema: anything } } } },
+      responses: {
+        200: { description: 'A user.', content: { 'application/scim+json': { schema: anything } } },
+        404: { description: 'SCIM error.', content: { 'application/scim+json': { schema: anything } } },
+      },
     }),
   };
   spec.paths['/fixture/rest'] = {
@@ -70,7 +95,8 @@ const handlers: Record<string, (input: any, ctx: RequestContext) => Promise<AnyR
     received = input;
     if (!input.valid) {
       // Only a redirect URI the client registered may carry the error back.
-      const redirect = input.raw.query.redirect_uri === REGISTERED_REDIRECT ? { uri: REGISTERED_REDIRECT, state: String(input.raw.query.state ?? '') } : undefined;
+      const redirect =
+        input.raw.query.redirect_uri === REGISTERED_REDIRECT ? { uri: REGISTERED_REDIRECT, state: String(input.raw.query.state ?? '') } : undefined;
       refuseProblems('oauth', input.problems, { redirect });
     }
     return { status: 200, body: input.value.query };
@@ -100,7 +126,10 @@ beforeEach(() => {
   received = null;
 });
 
-const form = (fields: Record<string, string>) => ({ raw: new URLSearchParams(fields).toString(), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+const form = (fields: Record<string, string>) => ({
+  raw: new URLSearchParams(fields).toString(),
+  headers: { 'content-type': 'application/x-www-form-urlencoded' },
+});
 
 describe('a protocol operation', () => {
   it('ignores query parameters it does not declare (prompt=consent, nonce, login_hint)', async () => {
@@ -129,7 +158,11 @@ describe('a protocol operation', () => {
     expect(res.status).toBe(302);
     const location = new URL(res.headers.get('location') ?? '');
     expect(`${location.origin}${location.pathname}`).toBe(REGISTERED_REDIRECT);
-    expect(Object.fromEntries(location.searchParams)).toEqual({ error: 'invalid_request', error_description: expect.stringContaining('client_id'), state: 's-42' });
+    expect(Object.fromEntries(location.searchParams)).toEqual({
+      error: 'invalid_request',
+      error_description: expect.stringContaining('client_id'),
+      state: 's-42',
+    });
   });
 
   it('answers an unknown grant type with unsupported_grant_type', async () => {
@@ -139,7 +172,12 @@ describe('a protocol operation', () => {
   });
 
   it('ignores body members it does not declare', async () => {
-    const res = await t.call('POST', '/fixture/oauth/token', undefined, form({ grant_type: 'authorization_code', code: 'c', client_id: 'oac_x', resource: 'https://a.example/mcp/1' }));
+    const res = await t.call(
+      'POST',
+      '/fixture/oauth/token',
+      undefined,
+      form({ grant_type: 'authorization_code', code: 'c', client_id: 'oac_x', resource: 'https://a.example/mcp/1' }),
+    );
     expect(res.status).toBe(200);
     expect(received).toMatchObject({ valid: true });
     expect(res.body).toMatchObject({ grant_type: 'authorization_code', code: 'c' });
@@ -157,7 +195,10 @@ describe('a REST operation', () => {
   it('is still refused with 400 validation_failed for a parameter it does not declare', async () => {
     const res = await t.call('GET', '/fixture/rest?limit=2&sortBy=name');
     expect(res.status).toBe(400);
-    expect(res.body).toMatchObject({ code: 'validation_failed', errors: [{ in: 'query', pointer: '/sortBy', message: 'is not a parameter of this operation' }] });
+    expect(res.body).toMatchObject({
+      code: 'validation_failed',
+      errors: [{ in: 'query', pointer: '/sortBy', message: 'is not a parameter of this operation' }],
+    });
   });
 });
 

@@ -14,7 +14,9 @@ onServer('rate limits kept in PostgreSQL', () => {
   let t: TestApp;
   beforeAll(async () => {
     // DATABASE_URL only satisfies the setting's check; the test app uses its own fresh database's pool.
-    t = await startTestApp({ env: { RATE_LIMIT_STORE: 'postgres', DATABASE_URL: 'postgres://unused', RATE_LIMIT_REQUESTS: '2', RATE_LIMIT_AUTH_FAILURES: '2', TRUST_PROXY: '1' } });
+    t = await startTestApp({
+      env: { RATE_LIMIT_STORE: 'postgres', DATABASE_URL: 'postgres://unused', RATE_LIMIT_REQUESTS: '2', RATE_LIMIT_AUTH_FAILURES: '2', TRUST_PROXY: '1' },
+    });
   });
   afterAll(() => t.close());
 

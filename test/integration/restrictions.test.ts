@@ -45,22 +45,38 @@ let n = 0;
 const named = (body: Omit<Create, 'name'> & { name?: string }): Create => ({ name: `Restriction ${++n}`, ...body });
 
 const events = async (orgId: string, type: string) =>
-  (await t.db.selectFrom('outbox').select(['event_type', 'payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map((e) => e.payload as any);
+  (await t.db.selectFrom('outbox').select(['event_type', 'payload']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute()).map(
+    (e) => e.payload as any,
+  );
 
 describe('createRestriction', () => {
   it('creates with defaults, answers 201 with Location, audits and emits restriction.updated', async () => {
     const teamId = await t.factories.team(org.orgId, 'Release');
-    const res = await owner().create({ name: 'No deletes on GitHub', description: 'Second pair of eyes.', match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' }, effect: 'require_approval', applies_to: { team_ids: [teamId] } });
+    const res = await owner().create({
+      name: 'No deletes on GitHub',
+      description: 'Second pair of eyes.',
+      match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' },
+      effect: 'require_approval',
+      applies_to: { team_ids: [teamId] },
+    });
     expect(res.status).toBe(201);
     expect(res.body.id).toMatch(RST);
     expect(res.headers.get('location')).toBe(`/restriction/${res.body.id}`);
     expect(res.body).toMatchObject({
-      name: 'No deletes on GitHub', description: 'Second pair of eyes.', match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*', synthetic_tool_id: null },
-      effect: 'require_approval', applies_to: { everyone: false, role_ids: [], team_ids: [teamId], user_ids: [] }, is_active: true, created_by_user_id: org.ownerId,
+      name: 'No deletes on GitHub',
+      description: 'Second pair of eyes.',
+      match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*', synthetic_tool_id: null },
+      effect: 'require_approval',
+      applies_to: { everyone: false, role_ids: [], team_ids: [teamId], user_ids: [] },
+      is_active: true,
+      created_by_user_id: org.ownerId,
     });
     const [audit] = await t.factories.auditEntries(org.orgId, 'restriction.created');
     expect(audit).toMatchObject({ target_id: res.body.id, target_type: 'restriction' });
-    expect((await events(org.orgId, 'restriction.updated')).at(-1)).toEqual({ restriction: { id: res.body.id, name: 'No deletes on GitHub', effect: 'require_approval' }, change: 'created' });
+    expect((await events(org.orgId, 'restriction.updated')).at(-1)).toEqual({
+      restriction: { id: res.body.id, name: 'No deletes on GitHub', effect: 'require_approval' },
+      change: 'created',
+    });
   });
 
   it('match left out covers everything; is_active false is kept', async () => {
@@ -84,7 +100,10 @@ describe('createRestriction', () => {
       [named({ effect: 'deny', applies_to: { everyone: true, role_ids: [roleId] } }), '/applies_to/everyone'],
       [named({ effect: 'deny', applies_to: {} }), '/applies_to'],
       [named({ effect: 'deny', applies_to: { everyone: false, user_ids: [] } }), '/applies_to'],
-      [named({ effect: 'deny', match: { synthetic_tool_id: stoolId, connector_slug: 'tickets-demo' }, applies_to: { everyone: true } }), '/match/connector_slug'],
+      [
+        named({ effect: 'deny', match: { synthetic_tool_id: stoolId, connector_slug: 'tickets-demo' }, applies_to: { everyone: true } }),
+        '/match/connector_slug',
+      ],
       [named({ effect: 'deny', match: { synthetic_tool_id: stoolId, tool_pattern: 'x*' }, applies_to: { everyone: true } }), '/match/tool_pattern'],
     ] as const) {
       const res = await owner().create(body);
@@ -103,12 +122,20 @@ describe('createRestriction', () => {
     const suspended = await t.factories.member(org.orgId, { status: 'suspended' });
     const otherStool = await syntheticTool(other.orgId);
     const theirConnector = await customConnector(t, other.orgId, { mcp_url: 'https://mcp.acme.example/mcp', auth: { type: 'none' } });
-    const res = await owner().create(named({
-      effect: 'deny', match: { connector_slug: theirConnector }, applies_to: { role_ids: [otherRole], team_ids: [otherTeam], user_ids: [otherUser, suspended] },
-    }));
+    const res = await owner().create(
+      named({
+        effect: 'deny',
+        match: { connector_slug: theirConnector },
+        applies_to: { role_ids: [otherRole], team_ids: [otherTeam], user_ids: [otherUser, suspended] },
+      }),
+    );
     expect([res.status, res.body.code]).toEqual([400, 'unknown_reference']);
     expect(res.body.errors.map((e: { pointer: string }) => e.pointer)).toEqual([
-      '/match/connector_slug', '/applies_to/role_ids/0', '/applies_to/team_ids/0', '/applies_to/user_ids/0', '/applies_to/user_ids/1',
+      '/match/connector_slug',
+      '/applies_to/role_ids/0',
+      '/applies_to/team_ids/0',
+      '/applies_to/user_ids/0',
+      '/applies_to/user_ids/1',
     ]);
     const stool = await owner().create(named({ effect: 'deny', match: { synthetic_tool_id: otherStool }, applies_to: { everyone: true } }));
     expect([stool.status, stool.body.code]).toEqual([400, 'unknown_reference']);
@@ -150,7 +177,15 @@ describe('listRestrictions and getRestriction', () => {
     ids.github = (await as.create({ name: 'a', effect: 'deny', match: { connector_slug: 'tickets-demo' }, applies_to: { everyone: true } })).body.id;
     ids.any = (await as.create({ name: 'b', effect: 'require_approval', match: { tool_pattern: 'x*' }, applies_to: { everyone: true } })).body.id;
     ids.stool = (await as.create({ name: 'c', effect: 'require_approval', match: { synthetic_tool_id: stoolId }, applies_to: { everyone: true } })).body.id;
-    ids.inactive = (await as.create({ name: 'd', effect: 'deny', match: { connector_slug: 'tickets-demo', tool_pattern: 'y' }, applies_to: { everyone: true }, is_active: false })).body.id;
+    ids.inactive = (
+      await as.create({
+        name: 'd',
+        effect: 'deny',
+        match: { connector_slug: 'tickets-demo', tool_pattern: 'y' },
+        applies_to: { everyone: true },
+        is_active: false,
+      })
+    ).body.id;
     ids.stoolId = stoolId;
   });
 
@@ -211,18 +246,26 @@ describe('listRestrictions and getRestriction', () => {
 describe('updateRestriction', () => {
   it('changes what is sent; match and applies_to replace whole; audits the changed members; emits', async () => {
     const roleId = await t.factories.customRole(org.orgId, []);
-    const created = await owner().create(named({ effect: 'require_approval', match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' }, applies_to: { everyone: true } }));
+    const created = await owner().create(
+      named({ effect: 'require_approval', match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' }, applies_to: { everyone: true } }),
+    );
     const res = await owner().update(created.body.id, { match: { tool_pattern: 'delete_*' }, effect: 'deny', applies_to: { role_ids: [roleId] } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
-      name: created.body.name, match: { connector_slug: null, tool_pattern: 'delete_*', synthetic_tool_id: null }, effect: 'deny',
-      applies_to: { everyone: false, role_ids: [roleId], team_ids: [], user_ids: [] }, is_active: true,
+      name: created.body.name,
+      match: { connector_slug: null, tool_pattern: 'delete_*', synthetic_tool_id: null },
+      effect: 'deny',
+      applies_to: { everyone: false, role_ids: [roleId], team_ids: [], user_ids: [] },
+      is_active: true,
     });
     const audit = (await t.factories.auditEntries(org.orgId, 'restriction.updated')).at(-1);
     expect(Object.keys(audit?.changes ?? {}).sort()).toEqual(['applies_to', 'effect', 'match']);
     expect(audit?.changes.effect).toEqual({ from: created.body.effect, to: 'deny' });
     expect(audit?.changes.match).toEqual({ from: created.body.match, to: { connector_slug: null, tool_pattern: 'delete_*', synthetic_tool_id: null } });
-    expect((await events(org.orgId, 'restriction.updated')).at(-1)).toEqual({ restriction: { id: created.body.id, name: created.body.name, effect: 'deny' }, change: 'updated' });
+    expect((await events(org.orgId, 'restriction.updated')).at(-1)).toEqual({
+      restriction: { id: created.body.id, name: created.body.name, effect: 'deny' },
+      change: 'updated',
+    });
     const off = await owner().update(created.body.id, { is_active: false, name: 'Renamed', description: null });
     expect(off.body).toMatchObject({ is_active: false, name: 'Renamed', description: null, effect: 'deny' });
   });
@@ -271,7 +314,10 @@ describe('deleteRestriction', () => {
       { access_request: expect.objectContaining({ id: pending1, status: 'denied', restriction_id: created.body.id }), resolved_by_user_id: null },
       { access_request: expect.objectContaining({ id: pending2, status: 'denied' }), resolved_by_user_id: null },
     ]);
-    expect((await events(org.orgId, 'restriction.updated')).at(-1)).toEqual({ restriction: { id: created.body.id, name: created.body.name, effect: 'require_approval' }, change: 'deleted' });
+    expect((await events(org.orgId, 'restriction.updated')).at(-1)).toEqual({
+      restriction: { id: created.body.id, name: created.body.name, effect: 'require_approval' },
+      change: 'deleted',
+    });
     const [audit] = (await t.factories.auditEntries(org.orgId, 'restriction.deleted')).slice(-1);
     expect(audit?.changes).toMatchObject({ name: created.body.name, closed_access_request_ids: [pending1, pending2] });
   });
@@ -285,11 +331,24 @@ describe('deleteRestriction', () => {
 });
 
 /** A synthetic tool row: its operations are another branch's; restrictions only need one to exist. */
-export async function syntheticTool(orgId: string, steps: { connector_slug: string; tool: string }[] = [{ connector_slug: 'tickets-demo', tool: 'list_repos' }]): Promise<string> {
+export async function syntheticTool(
+  orgId: string,
+  steps: { connector_slug: string; tool: string }[] = [{ connector_slug: 'tickets-demo', tool: 'list_repos' }],
+): Promise<string> {
   const id = newId('syntheticTool');
-  await t.db.insertInto('synthetic_tools').values({
-    id, org_id: orgId, name: `Synthetic ${id}`, description: 'A fixture.', input_schema: JSON.stringify({ type: 'object' }), output_schema: null,
-    steps: JSON.stringify(steps.map((s, i) => ({ id: `s${i}`, connector_slug: s.connector_slug, tool: s.tool, arguments: {} }))), output: JSON.stringify({}), created_by_user_id: null,
-  }).execute();
+  await t.db
+    .insertInto('synthetic_tools')
+    .values({
+      id,
+      org_id: orgId,
+      name: `Synthetic ${id}`,
+      description: 'A fixture.',
+      input_schema: JSON.stringify({ type: 'object' }),
+      output_schema: null,
+      steps: JSON.stringify(steps.map((s, i) => ({ id: `s${i}`, connector_slug: s.connector_slug, tool: s.tool, arguments: {} }))),
+      output: JSON.stringify({}),
+      created_by_user_id: null,
+    })
+    .execute();
   return id;
 }

@@ -67,7 +67,7 @@ describe('listRoles', () => {
     expect(ownerRole).toMatchObject({ name: 'Owner', is_system: true, seat_class: 'billable', member_count: 1, created_by_user_id: null });
     expect(ownerRole.permissions).toEqual([...PERMISSIONS].sort());
     const billing = res.body.data[3];
-    expect(billing.permissions).toEqual([...(SYSTEM_ROLES.find((r) => r.key === 'billing_admin')!.permissions)].sort());
+    expect(billing.permissions).toEqual([...SYSTEM_ROLES.find((r) => r.key === 'billing_admin')!.permissions].sort());
     expect(billing.seat_class).toBe('free_admin');
     expect(res.body.data[5]).toMatchObject({ id: custom.body.id, permissions: ['connector:manage', 'connector:view'], is_system: false, member_count: 0 });
     expect(res.body.next_cursor).toBeNull();
@@ -111,13 +111,23 @@ describe('listRoles', () => {
 
 describe('createRole', () => {
   it('creates a custom role (billable seat, sorted permissions), 201 with Location, audit entry and role.created', async () => {
-    const res = await owner().create({ name: 'Connector maintainer', description: 'Maintains connectors.', permissions: ['toolbox:view', 'connector:manage', 'connector:view'] });
+    const res = await owner().create({
+      name: 'Connector maintainer',
+      description: 'Maintains connectors.',
+      permissions: ['toolbox:view', 'connector:manage', 'connector:view'],
+    });
     expect(res.status).toBe(201);
     expect(res.body.id).toMatch(ROLE);
     expect(res.headers.get('location')).toBe(`/role/${res.body.id}`);
     expect(res.body).toMatchObject({
-      name: 'Connector maintainer', description: 'Maintains connectors.', permissions: ['connector:manage', 'connector:view', 'toolbox:view'],
-      is_system: false, system_key: null, seat_class: 'billable', member_count: 0, created_by_user_id: org.ownerId,
+      name: 'Connector maintainer',
+      description: 'Maintains connectors.',
+      permissions: ['connector:manage', 'connector:view', 'toolbox:view'],
+      is_system: false,
+      system_key: null,
+      seat_class: 'billable',
+      member_count: 0,
+      created_by_user_id: org.ownerId,
     });
     const [audit] = (await t.factories.auditEntries(org.orgId, 'role.created')).filter((a) => a.target_id === res.body.id);
     expect(audit).toMatchObject({ target_type: 'role', actor_type: 'api_token', actor_user_id: org.ownerId });
@@ -300,7 +310,9 @@ describe('deleteRole', () => {
     expect(byInvite.body.detail).toContain('1 pending invite');
     expect((await t.as({ token: org.token, org: org.orgId }).post(`/invite/${inviteId}/revoke`)).status).toBe(200);
 
-    const domain = await t.as({ token: org.token, org: org.orgId }).post('/org-domain', { domain: `roles-${newId('role').slice(-8)}.example`, default_role_id: named });
+    const domain = await t
+      .as({ token: org.token, org: org.orgId })
+      .post('/org-domain', { domain: `roles-${newId('role').slice(-8)}.example`, default_role_id: named });
     expect(domain.status).toBe(201);
     const byDomain = await owner().remove(named);
     expect([byDomain.status, byDomain.body.code]).toEqual([409, 'role_in_use']);

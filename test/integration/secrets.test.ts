@@ -17,14 +17,20 @@ afterAll(() => t.close());
 it('re-seals every stored secret with the current key, once, and the old key is no longer needed', async () => {
   const { orgId, token } = await t.factories.org();
   const url = `${t.url}/services/T1/B1/${randomBytes(8).toString('hex')}`;
-  const created = await t.as({ token, org: orgId }).post('/notification-destination', { name: 'Rotated', type: 'slack', config: { webhook_url: url }, event_types: ['role.created'] });
+  const created = await t
+    .as({ token, org: orgId })
+    .post('/notification-destination', { name: 'Rotated', type: 'slack', config: { webhook_url: url }, event_types: ['role.created'] });
   expect(created.status).toBe(201);
-  const stored = async () => (await t.db.selectFrom('notification_destinations').select('webhook_url_enc').where('id', '=', created.body.id).executeTakeFirstOrThrow()).webhook_url_enc as string;
+  const stored = async () =>
+    (await t.db.selectFrom('notification_destinations').select('webhook_url_enc').where('id', '=', created.body.id).executeTakeFirstOrThrow())
+      .webhook_url_enc as string;
   const context = `notification_destinations.webhook_url:${created.body.id}`;
 
   const newKey = randomBytes(32);
   const rotating = secretBoxOf({ current: newKey, older: [oldKey] });
-  expect(serviceRegistry().sealed).toEqual(expect.arrayContaining([expect.objectContaining({ table: 'notification_destinations', column: 'webhook_url_enc' })]));
+  expect(serviceRegistry().sealed).toEqual(
+    expect.arrayContaining([expect.objectContaining({ table: 'notification_destinations', column: 'webhook_url_enc' })]),
+  );
   const first = await resealSecrets(t.db, rotating, serviceRegistry().sealed);
   expect(first).toEqual({ resealed: 1, current: 0, unreadable: [] });
   expect(SecretBox.keyIdOf(await stored())).toBe(rotating.currentKeyId);

@@ -38,7 +38,9 @@ const up = useUpstream(() =>
       {
         name: 'update',
         description: 'Changes a ticket; answers JSON as text.',
-        call: (args, caller) => ({ content: [{ type: 'text', text: JSON.stringify({ updated: args.id, status: args.status, note: args.note, by: caller.member }) }] }),
+        call: (args, caller) => ({
+          content: [{ type: 'text', text: JSON.stringify({ updated: args.id, status: args.status, note: args.note, by: caller.member }) }],
+        }),
       },
       {
         name: 'fail',
@@ -65,7 +67,8 @@ function client(credential: Credential) {
   const api = t.client(credential);
   const item = (id: string) => ({ params: { path: { id } } });
   return {
-    list: (query: { limit?: number; cursor?: string; connector_slug?: string; created_by_user_id?: string } = {}) => settle(api.GET('/synthetic-tool', { params: { query } })),
+    list: (query: { limit?: number; cursor?: string; connector_slug?: string; created_by_user_id?: string } = {}) =>
+      settle(api.GET('/synthetic-tool', { params: { query } })),
     create: (body: Schemas['SyntheticToolCreate']) => settle(api.POST('/synthetic-tool', { body })),
     read: (id: string) => settle(api.GET('/synthetic-tool/{id}', item(id))),
     update: (id: string, body: Schemas['SyntheticToolUpdate']) => settle(api.PATCH('/synthetic-tool/{id}', { ...item(id), body })),
@@ -83,14 +86,28 @@ async function connector(slug: string, tools: string[]): Promise<string> {
     org_id: org.orgId,
     slug,
     content: {
-      name: `Connector ${slug}`, description: null, icon_url: null, mcp_url: `${up.peer.origin}/mcp`, transport: 'streamable_http',
+      name: `Connector ${slug}`,
+      description: null,
+      icon_url: null,
+      mcp_url: `${up.peer.origin}/mcp`,
+      transport: 'streamable_http',
       auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' },
       tools: tools.map((name) => ({ name, title: null, description: `${name}.`, input_schema: { type: 'object' } })),
       documentation: [],
     },
-    client_secret_enc: null, upstream_slug: null, upstream_version: null, linked_at: null, created_by_user_id: null,
+    client_secret_enc: null,
+    upstream_slug: null,
+    upstream_version: null,
+    linked_at: null,
+    created_by_user_id: null,
   });
-  await shareResource(t.db, { orgId: org.orgId, resourceType: 'connector', resourceId: slug, share: { principal: { type: 'organization', id: org.orgId }, level: 'use' }, byUserId: null });
+  await shareResource(t.db, {
+    orgId: org.orgId,
+    resourceType: 'connector',
+    resourceId: slug,
+    share: { principal: { type: 'organization', id: org.orgId }, level: 'use' },
+    byUserId: null,
+  });
   return slug;
 }
 
@@ -100,7 +117,12 @@ async function connect(credential: Credential, slug: string, apiKey: string): Pr
   return res.body.id as string;
 }
 
-const ticketInput = { type: 'object' as const, properties: { ticket_id: { type: 'integer' }, note: { type: 'string', default: 'none given' } }, required: ['ticket_id'], additionalProperties: false };
+const ticketInput = {
+  type: 'object' as const,
+  properties: { ticket_id: { type: 'integer' }, note: { type: 'string', default: 'none given' } },
+  required: ['ticket_id'],
+  additionalProperties: false,
+};
 
 /** Looks a ticket up, then updates it with values mapped from the lookup's result and the input. */
 function lookupThenUpdate(name: string, extra: Partial<Schemas['SyntheticToolCreate']> = {}): Schemas['SyntheticToolCreate'] {
@@ -120,7 +142,14 @@ function lookupThenUpdate(name: string, extra: Partial<Schemas['SyntheticToolCre
         },
       },
     ],
-    output: { ticket: { $step: 'lookup' }, updated: { $step: 'update' }, who: [{ $step: 'lookup', pointer: '/member' }, { $step: 'update', pointer: '/by' }] },
+    output: {
+      ticket: { $step: 'lookup' },
+      updated: { $step: 'update' },
+      who: [
+        { $step: 'lookup', pointer: '/member' },
+        { $step: 'update', pointer: '/by' },
+      ],
+    },
     ...extra,
   };
 }
@@ -157,15 +186,23 @@ afterAll(() => t.close());
 describe('saving', () => {
   it('creates, reads, lists, updates and deletes, with audit entries', async () => {
     const res = await owner.create({
-      name: 'triage', description: 'One step.', input_schema: { type: 'object', properties: { ticket_id: { type: 'integer' } } },
+      name: 'triage',
+      description: 'One step.',
+      input_schema: { type: 'object', properties: { ticket_id: { type: 'integer' } } },
       steps: [{ id: 'lookup', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: { $input: '/ticket_id' } } }],
     });
     expect(res.status).toBe(201);
     const tool = res.body;
     expect(res.headers.get('location')).toBe(`/synthetic-tool/${tool.id}`);
     expect(tool).toMatchObject({
-      name: 'triage', output_schema: null, output: { $step: 'lookup' }, connector_slugs: [crm], created_by_user_id: org.ownerId,
-      steps: [{ id: 'lookup', tool: { connector_slug: crm, connection_id: null, name: 'lookup' }, arguments: { id: { $input: '/ticket_id' } }, on_error: 'fail' }],
+      name: 'triage',
+      output_schema: null,
+      output: { $step: 'lookup' },
+      connector_slugs: [crm],
+      created_by_user_id: org.ownerId,
+      steps: [
+        { id: 'lookup', tool: { connector_slug: crm, connection_id: null, name: 'lookup' }, arguments: { id: { $input: '/ticket_id' } }, on_error: 'fail' },
+      ],
     });
     expect((await owner.read(tool.id)).body).toEqual(tool);
     expect((await alice.read(tool.id)).status).toBe(200);
@@ -192,7 +229,10 @@ describe('saving', () => {
     const replaced = await owner.update(tool.id, { steps: [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }] });
     expectError(replaced, 400, 'validation_failed');
     expect(replaced.body.errors).toEqual([{ in: 'body', pointer: '/output/$step', message: 'refers to step "lookup", which is not a step of this tool' }]);
-    const both = await owner.update(tool.id, { steps: [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }], output: { $step: 'who', pointer: '/member' } });
+    const both = await owner.update(tool.id, {
+      steps: [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }],
+      output: { $step: 'who', pointer: '/member' },
+    });
     expect(both.status).toBe(200);
     expect(both.body.steps[0].id).toBe('who');
 
@@ -223,9 +263,13 @@ describe('saving', () => {
 
     const forward = await owner.create(step({ arguments: { id: { $step: 'update', pointer: '/id' } } }));
     expectError(forward, 400, 'validation_failed');
-    expect(forward.body.errors).toEqual([{ in: 'body', pointer: '/steps/0/arguments/id/$step', message: 'refers to step "update", which is not an earlier step' }]);
+    expect(forward.body.errors).toEqual([
+      { in: 'body', pointer: '/steps/0/arguments/id/$step', message: 'refers to step "update", which is not an earlier step' },
+    ]);
     const itself = await owner.create(step({ arguments: { note: { $template: 'see {{step:lookup:/x}}' } } }));
-    expect(itself.body.errors).toEqual([{ in: 'body', pointer: '/steps/0/arguments/note/$template', message: 'refers to step "lookup", which is not an earlier step' }]);
+    expect(itself.body.errors).toEqual([
+      { in: 'body', pointer: '/steps/0/arguments/note/$template', message: 'refers to step "lookup", which is not an earlier step' },
+    ]);
 
     const duplicate = await owner.create(step({ id: 'lookup' }, 1));
     expect(duplicate.body.errors).toContainEqual({ in: 'body', pointer: '/steps/1/id', message: 'repeats the id "lookup" of an earlier step' });
@@ -246,32 +290,50 @@ describe('saving', () => {
       { in: 'body', pointer: '/output/c/$template', message: expect.stringMatching(/is not a placeholder/) },
     ]);
     const unknownOutputStep = await owner.create({ ...base, output: { $step: 'nope' } });
-    expect(unknownOutputStep.body.errors).toEqual([{ in: 'body', pointer: '/output/$step', message: 'refers to step "nope", which is not a step of this tool' }]);
+    expect(unknownOutputStep.body.errors).toEqual([
+      { in: 'body', pointer: '/output/$step', message: 'refers to step "nope", which is not a step of this tool' },
+    ]);
     expect((await owner.list({ limit: 100 })).body.data.map((s: { name: string }) => s.name)).not.toContain('bad_refs');
   });
 
-  it('pins only connections the writer may pin: their own, or anyone\'s with connection:manage', async () => {
+  it("pins only connections the writer may pin: their own, or anyone's with connection:manage", async () => {
     const pinned = (conn: string, slug = crm): Schemas['SyntheticToolCreate'] => ({
-      name: `pin_${conn.slice(-6)}_${slug}`, description: 'Pinned.', input_schema: { type: 'object' },
+      name: `pin_${conn.slice(-6)}_${slug}`,
+      description: 'Pinned.',
+      input_schema: { type: 'object' },
       steps: [{ id: 'who', tool: { connector_slug: slug, connection_id: conn, name: 'whoami' } }],
     });
     // The owner holds connection:manage: Alice's connection may be pinned.
     expect((await owner.create(pinned(aliceConn))).status).toBe(201);
     // Without connection:manage (a token that leaves it out) only one's own.
-    const narrow = client({ token: await t.factories.token(org.orgId, org.ownerId, PERMISSIONS.filter((p) => p !== 'connection:manage')), org: org.orgId });
+    const narrow = client({
+      token: await t.factories.token(
+        org.orgId,
+        org.ownerId,
+        PERMISSIONS.filter((p) => p !== 'connection:manage'),
+      ),
+      org: org.orgId,
+    });
     const refused = await narrow.create(pinned(bobConn));
     expectError(refused, 400, 'unknown_reference');
     expect(refused.body.errors).toEqual([{ in: 'body', pointer: '/steps/0/tool/connection_id', message: expect.any(String) }]);
     expectError(await owner.create(pinned('conn_01jg3c9q1s3v5x7z9b1d3f5h7k')), 400, 'unknown_reference');
     // A connection of another connector.
-    const wrong = await owner.create({ ...pinned(aliceConn), name: 'pin_wrong', steps: [{ id: 'who', tool: { connector_slug: discovered, connection_id: aliceConn, name: 'whoami' } }] });
+    const wrong = await owner.create({
+      ...pinned(aliceConn),
+      name: 'pin_wrong',
+      steps: [{ id: 'who', tool: { connector_slug: discovered, connection_id: aliceConn, name: 'whoami' } }],
+    });
     expectError(wrong, 400, 'validation_failed');
     expect(wrong.body.errors[0].pointer).toBe('/steps/0/tool/connection_id');
   });
 
   it('a connector that declares no tools is checked against what its connections listed, once any did', async () => {
     const body = (name: string, tool: string): Schemas['SyntheticToolCreate'] => ({
-      name, description: 'Discovered.', input_schema: { type: 'object' }, steps: [{ id: 'one', tool: { connector_slug: discovered, name: tool } }],
+      name,
+      description: 'Discovered.',
+      input_schema: { type: 'object' },
+      steps: [{ id: 'one', tool: { connector_slug: discovered, name: tool } }],
     });
     // Nothing listed yet: any name is accepted; the upstream decides at run time.
     expect((await owner.create(body('disc_before', 'anything_at_all'))).status).toBe(201);
@@ -284,11 +346,14 @@ describe('saving', () => {
     const before = (await owner.list({ connector_slug: discovered })).body.data.find((s: { name: string }) => s.name === 'disc_before');
     const run = await carol.execute(before.id, {});
     expect(run.status).toBe(200);
-    expect(run.body).toMatchObject({ is_error: true, error: { step_id: 'one', message: expect.stringMatching(/^Step one: The upstream refused the call: .*anything_at_all/) } });
+    expect(run.body).toMatchObject({
+      is_error: true,
+      error: { step_id: 'one', message: expect.stringMatching(/^Step one: The upstream refused the call: .*anything_at_all/) },
+    });
     expect(run.body.steps[0]).toMatchObject({ status: 'failed', tool: { connector_slug: discovered, name: 'anything_at_all' } });
   });
 
-  it('is another organization\'s 404', async () => {
+  it("is another organization's 404", async () => {
     const tool = await created(lookupThenUpdate('isolated'));
     const stranger = client({ token: other.token, org: other.orgId });
     expectError(await stranger.read(tool.id), 404, 'not_found');
@@ -305,7 +370,7 @@ describe('executing', () => {
     tool = await created(lookupThenUpdate('close_ticket'));
   });
 
-  it('maps across steps, each run through the caller\'s own connection and key', async () => {
+  it("maps across steps, each run through the caller's own connection and key", async () => {
     const mark = up.peer.seen.length;
     const res = await alice.execute(tool.id, { arguments: { ticket_id: 4821 } });
     expect(res.status).toBe(200);
@@ -321,8 +386,22 @@ describe('executing', () => {
     });
     expect(JSON.parse(res.body.content[0].text)).toEqual(res.body.result);
     expect(res.body.steps).toEqual([
-      { id: 'lookup', tool: { connector_slug: crm, connection_id: aliceConn, name: 'lookup' }, status: 'succeeded', started_at: expect.any(String), duration_ms: expect.any(Number), error: null },
-      { id: 'update', tool: { connector_slug: crm, connection_id: aliceConn, name: 'update' }, status: 'succeeded', started_at: expect.any(String), duration_ms: expect.any(Number), error: null },
+      {
+        id: 'lookup',
+        tool: { connector_slug: crm, connection_id: aliceConn, name: 'lookup' },
+        status: 'succeeded',
+        started_at: expect.any(String),
+        duration_ms: expect.any(Number),
+        error: null,
+      },
+      {
+        id: 'update',
+        tool: { connector_slug: crm, connection_id: aliceConn, name: 'update' },
+        status: 'succeeded',
+        started_at: expect.any(String),
+        duration_ms: expect.any(Number),
+        error: null,
+      },
     ]);
     const calls = seenSince(mark);
     expect(calls).toHaveLength(2);
@@ -344,7 +423,7 @@ describe('executing', () => {
     expect(up.peer.seen.slice(mark3).filter((s) => s.rpc === 'initialize')).toHaveLength(0);
   });
 
-  it('runs the same outside a request (the MCP endpoint\'s way in): runSyntheticTool with the app\'s deps', async () => {
+  it("runs the same outside a request (the MCP endpoint's way in): runSyntheticTool with the app's deps", async () => {
     const row = await findSyntheticTool(t.db, org.orgId, tool.id);
     const run = await runSyntheticTool(t.deps, org.orgId, bobId, row!, { ticket_id: 11 }, new AbortController().signal);
     expect(run).toMatchObject({ is_error: false, result: { ticket: { id: 11, member: 'bob' }, updated: { note: 'was open (none given) {{literal}}' } } });
@@ -378,14 +457,20 @@ describe('executing', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
     expect((await alice.execute(nested.id, { arguments: { ticket_id: 1, note: 'aaaa' } })).status).toBe(200);
 
-    const lookahead = await owner.create(lookupThenUpdate('lookahead', { input_schema: { ...ticketInput, properties: { ...ticketInput.properties, note: { type: 'string', pattern: '^(?=a)' } } } }));
+    const lookahead = await owner.create(
+      lookupThenUpdate('lookahead', {
+        input_schema: { ...ticketInput, properties: { ...ticketInput.properties, note: { type: 'string', pattern: '^(?=a)' } } },
+      }),
+    );
     expectError(lookahead, 400, 'validation_failed');
     expect(JSON.stringify(lookahead.body.errors)).toContain('does not compile');
   });
 
   it('stops at the first failing step and names it; under continue the run goes on with defaults', async () => {
     const failing = await created({
-      name: 'fails_first', description: 'Fails.', input_schema: ticketInput,
+      name: 'fails_first',
+      description: 'Fails.',
+      input_schema: ticketInput,
       steps: [
         { id: 'find', tool: { connector_slug: crm, name: 'fail' }, arguments: { id: { $input: '/ticket_id' } } },
         { id: 'after', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: 1 } },
@@ -394,7 +479,8 @@ describe('executing', () => {
     const res = await alice.execute(failing.id, { arguments: { ticket_id: 9 } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
-      is_error: true, result: null,
+      is_error: true,
+      result: null,
       error: { step_id: 'find', message: 'Step find: ticket 9 not found' },
       content: [{ type: 'text', text: 'Step find: ticket 9 not found' }],
     });
@@ -403,7 +489,9 @@ describe('executing', () => {
     expect(res.body.steps[1]).toMatchObject({ started_at: null, duration_ms: null, error: null, tool: { connection_id: aliceConn } });
 
     const tolerant = await created({
-      name: 'fails_tolerated', description: 'Fails, goes on.', input_schema: ticketInput,
+      name: 'fails_tolerated',
+      description: 'Fails, goes on.',
+      input_schema: ticketInput,
       steps: [
         { id: 'find', tool: { connector_slug: crm, name: 'fail' }, arguments: { id: { $input: '/ticket_id' } }, on_error: 'continue' },
         { id: 'after', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: { $step: 'find', pointer: '/id', default: 77 } } },
@@ -415,15 +503,29 @@ describe('executing', () => {
     expect(ok.body.steps.map((s: { status: string }) => s.status)).toEqual(['failed', 'succeeded']);
 
     // A later step whose arguments refer, without a default, to a step that failed under continue: it fails uncalled.
-    const uncalled = await created({ ...lookupThenUpdate('uncalled'), steps: [tolerant.steps[0] as Schemas['SyntheticToolStepInput'], { id: 'needs', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: { $step: 'find', pointer: '/id' } } }], output: { $literal: null } });
+    const uncalled = await created({
+      ...lookupThenUpdate('uncalled'),
+      steps: [
+        tolerant.steps[0] as Schemas['SyntheticToolStepInput'],
+        { id: 'needs', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: { $step: 'find', pointer: '/id' } } },
+      ],
+      output: { $literal: null },
+    });
     const mark = up.peer.seen.length;
     const stopped = await alice.execute(uncalled.id, { arguments: { ticket_id: 9 } });
-    expect(stopped.body).toMatchObject({ is_error: true, error: { step_id: 'needs', message: expect.stringMatching(/^Step needs: Cannot resolve .*"find".* no default/) } });
+    expect(stopped.body).toMatchObject({
+      is_error: true,
+      error: { step_id: 'needs', message: expect.stringMatching(/^Step needs: Cannot resolve .*"find".* no default/) },
+    });
     expect(stopped.body.steps.map((s: { status: string }) => s.status)).toEqual(['failed', 'failed']);
     expect(seenSince(mark)).toHaveLength(1);
 
     // A step reference without a default to a failed step ends the run, naming the output.
-    const noDefault = await created({ ...lookupThenUpdate('no_default'), steps: [tolerant.steps[0] as Schemas['SyntheticToolStepInput']], output: { $step: 'find' } });
+    const noDefault = await created({
+      ...lookupThenUpdate('no_default'),
+      steps: [tolerant.steps[0] as Schemas['SyntheticToolStepInput']],
+      output: { $step: 'find' },
+    });
     const ended = await alice.execute(noDefault.id, { arguments: { ticket_id: 9 } });
     expect(ended.body).toMatchObject({ is_error: true, error: { step_id: null, message: expect.stringMatching(/^Output: .*step "find" has no result/) } });
 
@@ -435,7 +537,9 @@ describe('executing', () => {
 
   it('gives each step at most the step timeout: 502 under fail, a failed step under continue', async () => {
     const slow = await created({
-      name: 'slow_steps', description: 'Slow.', input_schema: { type: 'object' },
+      name: 'slow_steps',
+      description: 'Slow.',
+      input_schema: { type: 'object' },
       steps: [
         { id: 'maybe', tool: { connector_slug: crm, name: 'whoami' }, on_error: 'continue' },
         { id: 'must', tool: { connector_slug: crm, name: 'whoami' } },
@@ -455,7 +559,13 @@ describe('executing', () => {
     const runs = await alice.execute(slow.id, {});
     expect(runs.body.is_error).toBe(false);
     // Under continue, the step that timed out is a failed step of an answer.
-    const tolerant = await created({ name: 'slow_tolerated', description: 'Slow, tolerated.', input_schema: { type: 'object' }, steps: [slow.steps[0] as Schemas['SyntheticToolStepInput']], output: { a: { $step: 'maybe', default: 'late' } } });
+    const tolerant = await created({
+      name: 'slow_tolerated',
+      description: 'Slow, tolerated.',
+      input_schema: { type: 'object' },
+      steps: [slow.steps[0] as Schemas['SyntheticToolStepInput']],
+      output: { a: { $step: 'maybe', default: 'late' } },
+    });
     up.peer.delayMs = STEP_TIMEOUT_MS + 500;
     try {
       const res = await alice.execute(tolerant.id, {});
@@ -469,7 +579,9 @@ describe('executing', () => {
 
   it('runs a pinned step through the pinned connection, for whoever may reach it', async () => {
     const pinned = await created({
-      name: 'pinned_lookup', description: 'Through Alice\'s connection.', input_schema: ticketInput,
+      name: 'pinned_lookup',
+      description: "Through Alice's connection.",
+      input_schema: ticketInput,
       steps: [
         { id: 'lookup', tool: { connector_slug: crm, connection_id: aliceConn, name: 'lookup' }, arguments: { id: { $input: '/ticket_id' } } },
         { id: 'mine', tool: { connector_slug: crm, name: 'whoami' } },
@@ -485,8 +597,17 @@ describe('executing', () => {
     // A toolbox shared with the organization lists Alice's connection: now Bob reaches it.
     const toolboxId = newId('toolbox');
     await t.db.insertInto('toolboxes').values({ id: toolboxId, org_id: org.orgId, name: 'Shared CRM', created_by_user_id: org.ownerId }).execute();
-    await t.db.insertInto('toolbox_entries').values({ toolbox_id: toolboxId, position: 0, type: 'connection', connection_id: aliceConn, tools: JSON.stringify('all') }).execute();
-    await shareResource(t.db, { orgId: org.orgId, resourceType: 'toolbox', resourceId: toolboxId, share: { principal: { type: 'organization', id: org.orgId }, level: 'use' }, byUserId: null });
+    await t.db
+      .insertInto('toolbox_entries')
+      .values({ toolbox_id: toolboxId, position: 0, type: 'connection', connection_id: aliceConn, tools: JSON.stringify('all') })
+      .execute();
+    await shareResource(t.db, {
+      orgId: org.orgId,
+      resourceType: 'toolbox',
+      resourceId: toolboxId,
+      share: { principal: { type: 'organization', id: org.orgId }, level: 'use' },
+      byUserId: null,
+    });
     const mark = up.peer.seen.length;
     const asBob = await bob.execute(pinned.id, { arguments: { ticket_id: 1 } });
     expect(asBob.status).toBe(200);
@@ -495,12 +616,15 @@ describe('executing', () => {
     expect(seenSince(mark).map((c) => c.credential)).toEqual([KEY_A, KEY_B]);
   });
 
-  it('uses the connection named in bindings, and refuses ones that are not the caller\'s', async () => {
+  it("uses the connection named in bindings, and refuses ones that are not the caller's", async () => {
     const second = await connect({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }, crm, KEY_B);
     const res = await alice.execute(tool.id, { arguments: { ticket_id: 2 }, bindings: [{ connector_slug: crm, connection_id: second }] });
     expect(res.body.result.ticket.credential).toBe(KEY_B);
     expect(res.body.steps[0].tool.connection_id).toBe(second);
-    const unknown = await alice.execute(tool.id, { arguments: { ticket_id: 2 }, bindings: [{ connector_slug: crm, connection_id: 'conn_01jg3c9q1s3v5x7z9b1d3f5h7k' }] });
+    const unknown = await alice.execute(tool.id, {
+      arguments: { ticket_id: 2 },
+      bindings: [{ connector_slug: crm, connection_id: 'conn_01jg3c9q1s3v5x7z9b1d3f5h7k' }],
+    });
     expectError(unknown, 400, 'unknown_reference');
     expect(unknown.body.errors).toEqual([{ in: 'body', pointer: '/bindings/0/connection_id', message: expect.any(String) }]);
     const notMine = await alice.execute(tool.id, { arguments: { ticket_id: 2 }, bindings: [{ connector_slug: crm, connection_id: bobConn }] });
@@ -534,11 +658,19 @@ describe('executing', () => {
 });
 
 describe('restrictions and deletion', () => {
-  async function restriction(values: { effect: 'deny' | 'require_approval'; connector?: string; pattern?: string; syntheticToolId?: string; userIds?: string[] }) {
+  async function restriction(values: {
+    effect: 'deny' | 'require_approval';
+    connector?: string;
+    pattern?: string;
+    syntheticToolId?: string;
+    userIds?: string[];
+  }) {
     const res = await t.as({ token: org.token, org: org.orgId }).post('/restriction', {
       name: `r-${Math.random().toString(36).slice(2, 10)}`,
       effect: values.effect,
-      match: values.syntheticToolId ? { synthetic_tool_id: values.syntheticToolId } : { connector_slug: values.connector ?? null, tool_pattern: values.pattern ?? null },
+      match: values.syntheticToolId
+        ? { synthetic_tool_id: values.syntheticToolId }
+        : { connector_slug: values.connector ?? null, tool_pattern: values.pattern ?? null },
       applies_to: values.userIds ? { user_ids: values.userIds } : { everyone: true },
     });
     if (res.status !== 201) throw new Error(`restriction: ${res.status} ${res.text}`);
@@ -567,10 +699,23 @@ describe('restrictions and deletion', () => {
     const res = await alice.execute(tool.id, { arguments: { ticket_id: 1 } });
     expectError(res, 403, 'tool_restricted');
     expect(res.body.detail).toContain(`restriction_id ${held}`);
-    await t.db.insertInto('access_requests').values({
-      id: newId('accessRequest'), org_id: org.orgId, requester_user_id: aliceId, restriction_id: held, connector_slug: null, tool_name: null,
-      synthetic_tool_id: tool.id, reason: 'Closing tickets.', status: 'approved', resolved_by_user_id: org.ownerId, resolved_at: new Date(), exception_expires_at: null,
-    }).execute();
+    await t.db
+      .insertInto('access_requests')
+      .values({
+        id: newId('accessRequest'),
+        org_id: org.orgId,
+        requester_user_id: aliceId,
+        restriction_id: held,
+        connector_slug: null,
+        tool_name: null,
+        synthetic_tool_id: tool.id,
+        reason: 'Closing tickets.',
+        status: 'approved',
+        resolved_by_user_id: org.ownerId,
+        resolved_at: new Date(),
+        exception_expires_at: null,
+      })
+      .execute();
     expect((await alice.execute(tool.id, { arguments: { ticket_id: 1 } })).body.is_error).toBe(false);
     expectError(await bob.execute(tool.id, { arguments: { ticket_id: 1 } }), 403, 'tool_restricted');
 
@@ -596,7 +741,15 @@ describe('restrictions and deletion', () => {
 
   it('counts against the plan limit synthetic_tools', async () => {
     const limit = PLANS.free?.limits.synthetic_tools as number;
-    const count = Number((await t.db.selectFrom('synthetic_tools').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', org.orgId).executeTakeFirstOrThrow()).n);
+    const count = Number(
+      (
+        await t.db
+          .selectFrom('synthetic_tools')
+          .select((eb) => eb.fn.countAll<string>().as('n'))
+          .where('org_id', '=', org.orgId)
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
     (PLANS.free!.limits as Record<string, number | null>).synthetic_tools = count;
     try {
       expectError(await owner.create(lookupThenUpdate('over_limit')), 403, 'entitlement_exceeded');

@@ -62,7 +62,11 @@ describe('createTeam', () => {
     expect(res.headers.get('location')).toBe(`/team/${res.body.id}`);
     expect(res.body).toMatchObject({ name: 'Platform', description: 'Runs the shared infrastructure.', member_count: 0, created_by_user_id: org.ownerId });
     const [audit] = (await t.factories.auditEntries(org.orgId, 'team.created')).filter((a) => a.target_id === res.body.id);
-    expect(audit).toMatchObject({ target_type: 'team', actor_type: 'api_token', changes: { name: 'Platform', description: 'Runs the shared infrastructure.' } });
+    expect(audit).toMatchObject({
+      target_type: 'team',
+      actor_type: 'api_token',
+      changes: { name: 'Platform', description: 'Runs the shared infrastructure.' },
+    });
     expect((await owner().create({ name: name() })).body.description).toBeNull();
   });
 
@@ -104,7 +108,11 @@ describe('listTeams and getTeam', () => {
     } while (cursor);
     expect(seen).toEqual(ids);
     const mine = await as(seeded).list({ user_id: p });
-    expect(mine.body.data.map((x: Team) => [x.id, x.member_count])).toEqual([[ids[0], 1], [ids[3], 1], [ids[6], 1]]);
+    expect(mine.body.data.map((x: Team) => [x.id, x.member_count])).toEqual([
+      [ids[0], 1],
+      [ids[3], 1],
+      [ids[6], 1],
+    ]);
   });
 
   it('getTeam answers the team with its member count', async () => {
@@ -151,7 +159,8 @@ describe('updateTeam', () => {
     const a = (await owner().create({ name: name() })).body;
     const b = (await owner().create({ name: name() })).body;
     expect((await owner().update(b.id, { name: a.name.toLowerCase() })).body.code).toBe('name_taken');
-    for (const body of [{}, { name: '' }, { member_count: 3 }, { name: 1 }]) expect((await owner().raw.patch(`/team/${a.id}`, body)).body.code).toBe('validation_failed');
+    for (const body of [{}, { name: '' }, { member_count: 3 }, { name: 1 }])
+      expect((await owner().raw.patch(`/team/${a.id}`, body)).body.code).toBe('validation_failed');
     const theirs = await t.factories.team(other.orgId, 'Their team');
     expect((await owner().update(theirs, { name: 'Ours' })).status).toBe(404);
     expect((await as(other).read(theirs)).body.name).toBe('Their team');
@@ -164,7 +173,13 @@ describe('deleteTeam', () => {
   it('deletes the team with its memberships and the shares granted to it: 204, audit; then 404', async () => {
     const p = await t.factories.member(org.orgId);
     const id = await t.factories.team(org.orgId, name(), [p]);
-    await shareResource(t.db, { orgId: org.orgId, resourceType: 'connector', resourceId: 'tickets-demo', share: { principal: { type: 'team', id }, level: 'use' }, byUserId: null });
+    await shareResource(t.db, {
+      orgId: org.orgId,
+      resourceType: 'connector',
+      resourceId: 'tickets-demo',
+      share: { principal: { type: 'team', id }, level: 'use' },
+      byUserId: null,
+    });
     const res = await owner().remove(id);
     expect(res.status).toBe(204);
     expect(await t.db.selectFrom('team_members').select('user_id').where('team_id', '=', id).execute()).toEqual([]);
@@ -244,7 +259,8 @@ describe('team members', () => {
       expect([res.status, res.body.code]).toEqual([400, 'unknown_reference']);
       expect(res.body.errors).toEqual([{ in: 'body', pointer: '/user_id', message: expect.any(String) }]);
     }
-    for (const body of [{}, { user_id: 'x' }, { user_id: org.ownerId, role: 'lead' }]) expect((await owner().raw.post(`/team/${id}/members`, body)).body.code).toBe('validation_failed');
+    for (const body of [{}, { user_id: 'x' }, { user_id: org.ownerId, role: 'lead' }])
+      expect((await owner().raw.post(`/team/${id}/members`, body)).body.code).toBe('validation_failed');
   });
 
   it('walks a team’s members page by page, each once, in the order they were added (ties by user id)', async () => {
@@ -253,7 +269,10 @@ describe('team members', () => {
     const users: string[] = [];
     for (let i = 0; i < 7; i++) users.push(await t.factories.member(seeded.orgId));
     // Four added in one statement share added_at.
-    await t.db.insertInto('team_members').values(users.slice(0, 4).map((user_id) => ({ team_id: id, org_id: seeded.orgId, user_id }))).execute();
+    await t.db
+      .insertInto('team_members')
+      .values(users.slice(0, 4).map((user_id) => ({ team_id: id, org_id: seeded.orgId, user_id })))
+      .execute();
     for (const u of users.slice(4)) expect((await as(seeded).add(id, u)).status).toBe(201);
     const seen: string[] = [];
     let cursor: string | undefined;

@@ -19,7 +19,8 @@ function templateClient(app: TestApp, credential: { token?: string; org?: string
   const item = (id: string) => ({ params: { path: { id } } });
   return {
     ...app.as(credential),
-    list: (query: { limit?: number; cursor?: string; owner_user_id?: string; connector_slug?: string } = {}) => settle(api.GET('/template', { params: { query } })),
+    list: (query: { limit?: number; cursor?: string; owner_user_id?: string; connector_slug?: string } = {}) =>
+      settle(api.GET('/template', { params: { query } })),
     create: (body: Schemas['TemplateCreate']) => settle(api.POST('/template', { body })),
     read: (id: string) => settle(api.GET('/template/{id}', item(id))),
     update: (id: string, body: Schemas['TemplateUpdate']) => settle(api.PATCH('/template/{id}', { ...item(id), body })),
@@ -114,7 +115,14 @@ describe('create and read', () => {
   });
 
   it('refuses a repeated connector and a tool the connector does not declare with 400 validation_failed', async () => {
-    const repeated = await owner.create(body({ entries: [{ connector_slug: crm, tools: 'all' }, { connector_slug: crm, tools: ['create_deal'] }] }));
+    const repeated = await owner.create(
+      body({
+        entries: [
+          { connector_slug: crm, tools: 'all' },
+          { connector_slug: crm, tools: ['create_deal'] },
+        ],
+      }),
+    );
     expectError(repeated, 400, 'validation_failed');
     expect(repeated.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connector_slug' })]);
     const tool = await owner.create(body({ entries: [{ connector_slug: 'docs-demo', tools: ['search_docs', 'delete_everything'] }] }));
@@ -127,7 +135,14 @@ describe('create and read', () => {
 
   it('refuses a connector the caller cannot see with 400 unknown_reference naming the entry', async () => {
     // Carol lacks connector:manage and the connector is shared with nobody.
-    const res = await carol.create(body({ entries: [{ connector_slug: 'docs-demo', tools: 'all' }, { connector_slug: hidden, tools: 'all' }] }));
+    const res = await carol.create(
+      body({
+        entries: [
+          { connector_slug: 'docs-demo', tools: 'all' },
+          { connector_slug: hidden, tools: 'all' },
+        ],
+      }),
+    );
     expectError(res, 400, 'unknown_reference');
     expect(res.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connector_slug' })]);
     const none = await carol.create(body({ entries: [{ connector_slug: 'no-such-connector', tools: 'all' }] }));
@@ -151,7 +166,13 @@ describe('who sees which template', () => {
     const toAlice = await owner.share(tpl.id, { principal: { type: 'user', id: aliceId }, level: 'use' });
     expect(toAlice.status).toBe(201);
     expect(toAlice.headers.get('location')).toBe(`/template/${tpl.id}/share/${toAlice.body.id}`);
-    expect(toAlice.body).toMatchObject({ resource_type: 'template', resource_id: tpl.id, principal: { type: 'user', id: aliceId }, level: 'use', created_by_user_id: org.ownerId });
+    expect(toAlice.body).toMatchObject({
+      resource_type: 'template',
+      resource_id: tpl.id,
+      principal: { type: 'user', id: aliceId },
+      level: 'use',
+      created_by_user_id: org.ownerId,
+    });
     expect((await alice.read(tpl.id)).body.id).toBe(tpl.id);
     expect((await alice.list({ limit: 200 })).body.data.map((x: { id: string }) => x.id)).toContain(tpl.id);
     expect((await alice.shares(tpl.id)).body.data.map((s: { id: string }) => s.id)).toEqual([toAlice.body.id]);
@@ -162,7 +183,10 @@ describe('who sees which template', () => {
     expect(again.status).toBe(200);
     expect(again.body).toMatchObject({ id: toAlice.body.id, level: 'edit' });
     const audit = (await t.factories.auditEntries(org.orgId, 'template.shared')).filter((e) => e.target_id === tpl.id);
-    expect(audit.map((e) => e.changes.level)).toEqual([{ from: null, to: 'use' }, { from: 'use', to: 'edit' }]);
+    expect(audit.map((e) => e.changes.level)).toEqual([
+      { from: null, to: 'use' },
+      { from: 'use', to: 'edit' },
+    ]);
 
     // An edit share lifts nothing: changing still needs template:manage.
     expectError(await alice.update(tpl.id, { name: 'Mine now' }), 403, 'missing_permission');
@@ -288,7 +312,12 @@ describe('connector usage', () => {
   it('makes deleteConnector answer 409 connector_in_use while a template entry names the connector', async () => {
     const slug = `usage-${unique()}`;
     expect((await owner.post('/connector', { slug, name: 'Usage', mcp_url: 'https://mcp.usage.example/mcp', auth: { type: 'none' } })).status).toBe(201);
-    const tpl = await created(owner, { entries: [{ connector_slug: slug, tools: 'all' }, { connector_slug: 'docs-demo', tools: 'all' }] });
+    const tpl = await created(owner, {
+      entries: [
+        { connector_slug: slug, tools: 'all' },
+        { connector_slug: 'docs-demo', tools: 'all' },
+      ],
+    });
     const refused = await owner.delete(`/connector/${slug}`);
     expectError(refused, 409, 'connector_in_use');
     expect(refused.body.detail).toContain('1 template');

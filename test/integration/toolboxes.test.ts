@@ -61,7 +61,15 @@ async function syntheticTool(orgId: string, name = `triage_${unique()}`): Promis
   const id = newId('syntheticTool');
   await t.db
     .insertInto('synthetic_tools')
-    .values({ id, org_id: orgId, name, description: 'Triage a ticket.', input_schema: JSON.stringify({ type: 'object' }), steps: JSON.stringify([]), output: JSON.stringify({}) })
+    .values({
+      id,
+      org_id: orgId,
+      name,
+      description: 'Triage a ticket.',
+      input_schema: JSON.stringify({ type: 'object' }),
+      steps: JSON.stringify([]),
+      output: JSON.stringify({}),
+    })
     .execute();
   return id;
 }
@@ -121,7 +129,14 @@ describe('create and read', () => {
       description: 'Ticket triage.',
       created_by_user_id: aliceId,
       entries: [
-        { type: 'connection', connection_id: aliceConn, connector_slug: crm, connection_owner_user_id: aliceId, connection_status: 'active', tools: ['search_contacts', 'get_contact'] },
+        {
+          type: 'connection',
+          connection_id: aliceConn,
+          connector_slug: crm,
+          connection_owner_user_id: aliceId,
+          connection_status: 'active',
+          tools: ['search_contacts', 'get_contact'],
+        },
         { type: 'synthetic_tool', synthetic_tool_id: stool, name: 'triage_ticket' },
       ],
     });
@@ -135,13 +150,26 @@ describe('create and read', () => {
   });
 
   it("refuses another member's connection without connection:manage, naming the entry; the owner may use it", async () => {
-    const res = await alice.create({ name: `x ${unique()}`, entries: [{ type: 'synthetic_tool', synthetic_tool_id: stool }, { type: 'connection', connection_id: bobConn, tools: 'all' }] });
+    const res = await alice.create({
+      name: `x ${unique()}`,
+      entries: [
+        { type: 'synthetic_tool', synthetic_tool_id: stool },
+        { type: 'connection', connection_id: bobConn, tools: 'all' },
+      ],
+    });
     expectError(res, 400, 'unknown_reference');
     expect(res.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connection_id' })]);
     const byOwner = await created(owner, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] });
-    expect(byOwner.entries).toEqual([{ type: 'connection', connection_id: bobConn, connector_slug: crm, connection_owner_user_id: bobId, connection_status: 'active', tools: 'all' }]);
+    expect(byOwner.entries).toEqual([
+      { type: 'connection', connection_id: bobConn, connector_slug: crm, connection_owner_user_id: bobId, connection_status: 'active', tools: 'all' },
+    ]);
     // Alice may edit that toolbox and keep Bob's connection in it, but not bring it into another.
-    const kept = await alice.update(byOwner.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['search_contacts'] }, { type: 'connection', connection_id: aliceConn, tools: 'all' }] });
+    const kept = await alice.update(byOwner.id, {
+      entries: [
+        { type: 'connection', connection_id: bobConn, tools: ['search_contacts'] },
+        { type: 'connection', connection_id: aliceConn, tools: 'all' },
+      ],
+    });
     expect(kept.status).toBe(200);
     expect(kept.body.entries.map((e: { connection_id: string }) => e.connection_id)).toEqual([bobConn, aliceConn]);
     const dropped = await alice.update(byOwner.id, { entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }] });
@@ -152,7 +180,13 @@ describe('create and read', () => {
   it("refuses what is not the organization's, and repeated entries", async () => {
     const other = await t.factories.org();
     const theirTool = await syntheticTool(other.orgId);
-    const foreign = await owner.create({ name: `x ${unique()}`, entries: [{ type: 'synthetic_tool', synthetic_tool_id: theirTool }, { type: 'connection', connection_id: newId('connection'), tools: 'all' }] });
+    const foreign = await owner.create({
+      name: `x ${unique()}`,
+      entries: [
+        { type: 'synthetic_tool', synthetic_tool_id: theirTool },
+        { type: 'connection', connection_id: newId('connection'), tools: 'all' },
+      ],
+    });
     expectError(foreign, 400, 'unknown_reference');
     expect(foreign.body.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/entries/0/synthetic_tool_id', '/entries/1/connection_id']);
     const repeated = await owner.create({
@@ -173,7 +207,15 @@ describe('create and read', () => {
     const full = await t.factories.org();
     await t.db
       .insertInto('toolboxes')
-      .values(Array.from({ length: 1000 }, (_, i) => ({ id: newId('toolbox'), org_id: full.orgId, name: `Toolbox ${i}`, description: null, created_by_user_id: null })))
+      .values(
+        Array.from({ length: 1000 }, (_, i) => ({
+          id: newId('toolbox'),
+          org_id: full.orgId,
+          name: `Toolbox ${i}`,
+          description: null,
+          created_by_user_id: null,
+        })),
+      )
       .execute();
     const res = await toolboxClient(t, { token: full.token, org: full.orgId }).create({ name: 'One more' });
     expectError(res, 403, 'entitlement_exceeded');
@@ -203,7 +245,12 @@ describe('entries read live', () => {
 
   it('drops the entries of a deleted connection, and shows a transfer’s new owner', async () => {
     const conn = await connect(await t.factories.token(org.orgId, aliceId), KEY_A);
-    const box = await created(alice, { entries: [{ type: 'connection', connection_id: conn, tools: 'all' }, { type: 'synthetic_tool', synthetic_tool_id: stool }] });
+    const box = await created(alice, {
+      entries: [
+        { type: 'connection', connection_id: conn, tools: 'all' },
+        { type: 'synthetic_tool', synthetic_tool_id: stool },
+      ],
+    });
     const conns = connectionClient(t, { token: org.token, org: org.orgId });
     expect((await conns.transfer(conn, bobId)).status).toBe(200);
     expect((await alice.read(box.id)).body.entries[0]).toMatchObject({ connection_owner_user_id: bobId, connection_status: 'disconnected' });
@@ -232,7 +279,10 @@ describe('who sees which toolbox', () => {
     expect(again.status).toBe(200);
     expect(again.body).toMatchObject({ id: toBob.body.id, level: 'edit' });
     const audit = (await t.factories.auditEntries(org.orgId, 'toolbox.shared')).filter((e) => e.target_id === box.id);
-    expect(audit.map((e) => e.changes.level)).toEqual([{ from: null, to: 'use' }, { from: 'use', to: 'edit' }]);
+    expect(audit.map((e) => e.changes.level)).toEqual([
+      { from: null, to: 'use' },
+      { from: 'use', to: 'edit' },
+    ]);
     // An edit share lifts no permission.
     expectError(await bob.update(box.id, { name: 'Mine' }), 403, 'missing_permission');
     expectError(await bob.remove(box.id), 403, 'missing_permission');
@@ -258,7 +308,12 @@ describe('who sees which toolbox', () => {
   });
 
   it('gives the user toolboxes area the toolboxes shared with a member and their entries', async () => {
-    const box = await created(owner, { entries: [{ type: 'connection', connection_id: aliceConn, tools: ['get_contact'] }, { type: 'synthetic_tool', synthetic_tool_id: stool }] });
+    const box = await created(owner, {
+      entries: [
+        { type: 'connection', connection_id: aliceConn, tools: ['get_contact'] },
+        { type: 'synthetic_tool', synthetic_tool_id: stool },
+      ],
+    });
     const lone = await t.factories.member(org.orgId);
     const before = (await toolboxesSharedWith(t.db, org.orgId, lone)).map((r) => r.id);
     expect(before).not.toContain(box.id);
@@ -269,7 +324,15 @@ describe('who sees which toolbox', () => {
     expect((await toolboxesSharedWith(t.db, org.orgId, await t.factories.member(org.orgId))).map((r) => r.id)).toEqual(before);
     const entries = await toolboxEntries(t.db, [box.id, newId('toolbox')]);
     expect(entries.get(box.id)).toEqual([
-      expect.objectContaining({ position: 0, type: 'connection', connection_id: aliceConn, tools: ['get_contact'], connector_slug: crm, connection_owner_user_id: aliceId, connection_status: 'active' }),
+      expect.objectContaining({
+        position: 0,
+        type: 'connection',
+        connection_id: aliceConn,
+        tools: ['get_contact'],
+        connector_slug: crm,
+        connection_owner_user_id: aliceId,
+        connection_status: 'active',
+      }),
       expect.objectContaining({ position: 1, type: 'synthetic_tool', synthetic_tool_id: stool, synthetic_tool_name: 'triage_ticket' }),
     ]);
     expect([...entries.values()][1]).toEqual([]);
@@ -291,7 +354,11 @@ describe('who sees which toolbox', () => {
     } while (cursor);
     expect(seen).toEqual(ids);
     expect((await client.list({ synthetic_tool_id: other })).body.data.map((x: { id: string }) => x.id)).toEqual([ids[0], ids[2], ids[4]]);
-    const bad = await client.list({ connection_id: newId('connection'), synthetic_tool_id: newId('syntheticTool'), created_by_user_id: await t.factories.user() });
+    const bad = await client.list({
+      connection_id: newId('connection'),
+      synthetic_tool_id: newId('syntheticTool'),
+      created_by_user_id: await t.factories.user(),
+    });
     expectError(bad, 400, 'unknown_reference');
     expect(bad.body.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/connection_id', '/synthetic_tool_id', '/created_by_user_id']);
   });
@@ -313,7 +380,10 @@ describe('update and delete', () => {
       ],
     });
     expect(res.status).toBe(200);
-    expect(res.body.entries.map((e: Schemas['ToolboxEntry']) => (e.type === 'connection' ? e.connection_id : e.synthetic_tool_id))).toEqual([second, aliceConn]);
+    expect(res.body.entries.map((e: Schemas['ToolboxEntry']) => (e.type === 'connection' ? e.connection_id : e.synthetic_tool_id))).toEqual([
+      second,
+      aliceConn,
+    ]);
     expect(res.body.name).toBe(box.name);
     const audit = (await t.factories.auditEntries(org.orgId, 'toolbox.updated')).filter((e) => e.target_id === box.id);
     expect(audit[0]?.changes).toEqual({
@@ -347,7 +417,12 @@ describe('update and delete', () => {
   });
 
   it('deletes the toolbox, its entries and shares, leaving connections and synthetic tools', async () => {
-    const box = await created(alice, { entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }, { type: 'synthetic_tool', synthetic_tool_id: stool }] });
+    const box = await created(alice, {
+      entries: [
+        { type: 'connection', connection_id: aliceConn, tools: 'all' },
+        { type: 'synthetic_tool', synthetic_tool_id: stool },
+      ],
+    });
     await alice.share(box.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' });
     expect((await alice.remove(box.id)).status).toBe(204);
     expectError(await alice.read(box.id), 404, 'not_found');

@@ -63,7 +63,10 @@ describe('API-key upstream', () => {
   });
 
   it('answers whoami with the member whose key reached it, and records the key', async () => {
-    for (const [key, member] of [['key-a', 'alice'], ['key-b', 'bob']] as const) {
+    for (const [key, member] of [
+      ['key-a', 'alice'],
+      ['key-b', 'bob'],
+    ] as const) {
       const result = await withClient(up.peer.url, 'streamable_http', { authorization: `Bearer ${key}` }, (c) => c.callTool({ name: 'whoami', arguments: {} }));
       expect(textOf(result)).toBe(member);
       expect(result.structuredContent).toEqual({ member, credential: key });
@@ -96,7 +99,9 @@ describe('API-key upstream', () => {
   });
 
   it('echoes', async () => {
-    const result = await withClient(up.peer.url, 'streamable_http', { authorization: 'Bearer key-a' }, (c) => c.callTool({ name: 'echo', arguments: { text: 'hi' } }));
+    const result = await withClient(up.peer.url, 'streamable_http', { authorization: 'Bearer key-a' }, (c) =>
+      c.callTool({ name: 'echo', arguments: { text: 'hi' } }),
+    );
     expect(textOf(result)).toBe('hi');
   });
 
@@ -176,20 +181,51 @@ async function json(res: Response): Promise<Record<string, any>> {
 
 /** Register a public client, authorize with PKCE (following the redirect by hand), exchange the code. */
 async function connect(peer: OAuthUpstream, extra: Record<string, string> = {}) {
-  const reg = await json(await fetch(peer.endpoints.register, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ redirect_uris: [REDIRECT], token_endpoint_auth_method: 'none' }) }));
+  const reg = await json(
+    await fetch(peer.endpoints.register, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ redirect_uris: [REDIRECT], token_endpoint_auth_method: 'none' }),
+    }),
+  );
   const { verifier, challenge } = pkce();
   const authorize = new URL(peer.endpoints.authorize);
-  const params = { response_type: 'code', client_id: reg.client_id, redirect_uri: REDIRECT, code_challenge: challenge, code_challenge_method: 'S256', state: 's1', resource: peer.resource, ...extra };
+  const params = {
+    response_type: 'code',
+    client_id: reg.client_id,
+    redirect_uri: REDIRECT,
+    code_challenge: challenge,
+    code_challenge_method: 'S256',
+    state: 's1',
+    resource: peer.resource,
+    ...extra,
+  };
   for (const [k, v] of Object.entries(params)) authorize.searchParams.set(k, v);
   const back = new URL((await fetch(authorize, { redirect: 'manual' })).headers.get('location')!);
-  const tokens = await json(await fetch(peer.endpoints.token, form({ grant_type: 'authorization_code', code: back.searchParams.get('code')!, redirect_uri: REDIRECT, code_verifier: verifier, client_id: reg.client_id, resource: peer.resource })));
+  const tokens = await json(
+    await fetch(
+      peer.endpoints.token,
+      form({
+        grant_type: 'authorization_code',
+        code: back.searchParams.get('code')!,
+        redirect_uri: REDIRECT,
+        code_verifier: verifier,
+        client_id: reg.client_id,
+        resource: peer.resource,
+      }),
+    ),
+  );
   return { clientId: reg.client_id as string, tokens };
 }
 
 const mcpPost = (url: string, accessToken?: string) =>
   fetch(url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(accessToken ? { authorization: `Bearer ${accessToken}` } : {}) },
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      ...(accessToken ? { authorization: `Bearer ${accessToken}` } : {}),
+    },
     body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
   });
 
@@ -214,7 +250,16 @@ describe('OAuth upstream', () => {
     expect((await fetch(`${peer.origin}/.well-known/openid-configuration`)).status).toBe(404);
 
     // Registration (RFC 7591): a public client.
-    const registered = await fetch(as.registration_endpoint, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ client_name: 'control plane', redirect_uris: [REDIRECT], token_endpoint_auth_method: 'none', grant_types: ['authorization_code', 'refresh_token'] }) });
+    const registered = await fetch(as.registration_endpoint, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        client_name: 'control plane',
+        redirect_uris: [REDIRECT],
+        token_endpoint_auth_method: 'none',
+        grant_types: ['authorization_code', 'refresh_token'],
+      }),
+    });
     expect(registered.status).toBe(201);
     const client = await json(registered);
     expect(client.client_id).toEqual(expect.any(String));
@@ -224,7 +269,18 @@ describe('OAuth upstream', () => {
     // Authorization with PKCE; the server consents on its own and redirects back.
     const { verifier, challenge } = pkce();
     const authorize = new URL(as.authorization_endpoint);
-    for (const [k, v] of Object.entries({ response_type: 'code', client_id: client.client_id, redirect_uri: REDIRECT, code_challenge: challenge, code_challenge_method: 'S256', state: 'st-42', scope: 'mcp:tools', resource: peer.resource, login_hint: 'alice' })) authorize.searchParams.set(k, v);
+    for (const [k, v] of Object.entries({
+      response_type: 'code',
+      client_id: client.client_id,
+      redirect_uri: REDIRECT,
+      code_challenge: challenge,
+      code_challenge_method: 'S256',
+      state: 'st-42',
+      scope: 'mcp:tools',
+      resource: peer.resource,
+      login_hint: 'alice',
+    }))
+      authorize.searchParams.set(k, v);
     const redirected = await fetch(authorize, { redirect: 'manual' });
     expect(redirected.status).toBe(302);
     const back = new URL(redirected.headers.get('location')!);
@@ -236,23 +292,48 @@ describe('OAuth upstream', () => {
     expect(peer.authorizeRequests.at(-1)).toMatchObject({ outcome: 'code', params: { resource: peer.resource } });
 
     // A wrong verifier fails, and burns the code.
-    const wrong = await fetch(as.token_endpoint, form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, code_verifier: pkce().verifier, client_id: client.client_id }));
+    const wrong = await fetch(
+      as.token_endpoint,
+      form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, code_verifier: pkce().verifier, client_id: client.client_id }),
+    );
     expect(wrong.status).toBe(400);
     expect((await json(wrong)).error).toBe('invalid_grant');
-    const burned = await fetch(as.token_endpoint, form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: client.client_id }));
+    const burned = await fetch(
+      as.token_endpoint,
+      form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: client.client_id }),
+    );
     expect((await json(burned)).error).toBe('invalid_grant');
 
     // Again with a fresh code and the right verifier.
     const second = pkce();
     authorize.searchParams.set('code_challenge', second.challenge);
     const code2 = new URL((await fetch(authorize, { redirect: 'manual' })).headers.get('location')!).searchParams.get('code')!;
-    const exchanged = await fetch(as.token_endpoint, form({ grant_type: 'authorization_code', code: code2, redirect_uri: REDIRECT, code_verifier: second.verifier, client_id: client.client_id, resource: peer.resource }));
+    const exchanged = await fetch(
+      as.token_endpoint,
+      form({
+        grant_type: 'authorization_code',
+        code: code2,
+        redirect_uri: REDIRECT,
+        code_verifier: second.verifier,
+        client_id: client.client_id,
+        resource: peer.resource,
+      }),
+    );
     expect(exchanged.status).toBe(200);
     const tokens = await json(exchanged);
-    expect(tokens).toMatchObject({ token_type: 'Bearer', expires_in: 3600, scope: 'mcp:tools', access_token: expect.any(String), refresh_token: expect.any(String) });
+    expect(tokens).toMatchObject({
+      token_type: 'Bearer',
+      expires_in: 3600,
+      scope: 'mcp:tools',
+      access_token: expect.any(String),
+      refresh_token: expect.any(String),
+    });
     expect(peer.tokenRequests.at(-1)).toMatchObject({ grant_type: 'authorization_code', client_auth: 'none', resource: peer.resource, status: 200 });
     // The code is single-use.
-    const replay = await fetch(as.token_endpoint, form({ grant_type: 'authorization_code', code: code2, redirect_uri: REDIRECT, code_verifier: second.verifier, client_id: client.client_id }));
+    const replay = await fetch(
+      as.token_endpoint,
+      form({ grant_type: 'authorization_code', code: code2, redirect_uri: REDIRECT, code_verifier: second.verifier, client_id: client.client_id }),
+    );
     expect((await json(replay)).error).toBe('invalid_grant');
 
     // The token reaches the MCP server, which knows whose it is.
@@ -262,14 +343,22 @@ describe('OAuth upstream', () => {
     expect([tools.length, pages]).toEqual([5, 3]);
 
     // Refresh with rotation: the old refresh token is refused afterwards.
-    const refreshed = await json(await fetch(as.token_endpoint, form({ grant_type: 'refresh_token', refresh_token: tokens.refresh_token, client_id: client.client_id, resource: peer.resource })));
+    const refreshed = await json(
+      await fetch(
+        as.token_endpoint,
+        form({ grant_type: 'refresh_token', refresh_token: tokens.refresh_token, client_id: client.client_id, resource: peer.resource }),
+      ),
+    );
     expect(refreshed.refresh_token).not.toBe(tokens.refresh_token);
     expect(await whoami(peer.url, refreshed.access_token)).toBe('alice');
     const reused = await fetch(as.token_endpoint, form({ grant_type: 'refresh_token', refresh_token: tokens.refresh_token, client_id: client.client_id }));
     expect([reused.status, (await json(reused)).error]).toEqual([400, 'invalid_grant']);
 
     // Revocation (RFC 7009) of the refresh token takes its access tokens along.
-    const revoked = await fetch(as.revocation_endpoint, form({ token: refreshed.refresh_token, token_type_hint: 'refresh_token', client_id: client.client_id }));
+    const revoked = await fetch(
+      as.revocation_endpoint,
+      form({ token: refreshed.refresh_token, token_type_hint: 'refresh_token', client_id: client.client_id }),
+    );
     expect(revoked.status).toBe(200);
     expect(peer.revoked.at(-1)).toMatchObject({ token: refreshed.refresh_token, kind: 'refresh_token', client_id: client.client_id });
     const after = await mcpPost(peer.url, refreshed.access_token);
@@ -286,7 +375,9 @@ describe('OAuth upstream', () => {
     expect(await whoami(peer.url, tokens.access_token)).toBe('bob');
     peer.expireAccessTokens();
     expect((await mcpPost(peer.url, tokens.access_token)).status).toBe(401);
-    const refreshed = await json(await fetch(peer.endpoints.token, form({ grant_type: 'refresh_token', refresh_token: tokens.refresh_token, client_id: clientId })));
+    const refreshed = await json(
+      await fetch(peer.endpoints.token, form({ grant_type: 'refresh_token', refresh_token: tokens.refresh_token, client_id: clientId })),
+    );
     expect(await whoami(peer.url, refreshed.access_token)).toBe('bob');
     peer.revokeAll();
     expect((await mcpPost(peer.url, refreshed.access_token)).status).toBe(401);
@@ -300,7 +391,16 @@ describe('OAuth upstream', () => {
     const { challenge } = pkce();
     const go = async (params: Record<string, string>) => {
       const url = new URL(peer.endpoints.authorize);
-      for (const [k, v] of Object.entries({ response_type: 'code', client_id: clientId, redirect_uri: REDIRECT, code_challenge: challenge, code_challenge_method: 'S256', state: 'x', ...params })) url.searchParams.set(k, v);
+      for (const [k, v] of Object.entries({
+        response_type: 'code',
+        client_id: clientId,
+        redirect_uri: REDIRECT,
+        code_challenge: challenge,
+        code_challenge_method: 'S256',
+        state: 'x',
+        ...params,
+      }))
+        url.searchParams.set(k, v);
       return fetch(url, { redirect: 'manual' });
     };
     peer.denyNext();
@@ -316,11 +416,24 @@ describe('OAuth upstream', () => {
 
   it('registers confidential clients with a secret and checks it at the token endpoint', async () => {
     const peer = up.peer;
-    const reg = await json(await fetch(peer.endpoints.register, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ redirect_uris: [REDIRECT] }) }));
+    const reg = await json(
+      await fetch(peer.endpoints.register, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ redirect_uris: [REDIRECT] }),
+      }),
+    );
     expect(reg).toMatchObject({ token_endpoint_auth_method: 'client_secret_basic', client_secret: expect.any(String), client_secret_expires_at: 0 });
     const { verifier, challenge } = pkce();
     const url = new URL(peer.endpoints.authorize);
-    for (const [k, v] of Object.entries({ response_type: 'code', client_id: reg.client_id, redirect_uri: REDIRECT, code_challenge: challenge, code_challenge_method: 'S256' })) url.searchParams.set(k, v);
+    for (const [k, v] of Object.entries({
+      response_type: 'code',
+      client_id: reg.client_id,
+      redirect_uri: REDIRECT,
+      code_challenge: challenge,
+      code_challenge_method: 'S256',
+    }))
+      url.searchParams.set(k, v);
     const code = new URL((await fetch(url, { redirect: 'manual' })).headers.get('location')!).searchParams.get('code')!;
     const exchange = { grant_type: 'authorization_code', code, redirect_uri: REDIRECT, code_verifier: verifier };
     const noSecret = await fetch(peer.endpoints.token, form({ ...exchange, client_id: reg.client_id }));
@@ -338,7 +451,13 @@ describe('OAuth upstream with the SDK client doing the OAuth', () => {
     const state: { client?: OAuthClientInformationMixed; tokens?: OAuthTokens; verifier?: string; authorizeUrl?: URL } = {};
     const provider: OAuthClientProvider = {
       redirectUrl: REDIRECT,
-      clientMetadata: { redirect_uris: [REDIRECT], client_name: 'sdk', token_endpoint_auth_method: 'none', grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'] },
+      clientMetadata: {
+        redirect_uris: [REDIRECT],
+        client_name: 'sdk',
+        token_endpoint_auth_method: 'none',
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+      },
       clientInformation: () => state.client,
       saveClientInformation: (c) => void (state.client = c),
       tokens: () => state.tokens,
@@ -378,7 +497,13 @@ describe('OAuth upstream with the SDK client doing the OAuth', () => {
 
 describe('OAuth upstream variants', () => {
   it('without registration, with metadata only at openid-configuration and a pre-registered client', async () => {
-    const peer = await startOAuthUpstream({ registration: false, metadata: 'openid', clients: [{ client_id: 'fixed', client_secret: 's3cret', token_endpoint_auth_method: 'client_secret_post', redirect_uris: [REDIRECT] }], user: 'erin', accessTokenTtl: 60 });
+    const peer = await startOAuthUpstream({
+      registration: false,
+      metadata: 'openid',
+      clients: [{ client_id: 'fixed', client_secret: 's3cret', token_endpoint_auth_method: 'client_secret_post', redirect_uris: [REDIRECT] }],
+      user: 'erin',
+      accessTokenTtl: 60,
+    });
     try {
       expect((await fetch(`${peer.origin}/.well-known/oauth-authorization-server`)).status).toBe(404);
       const oidc = await json(await fetch(`${peer.origin}/.well-known/openid-configuration`));
@@ -386,9 +511,21 @@ describe('OAuth upstream variants', () => {
       expect((await fetch(peer.endpoints.register, { method: 'POST', body: '{}' })).status).toBe(404);
       const { verifier, challenge } = pkce();
       const url = new URL(oidc.authorization_endpoint);
-      for (const [k, v] of Object.entries({ response_type: 'code', client_id: 'fixed', redirect_uri: REDIRECT, code_challenge: challenge, code_challenge_method: 'S256' })) url.searchParams.set(k, v);
+      for (const [k, v] of Object.entries({
+        response_type: 'code',
+        client_id: 'fixed',
+        redirect_uri: REDIRECT,
+        code_challenge: challenge,
+        code_challenge_method: 'S256',
+      }))
+        url.searchParams.set(k, v);
       const code = new URL((await fetch(url, { redirect: 'manual' })).headers.get('location')!).searchParams.get('code')!;
-      const tokens = await json(await fetch(oidc.token_endpoint, form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: 'fixed', client_secret: 's3cret' })));
+      const tokens = await json(
+        await fetch(
+          oidc.token_endpoint,
+          form({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, code_verifier: verifier, client_id: 'fixed', client_secret: 's3cret' }),
+        ),
+      );
       expect(tokens.expires_in).toBe(60);
       expect(await whoami(peer.url, tokens.access_token)).toBe('erin');
       expect(peer.tokenRequests.at(-1)?.client_auth).toBe('client_secret_post');
@@ -405,7 +542,9 @@ describe('the reference server (@modelcontextprotocol/server-everything)', () =>
       expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/(mcp|sse)$/);
       const { tools } = await withClient(server.url, transport === 'sse' ? 'sse' : 'streamable_http', {}, listAll);
       expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['echo']));
-      const echoed = await withClient(server.url, transport === 'sse' ? 'sse' : 'streamable_http', {}, (c) => c.callTool({ name: 'echo', arguments: { message: 'hello' } }));
+      const echoed = await withClient(server.url, transport === 'sse' ? 'sse' : 'streamable_http', {}, (c) =>
+        c.callTool({ name: 'echo', arguments: { message: 'hello' } }),
+      );
       expect(textOf(echoed)).toContain('hello');
     } finally {
       await server.close();

@@ -29,7 +29,8 @@ function boxClient(t: TestApp, credential: { token: string; org: string }) {
   const item = (id: string) => ({ params: { path: { id } } });
   return {
     ...t.as(credential),
-    list: (query: { limit?: number; cursor?: string; kind?: Schemas['UserToolboxKind']; template_id?: string } = {}) => settle(api.GET('/user-toolbox', { params: { query } })),
+    list: (query: { limit?: number; cursor?: string; kind?: Schemas['UserToolboxKind']; template_id?: string } = {}) =>
+      settle(api.GET('/user-toolbox', { params: { query } })),
     create: (body: Schemas['UserToolboxCreate']) => settle(api.POST('/user-toolbox', { body })),
     read: (id: string) => settle(api.GET('/user-toolbox/{id}', item(id))),
     update: (id: string, body: Schemas['UserToolboxUpdate']) => settle(api.PATCH('/user-toolbox/{id}', { ...item(id), body })),
@@ -66,7 +67,10 @@ beforeAll(async () => {
   tracker = await customConnector(t, org.orgId, { name: 'Tracker', mcp_url: `${new URL(trackerPeer.peer.url).origin}/mcp`, auth: apiKey });
   template = await insertTemplate(t, org.orgId, org.ownerId, {
     name: 'Sales assistant',
-    entries: [{ connector_slug: crm, tools: 'all' }, { connector_slug: tracker, tools: ['issue_001', 'issue_002'] }],
+    entries: [
+      { connector_slug: crm, tools: 'all' },
+      { connector_slug: tracker, tools: ['issue_001', 'issue_002'] },
+    ],
   });
 });
 afterAll(() => t.close());
@@ -89,24 +93,53 @@ describe('creating from a template', () => {
   it('copies the entries, binds the connectors to the caller’s connections, and is ready', async () => {
     const c = await connect(aliceConn, crm, KEY_A);
     const k = await connect(aliceConn, tracker, KEY_A);
-    const res = await alice.create({ template_id: template, name: 'Sales (work)', description: 'Work account', bindings: [{ connector_slug: tracker, connection_id: k }, { connector_slug: crm, connection_id: c }] });
+    const res = await alice.create({
+      template_id: template,
+      name: 'Sales (work)',
+      description: 'Work account',
+      bindings: [
+        { connector_slug: tracker, connection_id: k },
+        { connector_slug: crm, connection_id: c },
+      ],
+    });
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe(`/user-toolbox/${res.body.id}`);
     expect(res.body).toMatchObject({
-      kind: 'template', name: 'Sales (work)', description: 'Work account', template_id: template, toolbox_id: null,
-      entries: [{ connector_slug: crm, tools: 'all' }, { connector_slug: tracker, tools: ['issue_001', 'issue_002'] }],
-      bindings: [{ connector_slug: crm, connection_id: c }, { connector_slug: tracker, connection_id: k }],
-      status: 'ready', incomplete_connector_slugs: [], owner_user_id: aliceId, mcp_server_count: 0,
+      kind: 'template',
+      name: 'Sales (work)',
+      description: 'Work account',
+      template_id: template,
+      toolbox_id: null,
+      entries: [
+        { connector_slug: crm, tools: 'all' },
+        { connector_slug: tracker, tools: ['issue_001', 'issue_002'] },
+      ],
+      bindings: [
+        { connector_slug: crm, connection_id: c },
+        { connector_slug: tracker, connection_id: k },
+      ],
+      status: 'ready',
+      incomplete_connector_slugs: [],
+      owner_user_id: aliceId,
+      mcp_server_count: 0,
     });
     expect(res.body.id).toMatch(/^utbx_[0-7][0-9a-hjkmnp-tv-z]{25}$/);
     const audit = (await t.factories.auditEntries(org.orgId, 'user_toolbox.created')).find((e) => e.target_id === res.body.id);
     expect(audit?.changes).toMatchObject({ name: 'Sales (work)', template_id: template });
     // Later changes to the template do not reach it.
-    await t.db.updateTable('templates').set({ entries: JSON.stringify([{ connector_slug: crm, tools: ['crm_001'] }]) }).where('id', '=', template).execute();
+    await t.db
+      .updateTable('templates')
+      .set({ entries: JSON.stringify([{ connector_slug: crm, tools: ['crm_001'] }]) })
+      .where('id', '=', template)
+      .execute();
     try {
       expect((await alice.read(res.body.id)).body.entries).toEqual(res.body.entries);
     } finally {
-      await t.db.updateTable('templates').set({ entries: JSON.stringify(res.body.entries) }).where('id', '=', template).execute();
+      await t.db
+        .updateTable('templates')
+        .set({ entries: JSON.stringify(res.body.entries) })
+        .where('id', '=', template)
+        .execute();
     }
   });
 
@@ -147,7 +180,12 @@ describe('bindings', () => {
       ],
     });
     expectError(res, 400, 'validation_failed');
-    expect(pointers(res.body).sort()).toEqual(['/bindings/0/connection_id', '/bindings/1/connection_id', '/bindings/2/connector_slug', '/bindings/3/connector_slug']);
+    expect(pointers(res.body).sort()).toEqual([
+      '/bindings/0/connection_id',
+      '/bindings/1/connection_id',
+      '/bindings/2/connector_slug',
+      '/bindings/3/connector_slug',
+    ]);
     expect(res.text).not.toContain(KEY_B);
   });
 
@@ -162,14 +200,24 @@ describe('bindings', () => {
     const k = await connect(aliceConn, tracker, KEY_A);
     const box = await created(alice, { template_id: template, name: 'Half bound', bindings: [{ connector_slug: crm, connection_id: c }] });
     expect(box).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [tracker], bindings: [{ connector_slug: crm, connection_id: c }] });
-    const bound = await alice.update(box.id, { bindings: [{ connector_slug: crm, connection_id: c }, { connector_slug: tracker, connection_id: k }] });
+    const bound = await alice.update(box.id, {
+      bindings: [
+        { connector_slug: crm, connection_id: c },
+        { connector_slug: tracker, connection_id: k },
+      ],
+    });
     expect(bound.status).toBe(200);
     expect(bound.body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
     expect(Date.parse(bound.body.updated_at)).toBeGreaterThanOrEqual(Date.parse(box.updated_at));
     const audit = (await t.factories.auditEntries(org.orgId, 'user_toolbox.updated')).find((e) => e.target_id === box.id);
     expect(audit?.changes).toMatchObject({ changed: ['bindings'] });
     const rebound = await alice.update(box.id, { bindings: [{ connector_slug: tracker, connection_id: k }], description: 'only the tracker' });
-    expect(rebound.body).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [crm], description: 'only the tracker', bindings: [{ connector_slug: tracker, connection_id: k }] });
+    expect(rebound.body).toMatchObject({
+      status: 'incomplete',
+      incomplete_connector_slugs: [crm],
+      description: 'only the tracker',
+      bindings: [{ connector_slug: tracker, connection_id: k }],
+    });
     expectError(await alice.update(box.id, { bindings: [{ connector_slug: tracker, connection_id: c }] }), 400, 'validation_failed');
     // Deleting a bound connection unbinds it.
     expect((await aliceConn.remove(k)).status).toBe(204);
@@ -198,7 +246,13 @@ describe('status follows the connections live', () => {
     try {
       const c = await connect(carolConn, crm, KEY_C);
       const k = await connect(carolConn, tracker, KEY_A);
-      const box = await created(carol, { template_id: template, bindings: [{ connector_slug: crm, connection_id: c }, { connector_slug: tracker, connection_id: k }] });
+      const box = await created(carol, {
+        template_id: template,
+        bindings: [
+          { connector_slug: crm, connection_id: c },
+          { connector_slug: tracker, connection_id: k },
+        ],
+      });
       expect(box.status).toBe('ready');
       expect((await carol.read('utbx_dyn_all')).body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
       // The upstream stops accepting Carol's key: checking it again marks the connection needs_reauth.
@@ -233,7 +287,11 @@ describe('dynamic user toolboxes', () => {
     const c = await connect(daveConn, crm, KEY_A);
     stored = await created(dave, { template_id: template, bindings: [{ connector_slug: crm, connection_id: c }] });
     const bobs = await connect(bobConn, tracker, KEY_B);
-    shared = await insertToolbox(t, org.orgId, { name: 'Support desk', entries: [{ connection_id: bobs, tools: 'all' }], principal: { type: 'user', id: daveId } });
+    shared = await insertToolbox(t, org.orgId, {
+      name: 'Support desk',
+      entries: [{ connection_id: bobs, tools: 'all' }],
+      principal: { type: 'user', id: daveId },
+    });
     const teamId = await t.factories.team(org.orgId, 'Support', [daveId]);
     viaTeam = await insertToolbox(t, org.orgId, { name: 'Team tools', entries: [], principal: { type: 'team', id: teamId } });
     unshared = await insertToolbox(t, org.orgId, { name: 'Not for Dave', entries: [], principal: { type: 'user', id: bobId } });
@@ -245,8 +303,24 @@ describe('dynamic user toolboxes', () => {
     const all = await dave.list();
     expect(all.status).toBe(200);
     expect(all.body.data.map((b: UserToolbox) => b.id)).toEqual([stored.id, 'utbx_dyn_all', dyn(shared), dyn(viaTeam)]);
-    expect(all.body.data[1]).toMatchObject({ kind: 'dynamic', name: 'All my connections', entries: [], bindings: [], template_id: null, toolbox_id: null, owner_user_id: daveId, status: 'ready' });
-    expect(all.body.data[2]).toMatchObject({ kind: 'dynamic', name: 'Support desk', description: 'For tests.', toolbox_id: shared, status: 'ready', mcp_server_count: 0 });
+    expect(all.body.data[1]).toMatchObject({
+      kind: 'dynamic',
+      name: 'All my connections',
+      entries: [],
+      bindings: [],
+      template_id: null,
+      toolbox_id: null,
+      owner_user_id: daveId,
+      status: 'ready',
+    });
+    expect(all.body.data[2]).toMatchObject({
+      kind: 'dynamic',
+      name: 'Support desk',
+      description: 'For tests.',
+      toolbox_id: shared,
+      status: 'ready',
+      mcp_server_count: 0,
+    });
     const seen: string[] = [];
     let cursor: string | undefined;
     for (let i = 0; i < 10; i += 1) {
@@ -367,7 +441,13 @@ describe('toolsOf', () => {
     const erinConn = connectionClient(t, credential);
     const c = await connect(erinConn, crm, KEY_A);
     const k = await connect(erinConn, tracker, KEY_A);
-    const box = await created(erin, { template_id: template, bindings: [{ connector_slug: crm, connection_id: c }, { connector_slug: tracker, connection_id: k }] });
+    const box = await created(erin, {
+      template_id: template,
+      bindings: [
+        { connector_slug: crm, connection_id: c },
+        { connector_slug: tracker, connection_id: k },
+      ],
+    });
     const resolved = (await resolveUserToolbox(t.db, org.orgId, erinId, box.id))!;
     const policyNow = async () => loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, erinId), new Date());
 
@@ -380,10 +460,32 @@ describe('toolsOf', () => {
 
     // A deny on crm_00* hides those (for everyone); another member's restriction does not apply.
     const denyIds = [newId('restriction'), newId('restriction')];
-    await t.db.insertInto('restrictions').values([
-      { id: denyIds[0]!, org_id: org.orgId, name: 'No CRM writes', match_connector_slug: crm, match_tool_pattern: 'crm_00*', effect: 'deny', applies_to_everyone: true, is_active: true },
-      { id: denyIds[1]!, org_id: org.orgId, name: 'Not for Bob', match_connector_slug: tracker, match_tool_pattern: null, effect: 'deny', applies_to_everyone: false, applies_to_user_ids: [bobId], is_active: true },
-    ]).execute();
+    await t.db
+      .insertInto('restrictions')
+      .values([
+        {
+          id: denyIds[0]!,
+          org_id: org.orgId,
+          name: 'No CRM writes',
+          match_connector_slug: crm,
+          match_tool_pattern: 'crm_00*',
+          effect: 'deny',
+          applies_to_everyone: true,
+          is_active: true,
+        },
+        {
+          id: denyIds[1]!,
+          org_id: org.orgId,
+          name: 'Not for Bob',
+          match_connector_slug: tracker,
+          match_tool_pattern: null,
+          effect: 'deny',
+          applies_to_everyone: false,
+          applies_to_user_ids: [bobId],
+          is_active: true,
+        },
+      ])
+      .execute();
     try {
       const filtered = await toolsOf(t.deps, resolved, await policyNow());
       expect(filtered.map((tool) => tool.name).sort()).toEqual([`${crm}__echo`, `${crm}__whoami`, `${tracker}__issue_001`, `${tracker}__issue_002`].sort());
@@ -398,9 +500,17 @@ describe('toolsOf', () => {
       expect((await policyNow()).evaluate({ kind: 'upstream', connector_slug: crm, tool: 'crm_001' }).listed).toBe(false);
 
       // A list fetched again is read again (the parsed lists kept in process follow fetched_at).
-      const fresh = [{ name: 'crm_new', title: null, description: 'New upstream tool.', input_schema: { type: 'object' }, output_schema: null, annotations: null }];
-      await t.db.updateTable('connection_tools').set({ tools: JSON.stringify(fresh), fetched_at: new Date(Date.now() + 1000) }).where('connection_id', '=', c).execute();
-      expect((await toolsOf(t.deps, resolved, await policyNow())).map((tool) => tool.name).sort()).toEqual([`${crm}__crm_new`, `${tracker}__issue_001`, `${tracker}__issue_002`].sort());
+      const fresh = [
+        { name: 'crm_new', title: null, description: 'New upstream tool.', input_schema: { type: 'object' }, output_schema: null, annotations: null },
+      ];
+      await t.db
+        .updateTable('connection_tools')
+        .set({ tools: JSON.stringify(fresh), fetched_at: new Date(Date.now() + 1000) })
+        .where('connection_id', '=', c)
+        .execute();
+      expect((await toolsOf(t.deps, resolved, await policyNow())).map((tool) => tool.name).sort()).toEqual(
+        [`${crm}__crm_new`, `${tracker}__issue_001`, `${tracker}__issue_002`].sort(),
+      );
       await t.db.deleteFrom('connection_tools').where('connection_id', '=', c).execute();
       expect((await toolsOf(t.deps, resolved, await policyNow())).map((tool) => tool.name).sort()).toEqual([`${tracker}__issue_001`, `${tracker}__issue_002`]);
 
@@ -434,16 +544,32 @@ describe('toolsOf', () => {
 
   it('includes a toolbox’s synthetic tools under their names', async () => {
     const stoolId = newId('syntheticTool');
-    await t.db.insertInto('synthetic_tools').values({
-      id: stoolId, org_id: org.orgId, name: 'triage_ticket', description: 'Triage a ticket.', input_schema: JSON.stringify({ type: 'object' }), output_schema: null,
-      steps: JSON.stringify([{ id: 'find', tool: { connector_slug: tracker, connection_id: null, name: 'issue_001' }, arguments: {}, on_error: 'fail' }]), output: JSON.stringify({}),
-    }).execute();
+    await t.db
+      .insertInto('synthetic_tools')
+      .values({
+        id: stoolId,
+        org_id: org.orgId,
+        name: 'triage_ticket',
+        description: 'Triage a ticket.',
+        input_schema: JSON.stringify({ type: 'object' }),
+        output_schema: null,
+        steps: JSON.stringify([{ id: 'find', tool: { connector_slug: tracker, connection_id: null, name: 'issue_001' }, arguments: {}, on_error: 'fail' }]),
+        output: JSON.stringify({}),
+      })
+      .execute();
     const bobs = await connect(bobConn, crm, KEY_B);
-    const toolbox = await insertToolbox(t, org.orgId, { name: 'Triage', entries: [{ connection_id: bobs, tools: ['crm_005'] }, { synthetic_tool_id: stoolId }], principal: { type: 'organization', id: org.orgId } });
+    const toolbox = await insertToolbox(t, org.orgId, {
+      name: 'Triage',
+      entries: [{ connection_id: bobs, tools: ['crm_005'] }, { synthetic_tool_id: stoolId }],
+      principal: { type: 'organization', id: org.orgId },
+    });
     const box = (await resolveUserToolbox(t.db, org.orgId, aliceId, `utbx_dyn_tbx_${toolbox.slice(4)}`))!;
     const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, aliceId), new Date());
     const tools = await toolsOf(t.deps, box, policy);
     expect(tools.map((tool) => tool.name)).toEqual([`${crm}__crm_005`, 'triage_ticket']);
-    expect(tools[1]).toMatchObject({ description: 'Triage a ticket.', source: { kind: 'synthetic', synthetic_tool_id: stoolId, steps: [{ connector_slug: tracker, tool: 'issue_001' }] } });
+    expect(tools[1]).toMatchObject({
+      description: 'Triage a ticket.',
+      source: { kind: 'synthetic', synthetic_tool_id: stoolId, steps: [{ connector_slug: tracker, tool: 'issue_001' }] },
+    });
   });
 });

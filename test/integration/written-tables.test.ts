@@ -40,13 +40,17 @@ describe('the tables each cache is built from', () => {
 describe('WrittenTables', () => {
   async function written(run: (db: TestApp['database']['db']) => Promise<unknown>): Promise<string[] | null> {
     const tables = new WrittenTables();
-    await t.database.db.withPlugin(tables).transaction().execute(async (trx) => {
-      await run(trx);
-      // Nothing is kept: the statements only need to run.
-      throw new Rollback();
-    }).catch((err: unknown) => {
-      if (!(err instanceof Rollback)) throw err;
-    });
+    await t.database.db
+      .withPlugin(tables)
+      .transaction()
+      .execute(async (trx) => {
+        await run(trx);
+        // Nothing is kept: the statements only need to run.
+        throw new Rollback();
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof Rollback)) throw err;
+      });
     return tables.tables === null ? null : [...tables.tables].sort();
   }
   class Rollback extends Error {}
@@ -55,15 +59,30 @@ describe('WrittenTables', () => {
     expect(await written((db) => db.selectFrom('teams').selectAll().execute())).toEqual([]);
     expect(
       await written(async (db) => {
-        await db.insertInto('teams').values({ id: newId('team'), org_id: org.orgId, name: 'Written' }).execute();
-        await db.updateTable('organizations as o').set({ updated_at: sql`now()` }).where('o.id', '=', org.orgId).execute();
+        await db
+          .insertInto('teams')
+          .values({ id: newId('team'), org_id: org.orgId, name: 'Written' })
+          .execute();
+        await db
+          .updateTable('organizations as o')
+          .set({ updated_at: sql`now()` })
+          .where('o.id', '=', org.orgId)
+          .execute();
         await db.deleteFrom('team_members').where('team_id', '=', 'none').execute();
       }),
     ).toEqual(['organizations', 'team_members', 'teams']);
   });
 
   it('finds a write inside a select (a CTE)', async () => {
-    expect(await written((db) => db.with('gone', (q) => q.deleteFrom('roles').where('id', '=', 'none').returning('id')).selectFrom('gone').selectAll().execute())).toEqual(['roles']);
+    expect(
+      await written((db) =>
+        db
+          .with('gone', (q) => q.deleteFrom('roles').where('id', '=', 'none').returning('id'))
+          .selectFrom('gone')
+          .selectAll()
+          .execute(),
+      ),
+    ).toEqual(['roles']);
   });
 
   it('knows nothing after a raw statement: anything may have changed', async () => {

@@ -237,7 +237,18 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;
   if (options.checkSpec !== false) sharedChecker ??= new SpecChecker();
-  return new TestApp(url, database, deps, server, closeApp, options.checkSpec === false ? null : sharedChecker, registry.notImplemented, credentials, forget, drain);
+  return new TestApp(
+    url,
+    database,
+    deps,
+    server,
+    closeApp,
+    options.checkSpec === false ? null : sharedChecker,
+    registry.notImplemented,
+    credentials,
+    forget,
+    drain,
+  );
 }
 
 /** Makes the app forget what it remembers after every statement that is not a select. */

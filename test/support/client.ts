@@ -35,7 +35,15 @@ export type OpRequest<Id extends OperationId> = (Present<Part<Id, 'path'>> exten
   };
 
 type Responses<Id extends OperationId> = Op<Id> extends { responses: infer R } ? R : never;
-type Success<R> = { [S in keyof R]: S extends 200 | 201 | 202 | 203 | 206 ? (R[S] extends { content: { 'application/json': infer B } } ? B : R[S] extends { content: { [type: string]: infer B } } ? B : undefined) : never }[keyof R];
+type Success<R> = {
+  [S in keyof R]: S extends 200 | 201 | 202 | 203 | 206
+    ? R[S] extends { content: { 'application/json': infer B } }
+      ? B
+      : R[S] extends { content: { [type: string]: infer B } }
+        ? B
+        : undefined
+    : never;
+}[keyof R];
 
 /** The body of the operation's 2xx JSON responses. */
 export type OpBody<Id extends OperationId> = Success<Responses<Id>>;
@@ -56,7 +64,10 @@ export function credentialOf(who: Who | undefined): CallOptions {
 }
 
 /** The request line of an operation: its method and its path with the parameters filled in and the query appended. */
-export function requestLine(id: OperationId, request: { params?: Record<string, unknown>; query?: Record<string, unknown> } = {}): { method: string; path: string } {
+export function requestLine(
+  id: OperationId,
+  request: { params?: Record<string, unknown>; query?: Record<string, unknown> } = {},
+): { method: string; path: string } {
   const meta = META[id];
   if (!meta) throw new Error(`No operation ${String(id)} in the spec.`);
   const path = meta.path.replace(/\{([^}]+)\}/g, (_m, name: string) => {
@@ -77,7 +88,12 @@ type Call = <T>(method: string, path: string, body?: unknown, options?: CallOpti
 
 /** Sends an operation through `call` (which checks the answer against the spec). */
 export async function sendOp<Id extends OperationId>(call: Call, id: Id, request: OpRequest<Id> | undefined, who: Who | undefined): Promise<OpResponse<Id>> {
-  const { params, query, body, headers } = (request ?? {}) as { params?: Record<string, unknown>; query?: Record<string, unknown>; body?: unknown; headers?: Record<string, string> };
+  const { params, query, body, headers } = (request ?? {}) as {
+    params?: Record<string, unknown>;
+    query?: Record<string, unknown>;
+    body?: unknown;
+    headers?: Record<string, string>;
+  };
   const { method, path } = requestLine(id, { params, query });
   const res = await call<OpBody<Id>>(method, path, body, { ...credentialOf(who), headers: { ...headers } });
   return { ...res, error: res.status >= 400 ? (res.body as unknown as ErrorBody) : undefined };

@@ -15,7 +15,8 @@ export function connectionClient(app: TestApp, credential: { token?: string; ses
     read: (id: string) => settle(api.GET('/connection/{id}', item(id))),
     rename: (id: string, name: string) => settle(api.PATCH('/connection/{id}', { ...item(id), body: { name } })),
     remove: (id: string) => settle(api.DELETE('/connection/{id}', item(id))),
-    reconnect: (id: string, body?: Schemas['ConnectionReconnect']) => settle(api.POST('/connection/{id}/reconnect', { ...item(id), ...(body ? { body } : {}) })),
+    reconnect: (id: string, body?: Schemas['ConnectionReconnect']) =>
+      settle(api.POST('/connection/{id}/reconnect', { ...item(id), ...(body ? { body } : {}) })),
     tools: (id: string, query: { limit?: number; cursor?: string } = {}) => settle(api.GET('/connection/{id}/tools', { params: { path: { id }, query } })),
     transfer: (id: string, userId: string) => settle(api.POST('/connection/{id}/transfer', { ...item(id), body: { user_id: userId } })),
   };
@@ -26,7 +27,13 @@ export { expectError } from './client';
 
 /** The events of one type an organization's outbox holds, oldest first. */
 export async function eventsOf(t: TestApp, orgId: string, type: string) {
-  const rows = await t.db.selectFrom('outbox').select(['event_type', 'payload', 'actor_type', 'actor_id']).where('org_id', '=', orgId).where('event_type', '=', type).orderBy('id').execute();
+  const rows = await t.db
+    .selectFrom('outbox')
+    .select(['event_type', 'payload', 'actor_type', 'actor_id'])
+    .where('org_id', '=', orgId)
+    .where('event_type', '=', type)
+    .orderBy('id')
+    .execute();
   return rows.map((row) => ({ ...row, payload: row.payload as Record<string, any> }));
 }
 

@@ -25,10 +25,24 @@ export const RUN_ENV = 'CP_TEST_RUN';
  * of each PGlite's start, and every test file starts at least one).
  */
 export const PGLITE_TEST_START_PARAMS = [
-  '--single', '-F', '-O', '-j',
-  '-c', 'search_path=public', '-c', 'exit_on_error=false', '-c', 'log_checkpoints=false',
-  '-c', 'max_worker_processes=0', '-c', 'max_parallel_workers=0', '-c', 'max_parallel_workers_per_gather=0',
-  '-c', 'shared_buffers=16MB',
+  '--single',
+  '-F',
+  '-O',
+  '-j',
+  '-c',
+  'search_path=public',
+  '-c',
+  'exit_on_error=false',
+  '-c',
+  'log_checkpoints=false',
+  '-c',
+  'max_worker_processes=0',
+  '-c',
+  'max_parallel_workers=0',
+  '-c',
+  'max_parallel_workers_per_gather=0',
+  '-c',
+  'shared_buffers=16MB',
 ];
 
 /** Where copies of the template live while a test file runs: memory (/dev/shm) when there is one. */
@@ -96,7 +110,10 @@ export function withDatabase(url: string, name: string): string {
 export async function serverDatabase(url: string, prefix: string, template?: string): Promise<{ url: string; drop(): Promise<void> }> {
   const name = `cp_test_${prefix}_${randomBytes(6).toString('hex')}`;
   await onServer(url, (admin) => admin.query(`create database ${name}${template ? ` template ${template}` : ''}`));
-  return { url: withDatabase(url, name), drop: () => onServer(url, (admin) => admin.query(`drop database if exists ${name} with (force)`)).then(() => undefined) };
+  return {
+    url: withDatabase(url, name),
+    drop: () => onServer(url, (admin) => admin.query(`drop database if exists ${name} with (force)`)).then(() => undefined),
+  };
 }
 
 async function openServerDatabase(url: string, prefix: string, template: string | undefined, poolSize: number): Promise<DatabaseHandle> {

@@ -30,7 +30,8 @@ export async function startDnsServer() {
       } else if (answer === undefined) {
         response.header.rcode = NXDOMAIN;
       } else if (question.type === Packet.TYPE.TXT) {
-        for (const value of answer) response.answers.push({ name: question.name, type: Packet.TYPE.TXT, class: Packet.CLASS.IN, ttl: 60, data: value } as never);
+        for (const value of answer)
+          response.answers.push({ name: question.name, type: Packet.TYPE.TXT, class: Packet.CLASS.IN, ttl: 60, data: value } as never);
       }
       void send(response);
     },

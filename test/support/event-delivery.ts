@@ -16,7 +16,10 @@ type Receiver = Awaited<ReturnType<typeof startHttpReceiver>>;
 export async function webhookSubscription(t: TestApp, receiver: Receiver, org: { orgId: string; token: string }, types: string[]) {
   const path = `/services/T${randomBytes(4).toString('hex')}/B${randomBytes(4).toString('hex')}/${randomBytes(6).toString('hex')}`;
   const res = await t.as({ token: org.token, org: org.orgId }).post('/notification-destination', {
-    name: `Hook ${randomBytes(4).toString('hex')}`, type: 'slack', config: { webhook_url: `${receiver.url}${path}` }, event_types: types,
+    name: `Hook ${randomBytes(4).toString('hex')}`,
+    type: 'slack',
+    config: { webhook_url: `${receiver.url}${path}` },
+    event_types: types,
   });
   if (res.status !== 201) throw new Error(`notification destination: ${res.status} ${res.text}`);
   return {

@@ -21,10 +21,13 @@ export function recordEvent(operationId: string, type: string): void {
 export function takeEventsSeen(): Set<string> {
   const path = file();
   if (!existsSync(path)) return new Set();
-  const pairs = readFileSync(path, 'utf8').split('\n').filter(Boolean).map((line) => {
-    const { operationId, type } = JSON.parse(line) as { operationId: string; type: string };
-    return `${operationId} ${type}`;
-  });
+  const pairs = readFileSync(path, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => {
+      const { operationId, type } = JSON.parse(line) as { operationId: string; type: string };
+      return `${operationId} ${type}`;
+    });
   rmSync(path, { force: true });
   return new Set(pairs);
 }

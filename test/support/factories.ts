@@ -34,18 +34,23 @@ export class Factories {
 
   async org(input: { name?: string; ownerId?: string; requireMfa?: boolean } = {}): Promise<SeededOrg> {
     const ownerId = input.ownerId ?? (await this.user());
-    const created = await this.db.transaction().execute((trx) =>
-      createOrganizationWithOwner(trx, { name: input.name ?? `Org ${unique()}`, ownerUserId: ownerId }),
-    );
+    const created = await this.db
+      .transaction()
+      .execute((trx) => createOrganizationWithOwner(trx, { name: input.name ?? `Org ${unique()}`, ownerUserId: ownerId }));
     if (input.requireMfa) await this.db.updateTable('organizations').set({ require_mfa: true }).where('id', '=', created.orgId).execute();
     const token = await this.token(created.orgId, ownerId);
     return { orgId: created.orgId, ownerId, token, roleIds: created.roleIds as Record<SystemRoleKey, string> };
   }
 
   /** Adds a person to an organization with system roles (by key) or role ids. */
-  async member(orgId: string, input: { userId?: string; roles?: (SystemRoleKey | string)[]; status?: MembershipStatus; via?: 'invite' | 'scim' } = {}): Promise<string> {
+  async member(
+    orgId: string,
+    input: { userId?: string; roles?: (SystemRoleKey | string)[]; status?: MembershipStatus; via?: 'invite' | 'scim' } = {},
+  ): Promise<string> {
     const userId = input.userId ?? (await this.user());
-    const roleIds = await Promise.all((input.roles ?? ['member']).map((role) => (role.startsWith('role_') ? role : systemRoleId(this.db, orgId, role as SystemRoleKey))));
+    const roleIds = await Promise.all(
+      (input.roles ?? ['member']).map((role) => (role.startsWith('role_') ? role : systemRoleId(this.db, orgId, role as SystemRoleKey))),
+    );
     await addMember(this.db, { orgId, userId, status: input.status ?? 'active', via: input.via ?? 'invite', roleIds });
     return userId;
   }
@@ -55,9 +60,9 @@ export class Factories {
   }
 
   async token(orgId: string, userId: string, permissions: readonly string[] = PERMISSIONS, options: { expiresAt?: Date } = {}): Promise<string> {
-    const minted = await this.db.transaction().execute((trx) =>
-      mintApiToken(trx, { orgId, userId, name: `test ${unique()}`, permissions, expiresAt: options.expiresAt ?? null }),
-    );
+    const minted = await this.db
+      .transaction()
+      .execute((trx) => mintApiToken(trx, { orgId, userId, name: `test ${unique()}`, permissions, expiresAt: options.expiresAt ?? null }));
     return minted.token;
   }
 

@@ -14,7 +14,9 @@ export type FixtureCreators = Record<string, FixtureCreator>;
 
 export function loadFixtureCreators(dir = join(__dirname, '..', 'fixtures')): FixtureCreators {
   const creators: FixtureCreators = {};
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.ts')).sort()) {
+  for (const file of readdirSync(dir)
+    .filter((f) => f.endsWith('.ts'))
+    .sort()) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const module = require(join(dir, file)) as { creators?: FixtureCreators };
     for (const [schema, create] of Object.entries(module.creators ?? {})) {

@@ -64,7 +64,10 @@ async function buildTemplate(dir: string, from: string | null, prepare: (pglite:
 async function pgliteTemplates(): Promise<{ migrated: string; empty: string }> {
   const lock = join(projectRoot, 'package-lock.json');
   const empty = join(TEMPLATE_DIR, `pglite-empty-${templateKey([lock])}`);
-  const migrated = join(TEMPLATE_DIR, `pglite-template-${templateKey([lock, join(projectRoot, 'test', 'support', 'global-setup.ts'), ...filesUnder(join(projectRoot, 'src', 'db'))])}`);
+  const migrated = join(
+    TEMPLATE_DIR,
+    `pglite-template-${templateKey([lock, join(projectRoot, 'test', 'support', 'global-setup.ts'), ...filesUnder(join(projectRoot, 'src', 'db'))])}`,
+  );
   await buildTemplate(empty, null, async () => undefined);
   await buildTemplate(migrated, empty, async (pglite) => {
     const handle = await openDatabase({ pglite });

@@ -40,7 +40,8 @@ export class SpecChecker {
     this.ajv.addSchema(copy, 'spec');
     for (const [path, item] of Object.entries(doc.paths)) {
       for (const method of METHODS) {
-        if (item[method]) this.routes.add(method, path, { pointer: `/paths/${escape(path)}/${method}`, operation: item[method], cors: item['x-cors'] === true });
+        if (item[method])
+          this.routes.add(method, path, { pointer: `/paths/${escape(path)}/${method}`, operation: item[method], cors: item['x-cors'] === true });
       }
     }
   }
@@ -51,7 +52,10 @@ export class SpecChecker {
     while (typeof current.$ref === 'string') {
       const ref = current.$ref as string;
       at = ref.slice(1);
-      current = at.split('/').slice(1).reduce((n: any, key) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], this.doc);
+      current = at
+        .split('/')
+        .slice(1)
+        .reduce((n: any, key) => n[key.replace(/~1/g, '/').replace(/~0/g, '~')], this.doc);
     }
     return { node: current, pointer: at };
   }
@@ -86,12 +90,15 @@ export class SpecChecker {
     const { operation, pointer } = match.route;
     if (status === 501 && pending.has(operation.operationId)) {
       this.checkSchema('/components/schemas/Error', body, problems, `${operation.operationId} 501`);
-      if ((body as { code?: string } | undefined)?.code !== 'not_implemented') problems.push(`${operation.operationId} answered 501 without the code not_implemented`);
+      if ((body as { code?: string } | undefined)?.code !== 'not_implemented')
+        problems.push(`${operation.operationId} answered 501 without the code not_implemented`);
       return problems;
     }
     const declared = operation.responses?.[String(status)];
     if (!declared) {
-      problems.push(`${operation.operationId} answered ${status}, which the spec does not declare (declared: ${Object.keys(operation.responses ?? {}).join(', ')})`);
+      problems.push(
+        `${operation.operationId} answered ${status}, which the spec does not declare (declared: ${Object.keys(operation.responses ?? {}).join(', ')})`,
+      );
       return problems;
     }
     const response = this.resolve(declared, `${pointer}/responses/${status}`);
@@ -136,7 +143,9 @@ export class SpecChecker {
   private checkSchema(pointer: string, body: unknown, problems: string[], what: string): void {
     const validate = this.validator(pointer);
     if (!validate(body)) {
-      problems.push(`${what} does not match the spec: ${this.ajv.errorsText(validate.errors, { separator: '; ' })}\nbody: ${JSON.stringify(body).slice(0, 2000)}`);
+      problems.push(
+        `${what} does not match the spec: ${this.ajv.errorsText(validate.errors, { separator: '; ' })}\nbody: ${JSON.stringify(body).slice(0, 2000)}`,
+      );
     }
   }
 }

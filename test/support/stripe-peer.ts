@@ -38,7 +38,10 @@ const now = () => Math.floor(Date.now() / 1000);
 
 export async function startStripePeer(key = STRIPE_TEST_KEY) {
   const calls: StripeCall[] = [];
-  const customers = new Map<string, { id: string; name: string | null; email: string | null; metadata: Record<string, string>; paymentMethod: string | null }>();
+  const customers = new Map<
+    string,
+    { id: string; name: string | null; email: string | null; metadata: Record<string, string>; paymentMethod: string | null }
+  >();
   const subscriptions = new Map<string, Record<string, unknown>[]>();
   const byIdempotencyKey = new Map<string, unknown>();
   let down = false;
@@ -58,14 +61,16 @@ export async function startStripePeer(key = STRIPE_TEST_KEY) {
       metadata: state.plan ? { plan: state.plan } : {},
       items: {
         object: 'list',
-        data: [{
-          id: id('si'),
-          object: 'subscription_item',
-          quantity: state.quantity ?? 1,
-          current_period_start: start,
-          current_period_end: end,
-          price: { id: state.price, object: 'price', recurring: { interval: state.interval ?? 'month', interval_count: 1 } },
-        }],
+        data: [
+          {
+            id: id('si'),
+            object: 'subscription_item',
+            quantity: state.quantity ?? 1,
+            current_period_start: start,
+            current_period_end: end,
+            price: { id: state.price, object: 'price', recurring: { interval: state.interval ?? 'month', interval_count: 1 } },
+          },
+        ],
         has_more: false,
         url: '/v1/subscription_items',
       },
@@ -97,12 +102,31 @@ export async function startStripePeer(key = STRIPE_TEST_KEY) {
     if (call.method === 'POST' && call.path === '/v1/checkout/sessions') {
       if (!customers.has(call.form.customer ?? '')) return [400, error('No such customer')];
       const session = id('cs_test');
-      return [200, { id: session, object: 'checkout.session', mode: call.form.mode, customer: call.form.customer, url: `https://checkout.stripe.com/c/pay/${session}`, expires_at: now() + 86_400 }];
+      return [
+        200,
+        {
+          id: session,
+          object: 'checkout.session',
+          mode: call.form.mode,
+          customer: call.form.customer,
+          url: `https://checkout.stripe.com/c/pay/${session}`,
+          expires_at: now() + 86_400,
+        },
+      ];
     }
     if (call.method === 'POST' && call.path === '/v1/billing_portal/sessions') {
       if (!customers.has(call.form.customer ?? '')) return [400, error('No such customer')];
       const session = id('bps');
-      return [200, { id: session, object: 'billing_portal.session', customer: call.form.customer, return_url: call.form.return_url, url: `https://billing.stripe.com/p/session/${session}` }];
+      return [
+        200,
+        {
+          id: session,
+          object: 'billing_portal.session',
+          customer: call.form.customer,
+          return_url: call.form.return_url,
+          url: `https://billing.stripe.com/p/session/${session}`,
+        },
+      ];
     }
     return [404, error(`Unrecognized request URL (${call.method}: ${call.path}).`)];
   }
@@ -148,7 +172,10 @@ export async function startStripePeer(key = STRIPE_TEST_KEY) {
     customers,
     /** What Stripe now says the customer's subscriptions are (a checkout completed, a change in the portal). */
     setSubscriptions(customer: string, states: SubscriptionState[]): void {
-      subscriptions.set(customer, states.map((s) => subscription(customer, s)));
+      subscriptions.set(
+        customer,
+        states.map((s) => subscription(customer, s)),
+      );
     },
     setEmail(customer: string, email: string | null): void {
       const c = customers.get(customer);
@@ -158,10 +185,11 @@ export async function startStripePeer(key = STRIPE_TEST_KEY) {
     setDown(value: boolean): void {
       down = value;
     },
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 

@@ -8,7 +8,13 @@ import type { DatabaseHandle, Db } from '../../src/db/database';
 
 const db = {} as Db;
 const credential = { scheme: 'bearer' as const, secret: 'xyz_1' };
-const caller: Caller = { kind: 'scim_token', userId: null, tokenId: 'stk_1', orgId: 'org_1', access: { orgId: 'org_1', requireMfa: false, permissions: new Set() } };
+const caller: Caller = {
+  kind: 'scim_token',
+  userId: null,
+  tokenId: 'stk_1',
+  orgId: 'org_1',
+  access: { orgId: 'org_1', requireMfa: false, permissions: new Set() },
+};
 
 /** Counts lookups; `gate` (when set) holds a lookup until released. */
 function countingAuthenticator(cacheable = true) {

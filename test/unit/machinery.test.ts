@@ -39,7 +39,7 @@ describe('PathRouter', () => {
     expect(router.match('DELETE', '/team/mine/members/usr_1')?.route).toBe('removeTeamMember');
   });
 
-  it('tells the description\'s look-alike file paths apart in the real document: literal segments win', () => {
+  it("tells the description's look-alike file paths apart in the real document: literal segments win", () => {
     const routes = new PathRouter<string>();
     for (const [id, meta] of Object.entries(generatedOperations)) routes.add(meta.method, meta.path, id);
     expect(routes.match('GET', '/file/upload-request/upreq_01jg3b7f0k2q8yq9w6r1c4d5e6')?.route).toBe('getUploadRequest');
@@ -70,7 +70,19 @@ describe('outbound address policy', () => {
   });
 
   it('calls only global unicast IPv6: the forms that embed IPv4, 6to4, NAT64, site-local and documentation blocks are not public', () => {
-    for (const address of ['::127.0.0.1', '::7f00:1', '::ffff:0:127.0.0.1', '2002:7f00:1::', '64:ff9b::7f00:1', '64:ff9b:1::1', 'fec0::1', '2001:db8::1', '2001::1', '3fff::1', 'fd12::1']) {
+    for (const address of [
+      '::127.0.0.1',
+      '::7f00:1',
+      '::ffff:0:127.0.0.1',
+      '2002:7f00:1::',
+      '64:ff9b::7f00:1',
+      '64:ff9b:1::1',
+      'fec0::1',
+      '2001:db8::1',
+      '2001::1',
+      '3fff::1',
+      'fd12::1',
+    ]) {
       expect([address, classifyAddress(address)]).toEqual([address, 'private']);
     }
     expect(classifyAddress('::ffff:7f00:1')).toBe('loopback');

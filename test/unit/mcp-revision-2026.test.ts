@@ -23,7 +23,15 @@ describe('eraOf', () => {
 
   it('refuses with the codes the revision defines', () => {
     const code = (era: ReturnType<typeof eraOf>) => (era.era === 'refused' ? [era.status, era.body.error.code] : era.era);
-    expect(code(eraOf(headers('2027-01-01', 'tools/list'), { ...request('tools/list'), params: { _meta: { ...meta, 'io.modelcontextprotocol/protocolVersion': '2027-01-01' } } }, 'r'))).toEqual([400, -32022]);
+    expect(
+      code(
+        eraOf(
+          headers('2027-01-01', 'tools/list'),
+          { ...request('tools/list'), params: { _meta: { ...meta, 'io.modelcontextprotocol/protocolVersion': '2027-01-01' } } },
+          'r',
+        ),
+      ),
+    ).toEqual([400, -32022]);
     expect(code(eraOf(headers('2027-01-01'), { jsonrpc: '2.0', id: 1, method: 'ping' }, 'r'))).toEqual([400, -32000]);
     expect(code(eraOf(headers(undefined, 'tools/list'), request('tools/list'), 'r'))).toEqual([400, -32020]);
     // A handshake header with _meta naming another revision: the header must match _meta.
@@ -36,11 +44,23 @@ describe('eraOf', () => {
   });
 
   it('answers an unsupported version with the request id and the supported versions', () => {
-    const era = eraOf(headers('1999-01-01', 'server/discover'), { jsonrpc: '2.0', id: 'd', method: 'server/discover', params: { _meta: { ...meta, 'io.modelcontextprotocol/protocolVersion': '1999-01-01' } } }, 'req_9');
+    const era = eraOf(
+      headers('1999-01-01', 'server/discover'),
+      { jsonrpc: '2.0', id: 'd', method: 'server/discover', params: { _meta: { ...meta, 'io.modelcontextprotocol/protocolVersion': '1999-01-01' } } },
+      'req_9',
+    );
     expect(era).toEqual({
       era: 'refused',
       status: 400,
-      body: { jsonrpc: '2.0', id: 'd', error: { code: -32022, message: 'Unsupported protocol version', data: { supported: ['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26'], requested: '1999-01-01', request_id: 'req_9' } } },
+      body: {
+        jsonrpc: '2.0',
+        id: 'd',
+        error: {
+          code: -32022,
+          message: 'Unsupported protocol version',
+          data: { supported: ['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26'], requested: '1999-01-01', request_id: 'req_9' },
+        },
+      },
     });
   });
 });
@@ -66,8 +86,17 @@ describe('modernResponse', () => {
 
 describe('withoutHeaderMirroring', () => {
   it('drops x-mcp-header wherever the input schema has it, and returns other tools as they are', () => {
-    const tool = { name: 'a__b', inputSchema: { type: 'object', properties: { r: { type: 'string', 'x-mcp-header': 'R' }, n: { type: 'object', properties: { z: { type: 'integer', 'x-mcp-header': 'Z' } } } } } };
-    expect(withoutHeaderMirroring(tool).inputSchema).toEqual({ type: 'object', properties: { r: { type: 'string' }, n: { type: 'object', properties: { z: { type: 'integer' } } } } });
+    const tool = {
+      name: 'a__b',
+      inputSchema: {
+        type: 'object',
+        properties: { r: { type: 'string', 'x-mcp-header': 'R' }, n: { type: 'object', properties: { z: { type: 'integer', 'x-mcp-header': 'Z' } } } },
+      },
+    };
+    expect(withoutHeaderMirroring(tool).inputSchema).toEqual({
+      type: 'object',
+      properties: { r: { type: 'string' }, n: { type: 'object', properties: { z: { type: 'integer' } } } },
+    });
     const plain = { name: 'c__d', inputSchema: { type: 'object' } };
     expect(withoutHeaderMirroring(plain)).toBe(plain);
   });

@@ -27,7 +27,9 @@ beforeAll(async () => {
     if (req.url === '/redirect') return res.writeHead(302, { location: 'http://169.254.169.254/latest' }).end();
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString()));
-    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ method: req.method, body, auth: req.headers.authorization ?? null })));
+    req.on('end', () =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ method: req.method, body, auth: req.headers.authorization ?? null })),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -51,7 +53,10 @@ it('refuses loopback unless the policy allows it, also behind a host name', asyn
   await expect(strict.fetch(`${base}/echo`)).rejects.toBeInstanceOf(OutboundRefused);
   // The machine's own name resolves to one of its addresses: refused when the connection is made.
   const name = hostname();
-  const address = await lookup(name).then((r) => r.address, () => null);
+  const address = await lookup(name).then(
+    (r) => r.address,
+    () => null,
+  );
   if (address && classifyAddress(address) !== 'public') {
     const port = (server.address() as AddressInfo).port;
     await expect(strict.fetch(`http://${name}:${port}/echo`)).rejects.toBeInstanceOf(OutboundRefused);

@@ -67,11 +67,25 @@ describe('RestrictionToolPattern globs', () => {
 
 describe('Policy.evaluate (pure)', () => {
   const subject = { orgId: 'org_x', userId: 'usr_x', roleIds: [], teamIds: [] };
-  const r = (id: string, effect: PolicyRestrictionInput['effect'], match: Partial<Pick<PolicyRestrictionInput, 'connector_slug' | 'tool_pattern' | 'synthetic_tool_id'>>, exceptions: PolicyRestrictionInput['exceptions'] = []): PolicyRestrictionInput => ({
-    id, effect, connector_slug: match.connector_slug ?? null, tool_pattern: match.tool_pattern ?? null, synthetic_tool_id: match.synthetic_tool_id ?? null, exceptions,
+  const r = (
+    id: string,
+    effect: PolicyRestrictionInput['effect'],
+    match: Partial<Pick<PolicyRestrictionInput, 'connector_slug' | 'tool_pattern' | 'synthetic_tool_id'>>,
+    exceptions: PolicyRestrictionInput['exceptions'] = [],
+  ): PolicyRestrictionInput => ({
+    id,
+    effect,
+    connector_slug: match.connector_slug ?? null,
+    tool_pattern: match.tool_pattern ?? null,
+    synthetic_tool_id: match.synthetic_tool_id ?? null,
+    exceptions,
   });
   const up = (connector_slug: string, tool: string): ToolRef => ({ kind: 'upstream', connector_slug, tool });
-  const syn = (id: string, steps: [string, string][]): ToolRef => ({ kind: 'synthetic', id, steps: steps.map(([connector_slug, tool]) => ({ connector_slug, tool })) });
+  const syn = (id: string, steps: [string, string][]): ToolRef => ({
+    kind: 'synthetic',
+    id,
+    steps: steps.map(([connector_slug, tool]) => ({ connector_slug, tool })),
+  });
 
   it('nothing restricted: listed and callable', () => {
     expect(Policy.of(subject, []).evaluate(up('github', 'delete_repo'))).toEqual({ listed: true, callable: true, deniedBy: [], heldBy: [] });
@@ -86,7 +100,8 @@ describe('Policy.evaluate (pure)', () => {
   });
 
   it('exceptions: whole restriction, one connector, one tool', () => {
-    const hold = (exceptions: PolicyRestrictionInput['exceptions']) => Policy.of(subject, [r('rst_a', 'require_approval', { tool_pattern: 'delete_*' }, exceptions)]);
+    const hold = (exceptions: PolicyRestrictionInput['exceptions']) =>
+      Policy.of(subject, [r('rst_a', 'require_approval', { tool_pattern: 'delete_*' }, exceptions)]);
     expect(hold([{ connector_slug: null, tool_name: null, synthetic_tool_id: null }]).evaluate(up('linear', 'delete_issue')).callable).toBe(true);
     const connector = hold([{ connector_slug: 'github', tool_name: null, synthetic_tool_id: null }]);
     expect(connector.evaluate(up('github', 'delete_repo')).callable).toBe(true);
@@ -99,13 +114,29 @@ describe('Policy.evaluate (pure)', () => {
   it('synthetic tools: by id, and through a step; held until every matched step is covered', () => {
     const p = Policy.of(subject, [
       r('rst_id', 'require_approval', { synthetic_tool_id: 'stool_a' }),
-      r('rst_step', 'require_approval', { connector_slug: 'github', tool_pattern: 'delete_*' }, [{ connector_slug: 'github', tool_name: 'delete_branch', synthetic_tool_id: null }]),
+      r('rst_step', 'require_approval', { connector_slug: 'github', tool_pattern: 'delete_*' }, [
+        { connector_slug: 'github', tool_name: 'delete_branch', synthetic_tool_id: null },
+      ]),
       r('rst_deny', 'deny', { connector_slug: 'slack', tool_pattern: 'post_*' }),
     ]);
     expect(p.evaluate(syn('stool_a', [['linear', 'list_issues']]))).toEqual({ listed: true, callable: false, deniedBy: [], heldBy: ['rst_id'] });
     expect(p.evaluate(syn('stool_b', [['github', 'delete_branch']])).callable).toBe(true);
-    expect(p.evaluate(syn('stool_b', [['github', 'delete_branch'], ['github', 'delete_repo']])).heldBy).toEqual(['rst_step']);
-    expect(p.evaluate(syn('stool_c', [['linear', 'list_issues'], ['slack', 'post_message']]))).toEqual({ listed: false, callable: false, deniedBy: ['rst_deny'], heldBy: [] });
+    expect(
+      p.evaluate(
+        syn('stool_b', [
+          ['github', 'delete_branch'],
+          ['github', 'delete_repo'],
+        ]),
+      ).heldBy,
+    ).toEqual(['rst_step']);
+    expect(
+      p.evaluate(
+        syn('stool_c', [
+          ['linear', 'list_issues'],
+          ['slack', 'post_message'],
+        ]),
+      ),
+    ).toEqual({ listed: false, callable: false, deniedBy: ['rst_deny'], heldBy: [] });
     // A restriction on a synthetic tool never matches an upstream tool.
     expect(p.evaluate(up('linear', 'list_issues')).callable).toBe(true);
   });

@@ -31,7 +31,11 @@ function withSpecCopy(addArea: (spec: string) => void, check: (assembled: string
 describe('spec assembly', () => {
   it('appends the permissions an area declares to the catalog, with their descriptions', () => {
     withSpecCopy(
-      (spec) => writeFileSync(join(spec, 'schemas', 'widgets.yml'), YAML.stringify({ 'x-permissions': { 'widget:view': 'Read widgets.', 'widget:manage': 'Change widgets.' } })),
+      (spec) =>
+        writeFileSync(
+          join(spec, 'schemas', 'widgets.yml'),
+          YAML.stringify({ 'x-permissions': { 'widget:view': 'Read widgets.', 'widget:manage': 'Change widgets.' } }),
+        ),
       (dir) => {
         const permission = readYaml(join(dir, 'schemas', 'permissions.yml')).Permission;
         expect(permission.enum.slice(0, 2)).toEqual(['organization:view', 'organization:manage']);
@@ -44,13 +48,17 @@ describe('spec assembly', () => {
   it('refuses a permission declared twice or not named resource:action', () => {
     expect(() =>
       withSpecCopy(
-        (spec) => writeFileSync(join(spec, 'schemas', 'widgets.yml'), YAML.stringify({ 'x-permissions': { 'connector:view': 'Again.', 'Widget-Manage': 'Bad name.' } })),
+        (spec) =>
+          writeFileSync(
+            join(spec, 'schemas', 'widgets.yml'),
+            YAML.stringify({ 'x-permissions': { 'connector:view': 'Again.', 'Widget-Manage': 'Bad name.' } }),
+          ),
         () => undefined,
       ),
     ).toThrow(/permission connector:view is declared twice[\s\S]*permission Widget-Manage must be resource:action/);
   });
 
-  it('adds the tags an area declares after the root\'s', () => {
+  it("adds the tags an area declares after the root's", () => {
     withSpecCopy(
       (spec) => writeFileSync(join(spec, 'paths', 'widgets.yml'), YAML.stringify({ 'x-tags': [{ name: 'Widgets', description: 'Widgets.' }] })),
       (dir) => {

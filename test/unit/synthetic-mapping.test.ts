@@ -2,7 +2,16 @@
 // templates, literals, the save-time checks, and that nothing a member writes reaches a
 // prototype or runs as code.
 import {
-  checkValue, evaluate, escapeToken, MappingError, parsePointer, parseTemplate, renderTemplate, resolvePointer, stepsReferred, type MappingProblem,
+  checkValue,
+  evaluate,
+  escapeToken,
+  MappingError,
+  parsePointer,
+  parseTemplate,
+  renderTemplate,
+  resolvePointer,
+  stepsReferred,
+  type MappingProblem,
 } from '../../src/areas/synthetic-tools/mapping';
 import { resultOf } from '../../src/areas/synthetic-tools/synthetic-tools.run';
 
@@ -63,7 +72,16 @@ describe('templates', () => {
   });
 
   it('refuses anything but input and step placeholders: no expressions, no names', () => {
-    for (const bad of ['{{constructor}}', '{{input}}', '{{ input:/repo }}', '{{step:Ticket:/x}}', '{{process.exit(1)}}', '{{this}}', '{{input:repo}}', 'open {{']) {
+    for (const bad of [
+      '{{constructor}}',
+      '{{input}}',
+      '{{ input:/repo }}',
+      '{{step:Ticket:/x}}',
+      '{{process.exit(1)}}',
+      '{{this}}',
+      '{{input:repo}}',
+      'open {{',
+    ]) {
       expect(() => parseTemplate(bad)).toThrow(MappingError);
     }
     expect(parseTemplate('a{{step:ticket}}b')).toEqual([{ text: 'a' }, { step: 'ticket', pointer: '' }, { text: 'b' }]);
@@ -84,8 +102,15 @@ describe('evaluate', () => {
       plain: { a: null, b: true, c: 'x' },
     };
     expect(evaluate(value, scope)).toEqual({
-      id: 4821, missing: null, fallback: 7, subject: 'Export times out', whole: 'plain text', line: 'T-4821',
-      literal: { $input: 'not a reference', $step: 'x' }, list: [1, 10, [ 'export' ]], plain: { a: null, b: true, c: 'x' },
+      id: 4821,
+      missing: null,
+      fallback: 7,
+      subject: 'Export times out',
+      whole: 'plain text',
+      line: 'T-4821',
+      literal: { $input: 'not a reference', $step: 'x' },
+      list: [1, 10, ['export']],
+      plain: { a: null, b: true, c: 'x' },
     });
   });
 
@@ -125,12 +150,21 @@ describe('evaluate', () => {
 
 describe('checks when saved', () => {
   it('accepts the reference forms and plain JSON', () => {
-    expect(problems({ a: { $input: '/x', default: 1 }, b: [{ $step: 'ticket', pointer: '/a~1b' }], c: { $template: '{{step:ticket:/s}}' }, d: { $literal: { $x: 1 } } })).toEqual([]);
+    expect(
+      problems({
+        a: { $input: '/x', default: 1 },
+        b: [{ $step: 'ticket', pointer: '/a~1b' }],
+        c: { $template: '{{step:ticket:/s}}' },
+        d: { $literal: { $x: 1 } },
+      }),
+    ).toEqual([]);
   });
 
   it('points at every problem', () => {
     expect(problems({ $step: 'later' })).toEqual([{ pointer: '/steps/1/arguments/q/$step', message: 'refers to step "later", which is not an earlier step' }]);
-    expect(problems({ x: { $template: 'see {{step:later:/a}}' } })).toEqual([{ pointer: '/steps/1/arguments/q/x/$template', message: 'refers to step "later", which is not an earlier step' }]);
+    expect(problems({ x: { $template: 'see {{step:later:/a}}' } })).toEqual([
+      { pointer: '/steps/1/arguments/q/x/$template', message: 'refers to step "later", which is not an earlier step' },
+    ]);
     expect(problems({ $input: 'no-slash' })[0]?.pointer).toBe('/steps/1/arguments/q/$input');
     expect(problems({ $input: '/x', extra: 1 })[0]?.pointer).toBe('/steps/1/arguments/q/extra');
     expect(problems({ 'a/b': { $eval: 'x' } })[0]?.pointer).toBe('/steps/1/arguments/q/a~1b/$eval');
@@ -141,7 +175,10 @@ describe('checks when saved', () => {
   });
 
   it('knows which steps a value refers to', () => {
-    expect([...stepsReferred({ a: { $step: 'one' }, b: [{ $template: '{{step:two:/x}} {{input:/y}}' }], c: { $literal: { $step: 'no' } } })]).toEqual(['one', 'two']);
+    expect([...stepsReferred({ a: { $step: 'one' }, b: [{ $template: '{{step:two:/x}} {{input:/y}}' }], c: { $literal: { $step: 'no' } } })]).toEqual([
+      'one',
+      'two',
+    ]);
   });
 });
 
@@ -149,6 +186,13 @@ describe("a step's result", () => {
   it('is structuredContent, else text as JSON, else the text', () => {
     expect(resultOf({ content: [{ type: 'text', text: 'ignored' }], structuredContent: { a: 1 } })).toEqual({ a: 1 });
     expect(resultOf({ content: [{ type: 'text', text: '{"b": [1, 2]}' }] })).toEqual({ b: [1, 2] });
-    expect(resultOf({ content: [{ type: 'text', text: 'one' }, { type: 'text', text: 'two' }] })).toBe('one\ntwo');
+    expect(
+      resultOf({
+        content: [
+          { type: 'text', text: 'one' },
+          { type: 'text', text: 'two' },
+        ],
+      }),
+    ).toBe('one\ntwo');
   });
 });

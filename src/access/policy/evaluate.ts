@@ -14,8 +14,7 @@ export interface PolicySubject {
 }
 
 export type ToolRef =
-  | { kind: 'upstream'; connector_slug: string; tool: string }
-  | { kind: 'synthetic'; id: string; steps: readonly { connector_slug: string; tool: string }[] };
+  { kind: 'upstream'; connector_slug: string; tool: string } | { kind: 'synthetic'; id: string; steps: readonly { connector_slug: string; tool: string }[] };
 
 export interface Verdict {
   /** False when a `deny` matches. */
@@ -76,7 +75,13 @@ export class Policy {
   /** A policy from restriction rows and exception rows as the database holds them. */
   static compiled(
     subject: PolicySubject,
-    rows: readonly { id: string; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null }[],
+    rows: readonly {
+      id: string;
+      effect: 'deny' | 'require_approval';
+      match_connector_slug: string | null;
+      match_tool_pattern: string | null;
+      match_synthetic_tool_id: string | null;
+    }[],
     exceptions: readonly { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null }[],
     changesAt: Date | null = null,
   ): Policy {
@@ -104,14 +109,16 @@ export class Policy {
   static of(subject: PolicySubject, restrictions: readonly PolicyRestrictionInput[]): Policy {
     return new Policy(
       subject,
-      [...restrictions].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).map((r) => ({
-        id: r.id,
-        effect: r.effect,
-        connectorSlug: r.connector_slug,
-        tool: r.tool_pattern === null ? null : compileGlob(r.tool_pattern),
-        syntheticToolId: r.synthetic_tool_id,
-        exceptions: r.exceptions ?? [],
-      })),
+      [...restrictions]
+        .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+        .map((r) => ({
+          id: r.id,
+          effect: r.effect,
+          connectorSlug: r.connector_slug,
+          tool: r.tool_pattern === null ? null : compileGlob(r.tool_pattern),
+          syntheticToolId: r.synthetic_tool_id,
+          exceptions: r.exceptions ?? [],
+        })),
     );
   }
 
@@ -160,7 +167,8 @@ function mergeById(a: readonly CompiledRestriction[], b: readonly CompiledRestri
   const out: CompiledRestriction[] = [];
   let i = 0;
   let j = 0;
-  while (i < a.length && j < b.length) out.push(byId(a[i] as CompiledRestriction, b[j] as CompiledRestriction) <= 0 ? (a[i++] as CompiledRestriction) : (b[j++] as CompiledRestriction));
+  while (i < a.length && j < b.length)
+    out.push(byId(a[i] as CompiledRestriction, b[j] as CompiledRestriction) <= 0 ? (a[i++] as CompiledRestriction) : (b[j++] as CompiledRestriction));
   while (i < a.length) out.push(a[i++] as CompiledRestriction);
   while (j < b.length) out.push(b[j++] as CompiledRestriction);
   return out;
@@ -190,10 +198,7 @@ function matches(r: CompiledRestriction, tool: ToolRef): boolean {
 /** An exception of `r` covering the upstream tool. */
 function coversUpstream(r: CompiledRestriction, connectorSlug: string, tool: string): boolean {
   return r.exceptions.some(
-    (e) =>
-      e.synthetic_tool_id === null &&
-      (e.connector_slug === null || e.connector_slug === connectorSlug) &&
-      (e.tool_name === null || e.tool_name === tool),
+    (e) => e.synthetic_tool_id === null && (e.connector_slug === null || e.connector_slug === connectorSlug) && (e.tool_name === null || e.tool_name === tool),
   );
 }
 

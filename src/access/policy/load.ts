@@ -12,8 +12,15 @@ import { Policy, type PolicySubject } from './evaluate';
 export async function loadPolicyForMember(db: Executor, orgId: string, userId: string, now: Date): Promise<Policy> {
   type ExceptionRow = { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null };
   const result = await sql<{
-    role_ids: string[]; team_ids: string[]; exceptions: ExceptionRow[] | string; exceptions_end: Date | string | null;
-    id: string | null; effect: 'deny' | 'require_approval'; match_connector_slug: string | null; match_tool_pattern: string | null; match_synthetic_tool_id: string | null;
+    role_ids: string[];
+    team_ids: string[];
+    exceptions: ExceptionRow[] | string;
+    exceptions_end: Date | string | null;
+    id: string | null;
+    effect: 'deny' | 'require_approval';
+    match_connector_slug: string | null;
+    match_tool_pattern: string | null;
+    match_synthetic_tool_id: string | null;
   }>`
     with subject as (
       select
@@ -90,4 +97,3 @@ export async function policySubjectOf(db: Executor, orgId: string, userId: strin
   ]);
   return { orgId, userId, roleIds: roles.map((r) => r.role_id), teamIds: teams.map((t) => t.team_id) };
 }
-

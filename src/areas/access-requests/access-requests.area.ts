@@ -7,7 +7,10 @@ export default defineArea({
   handlers: {
     async listAccessRequests({ query }, ctx) {
       const page = pageRequest(query, 'accessRequest');
-      return { status: 200, body: await requests.list(ctx, page, { status: query.status, requester_user_id: query.requester_user_id, restriction_id: query.restriction_id }) };
+      return {
+        status: 200,
+        body: await requests.list(ctx, page, { status: query.status, requester_user_id: query.requester_user_id, restriction_id: query.restriction_id }),
+      };
     },
     async createAccessRequest({ body }, ctx) {
       const created = await requests.create(ctx, body);

@@ -4,8 +4,21 @@ import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 
 export const COLUMNS = [
-  'id', 'org_id', 'requester_user_id', 'restriction_id', 'connector_slug', 'tool_name', 'synthetic_tool_id', 'reason', 'status',
-  'resolved_by_user_id', 'resolution_note', 'resolved_at', 'exception_expires_at', 'created_at', 'updated_at',
+  'id',
+  'org_id',
+  'requester_user_id',
+  'restriction_id',
+  'connector_slug',
+  'tool_name',
+  'synthetic_tool_id',
+  'reason',
+  'status',
+  'resolved_by_user_id',
+  'resolution_note',
+  'resolved_at',
+  'exception_expires_at',
+  'created_at',
+  'updated_at',
 ] as const;
 
 export type AccessRequestRow = Pick<Row<'access_requests'>, (typeof COLUMNS)[number]>;

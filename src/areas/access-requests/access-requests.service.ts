@@ -44,7 +44,12 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: repo.
   }
   const unknown = [];
   if (filter.requester_user_id !== undefined && filter.requester_user_id !== ctx.user) {
-    const member = await ctx.db.selectFrom('memberships').select('user_id').where('org_id', '=', ctx.orgId).where('user_id', '=', filter.requester_user_id).executeTakeFirst();
+    const member = await ctx.db
+      .selectFrom('memberships')
+      .select('user_id')
+      .where('org_id', '=', ctx.orgId)
+      .where('user_id', '=', filter.requester_user_id)
+      .executeTakeFirst();
     if (!member) unknown.push({ in: 'query' as const, pointer: '/requester_user_id', message: 'names no member of this organization' });
   }
   if (filter.restriction_id !== undefined && !(await repo.restrictionNamed(ctx.db, ctx.orgId, filter.restriction_id))) {
@@ -77,8 +82,10 @@ async function appliesTo(db: Executor, orgId: string, r: RestrictionRow, userId:
 function scopeOf(r: RestrictionRow, body: Create): { connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null } {
   if (r.match_synthetic_tool_id !== null) {
     const problems = [];
-    if (body.connector_slug !== undefined) problems.push({ in: 'body' as const, pointer: '/connector_slug', message: 'must be left out: the restriction covers one synthetic tool' });
-    if (body.tool_name !== undefined) problems.push({ in: 'body' as const, pointer: '/tool_name', message: 'must be left out: the restriction covers one synthetic tool' });
+    if (body.connector_slug !== undefined)
+      problems.push({ in: 'body' as const, pointer: '/connector_slug', message: 'must be left out: the restriction covers one synthetic tool' });
+    if (body.tool_name !== undefined)
+      problems.push({ in: 'body' as const, pointer: '/tool_name', message: 'must be left out: the restriction covers one synthetic tool' });
     if (problems.length > 0) throw validationError(problems);
     return { connector_slug: null, tool_name: null, synthetic_tool_id: r.match_synthetic_tool_id };
   }
@@ -109,14 +116,29 @@ export async function create(ctx: RequestContext, body: Create): Promise<AccessR
     const scope = scopeOf(r, body);
     const applies = await appliesTo(w.db, ctx.orgId, r, userId);
     if (!r.is_active || r.effect !== 'require_approval' || !applies) {
-      const why = !r.is_active ? 'it is inactive' : r.effect === 'deny' ? 'it denies; only an administrator changing it lifts a deny' : 'it does not apply to you';
+      const why = !r.is_active
+        ? 'it is inactive'
+        : r.effect === 'deny'
+          ? 'it denies; only an administrator changing it lifts a deny'
+          : 'it does not apply to you';
       throw new ApiError('restriction_not_requestable', `Restriction ${r.id} takes no access requests from you: ${why}.`);
     }
-    if (await repo.openRequestFor(w.db, ctx.orgId, userId, { restriction_id: r.id, connector_slug: scope.connector_slug, tool_name: scope.tool_name }, new Date())) {
-      throw new ApiError('access_request_exists', 'You already have a pending request, or an approval that has not expired, for this restriction, connector and tool.');
+    if (
+      await repo.openRequestFor(w.db, ctx.orgId, userId, { restriction_id: r.id, connector_slug: scope.connector_slug, tool_name: scope.tool_name }, new Date())
+    ) {
+      throw new ApiError(
+        'access_request_exists',
+        'You already have a pending request, or an approval that has not expired, for this restriction, connector and tool.',
+      );
     }
     const inserted = await repo.insertAccessRequest(w.db, {
-      id: newId('accessRequest'), org_id: ctx.orgId, requester_user_id: userId, restriction_id: r.id, ...scope, reason: body.reason, status: 'pending',
+      id: newId('accessRequest'),
+      org_id: ctx.orgId,
+      requester_user_id: userId,
+      restriction_id: r.id,
+      ...scope,
+      reason: body.reason,
+      status: 'pending',
     });
     w.audit({ targetId: inserted.id, changes: { restriction_id: r.id, ...scope, reason: body.reason } });
     w.emit('access_request.created', { access_request: repo.toEventAccessRequest(inserted) });
@@ -141,11 +163,13 @@ export async function resolve(ctx: RequestContext, id: string, body: Resolve): P
       if (expiresAt.getTime() <= now.getTime()) throw validationError([{ in: 'body', pointer: '/expires_at', message: 'must be in the future' }]);
     }
   }
-  if (found.requester_user_id === ctx.user) throw new ApiError('cannot_resolve_own_request', 'Nobody resolves their own access request; someone else holding access_request:resolve must.');
+  if (found.requester_user_id === ctx.user)
+    throw new ApiError('cannot_resolve_own_request', 'Nobody resolves their own access request; someone else holding access_request:resolve must.');
   const row = await ctx.write(async (w) => {
     const current = await repo.findAccessRequest(w.db, ctx.orgId, id, true);
     if (!current) throw notFound(WHAT, id);
-    if (current.status !== 'pending') throw new ApiError('invalid_transition', `Access request ${id} is ${current.status}; only a pending request can be resolved.`);
+    if (current.status !== 'pending')
+      throw new ApiError('invalid_transition', `Access request ${id} is ${current.status}; only a pending request can be resolved.`);
     const updated = await repo.transition(w.db, ctx.orgId, id, {
       status: body.decision,
       resolved_by_user_id: ctx.user,
@@ -167,10 +191,15 @@ async function tellRequester(ctx: RequestContext, row: repo.AccessRequestRow): P
   try {
     const user = await ctx.db.selectFrom('users').select(['email']).where('id', '=', row.requester_user_id).executeTakeFirst();
     if (!user) return;
-    const what = row.synthetic_tool_id ?? ([row.connector_slug, row.tool_name].filter(Boolean).join(' / ') || `everything restriction ${row.restriction_id} holds back`);
+    const what =
+      row.synthetic_tool_id ?? ([row.connector_slug, row.tool_name].filter(Boolean).join(' / ') || `everything restriction ${row.restriction_id} holds back`);
     const lines = [
       `Your access request ${row.id} (${what}) was ${row.status}.`,
-      row.status === 'approved' ? (row.exception_expires_at ? `The exception lasts until ${row.exception_expires_at.toISOString()}.` : 'The exception lasts as long as the restriction exists.') : null,
+      row.status === 'approved'
+        ? row.exception_expires_at
+          ? `The exception lasts until ${row.exception_expires_at.toISOString()}.`
+          : 'The exception lasts as long as the restriction exists.'
+        : null,
       row.resolution_note ? `Note: ${row.resolution_note}` : null,
     ].filter((l): l is string => l !== null);
     await ctx.deps.mailer.send({ to: [user.email], subject: `Access request ${row.status}`, text: lines.join('\n') });
@@ -184,7 +213,8 @@ export async function withdraw(ctx: RequestContext, id: string): Promise<AccessR
     const current = await repo.findAccessRequest(w.db, ctx.orgId, id, true);
     if (!current || (current.requester_user_id !== ctx.user && !readsAll(ctx))) throw notFound(WHAT, id);
     if (current.requester_user_id !== ctx.user) throw new ApiError('insufficient_access', 'Only the member who filed an access request may withdraw it.');
-    if (current.status !== 'pending') throw new ApiError('invalid_transition', `Access request ${id} is ${current.status}; only a pending request can be withdrawn.`);
+    if (current.status !== 'pending')
+      throw new ApiError('invalid_transition', `Access request ${id} is ${current.status}; only a pending request can be withdrawn.`);
     const updated = await repo.transition(w.db, ctx.orgId, id, { status: 'withdrawn', resolved_at: new Date() });
     if (!updated) throw new ApiError('invalid_transition', `Access request ${id} is no longer pending.`);
     w.audit({ targetId: id, changes: { status: 'withdrawn' } });

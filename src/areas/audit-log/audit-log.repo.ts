@@ -13,8 +13,20 @@ export interface AuditFilter {
 }
 
 const COLUMNS = [
-  'a.id', 'a.actor_type', 'a.actor_id', 'a.actor_user_id', 'a.action', 'a.target_type', 'a.target_id', 'a.changes',
-  'a.ip', 'a.user_agent', 'a.request_id', 'a.created_at', 'u.email as actor_email', 't.name as token_name',
+  'a.id',
+  'a.actor_type',
+  'a.actor_id',
+  'a.actor_user_id',
+  'a.action',
+  'a.target_type',
+  'a.target_id',
+  'a.changes',
+  'a.ip',
+  'a.user_agent',
+  'a.request_id',
+  'a.created_at',
+  'u.email as actor_email',
+  't.name as token_name',
 ] as const;
 
 function entries(db: Executor, orgId: string, retainedSince: Date | null) {
@@ -40,25 +52,35 @@ export function listEntries(db: Executor, orgId: string, retainedSince: Date | n
 }
 
 /** The query of listEntries, unexecuted (the bench explains it). */
-export function listEntriesQuery(db: Executor, orgId: string, retainedSince: Date | null, page: { limit: number; after: string | undefined }, filter: AuditFilter) {
+export function listEntriesQuery(
+  db: Executor,
+  orgId: string,
+  retainedSince: Date | null,
+  page: { limit: number; after: string | undefined },
+  filter: AuditFilter,
+) {
   const { actor_type, actor_id, action, target_type, target_id, since, until } = filter;
-  return entries(db, orgId, retainedSince)
-    .$if(actor_type !== undefined, (q) => q.where('a.actor_type', '=', actor_type as ActorType))
-    // A user id also matches what that user's API tokens and MCP clients did (they act for the user).
-    .$if(actor_id !== undefined && actor_id.startsWith('usr_'), (q) => q.where('a.actor_user_id', '=', actor_id as string))
-    .$if(actor_id !== undefined && !actor_id.startsWith('usr_'), (q) => q.where('a.actor_id', '=', actor_id as string))
-    .$if(action !== undefined && action.endsWith('.*'), (q) => q.where(sql<string>`split_part(a.action, '.', 1)`, '=', (action as string).slice(0, -2)))
-    .$if(action !== undefined && !action.endsWith('.*'), (q) => q.where('a.action', '=', action as string))
-    .$if(target_type !== undefined, (q) => q.where('a.target_type', '=', target_type as string))
-    .$if(target_id !== undefined, (q) => q.where('a.target_id', '=', target_id as string))
-    .$if(since !== undefined, (q) => q.where('a.created_at', '>=', since as Date))
-    .$if(until !== undefined, (q) => q.where('a.created_at', '<', until as Date))
-    .$if(page.after !== undefined, (q) =>
-      q.where(sql<boolean>`(a.created_at, a.id) < ((select c.created_at from audit_log c where c.org_id = ${orgId} and c.id = ${page.after}), ${page.after})`),
-    )
-    .orderBy('a.created_at', 'desc')
-    .orderBy('a.id', 'desc')
-    .limit(page.limit + 1);
+  return (
+    entries(db, orgId, retainedSince)
+      .$if(actor_type !== undefined, (q) => q.where('a.actor_type', '=', actor_type as ActorType))
+      // A user id also matches what that user's API tokens and MCP clients did (they act for the user).
+      .$if(actor_id !== undefined && actor_id.startsWith('usr_'), (q) => q.where('a.actor_user_id', '=', actor_id as string))
+      .$if(actor_id !== undefined && !actor_id.startsWith('usr_'), (q) => q.where('a.actor_id', '=', actor_id as string))
+      .$if(action !== undefined && action.endsWith('.*'), (q) => q.where(sql<string>`split_part(a.action, '.', 1)`, '=', (action as string).slice(0, -2)))
+      .$if(action !== undefined && !action.endsWith('.*'), (q) => q.where('a.action', '=', action as string))
+      .$if(target_type !== undefined, (q) => q.where('a.target_type', '=', target_type as string))
+      .$if(target_id !== undefined, (q) => q.where('a.target_id', '=', target_id as string))
+      .$if(since !== undefined, (q) => q.where('a.created_at', '>=', since as Date))
+      .$if(until !== undefined, (q) => q.where('a.created_at', '<', until as Date))
+      .$if(page.after !== undefined, (q) =>
+        q.where(
+          sql<boolean>`(a.created_at, a.id) < ((select c.created_at from audit_log c where c.org_id = ${orgId} and c.id = ${page.after}), ${page.after})`,
+        ),
+      )
+      .orderBy('a.created_at', 'desc')
+      .orderBy('a.id', 'desc')
+      .limit(page.limit + 1)
+  );
 }
 
 export function findEntry(db: Executor, orgId: string, retainedSince: Date | null, id: string) {

@@ -60,8 +60,13 @@ export async function list(ctx: RequestContext, query: Query): Promise<Page<Audi
     throw validationError([{ in: 'query', pointer: '/since', message: 'must be before until' }]);
   }
   const filter: repo.AuditFilter = {
-    actor_type: query.actor_type, actor_id: query.actor_id, action: query.action,
-    target_type: query.target_type, target_id: query.target_id, since, until,
+    actor_type: query.actor_type,
+    actor_id: query.actor_id,
+    action: query.action,
+    target_type: query.target_type,
+    target_id: query.target_id,
+    since,
+    until,
   };
   const page = filteredPageRequest(query, 'auditEvent', { ...filter, since: since?.toISOString(), until: until?.toISOString() });
   const rows = await repo.listEntries(ctx.db, ctx.orgId, await retainedSince(ctx), page, filter);

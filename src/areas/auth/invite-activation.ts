@@ -63,7 +63,12 @@ export async function activateInvite({ query }: OperationInput<'activateInvite'>
     if (isUniqueViolation(err, 'users_email_key')) return signInFirst();
     throw err;
   }
-  const session = await startSession(ctx.db, { userId, expiresAt: new Date(Date.now() + SESSION_MAX_AGE_S * 1000), ip: ctx.client.ip, userAgent: ctx.client.userAgent });
+  const session = await startSession(ctx.db, {
+    userId,
+    expiresAt: new Date(Date.now() + SESSION_MAX_AGE_S * 1000),
+    ip: ctx.client.ip,
+    userAgent: ctx.client.userAgent,
+  });
   const outcome = await accept(ctx, token, userId);
   if (!outcome.ok) return signInFailed(ctx, outcome.reason);
   const cookie = `${SESSION_COOKIE}=${session.secret}; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=${SESSION_MAX_AGE_S}`;

@@ -15,7 +15,10 @@ export default defineArea({
   handlers: {
     async listConnections({ query }, ctx) {
       const page = pageRequest(query, 'connection');
-      return { status: 200, body: await connections.list(ctx, page, { connector_slug: query.connector_slug, status: query.status, owner_user_id: query.owner_user_id }) };
+      return {
+        status: 200,
+        body: await connections.list(ctx, page, { connector_slug: query.connector_slug, status: query.status, owner_user_id: query.owner_user_id }),
+      };
     },
     async createConnection({ body }, ctx) {
       const created = await connections.create(ctx, body);

@@ -4,15 +4,30 @@ import type { RequestContext } from '../../http/context';
 import { ApiError, notFound } from '../../http/errors';
 import { hashSecret } from '../../lib/crypto';
 import {
-  authorizationUrl, discoverProvider, exchangeCode, newState, OAuthFailure, pkcePair, registerClient, revokeToken,
-  type OAuthClientCredentials, type ProviderEndpoints,
+  authorizationUrl,
+  discoverProvider,
+  exchangeCode,
+  newState,
+  OAuthFailure,
+  pkcePair,
+  registerClient,
+  revokeToken,
+  type OAuthClientCredentials,
+  type ProviderEndpoints,
 } from '../../protocols/oauth-client/client';
 import type { OutboundLimits } from '../../outbound/client';
 import { resolveConnector, type ResolvedConnector } from '../connectors';
 import * as repo from './connections.repo';
 import {
-  authorizeContext, oauthClientContext, openCredentials, openOAuthClient, providerOf, sealCredentials, unavailable,
-  type StoredCredentials, type StoredOAuthClient,
+  authorizeContext,
+  oauthClientContext,
+  openCredentials,
+  openOAuthClient,
+  providerOf,
+  sealCredentials,
+  unavailable,
+  type StoredCredentials,
+  type StoredOAuthClient,
 } from '../../mcp/upstream/credentials';
 
 /**
@@ -80,11 +95,27 @@ export async function startAuthorization(
     const keep: StoredOAuthClient = { endpoints, client: auth.client_id ? null : registered, redirect_uri: redirectUri };
     const provider = providerOf(auth, keep);
     if (!provider.authorization_endpoint || !provider.client) throw new OAuthFailure('unreachable', null, 'The connector does not say where to authorize.');
-    const scopes = input.scopes ?? (input.fallbackScopes.length > 0 ? input.fallbackScopes : auth.scopes.length > 0 ? auth.scopes : endpoints?.scopes_supported ?? []);
+    const scopes =
+      input.scopes ?? (input.fallbackScopes.length > 0 ? input.fallbackScopes : auth.scopes.length > 0 ? auth.scopes : (endpoints?.scopes_supported ?? []));
     const state = newState();
     const pkce = pkcePair();
-    const url = authorizationUrl({ endpoint: provider.authorization_endpoint, clientId: provider.client.client_id, redirectUri, scopes, state, challenge: pkce.challenge, resource: connector.mcp_url });
-    const pending: PendingAuthorization = { user_id: ctx.user, verifier: pkce.verifier, authorize_url: url, return_to: input.returnTo, scopes, redirect_uri: redirectUri };
+    const url = authorizationUrl({
+      endpoint: provider.authorization_endpoint,
+      clientId: provider.client.client_id,
+      redirectUri,
+      scopes,
+      state,
+      challenge: pkce.challenge,
+      resource: connector.mcp_url,
+    });
+    const pending: PendingAuthorization = {
+      user_id: ctx.user,
+      verifier: pkce.verifier,
+      authorize_url: url,
+      return_to: input.returnTo,
+      scopes,
+      redirect_uri: redirectUri,
+    };
     return {
       authorize_state_hash: hashSecret(state),
       authorize_enc: ctx.deps.secrets.seal(JSON.stringify(pending), authorizeContext(id)),
@@ -109,7 +140,9 @@ export function authorizeUrlOf(ctx: RequestContext, row: repo.ConnectionRow, now
 // The callback
 // ---------------------------------------------------------------------------------------
 
-type Outcome = { result: 'connected' } | { result: 'failed'; error: 'access_denied' | 'provider_error' | 'invalid_state' | 'token_exchange_failed'; providerError?: string; lastError: string };
+type Outcome =
+  | { result: 'connected' }
+  | { result: 'failed'; error: 'access_denied' | 'provider_error' | 'invalid_state' | 'token_exchange_failed'; providerError?: string; lastError: string };
 
 /** Where the browser goes: `return_to` (a path) on the web app's address, with the outcome in the query. */
 function redirectTo(ctx: RequestContext, id: string, returnTo: string | null, outcome: Outcome): string {
@@ -137,7 +170,10 @@ export async function handleCallback(ctx: RequestContext, id: string, query: Cal
   const access = row ? await loadMemberAccess(ctx.db, caller.userId, row.org_id) : null;
   if (!row || !access) throw notFound('connection', id);
   if (access.requireMfa && !caller.secondFactorAt) {
-    throw new ApiError('mfa_setup_required', `Organization ${row.org_id} requires a second factor; verify one (POST /auth/mfa/verify) or enroll TOTP or a passkey first.`);
+    throw new ApiError(
+      'mfa_setup_required',
+      `Organization ${row.org_id} requires a second factor; verify one (POST /auth/mfa/verify) or enroll TOTP or a passkey first.`,
+    );
   }
   if (row.owner_user_id !== caller.userId) {
     throw new ApiError('not_connection_owner', `Only the owner of connection ${id} can complete its authorization.`);
@@ -147,22 +183,44 @@ export async function handleCallback(ctx: RequestContext, id: string, query: Cal
   const claimed = await repo.claimAuthorization(ctx.db, id, hashSecret(query.state), new Date());
   const pending = claimed?.authorize_enc ? (JSON.parse(ctx.deps.secrets.open(claimed.authorize_enc, authorizeContext(id))) as PendingAuthorization) : null;
   const returnTo = pending?.return_to ?? null;
-  const outcome = pending && pending.user_id === caller.userId
-    ? await exchange(ctx, row, pending, claimed?.oauth_client_enc ?? null, query)
-    : { result: 'failed' as const, error: 'invalid_state' as const, lastError: 'The authorization could not be completed: it was unknown, used, expired, or replaced by a newer one.' };
+  const outcome =
+    pending && pending.user_id === caller.userId
+      ? await exchange(ctx, row, pending, claimed?.oauth_client_enc ?? null, query)
+      : {
+          result: 'failed' as const,
+          error: 'invalid_state' as const,
+          lastError: 'The authorization could not be completed: it was unknown, used, expired, or replaced by a newer one.',
+        };
   if (outcome.result === 'failed') await repo.recordError(ctx.db, id, outcome.lastError);
   return redirectTo(ctx, id, returnTo, outcome);
 }
 
-async function exchange(ctx: RequestContext, row: repo.ConnectionRow, pending: PendingAuthorization, oauthClientEnc: string | null, query: CallbackQuery): Promise<Outcome> {
-  const connector = await resolveConnector(ctx.db, ctx.deps.secrets, row.org_id, row.owner_user_id, ctx.org?.permissions.has('connector:manage') ?? false, row.connector_slug);
+async function exchange(
+  ctx: RequestContext,
+  row: repo.ConnectionRow,
+  pending: PendingAuthorization,
+  oauthClientEnc: string | null,
+  query: CallbackQuery,
+): Promise<Outcome> {
+  const connector = await resolveConnector(
+    ctx.db,
+    ctx.deps.secrets,
+    row.org_id,
+    row.owner_user_id,
+    ctx.org?.permissions.has('connector:manage') ?? false,
+    row.connector_slug,
+  );
   if (!connector || connector.auth.type !== 'oauth2') {
     return { result: 'failed', error: 'token_exchange_failed', lastError: 'The connector is no longer available, or no longer uses OAuth.' };
   }
   const stored = oauthClientEnc ? openOAuthClient(ctx, { id: row.id, oauth_client_enc: oauthClientEnc }) : null;
   const provider = providerOf(connector.auth, stored);
   if (query.iss !== undefined && provider.issuer !== null && query.iss !== provider.issuer) {
-    return { result: 'failed', error: 'invalid_state', lastError: `The authorization response came from another issuer (${query.iss.slice(0, 200)}) than the one it was sent to.` };
+    return {
+      result: 'failed',
+      error: 'invalid_state',
+      lastError: `The authorization response came from another issuer (${query.iss.slice(0, 200)}) than the one it was sent to.`,
+    };
   }
   if (query.error !== undefined) {
     const described = query.error_description ? `: ${query.error_description.slice(0, 300)}` : '';
@@ -179,7 +237,14 @@ async function exchange(ctx: RequestContext, row: repo.ConnectionRow, pending: P
   let tokens;
   try {
     tokens = await exchangeCode(
-      { tokenEndpoint: provider.token_endpoint, client: provider.client, code: query.code, verifier: pending.verifier, redirectUri: pending.redirect_uri, resource: connector.mcp_url },
+      {
+        tokenEndpoint: provider.token_endpoint,
+        client: provider.client,
+        code: query.code,
+        verifier: pending.verifier,
+        redirectUri: pending.redirect_uri,
+        resource: connector.mcp_url,
+      },
       oauthLimits(ctx),
     );
   } catch (err) {
@@ -187,7 +252,13 @@ async function exchange(ctx: RequestContext, row: repo.ConnectionRow, pending: P
     ctx.log.info({ connection_id: row.id, reason: err.detail }, 'token exchange failed');
     return { result: 'failed', error: 'token_exchange_failed', lastError: `The token exchange failed: ${err.message}` };
   }
-  const credentials: StoredCredentials = { type: 'oauth2', access_token: tokens.access_token, refresh_token: tokens.refresh_token, expires_at: tokens.expires_at, token_type: tokens.token_type };
+  const credentials: StoredCredentials = {
+    type: 'oauth2',
+    access_token: tokens.access_token,
+    refresh_token: tokens.refresh_token,
+    expires_at: tokens.expires_at,
+    token_type: tokens.token_type,
+  };
   const scopes = tokens.scope ?? pending.scopes;
   await ctx.write(async (w) => {
     const current = await repo.findConnection(w.db, row.org_id, row.id, true);
@@ -219,9 +290,10 @@ export async function revokeTokens(ctx: RequestContext, row: repo.ConnectionRow,
   const credentials = openCredentials(ctx, row);
   if (credentials?.type !== 'oauth2') return;
   const stored = openOAuthClient(ctx, row);
-  const auth: OAuth2Auth = connector?.auth.type === 'oauth2'
-    ? connector.auth
-    : { type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, client_secret: null, pkce: true };
+  const auth: OAuth2Auth =
+    connector?.auth.type === 'oauth2'
+      ? connector.auth
+      : { type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, client_secret: null, pkce: true };
   const provider = providerOf(auth, stored);
   if (!provider.revocation_endpoint || !provider.client) return;
   const tokens: Array<[string, 'refresh_token' | 'access_token']> = [

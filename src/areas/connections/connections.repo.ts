@@ -3,9 +3,25 @@ import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 
 const COLUMNS = [
-  'id', 'org_id', 'connector_slug', 'owner_user_id', 'name', 'status', 'status_reason', 'status_changed_at', 'auth_type',
-  'credentials_enc', 'scopes', 'last_used_at', 'last_error', 'oauth_client_enc', 'authorize_state_hash', 'authorize_enc',
-  'authorize_expires_at', 'created_at', 'updated_at',
+  'id',
+  'org_id',
+  'connector_slug',
+  'owner_user_id',
+  'name',
+  'status',
+  'status_reason',
+  'status_changed_at',
+  'auth_type',
+  'credentials_enc',
+  'scopes',
+  'last_used_at',
+  'last_error',
+  'oauth_client_enc',
+  'authorize_state_hash',
+  'authorize_enc',
+  'authorize_expires_at',
+  'created_at',
+  'updated_at',
 ] as const;
 
 export type ConnectionRow = Pick<Row<'connections'>, (typeof COLUMNS)[number]>;
@@ -53,7 +69,11 @@ export function findConnectionAnywhere(db: Executor, id: string): Promise<Connec
 }
 
 export async function countConnections(db: Executor, orgId: string): Promise<number> {
-  const row = await db.selectFrom('connections').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', orgId).executeTakeFirstOrThrow();
+  const row = await db
+    .selectFrom('connections')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('org_id', '=', orgId)
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 

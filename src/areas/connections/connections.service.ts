@@ -10,8 +10,19 @@ import { resolveConnector, type ResolvedConnector } from '../connectors';
 import * as repo from './connections.repo';
 import { authorizeUrlOf, revokeTokens, startAuthorization, type StartedAuthorization } from './connections.oauth';
 import {
-  eventConnection, markNeedsReauth, needsReauthError, openCredentials, openOAuthClient, sealCredentials, toTool,
-  tryCredentials, unavailable, upstreamLimits, withConnection, type ConnectionTool, type StoredCredentials,
+  eventConnection,
+  markNeedsReauth,
+  needsReauthError,
+  openCredentials,
+  openOAuthClient,
+  sealCredentials,
+  toTool,
+  tryCredentials,
+  unavailable,
+  upstreamLimits,
+  withConnection,
+  type ConnectionTool,
+  type StoredCredentials,
 } from '../../mcp/upstream/credentials';
 
 type Connection = components['schemas']['Connection'];
@@ -67,7 +78,10 @@ async function visible(ctx: RequestContext, id: string, forUpdate = false, db = 
 async function owned(ctx: RequestContext, id: string): Promise<repo.ConnectionRow> {
   const row = await visible(ctx, id);
   if (row.owner_user_id !== ctx.user) {
-    throw new ApiError('not_connection_owner', `Connection ${id} acts with its owner's credentials; only its owner (${row.owner_user_id}) may use or reconnect it.`);
+    throw new ApiError(
+      'not_connection_owner',
+      `Connection ${id} acts with its owner's credentials; only its owner (${row.owner_user_id}) may use or reconnect it.`,
+    );
   }
   return row;
 }
@@ -75,7 +89,8 @@ async function owned(ctx: RequestContext, id: string): Promise<repo.ConnectionRo
 /** The connector of an existing connection, as its owner sees it; an owner who lost it has a connection that cannot be used. */
 async function connectorOf(ctx: RequestContext, row: repo.ConnectionRow): Promise<ResolvedConnector> {
   const connector = await connectorFor(ctx, row.connector_slug);
-  if (!connector) throw new ApiError('connection_needs_reauth', `The connector ${row.connector_slug} of connection ${row.id} is no longer available to its owner.`);
+  if (!connector)
+    throw new ApiError('connection_needs_reauth', `The connector ${row.connector_slug} of connection ${row.id} is no longer available to its owner.`);
   return connector;
 }
 
@@ -87,7 +102,8 @@ function checkMembersFit(connector: ResolvedConnector, body: { api_key?: string;
   if (type !== 'api_key' && body.api_key !== undefined) refuse('api_key');
   if (type !== 'oauth2' && body.scopes !== undefined) refuse('scopes');
   if (type !== 'oauth2' && body.return_to !== undefined) refuse('return_to');
-  if (type === 'api_key' && apiKeyRequired && body.api_key === undefined) problems.push({ in: 'body', pointer: '/api_key', message: 'is required for api_key connectors' });
+  if (type === 'api_key' && apiKeyRequired && body.api_key === undefined)
+    problems.push({ in: 'body', pointer: '/api_key', message: 'is required for api_key connectors' });
   if (problems.length > 0) throw validationError(problems);
 }
 
@@ -106,7 +122,8 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: repo.
   if (filter.connector_slug !== undefined && !(await connectorFor(ctx, filter.connector_slug))) {
     problems.push({ in: 'query', pointer: '/connector_slug', message: 'names no connector you can see' });
   }
-  if (problems.length > 0) throw new ApiError('unknown_reference', 'A filter names something that does not exist or that you cannot see.', { errors: problems });
+  if (problems.length > 0)
+    throw new ApiError('unknown_reference', 'A filter names something that does not exist or that you cannot see.', { errors: problems });
   const owner = canManage(ctx) ? filter.owner_user_id : ctx.user;
   const rows = await repo.listConnections(ctx.db, ctx.orgId, page, { ...filter, owner_user_id: owner });
   return toPage(rows, page, (row) => toConnection(ctx, row));
@@ -135,7 +152,11 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
   let tools: ConnectionTool[] | null = null;
   let started: StartedAuthorization | null = null;
   if (connector.auth.type === 'oauth2') {
-    started = await startAuthorization(ctx, id, { ...connector, auth: connector.auth }, null, { scopes: body.scopes, returnTo: body.return_to ?? null, fallbackScopes: [] });
+    started = await startAuthorization(ctx, id, { ...connector, auth: connector.auth }, null, {
+      scopes: body.scopes,
+      returnTo: body.return_to ?? null,
+      fallbackScopes: [],
+    });
   } else {
     credentials = body.api_key !== undefined ? { type: 'api_key', api_key: body.api_key } : null;
     tools = await tryCredentials(ctx, connector, credentials);
@@ -160,7 +181,10 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
       authorize_expires_at: started?.authorize_expires_at ?? null,
     });
     if (tools) await repo.saveTools(w.db, id, tools, now);
-    w.audit({ targetId: id, changes: { connector_slug: connector.slug, name, auth_type: connector.auth.type, status: row.status, ...(started ? { scopes: started.scopes } : {}) } });
+    w.audit({
+      targetId: id,
+      changes: { connector_slug: connector.slug, name, auth_type: connector.auth.type, status: row.status, ...(started ? { scopes: started.scopes } : {}) },
+    });
     w.emit('connection.created', { connection: eventConnection(row) });
     return toConnection(ctx, row);
   });
@@ -359,4 +383,3 @@ export async function listTools(ctx: RequestContext, id: string, page: PageReque
     throw unavailable(err);
   }
 }
-

@@ -5,7 +5,16 @@ import addFormats from 'ajv-formats';
 import YAML from 'yaml';
 import type { Executor } from '../../db/database';
 import { loadSpec } from '../../spec';
-import { storedAuth, storedDocumentation, storedTool, sameContent, type AuthInput, type ConnectorContent, type DocumentationInput, type ToolInput } from './content';
+import {
+  storedAuth,
+  storedDocumentation,
+  storedTool,
+  sameContent,
+  type AuthInput,
+  type ConnectorContent,
+  type DocumentationInput,
+  type ToolInput,
+} from './content';
 import { contentProblems } from './rules';
 
 /**
@@ -81,7 +90,9 @@ const FILE_SCHEMA = {
   },
 };
 
-type FileValidator = ((value: unknown) => boolean) & { errors?: { instancePath: string; message?: string; params: Record<string, unknown>; keyword: string }[] | null };
+type FileValidator = ((value: unknown) => boolean) & {
+  errors?: { instancePath: string; message?: string; params: Record<string, unknown>; keyword: string }[] | null;
+};
 let validator: FileValidator | null = null;
 
 function fileValidator() {
@@ -137,8 +148,15 @@ function readFile(path: string): { entry: CatalogEntry | null; problems: string[
   if (!validate(data)) {
     for (const error of validate.errors ?? []) {
       if (error.keyword === 'oneOf' || error.keyword === 'anyOf') continue;
-      const extra = error.keyword === 'additionalProperties' ? `/${String(error.params.additionalProperty)}` : error.keyword === 'required' ? `/${String(error.params.missingProperty)}` : '';
-      problems.push(`${name}: ${error.instancePath}${extra || ''} ${error.keyword === 'additionalProperties' ? 'is not a known member' : error.keyword === 'required' ? 'is required' : error.message}`);
+      const extra =
+        error.keyword === 'additionalProperties'
+          ? `/${String(error.params.additionalProperty)}`
+          : error.keyword === 'required'
+            ? `/${String(error.params.missingProperty)}`
+            : '';
+      problems.push(
+        `${name}: ${error.instancePath}${extra || ''} ${error.keyword === 'additionalProperties' ? 'is not a known member' : error.keyword === 'required' ? 'is required' : error.message}`,
+      );
     }
     return { entry: null, problems: [...new Set(problems)] };
   }
@@ -154,7 +172,16 @@ function readFile(path: string): { entry: CatalogEntry | null; problems: string[
   if (problems.length > 0) return { entry: null, problems };
   const released = at(file.released);
   return {
-    entry: { slug: file.slug, version: file.version, released: file.released, checked: file.checked, docs_url: file.docs_url, content, createdAt: released, updatedAt: released },
+    entry: {
+      slug: file.slug,
+      version: file.version,
+      released: file.released,
+      checked: file.checked,
+      docs_url: file.docs_url,
+      content,
+      createdAt: released,
+      updatedAt: released,
+    },
     problems: [],
   };
 }
@@ -164,7 +191,9 @@ export function loadCatalog(dir: string): Catalog {
   if (!existsSync(dir)) throw new CatalogError(`The connector catalog folder ${dir} does not exist (CATALOG_DIR).`);
   const entries = new Map<string, CatalogEntry>();
   const problems: string[] = [];
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.yml') || f.endsWith('.yaml')).sort()) {
+  for (const file of readdirSync(dir)
+    .filter((f) => f.endsWith('.yml') || f.endsWith('.yaml'))
+    .sort()) {
     const read = readFile(join(dir, file));
     problems.push(...read.problems);
     if (read.entry) entries.set(read.entry.slug, read.entry);
@@ -194,7 +223,11 @@ export async function syncCatalog(db: Executor, catalog: Catalog): Promise<void>
   const stored = await db
     .selectFrom('catalog_versions')
     .select(['slug', 'version', 'content'])
-    .where('slug', 'in', entries.map((e) => e.slug))
+    .where(
+      'slug',
+      'in',
+      entries.map((e) => e.slug),
+    )
     .orderBy('slug')
     .orderBy('version')
     .execute();

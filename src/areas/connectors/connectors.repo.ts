@@ -70,7 +70,11 @@ export async function currentVersions(db: Executor, orgId: string, slugs: string
 }
 
 export async function countConnectors(db: Executor, orgId: string): Promise<number> {
-  const row = await db.selectFrom('connectors').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', orgId).executeTakeFirstOrThrow();
+  const row = await db
+    .selectFrom('connectors')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('org_id', '=', orgId)
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 
@@ -113,15 +117,30 @@ export function updateConnector(
 }
 
 export function deleteConnector(db: Executor, orgId: string, slug: string) {
-  return db.deleteFrom('connectors').where('org_id', '=', orgId).where('slug', '=', slug).returning(['slug', 'version', 'content']).$castTo<Pick<ConnectorRow, 'slug' | 'version' | 'content'>>().executeTakeFirst();
+  return db
+    .deleteFrom('connectors')
+    .where('org_id', '=', orgId)
+    .where('slug', '=', slug)
+    .returning(['slug', 'version', 'content'])
+    .$castTo<Pick<ConnectorRow, 'slug' | 'version' | 'content'>>()
+    .executeTakeFirst();
 }
 
 export async function insertVersion(db: Executor, orgId: string, slug: string, version: number, content: ConnectorContent): Promise<void> {
-  await db.insertInto('connector_versions').values({ org_id: orgId, slug, version, content: JSON.stringify(content) }).execute();
+  await db
+    .insertInto('connector_versions')
+    .values({ org_id: orgId, slug, version, content: JSON.stringify(content) })
+    .execute();
 }
 
 export async function versionContent(db: Executor, orgId: string, slug: string, version: number): Promise<ConnectorContent | null> {
-  const row = await db.selectFrom('connector_versions').select('content').where('org_id', '=', orgId).where('slug', '=', slug).where('version', '=', version).executeTakeFirst();
+  const row = await db
+    .selectFrom('connector_versions')
+    .select('content')
+    .where('org_id', '=', orgId)
+    .where('slug', '=', slug)
+    .where('version', '=', version)
+    .executeTakeFirst();
   return row ? (row.content as unknown as ConnectorContent) : null;
 }
 

@@ -142,10 +142,18 @@ export async function list(ctx: RequestContext, query: { limit?: number; cursor?
   if (query.source !== 'custom') {
     const candidates = [...builtIns().entries.values()].filter((e) => (after === undefined || e.slug > after) && matches(e, query));
     // A custom connector of the same slug hides the built-in one in this organization.
-    const hidden = await repo.customSlugsAmong(ctx.db, ctx.orgId, candidates.map((e) => e.slug));
+    const hidden = await repo.customSlugsAmong(
+      ctx.db,
+      ctx.orgId,
+      candidates.map((e) => e.slug),
+    );
     builtIn = candidates.filter((e) => !hidden.has(e.slug)).slice(0, limit + 1);
   }
-  const currents = await upstreamVersions(ctx.db, ctx.orgId, custom.flatMap((r) => (r.upstream_slug ? [r.upstream_slug] : [])));
+  const currents = await upstreamVersions(
+    ctx.db,
+    ctx.orgId,
+    custom.flatMap((r) => (r.upstream_slug ? [r.upstream_slug] : [])),
+  );
   const merged = [
     ...custom.map((row) => customConnector(row, row.upstream_slug ? currents.get(row.upstream_slug) : null)),
     ...builtIn.map(builtInConnector),

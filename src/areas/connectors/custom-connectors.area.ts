@@ -39,9 +39,7 @@ export default defineArea({
     },
     async shareConnector({ params, body }, ctx) {
       const { share, created } = await custom.share(ctx, params.slug, body);
-      return created
-        ? { status: 201, body: share, headers: { Location: `/connector/${params.slug}/share/${share.id}` } }
-        : { status: 200, body: share };
+      return created ? { status: 201, body: share, headers: { Location: `/connector/${params.slug}/share/${share.id}` } } : { status: 200, body: share };
     },
     async revokeConnectorShare({ params }, ctx) {
       await custom.revokeConnectorShare(ctx, params.slug, params.aclId);

@@ -36,7 +36,10 @@ const MAX_DOCUMENTATION = 200;
 const PKEY = 'connectors_pkey';
 
 const readOnly = (slug: string) =>
-  new ApiError('built_in_connector_read_only', `${slug} is a built-in connector and cannot be changed, deleted, shared or given lineage; fork it (POST /connector/${slug}/fork) instead.`);
+  new ApiError(
+    'built_in_connector_read_only',
+    `${slug} is a built-in connector and cannot be changed, deleted, shared or given lineage; fork it (POST /connector/${slug}/fork) instead.`,
+  );
 const slugTaken = (slug: string) => new ApiError('slug_taken', `The organization already sees a connector with the slug ${slug}; choose another.`);
 
 /** Two creates of one slug: the primary key's violation becomes 409 slug_taken. */
@@ -50,14 +53,22 @@ async function ownForUpdate(w: WriteScope, ctx: RequestContext, slug: string): P
   return found.row;
 }
 
-const eventConnector = (row: { slug: string; version: number; content: ConnectorContent }) => ({ slug: row.slug, name: row.content.name, version: String(row.version) });
+const eventConnector = (row: { slug: string; version: number; content: ConnectorContent }) => ({
+  slug: row.slug,
+  name: row.content.name,
+  version: String(row.version),
+});
 
 /** Whether connections to the connector must start over: they would reach another server or client. */
 function identityChanged(before: ConnectorContent, after: ConnectorContent): boolean {
   if (originOf(before.mcp_url) !== originOf(after.mcp_url)) return true;
   if (before.auth.type !== after.auth.type) return true;
   if (before.auth.type === 'oauth2' && after.auth.type === 'oauth2') {
-    return before.auth.client_id !== after.auth.client_id || before.auth.token_url !== after.auth.token_url || before.auth.revocation_url !== after.auth.revocation_url;
+    return (
+      before.auth.client_id !== after.auth.client_id ||
+      before.auth.token_url !== after.auth.token_url ||
+      before.auth.revocation_url !== after.auth.revocation_url
+    );
   }
   return false;
 }
@@ -84,7 +95,8 @@ function secretMayStay(before: ConnectorContent, after: ConnectorContent): boole
 function changedFields(before: ConnectorContent, after: ConnectorContent): string[] {
   const changed: string[] = MEMBERS.filter((m) => !sameJson(before[m], after[m]));
   if (!sameJson(before.tools, after.tools)) changed.push('tools');
-  if (!sameJson(orderedDocumentation(before.documentation).map(docValue), orderedDocumentation(after.documentation).map(docValue))) changed.push('documentation');
+  if (!sameJson(orderedDocumentation(before.documentation).map(docValue), orderedDocumentation(after.documentation).map(docValue)))
+    changed.push('documentation');
   return changed;
 }
 
@@ -223,7 +235,10 @@ export async function fork(ctx: RequestContext, slug: string, body: Fork): Promi
   };
   // The stored secret comes along, re-sealed for the fork, never shown.
   const sealed = source.source === 'custom' ? source.row.client_secret_enc : null;
-  const secretEnc = sealed === null ? null : ctx.deps.secrets.seal(ctx.deps.secrets.open(sealed, clientSecretContext(ctx.orgId, slug)), clientSecretContext(ctx.orgId, body.slug));
+  const secretEnc =
+    sealed === null
+      ? null
+      : ctx.deps.secrets.seal(ctx.deps.secrets.open(sealed, clientSecretContext(ctx.orgId, slug)), clientSecretContext(ctx.orgId, body.slug));
   return guardSlug(body.slug, () =>
     ctx.write(async (w) => {
       await requireRoomForOne(ctx, w);
@@ -248,16 +263,26 @@ export async function fork(ctx: RequestContext, slug: string, body: Fork): Promi
 /** A fork's upstream as it is now and the base it started from. */
 async function pullState(ctx: RequestContext, db: WriteScope['db'] | RequestContext['db'], row: ConnectorRow) {
   if (row.upstream_slug === null || row.upstream_version === null) {
-    throw new ApiError('connector_not_forked', `${row.slug} has no upstream lineage, so there is nothing to pull; link one with POST /connector/${row.slug}/link-upstream.`);
+    throw new ApiError(
+      'connector_not_forked',
+      `${row.slug} has no upstream lineage, so there is nothing to pull; link one with POST /connector/${row.slug}/link-upstream.`,
+    );
   }
   const upstream = await lookup(db, ctx.orgId, row.upstream_slug);
   if (!upstream) {
-    throw new ApiError('upstream_connector_missing', `The upstream connector ${row.upstream_slug} of ${row.slug} was deleted or is no longer visible to the organization.`);
+    throw new ApiError(
+      'upstream_connector_missing',
+      `The upstream connector ${row.upstream_slug} of ${row.slug} was deleted or is no longer visible to the organization.`,
+    );
   }
-  const current = upstream.source === 'custom' ? { content: upstream.row.content, version: upstream.row.version, secretEnc: upstream.row.client_secret_enc } : { content: upstream.content, version: upstream.version, secretEnc: null };
-  const base = upstream.source === 'custom'
-    ? await versionContent(db, ctx.orgId, row.upstream_slug, row.upstream_version)
-    : await catalogVersionContent(db, row.upstream_slug, row.upstream_version);
+  const current =
+    upstream.source === 'custom'
+      ? { content: upstream.row.content, version: upstream.row.version, secretEnc: upstream.row.client_secret_enc }
+      : { content: upstream.content, version: upstream.version, secretEnc: null };
+  const base =
+    upstream.source === 'custom'
+      ? await versionContent(db, ctx.orgId, row.upstream_slug, row.upstream_version)
+      : await catalogVersionContent(db, row.upstream_slug, row.upstream_version);
   return { upstreamSlug: row.upstream_slug, baseVersion: row.upstream_version, current, changes: diffUpstream(base, current.content, row.content) };
 }
 
@@ -286,30 +311,50 @@ export async function applyPull(ctx: RequestContext, slug: string, body: PullApp
     const row = found.row;
     const state = await pullState(ctx, w.db, row);
     if (state.current.version !== body.upstream_version) {
-      throw new ApiError('upstream_changed', `${state.upstreamSlug} is at version ${state.current.version} now, not ${body.upstream_version}; preview the pull again.`);
+      throw new ApiError(
+        'upstream_changed',
+        `${state.upstreamSlug} is at version ${state.current.version} now, not ${body.upstream_version}; preview the pull again.`,
+      );
     }
     const offered = new Set(state.changes.map((c: FieldChange) => c.field));
     const unknown = body.fields.map((field, i) => ({ field, i })).filter(({ field }) => !offered.has(field));
     if (unknown.length > 0) {
-      throw validationError(unknown.map(({ field, i }) => ({ in: 'body' as const, pointer: `/fields/${i}`, message: `${field} is not among the upstream's changes` })));
+      throw validationError(
+        unknown.map(({ field, i }) => ({ in: 'body' as const, pointer: `/fields/${i}`, message: `${field} is not among the upstream's changes` })),
+      );
     }
     const now = new Date();
     const content = takeFields(row.content, state.current.content, body.fields, now.toISOString());
     assertContent(content, ctx.deps.config.outbound);
     // Each side may be at the cap on its own; taken together, their entries may pass it.
     if (content.documentation.length > MAX_DOCUMENTATION) {
-      throw validationError([{ in: 'body', pointer: '/fields', message: `would leave ${content.documentation.length} documentation entries; a connector holds at most ${MAX_DOCUMENTATION} (remove some with PUT …/documentation first)` }]);
+      throw validationError([
+        {
+          in: 'body',
+          pointer: '/fields',
+          message: `would leave ${content.documentation.length} documentation entries; a connector holds at most ${MAX_DOCUMENTATION} (remove some with PUT …/documentation first)`,
+        },
+      ]);
     }
     // Taking `auth` takes the upstream's client secret with it.
     let secretEnc = row.client_secret_enc;
     if (body.fields.includes('auth')) {
       const upstreamSecret = state.current.secretEnc;
-      secretEnc = upstreamSecret === null ? null : ctx.deps.secrets.seal(ctx.deps.secrets.open(upstreamSecret, clientSecretContext(ctx.orgId, state.upstreamSlug)), clientSecretContext(ctx.orgId, slug));
+      secretEnc =
+        upstreamSecret === null
+          ? null
+          : ctx.deps.secrets.seal(
+              ctx.deps.secrets.open(upstreamSecret, clientSecretContext(ctx.orgId, state.upstreamSlug)),
+              clientSecretContext(ctx.orgId, slug),
+            );
     } else if (!secretMayStay(row.content, content)) {
       secretEnc = null;
     }
     const { row: updated, changed } = await writeVersion(ctx, w, row, content, secretEnc, { upstream_version: body.upstream_version, linked_at: now });
-    w.audit({ targetId: slug, changes: { fields: body.fields, upstream_slug: state.upstreamSlug, upstream_version: body.upstream_version, version: updated.version } });
+    w.audit({
+      targetId: slug,
+      changes: { fields: body.fields, upstream_slug: state.upstreamSlug, upstream_version: body.upstream_version, version: updated.version },
+    });
     w.emit('connector.updated', { connector: eventConnector(updated), changed: [...changed, 'upstream'] });
     return present(w.db, ctx.orgId, updated);
   });
@@ -347,7 +392,11 @@ export async function linkUpstream(ctx: RequestContext, slug: string, body: Link
     const updated = await updateConnector(w.db, ctx.orgId, slug, { upstream_slug: body.upstream_slug, upstream_version: version, linked_at: new Date() });
     w.audit({
       targetId: slug,
-      changes: { upstream_slug: body.upstream_slug, upstream_version: version, previous: row.upstream_slug === null ? null : { slug: row.upstream_slug, version: row.upstream_version } },
+      changes: {
+        upstream_slug: body.upstream_slug,
+        upstream_version: version,
+        previous: row.upstream_slug === null ? null : { slug: row.upstream_slug, version: row.upstream_version },
+      },
     });
     w.emit('connector.updated', { connector: eventConnector(updated), changed: ['upstream'] });
     return present(w.db, ctx.orgId, updated);

@@ -21,9 +21,7 @@ export interface ResolvedConnector {
 }
 
 /** A connector's auth settings with the OAuth client secret opened: never log it, never return it. */
-export type ResolvedAuth =
-  | Exclude<StoredAuth, { type: 'oauth2' }>
-  | (Extract<StoredAuth, { type: 'oauth2' }> & { client_secret: string | null });
+export type ResolvedAuth = Exclude<StoredAuth, { type: 'oauth2' }> | (Extract<StoredAuth, { type: 'oauth2' }> & { client_secret: string | null });
 
 /**
  * Whether a member sees a custom connector: holders of `connector:manage` see every custom
@@ -52,7 +50,14 @@ export async function lookup(
 }
 
 /** The connector as `userId` sees it in `orgId` (built-in, or custom visible through manage or a share); null when not visible. */
-export async function resolveConnector(db: Db, secrets: SecretBox, orgId: string, userId: string, canManage: boolean, slug: string): Promise<ResolvedConnector | null> {
+export async function resolveConnector(
+  db: Db,
+  secrets: SecretBox,
+  orgId: string,
+  userId: string,
+  canManage: boolean,
+  slug: string,
+): Promise<ResolvedConnector | null> {
   const found = await lookup(db, orgId, slug);
   if (!found) return null;
   if (found.source === 'custom' && !(await visibleTo(db, orgId, userId, canManage, slug))) return null;

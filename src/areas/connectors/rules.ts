@@ -77,6 +77,8 @@ export function assertContent(content: Partial<ConnectorContent>, policy: Outbou
   const { invalid, refused } = contentProblems(content, policy, options);
   if (invalid.length > 0) throw validationError(invalid);
   if (refused.length > 0) {
-    throw new ApiError('outbound_url_not_allowed', `${refused.map((p) => `${p.pointer.slice(1).replace(/\//g, '.')} ${p.message}`).join('; ')}.`, { errors: refused });
+    throw new ApiError('outbound_url_not_allowed', `${refused.map((p) => `${p.pointer.slice(1).replace(/\//g, '.')} ${p.message}`).join('; ')}.`, {
+      errors: refused,
+    });
   }
 }

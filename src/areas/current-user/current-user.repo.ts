@@ -5,7 +5,14 @@ export function findUserProfile(db: Db, userId: string) {
   return db
     .selectFrom('users as u')
     .select([
-      'u.id', 'u.email', 'u.name', 'u.avatar_url', 'u.created_at', 'u.updated_at', 'u.is_root_org_staff', 'u.totp_enabled_at',
+      'u.id',
+      'u.email',
+      'u.name',
+      'u.avatar_url',
+      'u.created_at',
+      'u.updated_at',
+      'u.is_root_org_staff',
+      'u.totp_enabled_at',
       sql<number>`(select count(*)::int from passkeys p where p.user_id = u.id)`.as('passkey_count'),
     ])
     .where('u.id', '=', userId)
@@ -18,8 +25,18 @@ export function listActiveMemberships(db: Db, userId: string, onlyOrgId?: string
     .selectFrom('memberships as m')
     .innerJoin('organizations as o', 'o.id', 'm.org_id')
     .select([
-      'o.id', 'o.name', 'o.slug', 'o.logo_url', 'o.require_mfa', 'o.plan', 'o.created_at', 'o.updated_at',
-      'm.user_id', 'm.status', 'm.via', 'm.joined_at',
+      'o.id',
+      'o.name',
+      'o.slug',
+      'o.logo_url',
+      'o.require_mfa',
+      'o.plan',
+      'o.created_at',
+      'o.updated_at',
+      'm.user_id',
+      'm.status',
+      'm.via',
+      'm.joined_at',
     ])
     .where('m.user_id', '=', userId)
     .where('m.status', '=', 'active')

@@ -11,9 +11,21 @@ const count = async (query: Promise<{ count: number } | undefined>) => (await qu
 /** What counts against each limit now, for one organization. */
 async function usage(db: Executor, orgId: string): Promise<Record<LimitKey, number>> {
   const rows = (table: 'connections' | 'mcp_servers' | 'connectors' | 'toolboxes' | 'synthetic_tools') =>
-    count(db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as('count')).where('org_id', '=', orgId).executeTakeFirst().then((r) => r && { count: Number(r.count) }));
+    count(
+      db
+        .selectFrom(table)
+        .select((eb) => eb.fn.countAll<number>().as('count'))
+        .where('org_id', '=', orgId)
+        .executeTakeFirst()
+        .then((r) => r && { count: Number(r.count) }),
+    );
   const [seats, connections, mcpServers, customConnectors, toolboxes, syntheticTools] = await Promise.all([
-    seatsInUse(db, orgId), rows('connections'), rows('mcp_servers'), rows('connectors'), rows('toolboxes'), rows('synthetic_tools'),
+    seatsInUse(db, orgId),
+    rows('connections'),
+    rows('mcp_servers'),
+    rows('connectors'),
+    rows('toolboxes'),
+    rows('synthetic_tools'),
   ]);
   return {
     seats,

@@ -3,8 +3,21 @@ import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 
 const COLUMNS = [
-  'id', 'org_id', 'email', 'status', 'message', 'invited_by_user_id', 'expires_at', 'accepted_at', 'accepted_by_user_id',
-  'revoked_at', 'revoked_by_user_id', 'last_sent_at', 'send_count', 'created_at', 'updated_at',
+  'id',
+  'org_id',
+  'email',
+  'status',
+  'message',
+  'invited_by_user_id',
+  'expires_at',
+  'accepted_at',
+  'accepted_by_user_id',
+  'revoked_at',
+  'revoked_by_user_id',
+  'last_sent_at',
+  'send_count',
+  'created_at',
+  'updated_at',
 ] as const;
 
 export type InviteRow = Pick<Row<'invites'>, (typeof COLUMNS)[number]>;
@@ -46,8 +59,16 @@ export function insertInvite(db: Executor, values: NewRow<'invites'>) {
 }
 
 export async function insertGrants(db: Executor, inviteId: string, roleIds: readonly string[], teamIds: readonly string[]): Promise<void> {
-  if (roleIds.length > 0) await db.insertInto('invite_roles').values(roleIds.map((role_id) => ({ invite_id: inviteId, role_id }))).execute();
-  if (teamIds.length > 0) await db.insertInto('invite_teams').values(teamIds.map((team_id) => ({ invite_id: inviteId, team_id }))).execute();
+  if (roleIds.length > 0)
+    await db
+      .insertInto('invite_roles')
+      .values(roleIds.map((role_id) => ({ invite_id: inviteId, role_id })))
+      .execute();
+  if (teamIds.length > 0)
+    await db
+      .insertInto('invite_teams')
+      .values(teamIds.map((team_id) => ({ invite_id: inviteId, team_id })))
+      .execute();
 }
 
 export function updateInvite(db: Executor, orgId: string, id: string, changes: RowChanges<'invites'>) {
@@ -93,7 +114,12 @@ export function orgRoles(db: Executor, orgId: string, ids: readonly string[]): P
 
 export function orgTeams(db: Executor, orgId: string, ids: readonly string[]) {
   if (ids.length === 0) return Promise.resolve([]);
-  return db.selectFrom('teams').select(['id', 'name']).where('org_id', '=', orgId).where('id', 'in', [...ids]).execute();
+  return db
+    .selectFrom('teams')
+    .select(['id', 'name'])
+    .where('org_id', '=', orgId)
+    .where('id', 'in', [...ids])
+    .execute();
 }
 
 /** The roles and teams each invite grants, by invite id, in id order. */
@@ -121,7 +147,6 @@ export async function grantsOf(db: Executor, inviteIds: readonly string[]) {
   for (const { invite_id, ...team } of teamRows) teams.set(invite_id, [...(teams.get(invite_id) ?? []), team]);
   return { roles, teams };
 }
-
 
 /** The membership status of the person with this email in the organization, if any. */
 export async function membershipOfEmail(db: Executor, orgId: string, email: string) {

@@ -52,7 +52,10 @@ function toInvite(row: repo.InviteRow, roles: readonly repo.RoleFacts[], teams: 
 }
 
 async function present(db: Executor, rows: repo.InviteRow[], now: Date): Promise<Invite[]> {
-  const { roles, teams } = await repo.grantsOf(db, rows.map((r) => r.id));
+  const { roles, teams } = await repo.grantsOf(
+    db,
+    rows.map((r) => r.id),
+  );
   return rows.map((row) => toInvite(row, roles.get(row.id) ?? [], teams.get(row.id) ?? [], now));
 }
 
@@ -74,7 +77,10 @@ export async function checkGrantable(ctx: RequestContext, roles: readonly repo.R
   for (const role of roles) {
     const missing = rolePermissions(role).filter((p) => !held.has(p));
     if (missing.length > 0) {
-      throw new ApiError('permission_escalation', `The role ${role.name} grants ${missing.join(', ')}, which you do not hold; you can only grant what you have.`);
+      throw new ApiError(
+        'permission_escalation',
+        `The role ${role.name} grants ${missing.join(', ')}, which you do not hold; you can only grant what you have.`,
+      );
     }
     if (role.system_key === 'owner' && !(ctx.caller?.userId && (await holdsOwner(ctx.db, ctx.orgId, ctx.caller.userId)))) {
       throw new ApiError('permission_escalation', 'Only an Owner may grant the Owner role.');
@@ -86,7 +92,9 @@ export async function checkGrantable(ctx: RequestContext, roles: readonly repo.R
 export async function resolveRoles(db: Executor, orgId: string, ids: readonly string[], pointer: (index: number) => string): Promise<repo.RoleFacts[]> {
   const found = await repo.orgRoles(db, orgId, ids);
   const byId = new Map(found.map((r) => [r.id, r]));
-  const unknown: ValidationProblem[] = ids.flatMap((id, i) => (byId.has(id) ? [] : [{ in: 'body' as const, pointer: pointer(i), message: `is not a role of this organization` }]));
+  const unknown: ValidationProblem[] = ids.flatMap((id, i) =>
+    byId.has(id) ? [] : [{ in: 'body' as const, pointer: pointer(i), message: `is not a role of this organization` }],
+  );
   if (unknown.length > 0) throw new ApiError('unknown_reference', 'Some roles are not roles of this organization; see errors.', { errors: unknown });
   return ids.map((id) => byId.get(id) as repo.RoleFacts);
 }
@@ -94,7 +102,9 @@ export async function resolveRoles(db: Executor, orgId: string, ids: readonly st
 async function resolveTeams(db: Executor, orgId: string, ids: readonly string[]) {
   const found = await repo.orgTeams(db, orgId, ids);
   const known = new Set(found.map((t) => t.id));
-  const unknown: ValidationProblem[] = ids.flatMap((id, i) => (known.has(id) ? [] : [{ in: 'body' as const, pointer: `/team_ids/${i}`, message: 'is not a team of this organization' }]));
+  const unknown: ValidationProblem[] = ids.flatMap((id, i) =>
+    known.has(id) ? [] : [{ in: 'body' as const, pointer: `/team_ids/${i}`, message: 'is not a team of this organization' }],
+  );
   if (unknown.length > 0) throw new ApiError('unknown_reference', 'Some teams are not teams of this organization; see errors.', { errors: unknown });
   return ids.map((id) => found.find((t) => t.id === id) as { id: string; name: string });
 }
@@ -102,7 +112,10 @@ async function resolveTeams(db: Executor, orgId: string, ids: readonly string[])
 async function refuseMember(db: Executor, orgId: string, email: string): Promise<void> {
   const membership = await repo.membershipOfEmail(db, orgId, email);
   if (membership && membership.status !== 'removed') {
-    throw new ApiError('already_member', `${email} is already a member of this organization${membership.status === 'suspended' ? ' (suspended; reactivate them instead)' : ''}.`);
+    throw new ApiError(
+      'already_member',
+      `${email} is already a member of this organization${membership.status === 'suspended' ? ' (suspended; reactivate them instead)' : ''}.`,
+    );
   }
 }
 
@@ -167,12 +180,33 @@ export async function create(ctx: RequestContext, body: InviteCreate): Promise<I
       ctx.write(async (w) => {
         await checkSeats(w.db, ctx.orgId, roles, now, null);
         const inserted = await repo.insertInvite(w.db, {
-          id, org_id: ctx.orgId, email, token_hash: hashSecret(token), message: body.message ?? null,
-          invited_by_user_id: ctx.caller?.userId ?? null, expires_at: new Date(now.getTime() + INVITE_TTL_MS), last_sent_at: now, send_count: 1,
+          id,
+          org_id: ctx.orgId,
+          email,
+          token_hash: hashSecret(token),
+          message: body.message ?? null,
+          invited_by_user_id: ctx.caller?.userId ?? null,
+          expires_at: new Date(now.getTime() + INVITE_TTL_MS),
+          last_sent_at: now,
+          send_count: 1,
         });
-        await repo.insertGrants(w.db, id, roles.map((r) => r.id), teams.map((t) => t.id));
-        w.audit({ targetId: id, changes: { email, role_ids: roles.map((r) => r.id), team_ids: teams.map((t) => t.id), expires_at: inserted.expires_at.toISOString() } });
-        w.emit('invite.sent', { invite: eventInvite(inserted, roles.map((r) => r.id)), resent: false });
+        await repo.insertGrants(
+          w.db,
+          id,
+          roles.map((r) => r.id),
+          teams.map((t) => t.id),
+        );
+        w.audit({
+          targetId: id,
+          changes: { email, role_ids: roles.map((r) => r.id), team_ids: teams.map((t) => t.id), expires_at: inserted.expires_at.toISOString() },
+        });
+        w.emit('invite.sent', {
+          invite: eventInvite(
+            inserted,
+            roles.map((r) => r.id),
+          ),
+          resent: false,
+        });
         return inserted;
       }),
   );
@@ -188,7 +222,8 @@ function tooSoon(row: repo.InviteRow, now: Date): ApiError {
 export async function resend(ctx: RequestContext, id: string): Promise<Invite> {
   const current = await repo.findInvite(ctx.db, ctx.orgId, id);
   if (!current) throw notFound(WHAT, id);
-  if (current.status !== 'pending') throw new ApiError('invalid_transition', `The invite is ${current.status}; only a pending or expired invite can be resent. Send a new one instead.`);
+  if (current.status !== 'pending')
+    throw new ApiError('invalid_transition', `The invite is ${current.status}; only a pending or expired invite can be resent. Send a new one instead.`);
   const now = new Date();
   if (now.getTime() - current.last_sent_at.getTime() < RESEND_INTERVAL_MS) throw tooSoon(current, now);
   await refuseMember(ctx.db, ctx.orgId, current.email);
@@ -198,15 +233,30 @@ export async function resend(ctx: RequestContext, id: string): Promise<Invite> {
   const token = randomSecret(TOKEN_PREFIX);
   const row = await ctx.write(async (w) => {
     await checkSeats(w.db, ctx.orgId, roles, now, id);
-    const claimed = await repo.claimResend(w.db, ctx.orgId, id, { tokenHash: hashSecret(token), now, expiresAt: new Date(now.getTime() + INVITE_TTL_MS), intervalMs: RESEND_INTERVAL_MS });
+    const claimed = await repo.claimResend(w.db, ctx.orgId, id, {
+      tokenHash: hashSecret(token),
+      now,
+      expiresAt: new Date(now.getTime() + INVITE_TTL_MS),
+      intervalMs: RESEND_INTERVAL_MS,
+    });
     if (!claimed) {
       const again = await repo.findInvite(w.db, ctx.orgId, id);
       if (!again) throw notFound(WHAT, id);
-      if (again.status !== 'pending') throw new ApiError('invalid_transition', `The invite is ${again.status}; only a pending or expired invite can be resent.`);
+      if (again.status !== 'pending')
+        throw new ApiError('invalid_transition', `The invite is ${again.status}; only a pending or expired invite can be resent.`);
       throw tooSoon(again, now);
     }
-    w.audit({ targetId: id, changes: { send_count: claimed.send_count, expires_at: claimed.expires_at.toISOString(), was_expired: current.expires_at.getTime() <= now.getTime() } });
-    w.emit('invite.sent', { invite: eventInvite(claimed, roles.map((r) => r.id)), resent: true });
+    w.audit({
+      targetId: id,
+      changes: { send_count: claimed.send_count, expires_at: claimed.expires_at.toISOString(), was_expired: current.expires_at.getTime() <= now.getTime() },
+    });
+    w.emit('invite.sent', {
+      invite: eventInvite(
+        claimed,
+        roles.map((r) => r.id),
+      ),
+      resent: true,
+    });
     return claimed;
   });
   await sendInviteEmail(ctx, row, token);
@@ -224,7 +274,12 @@ export async function revoke(ctx: RequestContext, id: string): Promise<Invite> {
     if (!revoked) throw notFound(WHAT, id);
     const { roles } = await repo.grantsOf(w.db, [id]);
     w.audit({ targetId: id, changes: { email: revoked.email, status: { from: 'pending', to: 'revoked' } } });
-    w.emit('invite.revoked', { invite: eventInvite(revoked, (roles.get(id) ?? []).map((r) => r.id)) });
+    w.emit('invite.revoked', {
+      invite: eventInvite(
+        revoked,
+        (roles.get(id) ?? []).map((r) => r.id),
+      ),
+    });
     return revoked;
   });
   return (await present(ctx.db, [row], now))[0] as Invite;
@@ -235,8 +290,15 @@ export async function revoke(ctx: RequestContext, id: string): Promise<Invite> {
  * invited address and its organization), or why not. For flows that must decide before the
  * person is signed in.
  */
-export async function peekInvite(db: Executor, token: string): Promise<{ ok: true; email: string; orgId: string } | { ok: false; reason: 'link_invalid' | 'link_expired' | 'invite_revoked' }> {
-  const invite = await db.selectFrom('invites').select(['email', 'org_id', 'status', 'expires_at']).where('token_hash', '=', hashSecret(token)).executeTakeFirst();
+export async function peekInvite(
+  db: Executor,
+  token: string,
+): Promise<{ ok: true; email: string; orgId: string } | { ok: false; reason: 'link_invalid' | 'link_expired' | 'invite_revoked' }> {
+  const invite = await db
+    .selectFrom('invites')
+    .select(['email', 'org_id', 'status', 'expires_at'])
+    .where('token_hash', '=', hashSecret(token))
+    .executeTakeFirst();
   if (!invite || invite.status === 'accepted') return { ok: false, reason: 'link_invalid' };
   if (invite.status === 'revoked') return { ok: false, reason: 'invite_revoked' };
   if (invite.expires_at.getTime() <= Date.now()) return { ok: false, reason: 'link_expired' };
@@ -281,13 +343,27 @@ export async function acceptInvite(
     if (roleIds.length === 0) roleIds.push(await systemRoleId(trx, orgId, 'member'));
     const teamIds = (teamGrants.get(invite.id) ?? []).map((t) => t.id);
 
-    const existing = await trx.selectFrom('memberships').select('status').where('org_id', '=', orgId).where('user_id', '=', userId).forUpdate().executeTakeFirst();
+    const existing = await trx
+      .selectFrom('memberships')
+      .select('status')
+      .where('org_id', '=', orgId)
+      .where('user_id', '=', userId)
+      .forUpdate()
+      .executeTakeFirst();
     const joined = !existing || existing.status === 'removed';
     if (existing?.status === 'removed') {
       await trx.deleteFrom('role_assignments').where('org_id', '=', orgId).where('user_id', '=', userId).execute();
       await trx.deleteFrom('team_members').where('org_id', '=', orgId).where('user_id', '=', userId).execute();
-      await trx.updateTable('memberships').set({ status: 'active', via: 'invite', joined_at: now, status_reason: null }).where('org_id', '=', orgId).where('user_id', '=', userId).execute();
-      await trx.insertInto('role_assignments').values(roleIds.map((role_id) => ({ org_id: orgId, user_id: userId, role_id }))).execute();
+      await trx
+        .updateTable('memberships')
+        .set({ status: 'active', via: 'invite', joined_at: now, status_reason: null })
+        .where('org_id', '=', orgId)
+        .where('user_id', '=', userId)
+        .execute();
+      await trx
+        .insertInto('role_assignments')
+        .values(roleIds.map((role_id) => ({ org_id: orgId, user_id: userId, role_id })))
+        .execute();
     } else if (!existing) {
       await addMember(trx, { orgId, userId, via: 'invite', roleIds });
     }
@@ -298,14 +374,25 @@ export async function acceptInvite(
     await trx
       .insertInto('audit_log')
       .values({
-        id: newId('auditEvent'), org_id: orgId, actor_type: 'user', actor_id: userId, actor_user_id: userId,
-        action: 'invite.accepted', target_type: 'invite', target_id: invite.id,
+        id: newId('auditEvent'),
+        org_id: orgId,
+        actor_type: 'user',
+        actor_id: userId,
+        actor_user_id: userId,
+        action: 'invite.accepted',
+        target_type: 'invite',
+        target_id: invite.id,
         changes: JSON.stringify({ email: invite.email, joined, role_ids: joined ? roleIds : [], team_ids: joined ? teamIds : [] }),
-        ip: client.ip ?? null, user_agent: client.userAgent ?? null, request_id: client.requestId ?? null,
+        ip: client.ip ?? null,
+        user_agent: client.userAgent ?? null,
+        request_id: client.requestId ?? null,
       })
       .execute();
     if (joined) {
-      await appendEvents(trx, orgId, [{ type: 'member.joined', data: { member: { user_id: userId, email: user.email, name: user.name }, via: 'invite' } }], { actor_type: 'user', actor_id: userId });
+      await appendEvents(trx, orgId, [{ type: 'member.joined', data: { member: { user_id: userId, email: user.email, name: user.name }, via: 'invite' } }], {
+        actor_type: 'user',
+        actor_id: userId,
+      });
     }
     return { ok: true, orgId, inviteId: invite.id, userId, joined } as const;
   });

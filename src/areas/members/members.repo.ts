@@ -7,9 +7,15 @@ export async function addMember(
   db: Executor,
   input: { orgId: string; userId: string; status?: MembershipStatus; via: MembershipVia; roleIds?: readonly string[] },
 ): Promise<void> {
-  await db.insertInto('memberships').values({ org_id: input.orgId, user_id: input.userId, status: input.status ?? 'active', via: input.via }).execute();
+  await db
+    .insertInto('memberships')
+    .values({ org_id: input.orgId, user_id: input.userId, status: input.status ?? 'active', via: input.via })
+    .execute();
   if (input.roleIds && input.roleIds.length > 0) {
-    await db.insertInto('role_assignments').values(input.roleIds.map((roleId) => ({ org_id: input.orgId, user_id: input.userId, role_id: roleId }))).execute();
+    await db
+      .insertInto('role_assignments')
+      .values(input.roleIds.map((roleId) => ({ org_id: input.orgId, user_id: input.userId, role_id: roleId })))
+      .execute();
   }
 }
 
@@ -50,7 +56,15 @@ function membersQuery(db: Executor, orgId: string) {
     .selectFrom('memberships as m')
     .innerJoin('users as u', 'u.id', 'm.user_id')
     .select([
-      'm.user_id', 'm.status', 'm.status_reason', 'm.via', 'm.joined_at', 'm.updated_at', 'u.email', 'u.name', 'u.avatar_url',
+      'm.user_id',
+      'm.status',
+      'm.status_reason',
+      'm.via',
+      'm.joined_at',
+      'm.updated_at',
+      'u.email',
+      'u.name',
+      'u.avatar_url',
       sql<string>`(extract(epoch from m.joined_at) * 1000000)::bigint::text`.as('joined_us'),
       sql<boolean>`(u.totp_enabled_at is not null or exists (select 1 from passkeys p where p.user_id = u.id))`.as('has_second_factor'),
     ])
@@ -65,10 +79,28 @@ export function listMembers(db: Executor, orgId: string, page: { limit: number; 
     .$if(filter.status === undefined, (q) => q.where('m.status', 'in', ['active', 'suspended']))
     .$if(filter.status !== undefined, (q) => q.where('m.status', '=', filter.status as MembershipStatus))
     .$if(filter.roleId !== undefined, (q) =>
-      q.where((eb) => eb.exists(eb.selectFrom('role_assignments as ra').select('ra.role_id').whereRef('ra.org_id', '=', 'm.org_id').whereRef('ra.user_id', '=', 'm.user_id').where('ra.role_id', '=', filter.roleId as string))),
+      q.where((eb) =>
+        eb.exists(
+          eb
+            .selectFrom('role_assignments as ra')
+            .select('ra.role_id')
+            .whereRef('ra.org_id', '=', 'm.org_id')
+            .whereRef('ra.user_id', '=', 'm.user_id')
+            .where('ra.role_id', '=', filter.roleId as string),
+        ),
+      ),
     )
     .$if(filter.teamId !== undefined, (q) =>
-      q.where((eb) => eb.exists(eb.selectFrom('team_members as tm').select('tm.team_id').whereRef('tm.org_id', '=', 'm.org_id').whereRef('tm.user_id', '=', 'm.user_id').where('tm.team_id', '=', filter.teamId as string))),
+      q.where((eb) =>
+        eb.exists(
+          eb
+            .selectFrom('team_members as tm')
+            .select('tm.team_id')
+            .whereRef('tm.org_id', '=', 'm.org_id')
+            .whereRef('tm.user_id', '=', 'm.user_id')
+            .where('tm.team_id', '=', filter.teamId as string),
+        ),
+      ),
     )
     .$if(filter.q !== undefined, (q) =>
       q.where((eb) => eb.or([eb('u.email', 'ilike', likePattern(filter.q as string)), eb('u.name', 'ilike', likePattern(filter.q as string))])),
@@ -144,7 +176,12 @@ export async function teamsOf(db: Executor, orgId: string, userIds: readonly str
 }
 
 export async function replaceRoles(db: Executor, orgId: string, userId: string, roleIds: readonly string[]): Promise<void> {
-  await db.deleteFrom('role_assignments').where('org_id', '=', orgId).where('user_id', '=', userId).where('role_id', 'not in', [...roleIds]).execute();
+  await db
+    .deleteFrom('role_assignments')
+    .where('org_id', '=', orgId)
+    .where('user_id', '=', userId)
+    .where('role_id', 'not in', [...roleIds])
+    .execute();
   await db
     .insertInto('role_assignments')
     .values(roleIds.map((roleId) => ({ org_id: orgId, user_id: userId, role_id: roleId })))
@@ -188,11 +225,17 @@ export async function holdsOwner(db: Executor, orgId: string, userId: string): P
   return !!row;
 }
 
-
 /** What a removed member no longer holds here: roles, shares made to them, their API tokens (revoked at once). */
 export async function stripMembership(db: Executor, orgId: string, userId: string, at: Date): Promise<{ revokedTokens: number }> {
   await db.deleteFrom('role_assignments').where('org_id', '=', orgId).where('user_id', '=', userId).execute();
   await db.deleteFrom('shares').where('org_id', '=', orgId).where('principal_type', '=', 'user').where('principal_id', '=', userId).execute();
-  const revoked = await db.updateTable('api_tokens').set({ revoked_at: at }).where('org_id', '=', orgId).where('user_id', '=', userId).where('revoked_at', 'is', null).returning('id').execute();
+  const revoked = await db
+    .updateTable('api_tokens')
+    .set({ revoked_at: at })
+    .where('org_id', '=', orgId)
+    .where('user_id', '=', userId)
+    .where('revoked_at', 'is', null)
+    .returning('id')
+    .execute();
   return { revokedTokens: revoked.length };
 }

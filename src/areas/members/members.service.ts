@@ -55,7 +55,10 @@ export async function list(
   if (query.role_id !== undefined && (await rolesIn(ctx.db, ctx.orgId, [query.role_id])).length === 0) {
     unknown.push({ in: 'query', pointer: '/role_id', message: 'names no role of this organization' });
   }
-  if (query.team_id !== undefined && !(await ctx.db.selectFrom('teams').select('id').where('org_id', '=', ctx.orgId).where('id', '=', query.team_id).executeTakeFirst())) {
+  if (
+    query.team_id !== undefined &&
+    !(await ctx.db.selectFrom('teams').select('id').where('org_id', '=', ctx.orgId).where('id', '=', query.team_id).executeTakeFirst())
+  ) {
     unknown.push({ in: 'query', pointer: '/team_id', message: 'names no team of this organization' });
   }
   if (unknown.length > 0) throw new ApiError('unknown_reference', 'A filter names something that does not exist in this organization.', { errors: unknown });
@@ -78,8 +81,7 @@ export async function get(ctx: RequestContext, userId: string): Promise<Member> 
   return (await present(ctx, [row]))[0] as Member;
 }
 
-const lastOwner = () =>
-  new ApiError('last_owner', 'The organization must keep at least one active Owner; make someone else an Owner first.');
+const lastOwner = () => new ApiError('last_owner', 'The organization must keep at least one active Owner; make someone else an Owner first.');
 const ownersOnly = (what: string) => new ApiError('permission_escalation', `Only an Owner may ${what}.`);
 
 /** Roles, status or both; everything checked and changed in one transaction, under the organization's lock. */
@@ -105,12 +107,19 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
     if (body.role_ids !== undefined) {
       const found = await rolesIn(w.db, ctx.orgId, body.role_ids);
       const byId = new Map(found.map((r) => [r.id, r]));
-      const unknown = body.role_ids.flatMap((id, i): ValidationProblem[] => (byId.has(id) ? [] : [{ in: 'body', pointer: `/role_ids/${i}`, message: 'names no role of this organization' }]));
+      const unknown = body.role_ids.flatMap((id, i): ValidationProblem[] =>
+        byId.has(id) ? [] : [{ in: 'body', pointer: `/role_ids/${i}`, message: 'names no role of this organization' }],
+      );
       if (unknown.length > 0) throw new ApiError('unknown_reference', 'A role named is not a role of this organization.', { errors: unknown });
       const added = found.filter((r) => !heldIds.includes(r.id));
       const taken = held.filter((r) => !byId.has(r.id));
-      if ((added.some((r) => r.system_key === 'owner') || taken.some((r) => r.system_key === 'owner')) && !callerIsOwner) throw ownersOnly('give or take the Owner role');
-      requireHeld(ctx, added.flatMap((r) => permissionsOf(r)), 'give a role');
+      if ((added.some((r) => r.system_key === 'owner') || taken.some((r) => r.system_key === 'owner')) && !callerIsOwner)
+        throw ownersOnly('give or take the Owner role');
+      requireHeld(
+        ctx,
+        added.flatMap((r) => permissionsOf(r)),
+        'give a role',
+      );
       nextRoles = found;
       nextIds = found.map((r) => r.id).sort();
       rolesChanged = added.length > 0 || taken.length > 0;
@@ -175,4 +184,3 @@ export async function remove(ctx: RequestContext, userId: string): Promise<void>
     w.emit('member.removed', { member: eventMember(current), status: 'removed' });
   });
 }
-

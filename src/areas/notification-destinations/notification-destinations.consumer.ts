@@ -34,9 +34,22 @@ function load(trx: Transaction<Database>, ids: string[]) {
     .innerJoin('outbox as o', 'o.id', 'nd.event_id')
     .innerJoin('organizations as org', 'org.id', 'nd.org_id')
     .select([
-      'nd.id', 'nd.org_id', 'nd.attempts', 'org.name as org_name',
-      'd.id as destination_id', 'd.type', 'd.config', 'd.webhook_url_enc', 'd.is_active', 'd.event_types',
-      'o.id as event_id', 'o.event_type', 'o.payload', 'o.created_at', 'o.actor_type', 'o.actor_id',
+      'nd.id',
+      'nd.org_id',
+      'nd.attempts',
+      'org.name as org_name',
+      'd.id as destination_id',
+      'd.type',
+      'd.config',
+      'd.webhook_url_enc',
+      'd.is_active',
+      'd.event_types',
+      'o.id as event_id',
+      'o.event_type',
+      'o.payload',
+      'o.created_at',
+      'o.actor_type',
+      'o.actor_id',
     ])
     .where('nd.id', 'in', ids)
     .orderBy('nd.id')
@@ -65,26 +78,42 @@ export function notificationDeliveries(deps: AppDeps, policy: RetryPolicy = DEFA
           .map((d) => ({ id: newId('notificationDelivery'), org_id: event.org_id, destination_id: d.id, event_id: event.id, next_attempt_at: now })),
       );
       if (rows.length > 0) {
-        await trx.insertInto('notification_deliveries').values(rows).onConflict((oc) => oc.columns(['event_id', 'destination_id']).doNothing()).execute();
+        await trx
+          .insertInto('notification_deliveries')
+          .values(rows)
+          .onConflict((oc) => oc.columns(['event_id', 'destination_id']).doNothing())
+          .execute();
       }
     },
     deliver: (now) =>
-      deliverDue(deps.db, {
-        table: 'notification_deliveries',
-        recipient: 'destination_id',
-        recipientOf: (delivery) => delivery.destination_id,
-        policy,
-        load,
-        async send(delivery) {
-          // Paused or unsubscribed since the event: the destination forwards nothing.
-          if (!delivery.is_active || !delivery.event_types.includes(delivery.event_type)) return 'skipped';
-          const target = { id: delivery.destination_id, type: delivery.type, config: delivery.config as unknown as DestinationConfig, webhook_url_enc: delivery.webhook_url_enc };
-          const outcome = await sendToDestination(sending, target, render(eventBody({ ...delivery, id: delivery.event_id }), delivery.org_name));
-          if (outcome.status === 'failed') {
-            deps.logger.warn({ delivery_id: delivery.id, destination_id: delivery.destination_id, attempt: delivery.attempts, reason: outcome.detail ?? outcome.error }, 'notification not delivered');
-          }
-          return outcome;
+      deliverDue(
+        deps.db,
+        {
+          table: 'notification_deliveries',
+          recipient: 'destination_id',
+          recipientOf: (delivery) => delivery.destination_id,
+          policy,
+          load,
+          async send(delivery) {
+            // Paused or unsubscribed since the event: the destination forwards nothing.
+            if (!delivery.is_active || !delivery.event_types.includes(delivery.event_type)) return 'skipped';
+            const target = {
+              id: delivery.destination_id,
+              type: delivery.type,
+              config: delivery.config as unknown as DestinationConfig,
+              webhook_url_enc: delivery.webhook_url_enc,
+            };
+            const outcome = await sendToDestination(sending, target, render(eventBody({ ...delivery, id: delivery.event_id }), delivery.org_name));
+            if (outcome.status === 'failed') {
+              deps.logger.warn(
+                { delivery_id: delivery.id, destination_id: delivery.destination_id, attempt: delivery.attempts, reason: outcome.detail ?? outcome.error },
+                'notification not delivered',
+              );
+            }
+            return outcome;
+          },
         },
-      }, now),
+        now,
+      ),
   };
 }

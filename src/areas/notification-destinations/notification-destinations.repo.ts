@@ -4,8 +4,20 @@ import type { DestinationConfig } from '../../events/senders';
 import type { PageRequest } from '../../http/pagination';
 
 const COLUMNS = [
-  'id', 'org_id', 'name', 'type', 'config', 'webhook_url_enc', 'event_types', 'is_active', 'created_by_user_id',
-  'last_test_at', 'last_test_status', 'last_test_error', 'created_at', 'updated_at',
+  'id',
+  'org_id',
+  'name',
+  'type',
+  'config',
+  'webhook_url_enc',
+  'event_types',
+  'is_active',
+  'created_by_user_id',
+  'last_test_at',
+  'last_test_status',
+  'last_test_error',
+  'created_at',
+  'updated_at',
 ] as const;
 
 /** A destination as stored, its JSON `config` read as the shape it is written in. */
@@ -81,12 +93,7 @@ export function recordTest(db: Executor, orgId: string, id: string, test: { at: 
 }
 
 export function deleteDestination(db: Executor, orgId: string, id: string) {
-  return db
-    .deleteFrom('notification_destinations')
-    .where('org_id', '=', orgId)
-    .where('id', '=', id)
-    .returning(['id', 'name', 'type'])
-    .executeTakeFirst();
+  return db.deleteFrom('notification_destinations').where('org_id', '=', orgId).where('id', '=', id).returning(['id', 'name', 'type']).executeTakeFirst();
 }
 
 export function findOrganizationName(db: Executor, orgId: string) {
@@ -99,8 +106,22 @@ export function listDeliveries(db: Executor, orgId: string, destinationId: strin
     .selectFrom('notification_deliveries as nd')
     .innerJoin('outbox as o', 'o.id', 'nd.event_id')
     .select([
-      'nd.id', 'nd.destination_id', 'nd.status', 'nd.attempts', 'nd.last_attempt_at', 'nd.next_attempt_at', 'nd.last_error', 'nd.delivered_at', 'nd.created_at',
-      'o.id as event_id', 'o.org_id', 'o.event_type', 'o.payload', 'o.created_at as event_created_at', 'o.actor_type', 'o.actor_id',
+      'nd.id',
+      'nd.destination_id',
+      'nd.status',
+      'nd.attempts',
+      'nd.last_attempt_at',
+      'nd.next_attempt_at',
+      'nd.last_error',
+      'nd.delivered_at',
+      'nd.created_at',
+      'o.id as event_id',
+      'o.org_id',
+      'o.event_type',
+      'o.payload',
+      'o.created_at as event_created_at',
+      'o.actor_type',
+      'o.actor_id',
     ])
     .where('nd.org_id', '=', orgId)
     .where('nd.destination_id', '=', destinationId)

@@ -20,9 +20,7 @@ const NAME_CONSTRAINT = 'notification_destinations_org_id_name_key';
 const EMAIL_ONLY = new Set(['to', 'cc', 'bcc']);
 const SLACK_ONLY = new Set(['webhook_url']);
 
-
-const inCatalogOrder = (types: readonly string[]): EventType[] =>
-  EVENT_TYPES.filter((type) => types.includes(type));
+const inCatalogOrder = (types: readonly string[]): EventType[] => EVENT_TYPES.filter((type) => types.includes(type));
 
 export function toDestination(row: repo.DestinationRow): Destination {
   return {
@@ -74,7 +72,12 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: { typ
 
 type Delivery = components['schemas']['NotificationDelivery'];
 
-export async function listDeliveries(ctx: RequestContext, id: string, page: PageRequest, filter: { status?: string; event_type?: string }): Promise<Page<Delivery>> {
+export async function listDeliveries(
+  ctx: RequestContext,
+  id: string,
+  page: PageRequest,
+  filter: { status?: string; event_type?: string },
+): Promise<Page<Delivery>> {
   if (!(await repo.findDestination(ctx.db, ctx.orgId, id))) throw notFound(WHAT, id);
   const rows = await repo.listDeliveries(ctx.db, ctx.orgId, id, page, filter);
   return toPage(rows, page, (row) => ({
@@ -187,11 +190,10 @@ function testText(destinationName: string, orgName: string, events: readonly str
 }
 
 function deliverTest(ctx: RequestContext, row: repo.DestinationRow, orgName: string): Promise<DeliveryOutcome> {
-  return sendToDestination(
-    { mailer: ctx.deps.mailer, secrets: ctx.deps.secrets, outbound: ctx.deps.config.outbound },
-    row,
-    { subject: 'Test notification from the MCP control plane', text: testText(row.name, orgName, row.event_types) },
-  );
+  return sendToDestination({ mailer: ctx.deps.mailer, secrets: ctx.deps.secrets, outbound: ctx.deps.config.outbound }, row, {
+    subject: 'Test notification from the MCP control plane',
+    text: testText(row.name, orgName, row.event_types),
+  });
 }
 
 /** Sends first, outside any transaction, then records the outcome with its audit entry. */
@@ -204,7 +206,9 @@ async function takeTestTurn(ctx: RequestContext, id: string): Promise<repo.Desti
   const row = await repo.findDestination(ctx.db, ctx.orgId, id);
   if (!row) throw notFound(WHAT, id);
   const seconds = Math.max(1, Math.ceil(((row.last_test_at?.getTime() ?? 0) + cooldownMs - now.getTime()) / 1000));
-  throw new ApiError('rate_limited', `This destination was tested moments ago; test it again in ${seconds} seconds.`, { headers: { 'Retry-After': String(seconds) } });
+  throw new ApiError('rate_limited', `This destination was tested moments ago; test it again in ${seconds} seconds.`, {
+    headers: { 'Retry-After': String(seconds) },
+  });
 }
 
 export async function test(ctx: RequestContext, id: string): Promise<TestResult> {

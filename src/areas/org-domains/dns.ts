@@ -1,9 +1,6 @@
 import { promises as dns } from 'node:dns';
 
-export type TxtLookup =
-  | { status: 'found'; values: string[] }
-  | { status: 'not_found' }
-  | { status: 'error'; code: string };
+export type TxtLookup = { status: 'found'; values: string[] } | { status: 'not_found' } | { status: 'error'; code: string };
 
 const NOT_FOUND = new Set(['ENODATA', 'ENOTFOUND', 'NOTFOUND', 'NODATA']);
 

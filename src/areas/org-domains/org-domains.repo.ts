@@ -3,8 +3,19 @@ import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 
 const COLUMNS = [
-  'id', 'org_id', 'domain', 'status', 'verification_value', 'verified_at', 'last_checked_at', 'last_check_error',
-  'auto_join', 'default_role_id', 'created_by_user_id', 'created_at', 'updated_at',
+  'id',
+  'org_id',
+  'domain',
+  'status',
+  'verification_value',
+  'verified_at',
+  'last_checked_at',
+  'last_check_error',
+  'auto_join',
+  'default_role_id',
+  'created_by_user_id',
+  'created_at',
+  'updated_at',
 ] as const;
 
 export type DomainRow = Pick<Row<'org_domains'>, (typeof COLUMNS)[number]>;

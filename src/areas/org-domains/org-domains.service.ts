@@ -33,15 +33,103 @@ const DOMAIN_PATTERN = /^(?=.{4,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)
  * email providers. Not the whole Public Suffix List: a name under a suffix is claimable.
  */
 const NOT_CLAIMABLE = new Set([
-  'co.uk', 'org.uk', 'ac.uk', 'gov.uk', 'me.uk', 'ltd.uk', 'plc.uk', 'net.uk', 'com.au', 'net.au', 'org.au', 'edu.au', 'gov.au',
-  'co.nz', 'org.nz', 'co.jp', 'ne.jp', 'or.jp', 'ac.jp', 'co.in', 'net.in', 'org.in', 'co.za', 'org.za', 'com.br', 'net.br', 'org.br',
-  'com.cn', 'net.cn', 'org.cn', 'com.mx', 'com.ar', 'com.tr', 'com.sg', 'com.hk', 'com.tw', 'co.kr', 'co.il', 'com.es', 'co.id',
-  'github.io', 'gitlab.io', 'herokuapp.com', 'vercel.app', 'netlify.app', 'pages.dev', 'workers.dev', 'web.app', 'firebaseapp.com',
-  'appspot.com', 'azurewebsites.net', 'cloudfront.net', 'blogspot.com', 'wordpress.com', 'fly.dev', 'onrender.com', 'ngrok.io',
-  'gmail.com', 'googlemail.com', 'outlook.com', 'hotmail.com', 'hotmail.co.uk', 'live.com', 'msn.com', 'yahoo.com', 'yahoo.co.uk',
-  'ymail.com', 'icloud.com', 'me.com', 'mac.com', 'aol.com', 'proton.me', 'protonmail.com', 'pm.me', 'gmx.com', 'gmx.de', 'gmx.net',
-  'web.de', 'mail.com', 'yandex.com', 'yandex.ru', 'mail.ru', 'zoho.com', 'hey.com', 'fastmail.com', 'tutanota.com', 'tuta.io',
-  'qq.com', '163.com', '126.com', 'naver.com', 'hanmail.net', 'rediffmail.com', 'seznam.cz', 'orange.fr', 'free.fr', 'laposte.net',
+  'co.uk',
+  'org.uk',
+  'ac.uk',
+  'gov.uk',
+  'me.uk',
+  'ltd.uk',
+  'plc.uk',
+  'net.uk',
+  'com.au',
+  'net.au',
+  'org.au',
+  'edu.au',
+  'gov.au',
+  'co.nz',
+  'org.nz',
+  'co.jp',
+  'ne.jp',
+  'or.jp',
+  'ac.jp',
+  'co.in',
+  'net.in',
+  'org.in',
+  'co.za',
+  'org.za',
+  'com.br',
+  'net.br',
+  'org.br',
+  'com.cn',
+  'net.cn',
+  'org.cn',
+  'com.mx',
+  'com.ar',
+  'com.tr',
+  'com.sg',
+  'com.hk',
+  'com.tw',
+  'co.kr',
+  'co.il',
+  'com.es',
+  'co.id',
+  'github.io',
+  'gitlab.io',
+  'herokuapp.com',
+  'vercel.app',
+  'netlify.app',
+  'pages.dev',
+  'workers.dev',
+  'web.app',
+  'firebaseapp.com',
+  'appspot.com',
+  'azurewebsites.net',
+  'cloudfront.net',
+  'blogspot.com',
+  'wordpress.com',
+  'fly.dev',
+  'onrender.com',
+  'ngrok.io',
+  'gmail.com',
+  'googlemail.com',
+  'outlook.com',
+  'hotmail.com',
+  'hotmail.co.uk',
+  'live.com',
+  'msn.com',
+  'yahoo.com',
+  'yahoo.co.uk',
+  'ymail.com',
+  'icloud.com',
+  'me.com',
+  'mac.com',
+  'aol.com',
+  'proton.me',
+  'protonmail.com',
+  'pm.me',
+  'gmx.com',
+  'gmx.de',
+  'gmx.net',
+  'web.de',
+  'mail.com',
+  'yandex.com',
+  'yandex.ru',
+  'mail.ru',
+  'zoho.com',
+  'hey.com',
+  'fastmail.com',
+  'tutanota.com',
+  'tuta.io',
+  'qq.com',
+  '163.com',
+  '126.com',
+  'naver.com',
+  'hanmail.net',
+  'rediffmail.com',
+  'seznam.cz',
+  'orange.fr',
+  'free.fr',
+  'laposte.net',
 ]);
 
 export function toOrgDomain(row: repo.DomainRow): OrgDomain {
@@ -104,15 +192,23 @@ export async function create(ctx: RequestContext, body: Create): Promise<OrgDoma
   if (await repo.verifiedElsewhere(ctx.db, domain, ctx.orgId)) throw taken(domain);
   const id = newId('orgDomain');
   const value = `${VALUE_PREFIX}${randomBytes(24).toString('base64url')}`;
-  const row = await conflictOnUnique(CLAIM_CONSTRAINT, () => taken(domain), () =>
-    ctx.write(async (w) => {
-      const inserted = await repo.insertDomain(w.db, {
-        id, org_id: ctx.orgId, domain, verification_value: value, auto_join: body.auto_join ?? false,
-        default_role_id: body.default_role_id ?? null, created_by_user_id: ctx.caller?.userId ?? null,
-      });
-      w.audit({ targetId: id, changes: { domain, auto_join: inserted.auto_join, default_role_id: inserted.default_role_id } });
-      return inserted;
-    }),
+  const row = await conflictOnUnique(
+    CLAIM_CONSTRAINT,
+    () => taken(domain),
+    () =>
+      ctx.write(async (w) => {
+        const inserted = await repo.insertDomain(w.db, {
+          id,
+          org_id: ctx.orgId,
+          domain,
+          verification_value: value,
+          auto_join: body.auto_join ?? false,
+          default_role_id: body.default_role_id ?? null,
+          created_by_user_id: ctx.caller?.userId ?? null,
+        });
+        w.audit({ targetId: id, changes: { domain, auto_join: inserted.auto_join, default_role_id: inserted.default_role_id } });
+        return inserted;
+      }),
   );
   return toOrgDomain(row);
 }
@@ -158,7 +254,9 @@ async function takeCheckTurn(ctx: RequestContext, id: string, now: Date): Promis
   const row = await repo.findDomain(ctx.db, ctx.orgId, id);
   if (!row) throw notFound(WHAT, id);
   const seconds = Math.max(1, Math.ceil(((row.last_checked_at?.getTime() ?? 0) + CHECK_INTERVAL_MS - now.getTime()) / 1000));
-  throw new ApiError('rate_limited', `${row.domain} was looked up moments ago; verify again in ${seconds} seconds.`, { headers: { 'Retry-After': String(seconds) } });
+  throw new ApiError('rate_limited', `${row.domain} was looked up moments ago; verify again in ${seconds} seconds.`, {
+    headers: { 'Retry-After': String(seconds) },
+  });
 }
 
 const clip = (values: readonly string[]) => values.slice(0, 20).map((v) => v.slice(0, 255));
@@ -190,17 +288,21 @@ export async function verify(ctx: RequestContext, id: string): Promise<VerifyRes
     failure = 'value_mismatch';
     error = `The TXT record at ${name} does not hold the expected value.`;
   }
-  const updated = await conflictOnUnique(VERIFIED_CONSTRAINT, () => taken(row.domain), () =>
-    ctx.write(async (w) => {
-      const now = new Date();
-      const changed = failure === null
-        ? await repo.updateDomain(w.db, ctx.orgId, id, { status: 'verified', verified_at: now, last_check_error: null })
-        : await repo.updateDomain(w.db, ctx.orgId, id, { status: 'failed', last_check_error: error });
-      if (!changed) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: { domain: row.domain, outcome: failure === null ? 'verified' : 'failed', failure_reason: failure, looked_up: true } });
-      if (failure === null) w.emit('org_domain.verified', { org_domain: { id, domain: row.domain } });
-      return changed;
-    }),
+  const updated = await conflictOnUnique(
+    VERIFIED_CONSTRAINT,
+    () => taken(row.domain),
+    () =>
+      ctx.write(async (w) => {
+        const now = new Date();
+        const changed =
+          failure === null
+            ? await repo.updateDomain(w.db, ctx.orgId, id, { status: 'verified', verified_at: now, last_check_error: null })
+            : await repo.updateDomain(w.db, ctx.orgId, id, { status: 'failed', last_check_error: error });
+        if (!changed) throw notFound(WHAT, id);
+        w.audit({ targetId: id, changes: { domain: row.domain, outcome: failure === null ? 'verified' : 'failed', failure_reason: failure, looked_up: true } });
+        if (failure === null) w.emit('org_domain.verified', { org_domain: { id, domain: row.domain } });
+        return changed;
+      }),
   );
   return { status: failure === null ? 'verified' : 'failed', failure_reason: failure, error, found_values: clip(found), domain: toOrgDomain(updated) };
 }
@@ -223,7 +325,13 @@ export interface JoinableOrganization {
 export async function joinableOrganizationsFor(db: Executor, email: string): Promise<JoinableOrganization[]> {
   const at = email.lastIndexOf('@');
   if (at < 1) return [];
-  const domain = domainToASCII(email.slice(at + 1).trim().replace(/\.$/, '').toLowerCase());
+  const domain = domainToASCII(
+    email
+      .slice(at + 1)
+      .trim()
+      .replace(/\.$/, '')
+      .toLowerCase(),
+  );
   if (!DOMAIN_PATTERN.test(domain)) return [];
   const rows = await repo.autoJoinDomains(db, domain);
   return Promise.all(

@@ -19,7 +19,18 @@ function liveTokens(db: Executor, orgId: string) {
   return db
     .selectFrom('api_tokens as t')
     .innerJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 't.org_id').onRef('m.user_id', '=', 't.user_id'))
-    .select(['t.id', 't.name', 't.token_hint', 't.user_id', 't.permissions', 't.expires_at', 't.last_used_at', 't.created_at', 't.updated_at', 'm.status as member_status'])
+    .select([
+      't.id',
+      't.name',
+      't.token_hint',
+      't.user_id',
+      't.permissions',
+      't.expires_at',
+      't.last_used_at',
+      't.created_at',
+      't.updated_at',
+      'm.status as member_status',
+    ])
     .where('t.org_id', '=', orgId)
     .where('t.revoked_at', 'is', null)
     .where('m.status', '<>', 'removed');
@@ -102,13 +113,16 @@ export async function create(ctx: RequestContext, body: ApiTokenCreate): Promise
     throw new ApiError('permission_escalation', `A token cannot carry permissions its owner does not hold: ${lacking.join(', ')}.`);
   }
   const permissions = PERMISSIONS.filter((p) => body.permissions.includes(p));
-  return conflictOnUnique(NAME_CONSTRAINT, () => new ApiError('name_taken', `You already have a token named "${body.name}" in this organization.`), () =>
-    ctx.write(async (w) => {
-      const minted = await mintApiToken(w.db, { orgId: ctx.orgId, userId: ctx.user, name: body.name, permissions, expiresAt });
-      const row = await liveTokens(w.db, ctx.orgId).where('t.id', '=', minted.id).executeTakeFirstOrThrow();
-      w.audit({ targetId: minted.id, changes: { name: body.name, permissions, expires_at: expiresAt?.toISOString() ?? null } });
-      return { token: minted.token, api_token: toApiToken(row) };
-    }),
+  return conflictOnUnique(
+    NAME_CONSTRAINT,
+    () => new ApiError('name_taken', `You already have a token named "${body.name}" in this organization.`),
+    () =>
+      ctx.write(async (w) => {
+        const minted = await mintApiToken(w.db, { orgId: ctx.orgId, userId: ctx.user, name: body.name, permissions, expiresAt });
+        const row = await liveTokens(w.db, ctx.orgId).where('t.id', '=', minted.id).executeTakeFirstOrThrow();
+        w.audit({ targetId: minted.id, changes: { name: body.name, permissions, expires_at: expiresAt?.toISOString() ?? null } });
+        return { token: minted.token, api_token: toApiToken(row) };
+      }),
   );
 }
 

@@ -47,9 +47,13 @@ export function stripeOf(config: Config): Stripe | null {
 }
 
 const notConfigured = () =>
-  new ApiError('payment_provider_unavailable', 'This deployment has no payment provider configured (STRIPE_SECRET_KEY); every organization is on the free plan.', {
-    headers: { 'Retry-After': '3600' },
-  });
+  new ApiError(
+    'payment_provider_unavailable',
+    'This deployment has no payment provider configured (STRIPE_SECRET_KEY); every organization is on the free plan.',
+    {
+      headers: { 'Retry-After': '3600' },
+    },
+  );
 
 const unavailable = () =>
   new ApiError('payment_provider_unavailable', 'The payment provider did not answer; retry shortly.', { headers: { 'Retry-After': '30' } });
@@ -150,7 +154,12 @@ export async function syncFromProvider(ctx: RequestContext, orgId: string): Prom
       const b = current[key];
       return a instanceof Date || b instanceof Date ? (a as Date | null)?.getTime() !== (b as Date | null)?.getTime() : a !== b;
     });
-    if (changed) await trx.updateTable('organization_billing').set({ ...values, reported_at: new Date(), updated_at: new Date() }).where('org_id', '=', orgId).execute();
+    if (changed)
+      await trx
+        .updateTable('organization_billing')
+        .set({ ...values, reported_at: new Date(), updated_at: new Date() })
+        .where('org_id', '=', orgId)
+        .execute();
     await trx.updateTable('organizations').set({ plan }).where('id', '=', orgId).where('plan', '<>', plan).execute();
   });
   return true;
@@ -196,7 +205,11 @@ async function ensureCustomer(ctx: RequestContext, stripe: Stripe, orgId: string
   const customer = await callStripe(ctx, 'customers.create', () =>
     stripe.customers.create({ name: org?.name ?? orgId, metadata: { organization_id: orgId } }, { idempotencyKey: `customer-${orgId}` }),
   );
-  await ctx.db.insertInto('organization_billing').values({ org_id: orgId, customer_id: customer.id }).onConflict((oc) => oc.column('org_id').doNothing()).execute();
+  await ctx.db
+    .insertInto('organization_billing')
+    .values({ org_id: orgId, customer_id: customer.id })
+    .onConflict((oc) => oc.column('org_id').doNothing())
+    .execute();
   return (await findBilling(ctx.db, orgId))?.customer_id ?? customer.id;
 }
 
@@ -220,7 +233,10 @@ export async function startCheckout(ctx: RequestContext, orgId: string, body: Ch
     throw validationError([{ in: 'body', pointer: '/seats', message: `must be at least the ${held} seats in use` }]);
   }
   if (await subscriptionInForce(ctx, orgId)) {
-    throw new ApiError('subscription_active', 'This organization already has a paid subscription; change it in the customer portal (POST /organization/{id}/billing/portal).');
+    throw new ApiError(
+      'subscription_active',
+      'This organization already has a paid subscription; change it in the customer portal (POST /organization/{id}/billing/portal).',
+    );
   }
   const customer = await ensureCustomer(ctx, stripe, orgId);
   const back = returnUrl(ctx, body.return_path);

@@ -56,7 +56,11 @@ export async function uploadLogo(ctx: RequestContext, orgId: string, body: Uploa
         logo_bytes: bytes.length,
         logo_url: `/organization/${orgId}/logo?v=${sha256.slice(0, 12)}`,
       });
-      w.audit({ targetType: 'organization', targetId: orgId, changes: { content_type: info.type, size: bytes.length, sha256, width: info.width, height: info.height } });
+      w.audit({
+        targetType: 'organization',
+        targetId: orgId,
+        changes: { content_type: info.type, size: bytes.length, sha256, width: info.width, height: info.height },
+      });
       return row!;
     });
     if (previous && previous !== key) await storage.delete(previous).catch((err) => ctx.log.warn({ err }, 'old logo not removed from storage'));
@@ -75,7 +79,9 @@ export async function deleteLogo(ctx: RequestContext, orgId: string): Promise<vo
     w.audit({ targetType: 'organization', targetId: orgId, changes: { sha256: org.logo_sha256 } });
     return org.logo_key;
   });
-  await storageOf(ctx.deps.config).delete(removed).catch((err) => ctx.log.warn({ err }, 'logo not removed from storage'));
+  await storageOf(ctx.deps.config)
+    .delete(removed)
+    .catch((err) => ctx.log.warn({ err }, 'logo not removed from storage'));
 }
 
 /**

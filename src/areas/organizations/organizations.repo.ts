@@ -4,8 +4,18 @@ import type { RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 
 export const ORGANIZATION_COLUMNS = [
-  'id', 'name', 'slug', 'logo_url', 'require_mfa', 'plan', 'created_at', 'updated_at',
-  'logo_key', 'logo_content_type', 'logo_sha256', 'logo_bytes',
+  'id',
+  'name',
+  'slug',
+  'logo_url',
+  'require_mfa',
+  'plan',
+  'created_at',
+  'updated_at',
+  'logo_key',
+  'logo_content_type',
+  'logo_sha256',
+  'logo_bytes',
 ] as const;
 
 export const SLUG_CONSTRAINT = 'organizations_slug_key';

@@ -21,7 +21,14 @@ export interface NewOrganization {
 /** A URL-safe slug from a name, made unique with a short suffix when taken. */
 export async function availableSlug(db: Transaction<Database>, name: string): Promise<string> {
   // Accents go (é → e) rather than becoming a hyphen; cut to length before trimming, so the slug never ends in `-`.
-  const base = name.toLowerCase().normalize('NFKD').replace(/[\u0300-\u036f]/g, '').replace(/[^a-z0-9]+/g, '-').slice(0, 48).replace(/^-+|-+$/g, '') || 'org';
+  const base =
+    name
+      .toLowerCase()
+      .normalize('NFKD')
+      .replace(/[\u0300-\u036f]/g, '')
+      .replace(/[^a-z0-9]+/g, '-')
+      .slice(0, 48)
+      .replace(/^-+|-+$/g, '') || 'org';
   for (let attempt = 0; ; attempt += 1) {
     const slug = attempt === 0 ? base : `${base}-${Math.random().toString(36).slice(2, 8)}`;
     const taken = await db.selectFrom('organizations').select('id').where('slug', '=', slug).executeTakeFirst();
@@ -49,8 +56,14 @@ export async function createOrganizationWithOwner(
         roleIds[role.key] = id;
         return {
           // A system role's permissions are read from the catalog by system_key, not stored.
-          id, org_id: orgId, name: role.name, description: role.description, permissions: [],
-          is_system: true, system_key: role.key, seat_class: role.seatClass,
+          id,
+          org_id: orgId,
+          name: role.name,
+          description: role.description,
+          permissions: [],
+          is_system: true,
+          system_key: role.key,
+          seat_class: role.seatClass,
         };
       }),
     )
@@ -108,10 +121,17 @@ export async function createOrganization(ctx: RequestContext, body: Organization
       return toOrganization(org!);
     });
   // A slug made from the name is retried with a suffix when a concurrent request takes it first.
-  return conflictOnUnique(repo.SLUG_CONSTRAINT, () => slugTaken(body.slug ?? body.name), body.slug !== undefined ? run : () => run().catch((err) => {
-    if (isUniqueViolation(err, repo.SLUG_CONSTRAINT)) return run();
-    throw err;
-  }));
+  return conflictOnUnique(
+    repo.SLUG_CONSTRAINT,
+    () => slugTaken(body.slug ?? body.name),
+    body.slug !== undefined
+      ? run
+      : () =>
+          run().catch((err) => {
+            if (isUniqueViolation(err, repo.SLUG_CONSTRAINT)) return run();
+            throw err;
+          }),
+  );
 }
 
 export async function updateOrganization(ctx: RequestContext, id: string, body: OrganizationUpdate): Promise<Organization> {
@@ -125,9 +145,13 @@ export async function updateOrganization(ctx: RequestContext, id: string, body: 
       if (body.name !== undefined && body.name !== org.name) changes.name = body.name;
       if (body.slug !== undefined && body.slug !== org.slug) changes.slug = body.slug;
       if (body.require_mfa !== undefined && body.require_mfa !== org.require_mfa) {
-        if (caller.kind !== 'session') throw new ApiError('requires_person', 'Only a person signed in to the web app may change the second-factor requirement; API tokens cannot.');
+        if (caller.kind !== 'session')
+          throw new ApiError('requires_person', 'Only a person signed in to the web app may change the second-factor requirement; API tokens cannot.');
         if (!caller.stepUpAt || Date.now() - caller.stepUpAt.getTime() > STEP_UP_WINDOW_MS) {
-          throw new ApiError('step_up_required', 'Changing the second-factor requirement needs a step-up within the last 5 minutes; verify a second factor (/auth/step-up/*) and retry.');
+          throw new ApiError(
+            'step_up_required',
+            'Changing the second-factor requirement needs a step-up within the last 5 minutes; verify a second factor (/auth/step-up/*) and retry.',
+          );
         }
         changes.require_mfa = body.require_mfa;
       }
@@ -155,7 +179,10 @@ export async function deleteOrganization(ctx: RequestContext, id: string, confir
     throw validationError([{ in: 'query', pointer: '/confirm', message: `must repeat the organization's slug (${org.slug})` }]);
   }
   if (await subscriptionInForce(ctx, id)) {
-    throw new ApiError('subscription_active', 'This organization has a paid subscription in force; cancel it in the customer portal (POST /organization/{id}/billing/portal) first.');
+    throw new ApiError(
+      'subscription_active',
+      'This organization has a paid subscription in force; cancel it in the customer portal (POST /organization/{id}/billing/portal) first.',
+    );
   }
   const logoKey = await ctx.write(async (w) => {
     const current = await repo.findOrganization(w.db, id, true);
@@ -165,5 +192,8 @@ export async function deleteOrganization(ctx: RequestContext, id: string, confir
     return current.logo_key;
   });
   ctx.log.info({ organization_id: id, slug: org.slug, deleted_by: ctx.user }, 'organization deleted');
-  if (logoKey) await storageOf(ctx.deps.config).delete(logoKey).catch((err) => ctx.log.warn({ err }, 'logo of a deleted organization not removed'));
+  if (logoKey)
+    await storageOf(ctx.deps.config)
+      .delete(logoKey)
+      .catch((err) => ctx.log.warn({ err }, 'logo of a deleted organization not removed'));
 }

@@ -9,7 +9,12 @@ export default defineArea({
       const page = pageRequest(query, 'restriction');
       return {
         status: 200,
-        body: await restrictions.list(ctx, page, { effect: query.effect, connector_slug: query.connector_slug, synthetic_tool_id: query.synthetic_tool_id, is_active: query.is_active }),
+        body: await restrictions.list(ctx, page, {
+          effect: query.effect,
+          connector_slug: query.connector_slug,
+          synthetic_tool_id: query.synthetic_tool_id,
+          is_active: query.is_active,
+        }),
       };
     },
     async createRestriction({ body }, ctx) {

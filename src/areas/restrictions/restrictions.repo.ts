@@ -4,9 +4,22 @@ import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 
 export const COLUMNS = [
-  'id', 'org_id', 'name', 'description', 'match_connector_slug', 'match_tool_pattern', 'match_synthetic_tool_id', 'effect',
-  'applies_to_everyone', 'applies_to_role_ids', 'applies_to_team_ids', 'applies_to_user_ids', 'is_active', 'created_by_user_id',
-  'created_at', 'updated_at',
+  'id',
+  'org_id',
+  'name',
+  'description',
+  'match_connector_slug',
+  'match_tool_pattern',
+  'match_synthetic_tool_id',
+  'effect',
+  'applies_to_everyone',
+  'applies_to_role_ids',
+  'applies_to_team_ids',
+  'applies_to_user_ids',
+  'is_active',
+  'created_by_user_id',
+  'created_at',
+  'updated_at',
 ] as const;
 
 export type RestrictionRow = Pick<Row<'restrictions'>, (typeof COLUMNS)[number]>;
@@ -66,11 +79,31 @@ export async function livePrincipals(
   ids: { roleIds: readonly string[]; teamIds: readonly string[]; userIds: readonly string[] },
 ): Promise<{ roleIds: Set<string>; teamIds: Set<string>; userIds: Set<string> }> {
   const [roles, teams, users] = await Promise.all([
-    ids.roleIds.length === 0 ? [] : db.selectFrom('roles').select('id').where('org_id', '=', orgId).where('id', 'in', [...ids.roleIds]).execute(),
-    ids.teamIds.length === 0 ? [] : db.selectFrom('teams').select('id').where('org_id', '=', orgId).where('id', 'in', [...ids.teamIds]).execute(),
+    ids.roleIds.length === 0
+      ? []
+      : db
+          .selectFrom('roles')
+          .select('id')
+          .where('org_id', '=', orgId)
+          .where('id', 'in', [...ids.roleIds])
+          .execute(),
+    ids.teamIds.length === 0
+      ? []
+      : db
+          .selectFrom('teams')
+          .select('id')
+          .where('org_id', '=', orgId)
+          .where('id', 'in', [...ids.teamIds])
+          .execute(),
     ids.userIds.length === 0
       ? []
-      : db.selectFrom('memberships').select('user_id as id').where('org_id', '=', orgId).where('status', '=', 'active').where('user_id', 'in', [...ids.userIds]).execute(),
+      : db
+          .selectFrom('memberships')
+          .select('user_id as id')
+          .where('org_id', '=', orgId)
+          .where('status', '=', 'active')
+          .where('user_id', 'in', [...ids.userIds])
+          .execute(),
   ]);
   return { roleIds: new Set(roles.map((r) => r.id)), teamIds: new Set(teams.map((r) => r.id)), userIds: new Set(users.map((r) => r.id)) };
 }
@@ -80,7 +113,11 @@ export async function livePrincipals(
  * a synthetic tool, role or team that a restriction names is refused (409), per the spec of
  * deleteSyntheticTool, deleteRole and deleteTeam.
  */
-export async function restrictionsNaming(db: Executor, orgId: string, what: { syntheticToolId: string } | { roleId: string } | { teamId: string }): Promise<string[]> {
+export async function restrictionsNaming(
+  db: Executor,
+  orgId: string,
+  what: { syntheticToolId: string } | { roleId: string } | { teamId: string },
+): Promise<string[]> {
   const rows = await db
     .selectFrom('restrictions')
     .select('id')

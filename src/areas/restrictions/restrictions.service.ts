@@ -68,7 +68,11 @@ interface StoredAppliesTo {
 }
 
 /** The shape rules the schema cannot say (400 validation_failed), then the references (400 unknown_reference). */
-async function checkInput(ctx: RequestContext, match: MatchInput | undefined, appliesTo: AppliesToInput | undefined): Promise<{ match?: StoredMatch; appliesTo?: StoredAppliesTo }> {
+async function checkInput(
+  ctx: RequestContext,
+  match: MatchInput | undefined,
+  appliesTo: AppliesToInput | undefined,
+): Promise<{ match?: StoredMatch; appliesTo?: StoredAppliesTo }> {
   const problems: ValidationProblem[] = [];
   let storedMatch: StoredMatch | undefined;
   let storedApplies: StoredAppliesTo | undefined;
@@ -79,8 +83,10 @@ async function checkInput(ctx: RequestContext, match: MatchInput | undefined, ap
       match_synthetic_tool_id: match.synthetic_tool_id ?? null,
     };
     if (storedMatch.match_synthetic_tool_id !== null) {
-      if (storedMatch.match_connector_slug !== null) problems.push({ in: 'body', pointer: '/match/connector_slug', message: 'must be null when synthetic_tool_id is set' });
-      if (storedMatch.match_tool_pattern !== null) problems.push({ in: 'body', pointer: '/match/tool_pattern', message: 'must be null when synthetic_tool_id is set' });
+      if (storedMatch.match_connector_slug !== null)
+        problems.push({ in: 'body', pointer: '/match/connector_slug', message: 'must be null when synthetic_tool_id is set' });
+      if (storedMatch.match_tool_pattern !== null)
+        problems.push({ in: 'body', pointer: '/match/tool_pattern', message: 'must be null when synthetic_tool_id is set' });
     }
   }
   if (appliesTo !== undefined) {
@@ -91,8 +97,10 @@ async function checkInput(ctx: RequestContext, match: MatchInput | undefined, ap
       applies_to_user_ids: [...new Set(appliesTo.user_ids ?? [])],
     };
     const ids = storedApplies.applies_to_role_ids.length + storedApplies.applies_to_team_ids.length + storedApplies.applies_to_user_ids.length;
-    if (storedApplies.applies_to_everyone && ids > 0) problems.push({ in: 'body', pointer: '/applies_to/everyone', message: 'must be false when role, team or user ids are given' });
-    if (!storedApplies.applies_to_everyone && ids === 0) problems.push({ in: 'body', pointer: '/applies_to', message: 'needs everyone: true or at least one role, team or user id' });
+    if (storedApplies.applies_to_everyone && ids > 0)
+      problems.push({ in: 'body', pointer: '/applies_to/everyone', message: 'must be false when role, team or user ids are given' });
+    if (!storedApplies.applies_to_everyone && ids === 0)
+      problems.push({ in: 'body', pointer: '/applies_to', message: 'needs everyone: true or at least one role, team or user id' });
   }
   if (problems.length > 0) throw validationError(problems);
 
@@ -105,7 +113,9 @@ async function checkInput(ctx: RequestContext, match: MatchInput | undefined, ap
   }
   if (storedApplies) {
     const live = await repo.livePrincipals(ctx.db, ctx.orgId, {
-      roleIds: storedApplies.applies_to_role_ids, teamIds: storedApplies.applies_to_team_ids, userIds: storedApplies.applies_to_user_ids,
+      roleIds: storedApplies.applies_to_role_ids,
+      teamIds: storedApplies.applies_to_team_ids,
+      userIds: storedApplies.applies_to_user_ids,
     });
     const check = (list: string[], found: Set<string>, member: string, what: string) =>
       list.forEach((id, i) => {
@@ -115,7 +125,8 @@ async function checkInput(ctx: RequestContext, match: MatchInput | undefined, ap
     check(storedApplies.applies_to_team_ids, live.teamIds, 'team_ids', 'team');
     check(storedApplies.applies_to_user_ids, live.userIds, 'user_ids', 'active member');
   }
-  if (unknown.length > 0) throw new ApiError('unknown_reference', 'The restriction names something that does not exist in this organization.', { errors: unknown });
+  if (unknown.length > 0)
+    throw new ApiError('unknown_reference', 'The restriction names something that does not exist in this organization.', { errors: unknown });
   return { match: storedMatch, appliesTo: storedApplies };
 }
 
@@ -123,7 +134,10 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: repo.
   const unknown: ValidationProblem[] = [];
   if (filter.connector_slug !== undefined) {
     const found = await lookup(ctx.db, ctx.orgId, filter.connector_slug);
-    const sees = found && (found.source === 'built_in' || (await visibleTo(ctx.db, ctx.orgId, ctx.user, ctx.org?.permissions.has('connector:manage') ?? false, filter.connector_slug)));
+    const sees =
+      found &&
+      (found.source === 'built_in' ||
+        (await visibleTo(ctx.db, ctx.orgId, ctx.user, ctx.org?.permissions.has('connector:manage') ?? false, filter.connector_slug)));
     if (!sees) unknown.push({ in: 'query', pointer: '/connector_slug', message: 'names no connector you can see' });
   }
   if (filter.synthetic_tool_id !== undefined && !(await repo.syntheticToolExists(ctx.db, ctx.orgId, filter.synthetic_tool_id))) {
@@ -161,7 +175,14 @@ export async function create(ctx: RequestContext, body: Create): Promise<Restric
       });
       w.audit({
         targetId: id,
-        changes: { name: inserted.name, description: inserted.description, match: body.match ?? {}, effect: inserted.effect, applies_to: body.applies_to, is_active: inserted.is_active },
+        changes: {
+          name: inserted.name,
+          description: inserted.description,
+          match: body.match ?? {},
+          effect: inserted.effect,
+          applies_to: body.applies_to,
+          is_active: inserted.is_active,
+        },
       });
       w.emit('restriction.updated', { restriction: summary(inserted), change: 'created' });
       return inserted;

@@ -6,14 +6,28 @@ import { newId } from '../../lib/ids';
 /** A custom role: its permissions are stored (a system role's come from the catalog). */
 export async function insertCustomRole(
   db: Executor,
-  input: { orgId: string; name: string; description?: string | null; permissions: readonly string[]; seatClass?: 'billable' | 'free_admin'; createdByUserId?: string | null },
+  input: {
+    orgId: string;
+    name: string;
+    description?: string | null;
+    permissions: readonly string[];
+    seatClass?: 'billable' | 'free_admin';
+    createdByUserId?: string | null;
+  },
 ): Promise<string> {
   const id = newId('role');
   await db
     .insertInto('roles')
     .values({
-      id, org_id: input.orgId, name: input.name, description: input.description ?? null, permissions: [...new Set(input.permissions)].sort(),
-      is_system: false, system_key: null, seat_class: input.seatClass ?? 'billable', created_by_user_id: input.createdByUserId ?? null,
+      id,
+      org_id: input.orgId,
+      name: input.name,
+      description: input.description ?? null,
+      permissions: [...new Set(input.permissions)].sort(),
+      is_system: false,
+      system_key: null,
+      seat_class: input.seatClass ?? 'billable',
+      created_by_user_id: input.createdByUserId ?? null,
     })
     .execute();
   return id;
@@ -27,7 +41,19 @@ export async function systemRoleId(db: Executor, orgId: string, key: SystemRoleK
 // The Roles operations
 // ---------------------------------------------------------------------------------------
 
-export const ROLE_COLUMNS = ['id', 'org_id', 'name', 'description', 'permissions', 'is_system', 'system_key', 'seat_class', 'created_by_user_id', 'created_at', 'updated_at'] as const;
+export const ROLE_COLUMNS = [
+  'id',
+  'org_id',
+  'name',
+  'description',
+  'permissions',
+  'is_system',
+  'system_key',
+  'seat_class',
+  'created_by_user_id',
+  'created_at',
+  'updated_at',
+] as const;
 export type RoleRow = Pick<Row<'roles'>, (typeof ROLE_COLUMNS)[number]>;
 export type RoleWithCount = RoleRow & { member_count: number };
 
@@ -74,7 +100,13 @@ export function findRole(db: Executor, orgId: string, id: string, forUpdate = fa
 /** The organization's roles among `ids`. */
 export function rolesIn(db: Executor, orgId: string, ids: readonly string[]): Promise<RoleRow[]> {
   if (ids.length === 0) return Promise.resolve([]);
-  return db.selectFrom('roles').select(ROLE_COLUMNS).where('org_id', '=', orgId).where('id', 'in', [...ids]).orderBy('id').execute();
+  return db
+    .selectFrom('roles')
+    .select(ROLE_COLUMNS)
+    .where('org_id', '=', orgId)
+    .where('id', 'in', [...ids])
+    .orderBy('id')
+    .execute();
 }
 
 export function insertRole(db: Executor, values: NewRow<'roles'>): Promise<RoleRow> {
@@ -82,7 +114,14 @@ export function insertRole(db: Executor, values: NewRow<'roles'>): Promise<RoleR
 }
 
 export function updateRole(db: Executor, orgId: string, id: string, changes: RowChanges<'roles'>): Promise<RoleRow | undefined> {
-  return db.updateTable('roles').set(changes).where('org_id', '=', orgId).where('id', '=', id).where('is_system', '=', false).returning(ROLE_COLUMNS).executeTakeFirst();
+  return db
+    .updateTable('roles')
+    .set(changes)
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .where('is_system', '=', false)
+    .returning(ROLE_COLUMNS)
+    .executeTakeFirst();
 }
 
 export function deleteRole(db: Executor, orgId: string, id: string): Promise<RoleRow | undefined> {

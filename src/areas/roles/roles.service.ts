@@ -35,9 +35,16 @@ export function toRole(row: repo.RoleRow, memberCount: number): Role {
 
 const eventRole = (row: repo.RoleRow) => ({ id: row.id, name: row.name, permissions: permissionsOf(row) as Role['permissions'] });
 
-const nameTaken = (name: string) => new ApiError('name_taken', `A role of this organization is already named "${name}" (names are compared without regard to case, system roles included).`);
+const nameTaken = (name: string) =>
+  new ApiError('name_taken', `A role of this organization is already named "${name}" (names are compared without regard to case, system roles included).`);
 const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
-  name === undefined ? run() : conflictOnUnique(repo.ROLE_NAME_CONSTRAINT, () => nameTaken(name), () => conflictOnUnique('roles_org_id_name_key', () => nameTaken(name), run));
+  name === undefined
+    ? run()
+    : conflictOnUnique(
+        repo.ROLE_NAME_CONSTRAINT,
+        () => nameTaken(name),
+        () => conflictOnUnique('roles_org_id_name_key', () => nameTaken(name), run),
+      );
 
 const immutable = (row: repo.RoleRow) =>
   new ApiError('system_role_immutable', `${row.name} is a system role; system roles cannot be changed or deleted. Create a custom role instead.`);
@@ -57,7 +64,11 @@ export function requireHeld(ctx: RequestContext, permissions: Iterable<string>, 
 
 export async function list(ctx: RequestContext, page: PageRequest, filter: { is_system?: boolean }): Promise<Page<Role>> {
   const rows = await repo.listRoles(ctx.db, ctx.orgId, page, { isSystem: filter.is_system });
-  const counts = await repo.memberCounts(ctx.db, ctx.orgId, rows.slice(0, page.limit).map((r) => r.id));
+  const counts = await repo.memberCounts(
+    ctx.db,
+    ctx.orgId,
+    rows.slice(0, page.limit).map((r) => r.id),
+  );
   return toPage(rows, page, (row) => toRole(row, counts.get(row.id) ?? 0));
 }
 
@@ -75,8 +86,15 @@ export async function create(ctx: RequestContext, body: Create): Promise<Role> {
   const row = await guardName(body.name, () =>
     ctx.write(async (w) => {
       const inserted = await repo.insertRole(w.db, {
-        id: newId('role'), org_id: ctx.orgId, name: body.name, description: body.description ?? null, permissions,
-        is_system: false, system_key: null, seat_class: 'billable', created_by_user_id: ctx.user,
+        id: newId('role'),
+        org_id: ctx.orgId,
+        name: body.name,
+        description: body.description ?? null,
+        permissions,
+        is_system: false,
+        system_key: null,
+        seat_class: 'billable',
+        created_by_user_id: ctx.user,
       });
       w.audit({ targetId: inserted.id, changes: { name: inserted.name, description: inserted.description, permissions, seat_class: inserted.seat_class } });
       w.emit('role.created', { role: eventRole(inserted) });
@@ -109,7 +127,11 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       if (body.permissions !== undefined) {
         const next = [...new Set(body.permissions)].sort();
         // Adding needs the permission; taking away is always allowed.
-        requireHeld(ctx, next.filter((p) => !current.permissions.includes(p)), 'add to a role');
+        requireHeld(
+          ctx,
+          next.filter((p) => !current.permissions.includes(p)),
+          'add to a role',
+        );
         if (next.join(' ') !== [...current.permissions].sort().join(' ')) {
           changes.permissions = after.permissions = next;
           before.permissions = current.permissions;

@@ -27,7 +27,10 @@ export function isPointer(text: unknown): text is string {
 export function parsePointer(pointer: string): string[] {
   if (pointer === '') return [];
   if (!isPointer(pointer)) throw new MappingError(`"${pointer}" is not a JSON pointer.`);
-  return pointer.slice(1).split('/').map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
+  return pointer
+    .slice(1)
+    .split('/')
+    .map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
 }
 
 /** One token escaped for a pointer (`~` → `~0`, `/` → `~1`). */
@@ -89,7 +92,8 @@ export function parseTemplate(template: string): TemplatePart[] {
       const pointer = colon < 0 ? '' : rest.slice(colon + 1);
       if (STEP_ID.test(id) && isPointer(pointer)) part = { step: id, pointer };
     }
-    if (!part) throw new MappingError(`"{{${body}}}" is not a placeholder: use {{input:<pointer>}} or {{step:<step id>:<pointer>}} (write "{{{{" for a literal "{{").`);
+    if (!part)
+      throw new MappingError(`"{{${body}}}" is not a placeholder: use {{input:<pointer>}} or {{step:<step id>:<pointer>}} (write "{{{{" for a literal "{{").`);
     if (text) parts.push({ text });
     text = '';
     parts.push(part);
@@ -132,7 +136,8 @@ export function checkValue(value: unknown, at: string, earlierSteps: ReadonlySet
   const obj = value as Record<string, unknown>;
   const keys = Object.keys(obj);
   const only = (allowed: string[]) => {
-    for (const k of keys) if (!allowed.includes(k)) problems.push({ pointer: joinPointer(at, k), message: `is not a member of a ${allowed[0]} reference (${allowed.join(', ')})` });
+    for (const k of keys)
+      if (!allowed.includes(k)) problems.push({ pointer: joinPointer(at, k), message: `is not a member of a ${allowed[0]} reference (${allowed.join(', ')})` });
   };
   if (hasOwn(obj, '$literal')) {
     only(['$literal']);
@@ -166,7 +171,11 @@ export function checkValue(value: unknown, at: string, earlierSteps: ReadonlySet
     return;
   }
   for (const k of keys) {
-    if (k.startsWith('$')) problems.push({ pointer: joinPointer(at, k), message: 'starts with "$" but is not $input, $step, $template or $literal (wrap a literal object in {"$literal": …})' });
+    if (k.startsWith('$'))
+      problems.push({
+        pointer: joinPointer(at, k),
+        message: 'starts with "$" but is not $input, $step, $template or $literal (wrap a literal object in {"$literal": …})',
+      });
     else checkValue(obj[k], joinPointer(at, k), earlierSteps, where, problems, depth + 1);
   }
 }
@@ -268,7 +277,9 @@ export function evaluate(value: unknown, scope: MappingScope, depth = 0): Json {
     const hit = stepValue(scope, String(obj.$step), typeof obj.pointer === 'string' ? obj.pointer : '');
     if (hit.found) return copy(hit.value);
     if (hasOwn(obj, 'default')) return copy(obj.default);
-    throw new MappingError(`Cannot resolve {"$step": "${String(obj.$step)}"${typeof obj.pointer === 'string' && obj.pointer ? `, "pointer": "${obj.pointer}"` : ''}}: ${hit.why}, and it has no default.`);
+    throw new MappingError(
+      `Cannot resolve {"$step": "${String(obj.$step)}"${typeof obj.pointer === 'string' && obj.pointer ? `, "pointer": "${obj.pointer}"` : ''}}: ${hit.why}, and it has no default.`,
+    );
   }
   if (hasOwn(obj, '$template')) return renderTemplate(String(obj.$template), scope);
   const out: { [key: string]: Json } = {};

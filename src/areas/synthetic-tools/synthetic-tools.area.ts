@@ -29,7 +29,11 @@ export default defineArea({
     async executeSyntheticTool({ params, body }, ctx) {
       const tool = await repo.findSyntheticTool(ctx.db, ctx.orgId, params.id);
       if (!tool) throw notFound('synthetic tool', params.id);
-      const run = await runSyntheticTool(ctx.deps, ctx.orgId, ctx.user, tool, body.arguments ?? {}, ctx.signal, { bindings: body.bindings, context: ctx, log: ctx.log });
+      const run = await runSyntheticTool(ctx.deps, ctx.orgId, ctx.user, tool, body.arguments ?? {}, ctx.signal, {
+        bindings: body.bindings,
+        context: ctx,
+        log: ctx.log,
+      });
       return { status: 200, body: run };
     },
   },

@@ -5,7 +5,19 @@ import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
 import type { SyntheticToolStep } from './synthetic-tools.types';
 
-const COLUMNS = ['id', 'org_id', 'name', 'description', 'input_schema', 'output_schema', 'steps', 'output', 'created_by_user_id', 'created_at', 'updated_at'] as const;
+const COLUMNS = [
+  'id',
+  'org_id',
+  'name',
+  'description',
+  'input_schema',
+  'output_schema',
+  'steps',
+  'output',
+  'created_by_user_id',
+  'created_at',
+  'updated_at',
+] as const;
 
 /** A synthetic tool as stored, its JSON columns read as the shapes they are written in. */
 export type SyntheticToolRow = Omit<Pick<Row<'synthetic_tools'>, (typeof COLUMNS)[number]>, 'input_schema' | 'output_schema' | 'steps' | 'output'> & {
@@ -43,7 +55,11 @@ export function findSyntheticTool(db: Executor, orgId: string, id: string, forUp
 }
 
 export async function countSyntheticTools(db: Executor, orgId: string): Promise<number> {
-  const row = await db.selectFrom('synthetic_tools').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', orgId).executeTakeFirstOrThrow();
+  const row = await db
+    .selectFrom('synthetic_tools')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('org_id', '=', orgId)
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 
@@ -52,7 +68,14 @@ export function insertSyntheticTool(db: Executor, values: NewRow<'synthetic_tool
 }
 
 export function updateSyntheticTool(db: Executor, orgId: string, id: string, changes: RowChanges<'synthetic_tools'>) {
-  return db.updateTable('synthetic_tools').set(changes).where('org_id', '=', orgId).where('id', '=', id).returning(COLUMNS).$castTo<SyntheticToolRow>().executeTakeFirst();
+  return db
+    .updateTable('synthetic_tools')
+    .set(changes)
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .returning(COLUMNS)
+    .$castTo<SyntheticToolRow>()
+    .executeTakeFirst();
 }
 
 export function deleteSyntheticTool(db: Executor, orgId: string, id: string) {
@@ -70,7 +93,13 @@ export async function usesOf(db: Executor, orgId: string, id: string) {
     .where('e.synthetic_tool_id', '=', id)
     .orderBy('t.id')
     .execute();
-  const restrictions = await db.selectFrom('restrictions').select(['id', 'name']).where('org_id', '=', orgId).where('match_synthetic_tool_id', '=', id).orderBy('id').execute();
+  const restrictions = await db
+    .selectFrom('restrictions')
+    .select(['id', 'name'])
+    .where('org_id', '=', orgId)
+    .where('match_synthetic_tool_id', '=', id)
+    .orderBy('id')
+    .execute();
   return { toolboxes, restrictions };
 }
 

@@ -92,7 +92,11 @@ function checkedArguments(tool: repo.SyntheticToolRow, input: unknown): Record<s
   const validate = validatorFor(`${tool.id}:input:${tool.updated_at.toISOString()}`, tool.input_schema);
   if (!validate(args)) {
     const errors: ValidationProblem[] = problemsOf(validate.errors, '/arguments').map((p) => ({ in: 'body', ...p }));
-    throw new ApiError('invalid_tool_arguments', `The arguments do not match the input schema of ${tool.name} (${errors.length} problem${errors.length === 1 ? '' : 's'}; see errors).`, { errors });
+    throw new ApiError(
+      'invalid_tool_arguments',
+      `The arguments do not match the input schema of ${tool.name} (${errors.length} problem${errors.length === 1 ? '' : 's'}; see errors).`,
+      { errors },
+    );
   }
   return args;
 }
@@ -103,7 +107,10 @@ async function checkPolicy(deps: AppDeps, orgId: string, userId: string, tool: r
   const verdict = policy.evaluate({ kind: 'synthetic', id: tool.id, steps: stepToolsOf(tool.steps) });
   if (verdict.callable) return;
   if (verdict.deniedBy.length > 0) {
-    throw new ApiError('tool_restricted', `The synthetic tool ${tool.name} is denied to you by restriction ${verdict.deniedBy.join(', ')}; an access request cannot unlock it.`);
+    throw new ApiError(
+      'tool_restricted',
+      `The synthetic tool ${tool.name} is denied to you by restriction ${verdict.deniedBy.join(', ')}; an access request cannot unlock it.`,
+    );
   }
   throw new ApiError(
     'tool_restricted',
@@ -122,12 +129,15 @@ async function checkedBindings(deps: AppDeps, orgId: string, userId: string, bin
     const pointer = `/bindings/${i}/connection_id`;
     if (!row) unknown.push({ in: 'body', pointer, message: 'names no connection of this organization' });
     else if (row.owner_user_id !== userId) invalid.push({ in: 'body', pointer, message: 'is not one of your own connections' });
-    else if (row.connector_slug !== binding.connector_slug) invalid.push({ in: 'body', pointer, message: `is a connection of ${row.connector_slug}, not of ${binding.connector_slug}` });
+    else if (row.connector_slug !== binding.connector_slug)
+      invalid.push({ in: 'body', pointer, message: `is a connection of ${row.connector_slug}, not of ${binding.connector_slug}` });
     else if (bySlug.has(binding.connector_slug)) invalid.push({ in: 'body', pointer: `/bindings/${i}/connector_slug`, message: 'is bound twice' });
     else bySlug.set(binding.connector_slug, binding.connection_id);
   });
-  if (unknown.length > 0) throw new ApiError('unknown_reference', 'A binding names a connection that does not exist in this organization.', { errors: unknown });
-  if (invalid.length > 0) throw new ApiError('validation_failed', `The request has ${invalid.length} problem${invalid.length === 1 ? '' : 's'}; see errors.`, { errors: invalid });
+  if (unknown.length > 0)
+    throw new ApiError('unknown_reference', 'A binding names a connection that does not exist in this organization.', { errors: unknown });
+  if (invalid.length > 0)
+    throw new ApiError('validation_failed', `The request has ${invalid.length} problem${invalid.length === 1 ? '' : 's'}; see errors.`, { errors: invalid });
   return bySlug;
 }
 
@@ -150,9 +160,13 @@ async function resolveConnections(deps: AppDeps, orgId: string, userId: string, 
         throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);
       }
       if (row.status !== 'active') {
-        throw unavailable(`Step ${step.id} runs through connection ${row.id} of ${slug}, which is ${row.status}${row.status === 'needs_reauth' || row.status === 'disconnected' ? '; its owner must reconnect it' : ''}.`);
+        throw unavailable(
+          `Step ${step.id} runs through connection ${row.id} of ${slug}, which is ${row.status}${row.status === 'needs_reauth' || row.status === 'disconnected' ? '; its owner must reconnect it' : ''}.`,
+        );
       }
-      const connector = (await seesConnector(deps.db, orgId, row.owner_user_id, slug)) ? await resolveConnector(deps.db, deps.secrets, orgId, row.owner_user_id, true, slug) : null;
+      const connector = (await seesConnector(deps.db, orgId, row.owner_user_id, slug))
+        ? await resolveConnector(deps.db, deps.secrets, orgId, row.owner_user_id, true, slug)
+        : null;
       if (!connector) throw unavailable(`Step ${step.id} calls ${slug}, which is no longer available to the owner of connection ${row.id}.`);
       hit = { row, connector };
       cache.set(key, hit);
@@ -241,9 +255,15 @@ export async function runSyntheticTool(
         if (invoked.result.isError) failure = errorTextOf(invoked.result);
         else results.set(step.id, resultOf(invoked.result));
       } else if (invoked.outcome === 'unavailable' || invoked.outcome === 'cancelled') {
-        failure = invoked.outcome === 'cancelled' ? 'The run was cancelled.' : invoked.timedOut ? `${connector.name} did not answer within ${timeoutMs} ms.` : invoked.message;
+        failure =
+          invoked.outcome === 'cancelled'
+            ? 'The run was cancelled.'
+            : invoked.timedOut
+              ? `${connector.name} did not answer within ${timeoutMs} ms.`
+              : invoked.message;
         unreachable = true;
-        if (invoked.outcome === 'unavailable') options.log?.info({ synthetic_tool_id: tool.id, step: step.id, reason: invoked.detail }, 'synthetic tool step: upstream unavailable');
+        if (invoked.outcome === 'unavailable')
+          options.log?.info({ synthetic_tool_id: tool.id, step: step.id, reason: invoked.detail }, 'synthetic tool step: upstream unavailable');
       } else {
         if (step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${invoked.message}`);
         failure = invoked.message;
@@ -258,7 +278,8 @@ export async function runSyntheticTool(
     run.status = 'failed';
     run.error = failure;
     if (step.on_error === 'continue') continue;
-    if (unreachable) throw new ApiError('upstream_unavailable', `Step ${step.id} (${step.tool.connector_slug} ${step.tool.name}): ${failure} The run stopped there.`);
+    if (unreachable)
+      throw new ApiError('upstream_unavailable', `Step ${step.id} (${step.tool.connector_slug} ${step.tool.name}): ${failure} The run stopped there.`);
     return finish({ step_id: step.id, message: `Step ${step.id}: ${failure}` }, null);
   }
 

@@ -50,7 +50,10 @@ function normalizeSteps(steps: SyntheticToolStepInput[]): SyntheticToolStep[] {
 const body = (p: MappingProblem): ValidationProblem => ({ in: 'body', pointer: p.pointer, message: p.message });
 
 /** The data-only checks: schemas, step ids, mappings (steps refer only to earlier steps, the output to any). */
-function definitionProblems(def: { input_schema?: unknown; output_schema?: unknown; steps?: SyntheticToolStep[]; output?: unknown }, allSteps: SyntheticToolStep[]): MappingProblem[] {
+function definitionProblems(
+  def: { input_schema?: unknown; output_schema?: unknown; steps?: SyntheticToolStep[]; output?: unknown },
+  allSteps: SyntheticToolStep[],
+): MappingProblem[] {
   const problems: MappingProblem[] = [];
   if (def.input_schema !== undefined) problems.push(...schemaProblems(def.input_schema, '/input_schema'));
   if (def.output_schema !== undefined && def.output_schema !== null) problems.push(...schemaProblems(def.output_schema, '/output_schema'));
@@ -99,7 +102,10 @@ async function referenceProblems(ctx: RequestContext, steps: SyntheticToolStep[]
     if (connectionId !== null) {
       const connection = pinned.find((c) => c.id === connectionId);
       if (!connection || (connection.owner_user_id !== ctx.user && !pinsAny)) {
-        unknown.push({ pointer: `/steps/${i}/tool/connection_id`, message: 'names no connection you may pin (your own, or any member\'s with connection:manage)' });
+        unknown.push({
+          pointer: `/steps/${i}/tool/connection_id`,
+          message: "names no connection you may pin (your own, or any member's with connection:manage)",
+        });
         continue;
       }
       if (connection.connector_slug !== slug) {
@@ -109,20 +115,29 @@ async function referenceProblems(ctx: RequestContext, steps: SyntheticToolStep[]
     }
     const known = tools.length > 0 ? new Set(tools) : await repo.cachedToolNames(ctx.db, ctx.orgId, slug, connectionId);
     if (known.size > 0 && !known.has(name)) {
-      invalid.push({ pointer: `/steps/${i}/tool/name`, message: `is not a tool of ${slug}${tools.length > 0 ? '' : ' (as its connections last listed them)'}` });
+      invalid.push({
+        pointer: `/steps/${i}/tool/name`,
+        message: `is not a tool of ${slug}${tools.length > 0 ? '' : ' (as its connections last listed them)'}`,
+      });
     }
   }
   return { unknown, invalid };
 }
 
 /** Answers the problems found, the references first: 400 unknown_reference or validation_failed. */
-async function check(ctx: RequestContext, def: { input_schema?: unknown; output_schema?: unknown; steps?: SyntheticToolStep[]; output?: unknown }, allSteps: SyntheticToolStep[]) {
+async function check(
+  ctx: RequestContext,
+  def: { input_schema?: unknown; output_schema?: unknown; steps?: SyntheticToolStep[]; output?: unknown },
+  allSteps: SyntheticToolStep[],
+) {
   const problems = definitionProblems(def, allSteps);
   if (problems.length > 0) throw validationError(problems.map(body));
   if (!def.steps) return;
   const { unknown, invalid } = await referenceProblems(ctx, def.steps);
   if (unknown.length > 0) {
-    throw new ApiError('unknown_reference', 'A step names a connector or connection that does not exist or that you cannot use here; see errors.', { errors: unknown.map(body) });
+    throw new ApiError('unknown_reference', 'A step names a connector or connection that does not exist or that you cannot use here; see errors.', {
+      errors: unknown.map(body),
+    });
   }
   if (invalid.length > 0) throw validationError(invalid.map(body));
 }
@@ -135,7 +150,11 @@ function nameTaken(name: string) {
 // Operations
 // ---------------------------------------------------------------------------------------
 
-export async function list(ctx: RequestContext, page: PageRequest, filter: { connector_slug?: string; created_by_user_id?: string }): Promise<Page<SyntheticTool>> {
+export async function list(
+  ctx: RequestContext,
+  page: PageRequest,
+  filter: { connector_slug?: string; created_by_user_id?: string },
+): Promise<Page<SyntheticTool>> {
   const problems: ValidationProblem[] = [];
   if (filter.connector_slug !== undefined) {
     const seesAll = ctx.org?.permissions.has('connector:manage') ?? false;
@@ -144,10 +163,16 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: { con
     }
   }
   if (filter.created_by_user_id !== undefined) {
-    const member = await ctx.db.selectFrom('memberships').select('user_id').where('org_id', '=', ctx.orgId).where('user_id', '=', filter.created_by_user_id).executeTakeFirst();
+    const member = await ctx.db
+      .selectFrom('memberships')
+      .select('user_id')
+      .where('org_id', '=', ctx.orgId)
+      .where('user_id', '=', filter.created_by_user_id)
+      .executeTakeFirst();
     if (!member) problems.push({ in: 'query', pointer: '/created_by_user_id', message: 'is not a member of this organization' });
   }
-  if (problems.length > 0) throw new ApiError('unknown_reference', 'A filter names something that does not exist or that you cannot see.', { errors: problems });
+  if (problems.length > 0)
+    throw new ApiError('unknown_reference', 'A filter names something that does not exist or that you cannot see.', { errors: problems });
   const rows = await repo.listSyntheticTools(ctx.db, ctx.orgId, page, filter);
   return toPage(rows, page, toSyntheticTool);
 }
@@ -164,23 +189,26 @@ export async function create(ctx: RequestContext, input: SyntheticToolCreate): P
   const output = input.output !== undefined ? input.output : { $step: steps[steps.length - 1]?.id ?? '' };
   await check(ctx, { input_schema: input.input_schema, output_schema: input.output_schema ?? null, steps, output }, steps);
   await requireWithinLimit(ctx.db, ctx.orgId, 'synthetic_tools', await repo.countSyntheticTools(ctx.db, ctx.orgId));
-  return conflictOnUnique(NAME_KEY, () => nameTaken(input.name), () =>
-    ctx.write(async (w) => {
-      await requireWithinLimit(w.db, ctx.orgId, 'synthetic_tools', await repo.countSyntheticTools(w.db, ctx.orgId));
-      const row = await repo.insertSyntheticTool(w.db, {
-        id: newId('syntheticTool'),
-        org_id: ctx.orgId,
-        name: input.name,
-        description: input.description,
-        input_schema: JSON.stringify(input.input_schema),
-        output_schema: input.output_schema ? JSON.stringify(input.output_schema) : null,
-        steps: JSON.stringify(steps),
-        output: JSON.stringify(output),
-        created_by_user_id: ctx.user,
-      });
-      w.audit({ targetId: row.id, changes: { name: row.name, connector_slugs: connectorSlugsOf(steps), steps: steps.map((s) => s.id) } });
-      return toSyntheticTool(row);
-    }),
+  return conflictOnUnique(
+    NAME_KEY,
+    () => nameTaken(input.name),
+    () =>
+      ctx.write(async (w) => {
+        await requireWithinLimit(w.db, ctx.orgId, 'synthetic_tools', await repo.countSyntheticTools(w.db, ctx.orgId));
+        const row = await repo.insertSyntheticTool(w.db, {
+          id: newId('syntheticTool'),
+          org_id: ctx.orgId,
+          name: input.name,
+          description: input.description,
+          input_schema: JSON.stringify(input.input_schema),
+          output_schema: input.output_schema ? JSON.stringify(input.output_schema) : null,
+          steps: JSON.stringify(steps),
+          output: JSON.stringify(output),
+          created_by_user_id: ctx.user,
+        });
+        w.audit({ targetId: row.id, changes: { name: row.name, connector_slugs: connectorSlugsOf(steps), steps: steps.map((s) => s.id) } });
+        return toSyntheticTool(row);
+      }),
   );
 }
 
@@ -192,22 +220,25 @@ export async function update(ctx: RequestContext, id: string, input: SyntheticTo
   const output = input.output !== undefined ? input.output : steps ? current.output : undefined;
   await check(ctx, { input_schema: input.input_schema, output_schema: input.output_schema, steps, output }, steps ?? current.steps);
   const changed = Object.keys(input).sort();
-  return conflictOnUnique(NAME_KEY, () => nameTaken(input.name ?? current.name), () =>
-    ctx.write(async (w) => {
-      const locked = await repo.findSyntheticTool(w.db, ctx.orgId, id, true);
-      if (!locked) throw notFound(WHAT, id);
-      const row = await repo.updateSyntheticTool(w.db, ctx.orgId, id, {
-        ...(input.name !== undefined ? { name: input.name } : {}),
-        ...(input.description !== undefined ? { description: input.description } : {}),
-        ...(input.input_schema !== undefined ? { input_schema: JSON.stringify(input.input_schema) } : {}),
-        ...(input.output_schema !== undefined ? { output_schema: input.output_schema === null ? null : JSON.stringify(input.output_schema) } : {}),
-        ...(steps ? { steps: JSON.stringify(steps) } : {}),
-        ...(input.output !== undefined ? { output: JSON.stringify(input.output) } : {}),
-      });
-      if (!row) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: { changed, ...(input.name !== undefined ? { name: { from: locked.name, to: input.name } } : {}) } });
-      return toSyntheticTool(row);
-    }),
+  return conflictOnUnique(
+    NAME_KEY,
+    () => nameTaken(input.name ?? current.name),
+    () =>
+      ctx.write(async (w) => {
+        const locked = await repo.findSyntheticTool(w.db, ctx.orgId, id, true);
+        if (!locked) throw notFound(WHAT, id);
+        const row = await repo.updateSyntheticTool(w.db, ctx.orgId, id, {
+          ...(input.name !== undefined ? { name: input.name } : {}),
+          ...(input.description !== undefined ? { description: input.description } : {}),
+          ...(input.input_schema !== undefined ? { input_schema: JSON.stringify(input.input_schema) } : {}),
+          ...(input.output_schema !== undefined ? { output_schema: input.output_schema === null ? null : JSON.stringify(input.output_schema) } : {}),
+          ...(steps ? { steps: JSON.stringify(steps) } : {}),
+          ...(input.output !== undefined ? { output: JSON.stringify(input.output) } : {}),
+        });
+        if (!row) throw notFound(WHAT, id);
+        w.audit({ targetId: id, changes: { changed, ...(input.name !== undefined ? { name: { from: locked.name, to: input.name } } : {}) } });
+        return toSyntheticTool(row);
+      }),
   );
 }
 
@@ -219,9 +250,14 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
     if (toolboxes.length > 0 || restrictions.length > 0) {
       const named = [
         ...(toolboxes.length > 0 ? [`listed by toolbox${toolboxes.length > 1 ? 'es' : ''} ${toolboxes.map((t) => `${t.name} (${t.id})`).join(', ')}`] : []),
-        ...(restrictions.length > 0 ? [`named by restriction${restrictions.length > 1 ? 's' : ''} ${restrictions.map((r) => `${r.name} (${r.id})`).join(', ')}`] : []),
+        ...(restrictions.length > 0
+          ? [`named by restriction${restrictions.length > 1 ? 's' : ''} ${restrictions.map((r) => `${r.name} (${r.id})`).join(', ')}`]
+          : []),
       ];
-      throw new ApiError('conflict', `Synthetic tool ${id} is ${named.join(' and ')}; remove it from those toolboxes and change or delete those restrictions first.`);
+      throw new ApiError(
+        'conflict',
+        `Synthetic tool ${id} is ${named.join(' and ')}; remove it from those toolboxes and change or delete those restrictions first.`,
+      );
     }
     await repo.deleteSyntheticTool(w.db, ctx.orgId, id);
     w.audit({ targetId: id, changes: { name: row.name } });

@@ -4,14 +4,23 @@ import type { MembershipStatus, NewRow, Row, RowChanges } from '../../db/schema'
 import type { PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 
-export async function insertTeam(db: Executor, input: { orgId: string; name: string; description?: string | null; createdByUserId?: string | null }): Promise<string> {
+export async function insertTeam(
+  db: Executor,
+  input: { orgId: string; name: string; description?: string | null; createdByUserId?: string | null },
+): Promise<string> {
   const id = newId('team');
-  await db.insertInto('teams').values({ id, org_id: input.orgId, name: input.name, description: input.description ?? null, created_by_user_id: input.createdByUserId ?? null }).execute();
+  await db
+    .insertInto('teams')
+    .values({ id, org_id: input.orgId, name: input.name, description: input.description ?? null, created_by_user_id: input.createdByUserId ?? null })
+    .execute();
   return id;
 }
 
 export async function addTeamMember(db: Executor, input: { teamId: string; orgId: string; userId: string; addedByUserId?: string | null }): Promise<void> {
-  await db.insertInto('team_members').values({ team_id: input.teamId, org_id: input.orgId, user_id: input.userId, added_by_user_id: input.addedByUserId ?? null }).execute();
+  await db
+    .insertInto('team_members')
+    .values({ team_id: input.teamId, org_id: input.orgId, user_id: input.userId, added_by_user_id: input.addedByUserId ?? null })
+    .execute();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -30,7 +39,15 @@ export function listTeams(db: Executor, orgId: string, page: PageRequest, filter
     .select(TEAM_COLUMNS)
     .where('org_id', '=', orgId)
     .$if(filter.userId !== undefined, (q) =>
-      q.where((eb) => eb.exists(eb.selectFrom('team_members as tm').select('tm.team_id').whereRef('tm.team_id', '=', 'teams.id').where('tm.user_id', '=', filter.userId as string))),
+      q.where((eb) =>
+        eb.exists(
+          eb
+            .selectFrom('team_members as tm')
+            .select('tm.team_id')
+            .whereRef('tm.team_id', '=', 'teams.id')
+            .where('tm.user_id', '=', filter.userId as string),
+        ),
+      ),
     )
     .$if(page.after !== undefined, (q) => q.where('id', '>', page.after as string))
     .orderBy('id')
@@ -39,7 +56,13 @@ export function listTeams(db: Executor, orgId: string, page: PageRequest, filter
 }
 
 export function findTeam(db: Executor, orgId: string, id: string, forUpdate = false): Promise<TeamRow | undefined> {
-  return db.selectFrom('teams').select(TEAM_COLUMNS).where('org_id', '=', orgId).where('id', '=', id).$if(forUpdate, (q) => q.forUpdate()).executeTakeFirst();
+  return db
+    .selectFrom('teams')
+    .select(TEAM_COLUMNS)
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .$if(forUpdate, (q) => q.forUpdate())
+    .executeTakeFirst();
 }
 
 export function insertTeamRow(db: Executor, values: NewRow<'teams'>): Promise<TeamRow> {
@@ -90,14 +113,26 @@ function teamMembersQuery(db: Executor, orgId: string, teamId: string) {
     .innerJoin('users as u', 'u.id', 'tm.user_id')
     .innerJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 'tm.org_id').onRef('m.user_id', '=', 'tm.user_id'))
     .select([
-      'tm.team_id', 'tm.user_id', 'u.email', 'u.name', 'u.avatar_url', 'm.status as member_status', 'tm.added_at', 'tm.added_by_user_id',
+      'tm.team_id',
+      'tm.user_id',
+      'u.email',
+      'u.name',
+      'u.avatar_url',
+      'm.status as member_status',
+      'tm.added_at',
+      'tm.added_by_user_id',
       sql<string>`(extract(epoch from tm.added_at) * 1000000)::bigint::text`.as('added_us'),
     ])
     .where('tm.org_id', '=', orgId)
     .where('tm.team_id', '=', teamId);
 }
 
-export function listTeamMembers(db: Executor, orgId: string, teamId: string, page: { limit: number; after?: { addedUs: string; userId: string } }): Promise<TeamMemberRow[]> {
+export function listTeamMembers(
+  db: Executor,
+  orgId: string,
+  teamId: string,
+  page: { limit: number; after?: { addedUs: string; userId: string } },
+): Promise<TeamMemberRow[]> {
   const after = page.after;
   return teamMembersQuery(db, orgId, teamId)
     .$if(after !== undefined, (q) =>
@@ -125,7 +160,13 @@ export async function insertTeamMember(db: Executor, input: { teamId: string; or
 }
 
 export async function deleteTeamMember(db: Executor, orgId: string, teamId: string, userId: string): Promise<boolean> {
-  const rows = await db.deleteFrom('team_members').where('org_id', '=', orgId).where('team_id', '=', teamId).where('user_id', '=', userId).returning('user_id').execute();
+  const rows = await db
+    .deleteFrom('team_members')
+    .where('org_id', '=', orgId)
+    .where('team_id', '=', teamId)
+    .where('user_id', '=', userId)
+    .returning('user_id')
+    .execute();
   return rows.length > 0;
 }
 
@@ -137,6 +178,12 @@ export async function leaveAllTeams(db: Executor, orgId: string, userId: string)
 
 /** Whether the person is a member (active or suspended) of the organization. */
 export async function isMember(db: Executor, orgId: string, userId: string): Promise<boolean> {
-  const row = await db.selectFrom('memberships').select('user_id').where('org_id', '=', orgId).where('user_id', '=', userId).where('status', 'in', ['active', 'suspended']).executeTakeFirst();
+  const row = await db
+    .selectFrom('memberships')
+    .select('user_id')
+    .where('org_id', '=', orgId)
+    .where('user_id', '=', userId)
+    .where('status', 'in', ['active', 'suspended'])
+    .executeTakeFirst();
   return !!row;
 }

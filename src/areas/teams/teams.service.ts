@@ -35,9 +35,16 @@ function toTeamMember(row: repo.TeamMemberRow): TeamMember {
   };
 }
 
-const nameTaken = (name: string) => new ApiError('name_taken', `A team of this organization is already named "${name}" (names are compared without regard to case).`);
+const nameTaken = (name: string) =>
+  new ApiError('name_taken', `A team of this organization is already named "${name}" (names are compared without regard to case).`);
 const guardName = <T>(name: string | undefined, run: () => Promise<T>): Promise<T> =>
-  name === undefined ? run() : conflictOnUnique(repo.TEAM_NAME_CONSTRAINT, () => nameTaken(name), () => conflictOnUnique('teams_org_id_name_key', () => nameTaken(name), run));
+  name === undefined
+    ? run()
+    : conflictOnUnique(
+        repo.TEAM_NAME_CONSTRAINT,
+        () => nameTaken(name),
+        () => conflictOnUnique('teams_org_id_name_key', () => nameTaken(name), run),
+      );
 
 async function withCount(ctx: RequestContext, row: repo.TeamRow): Promise<Team> {
   return toTeam(row, (await repo.teamMemberCounts(ctx.db, ctx.orgId, [row.id])).get(row.id) ?? 0);
@@ -50,7 +57,11 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: { use
     });
   }
   const rows = await repo.listTeams(ctx.db, ctx.orgId, page, { userId: filter.user_id });
-  const counts = await repo.teamMemberCounts(ctx.db, ctx.orgId, rows.slice(0, page.limit).map((r) => r.id));
+  const counts = await repo.teamMemberCounts(
+    ctx.db,
+    ctx.orgId,
+    rows.slice(0, page.limit).map((r) => r.id),
+  );
   return toPage(rows, page, (row) => toTeam(row, counts.get(row.id) ?? 0));
 }
 
@@ -63,7 +74,13 @@ export async function get(ctx: RequestContext, id: string): Promise<Team> {
 export async function create(ctx: RequestContext, body: Create): Promise<Team> {
   const row = await guardName(body.name, () =>
     ctx.write(async (w) => {
-      const inserted = await repo.insertTeamRow(w.db, { id: newId('team'), org_id: ctx.orgId, name: body.name, description: body.description ?? null, created_by_user_id: ctx.user });
+      const inserted = await repo.insertTeamRow(w.db, {
+        id: newId('team'),
+        org_id: ctx.orgId,
+        name: body.name,
+        description: body.description ?? null,
+        created_by_user_id: ctx.user,
+      });
       w.audit({ targetId: inserted.id, changes: { name: inserted.name, description: inserted.description } });
       return inserted;
     }),
@@ -108,7 +125,11 @@ export async function remove(ctx: RequestContext, id: string): Promise<void> {
     const memberIds = await w.db.selectFrom('team_members').select('user_id').where('org_id', '=', ctx.orgId).where('team_id', '=', id).execute();
     await ctx.deps.hooks.run('teamDeleted', w, ctx.orgId, id);
     await repo.deleteTeam(w.db, ctx.orgId, id);
-    await teamMembershipChanged(ctx, w, memberIds.map((m) => m.user_id));
+    await teamMembershipChanged(
+      ctx,
+      w,
+      memberIds.map((m) => m.user_id),
+    );
     w.audit({ targetId: id, changes: { name: current.name, description: current.description, member_count: members } });
   });
 }
@@ -120,7 +141,10 @@ export async function listMembers(ctx: RequestContext, id: string, query: { limi
   const page = keyedPageRequest(query, (key) => KEY.test(key));
   if (!(await repo.findTeam(ctx.db, ctx.orgId, id))) throw notFound(WHAT, id);
   const match = page.after === undefined ? null : KEY.exec(page.after);
-  const rows = await repo.listTeamMembers(ctx.db, ctx.orgId, id, { limit: page.limit, after: match ? { addedUs: match[1] as string, userId: match[2] as string } : undefined });
+  const rows = await repo.listTeamMembers(ctx.db, ctx.orgId, id, {
+    limit: page.limit,
+    after: match ? { addedUs: match[1] as string, userId: match[2] as string } : undefined,
+  });
   const more = rows.length > page.limit;
   const pageRows = more ? rows.slice(0, page.limit) : rows;
   const last = pageRows[pageRows.length - 1];

@@ -39,9 +39,7 @@ export default defineArea({
     },
     async shareTemplate({ params, body }, ctx) {
       const { share, created } = await templates.share(ctx, params.id, body);
-      return created
-        ? { status: 201, body: share, headers: { Location: `/template/${params.id}/share/${share.id}` } }
-        : { status: 200, body: share };
+      return created ? { status: 201, body: share, headers: { Location: `/template/${params.id}/share/${share.id}` } } : { status: 200, body: share };
     },
     async revokeTemplateShare({ params }, ctx) {
       await templates.revokeTemplateShare(ctx, params.id, params.aclId);

@@ -22,9 +22,7 @@ function visibleQuery(db: Executor, orgId: string, userId: string, canManage: bo
     .selectFrom('templates')
     .selectAll()
     .where('org_id', '=', orgId)
-    .$if(!canManage, (q) =>
-      q.where((eb) => eb.or([eb('owner_user_id', '=', userId), eb('id', 'in', sharedWithQuery(db, orgId, userId, 'template'))])),
-    );
+    .$if(!canManage, (q) => q.where((eb) => eb.or([eb('owner_user_id', '=', userId), eb('id', 'in', sharedWithQuery(db, orgId, userId, 'template'))])));
 }
 
 /**
@@ -57,9 +55,7 @@ export async function listTemplates(
 ): Promise<TemplateRow[]> {
   const rows = await visibleQuery(db, orgId, viewer.userId, viewer.canManage)
     .$if(filter.owner_user_id !== undefined, (q) => q.where('owner_user_id', '=', filter.owner_user_id as string))
-    .$if(filter.connector_slug !== undefined, (q) =>
-      q.where(sql<boolean>`entries @> ${JSON.stringify([{ connector_slug: filter.connector_slug }])}::jsonb`),
-    )
+    .$if(filter.connector_slug !== undefined, (q) => q.where(sql<boolean>`entries @> ${JSON.stringify([{ connector_slug: filter.connector_slug }])}::jsonb`))
     .$if(page.after !== undefined, (q) => q.where('id', '>', page.after as string))
     .orderBy('id')
     .limit(page.limit + 1)

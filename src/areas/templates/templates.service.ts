@@ -75,12 +75,14 @@ async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInp
     }
     if (entry.tools !== 'all') {
       for (const [j, name] of entry.tools.entries()) {
-        if (!tools.has(name)) invalid.push({ in: 'body', pointer: `/entries/${i}/tools/${j}`, message: `is not a tool of the connector ${entry.connector_slug}` });
+        if (!tools.has(name))
+          invalid.push({ in: 'body', pointer: `/entries/${i}/tools/${j}`, message: `is not a tool of the connector ${entry.connector_slug}` });
       }
     }
   }
   if (invalid.length > 0) throw validationError(invalid);
-  if (unknown.length > 0) throw new ApiError('unknown_reference', 'An entry names a connector that does not exist or that you cannot see.', { errors: unknown });
+  if (unknown.length > 0)
+    throw new ApiError('unknown_reference', 'An entry names a connector that does not exist or that you cannot see.', { errors: unknown });
   return entries.map((e) => ({ connector_slug: e.connector_slug, tools: e.tools === 'all' ? 'all' : [...e.tools] }));
 }
 
@@ -103,7 +105,8 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: { own
   if (filter.connector_slug !== undefined && !(await connectorTools(ctx.db, ctx, filter.connector_slug))) {
     problems.push({ in: 'query', pointer: '/connector_slug', message: 'names no connector you can see' });
   }
-  if (problems.length > 0) throw new ApiError('unknown_reference', 'A filter names something that does not exist or that you cannot see.', { errors: problems });
+  if (problems.length > 0)
+    throw new ApiError('unknown_reference', 'A filter names something that does not exist or that you cannot see.', { errors: problems });
   const rows = await repo.listTemplates(ctx.db, ctx.orgId, { userId: ctx.user, canManage: canManage(ctx) }, page, filter);
   return toPage(rows, page, toTemplate);
 }
@@ -191,7 +194,10 @@ export async function share(ctx: RequestContext, id: string, body: ShareCreate):
       .where('principal_id', '=', body.principal.id)
       .executeTakeFirst();
     const result = await shareResource(w.db, { orgId: ctx.orgId, resourceType: 'template', resourceId: id, share: body, byUserId: ctx.user });
-    w.audit({ targetId: id, changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created } });
+    w.audit({
+      targetId: id,
+      changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created },
+    });
     return result;
   });
 }

@@ -31,9 +31,7 @@ export default defineArea({
     },
     async shareToolbox({ params, body }, ctx) {
       const { share, created } = await toolboxes.share(ctx, params.id, body);
-      return created
-        ? { status: 201, body: share, headers: { Location: `/toolbox/${params.id}/share/${share.id}` } }
-        : { status: 200, body: share };
+      return created ? { status: 201, body: share, headers: { Location: `/toolbox/${params.id}/share/${share.id}` } } : { status: 200, body: share };
     },
     async revokeToolboxShare({ params }, ctx) {
       await toolboxes.revokeToolboxShare(ctx, params.id, params.aclId);

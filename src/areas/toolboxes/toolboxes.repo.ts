@@ -25,9 +25,7 @@ export interface ToolboxEntryRow {
 }
 
 /** An entry as written: positions follow the list's order. */
-export type NewToolboxEntry =
-  | { type: 'connection'; connection_id: string; tools: 'all' | string[] }
-  | { type: 'synthetic_tool'; synthetic_tool_id: string };
+export type NewToolboxEntry = { type: 'connection'; connection_id: string; tools: 'all' | string[] } | { type: 'synthetic_tool'; synthetic_tool_id: string };
 
 export const NAME_CONSTRAINT = 'toolboxes_org_id_name_key';
 
@@ -37,9 +35,7 @@ function visibleQuery(db: Executor, orgId: string, userId: string, canManage: bo
     .selectFrom('toolboxes')
     .selectAll()
     .where('org_id', '=', orgId)
-    .$if(!canManage, (q) =>
-      q.where((eb) => eb.or([eb('created_by_user_id', '=', userId), eb('id', 'in', sharedWithQuery(db, orgId, userId, 'toolbox'))])),
-    );
+    .$if(!canManage, (q) => q.where((eb) => eb.or([eb('created_by_user_id', '=', userId), eb('id', 'in', sharedWithQuery(db, orgId, userId, 'toolbox'))])));
 }
 
 export function findVisibleToolbox(db: Executor, orgId: string, userId: string, canManage: boolean, id: string): Promise<ToolboxRow | undefined> {
@@ -80,8 +76,16 @@ export async function toolboxEntries(db: Executor, toolboxIds: string[]): Promis
     .leftJoin('connections as c', 'c.id', 'e.connection_id')
     .leftJoin('synthetic_tools as s', 's.id', 'e.synthetic_tool_id')
     .select([
-      'e.toolbox_id', 'e.position', 'e.type', 'e.connection_id', 'e.tools', 'e.synthetic_tool_id',
-      'c.connector_slug', 'c.owner_user_id as connection_owner_user_id', 'c.status as connection_status', 's.name as synthetic_tool_name',
+      'e.toolbox_id',
+      'e.position',
+      'e.type',
+      'e.connection_id',
+      'e.tools',
+      'e.synthetic_tool_id',
+      'c.connector_slug',
+      'c.owner_user_id as connection_owner_user_id',
+      'c.status as connection_status',
+      's.name as synthetic_tool_name',
     ])
     .where('e.toolbox_id', 'in', toolboxIds)
     .orderBy('e.toolbox_id')
@@ -101,10 +105,24 @@ export function listToolboxes(
   return visibleQuery(db, orgId, viewer.userId, viewer.canManage)
     .$if(filter.created_by_user_id !== undefined, (q) => q.where('created_by_user_id', '=', filter.created_by_user_id as string))
     .$if(filter.connection_id !== undefined, (q) =>
-      q.where('id', 'in', db.selectFrom('toolbox_entries').select('toolbox_id').where('connection_id', '=', filter.connection_id as string)),
+      q.where(
+        'id',
+        'in',
+        db
+          .selectFrom('toolbox_entries')
+          .select('toolbox_id')
+          .where('connection_id', '=', filter.connection_id as string),
+      ),
     )
     .$if(filter.synthetic_tool_id !== undefined, (q) =>
-      q.where('id', 'in', db.selectFrom('toolbox_entries').select('toolbox_id').where('synthetic_tool_id', '=', filter.synthetic_tool_id as string)),
+      q.where(
+        'id',
+        'in',
+        db
+          .selectFrom('toolbox_entries')
+          .select('toolbox_id')
+          .where('synthetic_tool_id', '=', filter.synthetic_tool_id as string),
+      ),
     )
     .$if(page.after !== undefined, (q) => q.where('id', '>', page.after as string))
     .orderBy('id')
@@ -113,7 +131,11 @@ export function listToolboxes(
 }
 
 export async function countToolboxes(db: Executor, orgId: string): Promise<number> {
-  const row = await db.selectFrom('toolboxes').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', orgId).executeTakeFirstOrThrow();
+  const row = await db
+    .selectFrom('toolboxes')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('org_id', '=', orgId)
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 
@@ -125,14 +147,16 @@ export function insertToolbox(
 }
 
 export function updateToolbox(db: Executor, orgId: string, id: string, changes: { name?: string; description?: string | null }): Promise<ToolboxRow> {
-  return db
-    .updateTable('toolboxes')
-    // Entries alone changed: updated_at still moves (the trigger fires on any update).
-    .set(Object.keys(changes).length > 0 ? changes : { updated_at: sql`now()` })
-    .where('org_id', '=', orgId)
-    .where('id', '=', id)
-    .returningAll()
-    .executeTakeFirstOrThrow();
+  return (
+    db
+      .updateTable('toolboxes')
+      // Entries alone changed: updated_at still moves (the trigger fires on any update).
+      .set(Object.keys(changes).length > 0 ? changes : { updated_at: sql`now()` })
+      .where('org_id', '=', orgId)
+      .where('id', '=', id)
+      .returningAll()
+      .executeTakeFirstOrThrow()
+  );
 }
 
 /** Replaces the toolbox's entries with these, in this order. */
@@ -144,7 +168,14 @@ export async function replaceEntries(db: Executor, toolboxId: string, entries: N
     .values(
       entries.map((entry, position) =>
         entry.type === 'connection'
-          ? { toolbox_id: toolboxId, position, type: 'connection' as const, connection_id: entry.connection_id, tools: JSON.stringify(entry.tools), synthetic_tool_id: null }
+          ? {
+              toolbox_id: toolboxId,
+              position,
+              type: 'connection' as const,
+              connection_id: entry.connection_id,
+              tools: JSON.stringify(entry.tools),
+              synthetic_tool_id: null,
+            }
           : { toolbox_id: toolboxId, position, type: 'synthetic_tool' as const, connection_id: null, tools: null, synthetic_tool_id: entry.synthetic_tool_id },
       ),
     )

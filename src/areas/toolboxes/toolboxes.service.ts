@@ -49,7 +49,10 @@ function toToolbox(row: repo.ToolboxRow, entries: repo.ToolboxEntryRow[]): Toolb
 
 /** Toolboxes as answered, their entries read in one query. */
 async function present(db: Executor, rows: repo.ToolboxRow[]): Promise<Toolbox[]> {
-  const entries = await repo.toolboxEntries(db, rows.map((r) => r.id));
+  const entries = await repo.toolboxEntries(
+    db,
+    rows.map((r) => r.id),
+  );
   return rows.map((row) => toToolbox(row, entries.get(row.id) ?? []));
 }
 
@@ -77,23 +80,33 @@ const entryKey = (entry: EntryInput | repo.NewToolboxEntry): string =>
  * `connection:manage`; each synthetic tool the organization's (else 400 unknown_reference
  * naming the entry's id).
  */
-async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInput[], held: ReadonlyMap<string, 'all' | readonly string[]> = new Map()): Promise<repo.NewToolboxEntry[]> {
+async function checkEntries(
+  db: Executor,
+  ctx: RequestContext,
+  entries: EntryInput[],
+  held: ReadonlyMap<string, 'all' | readonly string[]> = new Map(),
+): Promise<repo.NewToolboxEntry[]> {
   const repeated: ValidationProblem[] = [];
   const seen = new Set<string>();
   entries.forEach((entry, i) => {
     const key = entryKey(entry);
-    if (seen.has(key)) repeated.push({ in: 'body', pointer: `/entries/${i}`, message: `repeats the ${entry.type === 'connection' ? 'connection' : 'synthetic tool'} of an earlier entry` });
+    if (seen.has(key))
+      repeated.push({
+        in: 'body',
+        pointer: `/entries/${i}`,
+        message: `repeats the ${entry.type === 'connection' ? 'connection' : 'synthetic tool'} of an earlier entry`,
+      });
     seen.add(key);
   });
   if (repeated.length > 0) throw validationError(repeated);
   const connectionIds = entries.flatMap((e) => (e.type === 'connection' ? [e.connection_id] : []));
   const toolIds = entries.flatMap((e) => (e.type === 'synthetic_tool' ? [e.synthetic_tool_id] : []));
-  const connections = connectionIds.length === 0
-    ? []
-    : await db.selectFrom('connections').select(['id', 'owner_user_id']).where('org_id', '=', ctx.orgId).where('id', 'in', connectionIds).execute();
-  const tools = toolIds.length === 0
-    ? []
-    : await db.selectFrom('synthetic_tools').select('id').where('org_id', '=', ctx.orgId).where('id', 'in', toolIds).execute();
+  const connections =
+    connectionIds.length === 0
+      ? []
+      : await db.selectFrom('connections').select(['id', 'owner_user_id']).where('org_id', '=', ctx.orgId).where('id', 'in', connectionIds).execute();
+  const tools =
+    toolIds.length === 0 ? [] : await db.selectFrom('synthetic_tools').select('id').where('org_id', '=', ctx.orgId).where('id', 'in', toolIds).execute();
   // A connection the toolbox already holds may stay, with the tools it had or fewer: keeping
   // it grants nobody anything new, widening it would.
   const own = new Set(connections.filter((c) => c.owner_user_id === ctx.user || managesConnections(ctx)).map((c) => c.id));
@@ -103,18 +116,29 @@ async function checkEntries(db: Executor, ctx: RequestContext, entries: EntryInp
   entries.forEach((entry, i) => {
     if (entry.type === 'connection' && !own.has(entry.connection_id)) {
       if (!kept.has(entry.connection_id)) {
-        unknown.push({ in: 'body', pointer: `/entries/${i}/connection_id`, message: 'names no connection of yours (another member’s needs connection:manage)' });
+        unknown.push({
+          in: 'body',
+          pointer: `/entries/${i}/connection_id`,
+          message: 'names no connection of yours (another member’s needs connection:manage)',
+        });
       } else if (!within(entry.tools, held.get(entry.connection_id) ?? [])) {
-        unknown.push({ in: 'body', pointer: `/entries/${i}/tools`, message: 'adds tools of another member’s connection to those the toolbox had (widening it needs connection:manage)' });
+        unknown.push({
+          in: 'body',
+          pointer: `/entries/${i}/tools`,
+          message: 'adds tools of another member’s connection to those the toolbox had (widening it needs connection:manage)',
+        });
       }
     }
     if (entry.type === 'synthetic_tool' && !known.has(entry.synthetic_tool_id)) {
       unknown.push({ in: 'body', pointer: `/entries/${i}/synthetic_tool_id`, message: 'names no synthetic tool of this organization' });
     }
   });
-  if (unknown.length > 0) throw new ApiError('unknown_reference', 'An entry names a connection or synthetic tool you cannot use in a toolbox.', { errors: unknown });
+  if (unknown.length > 0)
+    throw new ApiError('unknown_reference', 'An entry names a connection or synthetic tool you cannot use in a toolbox.', { errors: unknown });
   return entries.map((e) =>
-    e.type === 'connection' ? { type: 'connection', connection_id: e.connection_id, tools: e.tools === 'all' ? 'all' : [...e.tools] } : { type: 'synthetic_tool', synthetic_tool_id: e.synthetic_tool_id },
+    e.type === 'connection'
+      ? { type: 'connection', connection_id: e.connection_id, tools: e.tools === 'all' ? 'all' : [...e.tools] }
+      : { type: 'synthetic_tool', synthetic_tool_id: e.synthetic_tool_id },
   );
 }
 
@@ -125,7 +149,8 @@ function within(next: 'all' | readonly string[], had: 'all' | readonly string[])
 }
 
 /** An entry as the audit log names it. */
-const auditEntry = (e: repo.NewToolboxEntry) => (e.type === 'connection' ? { type: e.type, connection_id: e.connection_id, tools: e.tools } : { type: e.type, synthetic_tool_id: e.synthetic_tool_id });
+const auditEntry = (e: repo.NewToolboxEntry) =>
+  e.type === 'connection' ? { type: e.type, connection_id: e.connection_id, tools: e.tools } : { type: e.type, synthetic_tool_id: e.synthetic_tool_id };
 
 export async function list(
   ctx: RequestContext,
@@ -142,7 +167,12 @@ export async function list(
     problems.push({ in: 'query', pointer: '/synthetic_tool_id', message: 'names no synthetic tool of this organization' });
   }
   if (filter.created_by_user_id !== undefined) {
-    const member = await ctx.db.selectFrom('memberships').select('user_id').where('org_id', '=', ctx.orgId).where('user_id', '=', filter.created_by_user_id).executeTakeFirst();
+    const member = await ctx.db
+      .selectFrom('memberships')
+      .select('user_id')
+      .where('org_id', '=', ctx.orgId)
+      .where('user_id', '=', filter.created_by_user_id)
+      .executeTakeFirst();
     if (!member) problems.push({ in: 'query', pointer: '/created_by_user_id', message: 'is not a member of this organization' });
   }
   if (problems.length > 0) throw new ApiError('unknown_reference', 'A filter names something that does not exist in this organization.', { errors: problems });
@@ -162,7 +192,13 @@ export async function create(ctx: RequestContext, body: Create): Promise<Toolbox
     ctx.write(async (w) => {
       const entries = await checkEntries(w.db, ctx, body.entries ?? []);
       await requireWithinLimit(w.db, ctx.orgId, 'toolboxes', await repo.countToolboxes(w.db, ctx.orgId));
-      const row = await repo.insertToolbox(w.db, { id: newId('toolbox'), org_id: ctx.orgId, name: body.name, description: body.description ?? null, created_by_user_id: ctx.user });
+      const row = await repo.insertToolbox(w.db, {
+        id: newId('toolbox'),
+        org_id: ctx.orgId,
+        name: body.name,
+        description: body.description ?? null,
+        created_by_user_id: ctx.user,
+      });
       await repo.replaceEntries(w.db, row.id, entries);
       w.audit({ targetId: row.id, changes: { name: row.name, description: row.description, entries: entries.map(auditEntry) } });
       return presentOne(w.db, row);
@@ -182,7 +218,12 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       const audit: Record<string, unknown> = { ...changes };
       if (body.entries !== undefined) {
         const stored = (await repo.toolboxEntries(w.db, [id])).get(id) ?? [];
-        const next = await checkEntries(w.db, ctx, body.entries, new Map(stored.flatMap((e) => (e.connection_id ? [[e.connection_id, e.tools ?? 'all'] as const] : []))));
+        const next = await checkEntries(
+          w.db,
+          ctx,
+          body.entries,
+          new Map(stored.flatMap((e) => (e.connection_id ? [[e.connection_id, e.tools ?? 'all'] as const] : []))),
+        );
         const current = stored.map((e): repo.NewToolboxEntry =>
           e.type === 'connection'
             ? { type: 'connection', connection_id: e.connection_id as string, tools: e.tools ?? 'all' }
@@ -236,7 +277,10 @@ export async function share(ctx: RequestContext, id: string, body: ShareCreate):
     const result = await shareResource(w.db, { orgId: ctx.orgId, resourceType: 'toolbox', resourceId: id, share: body, byUserId: ctx.user });
     // People it reaches again get back what a revoked share had taken (their MCP servers for it).
     await ctx.deps.hooks.run('toolboxAccessChanged', w, ctx.orgId, id);
-    w.audit({ targetId: id, changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created } });
+    w.audit({
+      targetId: id,
+      changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created },
+    });
     return result;
   });
 }

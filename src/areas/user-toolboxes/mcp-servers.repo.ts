@@ -2,7 +2,18 @@ import type { Executor } from '../../db/database';
 import type { NewRow, Row } from '../../db/schema';
 
 const COLUMNS = [
-  'id', 'org_id', 'user_toolbox_id', 'owner_user_id', 'name', 'token_hint', 'status', 'expires_at', 'last_used_at', 'token_rotated_at', 'created_at', 'updated_at',
+  'id',
+  'org_id',
+  'user_toolbox_id',
+  'owner_user_id',
+  'name',
+  'token_hint',
+  'status',
+  'expires_at',
+  'last_used_at',
+  'token_rotated_at',
+  'created_at',
+  'updated_at',
 ] as const;
 export type McpServerRow = Pick<Row<'mcp_servers'>, (typeof COLUMNS)[number]>;
 export type ListedStatus = 'active' | 'expired' | 'unavailable';
@@ -34,7 +45,14 @@ export function listOwned(
     .execute();
 }
 
-export function findOwned(db: Executor, orgId: string, ownerUserId: string, userToolboxId: string, id: string, forUpdate = false): Promise<McpServerRow | undefined> {
+export function findOwned(
+  db: Executor,
+  orgId: string,
+  ownerUserId: string,
+  userToolboxId: string,
+  id: string,
+  forUpdate = false,
+): Promise<McpServerRow | undefined> {
   return db
     .selectFrom('mcp_servers')
     .select(COLUMNS)
@@ -59,7 +77,11 @@ export async function ownerHasAny(db: Executor, orgId: string, ownerUserId: stri
 }
 
 export async function countInOrg(db: Executor, orgId: string): Promise<number> {
-  const row = await db.selectFrom('mcp_servers').select((eb) => eb.fn.countAll<string>().as('n')).where('org_id', '=', orgId).executeTakeFirstOrThrow();
+  const row = await db
+    .selectFrom('mcp_servers')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('org_id', '=', orgId)
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 
@@ -85,7 +107,13 @@ export function update(
   id: string,
   changes: { name?: string; expires_at?: Date | null; token_hash?: string; token_hint?: string; token_rotated_at?: Date; minted_by_token_id?: string | null },
 ): Promise<McpServerRow | undefined> {
-  return db.updateTable('mcp_servers').set({ ...changes, updated_at: new Date() }).where('org_id', '=', orgId).where('id', '=', id).returning(COLUMNS).executeTakeFirst();
+  return db
+    .updateTable('mcp_servers')
+    .set({ ...changes, updated_at: new Date() })
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .returning(COLUMNS)
+    .executeTakeFirst();
 }
 
 export function remove(db: Executor, orgId: string, id: string): Promise<McpServerRow | undefined> {
@@ -101,7 +129,13 @@ export function removeOfUserToolbox(db: Executor, orgId: string, userToolboxId: 
  * Sets the servers of a dynamic user toolbox `unavailable` (its toolbox gone, or out of its
  * owner's reach) or `active` again (back in reach), of the named owners only when given.
  */
-export async function setAvailability(db: Executor, orgId: string, userToolboxId: string, status: 'active' | 'unavailable', ownerUserIds?: readonly string[]): Promise<void> {
+export async function setAvailability(
+  db: Executor,
+  orgId: string,
+  userToolboxId: string,
+  status: 'active' | 'unavailable',
+  ownerUserIds?: readonly string[],
+): Promise<void> {
   if (ownerUserIds && ownerUserIds.length === 0) return;
   await db
     .updateTable('mcp_servers')
@@ -128,10 +162,15 @@ export async function sharedToolboxBoxesOf(db: Executor, orgId: string, ownerUse
 
 /** The distinct owners of a user toolbox's servers. */
 export async function ownersOf(db: Executor, orgId: string, userToolboxId: string): Promise<string[]> {
-  const rows = await db.selectFrom('mcp_servers').select('owner_user_id').distinct().where('org_id', '=', orgId).where('user_toolbox_id', '=', userToolboxId).execute();
+  const rows = await db
+    .selectFrom('mcp_servers')
+    .select('owner_user_id')
+    .distinct()
+    .where('org_id', '=', orgId)
+    .where('user_toolbox_id', '=', userToolboxId)
+    .execute();
   return rows.map((r) => r.owner_user_id);
 }
-
 
 /** Deletes every MCP server the owner has in the organization (stored or dynamic user toolboxes alike). */
 export function removeOfOwner(db: Executor, orgId: string, ownerUserId: string): Promise<{ id: string; name: string }[]> {

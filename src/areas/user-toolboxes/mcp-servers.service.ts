@@ -113,8 +113,15 @@ export async function create(ctx: RequestContext, userToolboxId: string, body: C
       await requireWithinLimit(w.db, ctx.orgId, 'mcp_servers', await repo.countInOrg(w.db, ctx.orgId));
       const id = newId('mcpServer');
       const inserted = await repo.insert(w.db, {
-        id, org_id: ctx.orgId, user_toolbox_id: userToolboxId, owner_user_id: ctx.user, name: body.name,
-        token_hash: minted.hash, token_hint: minted.hint, expires_at: expiresAt, minted_by_token_id: mintingToken(ctx),
+        id,
+        org_id: ctx.orgId,
+        user_toolbox_id: userToolboxId,
+        owner_user_id: ctx.user,
+        name: body.name,
+        token_hash: minted.hash,
+        token_hint: minted.hint,
+        expires_at: expiresAt,
+        minted_by_token_id: mintingToken(ctx),
       });
       // Never the token, nor its hash.
       w.audit({ targetId: id, changes: { name: body.name, user_toolbox_id: userToolboxId, expires_at: iso(expiresAt) } });
@@ -156,7 +163,12 @@ export async function rotate(ctx: RequestContext, userToolboxId: string, id: str
     const row = await repo.findOwned(w.db, ctx.orgId, ctx.user, userToolboxId, id, true);
     if (!row) throw serverNotFound(userToolboxId, id);
     const rotatedAt = new Date();
-    const updated = await repo.update(w.db, ctx.orgId, id, { token_hash: minted.hash, token_hint: minted.hint, token_rotated_at: rotatedAt, minted_by_token_id: mintingToken(ctx) });
+    const updated = await repo.update(w.db, ctx.orgId, id, {
+      token_hash: minted.hash,
+      token_hint: minted.hint,
+      token_rotated_at: rotatedAt,
+      minted_by_token_id: mintingToken(ctx),
+    });
     w.audit({ targetId: id, changes: { name: row.name, user_toolbox_id: row.user_toolbox_id, token_rotated_at: rotatedAt.toISOString() } });
     w.emit('mcp_server.token_rotated', { mcp_server: { id: row.id, name: row.name, user_toolbox_id: row.user_toolbox_id, owner_user_id: row.owner_user_id } });
     return updated!;
@@ -167,7 +179,6 @@ export async function rotate(ctx: RequestContext, userToolboxId: string, id: str
 // ---------------------------------------------------------------------------------------
 // What goes with user toolboxes and toolboxes
 // ---------------------------------------------------------------------------------------
-
 
 /** An owner's servers for these dynamic user toolboxes of shared toolboxes: `active` where they reach the toolbox, `unavailable` where not. */
 async function followAccess(w: WriteScope, orgId: string, owner: string, boxes: readonly string[]): Promise<void> {

@@ -112,8 +112,14 @@ export async function load(
 ): Promise<Loaded> {
   // Independent reads, side by side (on a pool they overlap; the embedded database queues them).
   const [bindings, entries, ownConnections, joinedAt] = await Promise.all([
-    repo.bindingsOf(db, want.stored.map((r) => r.id)),
-    toolboxEntries(db, want.toolboxes.map((t) => t.id)),
+    repo.bindingsOf(
+      db,
+      want.stored.map((r) => r.id),
+    ),
+    toolboxEntries(
+      db,
+      want.toolboxes.map((t) => t.id),
+    ),
     want.dynAll ? repo.connectionsOwnedBy(db, orgId, ownerUserId) : null,
     want.dynAll && !want.withoutDates ? repo.joinedAt(db, orgId, ownerUserId) : new Date(0),
   ]);
@@ -121,7 +127,12 @@ export async function load(
   for (const list of bindings.values()) for (const b of list) ids.add(b.connection_id);
   for (const list of entries.values()) for (const e of list) if (e.connection_id) ids.add(e.connection_id);
   const connections = new Map<string, repo.ConnectionStateRow>((ownConnections ?? []).map((c) => [c.id, c]));
-  for (const c of await repo.connectionStates(db, orgId, [...ids].filter((id) => !connections.has(id)))) connections.set(c.id, c);
+  for (const c of await repo.connectionStates(
+    db,
+    orgId,
+    [...ids].filter((id) => !connections.has(id)),
+  ))
+    connections.set(c.id, c);
   return { orgId, ownerUserId, ...want, bindings, entries, ownConnections, connections, joinedAt };
 }
 
@@ -145,7 +156,14 @@ export function resolveStored(loaded: Loaded, row: repo.UserToolboxRow): Resolve
       continue;
     }
     bindings.push({ connector_slug: entry.connector_slug, connection_id: connection.id });
-    sources.push({ type: 'connection', connector_slug: entry.connector_slug, connection_id: connection.id, connection_owner_user_id: connection.owner_user_id, status: connection.status, tools: entry.tools });
+    sources.push({
+      type: 'connection',
+      connector_slug: entry.connector_slug,
+      connection_id: connection.id,
+      connection_owner_user_id: connection.owner_user_id,
+      status: connection.status,
+      tools: entry.tools,
+    });
     if (connection.status !== 'active') incomplete.push(entry.connector_slug);
   }
   return {
@@ -184,10 +202,23 @@ export function resolveDynAll(loaded: Loaded): ResolvedUserToolbox {
     toolboxId: null,
     entries: [],
     bindings: [],
-    sources: own.map((c) => ({ type: 'connection', connector_slug: c.connector_slug, connection_id: c.id, connection_owner_user_id: c.owner_user_id, status: c.status, tools: 'all' })),
+    sources: own.map((c) => ({
+      type: 'connection',
+      connector_slug: c.connector_slug,
+      connection_id: c.id,
+      connection_owner_user_id: c.owner_user_id,
+      status: c.status,
+      tools: 'all',
+    })),
     ...statusOf(own.filter((c) => !activeSlugs.has(c.connector_slug)).map((c) => c.connector_slug)),
-    createdAt: latest(own.map((c) => c.created_at), loaded.joinedAt),
-    updatedAt: latest(own.map((c) => c.updated_at), loaded.joinedAt),
+    createdAt: latest(
+      own.map((c) => c.created_at),
+      loaded.joinedAt,
+    ),
+    updatedAt: latest(
+      own.map((c) => c.updated_at),
+      loaded.joinedAt,
+    ),
   };
 }
 
@@ -203,8 +234,12 @@ export function resolveDynToolbox(loaded: Loaded, toolbox: ToolboxRow): Resolved
     const connection = entry.connection_id ? loaded.connections.get(entry.connection_id) : undefined;
     if (!connection) continue; // deleting a connection deletes its entries; nothing to serve
     sources.push({
-      type: 'connection', connector_slug: connection.connector_slug, connection_id: connection.id, connection_owner_user_id: connection.owner_user_id,
-      status: connection.status, tools: (entry.tools ?? 'all') as Selection,
+      type: 'connection',
+      connector_slug: connection.connector_slug,
+      connection_id: connection.id,
+      connection_owner_user_id: connection.owner_user_id,
+      status: connection.status,
+      tools: (entry.tools ?? 'all') as Selection,
     });
     if (connection.status !== 'active') incomplete.push(connection.connector_slug);
   }
@@ -243,7 +278,10 @@ export async function resolveUserToolbox(
   // Someone no longer (or not yet) an active member has no user toolboxes there, stored ones
   // included. For `utbx_dyn_all` (what most MCP servers serve) that is asked alongside the reads.
   if (id === DYN_ALL) {
-    const [member, loaded] = await Promise.all([isActiveMember(db, orgId, userId), load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [], withoutDates: options.withoutDates })]);
+    const [member, loaded] = await Promise.all([
+      isActiveMember(db, orgId, userId),
+      load(db, orgId, userId, { stored: [], dynAll: true, toolboxes: [], withoutDates: options.withoutDates }),
+    ]);
     return member ? resolveDynAll(loaded) : null;
   }
   if (!(await isActiveMember(db, orgId, userId))) return null;
@@ -291,8 +329,12 @@ export async function toolsOf(deps: Pick<AppDeps, 'db'>, box: ResolvedUserToolbo
       const steps = stepToolsOf(row.steps as SyntheticToolStep[]);
       offer(
         {
-          name: row.name, title: null, description: row.description, input_schema: row.input_schema as ConnectionTool['input_schema'],
-          output_schema: (row.output_schema ?? null) as ConnectionTool['output_schema'], annotations: null,
+          name: row.name,
+          title: null,
+          description: row.description,
+          input_schema: row.input_schema as ConnectionTool['input_schema'],
+          output_schema: (row.output_schema ?? null) as ConnectionTool['output_schema'],
+          annotations: null,
           source: { kind: 'synthetic', synthetic_tool_id: row.id, steps },
         },
         { kind: 'synthetic', id: row.id, steps },
@@ -306,8 +348,12 @@ export async function toolsOf(deps: Pick<AppDeps, 'db'>, box: ResolvedUserToolbo
       if (wanted && !wanted.has(tool.name)) continue;
       offer(
         {
-          name: `${source.connector_slug}__${tool.name}`, title: tool.title ?? null, description: tool.description ?? null,
-          input_schema: tool.input_schema ?? EMPTY_INPUT, output_schema: tool.output_schema ?? null, annotations: tool.annotations ?? null,
+          name: `${source.connector_slug}__${tool.name}`,
+          title: tool.title ?? null,
+          description: tool.description ?? null,
+          input_schema: tool.input_schema ?? EMPTY_INPUT,
+          output_schema: tool.output_schema ?? null,
+          annotations: tool.annotations ?? null,
           source: { kind: 'upstream', connection_id: source.connection_id, connector_slug: source.connector_slug, tool: tool.name },
         },
         { kind: 'upstream', connector_slug: source.connector_slug, tool: tool.name },

@@ -33,7 +33,14 @@ export function findOwned(db: Executor, orgId: string, ownerUserId: string, id: 
 }
 
 export async function ownerHasTemplate(db: Executor, orgId: string, ownerUserId: string, templateId: string): Promise<boolean> {
-  const row = await db.selectFrom('user_toolboxes').select('id').where('org_id', '=', orgId).where('owner_user_id', '=', ownerUserId).where('template_id', '=', templateId).limit(1).executeTakeFirst();
+  const row = await db
+    .selectFrom('user_toolboxes')
+    .select('id')
+    .where('org_id', '=', orgId)
+    .where('owner_user_id', '=', ownerUserId)
+    .where('template_id', '=', templateId)
+    .limit(1)
+    .executeTakeFirst();
   return !!row;
 }
 
@@ -55,7 +62,13 @@ export function insert(db: Executor, values: NewRow<'user_toolboxes'>): Promise<
 
 export function update(db: Executor, orgId: string, id: string, changes: { name?: string; description?: string | null }): Promise<UserToolboxRow | undefined> {
   // `updated_at` moves with every change, bindings included (the trigger sets it on any update).
-  return db.updateTable('user_toolboxes').set({ ...changes, updated_at: new Date() }).where('org_id', '=', orgId).where('id', '=', id).returning(COLUMNS).executeTakeFirst();
+  return db
+    .updateTable('user_toolboxes')
+    .set({ ...changes, updated_at: new Date() })
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .returning(COLUMNS)
+    .executeTakeFirst();
 }
 
 export function remove(db: Executor, orgId: string, id: string): Promise<UserToolboxRow | undefined> {
@@ -65,7 +78,10 @@ export function remove(db: Executor, orgId: string, id: string): Promise<UserToo
 export async function replaceBindings(db: Executor, id: string, bindings: readonly { connector_slug: string; connection_id: string }[]): Promise<void> {
   await db.deleteFrom('user_toolbox_bindings').where('user_toolbox_id', '=', id).execute();
   if (bindings.length > 0) {
-    await db.insertInto('user_toolbox_bindings').values(bindings.map((b) => ({ user_toolbox_id: id, connector_slug: b.connector_slug, connection_id: b.connection_id }))).execute();
+    await db
+      .insertInto('user_toolbox_bindings')
+      .values(bindings.map((b) => ({ user_toolbox_id: id, connector_slug: b.connector_slug, connection_id: b.connection_id })))
+      .execute();
   }
 }
 

@@ -6,8 +6,17 @@ import { cursorAfter } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import * as serversOfBoxes from './mcp-servers.repo';
 import {
-  DYN_ALL, dynamicIdOf, isDynamicId, load, resolveDynAll, resolveDynToolbox, resolveStored, resolveUserToolbox,
-  type Binding, type ResolvedUserToolbox, type TemplateEntry,
+  DYN_ALL,
+  dynamicIdOf,
+  isDynamicId,
+  load,
+  resolveDynAll,
+  resolveDynToolbox,
+  resolveStored,
+  resolveUserToolbox,
+  type Binding,
+  type ResolvedUserToolbox,
+  type TemplateEntry,
 } from './resolve';
 import { findVisibleTemplate, toolboxesSharedWith, type ToolboxRow } from './sources';
 import * as repo from './user-toolboxes.repo';
@@ -44,12 +53,20 @@ function toUserToolbox(box: ResolvedUserToolbox, mcpServers: number): UserToolbo
 }
 
 async function answer(ctx: RequestContext, boxes: ResolvedUserToolbox[]): Promise<UserToolbox[]> {
-  const counts = await serversOfBoxes.countsByUserToolbox(ctx.db, ctx.orgId, ctx.user, boxes.map((b) => b.id));
+  const counts = await serversOfBoxes.countsByUserToolbox(
+    ctx.db,
+    ctx.orgId,
+    ctx.user,
+    boxes.map((b) => b.id),
+  );
   return boxes.map((box) => toUserToolbox(box, counts.get(box.id) ?? 0));
 }
 
 const immutable = (id: string) =>
-  new ApiError('dynamic_toolbox_immutable', `${id} is a dynamic user toolbox, computed from ${id === DYN_ALL ? 'your connections' : 'a toolbox shared with you'}; change that instead.`);
+  new ApiError(
+    'dynamic_toolbox_immutable',
+    `${id} is a dynamic user toolbox, computed from ${id === DYN_ALL ? 'your connections' : 'a toolbox shared with you'}; change that instead.`,
+  );
 
 const nameTaken = (name: string) => new ApiError('name_taken', `You already have a user toolbox named "${name}" in this organization.`);
 
@@ -68,7 +85,8 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: { kin
   const { orgId, user } = { orgId: ctx.orgId, user: ctx.user };
   if (filter.template_id !== undefined) {
     const canManage = ctx.org?.permissions.has('template:manage') ?? false;
-    const known = (await findVisibleTemplate(ctx.db, orgId, user, canManage, filter.template_id)) || (await repo.ownerHasTemplate(ctx.db, orgId, user, filter.template_id));
+    const known =
+      (await findVisibleTemplate(ctx.db, orgId, user, canManage, filter.template_id)) || (await repo.ownerHasTemplate(ctx.db, orgId, user, filter.template_id));
     if (!known) {
       throw new ApiError('unknown_reference', `No template ${filter.template_id} that you can see.`, {
         errors: [{ in: 'query', pointer: '/template_id', message: 'names no template you can see' }],
@@ -98,7 +116,10 @@ export async function list(ctx: RequestContext, page: PageRequest, filter: { kin
   const boxes = shown.map((i) => {
     if (i.id === DYN_ALL) return resolveDynAll(loaded);
     if (i.toolbox) return resolveDynToolbox(loaded, i.toolbox);
-    return resolveStored(loaded, shownStored.find((r) => r.id === i.id)!);
+    return resolveStored(
+      loaded,
+      shownStored.find((r) => r.id === i.id)!,
+    );
   });
   const last = shown[shown.length - 1];
   return { data: await answer(ctx, boxes), next_cursor: more && last ? cursorAfter(last.id) : null };
@@ -130,13 +151,20 @@ async function checkBindings(ctx: RequestContext, db: RequestContext['db'], entr
     if (!connection) unknown.push({ in: 'body', pointer: `${at}/connection_id`, message: 'names no connection of this organization' });
     else if (connection.owner_user_id !== ctx.user) invalid.push({ in: 'body', pointer: `${at}/connection_id`, message: 'is not one of your own connections' });
     else if (slugs.has(binding.connector_slug) && connection.connector_slug !== binding.connector_slug) {
-      invalid.push({ in: 'body', pointer: `${at}/connection_id`, message: `is a connection of ${connection.connector_slug}, not of ${binding.connector_slug}` });
+      invalid.push({
+        in: 'body',
+        pointer: `${at}/connection_id`,
+        message: `is a connection of ${connection.connector_slug}, not of ${binding.connector_slug}`,
+      });
     }
   });
   if (invalid.length > 0) {
-    throw new ApiError('validation_failed', 'The bindings do not fit: each connector of the template, once, to one of your own connections of it.', { errors: [...invalid, ...unknown] });
+    throw new ApiError('validation_failed', 'The bindings do not fit: each connector of the template, once, to one of your own connections of it.', {
+      errors: [...invalid, ...unknown],
+    });
   }
-  if (unknown.length > 0) throw new ApiError('unknown_reference', 'A binding names a connection that does not exist in this organization.', { errors: unknown });
+  if (unknown.length > 0)
+    throw new ApiError('unknown_reference', 'A binding names a connection that does not exist in this organization.', { errors: unknown });
 }
 
 /** The template's name, or with ` (2)`, ` (3)`… when the caller already uses it. */
@@ -172,7 +200,13 @@ export async function create(ctx: RequestContext, body: Create): Promise<UserToo
         await checkBindings(ctx, w.db, entries, bindings);
         const id = newId('userToolbox');
         const inserted = await repo.insert(w.db, {
-          id, org_id: ctx.orgId, owner_user_id: ctx.user, template_id: template.id, name, description: body.description ?? null, entries: JSON.stringify(entries),
+          id,
+          org_id: ctx.orgId,
+          owner_user_id: ctx.user,
+          template_id: template.id,
+          name,
+          description: body.description ?? null,
+          entries: JSON.stringify(entries),
         });
         await repo.replaceBindings(w.db, id, bindings);
         w.audit({ targetId: id, changes: { name, template_id: template.id, description: body.description ?? null, bindings } });
@@ -240,4 +274,3 @@ export async function onMemberRemoved(w: WriteScope, orgId: string, userId: stri
   await repo.removeAllOwned(w.db, orgId, userId);
   await serversRepo.removeOfOwner(w.db, orgId, userId);
 }
-

@@ -205,8 +205,20 @@ export async function up(db: Kysely<any>): Promise<void> {
 
 export async function down(db: Kysely<any>): Promise<void> {
   for (const table of [
-    'settings', 'outbox', 'audit_log', 'notification_destinations', 'passkeys', 'sessions', 'api_tokens',
-    'team_members', 'teams', 'role_assignments', 'roles', 'memberships', 'organizations', 'users',
+    'settings',
+    'outbox',
+    'audit_log',
+    'notification_destinations',
+    'passkeys',
+    'sessions',
+    'api_tokens',
+    'team_members',
+    'teams',
+    'role_assignments',
+    'roles',
+    'memberships',
+    'organizations',
+    'users',
   ]) {
     await db.schema.dropTable(table).ifExists().execute();
   }

@@ -7,7 +7,12 @@ const ref = sql`text collate "C"`;
 export async function up(db: Kysely<any>): Promise<void> {
   await db.schema
     .alterTable('outbox')
-    .addColumn('actor_type', 'text', (c) => c.notNull().defaultTo('system').check(sql`actor_type in ('user', 'scim', 'system')`))
+    .addColumn('actor_type', 'text', (c) =>
+      c
+        .notNull()
+        .defaultTo('system')
+        .check(sql`actor_type in ('user', 'scim', 'system')`),
+    )
     .addColumn('actor_id', ref)
     .execute();
 
@@ -17,7 +22,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('org_id', ref, (c) => c.notNull())
     .addColumn('destination_id', ref, (c) => c.notNull().references('notification_destinations.id').onDelete('cascade'))
     .addColumn('event_id', ref, (c) => c.notNull().references('outbox.id').onDelete('cascade'))
-    .addColumn('status', 'text', (c) => c.notNull().defaultTo('pending').check(sql`status in ('pending', 'delivered', 'failed', 'skipped')`))
+    .addColumn('status', 'text', (c) =>
+      c
+        .notNull()
+        .defaultTo('pending')
+        .check(sql`status in ('pending', 'delivered', 'failed', 'skipped')`),
+    )
     .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
     .addColumn('last_attempt_at', 'timestamptz')
     .addColumn('next_attempt_at', 'timestamptz')

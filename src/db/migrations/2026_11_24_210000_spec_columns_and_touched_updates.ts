@@ -33,12 +33,24 @@ export async function up(db: Kysely<any>): Promise<void> {
     end
     $$`.execute(db);
 
-  await db.schema.alterTable('teams').addColumn('created_by_user_id', reference, (c) => c.references('users.id').onDelete('set null')).execute();
-  await db.schema.alterTable('roles').addColumn('created_by_user_id', reference, (c) => c.references('users.id').onDelete('set null')).execute();
+  await db.schema
+    .alterTable('teams')
+    .addColumn('created_by_user_id', reference, (c) => c.references('users.id').onDelete('set null'))
+    .execute();
+  await db.schema
+    .alterTable('roles')
+    .addColumn('created_by_user_id', reference, (c) => c.references('users.id').onDelete('set null'))
+    .execute();
   await db.schema.alterTable('team_members').renameColumn('created_at', 'added_at').execute();
-  await db.schema.alterTable('team_members').addColumn('added_by_user_id', reference, (c) => c.references('users.id').onDelete('set null')).execute();
+  await db.schema
+    .alterTable('team_members')
+    .addColumn('added_by_user_id', reference, (c) => c.references('users.id').onDelete('set null'))
+    .execute();
   await db.schema.alterTable('memberships').addColumn('status_reason', 'text').execute();
-  await db.schema.alterTable('api_tokens').addColumn('updated_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`)).execute();
+  await db.schema
+    .alterTable('api_tokens')
+    .addColumn('updated_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+    .execute();
   await sql`update api_tokens set updated_at = coalesce(revoked_at, created_at)`.execute(db);
   await db.schema
     .alterTable('passkeys')
@@ -50,7 +62,9 @@ export async function up(db: Kysely<any>): Promise<void> {
   await sql`update passkeys set updated_at = created_at`.execute(db);
 
   await sql`alter table roles add constraint roles_system_key_check check (system_key in ('owner', 'admin', 'member', 'billing_admin', 'auditor'))`.execute(db);
-  await sql`alter table audit_log add constraint audit_log_actor_type_check check (actor_type in ('user', 'api_token', 'scim', 'mcp_client', 'system', 'operator'))`.execute(db);
+  await sql`alter table audit_log add constraint audit_log_actor_type_check check (actor_type in ('user', 'api_token', 'scim', 'mcp_client', 'system', 'operator'))`.execute(
+    db,
+  );
   await sql`update roles set permissions = '{}' where system_key is not null`.execute(db);
 
   for (const [table, ignoring] of Object.entries(TOUCHED)) await touchUpdatedAt(db, table, ignoring);

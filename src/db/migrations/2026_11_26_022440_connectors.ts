@@ -30,7 +30,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .execute();
   await touchUpdatedAt(db, 'connectors');
   // Forks of a connector, to tell them their upstream is gone.
-  await db.schema.createIndex('connectors_upstream_idx').on('connectors').columns(['org_id', 'upstream_slug']).where(sql.ref('upstream_slug'), 'is not', null).execute();
+  await db.schema
+    .createIndex('connectors_upstream_idx')
+    .on('connectors')
+    .columns(['org_id', 'upstream_slug'])
+    .where(sql.ref('upstream_slug'), 'is not', null)
+    .execute();
 
   // Every version of every custom connector: a fork's base is always known.
   await db.schema

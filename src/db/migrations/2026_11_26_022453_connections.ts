@@ -14,7 +14,8 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('name', 'text', (c) => c.notNull())
     .addColumn('status', 'text', (c) => c.notNull().check(sql`status in ('pending', 'active', 'needs_reauth', 'disconnected')`))
     .addColumn('status_reason', 'text', (c) =>
-      c.check(sql`status_reason in ('credentials_rejected', 'refresh_failed', 'owner_left', 'connector_access_lost', 'connector_changed', 'transferred')`))
+      c.check(sql`status_reason in ('credentials_rejected', 'refresh_failed', 'owner_left', 'connector_access_lost', 'connector_changed', 'transferred')`),
+    )
     .addColumn('status_changed_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
     .addColumn('auth_type', 'text', (c) => c.notNull().check(sql`auth_type in ('none', 'api_key', 'oauth2')`))
     // Sealed JSON (context connection:<id>): {api_key} or {access_token, refresh_token, expires_at, token_type}.

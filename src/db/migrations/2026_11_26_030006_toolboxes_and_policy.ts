@@ -71,8 +71,11 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('tools', 'jsonb')
     .addColumn('synthetic_tool_id', reference, (c) => c.references('synthetic_tools.id'))
     .addPrimaryKeyConstraint('toolbox_entries_pkey', ['toolbox_id', 'position'])
-    .addCheckConstraint('toolbox_entries_shape', sql`(type = 'connection' and connection_id is not null and tools is not null and synthetic_tool_id is null)
-      or (type = 'synthetic_tool' and synthetic_tool_id is not null and connection_id is null and tools is null)`)
+    .addCheckConstraint(
+      'toolbox_entries_shape',
+      sql`(type = 'connection' and connection_id is not null and tools is not null and synthetic_tool_id is null)
+      or (type = 'synthetic_tool' and synthetic_tool_id is not null and connection_id is null and tools is null)`,
+    )
     .execute();
   await db.schema.createIndex('toolbox_entries_connection_idx').on('toolbox_entries').column('connection_id').execute();
   await db.schema.createIndex('toolbox_entries_synthetic_tool_idx').on('toolbox_entries').column('synthetic_tool_id').execute();
@@ -158,7 +161,16 @@ export async function up(db: Kysely<any>): Promise<void> {
 
 export async function down(db: Kysely<any>): Promise<void> {
   for (const table of TABLES) await dropTouchUpdatedAt(db, table);
-  for (const table of ['access_requests', 'restrictions', 'user_toolbox_bindings', 'user_toolboxes', 'toolbox_entries', 'toolboxes', 'synthetic_tools', 'templates']) {
+  for (const table of [
+    'access_requests',
+    'restrictions',
+    'user_toolbox_bindings',
+    'user_toolboxes',
+    'toolbox_entries',
+    'toolboxes',
+    'synthetic_tools',
+    'templates',
+  ]) {
     await db.schema.dropTable(table).execute();
   }
 }

@@ -17,7 +17,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('name', 'text', (c) => c.notNull())
     .addColumn('token_hash', 'text', (c) => c.notNull().unique())
     .addColumn('token_hint', 'text', (c) => c.notNull())
-    .addColumn('status', 'text', (c) => c.notNull().defaultTo('active').check(sql`status in ('active', 'unavailable')`))
+    .addColumn('status', 'text', (c) =>
+      c
+        .notNull()
+        .defaultTo('active')
+        .check(sql`status in ('active', 'unavailable')`),
+    )
     .addColumn('expires_at', 'timestamptz')
     .addColumn('last_used_at', 'timestamptz')
     .addColumn('token_rotated_at', 'timestamptz')

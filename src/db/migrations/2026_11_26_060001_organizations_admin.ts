@@ -21,7 +21,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('org_id', reference, (c) => c.primaryKey().references('organizations.id').onDelete('cascade'))
     .addColumn('customer_id', 'text', (c) => c.notNull().unique())
     .addColumn('subscription_id', 'text')
-    .addColumn('status', 'text', (c) => c.notNull().defaultTo('none').check(sql`status in ('none', 'trialing', 'active', 'past_due', 'unpaid', 'canceled')`))
+    .addColumn('status', 'text', (c) =>
+      c
+        .notNull()
+        .defaultTo('none')
+        .check(sql`status in ('none', 'trialing', 'active', 'past_due', 'unpaid', 'canceled')`),
+    )
     .addColumn('billing_interval', 'text', (c) => c.check(sql`billing_interval in ('month', 'year')`))
     .addColumn('seat_limit', 'integer')
     .addColumn('trial_ends_at', 'timestamptz')

@@ -19,7 +19,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('id', idColumn('inv'))
     .addColumn('org_id', reference, (c) => c.notNull().references('organizations.id').onDelete('cascade'))
     .addColumn('email', 'text', (c) => c.notNull().check(sql`email = lower(email)`))
-    .addColumn('status', 'text', (c) => c.notNull().defaultTo('pending').check(sql`status in ('pending', 'accepted', 'revoked')`))
+    .addColumn('status', 'text', (c) =>
+      c
+        .notNull()
+        .defaultTo('pending')
+        .check(sql`status in ('pending', 'accepted', 'revoked')`),
+    )
     .addColumn('token_hash', 'text', (c) => c.notNull().unique())
     .addColumn('message', 'text')
     .addColumn('invited_by_user_id', reference, (c) => c.references('users.id').onDelete('set null'))
@@ -58,7 +63,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('id', idColumn('dom'))
     .addColumn('org_id', reference, (c) => c.notNull().references('organizations.id').onDelete('cascade'))
     .addColumn('domain', 'text', (c) => c.notNull().check(sql`domain = lower(domain)`))
-    .addColumn('status', 'text', (c) => c.notNull().defaultTo('pending').check(sql`status in ('pending', 'verified', 'failed')`))
+    .addColumn('status', 'text', (c) =>
+      c
+        .notNull()
+        .defaultTo('pending')
+        .check(sql`status in ('pending', 'verified', 'failed')`),
+    )
     .addColumn('verification_value', 'text', (c) => c.notNull())
     .addColumn('verified_at', 'timestamptz')
     .addColumn('last_checked_at', 'timestamptz')
@@ -88,8 +98,12 @@ export async function up(db: Kysely<any>): Promise<void> {
 
 export async function down(db: Kysely<any>): Promise<void> {
   for (const index of [
-    'audit_log_org_target_idx', 'audit_log_org_action_family_idx', 'audit_log_org_action_idx',
-    'audit_log_org_actor_idx', 'audit_log_org_actor_user_idx', 'audit_log_org_created_idx',
+    'audit_log_org_target_idx',
+    'audit_log_org_action_family_idx',
+    'audit_log_org_action_idx',
+    'audit_log_org_actor_idx',
+    'audit_log_org_actor_user_idx',
+    'audit_log_org_created_idx',
   ]) {
     await db.schema.dropIndex(index).ifExists().execute();
   }

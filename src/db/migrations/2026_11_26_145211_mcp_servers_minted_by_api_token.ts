@@ -11,7 +11,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .alterTable('mcp_servers')
     .addColumn('minted_by_token_id', reference, (c) => c.references('api_tokens.id').onDelete('cascade'))
     .execute();
-  await db.schema.createIndex('mcp_servers_minted_by_token_idx').on('mcp_servers').column('minted_by_token_id').where('minted_by_token_id', 'is not', null).execute();
+  await db.schema
+    .createIndex('mcp_servers_minted_by_token_idx')
+    .on('mcp_servers')
+    .column('minted_by_token_id')
+    .where('minted_by_token_id', 'is not', null)
+    .execute();
 }
 
 export async function down(db: Kysely<any>): Promise<void> {

@@ -13,7 +13,9 @@ export const MIGRATION_NAME = /^\d{4}_\d{2}_\d{2}_(?:\d{4}|\d{6})_[a-z0-9_]+$/;
 
 export function loadMigrations(dir: string = __dirname): Record<string, Migration> {
   const migrations: Record<string, Migration> = {};
-  const files = readdirSync(dir).filter((f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts') && !/^index\./.test(f)).sort();
+  const files = readdirSync(dir)
+    .filter((f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts') && !/^index\./.test(f))
+    .sort();
   for (const file of files) {
     const name = file.replace(/\.(ts|js)$/, '');
     if (!MIGRATION_NAME.test(name)) throw new Error(`src/db/migrations/${file}: a migration is named YYYY_MM_DD_HHMMSS_snake_case_name.`);

@@ -31,5 +31,6 @@ export default defineModule({
     throw new ApiError('insufficient_access', `Origin ${origin.slice(0, 300)} is not allowed`);
   },
   // Bearer errors and JSON-RPC error objects instead of the Error object.
-  renderError: (error, operationId, requestId, path, deps) => (ENDPOINT_OPERATIONS.has(operationId) ? renderMcpError(error, requestId, path, deps.config.baseUrl) : null),
+  renderError: (error, operationId, requestId, path, deps) =>
+    ENDPOINT_OPERATIONS.has(operationId) ? renderMcpError(error, requestId, path, deps.config.baseUrl) : null,
 });

@@ -5,8 +5,20 @@ import type { RequestContext } from '../../http/context';
 import { refuseProblems } from '../../http/protocol';
 import type { ServerSentEvent } from '../../http/handler-types';
 import {
-  classify, errorResponse, HANDSHAKE_VERSIONS, MODERN_VERSION, INVALID_PARAMS, INVALID_REQUEST, LATEST_VERSION, METHOD_NOT_FOUND, resultResponse,
-  SERVER_ERROR, SUPPORTED_VERSIONS, type JsonRpcErrorCode, type JsonRpcId, type JsonRpcRequest,
+  classify,
+  errorResponse,
+  HANDSHAKE_VERSIONS,
+  MODERN_VERSION,
+  INVALID_PARAMS,
+  INVALID_REQUEST,
+  LATEST_VERSION,
+  METHOD_NOT_FOUND,
+  resultResponse,
+  SERVER_ERROR,
+  SUPPORTED_VERSIONS,
+  type JsonRpcErrorCode,
+  type JsonRpcId,
+  type JsonRpcRequest,
 } from './jsonrpc';
 import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from './revision-2026';
 import { invokeTool } from '../invoke';
@@ -173,10 +185,12 @@ async function callOffered(
         ...(onprogress ? { onStep: (done: number, total: number, message: string) => onprogress({ progress: done, total, message }) } : {}),
       });
       const result: CallToolResult = { content: run.content as CallToolResult['content'], isError: run.is_error };
-      if (!run.is_error && run.result !== null && typeof run.result === 'object' && !Array.isArray(run.result)) result.structuredContent = run.result as Record<string, unknown>;
+      if (!run.is_error && run.result !== null && typeof run.result === 'object' && !Array.isArray(run.result))
+        result.structuredContent = run.result as Record<string, unknown>;
       return { result, outcome: run.is_error ? 'tool_error' : 'succeeded', error: run.error?.message ?? null };
     } catch (err) {
-      if (err instanceof ApiError) return { result: toolError(err.detail), outcome: err.code === 'upstream_unavailable' ? 'unavailable' : 'tool_error', error: err.detail };
+      if (err instanceof ApiError)
+        return { result: toolError(err.detail), outcome: err.code === 'upstream_unavailable' ? 'unavailable' : 'tool_error', error: err.detail };
       throw err;
     }
   }
@@ -188,8 +202,22 @@ async function callOffered(
   }
   // The connector as the connection's owner sees it (a shared toolbox's connection acts as its owner).
   const connector = await served.connector(row.owner_user_id, source.connector_slug);
-  if (!connector) return { result: toolError(`${tool.name} cannot be called: its connector is no longer available.`), outcome: 'unavailable', error: 'connector unavailable' };
-  const invoked = await invokeTool(ctx, { connection: row, connector, tool: source.tool, args, signal, onprogress, annotations: tool.annotations, label: `tools/call ${source.tool}` });
+  if (!connector)
+    return {
+      result: toolError(`${tool.name} cannot be called: its connector is no longer available.`),
+      outcome: 'unavailable',
+      error: 'connector unavailable',
+    };
+  const invoked = await invokeTool(ctx, {
+    connection: row,
+    connector,
+    tool: source.tool,
+    args,
+    signal,
+    onprogress,
+    annotations: tool.annotations,
+    label: `tools/call ${source.tool}`,
+  });
   switch (invoked.outcome) {
     case 'answered':
       return { result: invoked.result, outcome: invoked.result.isError ? 'tool_error' : 'succeeded', error: null };
@@ -207,7 +235,16 @@ async function callOffered(
 }
 
 /** The call's tool-call record, written off the answer's path (tool-call-records.ts). */
-function record(ctx: Ctx, server: McpServerRow, id: JsonRpcId, name: string, tool: OfferedTool | null, outcome: string, error: string | null, started: number): void {
+function record(
+  ctx: Ctx,
+  server: McpServerRow,
+  id: JsonRpcId,
+  name: string,
+  tool: OfferedTool | null,
+  outcome: string,
+  error: string | null,
+  started: number,
+): void {
   const source = tool?.source;
   const now = Date.now();
   ctx.deps.mcp.toolCalls.record({
@@ -295,8 +332,17 @@ function withoutResourceLinks<R extends object>(response: R): R {
   const result = (response as { result?: Record<string, unknown> }).result;
   const content = result?.content;
   if (!Array.isArray(content) || !content.some((block) => (block as { type?: unknown })?.type === 'resource_link')) return response;
-  const text = (block: Record<string, unknown>) => ({ type: 'text', text: `${typeof block.title === 'string' ? block.title : String(block.name ?? 'Resource')}: ${String(block.uri ?? '')}` });
-  return { ...response, result: { ...result, content: content.map((block) => ((block as { type?: unknown })?.type === 'resource_link' ? text(block as Record<string, unknown>) : block)) } };
+  const text = (block: Record<string, unknown>) => ({
+    type: 'text',
+    text: `${typeof block.title === 'string' ? block.title : String(block.name ?? 'Resource')}: ${String(block.uri ?? '')}`,
+  });
+  return {
+    ...response,
+    result: {
+      ...result,
+      content: content.map((block) => ((block as { type?: unknown })?.type === 'resource_link' ? text(block as Record<string, unknown>) : block)),
+    },
+  };
 }
 
 const serverInfoOf = (server: McpServerRow): ServerInfo => ({ ...SERVER_INFO, title: server.name });
@@ -361,12 +407,24 @@ function streamed(
     wake?.();
   };
   void toolsCall(ctx, served, request, (p) =>
-    push({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken, progress: p.progress, ...(p.total !== undefined ? { total: p.total } : {}), ...(p.message !== undefined ? { message: p.message } : {}) } }),
+    push({
+      jsonrpc: '2.0',
+      method: 'notifications/progress',
+      params: {
+        progressToken,
+        progress: p.progress,
+        ...(p.total !== undefined ? { total: p.total } : {}),
+        ...(p.message !== undefined ? { message: p.message } : {}),
+      },
+    }),
   )
-    .then((response) => push(finish(response)), (err: unknown) => {
-      ctx.log.error({ err }, 'tools/call failed');
-      push(errorResponse(request.id, -32603, 'Internal error; quote the request id when reporting it.', { request_id: ctx.requestId }));
-    })
+    .then(
+      (response) => push(finish(response)),
+      (err: unknown) => {
+        ctx.log.error({ err }, 'tools/call failed');
+        push(errorResponse(request.id, -32603, 'Internal error; quote the request id when reporting it.', { request_id: ctx.requestId }));
+      },
+    )
     .finally(() => {
       done = true;
       wake?.();
@@ -387,7 +445,10 @@ function streamed(
   };
 }
 
-export const mcpEndpointHandlers: { postMcpMessage: OperationHandler<'postMcpMessage', RequestContext>; deleteMcpSession: OperationHandler<'deleteMcpSession', RequestContext> } = {
+export const mcpEndpointHandlers: {
+  postMcpMessage: OperationHandler<'postMcpMessage', RequestContext>;
+  deleteMcpSession: OperationHandler<'deleteMcpSession', RequestContext>;
+} = {
   async postMcpMessage(input, ctx) {
     if (!input.valid) refuseProblems('jsonrpc', input.problems);
     const { params, headers, body } = input.value;

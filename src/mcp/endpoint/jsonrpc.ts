@@ -60,9 +60,7 @@ export function resultResponse(id: JsonRpcId, result: Record<string, unknown>) {
 }
 
 export type ClientMessage =
-  | { kind: 'request'; request: JsonRpcRequest }
-  | { kind: 'notification'; method: string; params: Record<string, unknown> }
-  | { kind: 'response' };
+  { kind: 'request'; request: JsonRpcRequest } | { kind: 'notification'; method: string; params: Record<string, unknown> } | { kind: 'response' };
 
 /** Sorts one message (already checked against McpClientMessage by the router's validation). */
 export function classify(message: Record<string, unknown>): ClientMessage {

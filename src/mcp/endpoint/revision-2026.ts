@@ -5,8 +5,17 @@
  * cache hints). Pure functions: the handler decides what to run.
  */
 import {
-  DEFAULT_VERSION, errorResponse, HANDSHAKE_VERSIONS, HEADER_MISMATCH, INVALID_PARAMS, MODERN_VERSION, SERVER_ERROR, SUPPORTED_VERSIONS,
-  UNSUPPORTED_PROTOCOL_VERSION, type JsonRpcErrorCode, type JsonRpcId,
+  DEFAULT_VERSION,
+  errorResponse,
+  HANDSHAKE_VERSIONS,
+  HEADER_MISMATCH,
+  INVALID_PARAMS,
+  MODERN_VERSION,
+  SERVER_ERROR,
+  SUPPORTED_VERSIONS,
+  UNSUPPORTED_PROTOCOL_VERSION,
+  type JsonRpcErrorCode,
+  type JsonRpcId,
 } from './jsonrpc';
 
 export const META_VERSION = 'io.modelcontextprotocol/protocolVersion';
@@ -44,7 +53,8 @@ export function decodeHeaderValue(value: string): string {
   return match ? Buffer.from(match[1] as string, 'base64').toString('utf8') : value;
 }
 
-const versionMismatch = (header: string, metaVersion: unknown) => `Header mismatch: MCP-Protocol-Version header value '${header}' does not match _meta value '${String(metaVersion)}'`;
+const versionMismatch = (header: string, metaVersion: unknown) =>
+  `Header mismatch: MCP-Protocol-Version header value '${header}' does not match _meta value '${String(metaVersion)}'`;
 
 /**
  * Which era the POST speaks, and whether a 2026-07-28 request may run. A `MCP-Protocol-Version`
@@ -91,7 +101,9 @@ export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
   if (!isRequest) return { era: 'modern' };
   const request = single as { method: string; params?: Record<string, unknown> };
   if (metaVersion === undefined || !isObject(meta?.[META_CAPABILITIES])) {
-    const missing = [metaVersion === undefined ? META_VERSION : null, !isObject(meta?.[META_CAPABILITIES]) ? META_CAPABILITIES : null].filter(Boolean).join(' and ');
+    const missing = [metaVersion === undefined ? META_VERSION : null, !isObject(meta?.[META_CAPABILITIES]) ? META_CAPABILITIES : null]
+      .filter(Boolean)
+      .join(' and ');
     return refuse(400, INVALID_PARAMS, `Invalid params: _meta lacks ${missing}, which every ${MODERN_VERSION} request carries`);
   }
   if (metaVersion !== header) {
@@ -154,7 +166,11 @@ export function withoutHeaderMirroring<T extends { inputSchema: unknown }>(tool:
   const strip = (node: unknown): unknown => {
     if (Array.isArray(node)) return node.map(strip);
     if (!isObject(node)) return node;
-    return Object.fromEntries(Object.entries(node).filter(([key]) => key !== 'x-mcp-header').map(([key, value]) => [key, strip(value)]));
+    return Object.fromEntries(
+      Object.entries(node)
+        .filter(([key]) => key !== 'x-mcp-header')
+        .map(([key, value]) => [key, strip(value)]),
+    );
   };
   return { ...tool, inputSchema: strip(tool.inputSchema) };
 }

@@ -12,10 +12,7 @@ import { OutboundRefused, OutboundSession, type OutboundLimits } from '../../out
 
 /** Where a credential goes on each request, as the connector places it. */
 export type UpstreamCredential =
-  | { kind: 'none' }
-  | { kind: 'header'; name: string; value: string }
-  | { kind: 'query'; name: string; value: string }
-  | { kind: 'bearer'; token: string };
+  { kind: 'none' } | { kind: 'header'; name: string; value: string } | { kind: 'query'; name: string; value: string } | { kind: 'bearer'; token: string };
 
 export interface UpstreamTarget {
   url: string;
@@ -105,7 +102,10 @@ export async function withUpstream<T>(target: UpstreamTarget, limits: UpstreamLi
   const transport =
     target.transport === 'sse'
       ? new SSEClientTransport(url, { fetch })
-      : new StreamableHTTPClientTransport(url, { fetch, reconnectionOptions: { maxReconnectionDelay: 1000, initialReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1, maxRetries: 0 } });
+      : new StreamableHTTPClientTransport(url, {
+          fetch,
+          reconnectionOptions: { maxReconnectionDelay: 1000, initialReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1, maxRetries: 0 },
+        });
   const client = new Client(CLIENT_INFO, { capabilities: {} });
   const options = { timeout: limits.timeoutMs, signal: session.signal };
   try {
@@ -139,7 +139,10 @@ export function listUpstreamTools(target: UpstreamTarget, limits: UpstreamLimits
         cursor = result.nextCursor;
         if (!cursor) return tools;
       }
-      throw new UpstreamUnavailable('The upstream MCP server gave more pages of tools than this server reads.', `tools/list still had a cursor after ${limits.maxPages} pages`);
+      throw new UpstreamUnavailable(
+        'The upstream MCP server gave more pages of tools than this server reads.',
+        `tools/list still had a cursor after ${limits.maxPages} pages`,
+      );
     },
     signal,
   );
@@ -178,7 +181,11 @@ export async function callWith(
   onprogress?: (progress: Progress) => void,
 ): Promise<UpstreamCallResult> {
   try {
-    return (await client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: limits.timeoutMs, signal, ...(onprogress ? { onprogress } : {}) })) as UpstreamCallResult;
+    return (await client.callTool({ name, arguments: args }, CallToolResultSchema, {
+      timeout: limits.timeoutMs,
+      signal,
+      ...(onprogress ? { onprogress } : {}),
+    })) as UpstreamCallResult;
   } catch (err) {
     if (err instanceof McpError && err.code !== ErrorCode.RequestTimeout && err.code !== ErrorCode.ConnectionClosed) {
       return { isError: true, content: [{ type: 'text', text: `The upstream refused the call: ${err.message}` }] };

@@ -23,8 +23,7 @@ export type ConnectionContext = Pick<RequestContext, 'deps' | 'db' | 'systemWrit
 
 /** What `credentials_enc` holds, sealed with the connection's id. */
 export type StoredCredentials =
-  | { type: 'api_key'; api_key: string }
-  | { type: 'oauth2'; access_token: string; refresh_token: string | null; expires_at: number | null; token_type: string };
+  { type: 'api_key'; api_key: string } | { type: 'oauth2'; access_token: string; refresh_token: string | null; expires_at: number | null; token_type: string };
 
 /** What `oauth_client_enc` holds: the provider found by discovery, and the client registered there for this connection. */
 export interface StoredOAuthClient {
@@ -90,9 +89,9 @@ export function providerOf(auth: OAuth2Auth, stored: StoredOAuthClient | null) {
   const endpoints = stored?.endpoints ?? null;
   const client: OAuthClientCredentials | null = auth.client_id
     ? { client_id: auth.client_id, client_secret: auth.client_secret, auth_method: auth.client_secret ? 'client_secret_post' : 'none' }
-    : stored?.client ?? null;
+    : (stored?.client ?? null);
   return {
-    issuer: auth.authorize_url && auth.token_url ? null : endpoints?.issuer ?? null,
+    issuer: auth.authorize_url && auth.token_url ? null : (endpoints?.issuer ?? null),
     authorization_endpoint: auth.authorize_url ?? endpoints?.authorization_endpoint ?? null,
     token_endpoint: auth.token_url ?? endpoints?.token_endpoint ?? null,
     revocation_endpoint: auth.revocation_url ?? endpoints?.revocation_endpoint ?? null,
@@ -110,7 +109,12 @@ export function toTool(tool: UpstreamTool): ConnectionTool {
     input_schema: { ...tool.inputSchema, type: 'object' },
     output_schema: (tool.outputSchema as Record<string, unknown> | undefined) ?? null,
     annotations: a
-      ? { read_only_hint: flag(a.readOnlyHint), destructive_hint: flag(a.destructiveHint), idempotent_hint: flag(a.idempotentHint), open_world_hint: flag(a.openWorldHint) }
+      ? {
+          read_only_hint: flag(a.readOnlyHint),
+          destructive_hint: flag(a.destructiveHint),
+          idempotent_hint: flag(a.idempotentHint),
+          open_world_hint: flag(a.openWorldHint),
+        }
       : null,
   };
 }
@@ -123,11 +127,18 @@ export const unavailable = (err: UpstreamUnavailable | OAuthFailure) => new ApiE
  */
 export async function tryCredentials(ctx: RequestContext, connector: ResolvedConnector, credentials: StoredCredentials | null): Promise<ConnectionTool[]> {
   try {
-    const tools = await listUpstreamTools({ url: connector.mcp_url, transport: connector.transport, credential: placeCredential(connector, credentials) }, upstreamLimits(ctx), ctx.signal);
+    const tools = await listUpstreamTools(
+      { url: connector.mcp_url, transport: connector.transport, credential: placeCredential(connector, credentials) },
+      upstreamLimits(ctx),
+      ctx.signal,
+    );
     return tools.map(toTool);
   } catch (err) {
     if (err instanceof UpstreamRejected) {
-      throw new ApiError('upstream_credentials_rejected', `The upstream MCP server at ${connector.mcp_url} refused the credentials (HTTP ${err.status}); nothing was stored. Check the key and try again.`);
+      throw new ApiError(
+        'upstream_credentials_rejected',
+        `The upstream MCP server at ${connector.mcp_url} refused the credentials (HTTP ${err.status}); nothing was stored. Check the key and try again.`,
+      );
     }
     if (err instanceof UpstreamUnavailable) {
       ctx.log.info({ connector: connector.slug, reason: err.detail }, 'upstream unavailable while checking credentials');
@@ -148,7 +159,12 @@ export const needsReauthError = (id: string, why: string) =>
  * The connection's credentials stopped working: `needs_reauth` with the reason, emitting
  * `connection.needs_reauth` unless it already was (a change the server makes, not the caller).
  */
-export async function markNeedsReauth(ctx: ConnectionContext, row: ConnectionRow, reason: 'credentials_rejected' | 'refresh_failed', message: string): Promise<void> {
+export async function markNeedsReauth(
+  ctx: ConnectionContext,
+  row: ConnectionRow,
+  reason: 'credentials_rejected' | 'refresh_failed',
+  message: string,
+): Promise<void> {
   await ctx.systemWrite(async (w) => {
     const current = await findConnection(w.db, row.org_id, row.id, true);
     if (!current) return;
@@ -164,7 +180,13 @@ export async function markNeedsReauth(ctx: ConnectionContext, row: ConnectionRow
 }
 
 /** New OAuth tokens from the refresh token, stored; a refusal makes the connection `needs_reauth` (409). */
-async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2Auth, tokens: Extract<StoredCredentials, { type: 'oauth2' }>, connectorUrl: string) {
+async function refresh(
+  ctx: ConnectionContext,
+  row: ConnectionRow,
+  auth: OAuth2Auth,
+  tokens: Extract<StoredCredentials, { type: 'oauth2' }>,
+  connectorUrl: string,
+) {
   const provider = providerOf(auth, openOAuthClient(ctx, row));
   if (!tokens.refresh_token || !provider.token_endpoint || !provider.client) {
     const message = 'The access token expired and there is no refresh token to renew it.';
@@ -176,7 +198,13 @@ async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2A
       { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: tokens.refresh_token, resource: connectorUrl },
       { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
     );
-    const stored: StoredCredentials = { type: 'oauth2', access_token: next.access_token, refresh_token: next.refresh_token, expires_at: next.expires_at, token_type: next.token_type };
+    const stored: StoredCredentials = {
+      type: 'oauth2',
+      access_token: next.access_token,
+      refresh_token: next.refresh_token,
+      expires_at: next.expires_at,
+      token_type: next.token_type,
+    };
     await replaceCredentials(ctx.db, row.id, row.credentials_enc, sealCredentials(ctx, row.id, stored));
     // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
     ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });

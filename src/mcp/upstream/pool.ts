@@ -120,7 +120,12 @@ export class UpstreamPool {
     await Promise.all(all.map((entry) => this.end(entry)));
   }
 
-  private async run(entry: Entry, target: UpstreamTarget, work: (session: UpstreamSession) => Promise<UpstreamCallResult>, repeatable: boolean): Promise<UpstreamCallResult> {
+  private async run(
+    entry: Entry,
+    target: UpstreamTarget,
+    work: (session: UpstreamSession) => Promise<UpstreamCallResult>,
+    repeatable: boolean,
+  ): Promise<UpstreamCallResult> {
     const servedBefore = entry.served;
     entry.inUse += 1;
     try {
@@ -136,7 +141,8 @@ export class UpstreamPool {
       }
       if (err instanceof UpstreamUnavailable) throw err;
       const network = err instanceof OutboundRefused ? err.network : null;
-      const dropped = entry.session.gone || network !== null || (err instanceof UpstreamHttpError && (err.status === 404 || err.status === 400) && entry.served > 0);
+      const dropped =
+        entry.session.gone || network !== null || (err instanceof UpstreamHttpError && (err.status === 404 || err.status === 400) && entry.served > 0);
       if (dropped) this.retire(entry);
       const failure = new UpstreamUnavailable(err instanceof OutboundRefused ? err.message : NOT_MCP, describe(err, target.credential));
       // Only a session that had served a call is retried: a fresh one failing is the upstream's answer.

@@ -68,9 +68,11 @@ function mediaType(headers: http.IncomingHttpHeaders): string {
 /** The first bytes of an answer not wanted, for the operator's log; whatever goes wrong reading it does not matter. */
 async function excerpt(res: GuardedResponse): Promise<string> {
   let text = '';
-  await res.read((chunk) => {
-    if (text.length < 512) text += chunk.toString('utf8');
-  }).catch(() => undefined);
+  await res
+    .read((chunk) => {
+      if (text.length < 512) text += chunk.toString('utf8');
+    })
+    .catch(() => undefined);
   return text.slice(0, 512).trim();
 }
 
@@ -155,11 +157,19 @@ export class UpstreamSession {
    * A protocol version the SDK does not know is refused: nothing else here could speak it.
    */
   async open(): Promise<void> {
-    const answer = await this.request(this.newId(), 'initialize', { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: CLIENT_INFO }, this.limits);
+    const answer = await this.request(
+      this.newId(),
+      'initialize',
+      { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: CLIENT_INFO },
+      this.limits,
+    );
     if (answer.error !== undefined) throw errorOf(answer.error);
     const version = isObject(answer.result) ? answer.result.protocolVersion : undefined;
     if (typeof version !== 'string' || !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) {
-      throw new UpstreamUnavailable('The upstream MCP server speaks a protocol version this server does not support.', `initialize answered protocolVersion ${JSON.stringify(version)}`);
+      throw new UpstreamUnavailable(
+        'The upstream MCP server speaks a protocol version this server does not support.',
+        `initialize answered protocolVersion ${JSON.stringify(version)}`,
+      );
     }
     this.protocolVersion = version;
     const res = await this.post({ jsonrpc: '2.0', method: 'notifications/initialized' }, this.limits);
@@ -171,7 +181,13 @@ export class UpstreamSession {
    * with `isError: true` (as `callWith` words it), except the two codes the SDK itself uses
    * for a call that got no answer (a timeout, a closed connection), which throw.
    */
-  async callTool(name: string, args: Record<string, unknown>, limits: OutboundLimits, signal?: AbortSignal, onprogress?: (progress: Progress) => void): Promise<UpstreamCallResult> {
+  async callTool(
+    name: string,
+    args: Record<string, unknown>,
+    limits: OutboundLimits,
+    signal?: AbortSignal,
+    onprogress?: (progress: Progress) => void,
+  ): Promise<UpstreamCallResult> {
     if (signal?.aborted) throw new OutboundRefused('The outbound call was cancelled.');
     const id = this.newId();
     const params = { name, arguments: args, ...(onprogress ? { _meta: { progressToken: id } } : {}) };
@@ -234,7 +250,12 @@ export class UpstreamSession {
   /** POSTs one message; answers its response once the status is a success, else throws (UpstreamRejected for 401/403). */
   private async post(message: unknown, limits: OutboundLimits, signal?: AbortSignal): Promise<GuardedResponse> {
     const withSession = this.sessionId !== null;
-    const res = await guardedRequest(this.url, { method: 'POST', headers: this.requestHeaders(), body: Buffer.from(JSON.stringify(message)), agent: this.agent }, limits, signal);
+    const res = await guardedRequest(
+      this.url,
+      { method: 'POST', headers: this.requestHeaders(), body: Buffer.from(JSON.stringify(message)), agent: this.agent },
+      limits,
+      signal,
+    );
     if (res.status >= 200 && res.status < 300) return res;
     if (res.status === 401 || res.status === 403) {
       res.discard();
@@ -256,7 +277,14 @@ export class UpstreamSession {
   }
 
   /** One request and its response (ours, by id), from a JSON answer or an event stream. */
-  private async request(id: JsonRpcId, method: string, params: unknown, limits: OutboundLimits, signal?: AbortSignal, onprogress?: (progress: Progress) => void): Promise<JsonRpcMessage> {
+  private async request(
+    id: JsonRpcId,
+    method: string,
+    params: unknown,
+    limits: OutboundLimits,
+    signal?: AbortSignal,
+    onprogress?: (progress: Progress) => void,
+  ): Promise<JsonRpcMessage> {
     const res = await this.post({ jsonrpc: '2.0', id, method, params }, limits, signal);
     if (method === 'initialize') {
       const sessionId = res.headers['mcp-session-id'];
@@ -310,21 +338,27 @@ export class UpstreamSession {
           }
         }
       });
-      res.read((chunk) => parser.push(chunk)).then(
-        () => {
-          if (!answer) reject(new NotMcpAnswer(`the event stream ended without a response to request ${id}`));
-        },
-        (err: unknown) => {
-          if (!answer) reject(err);
-        },
-      );
+      res
+        .read((chunk) => parser.push(chunk))
+        .then(
+          () => {
+            if (!answer) reject(new NotMcpAnswer(`the event stream ended without a response to request ${id}`));
+          },
+          (err: unknown) => {
+            if (!answer) reject(err);
+          },
+        );
     });
   }
 
   private answerRequest(request: Record<string, unknown>): void {
     const { id } = request;
     if (typeof id !== 'string' && typeof id !== 'number') return;
-    this.send(request.method === 'ping' ? { jsonrpc: '2.0', id, result: {} } : { jsonrpc: '2.0', id, error: { code: ErrorCode.MethodNotFound, message: 'Method not found' } });
+    this.send(
+      request.method === 'ping'
+        ? { jsonrpc: '2.0', id, result: {} }
+        : { jsonrpc: '2.0', id, error: { code: ErrorCode.MethodNotFound, message: 'Method not found' } },
+    );
   }
 }
 
@@ -364,7 +398,8 @@ function toolResultProblem(result: Record<string, unknown>): string | null {
 }
 
 function errorOf(error: unknown): JsonRpcErrorAnswer | NotMcpAnswer {
-  if (!isObject(error) || typeof error.code !== 'number' || typeof error.message !== 'string') return new NotMcpAnswer('an error answer without a numeric code and a message');
+  if (!isObject(error) || typeof error.code !== 'number' || typeof error.message !== 'string')
+    return new NotMcpAnswer('an error answer without a numeric code and a message');
   return new JsonRpcErrorAnswer(error.code, error.message);
 }
 

@@ -81,7 +81,12 @@ async function fetchJson(limits: OutboundLimits, url: string, init: RequestInit 
     return { status: response.status, body: await readJson(response), headers: response.headers };
   } catch (err) {
     const detail = err instanceof OutboundRefused ? err.detail : String(err);
-    throw new OAuthFailure('unreachable', null, err instanceof OutboundRefused ? err.message : 'The authorization server could not be reached.', `${url}: ${detail}`);
+    throw new OAuthFailure(
+      'unreachable',
+      null,
+      err instanceof OutboundRefused ? err.message : 'The authorization server could not be reached.',
+      `${url}: ${detail}`,
+    );
   } finally {
     session.close();
   }
@@ -112,7 +117,12 @@ async function challengeOf(mcpUrl: string, limits: OutboundLimits): Promise<stri
     const { status, headers } = await fetchJson(limits, mcpUrl, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'mcp-control-plane', version: '0.1.0' } } }),
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'mcp-control-plane', version: '0.1.0' } },
+      }),
     });
     return status === 401 ? headers.get('www-authenticate') : null;
   } catch {
@@ -128,7 +138,11 @@ interface ProtectedResource {
 async function protectedResource(mcpUrl: string, limits: OutboundLimits, challenge: string | null): Promise<ProtectedResource | null> {
   const base = new URL(mcpUrl);
   const fromChallenge = resourceMetadataUrl(challenge ?? (await challengeOf(mcpUrl, limits)));
-  const candidates = [...(fromChallenge ? [fromChallenge] : []), wellKnown(base, 'oauth-protected-resource', true), wellKnown(base, 'oauth-protected-resource', false)];
+  const candidates = [
+    ...(fromChallenge ? [fromChallenge] : []),
+    wellKnown(base, 'oauth-protected-resource', true),
+    wellKnown(base, 'oauth-protected-resource', false),
+  ];
   for (const url of [...new Set(candidates)]) {
     const { status, body } = await fetchJson(limits, url);
     if (status !== 200 || !isRecord(body)) continue;
@@ -177,19 +191,38 @@ export async function discoverProvider(mcpUrl: string, limits: OutboundLimits, c
   const authorize = str(metadata?.authorization_endpoint);
   const token = str(metadata?.token_endpoint);
   if (!metadata || !authorize || !token) {
-    throw new OAuthFailure('unreachable', null, 'The MCP server does not say where to authorize (no usable OAuth metadata).', `no authorization server metadata for ${issuer}`);
+    throw new OAuthFailure(
+      'unreachable',
+      null,
+      'The MCP server does not say where to authorize (no usable OAuth metadata).',
+      `no authorization server metadata for ${issuer}`,
+    );
   }
   // The member's browser is sent there: never a javascript: or data: URL an upstream names, nor
   // plain http to a public host (the guard's rule for the server's own calls).
   const refusal = refuseUrl(authorize, limits.policy);
   if (refusal) {
-    throw new OAuthFailure('unreachable', null, `The authorization server's authorization endpoint ${refusal}.`, `${issuer} names authorization_endpoint ${JSON.stringify(authorize.slice(0, 200))}, which ${refusal}`);
+    throw new OAuthFailure(
+      'unreachable',
+      null,
+      `The authorization server's authorization endpoint ${refusal}.`,
+      `${issuer} names authorization_endpoint ${JSON.stringify(authorize.slice(0, 200))}, which ${refusal}`,
+    );
   }
   const methods = Array.isArray(metadata.code_challenge_methods_supported) ? metadata.code_challenge_methods_supported : null;
   if (methods && !methods.includes('S256')) {
-    throw new OAuthFailure('unreachable', null, 'The authorization server does not support PKCE with S256.', `${issuer} lists code_challenge_methods_supported ${JSON.stringify(methods)}`);
+    throw new OAuthFailure(
+      'unreachable',
+      null,
+      'The authorization server does not support PKCE with S256.',
+      `${issuer} lists code_challenge_methods_supported ${JSON.stringify(methods)}`,
+    );
   }
-  const scopes = resource?.scopes_supported.length ? resource.scopes_supported : Array.isArray(metadata.scopes_supported) ? metadata.scopes_supported.filter((s): s is string => typeof s === 'string') : [];
+  const scopes = resource?.scopes_supported.length
+    ? resource.scopes_supported
+    : Array.isArray(metadata.scopes_supported)
+      ? metadata.scopes_supported.filter((s): s is string => typeof s === 'string')
+      : [];
   return {
     issuer: str(metadata.issuer),
     authorization_endpoint: authorize,
@@ -205,9 +238,19 @@ export async function discoverProvider(mcpUrl: string, limits: OutboundLimits, c
 // ---------------------------------------------------------------------------------------
 
 /** Registers this server as a client of the provider for one redirect URI (RFC 7591). */
-export async function registerClient(endpoints: ProviderEndpoints, redirectUri: string, clientName: string, limits: OutboundLimits): Promise<OAuthClientCredentials> {
+export async function registerClient(
+  endpoints: ProviderEndpoints,
+  redirectUri: string,
+  clientName: string,
+  limits: OutboundLimits,
+): Promise<OAuthClientCredentials> {
   if (!endpoints.registration_endpoint) {
-    throw new OAuthFailure('refused', null, 'The authorization server offers no dynamic registration; give the connector a client id.', 'no registration_endpoint');
+    throw new OAuthFailure(
+      'refused',
+      null,
+      'The authorization server offers no dynamic registration; give the connector a client id.',
+      'no registration_endpoint',
+    );
   }
   const { status, body } = await fetchJson(limits, endpoints.registration_endpoint, {
     method: 'POST',
@@ -224,7 +267,12 @@ export async function registerClient(endpoints: ProviderEndpoints, redirectUri: 
   const clientId = isRecord(body) ? str(body.client_id) : null;
   if ((status !== 201 && status !== 200) || !isRecord(body) || !clientId) {
     const error = isRecord(body) ? str(body.error) : null;
-    throw new OAuthFailure('refused', error, `The authorization server refused to register this server as a client${error ? ` (${error})` : ''}.`, `registration answered ${status}`);
+    throw new OAuthFailure(
+      'refused',
+      error,
+      `The authorization server refused to register this server as a client${error ? ` (${error})` : ''}.`,
+      `registration answered ${status}`,
+    );
   }
   const secret = str(body.client_secret);
   const method = str(body.token_endpoint_auth_method);
@@ -281,14 +329,24 @@ function clientAuth(client: OAuthClientCredentials, form: URLSearchParams): Reco
   return {};
 }
 
-async function tokenRequest(tokenEndpoint: string, client: OAuthClientCredentials, form: URLSearchParams, limits: OutboundLimits, now: number): Promise<TokenSet> {
+async function tokenRequest(
+  tokenEndpoint: string,
+  client: OAuthClientCredentials,
+  form: URLSearchParams,
+  limits: OutboundLimits,
+  now: number,
+): Promise<TokenSet> {
   const headers = { 'content-type': 'application/x-www-form-urlencoded', ...clientAuth(client, form) };
   const { status, body } = await fetchJson(limits, tokenEndpoint, { method: 'POST', headers, body: form });
   const error = isRecord(body) ? str(body.error) : null;
   if (status >= 500) throw new OAuthFailure('unreachable', null, `The token endpoint answered ${status}.`);
   if (status !== 200 || error || !isRecord(body)) {
     const description = isRecord(body) ? str(body.error_description) : null;
-    throw new OAuthFailure('refused', error, `The provider refused the request${error ? ` (${error})` : ` (HTTP ${status})`}${description ? `: ${description.slice(0, 200)}` : ''}.`);
+    throw new OAuthFailure(
+      'refused',
+      error,
+      `The provider refused the request${error ? ` (${error})` : ` (HTTP ${status})`}${description ? `: ${description.slice(0, 200)}` : ''}.`,
+    );
   }
   const access = str(body.access_token);
   if (!access) throw new OAuthFailure('unreachable', null, 'The token endpoint answered without an access token.');
@@ -307,7 +365,13 @@ export function exchangeCode(
   input: { tokenEndpoint: string; client: OAuthClientCredentials; code: string; verifier: string; redirectUri: string; resource: string },
   limits: OutboundLimits,
 ): Promise<TokenSet> {
-  const form = new URLSearchParams({ grant_type: 'authorization_code', code: input.code, redirect_uri: input.redirectUri, code_verifier: input.verifier, resource: input.resource });
+  const form = new URLSearchParams({
+    grant_type: 'authorization_code',
+    code: input.code,
+    redirect_uri: input.redirectUri,
+    code_verifier: input.verifier,
+    resource: input.resource,
+  });
   return tokenRequest(input.tokenEndpoint, input.client, form, limits, Date.now());
 }
 

@@ -53,7 +53,10 @@ function answers(port: number): Promise<boolean> {
  * program and starts slowly on a busy machine) until it listens; on `port` when given (the
  * same server started again: an upstream restart, its sessions gone).
  */
-export async function startEverythingServer(transport: 'streamableHttp' | 'sse', options: { timeoutMs?: number; port?: number } = {}): Promise<EverythingServer> {
+export async function startEverythingServer(
+  transport: 'streamableHttp' | 'sse',
+  options: { timeoutMs?: number; port?: number } = {},
+): Promise<EverythingServer> {
   const port = options.port ?? (await freePort());
   const child = spawn(process.execPath, ['-r', LOOPBACK_ONLY, ENTRY, transport], {
     env: { ...process.env, PORT: String(port), NODE_OPTIONS: '' },

@@ -168,7 +168,7 @@ export async function startOAuthUpstream(options: OAuthUpstreamOptions = {}): Pr
   let denyNext = false;
   let nextUser: string | null = null;
   // Filled in once the server listens (the handlers only run after that).
-    let peer!: OAuthUpstream;
+  let peer!: OAuthUpstream;
   const meta = () => ({
     resource: {
       resource: peer.resource,
