@@ -174,7 +174,7 @@ export async function getJson(url: string, token: string | null): Promise<{ stat
     signal: AbortSignal.timeout(10_000),
   });
   const text = await res.text();
-  let body: unknown = null;
+  let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {

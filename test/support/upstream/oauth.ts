@@ -167,7 +167,8 @@ export async function startOAuthUpstream(options: OAuthUpstreamOptions = {}): Pr
   const refreshTokens = new Map<string, RefreshToken>();
   let denyNext = false;
   let nextUser: string | null = null;
-  // Filled in once the server listens (the handlers only run after that).
+  // Filled in once the server listens (the handlers only run after that); declared first because they read it.
+  // eslint-disable-next-line prefer-const
   let peer!: OAuthUpstream;
   const meta = () => ({
     resource: {
