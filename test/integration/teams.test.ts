@@ -115,7 +115,7 @@ describe('listTeams and getTeam', () => {
     expect((await t.as(org).get('/team?user_id=nobody')).body.code).toBe('validation_failed');
     expect((await t.as(org).get('/team?limit=0')).body.code).toBe('validation_failed');
     expect((await t.as(org).get('/team?colour=red')).body.code).toBe('validation_failed');
-    expect((await t.as(org).get(`/team?cursor=${Buffer.from(newId('role')).toString('base64url')}`)).body.code).toBe('invalid_cursor');
+    expect((await t.as(org).op('listTeams', { query: { cursor: Buffer.from(newId('role')).toString('base64url') } })).error?.code).toBe('invalid_cursor');
   });
 
   it('404 for another organization’s team or an unknown one; 400 malformed; 403 missing_permission', async () => {
@@ -173,7 +173,7 @@ describe('deleteTeam', () => {
     expect((await t.as(org).op('getTeam', { params: { id } })).status).toBe(404);
     expect((await t.as(org).op('deleteTeam', { params: { id } })).status).toBe(404);
     // The member is still a member of the organization.
-    expect((await t.as(org).get(`/member/${p}`)).body.status).toBe('active');
+    expect((await t.as(org).op('getMember', { params: { userId: p } })).body.status).toBe('active');
   });
 
   it('409 team_in_use while a restriction names it', async () => {
@@ -267,7 +267,9 @@ describe('team members', () => {
       cursor = res.body.next_cursor ?? undefined;
     } while (cursor);
     expect(seen).toEqual([...users.slice(0, 4).sort(), ...users.slice(4)]);
-    expect((await t.as(seeded).get(`/team/${id}/members?cursor=${Buffer.from(newId('team')).toString('base64url')}`)).body.code).toBe('invalid_cursor');
+    expect(
+      (await t.as(seeded).op('listTeamMembers', { params: { id }, query: { cursor: Buffer.from(newId('team')).toString('base64url') } })).error?.code,
+    ).toBe('invalid_cursor');
   });
 
   it('404 for another organization’s team (its members unchanged); 403 missing_permission', async () => {
