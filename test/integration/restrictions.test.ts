@@ -262,17 +262,13 @@ describe('listRestrictions and getRestriction', () => {
 describe('updateRestriction', () => {
   it('changes what is sent; match and applies_to replace whole; audits the changed members; emits', async () => {
     const roleId = await t.factories.customRole(org.orgId, []);
-    const created = await t
-      .as(org)
-      .op('createRestriction', {
-        body: named({ effect: 'require_approval', match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' }, applies_to: { everyone: true } }),
-      });
-    const res = await t
-      .as(org)
-      .op('updateRestriction', {
-        params: { id: created.body.id },
-        body: { match: { tool_pattern: 'delete_*' }, effect: 'deny', applies_to: { role_ids: [roleId] } },
-      });
+    const created = await t.as(org).op('createRestriction', {
+      body: named({ effect: 'require_approval', match: { connector_slug: 'tickets-demo', tool_pattern: 'delete_*' }, applies_to: { everyone: true } }),
+    });
+    const res = await t.as(org).op('updateRestriction', {
+      params: { id: created.body.id },
+      body: { match: { tool_pattern: 'delete_*' }, effect: 'deny', applies_to: { role_ids: [roleId] } },
+    });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
       name: created.body.name,

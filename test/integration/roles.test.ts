@@ -203,12 +203,10 @@ describe('getRole', () => {
 describe('updateRole', () => {
   it('renames, clears the description and replaces permissions; audit with each change from and to; role.updated', async () => {
     const created = (await t.as(org).op('createRole', { body: { name: name(), description: 'Old', permissions: ['connector:view'] } })).body;
-    const res = await t
-      .as(org)
-      .op('updateRole', {
-        params: { id: created.id },
-        body: { name: 'Connector owner', description: null, permissions: ['connector:view', 'connector:manage'] },
-      });
+    const res = await t.as(org).op('updateRole', {
+      params: { id: created.id },
+      body: { name: 'Connector owner', description: null, permissions: ['connector:view', 'connector:manage'] },
+    });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: created.id, name: 'Connector owner', description: null, permissions: ['connector:manage', 'connector:view'] });
     const [audit] = (await t.factories.auditEntries(org.orgId, 'role.updated')).filter((a) => a.target_id === created.id);
