@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import type { components } from '../../generated/openapi';
 import { newId } from '../../src/lib/ids';
-import { settle, startTestApp, type ApiClient, type TestApp } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
+import { expectError, type OpRequest } from '../support/client';
 import { webhookSubscription } from '../support/event-delivery';
 import type { SeededOrg } from '../support/factories';
 import { usePeers } from '../support/peers';
@@ -30,27 +31,13 @@ afterAll(async () => {
   await t.close();
 });
 
-type ListQuery = { limit?: number; cursor?: string; status?: Schemas['MembershipStatus']; role_id?: string; team_id?: string; q?: string };
+type ListQuery = NonNullable<OpRequest<'listMembers'>['query']>;
 
-function api(credential: { token?: string; session?: string; org?: string }) {
-  const c: ApiClient = t.client(credential);
-  const item = (userId: string) => ({ params: { path: { userId } } });
-  return {
-    raw: t.as(credential),
-    list: (query: ListQuery = {}) => settle(c.GET('/member', { params: { query } })),
-    read: (userId: string) => settle(c.GET('/member/{userId}', item(userId))),
-    update: (userId: string, body: Schemas['MemberUpdate']) => settle(c.PATCH('/member/{userId}', { ...item(userId), body })),
-    remove: (userId: string) => settle(c.DELETE('/member/{userId}', item(userId))),
-  };
-}
-const as = (seeded: SeededOrg) => api({ token: seeded.token, org: seeded.orgId });
-const owner = () => as(org);
-
-/** A member with these roles (system keys or ids), their token and a client. */
+/** A member with these roles (system keys or ids) and their token: a caller. */
 async function person(seeded: SeededOrg, roles: string[] = ['member'], input: { email?: string; name?: string } = {}) {
   const userId = await t.factories.member(seeded.orgId, { userId: input.email || input.name ? await t.factories.user(input) : undefined, roles });
   const token = await t.factories.token(seeded.orgId, userId);
-  return { userId, token, api: api({ token, org: seeded.orgId }) };
+  return { userId, token, org: seeded.orgId };
 }
 
 describe('listMembers', () => {
@@ -61,7 +48,7 @@ describe('listMembers', () => {
     await t.db.insertInto('role_assignments').values({ org_id: seeded.orgId, user_id: ada.userId, role_id: custom }).execute();
     const team = await t.factories.team(seeded.orgId, 'Platform', [ada.userId]);
     await t.factories.enableTotp(seeded.ownerId);
-    const res = await as(seeded).list();
+    const res = await t.as(seeded).op('listMembers');
     expect(res.status).toBe(200);
     expect(res.body.data.map((m: Member) => m.user_id)).toEqual([seeded.ownerId, ada.userId]);
     const [first, second] = res.body.data as Member[];
@@ -97,7 +84,7 @@ describe('listMembers', () => {
     const removed = await t.factories.member(seeded.orgId, { status: 'removed', roles: [] });
     const grace = await person(seeded, ['auditor'], { email: `grace-${Date.now()}@navy.example`, name: 'Grace Hopper' });
     const team = await t.factories.team(seeded.orgId, 'Ops', [suspended]);
-    const ids = async (query: ListQuery) => ((await as(seeded).list(query)).body.data as Member[]).map((m) => m.user_id);
+    const ids = async (query: ListQuery) => (await t.as(seeded).op('listMembers', { query })).body.data.map((m) => m.user_id);
     expect(await ids({})).toEqual([seeded.ownerId, suspended, grace.userId]);
     expect(await ids({ status: 'removed' })).toEqual([removed]);
     expect(await ids({ status: 'suspended' })).toEqual([suspended]);
@@ -121,7 +108,7 @@ describe('listMembers', () => {
     let cursor: string | undefined;
     let pages = 0;
     do {
-      const res = await as(seeded).list({ limit: 2, cursor });
+      const res = await t.as(seeded).op('listMembers', { query: { limit: 2, cursor } });
       expect(res.status).toBe(200);
       seen.push(...res.body.data.map((m: Member) => m.user_id));
       cursor = res.body.next_cursor ?? undefined;
@@ -135,101 +122,107 @@ describe('listMembers', () => {
 
   it('400 unknown_reference for another organization’s role or team; 400 for bad parameters and cursors', async () => {
     const theirTeam = await t.factories.team(other.orgId, 'Theirs');
-    const res = await owner().list({ role_id: other.roleIds.member, team_id: theirTeam });
-    expect([res.status, res.body.code]).toEqual([400, 'unknown_reference']);
-    expect(res.body.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/role_id', '/team_id']);
-    expect((await owner().raw.get('/member?status=gone')).body.code).toBe('validation_failed');
-    expect((await owner().raw.get('/member?role_id=team_01jg3b7f0p3m6q9x2v5c8n1b4k')).body.code).toBe('validation_failed');
-    expect((await owner().raw.get('/member?limit=201')).body.code).toBe('validation_failed');
-    expect((await owner().raw.get('/member?colour=red')).body.code).toBe('validation_failed');
-    expect((await owner().raw.get(`/member?cursor=${Buffer.from(newId('role')).toString('base64url')}`)).body.code).toBe('invalid_cursor');
+    const res = await t.as(org).op('listMembers', { query: { role_id: other.roleIds.member, team_id: theirTeam } });
+    expectError(res, 400, 'unknown_reference');
+    expect(res.error?.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/role_id', '/team_id']);
+    expect((await t.as(org).get('/member?status=gone')).body.code).toBe('validation_failed');
+    expect((await t.as(org).get('/member?role_id=team_01jg3b7f0p3m6q9x2v5c8n1b4k')).body.code).toBe('validation_failed');
+    expect((await t.as(org).get('/member?limit=201')).body.code).toBe('validation_failed');
+    expect((await t.as(org).get('/member?colour=red')).body.code).toBe('validation_failed');
+    expect((await t.as(org).op('listMembers', { query: { cursor: Buffer.from(newId('role')).toString('base64url') } })).error?.code).toBe('invalid_cursor');
   });
 
   it('403 missing_permission without member:view', async () => {
     const roleId = await t.factories.customRole(org.orgId, ['team:view']);
     const p = await person(org, [roleId]);
-    expect((await p.api.list()).body.code).toBe('missing_permission');
+    expect((await t.as(p).op('listMembers')).error?.code).toBe('missing_permission');
   });
 });
 
 describe('getMember', () => {
   it('answers a member, and a removed one with status removed', async () => {
     const p = await person(org);
-    const res = await owner().read(p.userId);
+    const res = await t.as(org).op('getMember', { params: { userId: p.userId } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ user_id: p.userId, status: 'active', roles: [{ id: org.roleIds.member }] });
     const removed = await t.factories.member(org.orgId, { status: 'removed', roles: [] });
-    expect((await owner().read(removed)).body).toMatchObject({ status: 'removed', roles: [], permissions: [] });
+    expect((await t.as(org).op('getMember', { params: { userId: removed } })).body).toMatchObject({ status: 'removed', roles: [], permissions: [] });
   });
 
   it('404 for someone never a member here or another organization’s member; 400 for a malformed id; 403', async () => {
     const theirs = await t.factories.member(other.orgId);
-    expect([(await owner().read(theirs)).status, (await owner().read(theirs)).body.code]).toEqual([404, 'not_found']);
-    expect((await owner().read(newId('user'))).status).toBe(404);
-    expect((await owner().raw.get('/member/role_01jg3b7f0p3m6q9x2v5c8n1b4k')).body.code).toBe('validation_failed');
+    expectError(await t.as(org).op('getMember', { params: { userId: theirs } }), 404, 'not_found');
+    expect((await t.as(org).op('getMember', { params: { userId: newId('user') } })).status).toBe(404);
+    expect((await t.as(org).get('/member/role_01jg3b7f0p3m6q9x2v5c8n1b4k')).body.code).toBe('validation_failed');
     const p = await person(org, [await t.factories.customRole(org.orgId, ['team:view'])]);
-    expect((await p.api.read(p.userId)).body.code).toBe('missing_permission');
+    expect((await t.as(p).op('getMember', { params: { userId: p.userId } })).error?.code).toBe('missing_permission');
   });
 });
 
 describe('updateMember: roles', () => {
   it('replaces the roles; audit with before and after; effective at the next request of the member’s token', async () => {
     const p = await person(org);
-    expect((await p.api.raw.get('/team')).status).toBe(200);
-    expect((await p.api.raw.post('/team', { name: `T ${Date.now()}` })).body.code).toBe('missing_permission');
+    expect((await t.as(p).op('listTeams')).status).toBe(200);
+    expect((await t.as(p).op('createTeam', { body: { name: `T ${Date.now()}` } })).error?.code).toBe('missing_permission');
     const custom = await t.factories.customRole(org.orgId, ['team:manage', 'team:view']);
-    const before = (await t.call('GET', `/member/${p.userId}`, undefined, { token: org.token, org: org.orgId })).body.updated_at as string;
+    const before = (await t.as(org).op('getMember', { params: { userId: p.userId } })).body.updated_at;
     await new Promise((resolve) => setTimeout(resolve, 5));
-    const res = await owner().update(p.userId, { role_ids: [org.roleIds.member, custom] });
+    const res = await t.as(org).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.member, custom] } });
     expect(res.status).toBe(200);
     // updated_at is when the membership's status or roles last changed.
     expect(Date.parse(res.body.updated_at)).toBeGreaterThan(Date.parse(before));
     expect(res.body.roles.map((r: { id: string }) => r.id)).toEqual([org.roleIds.member, custom].sort());
     expect(res.body.permissions).toContain('team:manage');
-    expect((await p.api.raw.post('/team', { name: `T ${Date.now()}` })).status).toBe(201);
+    expect((await t.as(p).op('createTeam', { body: { name: `T ${Date.now()}` } })).status).toBe(201);
     const [audit] = (await t.factories.auditEntries(org.orgId, 'member.updated')).filter((a) => a.target_id === p.userId);
     expect(audit).toMatchObject({ target_type: 'member', actor_user_id: org.ownerId });
     expect(audit!.changes).toEqual({ role_ids: { from: [org.roleIds.member], to: [org.roleIds.member, custom].sort() } });
     // Taken away again: refused at once.
-    expect((await owner().update(p.userId, { role_ids: [org.roleIds.member] })).status).toBe(200);
-    expect((await p.api.raw.post('/team', { name: `T ${Date.now()}` })).body.code).toBe('missing_permission');
+    expect((await t.as(org).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.member] } })).status).toBe(200);
+    expect((await t.as(p).op('createTeam', { body: { name: `T ${Date.now()}` } })).error?.code).toBe('missing_permission');
   });
 
   it('403 permission_escalation: a role granting what the caller lacks, or the Owner role given or taken by a non-Owner', async () => {
     const admin = await person(org, ['admin']);
     const p = await person(org);
-    const billing = await admin.api.update(p.userId, { role_ids: [org.roleIds.billing_admin] });
-    expect([billing.status, billing.body.code]).toEqual([403, 'permission_escalation']);
-    expect(billing.body.detail).toContain('billing:manage');
-    expect((await admin.api.update(p.userId, { role_ids: [org.roleIds.owner] })).body.code).toBe('permission_escalation');
+    const billing = await t.as(admin).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.billing_admin] } });
+    expectError(billing, 403, 'permission_escalation');
+    expect(billing.error?.detail).toContain('billing:manage');
+    expect((await t.as(admin).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.owner] } })).error?.code).toBe(
+      'permission_escalation',
+    );
     const coOwner = await person(org, ['owner']);
-    expect((await admin.api.update(coOwner.userId, { role_ids: [org.roleIds.admin] })).body.code).toBe('permission_escalation');
+    expect((await t.as(admin).op('updateMember', { params: { userId: coOwner.userId }, body: { role_ids: [org.roleIds.admin] } })).error?.code).toBe(
+      'permission_escalation',
+    );
     // What the admin holds, it may give.
-    expect((await admin.api.update(p.userId, { role_ids: [org.roleIds.admin] })).status).toBe(200);
+    expect((await t.as(admin).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.admin] } })).status).toBe(200);
     // An Owner gives the Owner role.
-    expect((await owner().update(p.userId, { role_ids: [org.roleIds.owner] })).status).toBe(200);
+    expect((await t.as(org).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.owner] } })).status).toBe(200);
   });
 
   it('409 last_owner when the only active Owner is demoted or suspended; fine once another Owner exists', async () => {
     const seeded = await t.factories.org();
-    const demote = await as(seeded).update(seeded.ownerId, { role_ids: [seeded.roleIds.admin] });
-    expect([demote.status, demote.body.code]).toEqual([409, 'last_owner']);
+    const demote = await t.as(seeded).op('updateMember', { params: { userId: seeded.ownerId }, body: { role_ids: [seeded.roleIds.admin] } });
+    expectError(demote, 409, 'last_owner');
     const second = await person(seeded, ['owner']);
-    expect((await second.api.update(seeded.ownerId, { status: 'suspended' })).status).toBe(200);
+    expect((await t.as(second).op('updateMember', { params: { userId: seeded.ownerId }, body: { status: 'suspended' } })).status).toBe(200);
     // Now the second is the only active Owner.
-    const self = await second.api.update(second.userId, { role_ids: [seeded.roleIds.member] });
-    expect([self.status, self.body.code]).toEqual([409, 'last_owner']);
-    expect((await second.api.update(seeded.ownerId, { status: 'active' })).status).toBe(200);
-    expect((await as(seeded).update(seeded.ownerId, { role_ids: [seeded.roleIds.admin] })).status).toBe(200);
+    const self = await t.as(second).op('updateMember', { params: { userId: second.userId }, body: { role_ids: [seeded.roleIds.member] } });
+    expectError(self, 409, 'last_owner');
+    expect((await t.as(second).op('updateMember', { params: { userId: seeded.ownerId }, body: { status: 'active' } })).status).toBe(200);
+    expect((await t.as(seeded).op('updateMember', { params: { userId: seeded.ownerId }, body: { role_ids: [seeded.roleIds.admin] } })).status).toBe(200);
   });
 
   it('400 unknown_reference for a role of another organization; 409 invalid_transition for a removed member', async () => {
     const p = await person(org);
-    const res = await owner().update(p.userId, { role_ids: [org.roleIds.member, other.roleIds.admin] });
-    expect([res.status, res.body.code]).toEqual([400, 'unknown_reference']);
-    expect(res.body.errors).toEqual([{ in: 'body', pointer: '/role_ids/1', message: expect.any(String) }]);
+    const res = await t.as(org).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.member, other.roleIds.admin] } });
+    expectError(res, 400, 'unknown_reference');
+    expect(res.error?.errors).toEqual([{ in: 'body', pointer: '/role_ids/1', message: expect.any(String) }]);
     const removed = await t.factories.member(org.orgId, { status: 'removed', roles: [] });
-    expect((await owner().update(removed, { role_ids: [org.roleIds.member] })).body.code).toBe('invalid_transition');
+    expect((await t.as(org).op('updateMember', { params: { userId: removed }, body: { role_ids: [org.roleIds.member] } })).error?.code).toBe(
+      'invalid_transition',
+    );
   });
 
   it('403 entitlement_exceeded when a billable role would take a seat past the plan’s limit', async () => {
@@ -242,17 +235,19 @@ describe('updateMember: roles', () => {
       ), m as (insert into memberships (org_id, user_id, status, via) select ${seeded.orgId}, id, 'active', 'invite' from u returning user_id)
       insert into role_assignments (org_id, user_id, role_id) select ${seeded.orgId}, user_id, ${seeded.roleIds.member} from m`.execute(t.db);
     const free = await person(seeded, ['billing_admin']);
-    const res = await as(seeded).update(free.userId, { role_ids: [seeded.roleIds.member] });
-    expect([res.status, res.body.code]).toEqual([403, 'entitlement_exceeded']);
-    expect(res.body.detail).toContain('seats');
+    const res = await t.as(seeded).op('updateMember', { params: { userId: free.userId }, body: { role_ids: [seeded.roleIds.member] } });
+    expectError(res, 403, 'entitlement_exceeded');
+    expect(res.error?.detail).toContain('seats');
     // A free_admin role takes no seat.
-    expect((await as(seeded).update(free.userId, { role_ids: [seeded.roleIds.auditor] })).status).toBe(200);
+    expect((await t.as(seeded).op('updateMember', { params: { userId: free.userId }, body: { role_ids: [seeded.roleIds.auditor] } })).status).toBe(200);
     // Someone who holds a seat already may change billable roles.
-    expect((await as(seeded).update(seeded.ownerId, { role_ids: [seeded.roleIds.owner, seeded.roleIds.member] })).status).toBe(200);
+    expect(
+      (await t.as(seeded).op('updateMember', { params: { userId: seeded.ownerId }, body: { role_ids: [seeded.roleIds.owner, seeded.roleIds.member] } })).status,
+    ).toBe(200);
     // A suspended member takes no seat: reactivating one needs a free seat.
     const away = await t.factories.member(seeded.orgId, { roles: ['member'], status: 'suspended' });
-    const back = await as(seeded).update(away, { status: 'active' });
-    expect([back.status, back.body.code]).toEqual([403, 'entitlement_exceeded']);
+    const back = await t.as(seeded).op('updateMember', { params: { userId: away }, body: { status: 'active' } });
+    expectError(back, 403, 'entitlement_exceeded');
   });
 
   it('400 validation_failed; 404 for another organization’s member, unchanged; 403 missing_permission', async () => {
@@ -265,13 +260,15 @@ describe('updateMember: roles', () => {
       { status: 'removed' },
       { role_ids: [org.roleIds.member], colour: 'red' },
     ]) {
-      expect((await owner().raw.patch(`/member/${p.userId}`, body)).body.code).toBe('validation_failed');
+      expect((await t.as(org).patch(`/member/${p.userId}`, body)).body.code).toBe('validation_failed');
     }
     const theirs = await t.factories.member(other.orgId);
-    const res = await owner().update(theirs, { role_ids: [org.roleIds.admin] });
-    expect([res.status, res.body.code]).toEqual([404, 'not_found']);
-    expect((await as(other).read(theirs)).body.roles).toEqual([expect.objectContaining({ id: other.roleIds.member })]);
-    expect((await p.api.update(p.userId, { role_ids: [org.roleIds.admin] })).body.code).toBe('missing_permission');
+    const res = await t.as(org).op('updateMember', { params: { userId: theirs }, body: { role_ids: [org.roleIds.admin] } });
+    expectError(res, 404, 'not_found');
+    expect((await t.as(other).op('getMember', { params: { userId: theirs } })).body.roles).toEqual([expect.objectContaining({ id: other.roleIds.member })]);
+    expect((await t.as(p).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.admin] } })).error?.code).toBe(
+      'missing_permission',
+    );
   });
 });
 
@@ -279,30 +276,32 @@ describe('updateMember: suspend and reactivate', () => {
   it('a suspended member’s token is refused (401) and session is not a member (403); reactivated, both work again', async () => {
     const p = await person(org);
     const session = await t.factories.session(p.userId);
-    const bySession = api({ session, org: org.orgId });
-    expect((await bySession.list()).status).toBe(200);
-    const res = await owner().update(p.userId, { status: 'suspended' });
+    const bySession = { session, org: org.orgId };
+    expect((await t.as(bySession).op('listMembers')).status).toBe(200);
+    const res = await t.as(org).op('updateMember', { params: { userId: p.userId }, body: { status: 'suspended' } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ status: 'suspended', status_reason: 'suspended', roles: [{ id: org.roleIds.member }] });
-    const byToken = await p.api.list();
-    expect([byToken.status, byToken.body.code]).toEqual([401, 'invalid_token']);
-    expect(byToken.body.detail).toContain('suspended');
-    expect([(await bySession.list()).status, (await bySession.list()).body.code]).toEqual([403, 'not_a_member']);
+    const byToken = await t.as(p).op('listMembers');
+    expectError(byToken, 401, 'invalid_token');
+    expect(byToken.error?.detail).toContain('suspended');
+    expectError(await t.as(bySession).op('listMembers'), 403, 'not_a_member');
     const [audit] = (await t.factories.auditEntries(org.orgId, 'member.updated')).filter((a) => a.target_id === p.userId);
     expect(audit!.changes).toEqual({ status: { from: 'active', to: 'suspended' } });
 
-    const back = await owner().update(p.userId, { status: 'active' });
+    const back = await t.as(org).op('updateMember', { params: { userId: p.userId }, body: { status: 'active' } });
     expect(back.body).toMatchObject({ status: 'active', status_reason: null });
-    expect((await p.api.list()).status).toBe(200);
-    expect((await bySession.list()).status).toBe(200);
+    expect((await t.as(p).op('listMembers')).status).toBe(200);
+    expect((await t.as(bySession).op('listMembers')).status).toBe(200);
   });
 
   it('409 invalid_transition for suspending oneself; 403 permission_escalation for a non-Owner suspending an Owner', async () => {
     const admin = await person(org, ['admin']);
-    const self = await admin.api.update(admin.userId, { status: 'suspended' });
-    expect([self.status, self.body.code]).toEqual([409, 'invalid_transition']);
+    const self = await t.as(admin).op('updateMember', { params: { userId: admin.userId }, body: { status: 'suspended' } });
+    expectError(self, 409, 'invalid_transition');
     const coOwner = await person(org, ['owner']);
-    expect((await admin.api.update(coOwner.userId, { status: 'suspended' })).body.code).toBe('permission_escalation');
+    expect((await t.as(admin).op('updateMember', { params: { userId: coOwner.userId }, body: { status: 'suspended' } })).error?.code).toBe(
+      'permission_escalation',
+    );
   });
 });
 
@@ -311,16 +310,16 @@ describe('removeMember', () => {
     const p = await person(org);
     const session = await t.factories.session(p.userId);
     const team = await t.factories.team(org.orgId, `Leavers ${Date.now()}`, [p.userId]);
-    const res = await owner().remove(p.userId);
+    const res = await t.as(org).op('removeMember', { params: { userId: p.userId } });
     expect(res.status).toBe(204);
-    const gone = (await owner().read(p.userId)).body;
+    const gone = (await t.as(org).op('getMember', { params: { userId: p.userId } })).body;
     expect(gone).toMatchObject({ status: 'removed', status_reason: 'removed', roles: [], teams: [], permissions: [] });
-    expect((await p.api.list()).status).toBe(401);
-    expect((await api({ session, org: org.orgId }).list()).body.code).toBe('not_a_member');
+    expect((await t.as(p).op('listMembers')).status).toBe(401);
+    expect((await t.as({ session, org: org.orgId }).op('listMembers')).error?.code).toBe('not_a_member');
     expect(await t.db.selectFrom('api_tokens').select('revoked_at').where('user_id', '=', p.userId).where('org_id', '=', org.orgId).execute()).toEqual([
       { revoked_at: expect.any(Date) },
     ]);
-    expect((await owner().raw.get(`/team/${team}`)).body.member_count).toBe(0);
+    expect((await t.as(org).op('getTeam', { params: { id: team } })).body.member_count).toBe(0);
     const [audit] = (await t.factories.auditEntries(org.orgId, 'member.removed')).filter((a) => a.target_id === p.userId);
     expect(audit!.changes).toMatchObject({
       status: { from: 'active', to: 'removed' },
@@ -329,26 +328,26 @@ describe('removeMember', () => {
       api_tokens_revoked: 1,
     });
     // Already removed: 404.
-    expect((await owner().remove(p.userId)).status).toBe(404);
+    expect((await t.as(org).op('removeMember', { params: { userId: p.userId } })).status).toBe(404);
   });
 
   it('runs the removal hooks: connections disconnected (owner_left), user toolboxes and MCP servers deleted', async () => {
     const seeded = await t.factories.org();
     const p = await person(seeded);
     const slug = await customConnector(t, seeded.orgId, { mcp_url: 'https://mcp.acme.example/mcp', auth: configuredOAuth });
-    const conn = await p.api.raw.post('/connection', { connector_slug: slug });
+    const conn = await t.as(p).op('createConnection', { body: { connector_slug: slug } });
     expect(conn.status).toBe(201);
     const templateId = await insertTemplate(t, seeded.orgId, seeded.ownerId, { entries: [] });
-    const box = await p.api.raw.post('/user-toolbox', { template_id: templateId });
+    const box = await t.as(p).op('createUserToolbox', { body: { template_id: templateId } });
     expect(box.status).toBe(201);
-    const server = await p.api.raw.post(`/user-toolbox/${box.body.id}/mcp`, { name: 'Laptop' });
+    const server = await t.as(p).op('createMcpServer', { params: { id: box.body.id }, body: { name: 'Laptop' } });
     expect(server.status).toBe(201);
-    const dynamic = await p.api.raw.post('/user-toolbox/utbx_dyn_all/mcp', { name: 'Everything' });
+    const dynamic = await t.as(p).op('createMcpServer', { params: { id: 'utbx_dyn_all' }, body: { name: 'Everything' } });
     expect(dynamic.status).toBe(201);
     const hook = await webhookSubscription(t, peers.receiver, seeded, ['connection.disconnected']);
 
-    expect((await as(seeded).remove(p.userId)).status).toBe(204);
-    const after = await as(seeded).raw.get(`/connection/${conn.body.id}`);
+    expect((await t.as(seeded).op('removeMember', { params: { userId: p.userId } })).status).toBe(204);
+    const after = await t.as(seeded).op('getConnection', { params: { id: conn.body.id } });
     expect(after.body).toMatchObject({ status: 'disconnected', status_reason: 'owner_left', has_credentials: false });
     expect(await t.db.selectFrom('user_toolboxes').select('id').where('owner_user_id', '=', p.userId).execute()).toEqual([]);
     expect(await t.db.selectFrom('mcp_servers').select('id').where('owner_user_id', '=', p.userId).execute()).toEqual([]);
@@ -366,28 +365,28 @@ describe('removeMember', () => {
   it('a member leaves without member:manage (status_reason left); removing someone else needs member:manage', async () => {
     const p = await person(org);
     const q = await person(org);
-    const res = await p.api.remove(q.userId);
-    expect([res.status, res.body.code]).toEqual([403, 'missing_permission']);
-    expect((await p.api.remove(p.userId)).status).toBe(204);
-    expect((await owner().read(p.userId)).body).toMatchObject({ status: 'removed', status_reason: 'left' });
-    expect((await owner().read(q.userId)).body.status).toBe('active');
+    const res = await t.as(p).op('removeMember', { params: { userId: q.userId } });
+    expectError(res, 403, 'missing_permission');
+    expect((await t.as(p).op('removeMember', { params: { userId: p.userId } })).status).toBe(204);
+    expect((await t.as(org).op('getMember', { params: { userId: p.userId } })).body).toMatchObject({ status: 'removed', status_reason: 'left' });
+    expect((await t.as(org).op('getMember', { params: { userId: q.userId } })).body.status).toBe('active');
   });
 
   it('409 last_owner for the last active Owner leaving; 403 permission_escalation for a non-Owner removing an Owner', async () => {
     const seeded = await t.factories.org();
-    const res = await as(seeded).remove(seeded.ownerId);
-    expect([res.status, res.body.code]).toEqual([409, 'last_owner']);
+    const res = await t.as(seeded).op('removeMember', { params: { userId: seeded.ownerId } });
+    expectError(res, 409, 'last_owner');
     const admin = await person(seeded, ['admin']);
-    expect((await admin.api.remove(seeded.ownerId)).body.code).toBe('permission_escalation');
+    expect((await t.as(admin).op('removeMember', { params: { userId: seeded.ownerId } })).error?.code).toBe('permission_escalation');
     const second = await person(seeded, ['owner']);
-    expect((await second.api.remove(seeded.ownerId)).status).toBe(204);
+    expect((await t.as(second).op('removeMember', { params: { userId: seeded.ownerId } })).status).toBe(204);
   });
 
   it('404 for another organization’s member, who stays; 400 for a malformed id', async () => {
     const theirs = await t.factories.member(other.orgId);
-    expect((await owner().remove(theirs)).status).toBe(404);
-    expect((await as(other).read(theirs)).body.status).toBe('active');
-    expect((await owner().raw.delete('/member/nobody')).body.code).toBe('validation_failed');
+    expect((await t.as(org).op('removeMember', { params: { userId: theirs } })).status).toBe(404);
+    expect((await t.as(other).op('getMember', { params: { userId: theirs } })).body.status).toBe('active');
+    expect((await t.as(org).delete('/member/nobody')).body.code).toBe('validation_failed');
   });
 });
 
@@ -397,10 +396,10 @@ describe('member events, end to end to a webhook receiver', () => {
     const email = `lin-${Date.now()}@acme.example`;
     const p = await person(seeded, ['member'], { email, name: 'Lin' });
     const hook = await webhookSubscription(t, peers.receiver, seeded, ['member.roles_updated', 'member.removed']);
-    await as(seeded).update(p.userId, { role_ids: [seeded.roleIds.member, seeded.roleIds.auditor] });
-    await as(seeded).update(p.userId, { role_ids: [seeded.roleIds.member, seeded.roleIds.auditor] });
-    await as(seeded).update(p.userId, { status: 'suspended' });
-    await as(seeded).remove(p.userId);
+    await t.as(seeded).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [seeded.roleIds.member, seeded.roleIds.auditor] } });
+    await t.as(seeded).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [seeded.roleIds.member, seeded.roleIds.auditor] } });
+    await t.as(seeded).op('updateMember', { params: { userId: p.userId }, body: { status: 'suspended' } });
+    await t.as(seeded).op('removeMember', { params: { userId: p.userId } });
     const member = { user_id: p.userId, email, name: 'Lin' };
     expect(await hook.deliver()).toEqual([
       {

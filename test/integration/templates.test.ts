@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { components } from '../../generated/openapi';
-import { startTestApp, settle, type ApiClient, type TestApp } from '../support/app';
-import { expectError } from '../support/connections';
+import { startTestApp, type TestApp } from '../support/app';
+import { expectError, type Who } from '../support/client';
 import type { SeededOrg } from '../support/factories';
 import { customConnector } from '../fixtures/connections';
 
@@ -14,35 +14,19 @@ import { customConnector } from '../fixtures/connections';
 type Schemas = components['schemas'];
 const unique = () => randomBytes(4).toString('hex');
 
-function templateClient(app: TestApp, credential: { token?: string; org?: string }) {
-  const api: ApiClient = app.client(credential);
-  const item = (id: string) => ({ params: { path: { id } } });
-  return {
-    ...app.as(credential),
-    list: (query: { limit?: number; cursor?: string; owner_user_id?: string; connector_slug?: string } = {}) =>
-      settle(api.GET('/template', { params: { query } })),
-    create: (body: Schemas['TemplateCreate']) => settle(api.POST('/template', { body })),
-    read: (id: string) => settle(api.GET('/template/{id}', item(id))),
-    update: (id: string, body: Schemas['TemplateUpdate']) => settle(api.PATCH('/template/{id}', { ...item(id), body })),
-    remove: (id: string) => settle(api.DELETE('/template/{id}', item(id))),
-    transfer: (id: string, userId: string) => settle(api.POST('/template/{id}/transfer', { ...item(id), body: { user_id: userId } })),
-    shares: (id: string, query: { limit?: number; cursor?: string } = {}) => settle(api.GET('/template/{id}/share', { params: { path: { id }, query } })),
-    share: (id: string, body: Schemas['ShareCreate']) => settle(api.POST('/template/{id}/share', { ...item(id), body })),
-    revoke: (id: string, aclId: string) => settle(api.DELETE('/template/{id}/share/{aclId}', { params: { path: { id, aclId } } })),
-  };
-}
-type Client = ReturnType<typeof templateClient>;
+/** A caller: an API token and the organization it acts in. */
+type Caller = { token: string; org: string };
 
 let t: TestApp;
 let org: SeededOrg;
-let owner: Client;
+let owner: Caller;
 /** Alice and Bob are plain members (template:view); Carol manages templates but not connectors. */
 let aliceId: string;
 let bobId: string;
 let carolId: string;
-let alice: Client;
-let bob: Client;
-let carol: Client;
+let alice: Caller;
+let bob: Caller;
+let carol: Caller;
 let teamId: string;
 /** A custom connector declaring two tools, shared with the organization; and one shared with nobody. */
 let crm: string;
@@ -51,28 +35,32 @@ let hidden: string;
 beforeAll(async () => {
   t = await startTestApp();
   org = await t.factories.org();
-  owner = templateClient(t, { token: org.token, org: org.orgId });
+  owner = { token: org.token, org: org.orgId };
   aliceId = await t.factories.member(org.orgId);
   bobId = await t.factories.member(org.orgId);
   const templateManager = await t.factories.customRole(org.orgId, ['template:view', 'template:manage', 'connector:view']);
   carolId = await t.factories.member(org.orgId, { roles: [templateManager] });
-  alice = templateClient(t, { token: await t.factories.token(org.orgId, aliceId), org: org.orgId });
-  bob = templateClient(t, { token: await t.factories.token(org.orgId, bobId), org: org.orgId });
-  carol = templateClient(t, { token: await t.factories.token(org.orgId, carolId), org: org.orgId });
+  alice = { token: await t.factories.token(org.orgId, aliceId), org: org.orgId };
+  bob = { token: await t.factories.token(org.orgId, bobId), org: org.orgId };
+  carol = { token: await t.factories.token(org.orgId, carolId), org: org.orgId };
   teamId = await t.factories.team(org.orgId, `Sales ${unique()}`, [bobId]);
-  const made = await owner.post('/connector', {
-    slug: `crm-${unique()}`,
-    name: 'Acme CRM',
-    mcp_url: 'https://mcp.crm.example/mcp',
-    auth: { type: 'none' },
-    tools: [
-      { name: 'search_contacts', description: 'Finds contacts.', input_schema: { type: 'object' } },
-      { name: 'create_deal', description: 'Creates a deal.', input_schema: { type: 'object' } },
-    ],
+  const made = await t.as(owner).op('createConnector', {
+    body: {
+      slug: `crm-${unique()}`,
+      name: 'Acme CRM',
+      mcp_url: 'https://mcp.crm.example/mcp',
+      auth: { type: 'none' },
+      tools: [
+        { name: 'search_contacts', description: 'Finds contacts.', input_schema: { type: 'object' } },
+        { name: 'create_deal', description: 'Creates a deal.', input_schema: { type: 'object' } },
+      ],
+    },
   });
   expect(made.status).toBe(201);
   crm = made.body.slug;
-  expect((await owner.post(`/connector/${crm}/share`, { principal: { type: 'organization', id: org.orgId }, level: 'use' })).status).toBe(201);
+  expect(
+    (await t.as(owner).op('shareConnector', { params: { slug: crm }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } })).status,
+  ).toBe(201);
   hidden = await customConnector(t, org.orgId, { mcp_url: 'https://mcp.hidden.example/mcp', auth: { type: 'none' }, share: false });
 });
 afterAll(() => t.close());
@@ -87,15 +75,15 @@ const body = (overrides: Partial<Schemas['TemplateCreate']> = {}): Schemas['Temp
   ...overrides,
 });
 
-async function created(client: Client = owner, overrides: Partial<Schemas['TemplateCreate']> = {}) {
-  const res = await client.create(body(overrides));
+async function created(who: Who = owner, overrides: Partial<Schemas['TemplateCreate']> = {}) {
+  const res = await t.as(who).op('createTemplate', { body: body(overrides) });
   expect(res.status).toBe(201);
   return res.body as Schemas['Template'];
 }
 
 describe('create and read', () => {
   it('creates a template owned by the caller, in the order given, with its audit entry', async () => {
-    const res = await carol.create(body({ name: 'Sales assistant' }));
+    const res = await t.as(carol).op('createTemplate', { body: body({ name: 'Sales assistant' }) });
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe(`/template/${res.body.id}`);
     expect(res.body).toMatchObject({
@@ -108,62 +96,64 @@ describe('create and read', () => {
         { connector_slug: 'docs-demo', tools: 'all' },
       ],
     });
-    expect((await carol.read(res.body.id)).body).toEqual(res.body);
+    expect((await t.as(carol).op('getTemplate', { params: { id: res.body.id } })).body).toEqual(res.body);
     const audit = (await t.factories.auditEntries(org.orgId, 'template.created')).find((e) => e.target_id === res.body.id);
     expect(audit).toMatchObject({ actor_user_id: carolId, changes: { name: 'Sales assistant' } });
-    expectError(await carol.create(body({ name: 'Sales assistant' })), 409, 'name_taken');
+    expectError(await t.as(carol).op('createTemplate', { body: body({ name: 'Sales assistant' }) }), 409, 'name_taken');
   });
 
   it('refuses a repeated connector and a tool the connector does not declare with 400 validation_failed', async () => {
-    const repeated = await owner.create(
-      body({
+    const repeated = await t.as(owner).op('createTemplate', {
+      body: body({
         entries: [
           { connector_slug: crm, tools: 'all' },
           { connector_slug: crm, tools: ['create_deal'] },
         ],
       }),
-    );
+    });
     expectError(repeated, 400, 'validation_failed');
-    expect(repeated.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connector_slug' })]);
-    const tool = await owner.create(body({ entries: [{ connector_slug: 'docs-demo', tools: ['search_docs', 'delete_everything'] }] }));
+    expect(repeated.error?.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connector_slug' })]);
+    const tool = await t
+      .as(owner)
+      .op('createTemplate', { body: body({ entries: [{ connector_slug: 'docs-demo', tools: ['search_docs', 'delete_everything'] }] }) });
     expectError(tool, 400, 'validation_failed');
-    expect(tool.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/0/tools/1' })]);
-    const shape = await owner.post('/template', { name: 'x', entries: [{ connector_slug: crm, tools: 'some' }] });
+    expect(tool.error?.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/0/tools/1' })]);
+    const shape = await t.as(owner).post('/template', { name: 'x', entries: [{ connector_slug: crm, tools: 'some' }] });
     expectError(shape, 400, 'validation_failed');
-    expectError(await owner.post('/template', { name: 'x', entries: [] }), 400, 'validation_failed');
+    expectError(await t.as(owner).post('/template', { name: 'x', entries: [] }), 400, 'validation_failed');
   });
 
   it('refuses a connector the caller cannot see with 400 unknown_reference naming the entry', async () => {
     // Carol lacks connector:manage and the connector is shared with nobody.
-    const res = await carol.create(
-      body({
+    const res = await t.as(carol).op('createTemplate', {
+      body: body({
         entries: [
           { connector_slug: 'docs-demo', tools: 'all' },
           { connector_slug: hidden, tools: 'all' },
         ],
       }),
-    );
+    });
     expectError(res, 400, 'unknown_reference');
-    expect(res.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connector_slug' })]);
-    const none = await carol.create(body({ entries: [{ connector_slug: 'no-such-connector', tools: 'all' }] }));
+    expect(res.error?.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connector_slug' })]);
+    const none = await t.as(carol).op('createTemplate', { body: body({ entries: [{ connector_slug: 'no-such-connector', tools: 'all' }] }) });
     expectError(none, 400, 'unknown_reference');
     // The owner (connector:manage) sees it.
-    expect((await owner.create(body({ entries: [{ connector_slug: hidden, tools: 'all' }] }))).status).toBe(201);
+    expect((await t.as(owner).op('createTemplate', { body: body({ entries: [{ connector_slug: hidden, tools: 'all' }] }) })).status).toBe(201);
   });
 
   it('needs template:manage to create, whatever a member sees', async () => {
-    expectError(await alice.create(body()), 403, 'missing_permission');
+    expectError(await t.as(alice).op('createTemplate', { body: body() }), 403, 'missing_permission');
   });
 });
 
 describe('who sees which template', () => {
   it('shows a plain member only what is shared with them, through a user, team or organization share', async () => {
     const tpl = await created(owner);
-    expectError(await alice.read(tpl.id), 404, 'not_found');
-    expectError(await alice.shares(tpl.id), 404, 'not_found');
-    expect((await alice.list({ limit: 200 })).body.data.map((x: { id: string }) => x.id)).not.toContain(tpl.id);
+    expectError(await t.as(alice).op('getTemplate', { params: { id: tpl.id } }), 404, 'not_found');
+    expectError(await t.as(alice).op('listTemplateShares', { params: { id: tpl.id } }), 404, 'not_found');
+    expect((await t.as(alice).op('listTemplates', { query: { limit: 200 } })).body.data.map((x: { id: string }) => x.id)).not.toContain(tpl.id);
 
-    const toAlice = await owner.share(tpl.id, { principal: { type: 'user', id: aliceId }, level: 'use' });
+    const toAlice = await t.as(owner).op('shareTemplate', { params: { id: tpl.id }, body: { principal: { type: 'user', id: aliceId }, level: 'use' } });
     expect(toAlice.status).toBe(201);
     expect(toAlice.headers.get('location')).toBe(`/template/${tpl.id}/share/${toAlice.body.id}`);
     expect(toAlice.body).toMatchObject({
@@ -173,13 +163,13 @@ describe('who sees which template', () => {
       level: 'use',
       created_by_user_id: org.ownerId,
     });
-    expect((await alice.read(tpl.id)).body.id).toBe(tpl.id);
-    expect((await alice.list({ limit: 200 })).body.data.map((x: { id: string }) => x.id)).toContain(tpl.id);
-    expect((await alice.shares(tpl.id)).body.data.map((s: { id: string }) => s.id)).toEqual([toAlice.body.id]);
-    expectError(await bob.read(tpl.id), 404, 'not_found');
+    expect((await t.as(alice).op('getTemplate', { params: { id: tpl.id } })).body.id).toBe(tpl.id);
+    expect((await t.as(alice).op('listTemplates', { query: { limit: 200 } })).body.data.map((x: { id: string }) => x.id)).toContain(tpl.id);
+    expect((await t.as(alice).op('listTemplateShares', { params: { id: tpl.id } })).body.data.map((s: { id: string }) => s.id)).toEqual([toAlice.body.id]);
+    expectError(await t.as(bob).op('getTemplate', { params: { id: tpl.id } }), 404, 'not_found');
 
     // Sharing again answers 200 with the same share, its level changed.
-    const again = await owner.share(tpl.id, { principal: { type: 'user', id: aliceId }, level: 'edit' });
+    const again = await t.as(owner).op('shareTemplate', { params: { id: tpl.id }, body: { principal: { type: 'user', id: aliceId }, level: 'edit' } });
     expect(again.status).toBe(200);
     expect(again.body).toMatchObject({ id: toAlice.body.id, level: 'edit' });
     const audit = (await t.factories.auditEntries(org.orgId, 'template.shared')).filter((e) => e.target_id === tpl.id);
@@ -189,32 +179,39 @@ describe('who sees which template', () => {
     ]);
 
     // An edit share lifts nothing: changing still needs template:manage.
-    expectError(await alice.update(tpl.id, { name: 'Mine now' }), 403, 'missing_permission');
-    expectError(await alice.share(tpl.id, { principal: { type: 'user', id: bobId }, level: 'use' }), 403, 'missing_permission');
+    expectError(await t.as(alice).op('updateTemplate', { params: { id: tpl.id }, body: { name: 'Mine now' } }), 403, 'missing_permission');
+    expectError(
+      await t.as(alice).op('shareTemplate', { params: { id: tpl.id }, body: { principal: { type: 'user', id: bobId }, level: 'use' } }),
+      403,
+      'missing_permission',
+    );
 
-    const toTeam = await owner.share(tpl.id, { principal: { type: 'team', id: teamId }, level: 'use' });
+    const toTeam = await t.as(owner).op('shareTemplate', { params: { id: tpl.id }, body: { principal: { type: 'team', id: teamId }, level: 'use' } });
     expect(toTeam.status).toBe(201);
-    expect((await bob.read(tpl.id)).status).toBe(200);
+    expect((await t.as(bob).op('getTemplate', { params: { id: tpl.id } })).status).toBe(200);
 
-    expect((await owner.revoke(tpl.id, toAlice.body.id)).status).toBe(204);
-    expectError(await alice.read(tpl.id), 404, 'not_found');
-    expectError(await owner.revoke(tpl.id, toAlice.body.id), 404, 'not_found');
+    expect((await t.as(owner).op('revokeTemplateShare', { params: { id: tpl.id, aclId: toAlice.body.id } })).status).toBe(204);
+    expectError(await t.as(alice).op('getTemplate', { params: { id: tpl.id } }), 404, 'not_found');
+    expectError(await t.as(owner).op('revokeTemplateShare', { params: { id: tpl.id, aclId: toAlice.body.id } }), 404, 'not_found');
     expect((await t.factories.auditEntries(org.orgId, 'template.share_revoked')).some((e) => e.target_id === tpl.id)).toBe(true);
 
-    const toOrg = await owner.share(tpl.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' });
+    const toOrg = await t.as(owner).op('shareTemplate', { params: { id: tpl.id }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } });
     expect(toOrg.status).toBe(201);
-    expect((await alice.read(tpl.id)).status).toBe(200);
-    expect((await owner.shares(tpl.id)).body.data.map((s: { id: string }) => s.id)).toEqual([toTeam.body.id, toOrg.body.id]);
+    expect((await t.as(alice).op('getTemplate', { params: { id: tpl.id } })).status).toBe(200);
+    expect((await t.as(owner).op('listTemplateShares', { params: { id: tpl.id } })).body.data.map((s: { id: string }) => s.id)).toEqual([
+      toTeam.body.id,
+      toOrg.body.id,
+    ]);
   });
 
   it('shows a template:manage holder every template, and the owner always their own', async () => {
     const mine = await created(carol);
     const theirs = await created(owner);
-    expect((await carol.read(theirs.id)).status).toBe(200);
+    expect((await t.as(carol).op('getTemplate', { params: { id: theirs.id } })).status).toBe(200);
     // Carol's token narrowed to template:view sees only her own.
-    const narrowed = templateClient(t, { token: await t.factories.token(org.orgId, carolId, ['template:view']), org: org.orgId });
-    expect((await narrowed.read(mine.id)).status).toBe(200);
-    expectError(await narrowed.read(theirs.id), 404, 'not_found');
+    const narrowed = { token: await t.factories.token(org.orgId, carolId, ['template:view']), org: org.orgId };
+    expect((await t.as(narrowed).op('getTemplate', { params: { id: mine.id } })).status).toBe(200);
+    expectError(await t.as(narrowed).op('getTemplate', { params: { id: theirs.id } }), 404, 'not_found');
   });
 
   it('refuses a principal that is not an active member, a team or this organization', async () => {
@@ -226,82 +223,86 @@ describe('who sees which template', () => {
       { type: 'user' as const, id: suspended },
       { type: 'user' as const, id: other.ownerId },
     ]) {
-      const res = await owner.share(tpl.id, { principal, level: 'use' });
+      const res = await t.as(owner).op('shareTemplate', { params: { id: tpl.id }, body: { principal, level: 'use' } });
       expectError(res, 400, 'unknown_reference');
-      expect(res.body.errors).toEqual([expect.objectContaining({ pointer: '/principal/id' })]);
+      expect(res.error?.errors).toEqual([expect.objectContaining({ pointer: '/principal/id' })]);
     }
   });
 
   it('lists with filters, walking every page once', async () => {
     const extra = await t.factories.member(org.orgId, { roles: ['admin'] });
-    const admin = templateClient(t, { token: await t.factories.token(org.orgId, extra), org: org.orgId });
+    const admin = { token: await t.factories.token(org.orgId, extra), org: org.orgId };
     const ids = [] as string[];
     for (let i = 0; i < 5; i += 1) ids.push((await created(admin, { entries: [{ connector_slug: i % 2 === 0 ? crm : 'docs-demo', tools: 'all' }] })).id);
     const seen: string[] = [];
     let cursor: string | undefined;
     do {
-      const res = await admin.list({ limit: 2, owner_user_id: extra, ...(cursor ? { cursor } : {}) });
+      const res = await t.as(admin).op('listTemplates', { query: { limit: 2, owner_user_id: extra, ...(cursor ? { cursor } : {}) } });
       expect(res.status).toBe(200);
       seen.push(...res.body.data.map((x: { id: string }) => x.id));
       cursor = res.body.next_cursor ?? undefined;
     } while (cursor);
     expect(seen).toEqual(ids);
-    const byConnector = await admin.list({ limit: 200, owner_user_id: extra, connector_slug: crm });
+    const byConnector = await t.as(admin).op('listTemplates', { query: { limit: 200, owner_user_id: extra, connector_slug: crm } });
     expect(byConnector.body.data.map((x: { id: string }) => x.id)).toEqual([ids[0], ids[2], ids[4]]);
     const stranger = await t.factories.user();
-    const bad = await admin.list({ owner_user_id: stranger, connector_slug: 'no-such-connector' });
+    const bad = await t.as(admin).op('listTemplates', { query: { owner_user_id: stranger, connector_slug: 'no-such-connector' } });
     expectError(bad, 400, 'unknown_reference');
-    expect(bad.body.errors.map((e: { pointer: string }) => e.pointer).sort()).toEqual(['/connector_slug', '/owner_user_id']);
-    expectError(await carol.list({ connector_slug: hidden }), 400, 'unknown_reference');
-    expectError(await admin.list({ cursor: 'bm9wZQ' }), 400, 'invalid_cursor');
+    expect(bad.error?.errors.map((e: { pointer: string }) => e.pointer).sort()).toEqual(['/connector_slug', '/owner_user_id']);
+    expectError(await t.as(carol).op('listTemplates', { query: { connector_slug: hidden } }), 400, 'unknown_reference');
+    expectError(await t.as(admin).op('listTemplates', { query: { cursor: 'bm9wZQ' } }), 400, 'invalid_cursor');
   });
 });
 
 describe('update, transfer, delete', () => {
   it('replaces the entries wholesale and records the changed members', async () => {
     const tpl = await created(owner);
-    const res = await owner.update(tpl.id, { entries: [{ connector_slug: 'docs-demo', tools: ['get_page'] }] });
+    const res = await t.as(owner).op('updateTemplate', { params: { id: tpl.id }, body: { entries: [{ connector_slug: 'docs-demo', tools: ['get_page'] }] } });
     expect(res.status).toBe(200);
     expect(res.body.entries).toEqual([{ connector_slug: 'docs-demo', tools: ['get_page'] }]);
     expect(res.body.name).toBe(tpl.name);
-    const renamed = await owner.update(tpl.id, { name: `${tpl.name} (EU)`, description: null });
+    const renamed = await t.as(owner).op('updateTemplate', { params: { id: tpl.id }, body: { name: `${tpl.name} (EU)`, description: null } });
     expect(renamed.body).toMatchObject({ name: `${tpl.name} (EU)`, description: null, entries: [{ connector_slug: 'docs-demo', tools: ['get_page'] }] });
     const audit = (await t.factories.auditEntries(org.orgId, 'template.updated')).filter((e) => e.target_id === tpl.id);
     expect(audit.map((e) => e.changes.changed)).toEqual([['entries'], ['name', 'description']]);
     const other = await created(owner);
-    expectError(await owner.update(other.id, { name: `${tpl.name} (EU)` }), 409, 'name_taken');
-    const unseen = await carol.update(tpl.id, { entries: [{ connector_slug: hidden, tools: 'all' }] });
+    expectError(await t.as(owner).op('updateTemplate', { params: { id: other.id }, body: { name: `${tpl.name} (EU)` } }), 409, 'name_taken');
+    const unseen = await t.as(carol).op('updateTemplate', { params: { id: tpl.id }, body: { entries: [{ connector_slug: hidden, tools: 'all' }] } });
     expectError(unseen, 400, 'unknown_reference');
-    expect(unseen.body.errors).toEqual([expect.objectContaining({ pointer: '/entries/0/connector_slug' })]);
-    expectError(await owner.patch(`/template/${tpl.id}`, {}), 400, 'validation_failed');
+    expect(unseen.error?.errors).toEqual([expect.objectContaining({ pointer: '/entries/0/connector_slug' })]);
+    expectError(await t.as(owner).patch(`/template/${tpl.id}`, {}), 400, 'validation_failed');
   });
 
   it('transfers to an active member, who then sees it; the previous owner only through template:manage or a share', async () => {
     const tpl = await created(carol);
-    const res = await carol.transfer(tpl.id, aliceId);
+    const res = await t.as(carol).op('transferTemplate', { params: { id: tpl.id }, body: { user_id: aliceId } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: tpl.id, owner_user_id: aliceId });
-    expect((await alice.read(tpl.id)).body.owner_user_id).toBe(aliceId);
-    const narrowed = templateClient(t, { token: await t.factories.token(org.orgId, carolId, ['template:view']), org: org.orgId });
-    expectError(await narrowed.read(tpl.id), 404, 'not_found');
+    expect((await t.as(alice).op('getTemplate', { params: { id: tpl.id } })).body.owner_user_id).toBe(aliceId);
+    const narrowed = { token: await t.factories.token(org.orgId, carolId, ['template:view']), org: org.orgId };
+    expectError(await t.as(narrowed).op('getTemplate', { params: { id: tpl.id } }), 404, 'not_found');
     const audit = (await t.factories.auditEntries(org.orgId, 'template.transferred')).find((e) => e.target_id === tpl.id);
     expect(audit?.changes).toEqual({ owner_user_id: { from: carolId, to: aliceId } });
 
-    expectError(await carol.transfer(tpl.id, aliceId), 409, 'conflict');
+    expectError(await t.as(carol).op('transferTemplate', { params: { id: tpl.id }, body: { user_id: aliceId } }), 409, 'conflict');
     const suspended = await t.factories.member(org.orgId, { status: 'suspended' });
-    const refused = await carol.transfer(tpl.id, suspended);
+    const refused = await t.as(carol).op('transferTemplate', { params: { id: tpl.id }, body: { user_id: suspended } });
     expectError(refused, 400, 'unknown_reference');
-    expect(refused.body.errors).toEqual([expect.objectContaining({ pointer: '/user_id' })]);
-    expectError(await carol.transfer(tpl.id, (await t.factories.org()).ownerId), 400, 'unknown_reference');
-    expectError(await alice.transfer(tpl.id, bobId), 403, 'missing_permission');
+    expect(refused.error?.errors).toEqual([expect.objectContaining({ pointer: '/user_id' })]);
+    expectError(
+      await t.as(carol).op('transferTemplate', { params: { id: tpl.id }, body: { user_id: (await t.factories.org()).ownerId } }),
+      400,
+      'unknown_reference',
+    );
+    expectError(await t.as(alice).op('transferTemplate', { params: { id: tpl.id }, body: { user_id: bobId } }), 403, 'missing_permission');
   });
 
   it('deletes the template and its shares', async () => {
     const tpl = await created(owner);
-    await owner.share(tpl.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' });
-    expect((await owner.remove(tpl.id)).status).toBe(204);
-    expectError(await owner.read(tpl.id), 404, 'not_found');
-    expectError(await owner.remove(tpl.id), 404, 'not_found');
+    await t.as(owner).op('shareTemplate', { params: { id: tpl.id }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } });
+    expect((await t.as(owner).op('deleteTemplate', { params: { id: tpl.id } })).status).toBe(204);
+    expectError(await t.as(owner).op('getTemplate', { params: { id: tpl.id } }), 404, 'not_found');
+    expectError(await t.as(owner).op('deleteTemplate', { params: { id: tpl.id } }), 404, 'not_found');
     const left = await t.db.selectFrom('shares').select('id').where('resource_type', '=', 'template').where('resource_id', '=', tpl.id).execute();
     expect(left).toEqual([]);
     expect((await t.factories.auditEntries(org.orgId, 'template.deleted')).some((e) => e.target_id === tpl.id)).toBe(true);
@@ -311,18 +312,20 @@ describe('update, transfer, delete', () => {
 describe('connector usage', () => {
   it('makes deleteConnector answer 409 connector_in_use while a template entry names the connector', async () => {
     const slug = `usage-${unique()}`;
-    expect((await owner.post('/connector', { slug, name: 'Usage', mcp_url: 'https://mcp.usage.example/mcp', auth: { type: 'none' } })).status).toBe(201);
+    expect(
+      (await t.as(owner).op('createConnector', { body: { slug, name: 'Usage', mcp_url: 'https://mcp.usage.example/mcp', auth: { type: 'none' } } })).status,
+    ).toBe(201);
     const tpl = await created(owner, {
       entries: [
         { connector_slug: slug, tools: 'all' },
         { connector_slug: 'docs-demo', tools: 'all' },
       ],
     });
-    const refused = await owner.delete(`/connector/${slug}`);
+    const refused = await t.as(owner).op('deleteConnector', { params: { slug } });
     expectError(refused, 409, 'connector_in_use');
-    expect(refused.body.detail).toContain('1 template');
-    await owner.update(tpl.id, { entries: [{ connector_slug: 'docs-demo', tools: 'all' }] });
-    expect((await owner.delete(`/connector/${slug}`)).status).toBe(204);
+    expect(refused.error?.detail).toContain('1 template');
+    await t.as(owner).op('updateTemplate', { params: { id: tpl.id }, body: { entries: [{ connector_slug: 'docs-demo', tools: 'all' }] } });
+    expect((await t.as(owner).op('deleteConnector', { params: { slug } })).status).toBe(204);
   });
 });
 
@@ -330,15 +333,19 @@ describe('tenant isolation', () => {
   it("answers 404 for another organization's template and leaves it as it was", async () => {
     const other = await t.factories.org();
     // The other organization does not see this one's custom connector: it names a built-in one.
-    expectError(await templateClient(t, { token: other.token, org: other.orgId }).create(body()), 400, 'unknown_reference');
-    const theirs = await created(templateClient(t, { token: other.token, org: other.orgId }), { entries: [{ connector_slug: 'docs-demo', tools: 'all' }] });
-    expectError(await owner.read(theirs.id), 404, 'not_found');
-    expectError(await owner.update(theirs.id, { name: 'Taken over' }), 404, 'not_found');
-    expectError(await owner.transfer(theirs.id, org.ownerId), 404, 'not_found');
-    expectError(await owner.share(theirs.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' }), 404, 'not_found');
-    expectError(await owner.remove(theirs.id), 404, 'not_found');
-    expect((await owner.list({ limit: 200 })).body.data.map((x: { id: string }) => x.id)).not.toContain(theirs.id);
-    const still = await templateClient(t, { token: other.token, org: other.orgId }).read(theirs.id);
+    expectError(await t.as(other).op('createTemplate', { body: body() }), 400, 'unknown_reference');
+    const theirs = await created(other, { entries: [{ connector_slug: 'docs-demo', tools: 'all' }] });
+    expectError(await t.as(owner).op('getTemplate', { params: { id: theirs.id } }), 404, 'not_found');
+    expectError(await t.as(owner).op('updateTemplate', { params: { id: theirs.id }, body: { name: 'Taken over' } }), 404, 'not_found');
+    expectError(await t.as(owner).op('transferTemplate', { params: { id: theirs.id }, body: { user_id: org.ownerId } }), 404, 'not_found');
+    expectError(
+      await t.as(owner).op('shareTemplate', { params: { id: theirs.id }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } }),
+      404,
+      'not_found',
+    );
+    expectError(await t.as(owner).op('deleteTemplate', { params: { id: theirs.id } }), 404, 'not_found');
+    expect((await t.as(owner).op('listTemplates', { query: { limit: 200 } })).body.data.map((x: { id: string }) => x.id)).not.toContain(theirs.id);
+    const still = await t.as(other).op('getTemplate', { params: { id: theirs.id } });
     expect(still.body).toEqual(theirs);
   });
 });
