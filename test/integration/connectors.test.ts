@@ -6,9 +6,9 @@ import { serviceRegistry } from '../../src/modules';
 import { clientSecretContext, resolveConnector, seesConnector } from '../../src/areas/connectors/resolve';
 import { secretBoxOf } from '../../src/lib/crypto';
 import { resealSecrets } from '../../src/operator';
-import { settle, startTestApp, type ApiClient, type TestApp } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
 import type { SeededOrg } from '../support/factories';
-import { expectError } from '../support/client';
+import { expectError, type OpRequest } from '../support/client';
 
 /*
  * The Connectors and Custom connectors operations over HTTP, against the real app on a fresh
@@ -40,39 +40,18 @@ afterAll(() => t.close());
 
 const unique = () => randomBytes(4).toString('hex');
 
-function connectorClient(app: TestApp, credential: { token?: string; session?: string; org?: string }) {
-  const api: ApiClient = app.client(credential);
-  const path = (slug: string) => ({ params: { path: { slug } } });
-  return {
-    ...app.as(credential),
-    list: (query: { limit?: number; cursor?: string; source?: 'built_in' | 'custom'; q?: string; auth_type?: 'none' | 'api_key' | 'oauth2' } = {}) =>
-      settle(api.GET('/connector', { params: { query } })),
-    read: (slug: string) => settle(api.GET('/connector/{slug}', path(slug))),
-    create: (body: Create) => settle(api.POST('/connector', { body })),
-    update: (slug: string, body: Schemas['ConnectorUpdate']) => settle(api.PATCH('/connector/{slug}', { ...path(slug), body })),
-    remove: (slug: string) => settle(api.DELETE('/connector/{slug}', path(slug))),
-    fork: (slug: string, body: Schemas['ConnectorFork']) => settle(api.POST('/connector/{slug}/fork', { ...path(slug), body })),
-    preview: (slug: string) => settle(api.GET('/connector/{slug}/pull', path(slug))),
-    pull: (slug: string, body: Schemas['ConnectorPullApply']) => settle(api.POST('/connector/{slug}/pull', { ...path(slug), body })),
-    link: (slug: string, body: Schemas['ConnectorUpstreamLink']) => settle(api.POST('/connector/{slug}/link-upstream', { ...path(slug), body })),
-    docs: (slug: string, body: Schemas['ConnectorDocumentationUpsert']) => settle(api.PUT('/connector/{slug}/documentation', { ...path(slug), body })),
-    shares: (slug: string, query: { limit?: number; cursor?: string } = {}) =>
-      settle(api.GET('/connector/{slug}/share', { params: { path: { slug }, query } })),
-    share: (slug: string, body: Schemas['ShareCreate']) => settle(api.POST('/connector/{slug}/share', { ...path(slug), body })),
-    revoke: (slug: string, aclId: string) => settle(api.DELETE('/connector/{slug}/share/{aclId}', { params: { path: { slug, aclId } } })),
-  };
-}
-type Client = ReturnType<typeof connectorClient>;
+/** A caller: `op` sends an operation by id, typed; get, post… send requests the spec forbids, untyped. */
+type Client = ReturnType<TestApp['as']>;
 
 async function newOrg(): Promise<SeededOrg & { client: Client }> {
   const org = await t.factories.org();
-  return { ...org, client: connectorClient(t, { token: org.token, org: org.orgId }) };
+  return { ...org, client: t.as({ token: org.token, org: org.orgId }) };
 }
 
 /** A member with the Member role (connector:view, not connector:manage). */
 async function plainMember(org: SeededOrg) {
   const userId = await t.factories.member(org.orgId, { roles: ['member'] });
-  return { userId, client: connectorClient(t, { token: await t.factories.token(org.orgId, userId), org: org.orgId }) };
+  return { userId, client: t.as({ token: await t.factories.token(org.orgId, userId), org: org.orgId }) };
 }
 
 const apiKeyBody = (overrides: Partial<Create> = {}): Create => ({
@@ -105,7 +84,7 @@ const oauthBody = (overrides: Partial<Create> = {}): Create => ({
 });
 
 async function created(client: Client, body: Create) {
-  const res = await client.create(body);
+  const res = await client.op('createConnector', { body });
   expect(res.status).toBe(201);
   return res.body as Schemas['Connector'];
 }
@@ -124,7 +103,7 @@ describe('listConnectors and getConnector', () => {
   it('lists the built-in catalog and the custom connectors by slug, without tools', async () => {
     const { client } = await newOrg();
     const mine = await created(client, apiKeyBody({ slug: 'aaa-crm' }));
-    const res = await client.list();
+    const res = await client.op('listConnectors');
     expect(res.status).toBe(200);
     expect(res.body.data.map((c: any) => c.slug)).toEqual(['aaa-crm', 'docs-demo', 'keys-demo', 'tickets-demo']);
     expect(res.body.data[0]).toEqual({
@@ -155,7 +134,7 @@ describe('listConnectors and getConnector', () => {
   it('filters by source, text and auth type', async () => {
     const { client } = await newOrg();
     await created(client, apiKeyBody({ slug: 'zz-crm', name: 'Deals', description: 'Ticket-free CRM' }));
-    const slugs = async (query: Parameters<Client['list']>[0]) => (await client.list(query)).body.data.map((c: any) => c.slug);
+    const slugs = async (query: OpRequest<'listConnectors'>['query']) => (await client.op('listConnectors', { query })).body.data.map((c: any) => c.slug);
     expect(await slugs({ source: 'custom' })).toEqual(['zz-crm']);
     expect(await slugs({ source: 'built_in' })).toEqual(['docs-demo', 'keys-demo', 'tickets-demo']);
     expect(await slugs({ q: 'TICKET' })).toEqual(['tickets-demo', 'zz-crm']);
@@ -169,7 +148,7 @@ describe('listConnectors and getConnector', () => {
     const seen: string[] = [];
     let cursor: string | undefined;
     do {
-      const res = await client.list({ limit: 2, ...(cursor ? { cursor } : {}) });
+      const res = await client.op('listConnectors', { query: { limit: 2, ...(cursor ? { cursor } : {}) } });
       expect(res.status).toBe(200);
       expect(res.body.data.length).toBeLessThanOrEqual(2);
       seen.push(...res.body.data.map((c: any) => c.slug));
@@ -181,7 +160,7 @@ describe('listConnectors and getConnector', () => {
 
   it('reads a built-in connector read-only, with its tools and documentation', async () => {
     const { client } = await newOrg();
-    const res = await client.read('docs-demo');
+    const res = await client.op('getConnector', { params: { slug: 'docs-demo' } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
       slug: 'docs-demo',
@@ -197,7 +176,7 @@ describe('listConnectors and getConnector', () => {
       ],
       documentation: [{ key: 'getting-started', position: 0, updated_at: '2026-11-20T00:00:00.000Z' }],
     });
-    const oauth = await client.read('tickets-demo');
+    const oauth = await client.op('getConnector', { params: { slug: 'tickets-demo' } });
     expect(oauth.body.auth).toEqual({
       type: 'oauth2',
       authorize_url: null,
@@ -208,7 +187,7 @@ describe('listConnectors and getConnector', () => {
       has_client_secret: false,
       pkce: true,
     });
-    expectError(await client.read('no-such-thing'), 404, 'not_found');
+    expectError(await client.op('getConnector', { params: { slug: 'no-such-thing' } }), 404, 'not_found');
   });
 });
 
@@ -216,7 +195,7 @@ describe('createConnector', () => {
   it('creates version 1 with the secret sealed, never returned, never audited', async () => {
     const { client, orgId, ownerId } = await newOrg();
     const body = oauthBody();
-    const res = await client.create(body);
+    const res = await client.op('createConnector', { body });
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe(`/connector/${body.slug}`);
     expect(res.text).not.toContain(SECRET);
@@ -241,7 +220,7 @@ describe('createConnector', () => {
     const events = await eventsOf(orgId, 'connector.created');
     expect(events).toEqual([expect.objectContaining({ data: { connector: { slug: body.slug, name: 'Acme OAuth', version: '1' }, forked_from: null } })]);
     expect(JSON.stringify(events)).not.toContain(SECRET);
-    const read = await client.read(body.slug);
+    const read = await client.op('getConnector', { params: { slug: body.slug } });
     expect(read.body).toEqual(res.body);
     expect(read.text).not.toContain(SECRET);
   });
@@ -269,7 +248,9 @@ describe('createConnector', () => {
 
   it('creates an oauth2 connector by URL alone', async () => {
     const { client } = await newOrg();
-    const res = await client.create({ slug: `url-${unique()}`, name: 'By URL', mcp_url: 'https://mcp.byurl.example/mcp', auth: { type: 'oauth2' } });
+    const res = await client.op('createConnector', {
+      body: { slug: `url-${unique()}`, name: 'By URL', mcp_url: 'https://mcp.byurl.example/mcp', auth: { type: 'oauth2' } },
+    });
     expect(res.status).toBe(201);
     expect(res.body.auth).toEqual({
       type: 'oauth2',
@@ -286,13 +267,13 @@ describe('createConnector', () => {
 
   it('refuses a slug the organization sees already, built-in or custom', async () => {
     const { client } = await newOrg();
-    expectError(await client.create(apiKeyBody({ slug: 'docs-demo' })), 409, 'slug_taken');
+    expectError(await client.op('createConnector', { body: apiKeyBody({ slug: 'docs-demo' }) }), 409, 'slug_taken');
     const body = apiKeyBody();
     await created(client, body);
-    expectError(await client.create(body), 409, 'slug_taken');
+    expectError(await client.op('createConnector', { body }), 409, 'slug_taken');
     // Another organization may use the same slug.
     const other = await newOrg();
-    expect((await other.client.create(body)).status).toBe(201);
+    expect((await other.client.op('createConnector', { body })).status).toBe(201);
   });
 
   it('refuses content the schema alone lets through', async () => {
@@ -321,9 +302,9 @@ describe('createConnector', () => {
       [oauthBody({ auth: { type: 'oauth2', authorize_url: 'http://auth.oauth.example/authorize' } }), 'outbound_url_not_allowed', '/auth/authorize_url'],
     ];
     for (const [body, code, pointer] of cases) {
-      const res = await client.create(body);
+      const res = await client.op('createConnector', { body });
       expectError(res, 400, code);
-      expect(res.body.errors.map((e: any) => e.pointer)).toEqual([pointer]);
+      expect(res.error?.errors.map((e: any) => e.pointer)).toEqual([pointer]);
     }
     expect(await t.factories.auditEntries(orgId, 'connector.created')).toHaveLength(0);
   });
@@ -331,11 +312,11 @@ describe('createConnector', () => {
   it('refuses the connector past the plan limit with 403 entitlement_exceeded', async () => {
     const { client, orgId } = await newOrg();
     for (let i = 0; i < 10; i += 1) await created(client, apiKeyBody({ slug: `c-${i}` }));
-    const res = await client.create(apiKeyBody({ slug: 'c-10' }));
+    const res = await client.op('createConnector', { body: apiKeyBody({ slug: 'c-10' }) });
     expectError(res, 403, 'entitlement_exceeded');
-    expectError(await client.fork('docs-demo', { slug: 'c-fork' }), 403, 'entitlement_exceeded');
+    expectError(await client.op('forkConnector', { params: { slug: 'docs-demo' }, body: { slug: 'c-fork' } }), 403, 'entitlement_exceeded');
     await t.db.updateTable('organizations').set({ plan: 'team' }).where('id', '=', orgId).execute();
-    expect((await client.create(apiKeyBody({ slug: 'c-10' }))).status).toBe(201);
+    expect((await client.op('createConnector', { body: apiKeyBody({ slug: 'c-10' }) })).status).toBe(201);
   });
 });
 
@@ -343,12 +324,12 @@ describe('updateConnector', () => {
   it('bumps the version on a change, keeps every version, and not on a change to nothing', async () => {
     const { client, orgId } = await newOrg();
     const c = await created(client, apiKeyBody());
-    const res = await client.update(c.slug, { name: 'Renamed', description: null });
+    const res = await client.op('updateConnector', { params: { slug: c.slug }, body: { name: 'Renamed', description: null } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ name: 'Renamed', description: null, version: 2 });
-    const same = await client.update(c.slug, { name: 'Renamed', transport: 'streamable_http' });
+    const same = await client.op('updateConnector', { params: { slug: c.slug }, body: { name: 'Renamed', transport: 'streamable_http' } });
     expect(same.body.version).toBe(2);
-    const tools = await client.update(c.slug, { tools: [] });
+    const tools = await client.op('updateConnector', { params: { slug: c.slug }, body: { tools: [] } });
     expect(tools.body).toMatchObject({ version: 3, tools: [] });
     const versions = await versionsOf(orgId, c.slug);
     expect(versions.map((v) => [v.version, (v.content as any).name, (v.content as any).tools.length])).toEqual([
@@ -375,16 +356,16 @@ describe('updateConnector', () => {
       token_url: 'https://auth.oauth.example/token',
       client_id: 'client-1',
     };
-    let res = await client.update(c.slug, { auth: { ...auth, scopes: ['read', 'write'] } });
+    let res = await client.op('updateConnector', { params: { slug: c.slug }, body: { auth: { ...auth, scopes: ['read', 'write'] } } });
     expect(res.body.auth).toMatchObject({ has_client_secret: true, scopes: ['read', 'write'] });
     const resolved = await resolveConnector(t.db, t.deps.secrets, orgId, c.created_by_user_id!, true, c.slug);
     expect(resolved?.auth).toMatchObject({ type: 'oauth2', client_secret: SECRET });
-    res = await client.update(c.slug, { auth: { ...auth, client_id: 'client-2' } });
+    res = await client.op('updateConnector', { params: { slug: c.slug }, body: { auth: { ...auth, client_id: 'client-2' } } });
     expect(res.body.auth).toMatchObject({ client_id: 'client-2', has_client_secret: false });
-    res = await client.update(c.slug, { auth: { ...auth, client_id: 'client-2', client_secret: 'new-secret-456' } });
+    res = await client.op('updateConnector', { params: { slug: c.slug }, body: { auth: { ...auth, client_id: 'client-2', client_secret: 'new-secret-456' } } });
     expect(res.body.auth).toMatchObject({ has_client_secret: true });
     expect(res.text).not.toContain('new-secret-456');
-    res = await client.update(c.slug, { auth: { type: 'none' } });
+    res = await client.op('updateConnector', { params: { slug: c.slug }, body: { auth: { type: 'none' } } });
     expect(res.body.auth).toEqual({ type: 'none' });
     const row = await t.db
       .selectFrom('connectors')
@@ -398,9 +379,9 @@ describe('updateConnector', () => {
 
     // A discovered provider follows the MCP server: a new origin drops the secret, a new path keeps it.
     const byUrl = await created(client, oauthBody({ auth: { type: 'oauth2', client_id: 'registered-1', client_secret: SECRET } }));
-    res = await client.update(byUrl.slug, { mcp_url: 'https://mcp.oauth.example/v2/mcp' });
+    res = await client.op('updateConnector', { params: { slug: byUrl.slug }, body: { mcp_url: 'https://mcp.oauth.example/v2/mcp' } });
     expect(res.body.auth).toMatchObject({ has_client_secret: true });
-    res = await client.update(byUrl.slug, { mcp_url: 'https://mcp.elsewhere.example/mcp' });
+    res = await client.op('updateConnector', { params: { slug: byUrl.slug }, body: { mcp_url: 'https://mcp.elsewhere.example/mcp' } });
     expect(res.body.auth).toMatchObject({ client_id: 'registered-1', has_client_secret: false });
   });
 
@@ -411,22 +392,28 @@ describe('updateConnector', () => {
     const hook = async (_w: unknown, org: string, slug: string) => void calls.push(`${org}:${slug}`);
     probe.changed = hook;
     try {
-      await client.update(c.slug, {
-        mcp_url: 'https://mcp.oauth.example/v2/mcp',
-        transport: 'sse',
-        auth: {
-          type: 'oauth2',
-          token_url: 'https://auth.oauth.example/token',
-          authorize_url: 'https://auth.oauth.example/authorize2',
-          client_id: 'client-1',
-          scopes: ['x'],
+      await client.op('updateConnector', {
+        params: { slug: c.slug },
+        body: {
+          mcp_url: 'https://mcp.oauth.example/v2/mcp',
+          transport: 'sse',
+          auth: {
+            type: 'oauth2',
+            token_url: 'https://auth.oauth.example/token',
+            authorize_url: 'https://auth.oauth.example/authorize2',
+            client_id: 'client-1',
+            scopes: ['x'],
+          },
         },
       });
       expect(calls).toEqual([]);
-      await client.update(c.slug, { mcp_url: 'https://other.oauth.example/mcp' });
+      await client.op('updateConnector', { params: { slug: c.slug }, body: { mcp_url: 'https://other.oauth.example/mcp' } });
       expect(calls).toEqual([`${orgId}:${c.slug}`]);
-      await client.update(c.slug, { auth: { type: 'oauth2', token_url: 'https://auth.oauth.example/token2', client_id: 'client-1' } });
-      await client.update(c.slug, { auth: { type: 'none' } });
+      await client.op('updateConnector', {
+        params: { slug: c.slug },
+        body: { auth: { type: 'oauth2', token_url: 'https://auth.oauth.example/token2', client_id: 'client-1' } },
+      });
+      await client.op('updateConnector', { params: { slug: c.slug }, body: { auth: { type: 'none' } } });
       expect(calls).toHaveLength(3);
     } finally {
       delete probe.changed;
@@ -435,16 +422,23 @@ describe('updateConnector', () => {
 
   it('refuses to change a built-in connector, and 404s what is not there', async () => {
     const { client } = await newOrg();
-    expectError(await client.update('docs-demo', { name: 'Mine' }), 409, 'built_in_connector_read_only');
-    expectError(await client.update('nothing-here', { name: 'Mine' }), 404, 'not_found');
-    expectError(await client.remove('docs-demo'), 409, 'built_in_connector_read_only');
-    expectError(await client.docs('docs-demo', { entries: [] }), 409, 'built_in_connector_read_only');
+    expectError(await client.op('updateConnector', { params: { slug: 'docs-demo' }, body: { name: 'Mine' } }), 409, 'built_in_connector_read_only');
+    expectError(await client.op('updateConnector', { params: { slug: 'nothing-here' }, body: { name: 'Mine' } }), 404, 'not_found');
+    expectError(await client.op('deleteConnector', { params: { slug: 'docs-demo' } }), 409, 'built_in_connector_read_only');
+    expectError(await client.op('upsertConnectorDocumentation', { params: { slug: 'docs-demo' }, body: { entries: [] } }), 409, 'built_in_connector_read_only');
     expectError(
-      await client.share('docs-demo', { principal: { type: 'user', id: 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e' }, level: 'use' }),
+      await client.op('shareConnector', {
+        params: { slug: 'docs-demo' },
+        body: { principal: { type: 'user', id: 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e' }, level: 'use' },
+      }),
       409,
       'built_in_connector_read_only',
     );
-    expectError(await client.link('docs-demo', { upstream_slug: 'keys-demo' }), 409, 'built_in_connector_read_only');
+    expectError(
+      await client.op('linkConnectorUpstream', { params: { slug: 'docs-demo' }, body: { upstream_slug: 'keys-demo' } }),
+      409,
+      'built_in_connector_read_only',
+    );
   });
 });
 
@@ -452,18 +446,18 @@ describe('deleteConnector', () => {
   it('deletes the connector, its versions and shares; forks lose their upstream', async () => {
     const { client, orgId } = await newOrg();
     const c = await created(client, apiKeyBody());
-    await client.share(c.slug, { principal: { type: 'organization', id: orgId }, level: 'use' });
-    const fork = await client.fork(c.slug, { slug: `${c.slug}-fork` });
+    await client.op('shareConnector', { params: { slug: c.slug }, body: { principal: { type: 'organization', id: orgId }, level: 'use' } });
+    const fork = await client.op('forkConnector', { params: { slug: c.slug }, body: { slug: `${c.slug}-fork` } });
     expect(fork.body.upstream).toMatchObject({ slug: c.slug, current_version: 1 });
-    const res = await client.remove(c.slug);
+    const res = await client.op('deleteConnector', { params: { slug: c.slug } });
     expect(res.status).toBe(204);
-    expectError(await client.read(c.slug), 404, 'not_found');
-    expectError(await client.remove(c.slug), 404, 'not_found');
+    expectError(await client.op('getConnector', { params: { slug: c.slug } }), 404, 'not_found');
+    expectError(await client.op('deleteConnector', { params: { slug: c.slug } }), 404, 'not_found');
     expect(await versionsOf(orgId, c.slug)).toEqual([]);
     expect(await t.db.selectFrom('shares').select('id').where('org_id', '=', orgId).where('resource_id', '=', c.slug).execute()).toEqual([]);
-    const after = await client.read(`${c.slug}-fork`);
+    const after = await client.op('getConnector', { params: { slug: `${c.slug}-fork` } });
     expect(after.body.upstream).toMatchObject({ slug: c.slug, version: 1, current_version: null, updates_available: false });
-    expectError(await client.preview(`${c.slug}-fork`), 409, 'upstream_connector_missing');
+    expectError(await client.op('previewConnectorPull', { params: { slug: `${c.slug}-fork` } }), 409, 'upstream_connector_missing');
     expect(await eventsOf(orgId, 'connector.deleted')).toEqual([
       expect.objectContaining({ data: { connector: { slug: c.slug, name: 'Acme CRM', version: '1' } } }),
     ]);
@@ -475,13 +469,13 @@ describe('deleteConnector', () => {
     const hook = async (_db: unknown, _org: string, slug: string) => ({ count: slug === c.slug ? 2 : 0, what: 'connections' });
     probe.usage = hook;
     try {
-      const res = await client.remove(c.slug);
+      const res = await client.op('deleteConnector', { params: { slug: c.slug } });
       expectError(res, 409, 'connector_in_use');
-      expect(res.body.detail).toContain('2 connections');
+      expect(res.error?.detail).toContain('2 connections');
     } finally {
       delete probe.usage;
     }
-    expect((await client.read(c.slug)).status).toBe(200);
+    expect((await client.op('getConnector', { params: { slug: c.slug } })).status).toBe(200);
   });
 });
 
@@ -490,17 +484,17 @@ describe('visibility', () => {
     const org = await newOrg();
     const member = await plainMember(org);
     const c = await created(org.client, apiKeyBody());
-    const listed = async () => (await member.client.list({ source: 'custom' })).body.data.map((x: any) => x.slug);
+    const listed = async () => (await member.client.op('listConnectors', { query: { source: 'custom' } })).body.data.map((x: any) => x.slug);
     expect(await listed()).toEqual([]);
-    expectError(await member.client.read(c.slug), 404, 'not_found');
-    expectError(await member.client.shares(c.slug), 404, 'not_found');
-    expect((await member.client.read('docs-demo')).status).toBe(200);
+    expectError(await member.client.op('getConnector', { params: { slug: c.slug } }), 404, 'not_found');
+    expectError(await member.client.op('listConnectorShares', { params: { slug: c.slug } }), 404, 'not_found');
+    expect((await member.client.op('getConnector', { params: { slug: 'docs-demo' } })).status).toBe(200);
     expect(await resolveConnector(t.db, t.deps.secrets, org.orgId, member.userId, false, c.slug)).toBeNull();
 
-    const direct = await org.client.share(c.slug, { principal: { type: 'user', id: member.userId }, level: 'use' });
+    const direct = await org.client.op('shareConnector', { params: { slug: c.slug }, body: { principal: { type: 'user', id: member.userId }, level: 'use' } });
     expect(direct.status).toBe(201);
     expect(await listed()).toEqual([c.slug]);
-    expect((await member.client.read(c.slug)).status).toBe(200);
+    expect((await member.client.op('getConnector', { params: { slug: c.slug } })).status).toBe(200);
     expect(await resolveConnector(t.db, t.deps.secrets, org.orgId, member.userId, false, c.slug)).toMatchObject({ slug: c.slug, source: 'custom', version: 1 });
     expect(await seesConnector(t.db, org.orgId, member.userId, c.slug)).toBe(true);
 
@@ -508,7 +502,7 @@ describe('visibility', () => {
     const hook = async (_w: unknown, _org: string, slug: string) => void calls.push(slug);
     probe.accessChanged = hook;
     try {
-      expect((await org.client.revoke(c.slug, direct.body.id)).status).toBe(204);
+      expect((await org.client.op('revokeConnectorShare', { params: { slug: c.slug, aclId: direct.body.id } })).status).toBe(204);
     } finally {
       delete probe.accessChanged;
     }
@@ -518,35 +512,35 @@ describe('visibility', () => {
     expect(await seesConnector(t.db, org.orgId, org.ownerId, c.slug)).toBe(true);
 
     const teamId = await t.factories.team(org.orgId, 'Platform', [member.userId]);
-    const team = await org.client.share(c.slug, { principal: { type: 'team', id: teamId }, level: 'use' });
+    const team = await org.client.op('shareConnector', { params: { slug: c.slug }, body: { principal: { type: 'team', id: teamId }, level: 'use' } });
     expect(await listed()).toEqual([c.slug]);
-    await org.client.revoke(c.slug, team.body.id);
+    await org.client.op('revokeConnectorShare', { params: { slug: c.slug, aclId: team.body.id } });
     expect(await listed()).toEqual([]);
 
-    await org.client.share(c.slug, { principal: { type: 'organization', id: org.orgId }, level: 'use' });
+    await org.client.op('shareConnector', { params: { slug: c.slug }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } });
     expect(await listed()).toEqual([c.slug]);
-    expect((await member.client.shares(c.slug)).body.data).toHaveLength(1);
+    expect((await member.client.op('listConnectorShares', { params: { slug: c.slug } })).body.data).toHaveLength(1);
     // A share never lets a member without connector:manage change the connector.
-    expectError(await member.client.update(c.slug, { name: 'x' }), 403, 'missing_permission');
+    expectError(await member.client.op('updateConnector', { params: { slug: c.slug }, body: { name: 'x' } }), 403, 'missing_permission');
   });
 
   it('answers 404 for another organization’s connector, and leaves it alone', async () => {
     const a = await newOrg();
     const b = await newOrg();
     const c = await created(b.client, apiKeyBody());
-    expectError(await a.client.read(c.slug), 404, 'not_found');
-    expectError(await a.client.update(c.slug, { name: 'Stolen' }), 404, 'not_found');
-    expectError(await a.client.fork(c.slug, { slug: `${c.slug}-x` }), 404, 'not_found');
-    expectError(await a.client.remove(c.slug), 404, 'not_found');
-    expect((await a.client.list({ source: 'custom' })).body.data).toEqual([]);
-    expect((await b.client.read(c.slug)).body).toEqual(c);
+    expectError(await a.client.op('getConnector', { params: { slug: c.slug } }), 404, 'not_found');
+    expectError(await a.client.op('updateConnector', { params: { slug: c.slug }, body: { name: 'Stolen' } }), 404, 'not_found');
+    expectError(await a.client.op('forkConnector', { params: { slug: c.slug }, body: { slug: `${c.slug}-x` } }), 404, 'not_found');
+    expectError(await a.client.op('deleteConnector', { params: { slug: c.slug } }), 404, 'not_found');
+    expect((await a.client.op('listConnectors', { query: { source: 'custom' } })).body.data).toEqual([]);
+    expect((await b.client.op('getConnector', { params: { slug: c.slug } })).body).toEqual(c);
   });
 });
 
 describe('forkConnector', () => {
   it('forks a built-in connector with its base version', async () => {
     const { client, orgId } = await newOrg();
-    const res = await client.fork('docs-demo', { slug: 'docs-mine', name: 'Our docs' });
+    const res = await client.op('forkConnector', { params: { slug: 'docs-demo' }, body: { slug: 'docs-mine', name: 'Our docs' } });
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe('/connector/docs-mine');
     expect(res.body).toMatchObject({
@@ -562,22 +556,22 @@ describe('forkConnector', () => {
       expect.objectContaining({ data: { connector: { slug: 'docs-mine', name: 'Our docs', version: '1' }, forked_from: 'docs-demo' } }),
     ]);
     expect(await t.factories.auditEntries(orgId, 'connector.forked')).toHaveLength(1);
-    expect((await client.preview('docs-mine')).body).toEqual({
+    expect((await client.op('previewConnectorPull', { params: { slug: 'docs-mine' } })).body).toEqual({
       slug: 'docs-mine',
       upstream_slug: 'docs-demo',
       base_version: 2,
       upstream_version: 2,
       changes: [],
     });
-    expectError(await client.fork('docs-demo', { slug: 'keys-demo' }), 409, 'slug_taken');
-    expectError(await client.fork('docs-demo', { slug: 'docs-mine' }), 409, 'slug_taken');
-    expectError(await client.fork('nope-nope', { slug: 'docs-other' }), 404, 'not_found');
+    expectError(await client.op('forkConnector', { params: { slug: 'docs-demo' }, body: { slug: 'keys-demo' } }), 409, 'slug_taken');
+    expectError(await client.op('forkConnector', { params: { slug: 'docs-demo' }, body: { slug: 'docs-mine' } }), 409, 'slug_taken');
+    expectError(await client.op('forkConnector', { params: { slug: 'nope-nope' }, body: { slug: 'docs-other' } }), 404, 'not_found');
   });
 
   it('forks a custom connector with its secret, without showing it', async () => {
     const { client, orgId, ownerId } = await newOrg();
     const c = await created(client, oauthBody());
-    const res = await client.fork(c.slug, { slug: `${c.slug}-copy` });
+    const res = await client.op('forkConnector', { params: { slug: c.slug }, body: { slug: `${c.slug}-copy` } });
     expect(res.status).toBe(201);
     expect(res.text).not.toContain(SECRET);
     expect(res.body).toMatchObject({ name: 'Acme OAuth', auth: { has_client_secret: true }, upstream: { slug: c.slug, version: 1 } });
@@ -590,13 +584,13 @@ describe('previewConnectorPull and applyConnectorPull', () => {
   it('shows upstream changes field by field with conflicts, applies the chosen ones, and moves the base', async () => {
     const { client, orgId } = await newOrg();
     const up = await created(client, apiKeyBody({ slug: 'up-crm' }));
-    await client.fork(up.slug, { slug: 'down-crm' });
+    await client.op('forkConnector', { params: { slug: up.slug }, body: { slug: 'down-crm' } });
     const newTool = { name: 'create_deal', title: 'Create deal', description: 'Opens a deal.', input_schema: { type: 'object' as const } };
-    await client.update(up.slug, { description: 'Upstream description', tools: [...up.tools, newTool] });
-    await client.update('down-crm', { description: 'Local description', name: 'Local name' });
-    await client.update(up.slug, { name: 'Local name' });
+    await client.op('updateConnector', { params: { slug: up.slug }, body: { description: 'Upstream description', tools: [...up.tools, newTool] } });
+    await client.op('updateConnector', { params: { slug: 'down-crm' }, body: { description: 'Local description', name: 'Local name' } });
+    await client.op('updateConnector', { params: { slug: up.slug }, body: { name: 'Local name' } });
 
-    const preview = await client.preview('down-crm');
+    const preview = await client.op('previewConnectorPull', { params: { slug: 'down-crm' } });
     expect(preview.status).toBe(200);
     expect(preview.body).toEqual({
       slug: 'down-crm',
@@ -615,13 +609,17 @@ describe('previewConnectorPull and applyConnectorPull', () => {
         { field: 'tools/create_deal', kind: 'added', upstream_value: { ...newTool }, local_value: null, base_value: null, conflict: false },
       ],
     });
-    const summary = (await client.read('down-crm')).body.upstream;
+    const summary = (await client.op('getConnector', { params: { slug: 'down-crm' } })).body.upstream;
     expect(summary).toMatchObject({ version: 1, current_version: 3, updates_available: true });
 
-    expectError(await client.pull('down-crm', { upstream_version: 3, fields: ['name'] }), 400, 'validation_failed');
-    expectError(await client.pull('down-crm', { upstream_version: 2, fields: [] }), 409, 'upstream_changed');
+    expectError(
+      await client.op('applyConnectorPull', { params: { slug: 'down-crm' }, body: { upstream_version: 3, fields: ['name'] } }),
+      400,
+      'validation_failed',
+    );
+    expectError(await client.op('applyConnectorPull', { params: { slug: 'down-crm' }, body: { upstream_version: 2, fields: [] } }), 409, 'upstream_changed');
 
-    const applied = await client.pull('down-crm', { upstream_version: 3, fields: ['tools/create_deal'] });
+    const applied = await client.op('applyConnectorPull', { params: { slug: 'down-crm' }, body: { upstream_version: 3, fields: ['tools/create_deal'] } });
     expect(applied.status).toBe(200);
     expect(applied.body).toMatchObject({
       description: 'Local description',
@@ -629,16 +627,20 @@ describe('previewConnectorPull and applyConnectorPull', () => {
       upstream: { slug: 'up-crm', version: 3, current_version: 3, updates_available: false },
     });
     expect(applied.body.tools.map((x: any) => x.name)).toEqual(['search_contacts', 'create_deal']);
-    expect((await client.preview('down-crm')).body.changes).toEqual([]);
+    expect((await client.op('previewConnectorPull', { params: { slug: 'down-crm' } })).body.changes).toEqual([]);
     expect((await t.factories.auditEntries(orgId, 'connector.pulled'))[0]?.changes).toMatchObject({ fields: ['tools/create_deal'], upstream_version: 3 });
 
     // Upstream moves on: the next preview shows only that, and a stale pull is refused.
-    await client.update(up.slug, { tools: [newTool] });
-    const next = await client.preview('down-crm');
+    await client.op('updateConnector', { params: { slug: up.slug }, body: { tools: [newTool] } });
+    const next = await client.op('previewConnectorPull', { params: { slug: 'down-crm' } });
     expect(next.body).toMatchObject({ base_version: 3, upstream_version: 4, changes: [{ field: 'tools/search_contacts', kind: 'removed', conflict: false }] });
-    expectError(await client.pull('down-crm', { upstream_version: 3, fields: ['tools/search_contacts'] }), 409, 'upstream_changed');
+    expectError(
+      await client.op('applyConnectorPull', { params: { slug: 'down-crm' }, body: { upstream_version: 3, fields: ['tools/search_contacts'] } }),
+      409,
+      'upstream_changed',
+    );
     // Declining everything moves the base without a new version.
-    const declined = await client.pull('down-crm', { upstream_version: 4, fields: [] });
+    const declined = await client.op('applyConnectorPull', { params: { slug: 'down-crm' }, body: { upstream_version: 4, fields: [] } });
     expect(declined.body).toMatchObject({ version: 3, upstream: { version: 4, updates_available: false } });
   });
 
@@ -646,20 +648,22 @@ describe('previewConnectorPull and applyConnectorPull', () => {
     const { client } = await newOrg();
     const entries = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ key: `${prefix}-${i}`, title: `Entry ${i}`, body: 'Text.' }));
     const up = await created(client, apiKeyBody({ slug: 'up-docs', documentation: entries('u', 150) }));
-    await client.fork(up.slug, { slug: 'down-docs' });
+    await client.op('forkConnector', { params: { slug: up.slug }, body: { slug: 'down-docs' } });
     // Each side reaches the cap of 200 on its own.
-    expect((await client.docs('down-docs', { entries: entries('local', 50) })).status).toBe(200);
-    expect((await client.docs(up.slug, { entries: entries('upstream', 50) })).status).toBe(200);
-    const preview = await client.preview('down-docs');
+    expect((await client.op('upsertConnectorDocumentation', { params: { slug: 'down-docs' }, body: { entries: entries('local', 50) } })).status).toBe(200);
+    expect((await client.op('upsertConnectorDocumentation', { params: { slug: up.slug }, body: { entries: entries('upstream', 50) } })).status).toBe(200);
+    const preview = await client.op('previewConnectorPull', { params: { slug: 'down-docs' } });
     const fields = preview.body.changes.map((change: { field: string }) => change.field);
-    const refused = await client.pull('down-docs', { upstream_version: preview.body.upstream_version, fields });
+    const refused = await client.op('applyConnectorPull', { params: { slug: 'down-docs' }, body: { upstream_version: preview.body.upstream_version, fields } });
     expectError(refused, 400, 'validation_failed');
-    expect(refused.body.errors[0]).toMatchObject({ pointer: '/fields', message: expect.stringContaining('at most 200') });
-    const after = (await client.read('down-docs')).body;
+    expect(refused.error?.errors[0]).toMatchObject({ pointer: '/fields', message: expect.stringContaining('at most 200') });
+    const after = (await client.op('getConnector', { params: { slug: 'down-docs' } })).body;
     expect(after.documentation).toHaveLength(200);
-    expect(after.version).toBe((await client.read('down-docs')).body.version);
+    expect(after.version).toBe((await client.op('getConnector', { params: { slug: 'down-docs' } })).body.version);
     // Declining them is fine.
-    expect((await client.pull('down-docs', { upstream_version: preview.body.upstream_version, fields: [] })).status).toBe(200);
+    expect(
+      (await client.op('applyConnectorPull', { params: { slug: 'down-docs' }, body: { upstream_version: preview.body.upstream_version, fields: [] } })).status,
+    ).toBe(200);
   });
 
   it('previews a pull only for someone who may see the upstream connector too', async () => {
@@ -667,26 +671,26 @@ describe('previewConnectorPull and applyConnectorPull', () => {
     const suffix = unique();
     const up = await created(org.client, apiKeyBody({ slug: `hidden-${suffix}` }));
     const fork = `shown-${suffix}`;
-    expect((await org.client.fork(up.slug, { slug: fork })).status).toBe(201);
-    await org.client.update(up.slug, { description: 'Upstream moved on.' });
+    expect((await org.client.op('forkConnector', { params: { slug: up.slug }, body: { slug: fork } })).status).toBe(201);
+    await org.client.op('updateConnector', { params: { slug: up.slug }, body: { description: 'Upstream moved on.' } });
     const member = await plainMember(org);
-    await org.client.share(fork, { principal: { type: 'user', id: member.userId }, level: 'use' });
-    expect((await member.client.read(fork)).status).toBe(200);
-    const preview = await member.client.preview(fork);
+    await org.client.op('shareConnector', { params: { slug: fork }, body: { principal: { type: 'user', id: member.userId }, level: 'use' } });
+    expect((await member.client.op('getConnector', { params: { slug: fork } })).status).toBe(200);
+    const preview = await member.client.op('previewConnectorPull', { params: { slug: fork } });
     expectError(preview, 409, 'upstream_connector_missing');
     expect(preview.text).not.toContain('Upstream moved on.');
     // Shared with them too, the preview shows.
-    await org.client.share(up.slug, { principal: { type: 'user', id: member.userId }, level: 'use' });
-    expect((await member.client.preview(fork)).status).toBe(200);
+    await org.client.op('shareConnector', { params: { slug: up.slug }, body: { principal: { type: 'user', id: member.userId }, level: 'use' } });
+    expect((await member.client.op('previewConnectorPull', { params: { slug: fork } })).status).toBe(200);
   });
 
   it('refuses connectors without lineage', async () => {
     const { client } = await newOrg();
     const c = await created(client, apiKeyBody());
-    expectError(await client.preview(c.slug), 409, 'connector_not_forked');
-    expectError(await client.pull(c.slug, { upstream_version: 1, fields: [] }), 409, 'connector_not_forked');
-    expectError(await client.preview('docs-demo'), 409, 'connector_not_forked');
-    expectError(await client.preview('not-there'), 404, 'not_found');
+    expectError(await client.op('previewConnectorPull', { params: { slug: c.slug } }), 409, 'connector_not_forked');
+    expectError(await client.op('applyConnectorPull', { params: { slug: c.slug }, body: { upstream_version: 1, fields: [] } }), 409, 'connector_not_forked');
+    expectError(await client.op('previewConnectorPull', { params: { slug: 'docs-demo' } }), 409, 'connector_not_forked');
+    expectError(await client.op('previewConnectorPull', { params: { slug: 'not-there' } }), 404, 'not_found');
   });
 });
 
@@ -694,34 +698,47 @@ describe('linkConnectorUpstream', () => {
   it('attaches lineage to a hand-made connector, replacing any before, without changing its content', async () => {
     const { client } = await newOrg();
     const c = await created(client, apiKeyBody({ slug: 'keys-mine', name: 'Keys Demo', mcp_url: 'https://mcp.keys.example/mcp' }));
-    const res = await client.link(c.slug, { upstream_slug: 'keys-demo' });
+    const res = await client.op('linkConnectorUpstream', { params: { slug: c.slug }, body: { upstream_slug: 'keys-demo' } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ version: 1, upstream: { slug: 'keys-demo', version: 1, current_version: 1, updates_available: false } });
     // Based on upstream's current version: nothing upstream changed since.
-    expect((await client.preview(c.slug)).body).toMatchObject({ upstream_slug: 'keys-demo', base_version: 1, upstream_version: 1, changes: [] });
+    expect((await client.op('previewConnectorPull', { params: { slug: c.slug } })).body).toMatchObject({
+      upstream_slug: 'keys-demo',
+      base_version: 1,
+      upstream_version: 1,
+      changes: [],
+    });
     const other = await created(client, apiKeyBody());
-    await client.update(other.slug, { name: 'Other, renamed', tools: [] });
-    const relinked = await client.link(c.slug, { upstream_slug: other.slug, upstream_version: 1 });
+    await client.op('updateConnector', { params: { slug: other.slug }, body: { name: 'Other, renamed', tools: [] } });
+    const relinked = await client.op('linkConnectorUpstream', { params: { slug: c.slug }, body: { upstream_slug: other.slug, upstream_version: 1 } });
     expect(relinked.body).toMatchObject({ version: 1, upstream: { slug: other.slug, version: 1, current_version: 2, updates_available: true } });
-    const preview = await client.preview(c.slug);
+    const preview = await client.op('previewConnectorPull', { params: { slug: c.slug } });
     expect(preview.body.changes.map((x: any) => [x.field, x.kind, x.conflict])).toEqual([
       ['name', 'modified', true],
       ['tools/search_contacts', 'removed', false],
     ]);
-    expect((await client.preview(c.slug)).body.upstream_slug).toBe(other.slug);
+    expect((await client.op('previewConnectorPull', { params: { slug: c.slug } })).body.upstream_slug).toBe(other.slug);
   });
 
   it('refuses itself, a cycle, an unknown upstream and a version the upstream never had', async () => {
     const { client } = await newOrg();
     const a = await created(client, apiKeyBody());
-    await client.fork(a.slug, { slug: `${a.slug}-b` });
-    expectError(await client.link(a.slug, { upstream_slug: a.slug }), 400, 'validation_failed');
-    expectError(await client.link(a.slug, { upstream_slug: `${a.slug}-b` }), 400, 'validation_failed');
-    const unknown = await client.link(a.slug, { upstream_slug: 'nobody-here' });
+    await client.op('forkConnector', { params: { slug: a.slug }, body: { slug: `${a.slug}-b` } });
+    expectError(await client.op('linkConnectorUpstream', { params: { slug: a.slug }, body: { upstream_slug: a.slug } }), 400, 'validation_failed');
+    expectError(await client.op('linkConnectorUpstream', { params: { slug: a.slug }, body: { upstream_slug: `${a.slug}-b` } }), 400, 'validation_failed');
+    const unknown = await client.op('linkConnectorUpstream', { params: { slug: a.slug }, body: { upstream_slug: 'nobody-here' } });
     expectError(unknown, 400, 'unknown_reference');
-    expect(unknown.body.errors).toEqual([{ in: 'body', pointer: '/upstream_slug', message: expect.any(String) }]);
-    expectError(await client.link(a.slug, { upstream_slug: 'docs-demo', upstream_version: 1 }), 400, 'validation_failed');
-    expectError(await client.link(a.slug, { upstream_slug: 'docs-demo', upstream_version: 7 }), 400, 'validation_failed');
+    expect(unknown.error?.errors).toEqual([{ in: 'body', pointer: '/upstream_slug', message: expect.any(String) }]);
+    expectError(
+      await client.op('linkConnectorUpstream', { params: { slug: a.slug }, body: { upstream_slug: 'docs-demo', upstream_version: 1 } }),
+      400,
+      'validation_failed',
+    );
+    expectError(
+      await client.op('linkConnectorUpstream', { params: { slug: a.slug }, body: { upstream_slug: 'docs-demo', upstream_version: 7 } }),
+      400,
+      'validation_failed',
+    );
   });
 });
 
@@ -729,11 +746,14 @@ describe('upsertConnectorDocumentation', () => {
   it('creates and replaces by key, keeps or deletes the rest, and bumps the version once', async () => {
     const { client, orgId } = await newOrg();
     const c = await created(client, apiKeyBody());
-    const res = await client.docs(c.slug, {
-      entries: [
-        { key: 'getting-started', title: 'Getting started', body: 'New body', position: 1 },
-        { key: 'limits', title: 'Limits', body: '100/min' },
-      ],
+    const res = await client.op('upsertConnectorDocumentation', {
+      params: { slug: c.slug },
+      body: {
+        entries: [
+          { key: 'getting-started', title: 'Getting started', body: 'New body', position: 1 },
+          { key: 'limits', title: 'Limits', body: '100/min' },
+        ],
+      },
     });
     expect(res.status).toBe(200);
     expect(res.body.version).toBe(2);
@@ -741,9 +761,15 @@ describe('upsertConnectorDocumentation', () => {
       ['limits', 0, '100/min'],
       ['getting-started', 1, 'New body'],
     ]);
-    const again = await client.docs(c.slug, { entries: [{ key: 'limits', title: 'Limits', body: '100/min' }] });
+    const again = await client.op('upsertConnectorDocumentation', {
+      params: { slug: c.slug },
+      body: { entries: [{ key: 'limits', title: 'Limits', body: '100/min' }] },
+    });
     expect(again.body.version).toBe(2);
-    const only = await client.docs(c.slug, { entries: [{ key: 'limits', title: 'Limits', body: '100/min' }], delete_missing: true });
+    const only = await client.op('upsertConnectorDocumentation', {
+      params: { slug: c.slug },
+      body: { entries: [{ key: 'limits', title: 'Limits', body: '100/min' }], delete_missing: true },
+    });
     expect(only.body).toMatchObject({ version: 3, documentation: [{ key: 'limits' }] });
     const audit = await t.factories.auditEntries(orgId, 'connector.documentation_updated');
     expect(audit.map((a) => a.changes)).toEqual([
@@ -752,15 +778,18 @@ describe('upsertConnectorDocumentation', () => {
       { created: [], replaced: [], deleted: ['getting-started'], version: 3 },
     ]);
     expect((await eventsOf(orgId, 'connector.updated')).map((e) => e.data.changed)).toEqual([['documentation'], ['documentation']]);
-    const dup = await client.docs(c.slug, {
-      entries: [
-        { key: 'x', title: 'X', body: '' },
-        { key: 'x', title: 'Y', body: '' },
-      ],
+    const dup = await client.op('upsertConnectorDocumentation', {
+      params: { slug: c.slug },
+      body: {
+        entries: [
+          { key: 'x', title: 'X', body: '' },
+          { key: 'x', title: 'Y', body: '' },
+        ],
+      },
     });
     expectError(dup, 400, 'validation_failed');
-    expect(dup.body.errors[0].pointer).toBe('/entries/1/key');
-    expectError(await client.docs('not-there', { entries: [] }), 404, 'not_found');
+    expect(dup.error?.errors[0]?.pointer).toBe('/entries/1/key');
+    expectError(await client.op('upsertConnectorDocumentation', { params: { slug: 'not-there' }, body: { entries: [] } }), 404, 'not_found');
   });
 });
 
@@ -769,7 +798,7 @@ describe('connector shares', () => {
     const org = await newOrg();
     const c = await created(org.client, apiKeyBody());
     const member = await plainMember(org);
-    const first = await org.client.share(c.slug, { principal: { type: 'user', id: member.userId }, level: 'use' });
+    const first = await org.client.op('shareConnector', { params: { slug: c.slug }, body: { principal: { type: 'user', id: member.userId }, level: 'use' } });
     expect(first.status).toBe(201);
     expect(first.headers.get('location')).toBe(`/connector/${c.slug}/share/${first.body.id}`);
     expect(first.body).toMatchObject({
@@ -779,19 +808,19 @@ describe('connector shares', () => {
       level: 'use',
       created_by_user_id: org.ownerId,
     });
-    const again = await org.client.share(c.slug, { principal: { type: 'user', id: member.userId }, level: 'edit' });
+    const again = await org.client.op('shareConnector', { params: { slug: c.slug }, body: { principal: { type: 'user', id: member.userId }, level: 'edit' } });
     expect(again.status).toBe(200);
     expect(again.body).toMatchObject({ id: first.body.id, level: 'edit' });
-    await org.client.share(c.slug, { principal: { type: 'organization', id: org.orgId }, level: 'use' });
-    const page1 = await org.client.shares(c.slug, { limit: 1 });
-    const page2 = await org.client.shares(c.slug, { limit: 1, cursor: page1.body.next_cursor });
+    await org.client.op('shareConnector', { params: { slug: c.slug }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } });
+    const page1 = await org.client.op('listConnectorShares', { params: { slug: c.slug }, query: { limit: 1 } });
+    const page2 = await org.client.op('listConnectorShares', { params: { slug: c.slug }, query: { limit: 1, cursor: page1.body.next_cursor ?? undefined } });
     expect([...page1.body.data, ...page2.body.data].map((s: any) => s.principal.type)).toEqual(['user', 'organization']);
     expect(page2.body.next_cursor).toBeNull();
-    expect((await org.client.shares('docs-demo')).body).toEqual({ data: [], next_cursor: null });
+    expect((await org.client.op('listConnectorShares', { params: { slug: 'docs-demo' } })).body).toEqual({ data: [], next_cursor: null });
     expect((await t.factories.auditEntries(org.orgId, 'connector.shared')).length).toBe(3);
 
-    expect((await org.client.revoke(c.slug, first.body.id)).status).toBe(204);
-    expectError(await org.client.revoke(c.slug, first.body.id), 404, 'not_found');
+    expect((await org.client.op('revokeConnectorShare', { params: { slug: c.slug, aclId: first.body.id } })).status).toBe(204);
+    expectError(await org.client.op('revokeConnectorShare', { params: { slug: c.slug, aclId: first.body.id } }), 404, 'not_found');
     expect(await t.factories.auditEntries(org.orgId, 'connector.share_revoked')).toHaveLength(1);
   });
 
@@ -808,10 +837,10 @@ describe('connector shares', () => {
       { type: 'team' as const, id: foreignTeam },
       { type: 'organization' as const, id: other.orgId },
     ]) {
-      const res = await org.client.share(c.slug, { principal, level: 'use' });
+      const res = await org.client.op('shareConnector', { params: { slug: c.slug }, body: { principal, level: 'use' } });
       expectError(res, 400, 'unknown_reference');
-      expect(res.body.errors).toEqual([{ in: 'body', pointer: '/principal/id', message: expect.any(String) }]);
+      expect(res.error?.errors).toEqual([{ in: 'body', pointer: '/principal/id', message: expect.any(String) }]);
     }
-    expect((await org.client.shares(c.slug)).body.data).toEqual([]);
+    expect((await org.client.op('listConnectorShares', { params: { slug: c.slug } })).body.data).toEqual([]);
   });
 });

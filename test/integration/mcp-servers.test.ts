@@ -2,7 +2,7 @@ import type { components } from '../../generated/openapi';
 import { mcpServerTokenAuthenticator } from '../../src/identity/mcp-tokens';
 import { hashSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
-import { settle, startTestApp, type TestApp } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
 import { eventsOf, expectError } from '../support/connections';
 import type { SeededOrg } from '../support/factories';
 import { insertTemplate, insertToolbox } from '../fixtures/user-toolboxes';
@@ -17,24 +17,8 @@ import { insertTemplate, insertToolbox } from '../fixtures/user-toolboxes';
 type Schemas = components['schemas'];
 type McpServer = Schemas['McpServer'];
 
-function serverClient(t: TestApp, credential: { token: string; org: string }) {
-  const api = t.client(credential);
-  const box = (id: string) => ({ params: { path: { id } } });
-  const item = (id: string, mcpId: string) => ({ params: { path: { id, mcpId } } });
-  return {
-    listAll: (query: { limit?: number; cursor?: string; status?: Schemas['McpServerStatus'] } = {}) => settle(api.GET('/mcp-server', { params: { query } })),
-    list: (id: string, query: { limit?: number; cursor?: string } = {}) => settle(api.GET('/user-toolbox/{id}/mcp', { params: { path: { id }, query } })),
-    create: (id: string, body: Schemas['McpServerCreate']) => settle(api.POST('/user-toolbox/{id}/mcp', { ...box(id), body })),
-    read: (id: string, mcpId: string) => settle(api.GET('/user-toolbox/{id}/mcp/{mcpId}', item(id, mcpId))),
-    update: (id: string, mcpId: string, body: Schemas['McpServerUpdate']) => settle(api.PATCH('/user-toolbox/{id}/mcp/{mcpId}', { ...item(id, mcpId), body })),
-    remove: (id: string, mcpId: string) => settle(api.DELETE('/user-toolbox/{id}/mcp/{mcpId}', item(id, mcpId))),
-    rotate: (id: string, mcpId: string) => settle(api.POST('/user-toolbox/{id}/mcp/{mcpId}/rotate', item(id, mcpId))),
-    box: (id: string) => settle(api.GET('/user-toolbox/{id}', box(id))),
-    boxes: () => settle(api.GET('/user-toolbox', { params: { query: {} } })),
-    deleteBox: (id: string) => settle(api.DELETE('/user-toolbox/{id}', box(id))),
-  };
-}
-type ServerClient = ReturnType<typeof serverClient>;
+/** A caller: `op` sends an operation by id as one member, and get, post… send raw requests. */
+type ServerClient = ReturnType<TestApp['as']>;
 
 const DYN_ALL = 'utbx_dyn_all';
 let t: TestApp;
@@ -51,20 +35,20 @@ beforeAll(async () => {
   org = await t.factories.org();
   aliceId = await t.factories.member(org.orgId);
   bobId = await t.factories.member(org.orgId);
-  alice = serverClient(t, { token: await t.factories.token(org.orgId, aliceId), org: org.orgId });
-  bob = serverClient(t, { token: await t.factories.token(org.orgId, bobId), org: org.orgId });
-  owner = serverClient(t, { token: org.token, org: org.orgId });
+  alice = t.as({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId });
+  bob = t.as({ token: await t.factories.token(org.orgId, bobId), org: org.orgId });
+  owner = t.as({ token: org.token, org: org.orgId });
   const template = await insertTemplate(t, org.orgId, org.ownerId, { name: 'Assistant', entries: [{ connector_slug: 'docs-demo', tools: 'all' }] });
-  const created = await settle(
-    t.client({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }).POST('/user-toolbox', { body: { template_id: template } }),
-  );
+  const created = await t
+    .as({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId })
+    .op('createUserToolbox', { body: { template_id: template } });
   expect(created.status).toBe(201);
   aliceBox = created.body.id;
 });
 afterAll(() => t.close());
 
 async function mint(client: ServerClient, box: string, body: Schemas['McpServerCreate']): Promise<{ server: McpServer; token: string }> {
-  const res = await client.create(box, body);
+  const res = await client.op('createMcpServer', { params: { id: box }, body });
   expect(res.status).toBe(201);
   return { server: res.body.mcp_server, token: res.body.token };
 }
@@ -82,7 +66,7 @@ function orgOperationWith(token: string) {
 
 describe('createMcpServer', () => {
   it('mints a server with its token shown once, stored hashed, with a hint and its URL', async () => {
-    const res = await alice.create(aliceBox, { name: 'Claude Desktop' });
+    const res = await alice.op('createMcpServer', { params: { id: aliceBox }, body: { name: 'Claude Desktop' } });
     expect(res.status).toBe(201);
     const { mcp_server: server, token } = res.body as Schemas['McpServerMinted'];
     expect(token).toMatch(/^mcpt_[A-Za-z0-9_-]{43}$/);
@@ -103,7 +87,11 @@ describe('createMcpServer', () => {
     expect(row.token_hash).toBe(hashSecret(token));
     expect(JSON.stringify(row)).not.toContain(token);
     // Never again: not in reads, lists, nor the audit entry.
-    for (const later of [await alice.read(aliceBox, server.id), await alice.list(aliceBox), await alice.listAll()]) {
+    for (const later of [
+      await alice.op('getMcpServer', { params: { id: aliceBox, mcpId: server.id } }),
+      await alice.op('listUserToolboxMcpServers', { params: { id: aliceBox } }),
+      await alice.op('listMcpServers'),
+    ]) {
       expect(later.status).toBe(200);
       expect(later.text).not.toContain(token);
       expect(later.text).not.toContain('"token"');
@@ -124,10 +112,14 @@ describe('createMcpServer', () => {
 
   it('refuses a name the user toolbox already has (409), an expiry in the past (400), a bad body (400)', async () => {
     await mint(alice, aliceBox, { name: 'Twice' });
-    expectError(await alice.create(aliceBox, { name: 'Twice' }), 409, 'name_taken');
+    expectError(await alice.op('createMcpServer', { params: { id: aliceBox }, body: { name: 'Twice' } }), 409, 'name_taken');
     // Another user toolbox may use the name.
     await mint(alice, DYN_ALL, { name: 'Twice' });
-    expectError(await alice.create(aliceBox, { name: 'Past', expires_at: '2020-01-01T00:00:00.000Z' }), 400, 'validation_failed');
+    expectError(
+      await alice.op('createMcpServer', { params: { id: aliceBox }, body: { name: 'Past', expires_at: '2020-01-01T00:00:00.000Z' } }),
+      400,
+      'validation_failed',
+    );
     expectError(await t.as({ token: org.token, org: org.orgId }).post(`/user-toolbox/${aliceBox}/mcp`, { name: '' }), 400, 'validation_failed');
     expectError(
       await t.as({ token: org.token, org: org.orgId }).post(`/user-toolbox/${aliceBox}/mcp`, { name: 'x', token: 'mcpt_mine' }),
@@ -137,10 +129,10 @@ describe('createMcpServer', () => {
   });
 
   it('answers 404 for another member’s user toolbox, an unknown one, and a toolbox not shared with the caller', async () => {
-    expectError(await bob.create(aliceBox, { name: 'Mine now' }), 404, 'not_found');
-    expectError(await alice.create(`utbx_${newId('userToolbox').slice(5)}`, { name: 'Nowhere' }), 404, 'not_found');
+    expectError(await bob.op('createMcpServer', { params: { id: aliceBox }, body: { name: 'Mine now' } }), 404, 'not_found');
+    expectError(await alice.op('createMcpServer', { params: { id: `utbx_${newId('userToolbox').slice(5)}` }, body: { name: 'Nowhere' } }), 404, 'not_found');
     const toolbox = await insertToolbox(t, org.orgId, { entries: [], principal: { type: 'user', id: bobId } });
-    expectError(await alice.create(`utbx_dyn_tbx_${toolbox.slice(4)}`, { name: 'Not shared' }), 404, 'not_found');
+    expectError(await alice.op('createMcpServer', { params: { id: `utbx_dyn_tbx_${toolbox.slice(4)}` }, body: { name: 'Not shared' } }), 404, 'not_found');
   });
 
   it('refuses past the plan limit mcp_servers with 403 entitlement_exceeded', async () => {
@@ -159,78 +151,78 @@ describe('createMcpServer', () => {
         })),
       )
       .execute();
-    const client = serverClient(t, { token: full.token, org: full.orgId });
-    expectError(await client.create(DYN_ALL, { name: 'One more' }), 403, 'entitlement_exceeded');
+    const client = t.as({ token: full.token, org: full.orgId });
+    expectError(await client.op('createMcpServer', { params: { id: DYN_ALL }, body: { name: 'One more' } }), 403, 'entitlement_exceeded');
     await t.db.updateTable('organizations').set({ plan: 'enterprise' }).where('id', '=', full.orgId).execute();
-    expect((await client.create(DYN_ALL, { name: 'One more' })).status).toBe(201);
+    expect((await client.op('createMcpServer', { params: { id: DYN_ALL }, body: { name: 'One more' } })).status).toBe(201);
   });
 });
 
 describe('reading', () => {
   it('lists only the caller’s own servers, oldest first, a page at a time, filtered by status', async () => {
-    const mine = serverClient(t, { token: await t.factories.token(org.orgId, await t.factories.member(org.orgId)), org: org.orgId });
+    const mine = t.as({ token: await t.factories.token(org.orgId, await t.factories.member(org.orgId)), org: org.orgId });
     const a = await mint(mine, DYN_ALL, { name: 'A' });
     const b = await mint(mine, DYN_ALL, { name: 'B' });
     const c = await mint(mine, DYN_ALL, { name: 'C' });
-    const first = await mine.listAll({ limit: 2 });
+    const first = await mine.op('listMcpServers', { query: { limit: 2 } });
     expect(first.status).toBe(200);
     expect(first.body.data.map((s: McpServer) => s.id)).toEqual([a.server.id, b.server.id]);
-    const second = await mine.listAll({ limit: 2, cursor: first.body.next_cursor });
+    const second = await mine.op('listMcpServers', { query: { limit: 2, cursor: first.body.next_cursor ?? undefined } });
     expect(second.body).toEqual({ data: [expect.objectContaining({ id: c.server.id })], next_cursor: null });
     await t.db
       .updateTable('mcp_servers')
       .set({ expires_at: new Date(Date.now() - 1000) })
       .where('id', '=', b.server.id)
       .execute();
-    expect((await mine.listAll({ status: 'expired' })).body.data.map((s: McpServer) => s.id)).toEqual([b.server.id]);
-    expect((await mine.listAll({ status: 'active' })).body.data.map((s: McpServer) => s.id)).toEqual([a.server.id, c.server.id]);
-    expect((await mine.listAll({ status: 'unavailable' })).body.data).toEqual([]);
-    expect((await mine.list(DYN_ALL)).body.data).toHaveLength(3);
+    expect((await mine.op('listMcpServers', { query: { status: 'expired' } })).body.data.map((s: McpServer) => s.id)).toEqual([b.server.id]);
+    expect((await mine.op('listMcpServers', { query: { status: 'active' } })).body.data.map((s: McpServer) => s.id)).toEqual([a.server.id, c.server.id]);
+    expect((await mine.op('listMcpServers', { query: { status: 'unavailable' } })).body.data).toEqual([]);
+    expect((await mine.op('listUserToolboxMcpServers', { params: { id: DYN_ALL } })).body.data).toHaveLength(3);
     // Nobody else's, whatever their permissions: the owner holds every permission.
-    const ownersView = await owner.listAll({ limit: 100 });
+    const ownersView = await owner.op('listMcpServers', { query: { limit: 100 } });
     expect(ownersView.body.data.every((s: McpServer) => s.owner_user_id === org.ownerId)).toBe(true);
-    expect((await owner.list(DYN_ALL)).body.data.some((s: McpServer) => s.id === a.server.id)).toBe(false);
-    expectError(await mine.listAll({ cursor: 'bm90LWFuLWlk' }), 400, 'invalid_cursor');
+    expect((await owner.op('listUserToolboxMcpServers', { params: { id: DYN_ALL } })).body.data.some((s: McpServer) => s.id === a.server.id)).toBe(false);
+    expectError(await mine.op('listMcpServers', { query: { cursor: 'bm90LWFuLWlk' } }), 400, 'invalid_cursor');
   });
 
   it('answers 404 for another member’s server or user toolbox, and a server of another user toolbox', async () => {
     const { server } = await mint(alice, aliceBox, { name: 'Private' });
-    expectError(await bob.read(aliceBox, server.id), 404, 'not_found');
-    expectError(await owner.read(aliceBox, server.id), 404, 'not_found');
-    expectError(await bob.list(aliceBox), 404, 'not_found');
-    expectError(await alice.read(DYN_ALL, server.id), 404, 'not_found');
-    expectError(await bob.update(aliceBox, server.id, { name: 'Taken over' }), 404, 'not_found');
-    expectError(await bob.rotate(aliceBox, server.id), 404, 'not_found');
-    expectError(await bob.remove(aliceBox, server.id), 404, 'not_found');
-    expect((await alice.read(aliceBox, server.id)).body).toMatchObject({ id: server.id, name: 'Private' });
+    expectError(await bob.op('getMcpServer', { params: { id: aliceBox, mcpId: server.id } }), 404, 'not_found');
+    expectError(await owner.op('getMcpServer', { params: { id: aliceBox, mcpId: server.id } }), 404, 'not_found');
+    expectError(await bob.op('listUserToolboxMcpServers', { params: { id: aliceBox } }), 404, 'not_found');
+    expectError(await alice.op('getMcpServer', { params: { id: DYN_ALL, mcpId: server.id } }), 404, 'not_found');
+    expectError(await bob.op('updateMcpServer', { params: { id: aliceBox, mcpId: server.id }, body: { name: 'Taken over' } }), 404, 'not_found');
+    expectError(await bob.op('rotateMcpServerToken', { params: { id: aliceBox, mcpId: server.id } }), 404, 'not_found');
+    expectError(await bob.op('deleteMcpServer', { params: { id: aliceBox, mcpId: server.id } }), 404, 'not_found');
+    expect((await alice.op('getMcpServer', { params: { id: aliceBox, mcpId: server.id } })).body).toMatchObject({ id: server.id, name: 'Private' });
   });
 
   it('answers 404 for another organization’s server', async () => {
     const other = await t.factories.org();
-    const otherClient = serverClient(t, { token: other.token, org: other.orgId });
+    const otherClient = t.as({ token: other.token, org: other.orgId });
     const { server } = await mint(otherClient, DYN_ALL, { name: 'Theirs' });
-    expectError(await owner.read(DYN_ALL, server.id), 404, 'not_found');
-    expectError(await owner.rotate(DYN_ALL, server.id), 404, 'not_found');
-    expectError(await owner.remove(DYN_ALL, server.id), 404, 'not_found');
-    expect((await otherClient.read(DYN_ALL, server.id)).status).toBe(200);
+    expectError(await owner.op('getMcpServer', { params: { id: DYN_ALL, mcpId: server.id } }), 404, 'not_found');
+    expectError(await owner.op('rotateMcpServerToken', { params: { id: DYN_ALL, mcpId: server.id } }), 404, 'not_found');
+    expectError(await owner.op('deleteMcpServer', { params: { id: DYN_ALL, mcpId: server.id } }), 404, 'not_found');
+    expect((await otherClient.op('getMcpServer', { params: { id: DYN_ALL, mcpId: server.id } })).status).toBe(200);
   });
 
   it('counts servers on user toolboxes (mcp_server_count)', async () => {
     const member = await t.factories.member(org.orgId);
-    const client = serverClient(t, { token: await t.factories.token(org.orgId, member), org: org.orgId });
-    expect((await client.box(DYN_ALL)).body.mcp_server_count).toBe(0);
+    const client = t.as({ token: await t.factories.token(org.orgId, member), org: org.orgId });
+    expect((await client.op('getUserToolbox', { params: { id: DYN_ALL } })).body.mcp_server_count).toBe(0);
     await mint(client, DYN_ALL, { name: 'One' });
     await mint(client, DYN_ALL, { name: 'Two' });
-    expect((await client.box(DYN_ALL)).body.mcp_server_count).toBe(2);
-    const listed = await client.boxes();
-    expect(listed.body.data.find((b: { id: string }) => b.id === DYN_ALL).mcp_server_count).toBe(2);
+    expect((await client.op('getUserToolbox', { params: { id: DYN_ALL } })).body.mcp_server_count).toBe(2);
+    const listed = await client.op('listUserToolboxes');
+    expect(listed.body.data.find((b: { id: string }) => b.id === DYN_ALL)?.mcp_server_count).toBe(2);
   });
 });
 
 describe('updateMcpServer', () => {
   it('renames and moves the expiry; an expired server comes back with the same token', async () => {
     const { server, token } = await mint(alice, aliceBox, { name: 'Workshop', expires_at: new Date(Date.now() + 60_000).toISOString() });
-    const renamed = await alice.update(aliceBox, server.id, { name: 'Workshop demo' });
+    const renamed = await alice.op('updateMcpServer', { params: { id: aliceBox, mcpId: server.id }, body: { name: 'Workshop demo' } });
     expect(renamed.status).toBe(200);
     expect(renamed.body).toMatchObject({ name: 'Workshop demo', token_hint: server.token_hint, url: server.url });
     // Expiry passes: the token is refused, the status says expired.
@@ -239,16 +231,20 @@ describe('updateMcpServer', () => {
       .set({ expires_at: new Date(Date.now() - 1000) })
       .where('id', '=', server.id)
       .execute();
-    expect((await alice.read(aliceBox, server.id)).body.status).toBe('expired');
+    expect((await alice.op('getMcpServer', { params: { id: aliceBox, mcpId: server.id } })).body.status).toBe('expired');
     expect(await authenticates(token)).toBe(false);
     expect((await orgOperationWith(token)).body.detail).toMatch(/expired/);
-    const moved = await alice.update(aliceBox, server.id, { expires_at: null });
+    const moved = await alice.op('updateMcpServer', { params: { id: aliceBox, mcpId: server.id }, body: { expires_at: null } });
     expect(moved.body).toMatchObject({ status: 'active', expires_at: null });
     expect(await authenticates(token)).toBe(true);
-    expectError(await alice.update(aliceBox, server.id, { expires_at: '2020-01-01T00:00:00.000Z' }), 400, 'validation_failed');
+    expectError(
+      await alice.op('updateMcpServer', { params: { id: aliceBox, mcpId: server.id }, body: { expires_at: '2020-01-01T00:00:00.000Z' } }),
+      400,
+      'validation_failed',
+    );
     expectError(await t.as({ token: org.token, org: org.orgId }).patch(`/user-toolbox/${aliceBox}/mcp/${server.id}`, {}), 400, 'validation_failed');
     await mint(alice, aliceBox, { name: 'Other' });
-    expectError(await alice.update(aliceBox, server.id, { name: 'Other' }), 409, 'name_taken');
+    expectError(await alice.op('updateMcpServer', { params: { id: aliceBox, mcpId: server.id }, body: { name: 'Other' } }), 409, 'name_taken');
     const audit = await t.factories.auditEntries(org.orgId, 'mcp_server.updated');
     expect(audit.filter((a: { target_id: string | null }) => a.target_id === server.id).length).toBeGreaterThanOrEqual(2);
   });
@@ -260,7 +256,7 @@ describe('rotateMcpServerToken', () => {
     // The app remembers the token: a first use through the router caches it.
     expect((await orgOperationWith(token)).body.detail).toBe('This operation does not accept an MCP server token.');
     expect((await orgOperationWith(token)).body.detail).toBe('This operation does not accept an MCP server token.');
-    const res = await alice.rotate(aliceBox, server.id);
+    const res = await alice.op('rotateMcpServerToken', { params: { id: aliceBox, mcpId: server.id } });
     expect(res.status).toBe(200);
     const rotated = res.body as Schemas['McpServerMinted'];
     expect(rotated.token).toMatch(/^mcpt_/);
@@ -275,7 +271,7 @@ describe('rotateMcpServerToken', () => {
     expect(await authenticates(rotated.token)).toBe(true);
     const row = await t.db.selectFrom('mcp_servers').select(['token_hash', 'token_hint']).where('id', '=', server.id).executeTakeFirstOrThrow();
     expect(row).toEqual({ token_hash: hashSecret(rotated.token), token_hint: rotated.token.slice(-4) });
-    expect((await alice.read(aliceBox, server.id)).text).not.toContain(rotated.token);
+    expect((await alice.op('getMcpServer', { params: { id: aliceBox, mcpId: server.id } })).text).not.toContain(rotated.token);
     const events = await eventsOf(t, org.orgId, 'mcp_server.token_rotated');
     expect(events.map((e) => e.payload)).toContainEqual(
       expect.objectContaining({ mcp_server: { id: server.id, name: 'Rotating', user_toolbox_id: aliceBox, owner_user_id: aliceId } }),
@@ -308,7 +304,7 @@ describe('the mcpToken authenticator', () => {
 
   it('refuses the token of an owner who is suspended or removed', async () => {
     const member = await t.factories.member(org.orgId);
-    const client = serverClient(t, { token: await t.factories.token(org.orgId, member), org: org.orgId });
+    const client = t.as({ token: await t.factories.token(org.orgId, member), org: org.orgId });
     const { token } = await mint(client, DYN_ALL, { name: 'Leaving' });
     expect(await authenticates(token)).toBe(true);
     await t.db.updateTable('memberships').set({ status: 'suspended' }).where('org_id', '=', org.orgId).where('user_id', '=', member).execute();
@@ -321,10 +317,10 @@ describe('deleteMcpServer', () => {
   it('deletes the server and its token; a second delete is 404', async () => {
     const { server, token } = await mint(alice, aliceBox, { name: 'Short-lived' });
     expect((await orgOperationWith(token)).body.detail).toBe('This operation does not accept an MCP server token.');
-    expect((await alice.remove(aliceBox, server.id)).status).toBe(204);
+    expect((await alice.op('deleteMcpServer', { params: { id: aliceBox, mcpId: server.id } })).status).toBe(204);
     expect((await orgOperationWith(token)).body.detail).toMatch(/unknown/);
-    expectError(await alice.read(aliceBox, server.id), 404, 'not_found');
-    expectError(await alice.remove(aliceBox, server.id), 404, 'not_found');
+    expectError(await alice.op('getMcpServer', { params: { id: aliceBox, mcpId: server.id } }), 404, 'not_found');
+    expectError(await alice.op('deleteMcpServer', { params: { id: aliceBox, mcpId: server.id } }), 404, 'not_found');
     const audit = (await t.factories.auditEntries(org.orgId, 'mcp_server.deleted')).filter((a: { target_id: string | null }) => a.target_id === server.id);
     expect(audit).toHaveLength(1);
   });
@@ -333,19 +329,19 @@ describe('deleteMcpServer', () => {
 describe('what goes with user toolboxes and toolboxes', () => {
   it('deleting a stored user toolbox deletes its servers and names them in its audit entry', async () => {
     const template = await insertTemplate(t, org.orgId, org.ownerId, { name: 'Short', entries: [{ connector_slug: 'docs-demo', tools: 'all' }] });
-    const created = await settle(
-      t.client({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }).POST('/user-toolbox', { body: { template_id: template } }),
-    );
+    const created = await t
+      .as({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId })
+      .op('createUserToolbox', { body: { template_id: template } });
     const box = created.body.id as string;
     const one = await mint(alice, box, { name: 'One' });
     const two = await mint(alice, box, { name: 'Two' });
     const kept = await mint(alice, DYN_ALL, { name: 'Kept' });
-    expect((await alice.deleteBox(box)).status).toBe(204);
+    expect((await alice.op('deleteUserToolbox', { params: { id: box } })).status).toBe(204);
     expect(await t.db.selectFrom('mcp_servers').select('id').where('user_toolbox_id', '=', box).execute()).toEqual([]);
     expect(await authenticates(one.token)).toBe(false);
     expect(await authenticates(kept.token)).toBe(true);
-    expectError(await alice.read(box, two.server.id), 404, 'not_found');
-    expectError(await alice.list(box), 404, 'not_found');
+    expectError(await alice.op('getMcpServer', { params: { id: box, mcpId: two.server.id } }), 404, 'not_found');
+    expectError(await alice.op('listUserToolboxMcpServers', { params: { id: box } }), 404, 'not_found');
     const audit = (await t.factories.auditEntries(org.orgId, 'user_toolbox.deleted')).find((a: { target_id: string | null }) => a.target_id === box);
     expect(JSON.stringify(audit)).toContain(one.server.id);
     expect(JSON.stringify(audit)).toContain(two.server.id);
@@ -355,17 +351,17 @@ describe('what goes with user toolboxes and toolboxes', () => {
     const toolbox = await insertToolbox(t, org.orgId, { entries: [], principal: { type: 'user', id: aliceId } });
     const dynamic = `utbx_dyn_tbx_${toolbox.slice(4)}`;
     const { server, token } = await mint(alice, dynamic, { name: 'Shared box' });
-    expect((await owner.list(DYN_ALL)).status).toBe(200);
+    expect((await owner.op('listUserToolboxMcpServers', { params: { id: DYN_ALL } })).status).toBe(200);
     const deleted = await t.call('DELETE', `/toolbox/${toolbox}`, undefined, { token: org.token, org: org.orgId });
     expect(deleted.status).toBe(204);
-    const read = await alice.read(dynamic, server.id);
+    const read = await alice.op('getMcpServer', { params: { id: dynamic, mcpId: server.id } });
     expect(read.body.status).toBe('unavailable');
-    expect((await alice.list(dynamic)).body.data.map((s: McpServer) => s.id)).toEqual([server.id]);
-    expect((await alice.listAll({ status: 'unavailable' })).body.data.map((s: McpServer) => s.id)).toContain(server.id);
+    expect((await alice.op('listUserToolboxMcpServers', { params: { id: dynamic } })).body.data.map((s: McpServer) => s.id)).toEqual([server.id]);
+    expect((await alice.op('listMcpServers', { query: { status: 'unavailable' } })).body.data.map((s: McpServer) => s.id)).toContain(server.id);
     // Still authenticates: the endpoint answers it with an empty tools/list.
     expect(await authenticates(token)).toBe(true);
-    expectError(await alice.create(dynamic, { name: 'Another' }), 404, 'not_found');
-    expect((await alice.remove(dynamic, server.id)).status).toBe(204);
+    expectError(await alice.op('createMcpServer', { params: { id: dynamic }, body: { name: 'Another' } }), 404, 'not_found');
+    expect((await alice.op('deleteMcpServer', { params: { id: dynamic, mcpId: server.id } })).status).toBe(204);
   });
 
   it('a revoked share makes the servers of members who lost the toolbox unavailable, and sharing it again makes them active', async () => {
@@ -377,7 +373,7 @@ describe('what goes with user toolboxes and toolboxes', () => {
     const share = shares.body.data.find((s: { principal: { id: string } }) => s.principal.id === aliceId);
     const revoked = await t.call('DELETE', `/toolbox/${toolbox}/share/${share.id}`, undefined, { token: org.token, org: org.orgId });
     expect(revoked.status).toBe(204);
-    expect((await alice.read(dynamic, server.id)).body.status).toBe('unavailable');
+    expect((await alice.op('getMcpServer', { params: { id: dynamic, mcpId: server.id } })).body.status).toBe('unavailable');
     // As revokeToolboxShare promises: unavailable until the toolbox is shared with them again.
     const again = await t.call(
       'POST',
@@ -386,7 +382,7 @@ describe('what goes with user toolboxes and toolboxes', () => {
       { token: org.token, org: org.orgId },
     );
     expect(again.status).toBe(201);
-    expect((await alice.read(dynamic, server.id)).body.status).toBe('active');
+    expect((await alice.op('getMcpServer', { params: { id: dynamic, mcpId: server.id } })).body.status).toBe('active');
   });
 
   it('follows team membership when the toolbox reaches its owner through a team: leaving, joining again, the team deleted', async () => {
@@ -398,10 +394,10 @@ describe('what goes with user toolboxes and toolboxes', () => {
     const dynamic = `utbx_dyn_tbx_${toolbox.slice(4)}`;
     const { server } = await mint(alice, dynamic, { name: 'Through the team' });
     expect((await admin.delete(`/team/${team.body.id}/members/${aliceId}`)).status).toBe(204);
-    expect((await alice.read(dynamic, server.id)).body.status).toBe('unavailable');
+    expect((await alice.op('getMcpServer', { params: { id: dynamic, mcpId: server.id } })).body.status).toBe('unavailable');
     expect((await admin.post(`/team/${team.body.id}/members`, { user_id: aliceId })).status).toBe(201);
-    expect((await alice.read(dynamic, server.id)).body.status).toBe('active');
+    expect((await alice.op('getMcpServer', { params: { id: dynamic, mcpId: server.id } })).body.status).toBe('active');
     expect((await admin.delete(`/team/${team.body.id}`)).status).toBe(204);
-    expect((await alice.read(dynamic, server.id)).body.status).toBe('unavailable');
+    expect((await alice.op('getMcpServer', { params: { id: dynamic, mcpId: server.id } })).body.status).toBe('unavailable');
   });
 });

@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import type { components } from '../../generated/openapi';
 import { newId } from '../../src/lib/ids';
 import { classifyAddress } from '../../src/outbound/client';
-import { settle, startTestApp, type ApiClient, type TestApp, type TestResponse } from '../support/app';
+import { startTestApp, type TestApp, type TestResponse } from '../support/app';
 import { startHttpReceiver, startSmtpServer, usePeers } from '../support/peers';
 import { expectError } from '../support/client';
 
@@ -27,24 +27,10 @@ type EmailCreate = Schemas['EmailDestinationCreate'];
 type SlackCreate = Schemas['SlackDestinationCreate'];
 
 /**
- * The six operations through the typed client (a wrong path or body does not compile), and
- * the untyped one for requests the spec forbids (bad input), both acting as one caller.
+ * A caller: `op` sends the six operations by id, typed (a wrong operation or body does not
+ * compile); get, post… send requests the spec forbids (bad input), untyped. Both act as one caller.
  */
-function destinationClient(app: TestApp, credential: { token?: string; session?: string; org?: string }) {
-  const api: ApiClient = app.client(credential);
-  const item = (id: string) => ({ params: { path: { id } } });
-  return {
-    ...app.as(credential),
-    list: (query: { limit?: number; cursor?: string; type?: 'slack' | 'email'; is_active?: boolean } = {}) =>
-      settle(api.GET('/notification-destination', { params: { query } })),
-    create: (body: Schemas['NotificationDestinationCreate']) => settle(api.POST('/notification-destination', { body })),
-    read: (id: string) => settle(api.GET('/notification-destination/{id}', item(id))),
-    update: (id: string, body: Schemas['NotificationDestinationUpdate']) => settle(api.PATCH('/notification-destination/{id}', { ...item(id), body })),
-    remove: (id: string) => settle(api.DELETE('/notification-destination/{id}', item(id))),
-    test: (id: string) => settle(api.POST('/notification-destination/{id}/test', item(id))),
-  };
-}
-type Client = ReturnType<typeof destinationClient>;
+type Client = ReturnType<TestApp['as']>;
 
 const peers = usePeers();
 let t: TestApp;
@@ -88,11 +74,11 @@ const slackBody = (webhookUrl: string, overrides: Partial<SlackCreate> = {}): Sl
 /** A fresh organization, its owner's all-permission token, and a client acting with it. */
 async function newOrg(app: TestApp = t, input: { name?: string } = {}) {
   const org = await app.factories.org(input);
-  return { ...org, client: destinationClient(app, { token: org.token, org: org.orgId }) };
+  return { ...org, client: app.as({ token: org.token, org: org.orgId }) };
 }
 
 async function create(client: Client, body: Schemas['NotificationDestinationCreate']) {
-  const res = await client.create(body);
+  const res = await client.op('createNotificationDestination', { body });
   expect(res.status).toBe(201);
   return res.body;
 }
@@ -147,12 +133,12 @@ const mailbox = (label: string) => `${label}-${unique()}@acme.example`;
 describe('createNotificationDestination', () => {
   it('creates an email destination and answers 201 with the destination and its Location', async () => {
     const { client, orgId, ownerId } = await newOrg();
-    const res = await client.create(
-      emailBody({
+    const res = await client.op('createNotificationDestination', {
+      body: emailBody({
         config: { to: ['ops@acme.example'], cc: ['lead@acme.example'], bcc: ['audit@acme.example'], subject_prefix: '[Acme MCP]' },
         event_types: ['member.joined', 'connection.needs_reauth'],
       }),
-    );
+    });
 
     expect(res.status).toBe(201);
     const row = await storedRow(res.body.id);
@@ -190,9 +176,9 @@ describe('createNotificationDestination', () => {
   it('creates a Slack destination without ever returning the webhook URL, and stores it encrypted', async () => {
     const { client, ownerId } = await newOrg();
     const url = hookUrl();
-    const res = await client.create(
-      slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' }, event_types: ['role.deleted', 'role.created'] }),
-    );
+    const res = await client.op('createNotificationDestination', {
+      body: slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' }, event_types: ['role.deleted', 'role.created'] }),
+    });
 
     expect(res.status).toBe(201);
     expectNoSecret(res, url);
@@ -217,7 +203,7 @@ describe('createNotificationDestination', () => {
     expect(row!.webhook_url_enc).not.toContain(new URL(url).pathname);
     expect(JSON.stringify(row!.config)).not.toContain(url);
 
-    for (const read of [await client.read(res.body.id), await client.list()]) {
+    for (const read of [await client.op('getNotificationDestination', { params: { id: res.body.id } }), await client.op('listNotificationDestinations')]) {
       expect(read.status).toBe(200);
       expectNoSecret(read, url);
     }
@@ -239,7 +225,7 @@ describe('createNotificationDestination', () => {
   it('accepts a Slack webhook on a public https host without calling it', async () => {
     const { client } = await newOrg();
     const url = `https://hooks.slack.com/services/T000/B000/${unique()}`;
-    const res = await client.create(slackBody(url));
+    const res = await client.op('createNotificationDestination', { body: slackBody(url) });
     expect(res.status).toBe(201);
     expectNoSecret(res, url);
     expect(res.body.config.has_webhook_url).toBe(true);
@@ -259,9 +245,9 @@ describe('createNotificationDestination', () => {
     const { client, orgId } = await newOrg();
     await create(client, emailBody({ name: 'Ops alerts' }));
     const url = hookUrl();
-    const res = await client.create(slackBody(url, { name: 'Ops alerts' }));
+    const res = await client.op('createNotificationDestination', { body: slackBody(url, { name: 'Ops alerts' }) });
     expectError(res, 409, 'name_taken');
-    expect(res.body.detail).toContain('Ops alerts');
+    expect(res.error?.detail).toContain('Ops alerts');
     expectNoSecret(res, url);
     expect(await countRows(orgId)).toBe(1);
     expect(await destinationAudit(orgId)).toHaveLength(1);
@@ -288,9 +274,9 @@ describe('createNotificationDestination', () => {
 
     it.each(refused)('answers 400 outbound_url_not_allowed for %s, and writes nothing', async (_what, url) => {
       const { client, orgId } = await newOrg();
-      const res = await client.create(slackBody(url));
+      const res = await client.op('createNotificationDestination', { body: slackBody(url) });
       expectError(res, 400, 'outbound_url_not_allowed');
-      expect(res.body.errors).toEqual([problem('/config/webhook_url')]);
+      expect(res.error?.errors).toEqual([problem('/config/webhook_url')]);
       expectNoSecret(res, url);
       expect(await countRows(orgId)).toBe(0);
       expect(await destinationAudit(orgId)).toEqual([]);
@@ -384,7 +370,7 @@ describe('createNotificationDestination', () => {
     });
 
     it('writes nothing for any of them', async () => {
-      expect((await org.client.list()).body).toEqual({ data: [], next_cursor: null });
+      expect((await org.client.op('listNotificationDestinations')).body).toEqual({ data: [], next_cursor: null });
       expect(await countRows(org.orgId)).toBe(0);
       expect(await destinationAudit(org.orgId)).toEqual([]);
     });
@@ -410,7 +396,7 @@ describe('getNotificationDestination', () => {
   it('returns the destination as it was created', async () => {
     const { client } = await newOrg();
     const created = await create(client, emailBody({ config: { to: ['a@acme.example', 'b@acme.example'], subject_prefix: '[A]' } }));
-    const res = await client.read(created.id);
+    const res = await client.op('getNotificationDestination', { params: { id: created.id } });
     expect(res.status).toBe(200);
     expect(res.body).toEqual(created);
   });
@@ -418,15 +404,15 @@ describe('getNotificationDestination', () => {
   it('answers 404 not_found for an id of the right shape that does not exist', async () => {
     const { client } = await newOrg();
     const id = newId('notificationDestination');
-    const res = await client.read(id);
+    const res = await client.op('getNotificationDestination', { params: { id } });
     expectError(res, 404, 'not_found');
-    expect(res.body.detail).toContain(id);
+    expect(res.error?.detail).toContain(id);
   });
 
   it('answers 400 validation_failed pointing at the path for an id that is not onfd_…', async () => {
     const { client } = await newOrg();
     for (const id of ['onfd_123', newId('user'), 'ops-alerts']) {
-      expectValidation(await client.read(id), [problem('/id', undefined, 'path')]);
+      expectValidation(await client.op('getNotificationDestination', { params: { id } }), [problem('/id', undefined, 'path')]);
     }
   });
 });
@@ -441,16 +427,19 @@ describe('updateNotificationDestination', () => {
   it('renames and keeps every other member', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.update(created.id, { name: 'On-call' });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { name: 'On-call' } });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ ...created, name: 'On-call', updated_at: expect.stringMatching(ISO_MS) });
-    expect((await client.read(created.id)).body).toEqual(res.body);
+    expect((await client.op('getNotificationDestination', { params: { id: created.id } })).body).toEqual(res.body);
   });
 
   it('merges config: changing cc keeps to, bcc and the subject prefix', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.update(created.id, { config: { cc: ['cto@acme.example', 'cfo@acme.example'] } });
+    const res = await client.op('updateNotificationDestination', {
+      params: { id: created.id },
+      body: { config: { cc: ['cto@acme.example', 'cfo@acme.example'] } },
+    });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ ...created.config, cc: ['cto@acme.example', 'cfo@acme.example'] });
     expect(res.body.event_types).toEqual(created.event_types);
@@ -465,7 +454,7 @@ describe('updateNotificationDestination', () => {
   it('clears the subject prefix with null and keeps the recipients', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.update(created.id, { config: { subject_prefix: null } });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { subject_prefix: null } } });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ ...created.config, subject_prefix: null });
   });
@@ -473,7 +462,7 @@ describe('updateNotificationDestination', () => {
   it('replaces recipients and empties cc with an empty list', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.update(created.id, { config: { to: ['oncall@acme.example'], cc: [] } });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { to: ['oncall@acme.example'], cc: [] } } });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ ...created.config, to: ['oncall@acme.example'], cc: [] });
   });
@@ -481,7 +470,10 @@ describe('updateNotificationDestination', () => {
   it('replaces event_types, answering them in catalog order', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.update(created.id, { event_types: ['connection.disconnected', 'connection.needs_reauth'] });
+    const res = await client.op('updateNotificationDestination', {
+      params: { id: created.id },
+      body: { event_types: ['connection.disconnected', 'connection.needs_reauth'] },
+    });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ ...created, event_types: ['connection.disconnected', 'connection.needs_reauth'], updated_at: expect.any(String) });
   });
@@ -489,21 +481,21 @@ describe('updateNotificationDestination', () => {
   it('pauses with is_active false and resumes with true, keeping the config', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const paused = await client.update(created.id, { is_active: false });
+    const paused = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { is_active: false } });
     expect(paused.status).toBe(200);
     expect(paused.body).toEqual({ ...created, is_active: false, updated_at: expect.any(String) });
-    expect((await client.list({ is_active: false })).body.data.map((d: { id: string }) => d.id)).toEqual([created.id]);
-    const resumed = await client.update(created.id, { is_active: true });
+    expect((await client.op('listNotificationDestinations', { query: { is_active: false } })).body.data.map((d: { id: string }) => d.id)).toEqual([created.id]);
+    const resumed = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { is_active: true } });
     expect(resumed.body).toEqual({ ...created, updated_at: expect.any(String) });
   });
 
   it('accepts type with the value it already has', async () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.update(created.id, { type: 'email', name: 'Still email' });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { type: 'email', name: 'Still email' } });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ ...created, name: 'Still email', updated_at: expect.any(String) });
-    const alone = await client.update(created.id, { type: 'email' });
+    const alone = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { type: 'email' } });
     expect(alone.status).toBe(200);
     expect(alone.body.type).toBe('email');
   });
@@ -511,10 +503,10 @@ describe('updateNotificationDestination', () => {
   it('answers 400 immutable_field for another type, and changes nothing', async () => {
     const { client, orgId } = await newOrg();
     const created = await create(client, fullEmail());
-    const res = await client.update(created.id, { type: 'slack', name: 'Now Slack' });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { type: 'slack', name: 'Now Slack' } });
     expectError(res, 400, 'immutable_field');
-    expect(res.body.errors).toEqual([problem('/type')]);
-    expect((await client.read(created.id)).body).toEqual(created);
+    expect(res.error?.errors).toEqual([problem('/type')]);
+    expect((await client.op('getNotificationDestination', { params: { id: created.id } })).body).toEqual(created);
     expect(await destinationAudit(orgId)).toHaveLength(1);
   });
 
@@ -523,12 +515,14 @@ describe('updateNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
     const before = await storedRow(created.id);
-    expectValidation(await client.update(created.id, { config: { to: ['ops@acme.example'] } }), [problem('/config/to')]);
-    expectValidation(await client.update(created.id, { config: { cc: ['a@acme.example'], bcc: ['b@acme.example'] } }), [
-      problem('/config/cc'),
-      problem('/config/bcc'),
+    expectValidation(await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { to: ['ops@acme.example'] } } }), [
+      problem('/config/to'),
     ]);
-    expect((await client.read(created.id)).body).toEqual(created);
+    expectValidation(
+      await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { cc: ['a@acme.example'], bcc: ['b@acme.example'] } } }),
+      [problem('/config/cc'), problem('/config/bcc')],
+    );
+    expect((await client.op('getNotificationDestination', { params: { id: created.id } })).body).toEqual(created);
     expect(await storedRow(created.id)).toEqual(before);
   });
 
@@ -536,10 +530,10 @@ describe('updateNotificationDestination', () => {
     const { client } = await newOrg();
     const created = await create(client, fullEmail());
     const url = hookUrl();
-    const res = await client.update(created.id, { config: { webhook_url: url, cc: [] } });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { webhook_url: url, cc: [] } } });
     expectValidation(res, [problem('/config/webhook_url')]);
     expectNoSecret(res, url);
-    expect((await client.read(created.id)).body).toEqual(created);
+    expect((await client.op('getNotificationDestination', { params: { id: created.id } })).body).toEqual(created);
     expect((await storedRow(created.id))!.webhook_url_enc).toBeNull();
   });
 
@@ -550,7 +544,7 @@ describe('updateNotificationDestination', () => {
     const created = await create(client, slackBody(oldUrl));
     const before = await storedRow(created.id);
 
-    const res = await client.update(created.id, { config: { webhook_url: newUrl } });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { webhook_url: newUrl } } });
     expect(res.status).toBe(200);
     expectNoSecret(res, newUrl);
     expectNoSecret(res, oldUrl);
@@ -559,7 +553,7 @@ describe('updateNotificationDestination', () => {
     expect(after!.webhook_url_enc).not.toBe(before!.webhook_url_enc);
     expect(after!.webhook_url_enc).not.toContain(newUrl);
 
-    expect((await client.test(created.id)).body.status).toBe('ok');
+    expect((await client.op('testNotificationDestination', { params: { id: created.id } })).body.status).toBe('ok');
     expect(deliveredTo(newUrl)).toHaveLength(1);
     expect(deliveredTo(oldUrl)).toHaveLength(0);
 
@@ -572,10 +566,10 @@ describe('updateNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url));
-    const res = await client.update(created.id, { config: { subject_prefix: '[Slack]' } });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { subject_prefix: '[Slack]' } } });
     expect(res.status).toBe(200);
     expect(res.body.config).toEqual({ to: [], cc: [], bcc: [], subject_prefix: '[Slack]', has_webhook_url: true });
-    await client.test(created.id);
+    await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(deliveredTo(url)).toHaveLength(1);
   });
 
@@ -585,9 +579,9 @@ describe('updateNotificationDestination', () => {
     const created = await create(client, slackBody(url));
     const before = await storedRow(created.id);
     const refused = 'http://hooks.slack.com/services/T000/B000/YYYYYYYY';
-    const res = await client.update(created.id, { config: { webhook_url: refused } });
+    const res = await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { webhook_url: refused } } });
     expectError(res, 400, 'outbound_url_not_allowed');
-    expect(res.body.errors).toEqual([problem('/config/webhook_url')]);
+    expect(res.error?.errors).toEqual([problem('/config/webhook_url')]);
     expectNoSecret(res, refused);
     expect(await storedRow(created.id)).toEqual(before);
   });
@@ -596,19 +590,19 @@ describe('updateNotificationDestination', () => {
     const { client, orgId } = await newOrg();
     await create(client, emailBody({ name: 'First' }));
     const second = await create(client, emailBody({ name: 'Second' }));
-    const res = await client.update(second.id, { name: 'First', is_active: false });
+    const res = await client.op('updateNotificationDestination', { params: { id: second.id }, body: { name: 'First', is_active: false } });
     expectError(res, 409, 'name_taken');
-    expect((await client.read(second.id)).body).toEqual(second);
+    expect((await client.op('getNotificationDestination', { params: { id: second.id } })).body).toEqual(second);
     expect(await destinationAudit(orgId)).toHaveLength(2);
 
-    const same = await client.update(second.id, { name: 'Second' });
+    const same = await client.op('updateNotificationDestination', { params: { id: second.id }, body: { name: 'Second' } });
     expect(same.status).toBe(200);
     expect(same.body.name).toBe('Second');
   });
 
   it('answers 404 not_found for an unknown id', async () => {
     const { client, orgId } = await newOrg();
-    expectError(await client.update(newId('notificationDestination'), { name: 'x' }), 404, 'not_found');
+    expectError(await client.op('updateNotificationDestination', { params: { id: newId('notificationDestination') }, body: { name: 'x' } }), 404, 'not_found');
     expect(await destinationAudit(orgId)).toEqual([]);
   });
 
@@ -642,7 +636,7 @@ describe('updateNotificationDestination', () => {
     });
 
     it('changes nothing for any of them', async () => {
-      expect((await org.client.read(created.id)).body).toEqual(created);
+      expect((await org.client.op('getNotificationDestination', { params: { id: created.id } })).body).toEqual(created);
       expect(await destinationAudit(org.orgId)).toHaveLength(1);
     });
   });
@@ -655,31 +649,31 @@ describe('deleteNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
 
-    const res = await client.remove(created.id);
+    const res = await client.op('deleteNotificationDestination', { params: { id: created.id } });
     expect(res.status).toBe(204);
     expect(res.text).toBe('');
     expect(await storedRow(created.id)).toBeUndefined();
 
-    expectError(await client.read(created.id), 404, 'not_found');
-    expectError(await client.remove(created.id), 404, 'not_found');
-    expectError(await client.update(created.id, { name: 'x' }), 404, 'not_found');
-    expectError(await client.test(created.id), 404, 'not_found');
+    expectError(await client.op('getNotificationDestination', { params: { id: created.id } }), 404, 'not_found');
+    expectError(await client.op('deleteNotificationDestination', { params: { id: created.id } }), 404, 'not_found');
+    expectError(await client.op('updateNotificationDestination', { params: { id: created.id }, body: { name: 'x' } }), 404, 'not_found');
+    expectError(await client.op('testNotificationDestination', { params: { id: created.id } }), 404, 'not_found');
     expect(deliveredTo(url)).toHaveLength(0);
-    expect((await client.list()).body).toEqual({ data: [kept], next_cursor: null });
+    expect((await client.op('listNotificationDestinations')).body).toEqual({ data: [kept], next_cursor: null });
   });
 
   it('frees the name for a new destination', async () => {
     const { client } = await newOrg();
     const created = await create(client, emailBody({ name: 'Reused' }));
-    await client.remove(created.id);
+    await client.op('deleteNotificationDestination', { params: { id: created.id } });
     const again = await create(client, emailBody({ name: 'Reused' }));
     expect(again.id).not.toBe(created.id);
   });
 
   it('answers 404 not_found for an unknown id and 400 for a malformed one', async () => {
     const { client } = await newOrg();
-    expectError(await client.remove(newId('notificationDestination')), 404, 'not_found');
-    expectValidation(await client.remove('onfd_nope'), [problem('/id', undefined, 'path')]);
+    expectError(await client.op('deleteNotificationDestination', { params: { id: newId('notificationDestination') } }), 404, 'not_found');
+    expectValidation(await client.op('deleteNotificationDestination', { params: { id: 'onfd_nope' } }), [problem('/id', undefined, 'path')]);
   });
 });
 
@@ -689,7 +683,7 @@ describe('testNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url, { name: '#ops-alerts', event_types: ['role.created', 'member.joined'] }));
 
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.status).toBe(200);
     expectNoSecret(res, url);
     expect(res.body).toEqual({
@@ -714,7 +708,7 @@ describe('testNotificationDestination', () => {
     expect(payload.text).toContain('Acme Robotics');
     expect(payload.text).toContain('member.joined');
 
-    const fetched = await client.read(created.id);
+    const fetched = await client.op('getNotificationDestination', { params: { id: created.id } });
     expect(fetched.body).toEqual(res.body.destination);
     expect((await storedRow(created.id))!.last_test_status).toBe('ok');
   });
@@ -723,7 +717,7 @@ describe('testNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url, { config: { webhook_url: url, subject_prefix: '[Acme MCP]' } }));
-    await client.test(created.id);
+    await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(JSON.parse(deliveredTo(url)[0]!.body).text).toMatch(/^\[Acme MCP\] /);
   });
 
@@ -733,7 +727,7 @@ describe('testNotificationDestination', () => {
     const created = await create(client, slackBody(url));
     peers.receiver.respondWith({ status: 500, body: 'upstream broke' });
 
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.status).toBe(200);
     expect(res.body.status).toBe('failed');
     expect(res.body.error).toEqual(expect.stringContaining('500'));
@@ -741,7 +735,7 @@ describe('testNotificationDestination', () => {
     expect(res.body.destination).toMatchObject({ last_test_status: 'failed', last_test_error: res.body.error, last_test_at: expect.stringMatching(ISO_MS) });
     expect(deliveredTo(url)).toHaveLength(1);
 
-    const fetched = await client.read(created.id);
+    const fetched = await client.op('getNotificationDestination', { params: { id: created.id } });
     expect(fetched.body).toMatchObject({ last_test_status: 'failed', last_test_error: res.body.error, last_test_at: res.body.destination.last_test_at });
   });
 
@@ -750,9 +744,12 @@ describe('testNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
     peers.receiver.respondWith({ status: 404, body: 'no_team' });
-    expect((await client.test(created.id)).body).toMatchObject({ status: 'failed', error: expect.stringContaining('404') });
+    expect((await client.op('testNotificationDestination', { params: { id: created.id } })).body).toMatchObject({
+      status: 'failed',
+      error: expect.stringContaining('404'),
+    });
     peers.receiver.respondWith({ status: 200, body: 'ok' });
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.body).toMatchObject({ status: 'ok', error: null, destination: { last_test_status: 'ok', last_test_error: null } });
   });
 
@@ -761,7 +758,7 @@ describe('testNotificationDestination', () => {
     const url = hookUrl();
     const created = await create(client, slackBody(url));
     peers.receiver.respondWith({ status: 302, body: '' });
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.body).toMatchObject({ status: 'failed', error: expect.stringContaining('302') });
     expect(deliveredTo(url)).toHaveLength(1);
   });
@@ -772,7 +769,7 @@ describe('testNotificationDestination', () => {
     await closed.close();
     const { client } = await newOrg();
     const created = await create(client, slackBody(url));
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ status: 'failed', error: expect.any(String), destination: { last_test_status: 'failed' } });
     expectNoSecret(res, url);
@@ -792,7 +789,7 @@ describe('testNotificationDestination', () => {
       }),
     );
 
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ status: 'ok', error: null, destination: { id: created.id, last_test_status: 'ok', last_test_error: null } });
 
@@ -809,14 +806,14 @@ describe('testNotificationDestination', () => {
     expect(message!.raw).toContain('Mail test');
     expect(message!.raw).toContain('Acme Robotics');
 
-    expect((await client.read(created.id)).body).toEqual(res.body.destination);
+    expect((await client.op('getNotificationDestination', { params: { id: created.id } })).body).toEqual(res.body.destination);
   });
 
   it('sends a subject without a prefix when none is set', async () => {
     const { client } = await newOrg();
     const to = mailbox('plain');
     const created = await create(client, emailBody({ config: { to: [to] } }));
-    await client.test(created.id);
+    await client.op('testNotificationDestination', { params: { id: created.id } });
     const [message] = mailFor(to);
     expect(headersOf(message!.raw)).toMatch(/^Subject: [^\s[]/m);
   });
@@ -826,7 +823,7 @@ describe('testNotificationDestination', () => {
     const to = mailbox('inject');
     const attacker = mailbox('attacker');
     const created = await create(client, emailBody({ config: { to: [to], subject_prefix: `[A]\r\nBcc: ${attacker}` } }));
-    expect((await client.test(created.id)).body.status).toBe('ok');
+    expect((await client.op('testNotificationDestination', { params: { id: created.id } })).body.status).toBe('ok');
     const [message] = mailFor(to);
     expect(message!.to).toEqual([to]);
     expect(headersOf(message!.raw)).not.toMatch(/^Bcc:/im);
@@ -837,15 +834,15 @@ describe('testNotificationDestination', () => {
     const { client } = await newOrg();
     const url = hookUrl();
     const created = await create(client, slackBody(url, { is_active: false }));
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.body).toMatchObject({ status: 'ok', destination: { is_active: false, last_test_status: 'ok' } });
     expect(deliveredTo(url)).toHaveLength(1);
   });
 
   it('answers 404 not_found for an unknown id and 400 for a malformed one', async () => {
     const { client } = await newOrg();
-    expectError(await client.test(newId('notificationDestination')), 404, 'not_found');
-    expectValidation(await client.test('onfd_'), [problem('/id', undefined, 'path')]);
+    expectError(await client.op('testNotificationDestination', { params: { id: newId('notificationDestination') } }), 404, 'not_found');
+    expectValidation(await client.op('testNotificationDestination', { params: { id: 'onfd_' } }), [problem('/id', undefined, 'path')]);
   });
 
   describe('with an SMTP server that rejects recipients', () => {
@@ -863,7 +860,7 @@ describe('testNotificationDestination', () => {
     it('answers 200 with status failed and the server’s reply, and records it', async () => {
       const { client, orgId } = await newOrg(app);
       const created = await create(client, emailBody());
-      const res = await client.test(created.id);
+      const res = await client.op('testNotificationDestination', { params: { id: created.id } });
       expect(res.status).toBe(200);
       expect(res.body).toMatchObject({
         status: 'failed',
@@ -872,7 +869,7 @@ describe('testNotificationDestination', () => {
       });
       expect(res.body.destination.last_test_error).toBe(res.body.error);
       expect(rejecting.messages).toEqual([]);
-      expect((await client.read(created.id)).body).toEqual(res.body.destination);
+      expect((await client.op('getNotificationDestination', { params: { id: created.id } })).body).toEqual(res.body.destination);
       expect((await destinationAudit(orgId, app)).map((e) => e.action)).toEqual(['notification_destination.created', 'notification_destination.tested']);
     });
   });
@@ -881,7 +878,7 @@ describe('testNotificationDestination', () => {
 describe('listNotificationDestinations', () => {
   it('answers an empty page for an organization without destinations', async () => {
     const { client } = await newOrg();
-    const res = await client.list();
+    const res = await client.op('listNotificationDestinations');
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ data: [], next_cursor: null });
   });
@@ -895,7 +892,7 @@ describe('listNotificationDestinations', () => {
     const b = await create(client, slackBody(url, { name: 'B' }));
     const c = await create(client, emailBody({ name: 'C', is_active: false }));
 
-    const res = await client.list();
+    const res = await client.op('listNotificationDestinations');
     expect(res.body).toEqual({ data: [a, b, c], next_cursor: null });
     expectNoSecret(res, url);
   });
@@ -946,7 +943,7 @@ describe('listNotificationDestinations', () => {
     const { client } = await newOrg();
     const created: string[] = [];
     for (let i = 1; i <= 4; i += 1) created.push((await create(client, emailBody({ name: `Destination ${i}` }))).id);
-    const first = await client.list({ limit: 4 });
+    const first = await client.op('listNotificationDestinations', { query: { limit: 4 } });
     expect(first.body.next_cursor).toBeNull();
     const pages = await walk(client, 'limit=2');
     expect(pages.map((p) => p.length)).toEqual([2, 2]);
@@ -968,9 +965,9 @@ describe('listNotificationDestinations', () => {
     const { client } = await newOrg();
     const created: string[] = [];
     for (let i = 1; i <= 4; i += 1) created.push((await create(client, emailBody({ name: `Destination ${i}` }))).id);
-    const first = await client.list({ limit: 2 });
-    await client.remove(created[1]!);
-    const second = await client.list({ limit: 2, cursor: first.body.next_cursor });
+    const first = await client.op('listNotificationDestinations', { query: { limit: 2 } });
+    await client.op('deleteNotificationDestination', { params: { id: created[1]! } });
+    const second = await client.op('listNotificationDestinations', { query: { limit: 2, cursor: first.body.next_cursor ?? undefined } });
     expect(second.body.data.map((d: { id: string }) => d.id)).toEqual(created.slice(2));
     expect(second.body.next_cursor).toBeNull();
   });
@@ -997,10 +994,10 @@ describe('listNotificationDestinations', () => {
     const { client } = await newOrg();
     await create(client, emailBody({ name: 'one' }));
     await create(client, emailBody({ name: 'two' }));
-    const one = await client.list({ limit: 1 });
+    const one = await client.op('listNotificationDestinations', { query: { limit: 1 } });
     expect(one.body.data).toHaveLength(1);
     expect(one.body.next_cursor).toEqual(expect.any(String));
-    const all = await client.list({ limit: 200 });
+    const all = await client.op('listNotificationDestinations', { query: { limit: 200 } });
     expect(all.body.data).toHaveLength(2);
     expect(all.body.next_cursor).toBeNull();
   });
@@ -1051,7 +1048,7 @@ async function orgWithDestination() {
     url,
     destination,
     async expectUnchanged() {
-      expect((await org.client.read(destination.id)).body).toEqual(destination);
+      expect((await org.client.op('getNotificationDestination', { params: { id: destination.id } })).body).toEqual(destination);
       expect(await storedRow(destination.id)).toEqual(row);
       expect(deliveredTo(url)).toEqual([]);
       expect(await countRows(org.orgId)).toBe(1);
@@ -1065,8 +1062,8 @@ describe('permissions', () => {
     const org = await orgWithDestination();
     const userId = await t.factories.member(org.orgId, { roles: ['member'] });
     const clients = [
-      destinationClient(t, { session: await t.factories.session(userId), org: org.orgId }),
-      destinationClient(t, { token: await t.factories.token(org.orgId, userId), org: org.orgId }),
+      t.as({ session: await t.factories.session(userId), org: org.orgId }),
+      t.as({ token: await t.factories.token(org.orgId, userId), org: org.orgId }),
     ];
     for (const client of clients) {
       for (const op of OPERATIONS) {
@@ -1080,7 +1077,7 @@ describe('permissions', () => {
 
   it('lets a token limited to notification:view list and get, and refuses it every change', async () => {
     const org = await orgWithDestination();
-    const viewer = destinationClient(t, { token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
+    const viewer = t.as({ token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
     for (const op of READS) expect((await op.send(viewer, org.destination.id)).status).toBe(200);
     for (const op of WRITES) {
       const res = await op.send(viewer, org.destination.id);
@@ -1093,7 +1090,7 @@ describe('permissions', () => {
   it('lets an auditor read, and refuses the auditor every change', async () => {
     const org = await orgWithDestination();
     const auditorId = await t.factories.member(org.orgId, { roles: ['auditor'] });
-    const auditor = destinationClient(t, { session: await t.factories.session(auditorId), org: org.orgId });
+    const auditor = t.as({ session: await t.factories.session(auditorId), org: org.orgId });
     const list = await auditor.get(LIST);
     expect(list.body).toEqual({ data: [org.destination], next_cursor: null });
     expect((await auditor.get(itemPath(org.destination.id))).body).toEqual(org.destination);
@@ -1104,7 +1101,7 @@ describe('permissions', () => {
   it('lets an admin member do everything', async () => {
     const org = await orgWithDestination();
     const adminId = await t.factories.member(org.orgId, { roles: ['admin'] });
-    const admin = destinationClient(t, { session: await t.factories.session(adminId), org: org.orgId });
+    const admin = t.as({ session: await t.factories.session(adminId), org: org.orgId });
     const statuses = [];
     for (const op of OPERATIONS) statuses.push((await op.send(admin, org.destination.id)).status);
     expect(statuses).toEqual([200, 201, 200, 200, 204, 404]);
@@ -1112,7 +1109,7 @@ describe('permissions', () => {
 
   it('checks the permission before validating the body', async () => {
     const org = await orgWithDestination();
-    const viewer = destinationClient(t, { token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
+    const viewer = t.as({ token: await t.factories.token(org.orgId, org.ownerId, ['notification:view']), org: org.orgId });
     expectError(await viewer.post(LIST, { nonsense: true }), 403, 'missing_permission');
     expectError(await viewer.patch(itemPath(org.destination.id), { type: 'email' }), 403, 'missing_permission');
   });
@@ -1121,7 +1118,7 @@ describe('permissions', () => {
 describe('credentials', () => {
   it('answers 401 invalid_token on every operation for a token that does not exist', async () => {
     const org = await orgWithDestination();
-    const forged = destinationClient(t, { token: `${org.token.slice(0, -6)}zzzzzz`, org: org.orgId });
+    const forged = t.as({ token: `${org.token.slice(0, -6)}zzzzzz`, org: org.orgId });
     for (const op of OPERATIONS) {
       const res = await op.send(forged, org.destination.id);
       expectError(res, 401, 'invalid_token');
@@ -1137,8 +1134,12 @@ describe('tenant isolation', () => {
   it('lists none of another organization’s destinations, and records nothing for the one that asked', async () => {
     const a = await newOrg();
     const b = await orgWithDestination();
-    expectError(await a.client.update(b.destination.id, { config: { webhook_url: hookUrl() } }), 404, 'not_found');
-    expect((await a.client.list()).body).toEqual({ data: [], next_cursor: null });
+    expectError(
+      await a.client.op('updateNotificationDestination', { params: { id: b.destination.id }, body: { config: { webhook_url: hookUrl() } } }),
+      404,
+      'not_found',
+    );
+    expect((await a.client.op('listNotificationDestinations')).body).toEqual({ data: [], next_cursor: null });
     expect(await destinationAudit(a.orgId)).toEqual([]);
     await b.expectUnchanged();
   });
@@ -1149,8 +1150,8 @@ describe('tenant isolation', () => {
     await create(a.client, emailBody({ name: 'A1' }));
     await create(a.client, emailBody({ name: 'A2' }));
     const bOnly = await create(b.client, emailBody({ name: 'B1' }));
-    const page = await a.client.list({ limit: 1 });
-    const res = await b.client.list({ cursor: page.body.next_cursor });
+    const page = await a.client.op('listNotificationDestinations', { query: { limit: 1 } });
+    const res = await b.client.op('listNotificationDestinations', { query: { cursor: page.body.next_cursor ?? undefined } });
     expect(res.status).toBe(200);
     expect(res.body.data.map((d: { id: string }) => d.id)).toEqual([bOnly.id]);
   });
@@ -1158,7 +1159,7 @@ describe('tenant isolation', () => {
   it('answers 403 not_a_member when A’s token names B’s organization', async () => {
     const a = await newOrg();
     const b = await orgWithDestination();
-    const crossed = destinationClient(t, { token: a.token, org: b.orgId });
+    const crossed = t.as({ token: a.token, org: b.orgId });
     for (const op of OPERATIONS) expectError(await op.send(crossed, b.destination.id), 403, 'not_a_member');
     await b.expectUnchanged();
   });
@@ -1177,21 +1178,26 @@ describe('audit', () => {
     steps.push([
       'notification_destination.created',
       async () => {
-        const res = await client.create(slackBody(firstUrl, { config: { webhook_url: firstUrl, subject_prefix: '[A]' } }));
+        const res = await client.op('createNotificationDestination', {
+          body: slackBody(firstUrl, { config: { webhook_url: firstUrl, subject_prefix: '[A]' } }),
+        });
         id = res.body.id;
         return res;
       },
     ]);
-    steps.push(['notification_destination.updated', () => client.update(id, { name: 'Renamed', config: { webhook_url: secondUrl } })]);
-    steps.push(['notification_destination.tested', () => client.test(id)]);
-    steps.push(['notification_destination.deleted', () => client.remove(id)]);
+    steps.push([
+      'notification_destination.updated',
+      () => client.op('updateNotificationDestination', { params: { id }, body: { name: 'Renamed', config: { webhook_url: secondUrl } } }),
+    ]);
+    steps.push(['notification_destination.tested', () => client.op('testNotificationDestination', { params: { id } })]);
+    steps.push(['notification_destination.deleted', () => client.op('deleteNotificationDestination', { params: { id } })]);
 
     for (const [action, run] of steps) {
       const before = await destinationAudit(orgId);
       const res = await run();
       expect(res.status).toBeLessThan(300);
       // Reads in between write nothing.
-      await client.list();
+      await client.op('listNotificationDestinations');
       const after = await destinationAudit(orgId);
       expect(after).toHaveLength(before.length + 1);
       const entry = after[after.length - 1]!;
@@ -1220,7 +1226,7 @@ describe('audit', () => {
     const { client, orgId } = await newOrg();
     const created = await create(client, slackBody(hookUrl()));
     peers.receiver.respondWith({ status: 500 });
-    expect((await client.test(created.id)).body.status).toBe('failed');
+    expect((await client.op('testNotificationDestination', { params: { id: created.id } })).body.status).toBe('failed');
     const entries = await destinationAudit(orgId);
     expect(entries.map((e) => e.action)).toEqual(['notification_destination.created', 'notification_destination.tested']);
     expect(entries[1]!.target_id).toBe(created.id);
@@ -1229,12 +1235,12 @@ describe('audit', () => {
   it('writes nothing for refused requests', async () => {
     const { client, orgId } = await newOrg();
     const created = await create(client, emailBody({ name: 'Taken' }));
-    await client.create(emailBody({ name: 'Taken' }));
-    await client.create(emailBody({ event_types: [] }));
-    await client.update(created.id, { type: 'slack' });
-    await client.update(newId('notificationDestination'), { name: 'x' });
-    await client.remove(newId('notificationDestination'));
-    await client.test(newId('notificationDestination'));
+    await client.op('createNotificationDestination', { body: emailBody({ name: 'Taken' }) });
+    await client.op('createNotificationDestination', { body: emailBody({ event_types: [] }) });
+    await client.op('updateNotificationDestination', { params: { id: created.id }, body: { type: 'slack' } });
+    await client.op('updateNotificationDestination', { params: { id: newId('notificationDestination') }, body: { name: 'x' } });
+    await client.op('deleteNotificationDestination', { params: { id: newId('notificationDestination') } });
+    await client.op('testNotificationDestination', { params: { id: newId('notificationDestination') } });
     expect((await destinationAudit(orgId)).map((e) => e.action)).toEqual(['notification_destination.created']);
   });
 });
@@ -1244,17 +1250,19 @@ describe('Slack webhook hosts', () => {
     const defaults = await startTestApp({ env: { SLACK_WEBHOOK_HOSTS: '' } });
     try {
       const { client } = await newOrg(defaults);
-      expect((await client.create(slackBody('https://hooks.slack.com/services/T000/B000/XXXXXXXX'))).status).toBe(201);
-      const elsewhere = await client.create(slackBody('https://webhooks.example.com/services/T000/B000/XXXXXXXX', { name: 'Elsewhere' }));
+      expect((await client.op('createNotificationDestination', { body: slackBody('https://hooks.slack.com/services/T000/B000/XXXXXXXX') })).status).toBe(201);
+      const elsewhere = await client.op('createNotificationDestination', {
+        body: slackBody('https://webhooks.example.com/services/T000/B000/XXXXXXXX', { name: 'Elsewhere' }),
+      });
       expectError(elsewhere, 400, 'outbound_url_not_allowed');
-      expect(elsewhere.body.errors).toEqual([problem('/config/webhook_url', 'must be a Slack incoming webhook on hooks.slack.com')]);
+      expect(elsewhere.error?.errors).toEqual([problem('/config/webhook_url', 'must be a Slack incoming webhook on hooks.slack.com')]);
     } finally {
       await defaults.close();
     }
     const listed = await startTestApp({ env: { SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,chat.example.com' } });
     try {
       const { client } = await newOrg(listed);
-      expect((await client.create(slackBody('https://chat.example.com/hooks/abc'))).status).toBe(201);
+      expect((await client.op('createNotificationDestination', { body: slackBody('https://chat.example.com/hooks/abc') })).status).toBe(201);
     } finally {
       await listed.close();
     }
@@ -1268,7 +1276,7 @@ describe('an outbound call’s deadline', () => {
     const created = await create(client, slackBody(url));
     // OUTBOUND_TIMEOUT_MS is 3000 in tests; the receiver would take 10 s to finish.
     peers.receiver.respondWith({ status: 200, drip: { everyMs: 100, forMs: 10_000 } });
-    const res = await client.test(created.id);
+    const res = await client.op('testNotificationDestination', { params: { id: created.id } });
     expect(res.body).toMatchObject({ status: 'failed', error: 'No answer within 3 seconds.' });
   });
 });
@@ -1285,11 +1293,11 @@ describe('with NOTIFICATION_TEST_COOLDOWN_SECONDS=60', () => {
     const to = mailbox('cooldown');
     const first = await create(client, emailBody({ config: { to: [to] } }));
     const second = await create(client, emailBody({ name: 'Other', config: { to: [to] } }));
-    expect((await client.test(first.id)).body.status).toBe('ok');
-    const again = await client.test(first.id);
+    expect((await client.op('testNotificationDestination', { params: { id: first.id } })).body.status).toBe('ok');
+    const again = await client.op('testNotificationDestination', { params: { id: first.id } });
     expectError(again, 429, 'rate_limited');
     expect(Number(again.headers.get('retry-after'))).toBeGreaterThanOrEqual(59);
-    expect((await client.test(second.id)).body.status).toBe('ok');
+    expect((await client.op('testNotificationDestination', { params: { id: second.id } })).body.status).toBe('ok');
     expect(mailFor(to)).toHaveLength(2);
     expect(
       (await destinationAudit((await storedRow(first.id, cool))!.org_id, cool)).filter((e) => e.action === 'notification_destination.tested'),
@@ -1300,7 +1308,11 @@ describe('with NOTIFICATION_TEST_COOLDOWN_SECONDS=60', () => {
     const { client } = await newOrg(cool);
     const to = mailbox('race');
     const destination = await create(client, emailBody({ config: { to: [to] } }));
-    const answers = await Promise.all([client.test(destination.id), client.test(destination.id), client.test(destination.id)]);
+    const answers = await Promise.all([
+      client.op('testNotificationDestination', { params: { id: destination.id } }),
+      client.op('testNotificationDestination', { params: { id: destination.id } }),
+      client.op('testNotificationDestination', { params: { id: destination.id } }),
+    ]);
     expect(answers.map((a) => a.status).sort()).toEqual([200, 429, 429]);
     expect(mailFor(to)).toHaveLength(1);
   });
@@ -1327,9 +1339,9 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
   it('answers 400 outbound_url_not_allowed for loopback webhook URLs on create, and writes nothing', async () => {
     const { client, orgId } = await newOrg(strict);
     for (const url of loopbackUrls()) {
-      const res = await client.create(slackBody(url));
+      const res = await client.op('createNotificationDestination', { body: slackBody(url) });
       expectError(res, 400, 'outbound_url_not_allowed');
-      expect(res.body.errors).toEqual([problem('/config/webhook_url')]);
+      expect(res.error?.errors).toEqual([problem('/config/webhook_url')]);
       expectNoSecret(res, url);
     }
     expect(await countRows(orgId, strict)).toBe(0);
@@ -1341,7 +1353,11 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
     const created = await create(client, slackBody(`https://hooks.slack.com/services/T000/B000/${unique()}`));
     const before = await storedRow(created.id, strict);
     for (const url of loopbackUrls()) {
-      expectError(await client.update(created.id, { config: { webhook_url: url } }), 400, 'outbound_url_not_allowed');
+      expectError(
+        await client.op('updateNotificationDestination', { params: { id: created.id }, body: { config: { webhook_url: url } } }),
+        400,
+        'outbound_url_not_allowed',
+      );
     }
     expect(await storedRow(created.id, strict)).toEqual(before);
   });
@@ -1370,7 +1386,7 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
         created_by_user_id: ownerId,
       })
       .execute();
-    const res = await client.test(id);
+    const res = await client.op('testNotificationDestination', { params: { id } });
     expect(res.body).toMatchObject({ status: 'failed', error: 'The destination could not be reached from this server.' });
     expect(res.text).not.toMatch(/loopback|private|127\.0\.0\.1/);
     expect(deliveredTo(url)).toEqual([]);
@@ -1397,7 +1413,7 @@ describe('with OUTBOUND_ALLOW_LOOPBACK=false', () => {
       })
       .execute();
 
-    const res = await client.test(id);
+    const res = await client.op('testNotificationDestination', { params: { id } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ status: 'failed', error: expect.stringContaining('loopback'), destination: { id, last_test_status: 'failed' } });
     expectNoSecret(res, url);
@@ -1418,7 +1434,7 @@ describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', (
     const { client, orgId } = await newOrg(privateOnly);
     const port = new URL(peers.receiver.url).port;
     for (const url of [`http://0.0.0.0:${port}/services/T0/B0/${unique()}`, `http://[::]:${port}/services/T0/B0/${unique()}`]) {
-      expectError(await client.create(slackBody(url)), 400, 'outbound_url_not_allowed');
+      expectError(await client.op('createNotificationDestination', { body: slackBody(url) }), 400, 'outbound_url_not_allowed');
       expect(deliveredTo(url)).toEqual([]);
     }
     expect(await countRows(orgId, privateOnly)).toBe(0);
@@ -1428,12 +1444,12 @@ describe('with OUTBOUND_ALLOW_PRIVATE=true and OUTBOUND_ALLOW_LOOPBACK=false', (
     const { client } = await newOrg(privateOnly);
     const port = new URL(peers.receiver.url).port;
     for (const url of [`http://127.0.0.1:${port}/services/T0/B0/${unique()}`, `http://[::1]:${port}/services/T0/B0/${unique()}`]) {
-      expectError(await client.create(slackBody(url)), 400, 'outbound_url_not_allowed');
+      expectError(await client.op('createNotificationDestination', { body: slackBody(url) }), 400, 'outbound_url_not_allowed');
     }
   });
 
   it('accepts a private address', async () => {
     const { client } = await newOrg(privateOnly);
-    expect((await client.create(slackBody('https://10.1.2.3/services/T000/B000/PRIVATEOK'))).status).toBe(201);
+    expect((await client.op('createNotificationDestination', { body: slackBody('https://10.1.2.3/services/T000/B000/PRIVATEOK') })).status).toBe(201);
   });
 });

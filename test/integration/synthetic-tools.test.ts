@@ -5,7 +5,7 @@ import { PLANS } from '../../src/access/entitlements';
 import { PERMISSIONS } from '../../src/identity/permissions';
 import { shareResource } from '../../src/access/shares';
 import { newId } from '../../src/lib/ids';
-import { settle, startTestApp, type TestApp } from '../support/app';
+import { startTestApp, type TestApp } from '../support/app';
 import { eventsOf, expectError } from '../support/connections';
 import type { SeededOrg } from '../support/factories';
 import { startApiKeyUpstream, useUpstream } from '../support/upstream-mcp';
@@ -63,23 +63,12 @@ let aliceConn: string;
 let bobConn: string;
 
 type Credential = { token: string; org: string };
-function client(credential: Credential) {
-  const api = t.client(credential);
-  const item = (id: string) => ({ params: { path: { id } } });
-  return {
-    list: (query: { limit?: number; cursor?: string; connector_slug?: string; created_by_user_id?: string } = {}) =>
-      settle(api.GET('/synthetic-tool', { params: { query } })),
-    create: (body: Schemas['SyntheticToolCreate']) => settle(api.POST('/synthetic-tool', { body })),
-    read: (id: string) => settle(api.GET('/synthetic-tool/{id}', item(id))),
-    update: (id: string, body: Schemas['SyntheticToolUpdate']) => settle(api.PATCH('/synthetic-tool/{id}', { ...item(id), body })),
-    remove: (id: string) => settle(api.DELETE('/synthetic-tool/{id}', item(id))),
-    execute: (id: string, body: Schemas['SyntheticToolExecuteRequest'] = {}) => settle(api.POST('/synthetic-tool/{id}/execute', { ...item(id), body })),
-  };
-}
-let owner: ReturnType<typeof client>;
-let alice: ReturnType<typeof client>;
-let bob: ReturnType<typeof client>;
-let carol: ReturnType<typeof client>;
+/** Callers: `op` sends an operation by id as one member, and get, post… send raw requests. */
+type Caller = ReturnType<TestApp['as']>;
+let owner: Caller;
+let alice: Caller;
+let bob: Caller;
+let carol: Caller;
 
 async function connector(slug: string, tools: string[]): Promise<string> {
   await insertConnector(t.db, {
@@ -155,7 +144,7 @@ function lookupThenUpdate(name: string, extra: Partial<Schemas['SyntheticToolCre
 }
 
 async function created(body: Schemas['SyntheticToolCreate'], as = owner): Promise<Schemas['SyntheticTool']> {
-  const res = await as.create(body);
+  const res = await as.op('createSyntheticTool', { body });
   if (res.status !== 201) throw new Error(`create: ${res.status} ${res.text}`);
   return res.body;
 }
@@ -172,10 +161,10 @@ beforeAll(async () => {
   const credential = async (userId: string) => ({ token: await t.factories.token(org.orgId, userId), org: org.orgId });
   const aliceCred = await credential(aliceId);
   const bobCred = await credential(bobId);
-  owner = client({ token: org.token, org: org.orgId });
-  alice = client(aliceCred);
-  bob = client(bobCred);
-  carol = client(await credential(carolId));
+  owner = t.as({ token: org.token, org: org.orgId });
+  alice = t.as(aliceCred);
+  bob = t.as(bobCred);
+  carol = t.as(await credential(carolId));
   crm = await connector('crm', ['lookup', 'update', 'fail', 'whoami', 'echo']);
   discovered = await connector('discovered', []);
   aliceConn = await connect(aliceCred, crm, KEY_A);
@@ -185,11 +174,13 @@ afterAll(() => t.close());
 
 describe('saving', () => {
   it('creates, reads, lists, updates and deletes, with audit entries', async () => {
-    const res = await owner.create({
-      name: 'triage',
-      description: 'One step.',
-      input_schema: { type: 'object', properties: { ticket_id: { type: 'integer' } } },
-      steps: [{ id: 'lookup', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: { $input: '/ticket_id' } } }],
+    const res = await owner.op('createSyntheticTool', {
+      body: {
+        name: 'triage',
+        description: 'One step.',
+        input_schema: { type: 'object', properties: { ticket_id: { type: 'integer' } } },
+        steps: [{ id: 'lookup', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: { $input: '/ticket_id' } } }],
+      },
     });
     expect(res.status).toBe(201);
     const tool = res.body;
@@ -204,45 +195,56 @@ describe('saving', () => {
         { id: 'lookup', tool: { connector_slug: crm, connection_id: null, name: 'lookup' }, arguments: { id: { $input: '/ticket_id' } }, on_error: 'fail' },
       ],
     });
-    expect((await owner.read(tool.id)).body).toEqual(tool);
-    expect((await alice.read(tool.id)).status).toBe(200);
+    expect((await owner.op('getSyntheticTool', { params: { id: tool.id } })).body).toEqual(tool);
+    expect((await alice.op('getSyntheticTool', { params: { id: tool.id } })).status).toBe(200);
 
-    const byConnector = await owner.list({ connector_slug: crm, limit: 100 });
+    const byConnector = await owner.op('listSyntheticTools', { query: { connector_slug: crm, limit: 100 } });
     expect(byConnector.body.data.map((s: { id: string }) => s.id)).toContain(tool.id);
-    expect((await owner.list({ connector_slug: 'docs-demo' })).body.data.map((s: { id: string }) => s.id)).not.toContain(tool.id);
-    expect((await owner.list({ created_by_user_id: aliceId })).body.data).toEqual([]);
-    expectError(await owner.list({ connector_slug: 'no-such-connector' }), 400, 'unknown_reference');
+    expect((await owner.op('listSyntheticTools', { query: { connector_slug: 'docs-demo' } })).body.data.map((s: { id: string }) => s.id)).not.toContain(
+      tool.id,
+    );
+    expect((await owner.op('listSyntheticTools', { query: { created_by_user_id: aliceId } })).body.data).toEqual([]);
+    expectError(await owner.op('listSyntheticTools', { query: { connector_slug: 'no-such-connector' } }), 400, 'unknown_reference');
     // Pages, oldest first.
     await created(lookupThenUpdate('paged_second'));
-    const first = await owner.list({ limit: 1 });
+    const first = await owner.op('listSyntheticTools', { query: { limit: 1 } });
     expect(first.body.data.map((s: { id: string }) => s.id)).toEqual([tool.id]);
-    const next = await owner.list({ limit: 1, cursor: first.body.next_cursor });
-    expect(next.body.data[0].name).toBe('paged_second');
-    expectError(await owner.list({ cursor: 'bm90LWFuLWlk' }), 400, 'invalid_cursor');
-    expectError(await owner.list({ created_by_user_id: 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e' }), 400, 'unknown_reference');
+    const next = await owner.op('listSyntheticTools', { query: { limit: 1, cursor: first.body.next_cursor ?? undefined } });
+    expect(next.body.data[0]?.name).toBe('paged_second');
+    expectError(await owner.op('listSyntheticTools', { query: { cursor: 'bm90LWFuLWlk' } }), 400, 'invalid_cursor');
+    expectError(await owner.op('listSyntheticTools', { query: { created_by_user_id: 'usr_01jg3b7f0m5x2c8v4n6b9t1r3e' } }), 400, 'unknown_reference');
 
-    const renamed = await owner.update(tool.id, { name: 'triage_v2', description: 'Reworded.', output_schema: { type: 'object' } });
+    const renamed = await owner.op('updateSyntheticTool', {
+      params: { id: tool.id },
+      body: { name: 'triage_v2', description: 'Reworded.', output_schema: { type: 'object' } },
+    });
     expect(renamed.status).toBe(200);
     expect(renamed.body).toMatchObject({ name: 'triage_v2', description: 'Reworded.', output_schema: { type: 'object' }, steps: tool.steps });
-    expect((await owner.update(tool.id, { output_schema: null })).body.output_schema).toBeNull();
+    expect((await owner.op('updateSyntheticTool', { params: { id: tool.id }, body: { output_schema: null } })).body.output_schema).toBeNull();
     // Steps replaced wholesale; the kept output must still name an existing step.
-    const replaced = await owner.update(tool.id, { steps: [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }] });
+    const replaced = await owner.op('updateSyntheticTool', {
+      params: { id: tool.id },
+      body: { steps: [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }] },
+    });
     expectError(replaced, 400, 'validation_failed');
-    expect(replaced.body.errors).toEqual([{ in: 'body', pointer: '/output/$step', message: 'refers to step "lookup", which is not a step of this tool' }]);
-    const both = await owner.update(tool.id, {
-      steps: [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }],
-      output: { $step: 'who', pointer: '/member' },
+    expect(replaced.error?.errors).toEqual([{ in: 'body', pointer: '/output/$step', message: 'refers to step "lookup", which is not a step of this tool' }]);
+    const both = await owner.op('updateSyntheticTool', {
+      params: { id: tool.id },
+      body: {
+        steps: [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }],
+        output: { $step: 'who', pointer: '/member' },
+      },
     });
     expect(both.status).toBe(200);
-    expect(both.body.steps[0].id).toBe('who');
+    expect(both.body.steps[0]?.id).toBe('who');
 
     await created(lookupThenUpdate('name_in_use'));
-    expectError(await owner.update(tool.id, { name: 'name_in_use' }), 409, 'name_taken');
-    expectError(await owner.create(lookupThenUpdate('name_in_use')), 409, 'name_taken');
+    expectError(await owner.op('updateSyntheticTool', { params: { id: tool.id }, body: { name: 'name_in_use' } }), 409, 'name_taken');
+    expectError(await owner.op('createSyntheticTool', { body: lookupThenUpdate('name_in_use') }), 409, 'name_taken');
 
-    expect((await owner.remove(tool.id)).status).toBe(204);
-    expectError(await owner.read(tool.id), 404, 'not_found');
-    expectError(await owner.remove(tool.id), 404, 'not_found');
+    expect((await owner.op('deleteSyntheticTool', { params: { id: tool.id } })).status).toBe(204);
+    expectError(await owner.op('getSyntheticTool', { params: { id: tool.id } }), 404, 'not_found');
+    expectError(await owner.op('deleteSyntheticTool', { params: { id: tool.id } }), 404, 'not_found');
     const actions = (await t.factories.auditEntries(org.orgId)).filter((e) => e.target_id === tool.id).map((e) => e.action);
     expect(actions).toEqual(expect.arrayContaining(['synthetic_tool.created', 'synthetic_tool.updated', 'synthetic_tool.deleted']));
     const update = (await t.factories.auditEntries(org.orgId, 'synthetic_tool.updated')).find((e) => e.target_id === tool.id);
@@ -253,47 +255,53 @@ describe('saving', () => {
     const base = lookupThenUpdate('bad_refs');
     const step = (over: Partial<Schemas['SyntheticToolStepInput']>, i = 0) => ({ ...base, steps: base.steps.map((s, j) => (j === i ? { ...s, ...over } : s)) });
 
-    const unknownConnector = await owner.create(step({ tool: { connector_slug: 'nowhere', name: 'lookup' } }));
+    const unknownConnector = await owner.op('createSyntheticTool', { body: step({ tool: { connector_slug: 'nowhere', name: 'lookup' } }) });
     expectError(unknownConnector, 400, 'unknown_reference');
-    expect(unknownConnector.body.errors).toEqual([{ in: 'body', pointer: '/steps/0/tool/connector_slug', message: expect.any(String) }]);
+    expect(unknownConnector.error?.errors).toEqual([{ in: 'body', pointer: '/steps/0/tool/connector_slug', message: expect.any(String) }]);
 
-    const undeclared = await owner.create(step({ tool: { connector_slug: crm, name: 'drop_tables' } }, 1));
+    const undeclared = await owner.op('createSyntheticTool', { body: step({ tool: { connector_slug: crm, name: 'drop_tables' } }, 1) });
     expectError(undeclared, 400, 'validation_failed');
-    expect(undeclared.body.errors).toEqual([{ in: 'body', pointer: '/steps/1/tool/name', message: `is not a tool of ${crm}` }]);
+    expect(undeclared.error?.errors).toEqual([{ in: 'body', pointer: '/steps/1/tool/name', message: `is not a tool of ${crm}` }]);
 
-    const forward = await owner.create(step({ arguments: { id: { $step: 'update', pointer: '/id' } } }));
+    const forward = await owner.op('createSyntheticTool', { body: step({ arguments: { id: { $step: 'update', pointer: '/id' } } }) });
     expectError(forward, 400, 'validation_failed');
-    expect(forward.body.errors).toEqual([
+    expect(forward.error?.errors).toEqual([
       { in: 'body', pointer: '/steps/0/arguments/id/$step', message: 'refers to step "update", which is not an earlier step' },
     ]);
-    const itself = await owner.create(step({ arguments: { note: { $template: 'see {{step:lookup:/x}}' } } }));
-    expect(itself.body.errors).toEqual([
+    const itself = await owner.op('createSyntheticTool', { body: step({ arguments: { note: { $template: 'see {{step:lookup:/x}}' } } }) });
+    expect(itself.error?.errors).toEqual([
       { in: 'body', pointer: '/steps/0/arguments/note/$template', message: 'refers to step "lookup", which is not an earlier step' },
     ]);
 
-    const duplicate = await owner.create(step({ id: 'lookup' }, 1));
-    expect(duplicate.body.errors).toContainEqual({ in: 'body', pointer: '/steps/1/id', message: 'repeats the id "lookup" of an earlier step' });
+    const duplicate = await owner.op('createSyntheticTool', { body: step({ id: 'lookup' }, 1) });
+    expect(duplicate.error?.errors).toContainEqual({ in: 'body', pointer: '/steps/1/id', message: 'repeats the id "lookup" of an earlier step' });
 
-    const notObject = await owner.create({ ...base, input_schema: { type: 'object', properties: { a: { type: 'strin' } } } });
+    const notObject = await owner.op('createSyntheticTool', { body: { ...base, input_schema: { type: 'object', properties: { a: { type: 'strin' } } } } });
     expectError(notObject, 400, 'validation_failed');
-    expect(notObject.body.errors[0].pointer).toMatch(/^\/input_schema/);
-    const draft7 = await owner.create({ ...base, input_schema: { type: 'object', $schema: 'http://json-schema.org/draft-07/schema#' } });
-    expect(draft7.body.errors).toEqual([{ in: 'body', pointer: '/input_schema/$schema', message: expect.stringMatching(/draft 2020-12/) }]);
-    const badOutputSchema = await owner.create({ ...base, output_schema: { type: 'object', required: 'x' } as never });
-    expect(badOutputSchema.body.errors[0].pointer).toMatch(/^\/output_schema/);
-    const unresolvable = await owner.create({ ...base, input_schema: { type: 'object', properties: { a: { $ref: 'https://schemas.example/a.json' } } } });
-    expect(unresolvable.body.errors).toEqual([{ in: 'body', pointer: '/input_schema', message: expect.stringMatching(/does not compile/) }]);
+    expect(notObject.error?.errors[0]?.pointer).toMatch(/^\/input_schema/);
+    const draft7 = await owner.op('createSyntheticTool', {
+      body: { ...base, input_schema: { type: 'object', $schema: 'http://json-schema.org/draft-07/schema#' } },
+    });
+    expect(draft7.error?.errors).toEqual([{ in: 'body', pointer: '/input_schema/$schema', message: expect.stringMatching(/draft 2020-12/) }]);
+    const badOutputSchema = await owner.op('createSyntheticTool', { body: { ...base, output_schema: { type: 'object', required: 'x' } as never } });
+    expect(badOutputSchema.error?.errors[0]?.pointer).toMatch(/^\/output_schema/);
+    const unresolvable = await owner.op('createSyntheticTool', {
+      body: { ...base, input_schema: { type: 'object', properties: { a: { $ref: 'https://schemas.example/a.json' } } } },
+    });
+    expect(unresolvable.error?.errors).toEqual([{ in: 'body', pointer: '/input_schema', message: expect.stringMatching(/does not compile/) }]);
 
-    const nested = await owner.create({ ...base, output: { a: [{ b: { $eval: 'process.exit()' } }], c: { $template: '{{constructor}}' } } });
-    expect(nested.body.errors).toEqual([
+    const nested = await owner.op('createSyntheticTool', {
+      body: { ...base, output: { a: [{ b: { $eval: 'process.exit()' } }], c: { $template: '{{constructor}}' } } },
+    });
+    expect(nested.error?.errors).toEqual([
       { in: 'body', pointer: '/output/a/0/b/$eval', message: expect.stringMatching(/starts with "\$"/) },
       { in: 'body', pointer: '/output/c/$template', message: expect.stringMatching(/is not a placeholder/) },
     ]);
-    const unknownOutputStep = await owner.create({ ...base, output: { $step: 'nope' } });
-    expect(unknownOutputStep.body.errors).toEqual([
+    const unknownOutputStep = await owner.op('createSyntheticTool', { body: { ...base, output: { $step: 'nope' } } });
+    expect(unknownOutputStep.error?.errors).toEqual([
       { in: 'body', pointer: '/output/$step', message: 'refers to step "nope", which is not a step of this tool' },
     ]);
-    expect((await owner.list({ limit: 100 })).body.data.map((s: { name: string }) => s.name)).not.toContain('bad_refs');
+    expect((await owner.op('listSyntheticTools', { query: { limit: 100 } })).body.data.map((s: { name: string }) => s.name)).not.toContain('bad_refs');
   });
 
   it("pins only connections the writer may pin: their own, or anyone's with connection:manage", async () => {
@@ -304,9 +312,9 @@ describe('saving', () => {
       steps: [{ id: 'who', tool: { connector_slug: slug, connection_id: conn, name: 'whoami' } }],
     });
     // The owner holds connection:manage: Alice's connection may be pinned.
-    expect((await owner.create(pinned(aliceConn))).status).toBe(201);
+    expect((await owner.op('createSyntheticTool', { body: pinned(aliceConn) })).status).toBe(201);
     // Without connection:manage (a token that leaves it out) only one's own.
-    const narrow = client({
+    const narrow = t.as({
       token: await t.factories.token(
         org.orgId,
         org.ownerId,
@@ -314,18 +322,20 @@ describe('saving', () => {
       ),
       org: org.orgId,
     });
-    const refused = await narrow.create(pinned(bobConn));
+    const refused = await narrow.op('createSyntheticTool', { body: pinned(bobConn) });
     expectError(refused, 400, 'unknown_reference');
-    expect(refused.body.errors).toEqual([{ in: 'body', pointer: '/steps/0/tool/connection_id', message: expect.any(String) }]);
-    expectError(await owner.create(pinned('conn_01jg3c9q1s3v5x7z9b1d3f5h7k')), 400, 'unknown_reference');
+    expect(refused.error?.errors).toEqual([{ in: 'body', pointer: '/steps/0/tool/connection_id', message: expect.any(String) }]);
+    expectError(await owner.op('createSyntheticTool', { body: pinned('conn_01jg3c9q1s3v5x7z9b1d3f5h7k') }), 400, 'unknown_reference');
     // A connection of another connector.
-    const wrong = await owner.create({
-      ...pinned(aliceConn),
-      name: 'pin_wrong',
-      steps: [{ id: 'who', tool: { connector_slug: discovered, connection_id: aliceConn, name: 'whoami' } }],
+    const wrong = await owner.op('createSyntheticTool', {
+      body: {
+        ...pinned(aliceConn),
+        name: 'pin_wrong',
+        steps: [{ id: 'who', tool: { connector_slug: discovered, connection_id: aliceConn, name: 'whoami' } }],
+      },
     });
     expectError(wrong, 400, 'validation_failed');
-    expect(wrong.body.errors[0].pointer).toBe('/steps/0/tool/connection_id');
+    expect(wrong.error?.errors[0]?.pointer).toBe('/steps/0/tool/connection_id');
   });
 
   it('a connector that declares no tools is checked against what its connections listed, once any did', async () => {
@@ -336,15 +346,17 @@ describe('saving', () => {
       steps: [{ id: 'one', tool: { connector_slug: discovered, name: tool } }],
     });
     // Nothing listed yet: any name is accepted; the upstream decides at run time.
-    expect((await owner.create(body('disc_before', 'anything_at_all'))).status).toBe(201);
+    expect((await owner.op('createSyntheticTool', { body: body('disc_before', 'anything_at_all') })).status).toBe(201);
     await connect({ token: await t.factories.token(org.orgId, carolId), org: org.orgId }, discovered, KEY_A);
-    expect((await owner.create(body('disc_known', 'lookup'))).status).toBe(201);
-    const unknown = await owner.create(body('disc_unknown', 'anything_at_all'));
+    expect((await owner.op('createSyntheticTool', { body: body('disc_known', 'lookup') })).status).toBe(201);
+    const unknown = await owner.op('createSyntheticTool', { body: body('disc_unknown', 'anything_at_all') });
     expectError(unknown, 400, 'validation_failed');
-    expect(unknown.body.errors[0]).toMatchObject({ pointer: '/steps/0/tool/name', message: expect.stringMatching(/as its connections last listed them/) });
+    expect(unknown.error?.errors[0]).toMatchObject({ pointer: '/steps/0/tool/name', message: expect.stringMatching(/as its connections last listed them/) });
     // The name accepted before any listing: the upstream refuses it when it runs, an answer naming the step.
-    const before = (await owner.list({ connector_slug: discovered })).body.data.find((s: { name: string }) => s.name === 'disc_before');
-    const run = await carol.execute(before.id, {});
+    const before = (await owner.op('listSyntheticTools', { query: { connector_slug: discovered } })).body.data.find(
+      (s: { name: string }) => s.name === 'disc_before',
+    );
+    const run = await carol.op('executeSyntheticTool', { params: { id: before!.id }, body: {} });
     expect(run.status).toBe(200);
     expect(run.body).toMatchObject({
       is_error: true,
@@ -355,12 +367,12 @@ describe('saving', () => {
 
   it("is another organization's 404", async () => {
     const tool = await created(lookupThenUpdate('isolated'));
-    const stranger = client({ token: other.token, org: other.orgId });
-    expectError(await stranger.read(tool.id), 404, 'not_found');
-    expectError(await stranger.update(tool.id, { description: 'x' }), 404, 'not_found');
-    expectError(await stranger.execute(tool.id, { arguments: { ticket_id: 1 } }), 404, 'not_found');
-    expectError(await stranger.remove(tool.id), 404, 'not_found');
-    expect((await stranger.list()).body.data).toEqual([]);
+    const stranger = t.as({ token: other.token, org: other.orgId });
+    expectError(await stranger.op('getSyntheticTool', { params: { id: tool.id } }), 404, 'not_found');
+    expectError(await stranger.op('updateSyntheticTool', { params: { id: tool.id }, body: { description: 'x' } }), 404, 'not_found');
+    expectError(await stranger.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1 } } }), 404, 'not_found');
+    expectError(await stranger.op('deleteSyntheticTool', { params: { id: tool.id } }), 404, 'not_found');
+    expect((await stranger.op('listSyntheticTools')).body.data).toEqual([]);
   });
 });
 
@@ -372,7 +384,7 @@ describe('executing', () => {
 
   it("maps across steps, each run through the caller's own connection and key", async () => {
     const mark = up.peer.seen.length;
-    const res = await alice.execute(tool.id, { arguments: { ticket_id: 4821 } });
+    const res = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 4821 } } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
       synthetic_tool_id: tool.id,
@@ -384,7 +396,7 @@ describe('executing', () => {
         who: ['alice', 'alice'],
       },
     });
-    expect(JSON.parse(res.body.content[0].text)).toEqual(res.body.result);
+    expect(JSON.parse((res.body.content[0] as { text: string }).text)).toEqual(res.body.result);
     expect(res.body.steps).toEqual([
       {
         id: 'lookup',
@@ -409,16 +421,16 @@ describe('executing', () => {
     expect(res.text).not.toContain(org.token);
 
     const mark2 = up.peer.seen.length;
-    const asBob = await bob.execute(tool.id, { arguments: { ticket_id: 7, note: 'urgent' } });
+    const asBob = await bob.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 7, note: 'urgent' } } });
     expect(asBob.body.result).toMatchObject({ ticket: { member: 'bob', credential: KEY_B }, updated: { note: 'was open (urgent) {{literal}}', by: 'bob' } });
-    expect(asBob.body.steps[0].tool.connection_id).toBe(bobConn);
+    expect(asBob.body.steps[0]?.tool.connection_id).toBe(bobConn);
     expect(seenSince(mark2).map((c) => c.credential)).toEqual([KEY_B, KEY_B]);
     // Nobody else's key travelled with either run.
     expect(up.peer.seen.slice(mark).every((s) => s.credential !== null && [KEY_A, KEY_B].includes(s.credential))).toBe(true);
 
     // Steps go through the connection's kept upstream session: another run opens none.
     const mark3 = up.peer.seen.length;
-    expect((await alice.execute(tool.id, { arguments: { ticket_id: 5 } })).status).toBe(200);
+    expect((await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 5 } } })).status).toBe(200);
     expect(seenSince(mark3)).toHaveLength(2);
     expect(up.peer.seen.slice(mark3).filter((s) => s.rpc === 'initialize')).toHaveLength(0);
   });
@@ -432,9 +444,9 @@ describe('executing', () => {
 
   it('checks the arguments against input_schema before anything runs', async () => {
     const mark = up.peer.seen.length;
-    const res = await alice.execute(tool.id, { arguments: { note: 5, extra: true } });
+    const res = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { note: 5, extra: true } } });
     expectError(res, 400, 'invalid_tool_arguments');
-    expect(res.body.errors).toEqual(
+    expect(res.error?.errors).toEqual(
       expect.arrayContaining([
         { in: 'body', pointer: '/arguments/ticket_id', message: expect.any(String) },
         { in: 'body', pointer: '/arguments/note', message: 'must be string' },
@@ -451,19 +463,19 @@ describe('executing', () => {
     );
     // 40 a's and a "!": a backtracking engine tries 2^40 ways before it says no.
     const started = Date.now();
-    const refused = await alice.execute(nested.id, { arguments: { ticket_id: 1, note: `${'a'.repeat(40)}!` } });
+    const refused = await alice.op('executeSyntheticTool', { params: { id: nested.id }, body: { arguments: { ticket_id: 1, note: `${'a'.repeat(40)}!` } } });
     expectError(refused, 400, 'invalid_tool_arguments');
-    expect(refused.body.errors).toEqual([{ in: 'body', pointer: '/arguments/note', message: 'must match pattern "^(a+)+$"' }]);
+    expect(refused.error?.errors).toEqual([{ in: 'body', pointer: '/arguments/note', message: 'must match pattern "^(a+)+$"' }]);
     expect(Date.now() - started).toBeLessThan(5_000);
-    expect((await alice.execute(nested.id, { arguments: { ticket_id: 1, note: 'aaaa' } })).status).toBe(200);
+    expect((await alice.op('executeSyntheticTool', { params: { id: nested.id }, body: { arguments: { ticket_id: 1, note: 'aaaa' } } })).status).toBe(200);
 
-    const lookahead = await owner.create(
-      lookupThenUpdate('lookahead', {
+    const lookahead = await owner.op('createSyntheticTool', {
+      body: lookupThenUpdate('lookahead', {
         input_schema: { ...ticketInput, properties: { ...ticketInput.properties, note: { type: 'string', pattern: '^(?=a)' } } },
       }),
-    );
+    });
     expectError(lookahead, 400, 'validation_failed');
-    expect(JSON.stringify(lookahead.body.errors)).toContain('does not compile');
+    expect(JSON.stringify(lookahead.error?.errors)).toContain('does not compile');
   });
 
   it('stops at the first failing step and names it; under continue the run goes on with defaults', async () => {
@@ -476,7 +488,7 @@ describe('executing', () => {
         { id: 'after', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: 1 } },
       ],
     });
-    const res = await alice.execute(failing.id, { arguments: { ticket_id: 9 } });
+    const res = await alice.op('executeSyntheticTool', { params: { id: failing.id }, body: { arguments: { ticket_id: 9 } } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
       is_error: true,
@@ -485,7 +497,7 @@ describe('executing', () => {
       content: [{ type: 'text', text: 'Step find: ticket 9 not found' }],
     });
     expect(res.body.steps.map((s: { status: string }) => s.status)).toEqual(['failed', 'skipped']);
-    expect(res.body.steps[0].error).toBe('ticket 9 not found');
+    expect(res.body.steps[0]?.error).toBe('ticket 9 not found');
     expect(res.body.steps[1]).toMatchObject({ started_at: null, duration_ms: null, error: null, tool: { connection_id: aliceConn } });
 
     const tolerant = await created({
@@ -498,7 +510,7 @@ describe('executing', () => {
       ],
       output: { found: { $step: 'find', default: 'nothing' }, after: { $step: 'after', pointer: '/id' } },
     });
-    const ok = await alice.execute(tolerant.id, { arguments: { ticket_id: 9 } });
+    const ok = await alice.op('executeSyntheticTool', { params: { id: tolerant.id }, body: { arguments: { ticket_id: 9 } } });
     expect(ok.body).toMatchObject({ is_error: false, result: { found: 'nothing', after: 77 } });
     expect(ok.body.steps.map((s: { status: string }) => s.status)).toEqual(['failed', 'succeeded']);
 
@@ -512,7 +524,7 @@ describe('executing', () => {
       output: { $literal: null },
     });
     const mark = up.peer.seen.length;
-    const stopped = await alice.execute(uncalled.id, { arguments: { ticket_id: 9 } });
+    const stopped = await alice.op('executeSyntheticTool', { params: { id: uncalled.id }, body: { arguments: { ticket_id: 9 } } });
     expect(stopped.body).toMatchObject({
       is_error: true,
       error: { step_id: 'needs', message: expect.stringMatching(/^Step needs: Cannot resolve .*"find".* no default/) },
@@ -526,12 +538,12 @@ describe('executing', () => {
       steps: [tolerant.steps[0] as Schemas['SyntheticToolStepInput']],
       output: { $step: 'find' },
     });
-    const ended = await alice.execute(noDefault.id, { arguments: { ticket_id: 9 } });
+    const ended = await alice.op('executeSyntheticTool', { params: { id: noDefault.id }, body: { arguments: { ticket_id: 9 } } });
     expect(ended.body).toMatchObject({ is_error: true, error: { step_id: null, message: expect.stringMatching(/^Output: .*step "find" has no result/) } });
 
     // An output that does not match output_schema is an error too.
     const mismatch = await created({ ...lookupThenUpdate('schema_mismatch'), output_schema: { type: 'object', required: ['missing'] } });
-    const bad = await alice.execute(mismatch.id, { arguments: { ticket_id: 1 } });
+    const bad = await alice.op('executeSyntheticTool', { params: { id: mismatch.id }, body: { arguments: { ticket_id: 1 } } });
     expect(bad.body).toMatchObject({ is_error: true, error: { step_id: null, message: expect.stringMatching(/does not match output_schema/) } });
   });
 
@@ -549,14 +561,14 @@ describe('executing', () => {
     up.peer.delayMs = STEP_TIMEOUT_MS + 500;
     try {
       const started = Date.now();
-      const res = await alice.execute(slow.id, {});
+      const res = await alice.op('executeSyntheticTool', { params: { id: slow.id }, body: {} });
       expectError(res, 502, 'upstream_unavailable');
-      expect(res.body.detail).toMatch(/^Step must \(crm whoami\): Connector crm did not answer within 1000 ms\./);
+      expect(res.error?.detail).toMatch(/^Step must \(crm whoami\): Connector crm did not answer within 1000 ms\./);
       expect(Date.now() - started).toBeLessThan(STEP_TIMEOUT_MS * 2 + 1500);
     } finally {
       up.peer.delayMs = 0;
     }
-    const runs = await alice.execute(slow.id, {});
+    const runs = await alice.op('executeSyntheticTool', { params: { id: slow.id }, body: {} });
     expect(runs.body.is_error).toBe(false);
     // Under continue, the step that timed out is a failed step of an answer.
     const tolerant = await created({
@@ -568,10 +580,10 @@ describe('executing', () => {
     });
     up.peer.delayMs = STEP_TIMEOUT_MS + 500;
     try {
-      const res = await alice.execute(tolerant.id, {});
+      const res = await alice.op('executeSyntheticTool', { params: { id: tolerant.id }, body: {} });
       expect(res.body).toMatchObject({ is_error: false, result: { a: 'late' } });
       expect(res.body.steps[0]).toMatchObject({ status: 'failed', error: 'Connector crm did not answer within 1000 ms.' });
-      expect(res.body.steps[0].duration_ms).toBeGreaterThanOrEqual(STEP_TIMEOUT_MS - 50);
+      expect(res.body.steps[0]!.duration_ms).toBeGreaterThanOrEqual(STEP_TIMEOUT_MS - 50);
     } finally {
       up.peer.delayMs = 0;
     }
@@ -588,12 +600,12 @@ describe('executing', () => {
       ],
       output: { pinned: { $step: 'lookup', pointer: '/member' }, own: { $step: 'mine', pointer: '/member' } },
     });
-    const asAlice = await alice.execute(pinned.id, { arguments: { ticket_id: 1 } });
+    const asAlice = await alice.op('executeSyntheticTool', { params: { id: pinned.id }, body: { arguments: { ticket_id: 1 } } });
     expect(asAlice.body.result).toEqual({ pinned: 'alice', own: 'alice' });
     // Bob neither owns it nor reaches it through a toolbox.
-    const refused = await bob.execute(pinned.id, { arguments: { ticket_id: 1 } });
+    const refused = await bob.op('executeSyntheticTool', { params: { id: pinned.id }, body: { arguments: { ticket_id: 1 } } });
     expectError(refused, 409, 'connection_unavailable');
-    expect(refused.body.detail).toContain(aliceConn);
+    expect(refused.error?.detail).toContain(aliceConn);
     // A toolbox shared with the organization lists Alice's connection: now Bob reaches it.
     const toolboxId = newId('toolbox');
     await t.db.insertInto('toolboxes').values({ id: toolboxId, org_id: org.orgId, name: 'Shared CRM', created_by_user_id: org.ownerId }).execute();
@@ -609,33 +621,42 @@ describe('executing', () => {
       byUserId: null,
     });
     const mark = up.peer.seen.length;
-    const asBob = await bob.execute(pinned.id, { arguments: { ticket_id: 1 } });
+    const asBob = await bob.op('executeSyntheticTool', { params: { id: pinned.id }, body: { arguments: { ticket_id: 1 } } });
     expect(asBob.status).toBe(200);
     expect(asBob.body.result).toEqual({ pinned: 'alice', own: 'bob' });
-    expect(asBob.body.steps.map((s: { tool: { connection_id: string } }) => s.tool.connection_id)).toEqual([aliceConn, bobConn]);
+    expect(asBob.body.steps.map((s) => s.tool.connection_id)).toEqual([aliceConn, bobConn]);
     expect(seenSince(mark).map((c) => c.credential)).toEqual([KEY_A, KEY_B]);
   });
 
   it("uses the connection named in bindings, and refuses ones that are not the caller's", async () => {
     const second = await connect({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }, crm, KEY_B);
-    const res = await alice.execute(tool.id, { arguments: { ticket_id: 2 }, bindings: [{ connector_slug: crm, connection_id: second }] });
-    expect(res.body.result.ticket.credential).toBe(KEY_B);
-    expect(res.body.steps[0].tool.connection_id).toBe(second);
-    const unknown = await alice.execute(tool.id, {
-      arguments: { ticket_id: 2 },
-      bindings: [{ connector_slug: crm, connection_id: 'conn_01jg3c9q1s3v5x7z9b1d3f5h7k' }],
+    const res = await alice.op('executeSyntheticTool', {
+      params: { id: tool.id },
+      body: { arguments: { ticket_id: 2 }, bindings: [{ connector_slug: crm, connection_id: second }] },
+    });
+    expect((res.body.result as { ticket: { credential: string } }).ticket.credential).toBe(KEY_B);
+    expect(res.body.steps[0]?.tool.connection_id).toBe(second);
+    const unknown = await alice.op('executeSyntheticTool', {
+      params: { id: tool.id },
+      body: {
+        arguments: { ticket_id: 2 },
+        bindings: [{ connector_slug: crm, connection_id: 'conn_01jg3c9q1s3v5x7z9b1d3f5h7k' }],
+      },
     });
     expectError(unknown, 400, 'unknown_reference');
-    expect(unknown.body.errors).toEqual([{ in: 'body', pointer: '/bindings/0/connection_id', message: expect.any(String) }]);
-    const notMine = await alice.execute(tool.id, { arguments: { ticket_id: 2 }, bindings: [{ connector_slug: crm, connection_id: bobConn }] });
+    expect(unknown.error?.errors).toEqual([{ in: 'body', pointer: '/bindings/0/connection_id', message: expect.any(String) }]);
+    const notMine = await alice.op('executeSyntheticTool', {
+      params: { id: tool.id },
+      body: { arguments: { ticket_id: 2 }, bindings: [{ connector_slug: crm, connection_id: bobConn }] },
+    });
     expectError(notMine, 400, 'validation_failed');
     await t.db.deleteFrom('connections').where('id', '=', second).execute();
   });
 
   it('answers 409 connection_unavailable, naming the connector, to a caller without a connection', async () => {
-    const res = await carol.execute(tool.id, { arguments: { ticket_id: 3 } });
+    const res = await carol.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 3 } } });
     expectError(res, 409, 'connection_unavailable');
-    expect(res.body.detail).toContain(crm);
+    expect(res.error?.detail).toContain(crm);
   });
 
   it('makes a connection whose key the upstream refuses needs_reauth, with its event', async () => {
@@ -644,16 +665,16 @@ describe('executing', () => {
     up.peer.setKeys({ [KEY_A]: 'alice', [KEY_B]: 'bob', 'key-dave-temp': 'dave' });
     const daveConn = await connect(dave, crm, 'key-dave-temp');
     up.peer.setKeys({ [KEY_A]: 'alice', [KEY_B]: 'bob' });
-    const res = await client(dave).execute(tool.id, { arguments: { ticket_id: 4 } });
+    const res = await t.as(dave).op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 4 } } });
     expectError(res, 409, 'connection_unavailable');
-    expect(res.body.detail).toMatch(/refused the connection's credentials/);
+    expect(res.error?.detail).toMatch(/refused the connection's credentials/);
     const row = await t.db.selectFrom('connections').select(['status', 'status_reason']).where('id', '=', daveConn).executeTakeFirstOrThrow();
     expect(row).toEqual({ status: 'needs_reauth', status_reason: 'credentials_rejected' });
     const events = (await eventsOf(t, org.orgId, 'connection.needs_reauth')).filter((e) => e.payload.connection.id === daveConn);
     expect(events).toHaveLength(1);
     expect(events[0]?.actor_type).toBe('system');
     // Now the connection is not active: refused before any step runs.
-    expectError(await client(dave).execute(tool.id, { arguments: { ticket_id: 4 } }), 409, 'connection_unavailable');
+    expectError(await t.as(dave).op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 4 } } }), 409, 'connection_unavailable');
   });
 });
 
@@ -682,23 +703,23 @@ describe('restrictions and deletion', () => {
     const tool = await created(lookupThenUpdate('denied_through_step'));
     const deny = await restriction({ effect: 'deny', connector: crm, pattern: 'upd*', userIds: [bobId] });
     const mark = up.peer.seen.length;
-    const res = await bob.execute(tool.id, { arguments: { ticket_id: 1 } });
+    const res = await bob.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1 } } });
     expectError(res, 403, 'tool_restricted');
-    expect(res.body.detail).toContain(deny);
-    expect(res.body.detail).toMatch(/cannot unlock it/);
+    expect(res.error?.detail).toContain(deny);
+    expect(res.error?.detail).toMatch(/cannot unlock it/);
     expect(up.peer.seen.length).toBe(mark);
     // It applies to Bob only.
-    expect((await alice.execute(tool.id, { arguments: { ticket_id: 1 } })).status).toBe(200);
+    expect((await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1 } } })).status).toBe(200);
     await removeRestriction(deny);
-    expect((await bob.execute(tool.id, { arguments: { ticket_id: 1 } })).status).toBe(200);
+    expect((await bob.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1 } } })).status).toBe(200);
   });
 
   it('a require_approval naming the tool holds it until an approved access request', async () => {
     const tool = await created(lookupThenUpdate('held_tool'));
     const held = await restriction({ effect: 'require_approval', syntheticToolId: tool.id });
-    const res = await alice.execute(tool.id, { arguments: { ticket_id: 1 } });
+    const res = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1 } } });
     expectError(res, 403, 'tool_restricted');
-    expect(res.body.detail).toContain(`restriction_id ${held}`);
+    expect(res.error?.detail).toContain(`restriction_id ${held}`);
     await t.db
       .insertInto('access_requests')
       .values({
@@ -716,15 +737,15 @@ describe('restrictions and deletion', () => {
         exception_expires_at: null,
       })
       .execute();
-    expect((await alice.execute(tool.id, { arguments: { ticket_id: 1 } })).body.is_error).toBe(false);
-    expectError(await bob.execute(tool.id, { arguments: { ticket_id: 1 } }), 403, 'tool_restricted');
+    expect((await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1 } } })).body.is_error).toBe(false);
+    expectError(await bob.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1 } } }), 403, 'tool_restricted');
 
     // Named by a restriction: not deleted, and the 409 names it.
-    const blocked = await owner.remove(tool.id);
+    const blocked = await owner.op('deleteSyntheticTool', { params: { id: tool.id } });
     expectError(blocked, 409, 'conflict');
-    expect(blocked.body.detail).toContain(held);
+    expect(blocked.error?.detail).toContain(held);
     await removeRestriction(held);
-    expect((await owner.remove(tool.id)).status).toBe(204);
+    expect((await owner.op('deleteSyntheticTool', { params: { id: tool.id } })).status).toBe(204);
   });
 
   it('is not deleted while a toolbox lists it', async () => {
@@ -732,11 +753,11 @@ describe('restrictions and deletion', () => {
     const toolboxId = newId('toolbox');
     await t.db.insertInto('toolboxes').values({ id: toolboxId, org_id: org.orgId, name: 'Lists it', created_by_user_id: org.ownerId }).execute();
     await t.db.insertInto('toolbox_entries').values({ toolbox_id: toolboxId, position: 0, type: 'synthetic_tool', synthetic_tool_id: tool.id }).execute();
-    const blocked = await owner.remove(tool.id);
+    const blocked = await owner.op('deleteSyntheticTool', { params: { id: tool.id } });
     expectError(blocked, 409, 'conflict');
-    expect(blocked.body.detail).toContain(toolboxId);
+    expect(blocked.error?.detail).toContain(toolboxId);
     await t.db.deleteFrom('toolbox_entries').where('toolbox_id', '=', toolboxId).execute();
-    expect((await owner.remove(tool.id)).status).toBe(204);
+    expect((await owner.op('deleteSyntheticTool', { params: { id: tool.id } })).status).toBe(204);
   });
 
   it('counts against the plan limit synthetic_tools', async () => {
@@ -752,7 +773,7 @@ describe('restrictions and deletion', () => {
     );
     (PLANS.free!.limits as Record<string, number | null>).synthetic_tools = count;
     try {
-      expectError(await owner.create(lookupThenUpdate('over_limit')), 403, 'entitlement_exceeded');
+      expectError(await owner.op('createSyntheticTool', { body: lookupThenUpdate('over_limit') }), 403, 'entitlement_exceeded');
     } finally {
       (PLANS.free!.limits as Record<string, number | null>).synthetic_tools = limit;
     }

@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import type { components } from '../../generated/openapi';
 import { toolboxEntries, toolboxesSharedWith } from '../../src/areas/toolboxes';
 import { newId } from '../../src/lib/ids';
-import { startTestApp, settle, type ApiClient, type TestApp } from '../support/app';
-import { connectionClient, expectError } from '../support/connections';
+import { startTestApp, type TestApp } from '../support/app';
+import { expectError } from '../support/client';
 import type { SeededOrg } from '../support/factories';
 import { startApiKeyUpstream, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
@@ -23,23 +23,8 @@ const KEY_B = 'key-bob-Kp4s8LzN1c';
 
 const upstream = useUpstream(() => startApiKeyUpstream({ keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' } }));
 
-function toolboxClient(app: TestApp, credential: { token?: string; org?: string }) {
-  const api: ApiClient = app.client(credential);
-  const item = (id: string) => ({ params: { path: { id } } });
-  return {
-    ...app.as(credential),
-    list: (query: { limit?: number; cursor?: string; connection_id?: string; synthetic_tool_id?: string; created_by_user_id?: string } = {}) =>
-      settle(api.GET('/toolbox', { params: { query } })),
-    create: (body: Schemas['ToolboxCreate']) => settle(api.POST('/toolbox', { body })),
-    read: (id: string) => settle(api.GET('/toolbox/{id}', item(id))),
-    update: (id: string, body: Schemas['ToolboxUpdate']) => settle(api.PATCH('/toolbox/{id}', { ...item(id), body })),
-    remove: (id: string) => settle(api.DELETE('/toolbox/{id}', item(id))),
-    shares: (id: string, query: { limit?: number; cursor?: string } = {}) => settle(api.GET('/toolbox/{id}/share', { params: { path: { id }, query } })),
-    share: (id: string, body: Schemas['ShareCreate']) => settle(api.POST('/toolbox/{id}/share', { ...item(id), body })),
-    revoke: (id: string, aclId: string) => settle(api.DELETE('/toolbox/{id}/share/{aclId}', { params: { path: { id, aclId } } })),
-  };
-}
-type Client = ReturnType<typeof toolboxClient>;
+/** A caller: `op` sends an operation by id as one member, and get, post… send raw requests. */
+type Client = ReturnType<TestApp['as']>;
 
 let t: TestApp;
 let org: SeededOrg;
@@ -75,7 +60,7 @@ async function syntheticTool(orgId: string, name = `triage_${unique()}`): Promis
 }
 
 async function connect(token: string, key: string): Promise<string> {
-  const res = await connectionClient(t, { token, org: org.orgId }).create({ connector_slug: crm, api_key: key });
+  const res = await t.as({ token, org: org.orgId }).op('createConnection', { body: { connector_slug: crm, api_key: key } });
   expect(res.status).toBe(201);
   return res.body.id;
 }
@@ -83,16 +68,16 @@ async function connect(token: string, key: string): Promise<string> {
 beforeAll(async () => {
   t = await startTestApp();
   org = await t.factories.org();
-  owner = toolboxClient(t, { token: org.token, org: org.orgId });
+  owner = t.as({ token: org.token, org: org.orgId });
   const curator = await t.factories.customRole(org.orgId, ['toolbox:view', 'toolbox:manage', 'connection:view', 'connection:use', 'connector:view']);
   aliceId = await t.factories.member(org.orgId, { roles: [curator] });
   bobId = await t.factories.member(org.orgId);
   danId = await t.factories.member(org.orgId);
   const aliceToken = await t.factories.token(org.orgId, aliceId);
   const bobToken = await t.factories.token(org.orgId, bobId);
-  alice = toolboxClient(t, { token: aliceToken, org: org.orgId });
-  bob = toolboxClient(t, { token: bobToken, org: org.orgId });
-  dan = toolboxClient(t, { token: await t.factories.token(org.orgId, danId), org: org.orgId });
+  alice = t.as({ token: aliceToken, org: org.orgId });
+  bob = t.as({ token: bobToken, org: org.orgId });
+  dan = t.as({ token: await t.factories.token(org.orgId, danId), org: org.orgId });
   teamId = await t.factories.team(org.orgId, `Support ${unique()}`, [danId]);
   crm = await customConnector(t, org.orgId, {
     name: 'Acme CRM',
@@ -106,20 +91,22 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 async function created(client: Client, body: Partial<Schemas['ToolboxCreate']> = {}) {
-  const res = await client.create({ name: `Support desk ${unique()}`, ...body });
+  const res = await client.op('createToolbox', { body: { name: `Support desk ${unique()}`, ...body } });
   expect(res.status).toBe(201);
   return res.body as Schemas['Toolbox'];
 }
 
 describe('create and read', () => {
   it('creates a toolbox of connection and synthetic-tool entries, each shown with what it names', async () => {
-    const res = await alice.create({
-      name: 'Support desk',
-      description: 'Ticket triage.',
-      entries: [
-        { type: 'connection', connection_id: aliceConn, tools: ['search_contacts', 'get_contact'] },
-        { type: 'synthetic_tool', synthetic_tool_id: stool },
-      ],
+    const res = await alice.op('createToolbox', {
+      body: {
+        name: 'Support desk',
+        description: 'Ticket triage.',
+        entries: [
+          { type: 'connection', connection_id: aliceConn, tools: ['search_contacts', 'get_contact'] },
+          { type: 'synthetic_tool', synthetic_tool_id: stool },
+        ],
+      },
     });
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe(`/toolbox/${res.body.id}`);
@@ -140,67 +127,83 @@ describe('create and read', () => {
         { type: 'synthetic_tool', synthetic_tool_id: stool, name: 'triage_ticket' },
       ],
     });
-    expect((await alice.read(res.body.id)).body).toEqual(res.body);
+    expect((await alice.op('getToolbox', { params: { id: res.body.id } })).body).toEqual(res.body);
     const audit = (await t.factories.auditEntries(org.orgId, 'toolbox.created')).find((e) => e.target_id === res.body.id);
     expect(audit).toMatchObject({ actor_user_id: aliceId, changes: { name: 'Support desk' } });
     expect(audit?.changes.entries).toHaveLength(2);
-    expectError(await alice.create({ name: 'Support desk' }), 409, 'name_taken');
+    expectError(await alice.op('createToolbox', { body: { name: 'Support desk' } }), 409, 'name_taken');
     // No entries: an empty toolbox.
     expect((await created(alice)).entries).toEqual([]);
   });
 
   it("refuses another member's connection without connection:manage, naming the entry; the owner may use it", async () => {
-    const res = await alice.create({
-      name: `x ${unique()}`,
-      entries: [
-        { type: 'synthetic_tool', synthetic_tool_id: stool },
-        { type: 'connection', connection_id: bobConn, tools: 'all' },
-      ],
+    const res = await alice.op('createToolbox', {
+      body: {
+        name: `x ${unique()}`,
+        entries: [
+          { type: 'synthetic_tool', synthetic_tool_id: stool },
+          { type: 'connection', connection_id: bobConn, tools: 'all' },
+        ],
+      },
     });
     expectError(res, 400, 'unknown_reference');
-    expect(res.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connection_id' })]);
+    expect(res.error?.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/1/connection_id' })]);
     const byOwner = await created(owner, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] });
     expect(byOwner.entries).toEqual([
       { type: 'connection', connection_id: bobConn, connector_slug: crm, connection_owner_user_id: bobId, connection_status: 'active', tools: 'all' },
     ]);
     // Alice may edit that toolbox and keep Bob's connection in it, but not bring it into another.
-    const kept = await alice.update(byOwner.id, {
-      entries: [
-        { type: 'connection', connection_id: bobConn, tools: ['search_contacts'] },
-        { type: 'connection', connection_id: aliceConn, tools: 'all' },
-      ],
+    const kept = await alice.op('updateToolbox', {
+      params: { id: byOwner.id },
+      body: {
+        entries: [
+          { type: 'connection', connection_id: bobConn, tools: ['search_contacts'] },
+          { type: 'connection', connection_id: aliceConn, tools: 'all' },
+        ],
+      },
     });
     expect(kept.status).toBe(200);
-    expect(kept.body.entries.map((e: { connection_id: string }) => e.connection_id)).toEqual([bobConn, aliceConn]);
-    const dropped = await alice.update(byOwner.id, { entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }] });
+    expect(kept.body.entries.map((e) => (e.type === 'connection' ? e.connection_id : undefined))).toEqual([bobConn, aliceConn]);
+    const dropped = await alice.op('updateToolbox', {
+      params: { id: byOwner.id },
+      body: { entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }] },
+    });
     expect(dropped.status).toBe(200);
-    expectError(await alice.update(byOwner.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] }), 400, 'unknown_reference');
+    expectError(
+      await alice.op('updateToolbox', { params: { id: byOwner.id }, body: { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] } }),
+      400,
+      'unknown_reference',
+    );
   });
 
   it("refuses what is not the organization's, and repeated entries", async () => {
     const other = await t.factories.org();
     const theirTool = await syntheticTool(other.orgId);
-    const foreign = await owner.create({
-      name: `x ${unique()}`,
-      entries: [
-        { type: 'synthetic_tool', synthetic_tool_id: theirTool },
-        { type: 'connection', connection_id: newId('connection'), tools: 'all' },
-      ],
+    const foreign = await owner.op('createToolbox', {
+      body: {
+        name: `x ${unique()}`,
+        entries: [
+          { type: 'synthetic_tool', synthetic_tool_id: theirTool },
+          { type: 'connection', connection_id: newId('connection'), tools: 'all' },
+        ],
+      },
     });
     expectError(foreign, 400, 'unknown_reference');
-    expect(foreign.body.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/entries/0/synthetic_tool_id', '/entries/1/connection_id']);
-    const repeated = await owner.create({
-      name: `x ${unique()}`,
-      entries: [
-        { type: 'connection', connection_id: aliceConn, tools: 'all' },
-        { type: 'synthetic_tool', synthetic_tool_id: stool },
-        { type: 'connection', connection_id: aliceConn, tools: ['search_contacts'] },
-      ],
+    expect(foreign.error?.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/entries/0/synthetic_tool_id', '/entries/1/connection_id']);
+    const repeated = await owner.op('createToolbox', {
+      body: {
+        name: `x ${unique()}`,
+        entries: [
+          { type: 'connection', connection_id: aliceConn, tools: 'all' },
+          { type: 'synthetic_tool', synthetic_tool_id: stool },
+          { type: 'connection', connection_id: aliceConn, tools: ['search_contacts'] },
+        ],
+      },
     });
     expectError(repeated, 400, 'validation_failed');
-    expect(repeated.body.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/2' })]);
+    expect(repeated.error?.errors).toEqual([expect.objectContaining({ in: 'body', pointer: '/entries/2' })]);
     expectError(await owner.post('/toolbox', { name: 'x', entries: [{ type: 'connection', connection_id: aliceConn }] }), 400, 'validation_failed');
-    expectError(await bob.create({ name: 'x' }), 403, 'missing_permission');
+    expectError(await bob.op('createToolbox', { body: { name: 'x' } }), 403, 'missing_permission');
   });
 
   it('refuses a toolbox past the plan limit with 403 entitlement_exceeded', async () => {
@@ -217,11 +220,11 @@ describe('create and read', () => {
         })),
       )
       .execute();
-    const res = await toolboxClient(t, { token: full.token, org: full.orgId }).create({ name: 'One more' });
+    const res = await t.as({ token: full.token, org: full.orgId }).op('createToolbox', { body: { name: 'One more' } });
     expectError(res, 403, 'entitlement_exceeded');
-    expect(res.body.detail).toContain('toolboxes');
+    expect(res.error?.detail).toContain('toolboxes');
     await t.db.updateTable('organizations').set({ plan: 'enterprise' }).where('id', '=', full.orgId).execute();
-    expect((await toolboxClient(t, { token: full.token, org: full.orgId }).create({ name: 'One more' })).status).toBe(201);
+    expect((await t.as({ token: full.token, org: full.orgId }).op('createToolbox', { body: { name: 'One more' } })).status).toBe(201);
   });
 });
 
@@ -233,10 +236,13 @@ describe('entries read live', () => {
     upstream.peer.setKeys({ [KEY_B]: 'bob' });
     try {
       await t.db.deleteFrom('connection_tools').where('connection_id', '=', conn).execute();
-      const conns = connectionClient(t, { token: await t.factories.token(org.orgId, aliceId), org: org.orgId });
-      expectError(await conns.tools(conn), 409, 'connection_needs_reauth');
-      expect((await alice.read(box.id)).body.entries[0]).toMatchObject({ connection_id: conn, connection_status: 'needs_reauth' });
-      const listed = (await alice.list({ connection_id: conn })).body.data;
+      const conns = t.as({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId });
+      expectError(await conns.op('listConnectionTools', { params: { id: conn } }), 409, 'connection_needs_reauth');
+      expect((await alice.op('getToolbox', { params: { id: box.id } })).body.entries[0]).toMatchObject({
+        connection_id: conn,
+        connection_status: 'needs_reauth',
+      });
+      const listed = (await alice.op('listToolboxes', { query: { connection_id: conn } })).body.data;
       expect(listed.map((x: Schemas['Toolbox']) => x.entries[0])).toEqual([expect.objectContaining({ connection_status: 'needs_reauth' })]);
     } finally {
       upstream.peer.setKeys({ [KEY_A]: 'alice', [KEY_B]: 'bob' });
@@ -251,31 +257,36 @@ describe('entries read live', () => {
         { type: 'synthetic_tool', synthetic_tool_id: stool },
       ],
     });
-    const conns = connectionClient(t, { token: org.token, org: org.orgId });
-    expect((await conns.transfer(conn, bobId)).status).toBe(200);
-    expect((await alice.read(box.id)).body.entries[0]).toMatchObject({ connection_owner_user_id: bobId, connection_status: 'disconnected' });
-    expect((await conns.remove(conn)).status).toBe(204);
-    expect((await alice.read(box.id)).body.entries).toEqual([{ type: 'synthetic_tool', synthetic_tool_id: stool, name: 'triage_ticket' }]);
+    const conns = t.as({ token: org.token, org: org.orgId });
+    expect((await conns.op('transferConnection', { params: { id: conn }, body: { user_id: bobId } })).status).toBe(200);
+    expect((await alice.op('getToolbox', { params: { id: box.id } })).body.entries[0]).toMatchObject({
+      connection_owner_user_id: bobId,
+      connection_status: 'disconnected',
+    });
+    expect((await conns.op('deleteConnection', { params: { id: conn } })).status).toBe(204);
+    expect((await alice.op('getToolbox', { params: { id: box.id } })).body.entries).toEqual([
+      { type: 'synthetic_tool', synthetic_tool_id: stool, name: 'triage_ticket' },
+    ]);
   });
 });
 
 describe('who sees which toolbox', () => {
   it('shows a member only what they created or what is shared with them; toolbox:manage sees all', async () => {
     const box = await created(owner, { entries: [{ type: 'synthetic_tool', synthetic_tool_id: stool }] });
-    expectError(await bob.read(box.id), 404, 'not_found');
-    expectError(await bob.shares(box.id), 404, 'not_found');
-    expect((await alice.read(box.id)).status).toBe(200);
+    expectError(await bob.op('getToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expectError(await bob.op('listToolboxShares', { params: { id: box.id } }), 404, 'not_found');
+    expect((await alice.op('getToolbox', { params: { id: box.id } })).status).toBe(200);
 
-    const toBob = await owner.share(box.id, { principal: { type: 'user', id: bobId }, level: 'use' });
+    const toBob = await owner.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'user', id: bobId }, level: 'use' } });
     expect(toBob.status).toBe(201);
     expect(toBob.headers.get('location')).toBe(`/toolbox/${box.id}/share/${toBob.body.id}`);
     expect(toBob.body).toMatchObject({ resource_type: 'toolbox', resource_id: box.id, principal: { type: 'user', id: bobId }, level: 'use' });
-    expect((await bob.read(box.id)).status).toBe(200);
-    expect((await bob.list({ limit: 200 })).body.data.map((x: { id: string }) => x.id)).toContain(box.id);
-    expect((await bob.shares(box.id)).body.data.map((s: { id: string }) => s.id)).toEqual([toBob.body.id]);
-    expectError(await dan.read(box.id), 404, 'not_found');
+    expect((await bob.op('getToolbox', { params: { id: box.id } })).status).toBe(200);
+    expect((await bob.op('listToolboxes', { query: { limit: 200 } })).body.data.map((x: { id: string }) => x.id)).toContain(box.id);
+    expect((await bob.op('listToolboxShares', { params: { id: box.id } })).body.data.map((s: { id: string }) => s.id)).toEqual([toBob.body.id]);
+    expectError(await dan.op('getToolbox', { params: { id: box.id } }), 404, 'not_found');
 
-    const again = await owner.share(box.id, { principal: { type: 'user', id: bobId }, level: 'edit' });
+    const again = await owner.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'user', id: bobId }, level: 'edit' } });
     expect(again.status).toBe(200);
     expect(again.body).toMatchObject({ id: toBob.body.id, level: 'edit' });
     const audit = (await t.factories.auditEntries(org.orgId, 'toolbox.shared')).filter((e) => e.target_id === box.id);
@@ -284,27 +295,34 @@ describe('who sees which toolbox', () => {
       { from: 'use', to: 'edit' },
     ]);
     // An edit share lifts no permission.
-    expectError(await bob.update(box.id, { name: 'Mine' }), 403, 'missing_permission');
-    expectError(await bob.remove(box.id), 403, 'missing_permission');
+    expectError(await bob.op('updateToolbox', { params: { id: box.id }, body: { name: 'Mine' } }), 403, 'missing_permission');
+    expectError(await bob.op('deleteToolbox', { params: { id: box.id } }), 403, 'missing_permission');
 
-    const toTeam = await owner.share(box.id, { principal: { type: 'team', id: teamId }, level: 'use' });
-    expect((await dan.read(box.id)).status).toBe(200);
-    expect((await owner.revoke(box.id, toBob.body.id)).status).toBe(204);
-    expectError(await bob.read(box.id), 404, 'not_found');
-    expectError(await owner.revoke(box.id, toBob.body.id), 404, 'not_found');
+    const toTeam = await owner.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'team', id: teamId }, level: 'use' } });
+    expect((await dan.op('getToolbox', { params: { id: box.id } })).status).toBe(200);
+    expect((await owner.op('revokeToolboxShare', { params: { id: box.id, aclId: toBob.body.id } })).status).toBe(204);
+    expectError(await bob.op('getToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expectError(await owner.op('revokeToolboxShare', { params: { id: box.id, aclId: toBob.body.id } }), 404, 'not_found');
     expect((await t.factories.auditEntries(org.orgId, 'toolbox.share_revoked')).some((e) => e.target_id === box.id)).toBe(true);
-    const toOrg = await owner.share(box.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' });
-    expect((await bob.read(box.id)).status).toBe(200);
-    expect((await owner.shares(box.id)).body.data.map((s: { id: string }) => s.id)).toEqual([toTeam.body.id, toOrg.body.id]);
-    expectError(await owner.share(box.id, { principal: { type: 'team', id: newId('team') }, level: 'use' }), 400, 'unknown_reference');
+    const toOrg = await owner.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } });
+    expect((await bob.op('getToolbox', { params: { id: box.id } })).status).toBe(200);
+    expect((await owner.op('listToolboxShares', { params: { id: box.id } })).body.data.map((s: { id: string }) => s.id)).toEqual([
+      toTeam.body.id,
+      toOrg.body.id,
+    ]);
+    expectError(
+      await owner.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'team', id: newId('team') }, level: 'use' } }),
+      400,
+      'unknown_reference',
+    );
   });
 
   it('shows the creator their own through toolbox:view alone', async () => {
     const box = await created(alice);
     const theirs = await created(owner);
-    const narrowed = toolboxClient(t, { token: await t.factories.token(org.orgId, aliceId, ['toolbox:view']), org: org.orgId });
-    expect((await narrowed.read(box.id)).status).toBe(200);
-    expectError(await narrowed.read(theirs.id), 404, 'not_found');
+    const narrowed = t.as({ token: await t.factories.token(org.orgId, aliceId, ['toolbox:view']), org: org.orgId });
+    expect((await narrowed.op('getToolbox', { params: { id: box.id } })).status).toBe(200);
+    expectError(await narrowed.op('getToolbox', { params: { id: theirs.id } }), 404, 'not_found');
   });
 
   it('gives the user toolboxes area the toolboxes shared with a member and their entries', async () => {
@@ -318,7 +336,7 @@ describe('who sees which toolbox', () => {
     const before = (await toolboxesSharedWith(t.db, org.orgId, lone)).map((r) => r.id);
     expect(before).not.toContain(box.id);
     const teamOfOne = await t.factories.team(org.orgId, `Lone ${unique()}`, [lone]);
-    await owner.share(box.id, { principal: { type: 'team', id: teamOfOne }, level: 'use' });
+    await owner.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'team', id: teamOfOne }, level: 'use' } });
     // Toolboxes earlier tests shared with the whole organization are among them too, oldest first.
     expect((await toolboxesSharedWith(t.db, org.orgId, lone)).map((r) => r.id)).toEqual([...before, box.id]);
     expect((await toolboxesSharedWith(t.db, org.orgId, await t.factories.member(org.orgId))).map((r) => r.id)).toEqual(before);
@@ -340,27 +358,33 @@ describe('who sees which toolbox', () => {
 
   it('lists with filters, walking every page once', async () => {
     const admin = await t.factories.member(org.orgId, { roles: ['admin'] });
-    const client = toolboxClient(t, { token: await t.factories.token(org.orgId, admin), org: org.orgId });
+    const client = t.as({ token: await t.factories.token(org.orgId, admin), org: org.orgId });
     const other = await syntheticTool(org.orgId);
     const ids: string[] = [];
     for (let i = 0; i < 5; i += 1) ids.push((await created(client, { entries: i % 2 === 0 ? [{ type: 'synthetic_tool', synthetic_tool_id: other }] : [] })).id);
     const seen: string[] = [];
     let cursor: string | undefined;
     do {
-      const res = await client.list({ limit: 2, created_by_user_id: admin, ...(cursor ? { cursor } : {}) });
+      const res = await client.op('listToolboxes', { query: { limit: 2, created_by_user_id: admin, ...(cursor ? { cursor } : {}) } });
       expect(res.status).toBe(200);
       seen.push(...res.body.data.map((x: { id: string }) => x.id));
       cursor = res.body.next_cursor ?? undefined;
     } while (cursor);
     expect(seen).toEqual(ids);
-    expect((await client.list({ synthetic_tool_id: other })).body.data.map((x: { id: string }) => x.id)).toEqual([ids[0], ids[2], ids[4]]);
-    const bad = await client.list({
-      connection_id: newId('connection'),
-      synthetic_tool_id: newId('syntheticTool'),
-      created_by_user_id: await t.factories.user(),
+    expect((await client.op('listToolboxes', { query: { synthetic_tool_id: other } })).body.data.map((x: { id: string }) => x.id)).toEqual([
+      ids[0],
+      ids[2],
+      ids[4],
+    ]);
+    const bad = await client.op('listToolboxes', {
+      query: {
+        connection_id: newId('connection'),
+        synthetic_tool_id: newId('syntheticTool'),
+        created_by_user_id: await t.factories.user(),
+      },
     });
     expectError(bad, 400, 'unknown_reference');
-    expect(bad.body.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/connection_id', '/synthetic_tool_id', '/created_by_user_id']);
+    expect(bad.error?.errors.map((e: { pointer: string }) => e.pointer)).toEqual(['/connection_id', '/synthetic_tool_id', '/created_by_user_id']);
   });
 });
 
@@ -373,11 +397,14 @@ describe('update and delete', () => {
         { type: 'synthetic_tool', synthetic_tool_id: stool },
       ],
     });
-    const res = await alice.update(box.id, {
-      entries: [
-        { type: 'synthetic_tool', synthetic_tool_id: second },
-        { type: 'connection', connection_id: aliceConn, tools: 'all' },
-      ],
+    const res = await alice.op('updateToolbox', {
+      params: { id: box.id },
+      body: {
+        entries: [
+          { type: 'synthetic_tool', synthetic_tool_id: second },
+          { type: 'connection', connection_id: aliceConn, tools: 'all' },
+        ],
+      },
     });
     expect(res.status).toBe(200);
     expect(res.body.entries.map((e: Schemas['ToolboxEntry']) => (e.type === 'connection' ? e.connection_id : e.synthetic_tool_id))).toEqual([
@@ -391,29 +418,50 @@ describe('update and delete', () => {
       entries: { added: [{ type: 'synthetic_tool', synthetic_tool_id: second }], removed: [{ type: 'synthetic_tool', synthetic_tool_id: stool }] },
     });
     // Leaving entries out keeps them; an empty list empties the toolbox.
-    const renamed = await alice.update(box.id, { name: `${box.name} (EU)`, description: null });
+    const renamed = await alice.op('updateToolbox', { params: { id: box.id }, body: { name: `${box.name} (EU)`, description: null } });
     expect(renamed.body).toMatchObject({ name: `${box.name} (EU)`, description: null });
     expect(renamed.body.entries).toHaveLength(2);
-    expect((await alice.update(box.id, { entries: [] })).body.entries).toEqual([]);
+    expect((await alice.op('updateToolbox', { params: { id: box.id }, body: { entries: [] } })).body.entries).toEqual([]);
     const other = await created(alice);
-    expectError(await alice.update(other.id, { name: `${box.name} (EU)` }), 409, 'name_taken');
-    const refused = await alice.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] });
+    expectError(await alice.op('updateToolbox', { params: { id: other.id }, body: { name: `${box.name} (EU)` } }), 409, 'name_taken');
+    const refused = await alice.op('updateToolbox', {
+      params: { id: box.id },
+      body: { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] },
+    });
     expectError(refused, 400, 'unknown_reference');
-    expect(refused.body.errors).toEqual([expect.objectContaining({ pointer: '/entries/0/connection_id' })]);
+    expect(refused.error?.errors).toEqual([expect.objectContaining({ pointer: '/entries/0/connection_id' })]);
     expectError(await alice.patch(`/toolbox/${box.id}`, {}), 400, 'validation_failed');
   });
 
   it('lets a curator keep another member’s connection with the tools it had, or fewer, but not widen it', async () => {
     const box = await created(owner, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami', 'echo'] }] });
-    const widened = await alice.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] });
+    const widened = await alice.op('updateToolbox', {
+      params: { id: box.id },
+      body: { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] },
+    });
     expectError(widened, 400, 'unknown_reference');
-    expect(widened.body.errors).toEqual([expect.objectContaining({ pointer: '/entries/0/tools' })]);
-    const kept = await alice.update(box.id, { name: `${box.name} kept`, entries: [{ type: 'connection', connection_id: bobConn, tools: ['echo', 'whoami'] }] });
+    expect(widened.error?.errors).toEqual([expect.objectContaining({ pointer: '/entries/0/tools' })]);
+    const kept = await alice.op('updateToolbox', {
+      params: { id: box.id },
+      body: { name: `${box.name} kept`, entries: [{ type: 'connection', connection_id: bobConn, tools: ['echo', 'whoami'] }] },
+    });
     expect(kept.status).toBe(200);
-    expect((await alice.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami'] }] })).status).toBe(200);
+    expect(
+      (await alice.op('updateToolbox', { params: { id: box.id }, body: { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami'] }] } }))
+        .status,
+    ).toBe(200);
     // Narrowed, it cannot grow back without connection:manage.
-    expectError(await alice.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami', 'echo'] }] }), 400, 'unknown_reference');
-    expect((await owner.update(box.id, { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] })).status).toBe(200);
+    expectError(
+      await alice.op('updateToolbox', {
+        params: { id: box.id },
+        body: { entries: [{ type: 'connection', connection_id: bobConn, tools: ['whoami', 'echo'] }] },
+      }),
+      400,
+      'unknown_reference',
+    );
+    expect(
+      (await owner.op('updateToolbox', { params: { id: box.id }, body: { entries: [{ type: 'connection', connection_id: bobConn, tools: 'all' }] } })).status,
+    ).toBe(200);
   });
 
   it('deletes the toolbox, its entries and shares, leaving connections and synthetic tools', async () => {
@@ -423,10 +471,10 @@ describe('update and delete', () => {
         { type: 'synthetic_tool', synthetic_tool_id: stool },
       ],
     });
-    await alice.share(box.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' });
-    expect((await alice.remove(box.id)).status).toBe(204);
-    expectError(await alice.read(box.id), 404, 'not_found');
-    expectError(await alice.remove(box.id), 404, 'not_found');
+    await alice.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } });
+    expect((await alice.op('deleteToolbox', { params: { id: box.id } })).status).toBe(204);
+    expectError(await alice.op('getToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expectError(await alice.op('deleteToolbox', { params: { id: box.id } }), 404, 'not_found');
     expect(await t.db.selectFrom('shares').select('id').where('resource_type', '=', 'toolbox').where('resource_id', '=', box.id).execute()).toEqual([]);
     expect(await t.db.selectFrom('toolbox_entries').select('position').where('toolbox_id', '=', box.id).execute()).toEqual([]);
     expect(await t.db.selectFrom('connections').select('id').where('id', '=', aliceConn).executeTakeFirst()).toBeDefined();
@@ -438,15 +486,23 @@ describe('update and delete', () => {
 describe('tenant isolation', () => {
   it("answers 404 for another organization's toolbox and leaves it as it was", async () => {
     const other = await t.factories.org();
-    const theirClient = toolboxClient(t, { token: other.token, org: other.orgId });
+    const theirClient = t.as({ token: other.token, org: other.orgId });
     const theirs = await created(theirClient, { entries: [{ type: 'synthetic_tool', synthetic_tool_id: await syntheticTool(other.orgId) }] });
     // This organization's connection is not theirs to use.
-    expectError(await theirClient.create({ name: 'x', entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }] }), 400, 'unknown_reference');
-    expectError(await owner.read(theirs.id), 404, 'not_found');
-    expectError(await owner.update(theirs.id, { name: 'Taken over' }), 404, 'not_found');
-    expectError(await owner.share(theirs.id, { principal: { type: 'organization', id: org.orgId }, level: 'use' }), 404, 'not_found');
-    expectError(await owner.remove(theirs.id), 404, 'not_found');
-    expect((await owner.list({ limit: 200 })).body.data.map((x: { id: string }) => x.id)).not.toContain(theirs.id);
-    expect((await theirClient.read(theirs.id)).body).toEqual(theirs);
+    expectError(
+      await theirClient.op('createToolbox', { body: { name: 'x', entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }] } }),
+      400,
+      'unknown_reference',
+    );
+    expectError(await owner.op('getToolbox', { params: { id: theirs.id } }), 404, 'not_found');
+    expectError(await owner.op('updateToolbox', { params: { id: theirs.id }, body: { name: 'Taken over' } }), 404, 'not_found');
+    expectError(
+      await owner.op('shareToolbox', { params: { id: theirs.id }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } }),
+      404,
+      'not_found',
+    );
+    expectError(await owner.op('deleteToolbox', { params: { id: theirs.id } }), 404, 'not_found');
+    expect((await owner.op('listToolboxes', { query: { limit: 200 } })).body.data.map((x: { id: string }) => x.id)).not.toContain(theirs.id);
+    expect((await theirClient.op('getToolbox', { params: { id: theirs.id } })).body).toEqual(theirs);
   });
 });

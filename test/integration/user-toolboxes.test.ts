@@ -2,8 +2,8 @@ import type { components } from '../../generated/openapi';
 import { resolveUserToolbox, toolsOf } from '../../src/areas/user-toolboxes';
 import { newId } from '../../src/lib/ids';
 import { loadPolicy, policySubjectOf } from '../../src/access/policy';
-import { settle, startTestApp, type TestApp } from '../support/app';
-import { connectionClient, expectError } from '../support/connections';
+import { startTestApp, type TestApp } from '../support/app';
+import { expectError } from '../support/client';
 import type { SeededOrg } from '../support/factories';
 import { manyTools, startApiKeyUpstream, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
@@ -24,29 +24,17 @@ const KEY_B = 'key-bob-Ut9Lp4';
 const crmPeer = useUpstream(() => startApiKeyUpstream({ keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' }, tools: manyTools(5, 'crm') }));
 const trackerPeer = useUpstream(() => startApiKeyUpstream({ keys: { [KEY_A]: 'alice', [KEY_B]: 'bob' }, tools: manyTools(3, 'issue') }));
 
-function boxClient(t: TestApp, credential: { token: string; org: string }) {
-  const api = t.client(credential);
-  const item = (id: string) => ({ params: { path: { id } } });
-  return {
-    ...t.as(credential),
-    list: (query: { limit?: number; cursor?: string; kind?: Schemas['UserToolboxKind']; template_id?: string } = {}) =>
-      settle(api.GET('/user-toolbox', { params: { query } })),
-    create: (body: Schemas['UserToolboxCreate']) => settle(api.POST('/user-toolbox', { body })),
-    read: (id: string) => settle(api.GET('/user-toolbox/{id}', item(id))),
-    update: (id: string, body: Schemas['UserToolboxUpdate']) => settle(api.PATCH('/user-toolbox/{id}', { ...item(id), body })),
-    remove: (id: string) => settle(api.DELETE('/user-toolbox/{id}', item(id))),
-  };
-}
-type BoxClient = ReturnType<typeof boxClient>;
+/** A caller: `op` sends an operation by id as one member, and get, post… send raw requests. */
+type Caller = ReturnType<TestApp['as']>;
 
 let t: TestApp;
 let org: SeededOrg;
 let aliceId: string;
 let bobId: string;
-let alice: BoxClient;
-let bob: BoxClient;
-let aliceConn: ReturnType<typeof connectionClient>;
-let bobConn: ReturnType<typeof connectionClient>;
+let alice: Caller;
+let bob: Caller;
+let aliceConn: Caller;
+let bobConn: Caller;
 let crm: string;
 let tracker: string;
 let template: string;
@@ -58,10 +46,10 @@ beforeAll(async () => {
   bobId = await t.factories.member(org.orgId);
   const aliceCredential = { token: await t.factories.token(org.orgId, aliceId), org: org.orgId };
   const bobCredential = { token: await t.factories.token(org.orgId, bobId), org: org.orgId };
-  alice = boxClient(t, aliceCredential);
-  bob = boxClient(t, bobCredential);
-  aliceConn = connectionClient(t, aliceCredential);
-  bobConn = connectionClient(t, bobCredential);
+  alice = t.as(aliceCredential);
+  bob = t.as(bobCredential);
+  aliceConn = t.as(aliceCredential);
+  bobConn = t.as(bobCredential);
   const apiKey = { type: 'api_key' as const, placement: 'header' as const, name: 'Authorization', value_prefix: 'Bearer ' };
   crm = await customConnector(t, org.orgId, { name: 'Acme CRM', mcp_url: `${new URL(crmPeer.peer.url).origin}/mcp`, auth: apiKey });
   tracker = await customConnector(t, org.orgId, { name: 'Tracker', mcp_url: `${new URL(trackerPeer.peer.url).origin}/mcp`, auth: apiKey });
@@ -75,32 +63,34 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-async function connect(client: ReturnType<typeof connectionClient>, slug: string, apiKey: string, name?: string): Promise<string> {
-  const res = await client.create({ connector_slug: slug, api_key: apiKey, ...(name ? { name } : {}) });
+async function connect(client: Caller, slug: string, apiKey: string, name?: string): Promise<string> {
+  const res = await client.op('createConnection', { body: { connector_slug: slug, api_key: apiKey, ...(name ? { name } : {}) } });
   expect(res.status).toBe(201);
   return res.body.id;
 }
 
-async function created(client: BoxClient, body: Schemas['UserToolboxCreate']): Promise<UserToolbox> {
-  const res = await client.create(body);
+async function created(client: Caller, body: Schemas['UserToolboxCreate']): Promise<UserToolbox> {
+  const res = await client.op('createUserToolbox', { body });
   expect(res.status).toBe(201);
   return res.body;
 }
 
-const pointers = (body: { errors: { pointer: string }[] }) => body.errors.map((e) => e.pointer);
+const pointers = (error: { errors: { pointer: string }[] } | undefined) => error?.errors.map((e) => e.pointer);
 
 describe('creating from a template', () => {
   it('copies the entries, binds the connectors to the caller’s connections, and is ready', async () => {
     const c = await connect(aliceConn, crm, KEY_A);
     const k = await connect(aliceConn, tracker, KEY_A);
-    const res = await alice.create({
-      template_id: template,
-      name: 'Sales (work)',
-      description: 'Work account',
-      bindings: [
-        { connector_slug: tracker, connection_id: k },
-        { connector_slug: crm, connection_id: c },
-      ],
+    const res = await alice.op('createUserToolbox', {
+      body: {
+        template_id: template,
+        name: 'Sales (work)',
+        description: 'Work account',
+        bindings: [
+          { connector_slug: tracker, connection_id: k },
+          { connector_slug: crm, connection_id: c },
+        ],
+      },
     });
     expect(res.status).toBe(201);
     expect(res.headers.get('location')).toBe(`/user-toolbox/${res.body.id}`);
@@ -133,7 +123,7 @@ describe('creating from a template', () => {
       .where('id', '=', template)
       .execute();
     try {
-      expect((await alice.read(res.body.id)).body.entries).toEqual(res.body.entries);
+      expect((await alice.op('getUserToolbox', { params: { id: res.body.id } })).body.entries).toEqual(res.body.entries);
     } finally {
       await t.db
         .updateTable('templates')
@@ -147,22 +137,22 @@ describe('creating from a template', () => {
     const first = await created(bob, { template_id: template });
     const second = await created(bob, { template_id: template });
     expect([first.name, second.name]).toEqual(['Sales assistant', 'Sales assistant (2)']);
-    expectError(await bob.update(second.id, { name: 'Sales assistant' }), 409, 'name_taken');
-    expectError(await bob.create({ template_id: template, name: 'Sales assistant' }), 409, 'name_taken');
+    expectError(await bob.op('updateUserToolbox', { params: { id: second.id }, body: { name: 'Sales assistant' } }), 409, 'name_taken');
+    expectError(await bob.op('createUserToolbox', { body: { template_id: template, name: 'Sales assistant' } }), 409, 'name_taken');
     // Another member may use the same name.
-    expect((await alice.create({ template_id: template, name: 'Sales assistant' })).status).toBe(201);
+    expect((await alice.op('createUserToolbox', { body: { template_id: template, name: 'Sales assistant' } })).status).toBe(201);
   });
 
   it('refuses a template the caller cannot see, and one that does not exist, with 400 unknown_reference', async () => {
     const hidden = await insertTemplate(t, org.orgId, bobId, { entries: [{ connector_slug: crm, tools: 'all' }], share: false });
     for (const id of [hidden, newId('template')]) {
-      const res = await alice.create({ template_id: id });
+      const res = await alice.op('createUserToolbox', { body: { template_id: id } });
       expectError(res, 400, 'unknown_reference');
-      expect(pointers(res.body)).toEqual(['/template_id']);
+      expect(pointers(res.error)).toEqual(['/template_id']);
     }
     // Its owner sees it.
-    expect((await bob.create({ template_id: hidden })).status).toBe(201);
-    expectError(await alice.list({ template_id: hidden }), 400, 'unknown_reference');
+    expect((await bob.op('createUserToolbox', { body: { template_id: hidden } })).status).toBe(201);
+    expectError(await alice.op('listUserToolboxes', { query: { template_id: hidden } }), 400, 'unknown_reference');
   });
 });
 
@@ -170,17 +160,19 @@ describe('bindings', () => {
   it('refuses another member’s connection, a connection of another connector, a connector not in the template and a repeat, each by pointer', async () => {
     const mine = await connect(aliceConn, crm, KEY_A);
     const bobs = await connect(bobConn, crm, KEY_B);
-    const res = await alice.create({
-      template_id: template,
-      bindings: [
-        { connector_slug: crm, connection_id: bobs },
-        { connector_slug: tracker, connection_id: mine },
-        { connector_slug: 'not-in-template', connection_id: mine },
-        { connector_slug: crm, connection_id: mine },
-      ],
+    const res = await alice.op('createUserToolbox', {
+      body: {
+        template_id: template,
+        bindings: [
+          { connector_slug: crm, connection_id: bobs },
+          { connector_slug: tracker, connection_id: mine },
+          { connector_slug: 'not-in-template', connection_id: mine },
+          { connector_slug: crm, connection_id: mine },
+        ],
+      },
     });
     expectError(res, 400, 'validation_failed');
-    expect(pointers(res.body).sort()).toEqual([
+    expect(pointers(res.error)?.sort()).toEqual([
       '/bindings/0/connection_id',
       '/bindings/1/connection_id',
       '/bindings/2/connector_slug',
@@ -190,9 +182,11 @@ describe('bindings', () => {
   });
 
   it('refuses a connection that does not exist with 400 unknown_reference', async () => {
-    const res = await alice.create({ template_id: template, bindings: [{ connector_slug: crm, connection_id: newId('connection') }] });
+    const res = await alice.op('createUserToolbox', {
+      body: { template_id: template, bindings: [{ connector_slug: crm, connection_id: newId('connection') }] },
+    });
     expectError(res, 400, 'unknown_reference');
-    expect(pointers(res.body)).toEqual(['/bindings/0/connection_id']);
+    expect(pointers(res.error)).toEqual(['/bindings/0/connection_id']);
   });
 
   it('is incomplete while a connector is unbound, ready once PATCH binds it; bindings are replaced wholesale', async () => {
@@ -200,35 +194,49 @@ describe('bindings', () => {
     const k = await connect(aliceConn, tracker, KEY_A);
     const box = await created(alice, { template_id: template, name: 'Half bound', bindings: [{ connector_slug: crm, connection_id: c }] });
     expect(box).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [tracker], bindings: [{ connector_slug: crm, connection_id: c }] });
-    const bound = await alice.update(box.id, {
-      bindings: [
-        { connector_slug: crm, connection_id: c },
-        { connector_slug: tracker, connection_id: k },
-      ],
+    const bound = await alice.op('updateUserToolbox', {
+      params: { id: box.id },
+      body: {
+        bindings: [
+          { connector_slug: crm, connection_id: c },
+          { connector_slug: tracker, connection_id: k },
+        ],
+      },
     });
     expect(bound.status).toBe(200);
     expect(bound.body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
     expect(Date.parse(bound.body.updated_at)).toBeGreaterThanOrEqual(Date.parse(box.updated_at));
     const audit = (await t.factories.auditEntries(org.orgId, 'user_toolbox.updated')).find((e) => e.target_id === box.id);
     expect(audit?.changes).toMatchObject({ changed: ['bindings'] });
-    const rebound = await alice.update(box.id, { bindings: [{ connector_slug: tracker, connection_id: k }], description: 'only the tracker' });
+    const rebound = await alice.op('updateUserToolbox', {
+      params: { id: box.id },
+      body: { bindings: [{ connector_slug: tracker, connection_id: k }], description: 'only the tracker' },
+    });
     expect(rebound.body).toMatchObject({
       status: 'incomplete',
       incomplete_connector_slugs: [crm],
       description: 'only the tracker',
       bindings: [{ connector_slug: tracker, connection_id: k }],
     });
-    expectError(await alice.update(box.id, { bindings: [{ connector_slug: tracker, connection_id: c }] }), 400, 'validation_failed');
+    expectError(
+      await alice.op('updateUserToolbox', { params: { id: box.id }, body: { bindings: [{ connector_slug: tracker, connection_id: c }] } }),
+      400,
+      'validation_failed',
+    );
     // Deleting a bound connection unbinds it.
-    expect((await aliceConn.remove(k)).status).toBe(204);
-    expect((await alice.read(box.id)).body).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [crm, tracker], bindings: [] });
+    expect((await aliceConn.op('deleteConnection', { params: { id: k } })).status).toBe(204);
+    expect((await alice.op('getUserToolbox', { params: { id: box.id } })).body).toMatchObject({
+      status: 'incomplete',
+      incomplete_connector_slugs: [crm, tracker],
+      bindings: [],
+    });
   });
 
   it('stops using a connection that changes hands', async () => {
     const c = await connect(aliceConn, crm, KEY_A);
     const box = await created(alice, { template_id: template, name: 'Transferred', bindings: [{ connector_slug: crm, connection_id: c }] });
-    expect((await aliceConn.transfer(c, bobId)).status).toBe(200);
-    const after = (await alice.read(box.id)).body;
+    expect((await aliceConn.op('transferConnection', { params: { id: c }, body: { user_id: bobId } })).status).toBe(200);
+    const after = (await alice.op('getUserToolbox', { params: { id: box.id } })).body;
     expect(after.bindings).toEqual([]);
     expect(after.incomplete_connector_slugs).toEqual([crm, tracker]);
   });
@@ -239,8 +247,8 @@ describe('status follows the connections live', () => {
     // A member of her own, so that no other connection of hers keeps utbx_dyn_all's connector active.
     const carolId = await t.factories.member(org.orgId);
     const credential = { token: await t.factories.token(org.orgId, carolId), org: org.orgId };
-    const carol = boxClient(t, credential);
-    const carolConn = connectionClient(t, credential);
+    const carol = t.as(credential);
+    const carolConn = t.as(credential);
     const KEY_C = 'key-carol-Rr5Tg1';
     crmPeer.peer.setKeys({ [KEY_A]: 'alice', [KEY_B]: 'bob', [KEY_C]: 'carol' });
     try {
@@ -254,17 +262,20 @@ describe('status follows the connections live', () => {
         ],
       });
       expect(box.status).toBe('ready');
-      expect((await carol.read('utbx_dyn_all')).body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
+      expect((await carol.op('getUserToolbox', { params: { id: 'utbx_dyn_all' } })).body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
       // The upstream stops accepting Carol's key: checking it again marks the connection needs_reauth.
       crmPeer.peer.setKeys({ [KEY_A]: 'alice', [KEY_B]: 'bob' });
-      expectError(await carolConn.reconnect(c), 409, 'connection_needs_reauth');
-      expect((await carol.read(box.id)).body).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [crm] });
-      expect((await carol.read('utbx_dyn_all')).body).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [crm] });
-      const listed = (await carol.list()).body.data.find((b: UserToolbox) => b.id === box.id);
+      expectError(await carolConn.op('reconnectConnection', { params: { id: c } }), 409, 'connection_needs_reauth');
+      expect((await carol.op('getUserToolbox', { params: { id: box.id } })).body).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [crm] });
+      expect((await carol.op('getUserToolbox', { params: { id: 'utbx_dyn_all' } })).body).toMatchObject({
+        status: 'incomplete',
+        incomplete_connector_slugs: [crm],
+      });
+      const listed = (await carol.op('listUserToolboxes')).body.data.find((b: UserToolbox) => b.id === box.id);
       expect(listed).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [crm] });
       crmPeer.peer.setKeys({ [KEY_A]: 'alice', [KEY_B]: 'bob', [KEY_C]: 'carol' });
-      expect((await carolConn.reconnect(c, { api_key: KEY_C })).status).toBe(200);
-      expect((await carol.read(box.id)).body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
+      expect((await carolConn.op('reconnectConnection', { params: { id: c }, body: { api_key: KEY_C } })).status).toBe(200);
+      expect((await carol.op('getUserToolbox', { params: { id: box.id } })).body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
     } finally {
       crmPeer.peer.setKeys({ [KEY_A]: 'alice', [KEY_B]: 'bob' });
     }
@@ -273,7 +284,7 @@ describe('status follows the connections live', () => {
 
 describe('dynamic user toolboxes', () => {
   let daveId: string;
-  let dave: BoxClient;
+  let dave: Caller;
   let shared: string;
   let viaTeam: string;
   let unshared: string;
@@ -282,8 +293,8 @@ describe('dynamic user toolboxes', () => {
   beforeAll(async () => {
     daveId = await t.factories.member(org.orgId);
     const credential = { token: await t.factories.token(org.orgId, daveId), org: org.orgId };
-    dave = boxClient(t, credential);
-    const daveConn = connectionClient(t, credential);
+    dave = t.as(credential);
+    const daveConn = t.as(credential);
     const c = await connect(daveConn, crm, KEY_A);
     stored = await created(dave, { template_id: template, bindings: [{ connector_slug: crm, connection_id: c }] });
     const bobs = await connect(bobConn, tracker, KEY_B);
@@ -300,7 +311,7 @@ describe('dynamic user toolboxes', () => {
   const dyn = (toolboxId: string) => `utbx_dyn_tbx_${toolboxId.slice(4)}`;
 
   it('lists the stored ones, then utbx_dyn_all, then one per toolbox shared with the caller, each once across pages', async () => {
-    const all = await dave.list();
+    const all = await dave.op('listUserToolboxes');
     expect(all.status).toBe(200);
     expect(all.body.data.map((b: UserToolbox) => b.id)).toEqual([stored.id, 'utbx_dyn_all', dyn(shared), dyn(viaTeam)]);
     expect(all.body.data[1]).toMatchObject({
@@ -324,70 +335,74 @@ describe('dynamic user toolboxes', () => {
     const seen: string[] = [];
     let cursor: string | undefined;
     for (let i = 0; i < 10; i += 1) {
-      const page = await dave.list({ limit: 1, ...(cursor ? { cursor } : {}) });
+      const page = await dave.op('listUserToolboxes', { query: { limit: 1, ...(cursor ? { cursor } : {}) } });
       expect(page.status).toBe(200);
       seen.push(...page.body.data.map((b: UserToolbox) => b.id));
       cursor = page.body.next_cursor ?? undefined;
       if (!cursor) break;
     }
     expect(seen).toEqual([stored.id, 'utbx_dyn_all', dyn(shared), dyn(viaTeam)]);
-    expect((await dave.list({ kind: 'dynamic' })).body.data.map((b: UserToolbox) => b.id)).toEqual(['utbx_dyn_all', dyn(shared), dyn(viaTeam)]);
-    expect((await dave.list({ kind: 'template' })).body.data.map((b: UserToolbox) => b.id)).toEqual([stored.id]);
-    expect((await dave.list({ template_id: template })).body.data.map((b: UserToolbox) => b.id)).toEqual([stored.id]);
-    expectError(await dave.list({ cursor: 'bm9wZQ' }), 400, 'invalid_cursor');
+    expect((await dave.op('listUserToolboxes', { query: { kind: 'dynamic' } })).body.data.map((b: UserToolbox) => b.id)).toEqual([
+      'utbx_dyn_all',
+      dyn(shared),
+      dyn(viaTeam),
+    ]);
+    expect((await dave.op('listUserToolboxes', { query: { kind: 'template' } })).body.data.map((b: UserToolbox) => b.id)).toEqual([stored.id]);
+    expect((await dave.op('listUserToolboxes', { query: { template_id: template } })).body.data.map((b: UserToolbox) => b.id)).toEqual([stored.id]);
+    expectError(await dave.op('listUserToolboxes', { query: { cursor: 'bm9wZQ' } }), 400, 'invalid_cursor');
   });
 
   it('reads a dynamic one; a toolbox not shared with the caller is a 404', async () => {
-    const res = await dave.read(dyn(shared));
+    const res = await dave.op('getUserToolbox', { params: { id: dyn(shared) } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: dyn(shared), toolbox_id: shared, name: 'Support desk' });
-    expect((await dave.read('utbx_dyn_all')).body.id).toBe('utbx_dyn_all');
-    expectError(await dave.read(dyn(unshared)), 404, 'not_found');
-    expect((await bob.read(dyn(unshared))).status).toBe(200);
+    expect((await dave.op('getUserToolbox', { params: { id: 'utbx_dyn_all' } })).body.id).toBe('utbx_dyn_all');
+    expectError(await dave.op('getUserToolbox', { params: { id: dyn(unshared) } }), 404, 'not_found');
+    expect((await bob.op('getUserToolbox', { params: { id: dyn(unshared) } })).status).toBe(200);
   });
 
   it('refuses to change or delete a dynamic one with 400 dynamic_toolbox_immutable', async () => {
     for (const id of ['utbx_dyn_all', dyn(shared)]) {
-      expectError(await dave.update(id, { name: 'Mine now' }), 400, 'dynamic_toolbox_immutable');
-      expectError(await dave.remove(id), 400, 'dynamic_toolbox_immutable');
+      expectError(await dave.op('updateUserToolbox', { params: { id }, body: { name: 'Mine now' } }), 400, 'dynamic_toolbox_immutable');
+      expectError(await dave.op('deleteUserToolbox', { params: { id } }), 400, 'dynamic_toolbox_immutable');
     }
-    expect((await dave.read(dyn(shared))).body.name).toBe('Support desk');
+    expect((await dave.op('getUserToolbox', { params: { id: dyn(shared) } })).body.name).toBe('Support desk');
   });
 });
 
 describe('whose user toolboxes', () => {
   it('answers another member’s user toolbox with 404 and never lists it', async () => {
     const box = await created(bob, { template_id: template, name: 'Bob only' });
-    expectError(await alice.read(box.id), 404, 'not_found');
-    expectError(await alice.update(box.id, { name: 'Taken over' }), 404, 'not_found');
-    expectError(await alice.remove(box.id), 404, 'not_found');
+    expectError(await alice.op('getUserToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expectError(await alice.op('updateUserToolbox', { params: { id: box.id }, body: { name: 'Taken over' } }), 404, 'not_found');
+    expectError(await alice.op('deleteUserToolbox', { params: { id: box.id } }), 404, 'not_found');
     // Not even the organization's owner, with every permission.
-    const owner = boxClient(t, { token: org.token, org: org.orgId });
-    expectError(await owner.read(box.id), 404, 'not_found');
-    expect((await alice.list({ limit: 200 })).body.data.some((b: UserToolbox) => b.id === box.id)).toBe(false);
-    expect((await bob.read(box.id)).body.name).toBe('Bob only');
+    const owner = t.as({ token: org.token, org: org.orgId });
+    expectError(await owner.op('getUserToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expect((await alice.op('listUserToolboxes', { query: { limit: 200 } })).body.data.some((b: UserToolbox) => b.id === box.id)).toBe(false);
+    expect((await bob.op('getUserToolbox', { params: { id: box.id } })).body.name).toBe('Bob only');
   });
 
   it('answers another organization’s user toolbox with 404, and leaves it as it was', async () => {
     const other = await t.factories.org();
     const otherTemplate = await insertTemplate(t, other.orgId, other.ownerId, { entries: [{ connector_slug: 'acme-crm', tools: 'all' }] });
-    const theirs = boxClient(t, { token: other.token, org: other.orgId });
+    const theirs = t.as({ token: other.token, org: other.orgId });
     const box = await created(theirs, { template_id: otherTemplate });
-    const owner = boxClient(t, { token: org.token, org: org.orgId });
-    expectError(await owner.read(box.id), 404, 'not_found');
-    expectError(await owner.remove(box.id), 404, 'not_found');
+    const owner = t.as({ token: org.token, org: org.orgId });
+    expectError(await owner.op('getUserToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expectError(await owner.op('deleteUserToolbox', { params: { id: box.id } }), 404, 'not_found');
     // Their template is not ours either.
-    expectError(await owner.create({ template_id: otherTemplate }), 400, 'unknown_reference');
-    expect((await theirs.read(box.id)).body).toEqual(box);
+    expectError(await owner.op('createUserToolbox', { body: { template_id: otherTemplate } }), 400, 'unknown_reference');
+    expect((await theirs.op('getUserToolbox', { params: { id: box.id } })).body).toEqual(box);
   });
 
   it('deletes a stored one with 204, recording the audit entry; the connections stay', async () => {
     const c = await connect(aliceConn, crm, KEY_A);
     const box = await created(alice, { template_id: template, name: 'Short lived', bindings: [{ connector_slug: crm, connection_id: c }] });
-    expect((await alice.remove(box.id)).status).toBe(204);
-    expectError(await alice.read(box.id), 404, 'not_found');
-    expectError(await alice.remove(box.id), 404, 'not_found');
-    expect((await aliceConn.read(c)).status).toBe(200);
+    expect((await alice.op('deleteUserToolbox', { params: { id: box.id } })).status).toBe(204);
+    expectError(await alice.op('getUserToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expectError(await alice.op('deleteUserToolbox', { params: { id: box.id } }), 404, 'not_found');
+    expect((await aliceConn.op('getConnection', { params: { id: c } })).status).toBe(200);
     const audit = (await t.factories.auditEntries(org.orgId, 'user_toolbox.deleted')).find((e) => e.target_id === box.id);
     expect(audit?.changes).toMatchObject({ name: 'Short lived', mcp_servers: [] });
   });
@@ -398,32 +413,36 @@ describe('through the template and toolbox operations', () => {
     const owner = t.as({ token: org.token, org: org.orgId });
     const frankId = await t.factories.member(org.orgId);
     const credential = { token: await t.factories.token(org.orgId, frankId), org: org.orgId };
-    const frank = boxClient(t, credential);
-    const frankConn = connectionClient(t, credential);
+    const frank = t.as(credential);
+    const frankConn = t.as(credential);
     const tpl = await owner.post('/template', { name: 'CRM only', entries: [{ connector_slug: crm, tools: 'all' }] });
     expect(tpl.status).toBe(201);
-    expectError(await frank.create({ template_id: tpl.body.id }), 400, 'unknown_reference');
+    expectError(await frank.op('createUserToolbox', { body: { template_id: tpl.body.id } }), 400, 'unknown_reference');
     expect((await owner.post(`/template/${tpl.body.id}/share`, { principal: { type: 'user', id: frankId }, level: 'use' })).status).toBe(201);
     const c = await connect(frankConn, crm, KEY_A);
     const box = await created(frank, { template_id: tpl.body.id, bindings: [{ connector_slug: crm, connection_id: c }] });
     expect(box).toMatchObject({ name: 'CRM only', entries: [{ connector_slug: crm, tools: 'all' }], status: 'ready' });
     // Deleting the template leaves the user toolbox with its copy.
     expect((await owner.delete(`/template/${tpl.body.id}`)).status).toBe(204);
-    expect((await frank.read(box.id)).body).toMatchObject({ template_id: null, entries: [{ connector_slug: crm, tools: 'all' }], status: 'ready' });
+    expect((await frank.op('getUserToolbox', { params: { id: box.id } })).body).toMatchObject({
+      template_id: null,
+      entries: [{ connector_slug: crm, tools: 'all' }],
+      status: 'ready',
+    });
 
     const teamId = await t.factories.team(org.orgId, 'Frank’s team', [frankId]);
     const tbx = await owner.post('/toolbox', { name: 'Team CRM', entries: [{ type: 'connection', connection_id: c, tools: ['crm_001'] }] });
     expect(tbx.status).toBe(201);
     const dynId = `utbx_dyn_tbx_${(tbx.body.id as string).slice(4)}`;
-    expectError(await frank.read(dynId), 404, 'not_found');
+    expectError(await frank.op('getUserToolbox', { params: { id: dynId } }), 404, 'not_found');
     const share = await owner.post(`/toolbox/${tbx.body.id}/share`, { principal: { type: 'team', id: teamId }, level: 'use' });
     expect(share.status).toBe(201);
-    expect((await frank.list()).body.data.map((b: UserToolbox) => b.id)).toEqual([box.id, 'utbx_dyn_all', dynId]);
+    expect((await frank.op('listUserToolboxes')).body.data.map((b: UserToolbox) => b.id)).toEqual([box.id, 'utbx_dyn_all', dynId]);
     const dynamic = (await resolveUserToolbox(t.db, org.orgId, frankId, dynId))!;
     const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, frankId), new Date());
     expect((await toolsOf(t.deps, dynamic, policy)).map((tool) => tool.name)).toEqual([`${crm}__crm_001`]);
     expect((await owner.delete(`/toolbox/${tbx.body.id}/share/${share.body.id}`)).status).toBe(204);
-    expectError(await frank.read(dynId), 404, 'not_found');
+    expectError(await frank.op('getUserToolbox', { params: { id: dynId } }), 404, 'not_found');
     expect(await resolveUserToolbox(t.db, org.orgId, frankId, dynId)).toBeNull();
     // A member who is suspended has no user toolboxes for the MCP endpoint to serve.
     expect(await resolveUserToolbox(t.db, org.orgId, frankId, box.id)).not.toBeNull();
@@ -437,8 +456,8 @@ describe('toolsOf', () => {
   it('offers the cached tools of the bound connections by selection, named <connector>__<tool>, minus what a deny restriction hides', async () => {
     const erinId = await t.factories.member(org.orgId);
     const credential = { token: await t.factories.token(org.orgId, erinId), org: org.orgId };
-    const erin = boxClient(t, credential);
-    const erinConn = connectionClient(t, credential);
+    const erin = t.as(credential);
+    const erinConn = t.as(credential);
     const c = await connect(erinConn, crm, KEY_A);
     const k = await connect(erinConn, tracker, KEY_A);
     const box = await created(erin, {
@@ -520,7 +539,7 @@ describe('toolsOf', () => {
       expect(afterReauth.status).toBe('incomplete');
       expect(await toolsOf(t.deps, afterReauth, await policyNow())).toEqual([]);
       expect(await resolveUserToolbox(t.db, org.orgId, bobId, box.id)).toBeNull();
-      expect((await erin.read(box.id)).body.status).toBe('incomplete');
+      expect((await erin.op('getUserToolbox', { params: { id: box.id } })).body.status).toBe('incomplete');
     } finally {
       await t.db.deleteFrom('restrictions').where('id', 'in', denyIds).execute();
     }
@@ -528,7 +547,7 @@ describe('toolsOf', () => {
 
   it('offers each name once in utbx_dyn_all when two connections serve one connector: the oldest active one’s', async () => {
     const ginaId = await t.factories.member(org.orgId);
-    const ginaConn = connectionClient(t, { token: await t.factories.token(org.orgId, ginaId), org: org.orgId });
+    const ginaConn = t.as({ token: await t.factories.token(org.orgId, ginaId), org: org.orgId });
     const first = await connect(ginaConn, crm, KEY_A, 'CRM (work)');
     const second = await connect(ginaConn, crm, KEY_B, 'CRM (personal)');
     const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, ginaId), new Date());
