@@ -1,2 +1,2 @@
 /** What other parts of the app use of this area; nothing else of it is reached from outside. */
-export { AcceptOutcome, acceptInvite, checkGrantable, peekInvite, resolveRoles } from './invites.service';
+export { acceptInvite, checkGrantable, peekInvite, resolveRoles, type AcceptOutcome } from './invites.service';

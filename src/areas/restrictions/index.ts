@@ -1,2 +1,2 @@
 /** What other parts of the app use of this area; nothing else of it is reached from outside. */
-export { RestrictionRow, findRestriction, restrictionsNaming } from './restrictions.repo';
+export { findRestriction, restrictionsNaming, type RestrictionRow } from './restrictions.repo';
