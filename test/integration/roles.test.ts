@@ -82,14 +82,12 @@ describe('listRoles', () => {
     expect([...seen].sort()).toEqual(seen);
   });
 
-  it('400 for a bad limit, an unknown parameter or a cursor of another list; 401; 403 missing_permission', async () => {
+  it('400 for a bad limit, an unknown parameter or a cursor of another list; 403 missing_permission', async () => {
     expect((await t.as(org).get('/role?limit=0')).body.code).toBe('validation_failed');
     expect((await t.as(org).get('/role?limit=abc')).body.code).toBe('validation_failed');
     expect((await t.as(org).get('/role?colour=red')).body.code).toBe('validation_failed');
     const teamCursor = Buffer.from(newId('team')).toString('base64url');
     expect((await t.as(org).op('listRoles', { query: { cursor: teamCursor } })).error?.code).toBe('invalid_cursor');
-    const anonymous = await t.as({ org: org.orgId }).op('listRoles');
-    expectError(anonymous, 401, 'unauthenticated');
     const nobody = await holder(['member:view']);
     expectError(await t.as(nobody).op('listRoles'), 403, 'missing_permission');
   });
