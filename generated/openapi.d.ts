@@ -3855,7 +3855,8 @@ export interface paths {
          *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (unsupported
          *     protocol version, or a path that is not an MCP server id), and in 2026-07-28 -32022
          *     (unsupported protocol version), -32602 (`_meta` incomplete), -32020 (headers differ
-         *     from the body); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
+         *     from the body); 401 bearer `invalid_request` or `invalid_token` (a token of another
+         *     MCP server is `invalid_token` here: its challenge names this server's metadata); 403 bearer
          *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server), or -32601
          *     in 2026-07-28 (no such method); 406, 413, 415 -32000; 429 -32000 with `Retry-After`;
          *     503 -32000 with `Retry-After` (the server is shutting down or cannot reach its database:
@@ -3872,7 +3873,8 @@ export interface paths {
          *     entry (`x-audit: null`) and emits no event.
          *
          *     Errors (JSON-RPC error objects unless said): 400 -32000 (unsupported
-         *     `MCP-Protocol-Version`); 401 bearer `invalid_request` or `invalid_token`; 403 bearer
+         *     `MCP-Protocol-Version`); 401 bearer `invalid_request` or `invalid_token` (also a token
+         *     of another MCP server); 403 bearer
          *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 429 -32000
          *     with `Retry-After`; 503 -32000 with `Retry-After` (shutting down, or no database).
          */

@@ -400,10 +400,18 @@ describe('the transport, raw', () => {
     expect(await root.json()).toMatchObject({ resource: t.deps.config.baseUrl });
   });
 
-  it('never opens one member’s server with another’s token (404)', async () => {
+  it('answers another server’s token with 401 invalid_token, its challenge naming this server’s metadata', async () => {
     const res = await post(serverA.id, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { Authorization: `Bearer ${serverB.token}` });
-    expect(res.status).toBe(404);
-    expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+    expect(res.status).toBe(401);
+    expect(res.headers.get('www-authenticate')).toContain(`resource_metadata="${t.url}/.well-known/oauth-protected-resource/mcp/${serverA.id}"`);
+    expect(res.headers.get('www-authenticate')).toContain('error="invalid_token"');
+    expect(await res.json()).toMatchObject({ error: 'invalid_token' });
+  });
+
+  it('answers another server’s token alike whether or not the server it names exists', async () => {
+    const res = await post(newId('mcpServer'), { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { Authorization: `Bearer ${serverB.token}` });
+    expect(res.status).toBe(401);
+    expect(await res.json()).toMatchObject({ error: 'invalid_token' });
   });
 
   it('refuses a foreign Origin, a missing Accept, a wrong Content-Type, bad JSON, an unsupported version and a batch on 2025-06-18', async () => {

@@ -65,8 +65,10 @@ type NotFound = ReturnType<typeof raw<404>>;
 async function admit(ctx: Ctx, mcpId: string): Promise<Served | NotFound> {
   const caller = ctx.caller;
   if (!caller || caller.kind !== 'mcp_client') throw new ApiError('invalid_token', 'This endpoint takes an MCP server token or an OAuth access token.');
-  // A credential of another MCP server opens nothing here, and says nothing about this one.
-  if (caller.mcpServerId !== mcpId) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
+  // A token is validated for its audience (MCP authorization): another MCP server's token is
+  // not valid here, a 401 whose challenge names this server's metadata so that the client gets
+  // one for it. Checked before the server is looked up, so it says nothing about this one.
+  if (caller.mcpServerId !== mcpId) throw new ApiError('invalid_token', 'The token was issued for another MCP server; get a token for this one.');
   const served = await ctx.deps.mcp.servedTools.get(ctx.deps, mcpId);
   if (!served.server) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
   return served as Served;
