@@ -15,9 +15,10 @@ import { checkOpenApiBackend } from '../../src/http/openapi-backend';
 import { buildRegistry } from '../../src/http/registry';
 import { loadSpec, type OpenApiDocument } from '../../src/spec';
 import { describeOperations } from '../../src/spec/operations';
+import { anything, FIXTURE_TAG, fixtureOperation, json } from '../support/fixture-spec';
 import { startTestApp, type TestApp } from '../support/app';
 
-const TAG = 'Fixtures';
+const TAG = FIXTURE_TAG;
 const errors = Object.fromEntries(
   ['400', '401', '403', '404', '413', '415', '429'].map((s) => [
     s,
@@ -26,18 +27,8 @@ const errors = Object.fromEntries(
     },
   ]),
 );
-const op = (operationId: string, extra: Record<string, unknown>) => ({
-  operationId,
-  tags: [TAG],
-  summary: operationId,
-  description: 'A fixture.',
-  security: [],
-  'x-permission': null,
-  ...extra,
-  responses: { ...errors, ...(extra.responses as object) },
-});
-const json = (schema: object) => ({ content: { 'application/json': { schema } } });
-const anything = { type: 'object', additionalProperties: true };
+const op = (operationId: string, extra: Record<string, unknown>) =>
+  fixtureOperation(operationId, { ...extra, responses: { ...errors, ...(extra.responses as object) } });
 
 function fixtureSpec(): OpenApiDocument {
   const spec = structuredClone(loadSpec());

@@ -9,20 +9,11 @@ import type { AnyResult, ProtocolInput } from '../../src/http/handler-types';
 import { refuseProblems } from '../../src/http/protocol';
 import { loadSpec, type OpenApiDocument } from '../../src/spec';
 import { startTestApp, type TestApp } from '../support/app';
+import { anything, FIXTURE_TAG, fixtureOperation, json } from '../support/fixture-spec';
 
-const TAG = 'Fixtures';
+const TAG = FIXTURE_TAG;
 const REGISTERED_REDIRECT = 'https://client.example/callback';
-const json = (schema: object) => ({ content: { 'application/json': { schema } } });
-const anything = { type: 'object', additionalProperties: true };
-const op = (operationId: string, extra: Record<string, unknown>) => ({
-  operationId,
-  tags: [TAG],
-  summary: operationId,
-  description: 'A fixture.',
-  security: [],
-  'x-permission': null,
-  ...extra,
-});
+const op = fixtureOperation;
 
 function fixtureSpec(): OpenApiDocument {
   const spec = structuredClone(loadSpec());

@@ -6,8 +6,6 @@ import { SERVED_TOOLS_TABLES } from '../served-tools';
 import { mcpEndpointHandlers } from './handlers';
 import { renderMcpError } from './jsonrpc';
 
-const ENDPOINT_OPERATIONS: ReadonlySet<string> = new Set(Object.keys(mcpEndpointHandlers));
-
 /**
  * The MCP endpoint `/mcp/{mcpId}` (spec/paths/mcp.yml): JSON-RPC per protocol revision over
  * Streamable HTTP, authenticated by MCP server tokens (`mcpToken`), answering in its own
@@ -30,7 +28,6 @@ export default defineModule({
     if (origin === undefined || origin === new URL(deps.config.baseUrl).origin || deps.config.mcpAllowedOrigins.includes(origin)) return;
     throw new ApiError('insufficient_access', `Origin ${origin.slice(0, 300)} is not allowed`);
   },
-  // Bearer errors and JSON-RPC error objects instead of the Error object.
-  renderError: (error, operationId, requestId, path, deps) =>
-    ENDPOINT_OPERATIONS.has(operationId) ? renderMcpError(error, requestId, path, deps.config.baseUrl) : null,
+  // Bearer errors and JSON-RPC error objects instead of the Error object (the registry asks only for this module's operations).
+  renderError: (error, _operationId, requestId, path, deps) => renderMcpError(error, requestId, path, deps.config.baseUrl),
 });
