@@ -223,7 +223,7 @@ export interface paths {
          * @description Browser flow; the provider redirects here. Checks `state` against the `cp_auth_flow`
          *     cookie, exchanges `code` for the provider's tokens, and reads the person's verified
          *     email. The person is signed in to the account with that email, which is created on
-         *     first sign-in (social sign-in doubles as sign-up). Answers 302 with the new `cp_session`
+         *     first sign-in (social sign-in doubles as sign-up). Answers 302 with the new `__Host-cp_session`
          *     cookie; the session starts `mfa_pending` when an organization of the user requires a
          *     second factor the user has enrolled, and the browser is then sent to the web app's
          *     second-factor page. Every failure, including an `error` from the provider, also
@@ -265,8 +265,9 @@ export interface paths {
          *     nothing an organization owns. Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
-         *     `invalid_token` (no session, or one that already ended); 403 `requires_person`; 429
-         *     `rate_limited`. 404 is declared because every endpoint may answer it (service
+         *     `invalid_token` (no session, or one that already ended); 403 `requires_person`,
+         *     `insufficient_access` (sent from another site: a page elsewhere cannot log a person
+         *     out); 429 `rate_limited`. 404 is declared because every endpoint may answer it (service
          *     description §7); this one does not today.
          */
         post: operations["logOut"];
@@ -343,7 +344,7 @@ export interface paths {
          * Activate signup from emailed link
          * @description Browser flow; the link in the activation email. Creates the account with the verified
          *     email (and the name given at signup), signs the person in and answers 302 with the
-         *     `cp_session` cookie, to the signup's `return_to` or the web app's onboarding. A link
+         *     `__Host-cp_session` cookie, to the signup's `return_to` or the web app's onboarding. A link
          *     works once; a used, unknown or expired link redirects to the sign-in page with the
          *     reason (`link_invalid`, `link_expired`). Opening the link of an address that was
          *     registered meanwhile (for example through social sign-in) just signs that account in.
@@ -404,7 +405,7 @@ export interface paths {
         /**
          * Verify magic-link token
          * @description Browser flow; the link in the sign-in email. Signs the account in and answers 302 with
-         *     the `cp_session` cookie, to the `return_to` of the request (or `/`), or to the web
+         *     the `__Host-cp_session` cookie, to the `return_to` of the request (or `/`), or to the web
          *     app's second-factor page when the session starts `mfa_pending`. Opening the link also
          *     proves the email address, so an unverified address becomes verified. A link works
          *     once; a used, unknown or expired link redirects to the sign-in page with the reason
@@ -469,14 +470,14 @@ export interface paths {
         };
         /**
          * Activate invite from emailed link
-         * @description Browser flow; the link in an invite email. Reads the `cp_session` cookie when one is
+         * @description Browser flow; the link in an invite email. Reads the `__Host-cp_session` cookie when one is
          *     sent.
          *
          *     - Signed in as the invited email: accepts the invite at once. The person becomes an
          *       active member with the invite's roles and teams, and the browser lands on the
          *       organization in the web app.
          *     - Not signed in, and no account has the invited email: creates the account (opening
-         *       the link proves the email), signs it in with a new `cp_session` cookie and accepts.
+         *       the link proves the email), signs it in with a new `__Host-cp_session` cookie and accepts.
          *     - Not signed in, and an account has the invited email: redirects to the web app's
          *       sign-in page with this link as `return_to`, so the invite is accepted after sign-in.
          *       When the organization enforces SSO for the email's domain, to that SSO connection.
@@ -579,7 +580,7 @@ export interface paths {
          *     `cp_auth_flow` cookie, exchanges `code` at the provider's token endpoint, and validates
          *     the ID token (signature from the provider's JWKS, issuer, audience, nonce, expiry). The
          *     email must belong to a domain attached to the connection. Signs the person in and
-         *     answers 302 with the `cp_session` cookie (the session starts `mfa_pending` when an
+         *     answers 302 with the `__Host-cp_session` cookie (the session starts `mfa_pending` when an
          *     organization of the user requires a second factor the user has enrolled). Every
          *     failure answers 302 to the web app's sign-in page with the reason. Public: needs no
          *     credential. Not org-scoped.
@@ -658,7 +659,7 @@ export interface paths {
          *     named by `RelayState`, and that the assertion was not seen before. Unsolicited
          *     (IdP-initiated) responses are refused. The NameID or email attribute must be an
          *     address of a domain attached to the connection. Signs the person in and answers 302
-         *     with the `cp_session` cookie; every failure answers 302 to the web app's sign-in page
+         *     with the `__Host-cp_session` cookie; every failure answers 302 to the web app's sign-in page
          *     with the reason. Public: the credential is the signed assertion. Not org-scoped.
          *
          *     A person who is not yet a member is provisioned just in time when the connection
@@ -947,7 +948,7 @@ export interface paths {
          * @description Signs in with a passkey. Verifies the assertion against a challenge of
          *     `POST /auth/passkey/authentication/options` (challenge, origin, relying party id, user
          *     verification, signature with the stored public key, counter), finds the account from
-         *     the credential id and user handle, and starts a session: 200 with the `cp_session`
+         *     the credential id and user handle, and starts a session: 200 with the `__Host-cp_session`
          *     cookie. A passkey with user verification is itself a second factor, so the session
          *     starts `active` even where organizations require one. Public: the credential is the
          *     assertion. Not org-scoped. Records no audit entry: it changes nothing an organization
@@ -4243,7 +4244,7 @@ export interface paths {
          *     (RFC 8707) required: it must be the endpoint of an MCP server the signed-in person
          *     owns, `{base_url}/mcp/{mcpId}`, and the tokens issued are for that server only.
          *     Parameters this server does not know are ignored (RFC 6749 §3.1), not refused. Reads
-         *     the `cp_session` cookie; an unknown or expired one counts as signed out. Answers 302:
+         *     the `__Host-cp_session` cookie; an unknown or expired one counts as signed out. Answers 302:
          *
          *     - Not signed in: to the web app's sign-in page, coming back here afterwards. A
          *       session that an organization refuses for lack of a second factor goes to the web
@@ -7205,7 +7206,7 @@ export interface components {
          */
         AuthSecondFactorMethod: "totp" | "recovery_code" | "passkey";
         /**
-         * @description The caller's web-app session. Its secret is the `cp_session` cookie and never appears in a body.
+         * @description The caller's web-app session. Its secret is the `__Host-cp_session` cookie and never appears in a body.
          * @example {
          *       "id": "ses_01jg3b7f0s1d5f9g3h7j2k6n4m",
          *       "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
@@ -16338,9 +16339,9 @@ export interface components {
          */
         SignInLocation: string;
         /**
-         * @description The new session, `cp_session=cps_…; Path=/; HttpOnly; Secure; SameSite=Lax;
-         *     Max-Age=1209600` (renewed by use; 14 days of inactivity end it). A session this
-         *     browser had before is ended. The flow cookie `cp_auth_flow`, when there was one, is
+         * @description The new session, `__Host-cp_session=cps_…; Path=/; HttpOnly; Secure; SameSite=Lax;
+         *     Max-Age=2592000` (14 days without use end it sooner; see the `session` security
+         *     scheme). A session this browser had before is ended. The flow cookie `cp_auth_flow`, when there was one, is
          *     cleared in the same response.
          */
         SessionCookie: string;

@@ -33,6 +33,30 @@ export interface GuardDeps {
   countFailure(req: Request): Maybe<void>;
   /** Counts the request against the credential that authenticated; throws 429 past the limit. */
   admitted(caller: Caller): Maybe<void>;
+  /** Whether pages of this origin may send the session cookie on a change: this server's and the web app's. */
+  firstParty(origin: string): boolean;
+}
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * A browser sends the session cookie with a form another site's page submits (SameSite=Lax
+ * stops only cross-site subrequests, and a sibling subdomain counts as the same site), so a
+ * change made with the cookie must come from a page of ours: the browser's own
+ * `Sec-Fetch-Site` and `Origin` say where the page was. Clients that send neither (curl, a
+ * test) are not browsers being misled.
+ */
+function refuseForeignPage(req: Request, deps: GuardDeps): void {
+  if (SAFE_METHODS.has(req.method)) return;
+  const site = req.headers['sec-fetch-site'];
+  const origin = req.headers.origin;
+  const foreign = site === 'cross-site' || (typeof origin === 'string' && origin !== '' && !deps.firstParty(origin));
+  if (foreign) {
+    throw new ApiError(
+      'insufficient_access',
+      'A change signed in with the session cookie must come from a page of this service; this one was sent from another site.',
+    );
+  }
 }
 
 export interface Admitted {
@@ -74,6 +98,7 @@ function authenticate(meta: OperationMeta, req: Request, credential: PresentedCr
       );
     });
   }
+  if (credential.scheme === 'cookie') refuseForeignPage(req, deps);
   return chain(deps.beforeLookup(req), () =>
     chain(deps.credentials.authenticate(reader, credential, deps.db), (result) => {
       if (result.status === 'invalid') {

@@ -119,6 +119,8 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     beforeLookup: (req) => limits.mayAuthenticate(clientIp(req)),
     countFailure: (req) => limits.failedAuthentication(clientIp(req)),
     admitted: (caller) => limits.caller(caller),
+    firstParty: (origin) =>
+      origin === new URL(deps.config.baseUrl).origin || (deps.config.webAppUrl !== null && origin === new URL(deps.config.webAppUrl).origin),
   };
 
   /** The operation whose path this is, of another method when the path has none of this one: its area renders the errors. */

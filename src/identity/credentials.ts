@@ -5,7 +5,10 @@ import { heldPermissions } from './permissions';
 
 export const API_TOKEN_PREFIX = 'cpt';
 export const SESSION_PREFIX = 'cps';
-export const SESSION_COOKIE = 'cp_session';
+/** `__Host-`: browsers keep it to this host over HTTPS, so a sibling subdomain cannot plant one. */
+export const SESSION_COOKIE = '__Host-cp_session';
+/** A session ends after this long without use (the `session` security scheme's description). */
+export const SESSION_IDLE_MS = 14 * 24 * 3600_000;
 
 /** The caller's standing in one organization. */
 export interface OrgAccess {
@@ -212,11 +215,17 @@ export const sessionAuthenticator: Authenticator = {
   async authenticate(credential, db, now = new Date()) {
     const session = await db
       .selectFrom('sessions')
-      .select(['id', 'user_id', 'second_factor_at', 'step_up_at', 'expires_at', 'revoked_at', 'last_seen_at'])
+      .select(['id', 'user_id', 'second_factor_at', 'step_up_at', 'expires_at', 'revoked_at', 'created_at', 'last_seen_at'])
       .where('token_hash', '=', hashSecret(credential.secret))
       .executeTakeFirst();
     if (!session || session.revoked_at || session.expires_at <= now) {
       return { status: 'invalid', detail: 'The session has ended; sign in again.' };
+    }
+    // Idle time is measured from the last recorded use, which is written at most once a
+    // minute: a session can outlive its idle limit by that minute, never by more.
+    const lastUse = session.last_seen_at ?? session.created_at;
+    if (now.getTime() - lastUse.getTime() >= SESSION_IDLE_MS) {
+      return { status: 'invalid', detail: 'The session ended after 14 days without use; sign in again.' };
     }
     touchLastUsed(db, 'sessions', 'last_seen_at', session.id, session.last_seen_at, now);
     return {
@@ -227,7 +236,8 @@ export const sessionAuthenticator: Authenticator = {
         sessionId: session.id,
         secondFactorAt: session.second_factor_at,
         stepUpAt: session.step_up_at,
-        expiresAt: session.expires_at,
+        // What a remembered answer may be trusted until: this use restarts the idle clock.
+        expiresAt: new Date(Math.min(session.expires_at.getTime(), now.getTime() + SESSION_IDLE_MS)),
       },
     };
   },

@@ -1,19 +1,58 @@
+import { sql } from 'kysely';
 import type { Executor } from '../db/database';
 import { hashSecret, randomSecret } from '../lib/crypto';
 import { newId } from '../lib/ids';
-import { SESSION_PREFIX } from './credentials';
+import { SESSION_COOKIE, SESSION_PREFIX } from './credentials';
+
+/** …and this long after sign-in, however much it is used: a stolen cookie does not live forever. */
+export const SESSION_LIFETIME_MS = 30 * 24 * 3600_000;
+/** A session waiting for its second factor is only good for showing it, and briefly. */
+export const PENDING_SESSION_MS = 10 * 60_000;
+
+export interface StartedSession {
+  id: string;
+  secret: string;
+  expiresAt: Date;
+  /** The Set-Cookie value that hands it to the browser. */
+  cookie: string;
+}
+
+/**
+ * `__Host-` keeps the cookie to this host, over HTTPS, on every path: a sibling subdomain
+ * cannot set or overwrite it (browsers refuse a `__Host-` cookie with a Domain attribute).
+ * Max-Age is the session's hard end; the idle limit is the server's to enforce.
+ */
+export function sessionCookie(secret: string, expiresAt: Date, now = new Date()): string {
+  const maxAge = Math.max(0, Math.floor((expiresAt.getTime() - now.getTime()) / 1000));
+  return `${SESSION_COOKIE}=${secret}; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=${maxAge}`;
+}
+
+export const CLEARED_SESSION_COOKIE = `${SESSION_COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0`;
 
 /**
  * A web-app session for a person: the secret goes in the cookie, only its hash is stored.
  * `secondFactorAt` records when a second factor was shown (organizations that require one
- * refuse a session without it).
+ * refuse a session without it). A session that still owes its second factor (`pending`)
+ * lasts minutes; showing the factor renews it for the full lifetime. `replacing` is the
+ * session this browser presented, if any: signing in again ends it, so one browser holds
+ * one session.
  */
 export async function startSession(
   db: Executor,
-  input: { userId: string; expiresAt: Date; secondFactorAt?: Date | null; ip?: string | null; userAgent?: string | null },
-): Promise<{ id: string; secret: string }> {
+  input: {
+    userId: string;
+    secondFactorAt?: Date | null;
+    pending?: boolean;
+    replacing?: string | null;
+    ip?: string | null;
+    userAgent?: string | null;
+  },
+  now = new Date(),
+): Promise<StartedSession> {
   const secret = randomSecret(SESSION_PREFIX);
   const id = newId('session');
+  const expiresAt = new Date(now.getTime() + (input.pending ? PENDING_SESSION_MS : SESSION_LIFETIME_MS));
+  if (input.replacing) await endSession(db, { secret: input.replacing }, now);
   await db
     .insertInto('sessions')
     .values({
@@ -21,10 +60,52 @@ export async function startSession(
       user_id: input.userId,
       token_hash: hashSecret(secret),
       second_factor_at: input.secondFactorAt ?? null,
-      expires_at: input.expiresAt,
+      expires_at: expiresAt,
       ip: input.ip ?? null,
       user_agent: input.userAgent ?? null,
+      last_seen_at: now,
     })
     .execute();
-  return { id, secret };
+  return { id, secret, expiresAt, cookie: sessionCookie(secret, expiresAt, now) };
+}
+
+/**
+ * Gives a session a new secret when its privileges change (a second factor shown, a
+ * step-up): a secret seen before the change, by a person looking over a shoulder or a
+ * proxy's log, is worth nothing after it. Showing the second factor ends the short
+ * `mfa_pending` lifetime: the session then lasts as long as any from its sign-in.
+ */
+export async function renewSession(
+  db: Executor,
+  sessionId: string,
+  change: { secondFactorAt?: Date; stepUpAt?: Date },
+  now = new Date(),
+): Promise<{ secret: string; expiresAt: Date; cookie: string } | null> {
+  const secret = randomSecret(SESSION_PREFIX);
+  const row = await db
+    .updateTable('sessions')
+    .set({
+      token_hash: hashSecret(secret),
+      ...(change.secondFactorAt
+        ? { second_factor_at: change.secondFactorAt, expires_at: sql<Date>`created_at + make_interval(secs => ${SESSION_LIFETIME_MS / 1000})` }
+        : {}),
+      ...(change.stepUpAt ? { step_up_at: change.stepUpAt } : {}),
+    })
+    .where('id', '=', sessionId)
+    .where('revoked_at', 'is', null)
+    .returning('expires_at')
+    .executeTakeFirst();
+  if (!row) return null;
+  return { secret, expiresAt: row.expires_at, cookie: sessionCookie(secret, row.expires_at, now) };
+}
+
+/** Ends a session at once, everywhere (every process forgets it: the sessions table notifies). */
+export async function endSession(db: Executor, which: { id: string } | { secret: string }, now = new Date()): Promise<boolean> {
+  const ended = await db
+    .updateTable('sessions')
+    .set({ revoked_at: now })
+    .where('revoked_at', 'is', null)
+    .where((eb) => ('id' in which ? eb('id', '=', which.id) : eb('token_hash', '=', hashSecret(which.secret))))
+    .executeTakeFirst();
+  return Number(ended.numUpdatedRows) > 0;
 }

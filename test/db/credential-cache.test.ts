@@ -211,7 +211,11 @@ onServer('credential cache across server processes', () => {
     const send = async (server: ServerProcess, method: string, path: string, org: string | null, body?: unknown) => {
       const res = await fetch(`${server.baseUrl}${path}`, {
         method,
-        headers: { cookie: `cp_session=${secret}`, ...(org ? { 'x-organization-id': org } : {}), ...(body ? { 'content-type': 'application/json' } : {}) },
+        headers: {
+          cookie: `__Host-cp_session=${secret}`,
+          ...(org ? { 'x-organization-id': org } : {}),
+          ...(body ? { 'content-type': 'application/json' } : {}),
+        },
         body: body ? JSON.stringify(body) : undefined,
         signal: AbortSignal.timeout(5_000),
       });

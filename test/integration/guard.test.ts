@@ -104,12 +104,12 @@ describe('authentication', () => {
   });
 
   it('answers 401 invalid_token for an unknown session cookie', async () => {
-    const res = await t.call('GET', '/user/me', undefined, { headers: { cookie: 'theme=dark; cp_session=cps_nothing_like_this' } });
+    const res = await t.call('GET', '/user/me', undefined, { headers: { cookie: 'theme=dark; __Host-cp_session=cps_nothing_like_this' } });
     expectError(res, 401, 'invalid_token');
   });
 
   it('answers 401 invalid_token for a session cookie with a malformed percent-escape', async () => {
-    const res = await t.call('GET', '/user/me', undefined, { headers: { cookie: 'cp_session=%E0%A4%A' } });
+    const res = await t.call('GET', '/user/me', undefined, { headers: { cookie: '__Host-cp_session=%E0%A4%A' } });
     expectError(res, 401, 'invalid_token');
   });
 });
@@ -732,7 +732,7 @@ describe('logs', () => {
       ['GET', LIST, { token, org: orgId }],
       ['GET', LIST, { session, org: orgId }],
       ['GET', '/user/me', { token: unknownToken }],
-      ['GET', '/user/me', { headers: { cookie: `cp_session=${session}; other=1` } }],
+      ['GET', '/user/me', { headers: { cookie: `__Host-cp_session=${session}; other=1` } }],
       ['POST', LIST, { token, org: orgId }],
       ['GET', '/role', { token, org: orgId }],
     ];

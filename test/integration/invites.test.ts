@@ -477,8 +477,8 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
     expect(res.status).toBe(302);
     expect(res.headers.get('location')).toBe(`${t.url}/org/${await slugOf(org.orgId)}`);
     const cookie = res.headers.get('set-cookie') ?? '';
-    expect(cookie).toMatch(/^cp_session=cps_[A-Za-z0-9_-]+; Path=\/; HttpOnly; Secure; SameSite=Lax; Max-Age=1209600$/);
-    const session = /^cp_session=([^;]+)/.exec(cookie)![1]!;
+    expect(cookie).toMatch(/^__Host-cp_session=cps_[A-Za-z0-9_-]+; Path=\/; HttpOnly; Secure; SameSite=Lax; Max-Age=2592000$/);
+    const session = /^__Host-cp_session=([^;]+)/.exec(cookie)![1]!;
     const me = await t.as({ session }).get('/user/me');
     expect(me.body.email).toBe(email);
     expect(me.body.organizations.find((o: any) => o.organization.id === org.orgId).member).toMatchObject({ via: 'invite', status: 'active' });

@@ -29,7 +29,7 @@ function upload(org: { token: string; orgId: string }, bytes: Buffer, type: stri
 async function download(credential: { token?: string; session?: string }, orgId: string) {
   const headers: Record<string, string> = {};
   if (credential.token) headers.authorization = `Bearer ${credential.token}`;
-  if (credential.session) headers.cookie = `cp_session=${credential.session}`;
+  if (credential.session) headers.cookie = `__Host-cp_session=${credential.session}`;
   const res = await fetch(`${t.url}/organization/${orgId}/logo`, { headers });
   return { status: res.status, headers: res.headers, bytes: Buffer.from(await res.arrayBuffer()) };
 }

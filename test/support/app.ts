@@ -106,7 +106,7 @@ export class TestApp {
   async call<T = any>(method: string, path: string, body?: unknown, options: CallOptions = {}): Promise<TestResponse<T>> {
     const headers: Record<string, string> = { ...options.headers };
     if (options.token) headers.authorization = `Bearer ${options.token}`;
-    if (options.session) headers.cookie = `cp_session=${options.session}`;
+    if (options.session) headers.cookie = `__Host-cp_session=${options.session}`;
     if (options.org) headers['x-organization-id'] = options.org;
     let payload: string | Buffer | undefined;
     if (options.raw !== undefined) payload = options.raw;
@@ -136,7 +136,7 @@ export class TestApp {
   client(credential: { token?: string; session?: string; org?: string } = {}): ApiClient {
     const headers: Record<string, string> = {};
     if (credential.token) headers.authorization = `Bearer ${credential.token}`;
-    if (credential.session) headers.cookie = `cp_session=${credential.session}`;
+    if (credential.session) headers.cookie = `__Host-cp_session=${credential.session}`;
     if (credential.org) headers['x-organization-id'] = credential.org;
     const client = createClient<OrgHeaderOptional<paths>>({ baseUrl: this.url, headers });
     const checker = this.checker;

@@ -76,13 +76,10 @@ export class Factories {
     return (await this.db.selectFrom('api_tokens').select('id').where('token_hash', '=', hashSecret(token)).executeTakeFirstOrThrow()).id;
   }
 
-  /** A web-app session; sign-in flows come later, so tests start sessions directly. */
+  /** A web-app session, started as sign-in starts one; `expiresAt` moves its hard end (to test expiry). */
   async session(userId: string, input: { secondFactor?: boolean; expiresAt?: Date } = {}): Promise<string> {
-    const session = await startSession(this.db, {
-      userId,
-      secondFactorAt: input.secondFactor ? new Date() : null,
-      expiresAt: input.expiresAt ?? new Date(Date.now() + 86_400_000),
-    });
+    const session = await startSession(this.db, { userId, secondFactorAt: input.secondFactor ? new Date() : null });
+    if (input.expiresAt) await this.db.updateTable('sessions').set({ expires_at: input.expiresAt }).where('id', '=', session.id).execute();
     return session.secret;
   }
 

@@ -1,13 +1,15 @@
 import { defineArea } from '../../http/area';
 import { activateInvite } from './invite-activation';
+import { logOut } from './log-out';
 
 /**
- * The Auth tag. Sign-in flows come with their own issue; for now only the invite link is
- * built (activateInvite), on the invites area's acceptInvite.
+ * The Auth tag: sessions (logOut) and the invite link (activateInvite, on the invites area's
+ * acceptInvite). The sign-in flows are being built here one by one.
  */
 export default defineArea({
   tag: 'Auth',
   handlers: {
     activateInvite,
+    logOut,
   },
 });

@@ -1,13 +1,9 @@
-import { SESSION_COOKIE } from '../../identity/credentials';
 import { startSession } from '../../identity/sessions';
 import { createUser, findUserByEmail } from '../../identity/users';
 import type { RequestContext } from '../../http/context';
 import { isUniqueViolation } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';
 import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites';
-
-/** How long a session started by an invite link lasts without use (the spec's SessionCookie: 14 days). */
-const SESSION_MAX_AGE_S = 14 * 24 * 3600;
 
 const webApp = (ctx: RequestContext) => ctx.deps.config.webAppUrl ?? ctx.deps.config.baseUrl;
 
@@ -63,14 +59,8 @@ export async function activateInvite({ query }: OperationInput<'activateInvite'>
     if (isUniqueViolation(err, 'users_email_key')) return signInFirst();
     throw err;
   }
-  const session = await startSession(ctx.db, {
-    userId,
-    expiresAt: new Date(Date.now() + SESSION_MAX_AGE_S * 1000),
-    ip: ctx.client.ip,
-    userAgent: ctx.client.userAgent,
-  });
+  const session = await startSession(ctx.db, { userId, ip: ctx.client.ip, userAgent: ctx.client.userAgent });
   const outcome = await accept(ctx, token, userId);
   if (!outcome.ok) return signInFailed(ctx, outcome.reason);
-  const cookie = `${SESSION_COOKIE}=${session.secret}; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=${SESSION_MAX_AGE_S}`;
-  return landOnOrganization(ctx, outcome.orgId, cookie);
+  return landOnOrganization(ctx, outcome.orgId, session.cookie);
 }

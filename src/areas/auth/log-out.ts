@@ -1,0 +1,11 @@
+import type { RequestContext } from '../../http/context';
+import type { OperationInput } from '../../http/handler-types';
+import { CLEARED_SESSION_COOKIE, endSession } from '../../identity/sessions';
+
+/** POST /auth/logout: ends the caller's session only (their other browsers stay signed in). */
+export async function logOut(_input: OperationInput<'logOut'>, ctx: RequestContext) {
+  const caller = ctx.caller;
+  // The guard admits only a session here (the operation is person-only, session-secured).
+  if (caller?.kind === 'session') await endSession(ctx.db, { id: caller.sessionId });
+  return { status: 204 as const, headers: { 'Set-Cookie': CLEARED_SESSION_COOKIE } };
+}
