@@ -125,6 +125,18 @@ export interface ConnectorVersions {
   version: number;
 }
 
+export interface EmailLinks {
+  created_at: Generated<Timestamp>;
+  email: string;
+  expires_at: Timestamp;
+  name: string | null;
+  purpose: "sign_in" | "sign_up";
+  return_to: string | null;
+  token_hash: string;
+  used_at: Timestamp | null;
+  user_id: string | null;
+}
+
 export interface InviteRoles {
   invite_id: string;
   role_id: string;
@@ -490,6 +502,7 @@ export interface DB {
   connections: Connections;
   connector_versions: ConnectorVersions;
   connectors: Connectors;
+  email_links: EmailLinks;
   invite_roles: InviteRoles;
   invite_teams: InviteTeams;
   invites: Invites;

@@ -381,9 +381,14 @@ export interface paths {
          *     the address when it belongs to an account that may sign in this way. Always answers 202
          *     with the same body, so it never reveals whether the address has an account: an unknown
          *     address gets no email, and an address whose domain enforces SSO gets an email pointing
-         *     to SSO. Requesting a new link makes earlier unused ones stop working. Public: needs no
-         *     credential. Not org-scoped. Records no audit entry. Rate-limited per address and per
-         *     client address. Emits no event.
+         *     to SSO. The email is sent after the answer, so its timing says nothing either.
+         *     Requesting a new link makes earlier unused ones stop working. Public: needs no
+         *     credential. Not org-scoped. Records no audit entry. Rate-limited per address (five
+         *     links in 15 minutes) and per client address. Emits no event.
+         *
+         *     The web app's sign-in page posts the same members as a form
+         *     (`application/x-www-form-urlencoded`); a form gets 303 to the page
+         *     `/sign-in?sent=<email>` instead of the JSON answer.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -403,22 +408,38 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Verify magic-link token
-         * @description Browser flow; the link in the sign-in email. Signs the account in and answers 302 with
-         *     the `__Host-cp_session` cookie, to the `return_to` of the request (or `/`), or to the web
-         *     app's second-factor page when the session starts `mfa_pending`. Opening the link also
-         *     proves the email address, so an unverified address becomes verified. A link works
-         *     once; a used, unknown or expired link redirects to the sign-in page with the reason
-         *     (`link_invalid`, `link_expired`), as does an account whose domain now enforces SSO
-         *     (`sso_required`). Public: needs no credential. Not org-scoped. Records no audit entry:
-         *     it changes nothing an organization owns.
+         * Open a magic link
+         * @description Browser flow; the link in the sign-in email. Mail scanners open every link in a
+         *     message, so opening it signs nobody in and uses nothing up: a link that still works
+         *     answers 302 to the web app's confirmation page `/sign-in/confirm?token=…`, whose
+         *     button posts the token to `POST /auth/magic-link/verify`. A used, unknown or expired
+         *     link answers 302 to the sign-in page with the reason (`link_invalid`,
+         *     `link_expired`). Public: needs no credential. Not org-scoped. Records no audit entry.
          *
          *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
          *     Sign-in failures are redirects, see `Location`.
          */
         get: operations["verifyMagicLink"];
         put?: never;
-        post?: never;
+        /**
+         * Sign in with a magic link
+         * @description The confirmation page's button: uses the emailed link's token up and signs its account
+         *     in, answering 303 with the `__Host-cp_session` cookie, to the `return_to` of the
+         *     request (or `/`), or to the web app's second-factor page when the session starts
+         *     `mfa_pending` (the person holds a second factor and an organization of theirs requires
+         *     one). A session this browser had before is ended. A link works once; a used, unknown or
+         *     expired link answers 303 to the sign-in page with the reason (`link_invalid`,
+         *     `link_expired`), as does an account suspended from everywhere it belonged. Public:
+         *     needs no credential. Only pages of this service may send it (`x-first-party`), so
+         *     another site cannot sign a visitor in to an account of its choosing. Not org-scoped.
+         *     Records no audit entry: it changes nothing an organization owns.
+         *
+         *     Errors: 400 `validation_failed` (a missing or malformed `token`), `malformed_json`; 403
+         *     `insufficient_access` (sent from another site's page); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`. Sign-in failures are redirects, see
+         *     `Location`.
+         */
+        post: operations["confirmMagicLink"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7098,6 +7119,16 @@ export interface components {
         AuthMagicLinkRequest: {
             email: components["schemas"]["AuthEmail"];
             return_to?: components["schemas"]["AuthReturnTo"];
+        };
+        /**
+         * @description The token of an emailed link, posted by the web app's confirmation page.
+         * @example {
+         *       "token": "eml_Qm9wT3JrZ1NtV0x4bFpjN2FkR3Q4c1Jq"
+         *     }
+         */
+        AuthEmailLinkConfirmation: {
+            /** @description The `token` of the emailed link. */
+            token: string;
         };
         /**
          * @description The 6-digit code the authenticator app shows now (RFC 6238, 30-second steps; one step of clock drift is accepted). A code works once.
@@ -15998,6 +16029,16 @@ export interface components {
                 "application/json": components["schemas"]["AuthEmailAccepted"];
             };
         };
+        /** @description To a page of the web app, on its origin. */
+        PageRedirect: {
+            headers: {
+                /** @description The page. */
+                Location: string;
+                "X-Request-Id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
         /**
          * @description The transport refused the request: a body that is not JSON (-32700) or not JSON-RPC
          *     (-32600), or, without 2026-07-28 `_meta`, an unsupported `MCP-Protocol-Version` (-32000),
@@ -16732,10 +16773,18 @@ export interface operations {
                  *     }
                  */
                 "application/json": components["schemas"]["AuthMagicLinkRequest"];
+                /**
+                 * @example {
+                 *       "email": "ada@acme.example",
+                 *       "return_to": "/org/acme/toolboxes"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["AuthMagicLinkRequest"];
             };
         };
         responses: {
             202: components["responses"]["EmailAccepted"];
+            303: components["responses"]["PageRedirect"];
             400: components["responses"]["BadRequest"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -16755,8 +16804,35 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            302: components["responses"]["SignInRedirect"];
+            302: components["responses"]["PageRedirect"];
             400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    confirmMagicLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "token": "eml_Qm9wT3JrZ1NtV0x4bFpjN2FkR3Q4c1Jq"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["AuthEmailLinkConfirmation"];
+            };
+        };
+        responses: {
+            303: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

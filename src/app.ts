@@ -17,7 +17,8 @@ import { RateLimits, type CounterStore } from './http/rate-limit';
 import { Redis } from 'ioredis';
 import { buildRegistry, type Registry } from './http/registry';
 import { logRequest } from './http/request-log';
-import { clientIp, sendError, setRequestState } from './http/respond';
+import { clientIp, requestState, sendError, setRequestState } from './http/respond';
+import { servePages } from './http/pages';
 import { newRequestId } from './lib/ids';
 import { docsAssets } from './areas/schema';
 import { loadSpec, type OpenApiDocument } from './spec';
@@ -116,8 +117,12 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
     registry.engines.length > 0
       ? (req: Request, res: Response) => app(req, res, lastResort(req, res))
       : (req: Request, res: Response) => void router.handle(req, res);
+  const pages = servePages(registry.pages, appDeps, (req) => {
+    const credential = requestState(req as Request).credential;
+    return credential?.scheme === 'cookie' ? credential.secret : null;
+  });
   // Bodies are read by the router, per operation, once the caller is known.
-  const route = (req: Request, res: Response) => assets(req, res, () => dispatch(req, res));
+  const route = (req: Request, res: Response) => assets(req, res, () => pages(req, res, () => dispatch(req, res)));
 
   // What every request goes through, once.
   const handle = (req: Request, res: Response) => {

@@ -29,9 +29,10 @@ async function main(): Promise<void> {
   if (config.autoBootstrap) {
     // Only a database without organizations is bootstrapped; replicas starting together on an
     // empty one create one organization between them (bootstrap serializes itself).
+    const bootstrapEmail = process.env.BOOTSTRAP_EMAIL || 'owner@example.com';
     const result = await bootstrap(database.db, {
       baseUrl: config.baseUrl,
-      email: process.env.BOOTSTRAP_EMAIL || 'owner@example.com',
+      email: bootstrapEmail,
       organizationName: process.env.BOOTSTRAP_ORGANIZATION || 'My organization',
       tokenDays: config.bootstrapTokenDays,
       onlyIfEmpty: true,
@@ -49,6 +50,7 @@ async function main(): Promise<void> {
           `  API token:       ${result.api_token}   (shown once; also in ${file}, mode 0600)`,
           `  expires:         ${result.api_token_expires_at ?? 'never'} (BOOTSTRAP_TOKEN_DAYS; make longer-lived tokens with the CLI)`,
           `  try:             curl -H "Authorization: Bearer ${result.api_token}" ${result.base_url}/user/me`,
+          `  sign in:         ${result.base_url}/sign-in as ${bootstrapEmail} (the link is emailed; without SMTP_URL it is printed here)`,
           '',
         ].join('\n'),
       );
@@ -56,7 +58,7 @@ async function main(): Promise<void> {
     }
   }
 
-  const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs);
+  const mailer = createMailer(config.smtp.url, config.smtp.from, logger, config.outbound.timeoutMs, process.stderr);
   const secrets = secretBoxOf(config.encryptionKeys);
   const {
     listen,

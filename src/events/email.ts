@@ -16,14 +16,17 @@ export interface Mailer {
 
 /**
  * Email through SMTP when SMTP_URL is set (smtp://user:pass@host:port, smtps:// for TLS);
- * otherwise messages are written to the log, which is what a local `make start` wants.
+ * otherwise each message is noted in the log (recipients and subject: a sign-in link is a
+ * secret and never enters the log stream) and, for the person at the terminal of a local
+ * `make start`, written whole to `terminal` (the server's stderr), so they can sign in.
  */
-export function createMailer(smtpUrl: string | null, from: string, logger: Logger, timeoutMs = 10_000): Mailer {
+export function createMailer(smtpUrl: string | null, from: string, logger: Logger, timeoutMs = 10_000, terminal?: { write(text: string): unknown }): Mailer {
   if (!smtpUrl) {
     const transport = nodemailer.createTransport({ jsonTransport: true });
     return {
       async send(message) {
         await transport.sendMail({ from, ...message });
+        terminal?.write(['', `Email to ${message.to.join(', ')} (SMTP_URL is not set): ${message.subject}`, message.text, ''].join('\n'));
         logger.info(
           { email: { to: message.to, cc: message.cc, bcc: message.bcc, subject: message.subject } },
           'email written to the log (SMTP_URL is not set)',

@@ -8,6 +8,7 @@ import type { AppDeps, RequestContext } from './context';
 import type { ApiError } from './errors';
 import type { AreaHandlers, ModuleHandlers } from './handler-types';
 import type { HookListeners } from './hooks';
+import type { Page } from './pages';
 
 /** An error in an area's own wire format (SCIM, OAuth, JSON-RPC) instead of the Error object. */
 export interface RenderedError {
@@ -40,6 +41,8 @@ export interface Module {
    * operations that name it; they count as built.
    */
   engines?: Record<string, { path: string; create(deps: AppDeps): RequestHandler }>;
+  /** Pages of the web app this server serves, by exact path (GET): the sign-in pages, say. */
+  pages?: Record<string, Page>;
   /** Consumers of the outbox, beside notification destinations (logging destinations, …). */
   consumers?: (deps: AppDeps) => OutboxConsumer[];
   /**

@@ -145,6 +145,10 @@ export class RequestContext {
       userAgent: string | null;
       /** `Accept` as sent (protocols that negotiate on it: the MCP endpoint). */
       accept?: string | null;
+      /** The body's media type, without parameters: a browser's form and a client's JSON may get different answers. */
+      media?: string | null;
+      /** The session cookie as sent, authenticated or not: a sign-in ends the session this browser had. */
+      sessionCookie?: string | null;
     },
     private readonly presence: ClientPresence,
   ) {
@@ -260,6 +264,20 @@ export class RequestContext {
    */
   systemWrite<T>(change: (scope: WriteScope) => Promise<T>): Promise<T> {
     return this.commit(change, async () => undefined, { actor_type: 'system', actor_id: null });
+  }
+
+  /**
+   * A change that belongs to a person, not to an organization: the sign-in flows' sessions
+   * and emailed links, whose operations declare `x-audit: null`. One transaction, and what
+   * this process remembers of the tables it wrote (a session it authenticated) is forgotten
+   * before the response leaves.
+   */
+  personalWrite<T>(change: (db: Transaction<Database>) => Promise<T>): Promise<T> {
+    return this.commit(
+      (scope) => change(scope.db),
+      async () => undefined,
+      eventActor(this.caller),
+    );
   }
 
   private async commit<T>(

@@ -42,21 +42,21 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 /**
  * A browser sends the session cookie with a form another site's page submits (SameSite=Lax
  * stops only cross-site subrequests, and a sibling subdomain counts as the same site), so a
- * change made with the cookie must come from a page of ours: the browser's own
- * `Sec-Fetch-Site` and `Origin` say where the page was. Clients that send neither (curl, a
- * test) are not browsers being misled.
+ * change made with the cookie must come from a page of ours: the browser's own `Origin` and
+ * `Sec-Fetch-Site` say where the page was. A page whose referrer policy is `no-referrer`
+ * (ours are) makes the browser send `Origin: null`; then `Sec-Fetch-Site: same-origin` is
+ * what vouches for it. Clients that send neither header (curl, a script) are not browsers
+ * being misled. Operations marked `x-first-party` (the sign-in confirmations) are held to
+ * this whatever credential they carry, or none.
  */
 function refuseForeignPage(req: Request, deps: GuardDeps): void {
   if (SAFE_METHODS.has(req.method)) return;
   const site = req.headers['sec-fetch-site'];
   const origin = req.headers.origin;
-  const foreign = site === 'cross-site' || (typeof origin === 'string' && origin !== '' && !deps.firstParty(origin));
-  if (foreign) {
-    throw new ApiError(
-      'insufficient_access',
-      'A change signed in with the session cookie must come from a page of this service; this one was sent from another site.',
-    );
-  }
+  const named = typeof origin === 'string' && origin !== '' && origin !== 'null';
+  const foreign =
+    site === 'cross-site' || (named ? !deps.firstParty(origin) : site === 'same-site' || (origin === 'null' && site !== 'same-origin' && site !== 'none'));
+  if (foreign) throw new ApiError('insufficient_access', 'This request must come from a page of this service; it was sent from another site.');
 }
 
 export interface Admitted {
@@ -161,6 +161,7 @@ function organizationFromHeader(req: Request, caller: Caller, deps: GuardDeps): 
  * rate limits are counted in this process; otherwise it answers with a promise.
  */
 export function guard(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Maybe<Admitted> {
+  if (meta.firstParty && credential?.scheme !== 'cookie') refuseForeignPage(req, deps);
   return chain(authenticate(meta, req, credential, deps), (caller) => {
     const org: Maybe<OrgAccess | null> =
       caller && meta.orgScoped ? organizationFromHeader(req, caller, deps) : caller && caller.kind !== 'session' ? caller.access : null;

@@ -220,6 +220,8 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         ip: clientIp(req) ?? null,
         userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
         accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
+        media: typeof req.headers['content-type'] === 'string' ? (req.headers['content-type'].split(';')[0]?.trim().toLowerCase() ?? null) : null,
+        sessionCookie: state.credential?.scheme === 'cookie' ? state.credential.secret : null,
       },
       presence,
     );

@@ -5,6 +5,7 @@ import { apiTokenAuthenticator, sessionAuthenticator, type Authenticator } from 
 import type { OutboxConsumer } from '../events/outbox';
 import type { OperationMeta } from '../spec/operations';
 import type { Module, RenderedError, SealedColumn } from './area';
+import type { Page } from './pages';
 import type { AppDeps, RequestContext } from './context';
 import type { ApiError } from './errors';
 import type { AnyResult, ProtocolInput } from './handler-types';
@@ -19,6 +20,8 @@ export interface Registry {
   /** Security scheme → how it authenticates. Schemes nobody registered accept nothing. */
   authenticators: ReadonlyMap<string, Authenticator>;
   engines: ReadonlyArray<{ name: string; path: string; create(deps: AppDeps): RequestHandler }>;
+  /** The web app's pages the modules serve, by path. */
+  pages: ReadonlyMap<string, Page>;
   /** Operations the contract has but nothing serves: they answer 501 `not_implemented`. */
   notImplemented: ReadonlySet<string>;
   renderError(operationId: string, error: ApiError, requestId: string, path: string, deps: AppDeps): RenderedError | null;
@@ -45,6 +48,7 @@ export function buildRegistry(modules: readonly Module[], operations: Readonly<R
   const servedBy = new Map<string, Module>();
   const authenticators = new Map<string, Authenticator>(Object.entries(CORE_AUTHENTICATORS));
   const engines: Registry['engines'][number][] = [];
+  const pages = new Map<string, Page>();
   const names = new Set<string>();
 
   for (const module of modules) {
@@ -66,6 +70,11 @@ export function buildRegistry(modules: readonly Module[], operations: Readonly<R
       if (!schemes.includes(scheme)) problems.push(`${module.name}: authenticates "${scheme}", which is not a security scheme of the spec`);
       if (authenticators.has(scheme)) problems.push(`${module.name}: "${scheme}" is authenticated elsewhere already`);
       authenticators.set(scheme, authenticator);
+    }
+    for (const [path, page] of Object.entries(module.pages ?? {})) {
+      if (pages.has(path)) problems.push(`${module.name}: the page ${path} is served twice`);
+      if (Object.values(operations).some((op) => op.path === path)) problems.push(`${module.name}: the page ${path} is an operation's path`);
+      pages.set(path, page);
     }
     for (const [name, engine] of Object.entries(module.engines ?? {})) {
       if (engines.some((e) => e.name === name)) problems.push(`${module.name}: the engine "${name}" is mounted twice`);
@@ -91,6 +100,7 @@ export function buildRegistry(modules: readonly Module[], operations: Readonly<R
     handlers,
     authenticators,
     engines,
+    pages,
     notImplemented,
     renderError(operationId, error, requestId, path, deps) {
       return ownerOf(operationId)?.renderError?.(error, operationId, requestId, path, deps) ?? null;

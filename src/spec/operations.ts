@@ -38,6 +38,8 @@ export interface OperationMeta {
   protocol: Protocol | null;
   /** Browsers of other origins may call it (`x-cors` on its path): preflights are answered, headers exposed. */
   cors: boolean;
+  /** Only this service's own pages may send it from a browser (`x-first-party`), whatever the credential. */
+  firstParty: boolean;
 }
 
 /** The foreign wire formats an operation may own (`x-protocol`). */
@@ -112,6 +114,8 @@ export function describeOperations(doc: OpenApiDocument): { operations: Record<s
       const maxBodyBytes: number | null = op['x-max-body-bytes'] ?? null;
       if (maxBodyBytes !== null && (!Number.isInteger(maxBodyBytes) || maxBodyBytes < 1)) problems.push(`${where}: x-max-body-bytes must be a positive whole number`);
       if (engine !== null && !/^[a-z][a-z0-9-]*$/.test(engine)) problems.push(`${where}: x-engine must name an engine in lowercase`);
+      const firstParty = op['x-first-party'] ?? false;
+      if (typeof firstParty !== 'boolean') problems.push(`${where}: x-first-party must be true or false`);
       const protocol: Protocol | null = op['x-protocol'] ?? null;
       if (protocol !== null && !(PROTOCOLS as readonly string[]).includes(protocol)) problems.push(`${where}: x-protocol must be one of ${PROTOCOLS.join(', ')}`);
 
@@ -133,6 +137,7 @@ export function describeOperations(doc: OpenApiDocument): { operations: Record<s
           maxBodyBytes,
           protocol,
           cors: cors === true,
+          firstParty: firstParty === true,
         };
       }
     }

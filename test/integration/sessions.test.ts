@@ -65,6 +65,14 @@ describe('a change made with the session cookie must come from a page of this se
     expect((await t.call('POST', '/auth/logout', undefined, { headers: own })).status).toBe(204);
   });
 
+  it('accepts Origin: null from a page of ours (a no-referrer page) only when Sec-Fetch-Site vouches for it', async () => {
+    const { ownerId } = await t.factories.org();
+    const session = await t.factories.session(ownerId);
+    expectError(await t.call('POST', '/auth/logout', undefined, { headers: { ...cookieOf(session), origin: 'null' } }), 403, 'insufficient_access');
+    const res = await t.call('POST', '/auth/logout', undefined, { headers: { ...cookieOf(session), origin: 'null', 'sec-fetch-site': 'same-origin' } });
+    expect(res.status).toBe(204);
+  });
+
   it('leaves bearer credentials alone: a foreign Origin with an API token is not a misled browser', async () => {
     const { orgId, token } = await t.factories.org();
     const res = await t.call(

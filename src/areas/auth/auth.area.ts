@@ -1,6 +1,8 @@
 import { defineArea } from '../../http/area';
 import { activateInvite } from './invite-activation';
 import { logOut } from './log-out';
+import { confirmMagicLink, requestMagicLink, verifyMagicLink } from './magic-link';
+import { SIGN_IN_PAGES } from './pages';
 
 /**
  * The Auth tag: sessions (logOut) and the invite link (activateInvite, on the invites area's
@@ -11,5 +13,9 @@ export default defineArea({
   handlers: {
     activateInvite,
     logOut,
+    requestMagicLink,
+    verifyMagicLink,
+    confirmMagicLink,
   },
+  pages: SIGN_IN_PAGES,
 });

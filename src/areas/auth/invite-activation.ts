@@ -4,14 +4,7 @@ import type { RequestContext } from '../../http/context';
 import { isUniqueViolation } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';
 import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites';
-
-const webApp = (ctx: RequestContext) => ctx.deps.config.webAppUrl ?? ctx.deps.config.baseUrl;
-
-function signInFailed(ctx: RequestContext, reason: string) {
-  const url = new URL(`${webApp(ctx)}/sign-in`);
-  url.searchParams.set('error', reason);
-  return { status: 302 as const, headers: { Location: url.href } };
-}
+import { signInFailed, webApp } from './sign-in';
 
 async function landOnOrganization(ctx: RequestContext, orgId: string, cookie?: string) {
   const org = await ctx.db.selectFrom('organizations').select('slug').where('id', '=', orgId).executeTakeFirst();

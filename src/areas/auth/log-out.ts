@@ -6,6 +6,6 @@ import { CLEARED_SESSION_COOKIE, endSession } from '../../identity/sessions';
 export async function logOut(_input: OperationInput<'logOut'>, ctx: RequestContext) {
   const caller = ctx.caller;
   // The guard admits only a session here (the operation is person-only, session-secured).
-  if (caller?.kind === 'session') await endSession(ctx.db, { id: caller.sessionId });
+  if (caller?.kind === 'session') await ctx.personalWrite((db) => endSession(db, { id: caller.sessionId }));
   return { status: 204 as const, headers: { 'Set-Cookie': CLEARED_SESSION_COOKIE } };
 }

@@ -1,0 +1,84 @@
+import type { AppDeps } from '../../http/context';
+import { html, layout, type Page, type PageRequest } from '../../http/pages';
+import { sessionAuthenticator } from '../../identity/credentials';
+
+/** What the sign-in page says for each `error` a flow sends it back with (SignInLocation). */
+const FAILURES: Record<string, string> = {
+  link_invalid: 'That sign-in link does not work: it was used already, or a newer one replaced it. Ask for a new one below.',
+  link_expired: 'That sign-in link has expired. Ask for a new one below.',
+  access_denied: 'Sign-in was cancelled.',
+  invalid_state: 'That sign-in took too long or was started in another browser. Start again below.',
+  provider_error: 'The sign-in provider answered with an error. Try again, or sign in another way.',
+  email_unverified: 'The sign-in provider does not vouch for that email address. Sign in another way.',
+  sso_required: 'Your organization signs you in through its single sign-on.',
+  not_provisioned: 'Your organization’s single sign-on does not let you in yet; ask an administrator.',
+  account_suspended: 'This account is suspended.',
+  invite_revoked: 'That invitation was revoked; ask for a new one.',
+  invite_email_mismatch: 'That invitation is for another email address; sign in with that one.',
+};
+
+/** A `return_to` from the page's own URL, passed on as the request's (the API checks it again). */
+function returnTo(query: URLSearchParams): string | null {
+  const value = query.get('return_to');
+  return value && value.startsWith('/') && value.length <= 2048 ? value : null;
+}
+
+/** GET /sign-in: an email for a link; what happened last, when a flow sent the person back. */
+const signInPage: Page = ({ query }) => {
+  const sent = query.get('sent');
+  const error = query.get('error');
+  const next = returnTo(query);
+  const content = html`<h1>Sign in</h1>
+    ${sent ? html`<p class="notice" role="status">If ${sent} has an account, a sign-in link is on its way. It works once, for 15 minutes.</p>` : null}
+    ${error ? html`<p class="error" role="alert">${FAILURES[error] ?? 'Sign-in did not work. Try again.'}</p>` : null}
+    <form method="post" action="/auth/magic-link">
+      <label for="email">Email address</label>
+      <input id="email" name="email" type="email" autocomplete="email" required maxlength="254" ${sent ? null : html`autofocus`} />
+      ${next ? html`<input type="hidden" name="return_to" value="${next}" />` : null}
+      <button type="submit">Email me a sign-in link</button>
+    </form>`;
+  return { html: layout('Sign in', content) };
+};
+
+/**
+ * GET /sign-in/confirm: where an emailed link lands. Mail scanners open links but do not
+ * press buttons, so only this page's button (a POST) uses the link up and signs in.
+ */
+const confirmPage: Page = ({ query }) => {
+  const token = query.get('token');
+  if (!token || !/^[A-Za-z0-9_-]{20,200}$/.test(token)) return { redirect: '/sign-in?error=link_invalid' };
+  const content = html`<h1>Sign in</h1>
+    <p>Press the button to finish signing in on this device.</p>
+    <form method="post" action="/auth/magic-link/verify">
+      <input type="hidden" name="token" value="${token}" />
+      <button type="submit" autofocus>Sign in</button>
+    </form>`;
+  return { html: layout('Confirm sign-in', content) };
+};
+
+async function signedInAs(request: PageRequest, deps: AppDeps): Promise<string | null> {
+  if (!request.sessionCookie) return null;
+  const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
+  if (result.status !== 'ok') return null;
+  const user = await deps.db.selectFrom('users').select('email').where('id', '=', result.caller.userId).executeTakeFirst();
+  return user?.email ?? null;
+}
+
+/** GET /: who is signed in, or the sign-in page. */
+const homePage: Page = async (request, deps) => {
+  const email = await signedInAs(request, deps);
+  if (!email) return { redirect: '/sign-in' };
+  return {
+    html: layout(
+      'Signed in',
+      html`<h1>Signed in</h1>
+        <p>You are signed in as <strong>${email}</strong>.</p>`,
+    ),
+  };
+};
+
+export const SIGN_IN_PAGES: Record<string, Page> = {
+  '/': homePage,
+  '/sign-in': signInPage,
+  '/sign-in/confirm': confirmPage,
+};

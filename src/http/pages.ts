@@ -1,0 +1,118 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AppDeps } from './context';
+
+/**
+ * A page of the web app this server serves (sign-in, confirmation, …): server-rendered HTML
+ * that works without JavaScript. `query` is the page URL's query; the page answers with
+ * `html` (a full document) or `redirect`.
+ */
+export type Page = (request: PageRequest, deps: AppDeps) => Promise<PageAnswer> | PageAnswer;
+
+export interface PageRequest {
+  query: URLSearchParams;
+  /** The session cookie as sent, if any (a page may show who is signed in). */
+  sessionCookie: string | null;
+}
+
+export type PageAnswer = { html: string; status?: number } | { redirect: string };
+
+/** Text for HTML: every character that could open markup or end an attribute is escaped. */
+export function escapeHtml(value: string): string {
+  return value.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+/** A tagged template whose interpolations are escaped, unless they are already markup (Html). */
+export class Html {
+  constructor(readonly markup: string) {}
+}
+export function html(strings: TemplateStringsArray, ...values: Array<string | number | Html | Html[] | null | undefined | false>): Html {
+  let out = strings[0] ?? '';
+  values.forEach((value, i) => {
+    const parts = Array.isArray(value) ? value : [value];
+    for (const part of parts) {
+      if (part instanceof Html) out += part.markup;
+      else if (part !== null && part !== undefined && part !== false) out += escapeHtml(String(part));
+    }
+    out += strings[i + 1] ?? '';
+  });
+  return new Html(out);
+}
+
+export const STYLESHEET_PATH = '/assets/web.css';
+const STYLESHEET = `
+:root { color-scheme: light dark; font-family: system-ui, sans-serif; line-height: 1.5; }
+body { max-width: 28rem; margin: 4rem auto; padding: 0 1rem; }
+h1 { font-size: 1.5rem; }
+label { display: block; font-weight: 600; margin-bottom: .25rem; }
+input[type=email], input[type=text] { width: 100%; box-sizing: border-box; padding: .5rem; font: inherit; }
+button { margin-top: 1rem; padding: .5rem 1rem; font: inherit; cursor: pointer; }
+:focus-visible { outline: 3px solid #2563eb; outline-offset: 2px; }
+.notice { padding: .75rem; border-radius: .375rem; background: #dbeafe33; border: 1px solid #2563eb; }
+.error { padding: .75rem; border-radius: .375rem; background: #fee2e233; border: 1px solid #b91c1c; }
+`;
+
+/** The whole document around a page's content. */
+export function layout(title: string, content: Html): string {
+  return html`<!doctype html>
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <title>${title} · MCP control plane</title>
+        <link rel="stylesheet" href="${STYLESHEET_PATH}" />
+      </head>
+      <body>
+        <main>${content}</main>
+      </body>
+    </html>`.markup;
+}
+
+/**
+ * No script, no inline style, nothing from elsewhere, forms only to this server, never in a
+ * frame: a page that shows a sign-in link's token leaks it to nobody.
+ */
+const PAGE_HEADERS = {
+  'Content-Security-Policy': "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'Cache-Control': 'no-store',
+  'Referrer-Policy': 'no-referrer',
+};
+
+/**
+ * Serves the modules' pages (GET and HEAD of their exact paths) and their stylesheet; any
+ * other request goes on to the API.
+ */
+export function servePages(pages: ReadonlyMap<string, Page>, deps: AppDeps, sessionCookie: (req: IncomingMessage) => string | null) {
+  return (req: IncomingMessage, res: ServerResponse, next: () => void): void => {
+    if (req.method !== 'GET' && req.method !== 'HEAD') return next();
+    const url = new URL(req.url ?? '/', 'http://page');
+    if (url.pathname === STYLESHEET_PATH && pages.size > 0) {
+      res.writeHead(200, { 'Content-Type': 'text/css; charset=utf-8', 'Cache-Control': 'public, max-age=3600' });
+      res.end(req.method === 'HEAD' ? undefined : STYLESHEET);
+      return;
+    }
+    const page = pages.get(url.pathname);
+    if (!page) return next();
+    Promise.resolve(page({ query: url.searchParams, sessionCookie: sessionCookie(req) }, deps)).then(
+      (answer) => {
+        if ('redirect' in answer) {
+          res.writeHead(303, { ...PAGE_HEADERS, Location: answer.redirect });
+          res.end();
+          return;
+        }
+        res.writeHead(answer.status ?? 200, { ...PAGE_HEADERS, 'Content-Type': 'text/html; charset=utf-8' });
+        res.end(req.method === 'HEAD' ? undefined : answer.html);
+      },
+      (err: unknown) => {
+        deps.logger.error({ err, path: url.pathname }, 'page failed');
+        if (!res.headersSent) res.writeHead(500, { ...PAGE_HEADERS, 'Content-Type': 'text/html; charset=utf-8' });
+        res.end(
+          layout(
+            'Something went wrong',
+            html`<h1>Something went wrong</h1>
+              <p>Try again in a moment.</p>`,
+          ),
+        );
+      },
+    );
+  };
+}

@@ -1,0 +1,66 @@
+// Signing in as a person does it, in a real browser (Debian's Chromium driven by
+// playwright-core): the sign-in page, the email that arrives at a real SMTP server, the
+// emailed link, the confirmation page's button, and the signed-in home page.
+import { chromium, type Browser } from 'playwright-core';
+import { startTestApp, type TestApp } from '../support/app';
+import { usePeers } from '../support/peers';
+import { CHROMIUM_OPTIONS } from './chromium';
+
+const peers = usePeers();
+let t: TestApp;
+let browser: Browser;
+beforeAll(async () => {
+  t = await startTestApp({ env: { SMTP_URL: peers.smtp.url } });
+  browser = await chromium.launch(CHROMIUM_OPTIONS);
+});
+afterAll(async () => {
+  await browser?.close();
+  await t?.close();
+});
+
+async function linkIn(to: string): Promise<string> {
+  for (let waited = 0; waited < 10_000; waited += 50) {
+    const mail = peers.smtp.messages.find((m) => m.to.includes(to));
+    if (mail) {
+      const raw = mail.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+      const link = /(http:\/\/[^\s]+\/auth\/magic-link\/verify\?token=[A-Za-z0-9_-]+)/.exec(raw)?.[1];
+      if (link) return link;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`no sign-in link was emailed to ${to}`);
+}
+
+it('signs a person in by emailed link: ask on the sign-in page, open the link, press the button', async () => {
+  const email = `ada.${Date.now()}@example.com`;
+  await t.factories.user({ email });
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(10_000);
+
+  await page.goto(`${t.url}/`);
+  expect(new URL(page.url()).pathname).toBe('/sign-in');
+  await page.getByLabel('Email address').fill(email);
+  await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
+  await page.getByRole('status').waitFor();
+  expect(await page.getByRole('status').textContent()).toContain(`If ${email} has an account, a sign-in link is on its way.`);
+
+  // The link a mail scanner would open too: it shows a button and signs nobody in.
+  await page.goto(await linkIn(email));
+  expect(new URL(page.url()).pathname).toBe('/sign-in/confirm');
+  expect((await context.cookies()).some((c) => c.name === '__Host-cp_session')).toBe(false);
+
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForLoadState();
+  await page.getByText('You are signed in as').waitFor();
+  expect(new URL(page.url()).pathname).toBe('/');
+  expect(await page.locator('strong').textContent()).toBe(email);
+  const cookie = (await context.cookies()).find((c) => c.name === '__Host-cp_session');
+  expect(cookie).toMatchObject({ httpOnly: true, secure: true, sameSite: 'Lax', path: '/' });
+
+  // The API knows the person by that cookie.
+  const me = await page.request.get(`${t.url}/user/me`);
+  expect(me.status()).toBe(200);
+  expect((await me.json()).email).toBe(email);
+  await context.close();
+});
