@@ -1918,9 +1918,10 @@ export interface paths {
          *     Any member may remove themselves (leave the organization) without `member:manage`;
          *     removing someone else needs `member:manage` (else 403 `missing_permission`). So the
          *     operation declares no permission and the handler checks it when `{userId}` is not
-         *     the caller. Removing an Owner needs the caller to be an Owner (403
-         *     `permission_escalation`), and the last active Owner cannot be removed, nor leave
-         *     (409 `last_owner`). Records the audit action `member.removed` and emits
+         *     the caller. Removing someone else is bounded like giving their roles: the caller must
+         *     hold every permission the member's roles grant, and removing an Owner needs the
+         *     caller to be an Owner (else 403 `permission_escalation`); the last active Owner
+         *     cannot be removed, nor leave (409 `last_owner`). Records the audit action `member.removed` and emits
          *     `member.removed`; each of their connections that was not disconnected yet becomes
          *     `disconnected` with status_reason `owner_left` and emits `connection.disconnected`.
          *
@@ -1938,9 +1939,11 @@ export interface paths {
          *     away), and/or suspends (`status: suspended`) or reactivates (`status: active`) the
          *     membership. Effective at once, for the member's sessions and API tokens alike: a
          *     suspended member keeps roles and teams but every credential of theirs is refused here
-         *     until they are reactivated. A caller cannot give more than it has: every role added
-         *     must grant only permissions the caller holds, and only an Owner may give or take the
-         *     Owner role, or suspend an Owner (else 403 `permission_escalation`). The organization
+         *     until they are reactivated. A caller cannot give or take away more than it has: every
+         *     role added or taken away must grant only permissions the caller holds, suspending or
+         *     reactivating a member needs the caller to hold every permission the member's roles
+         *     grant, and only an Owner may give or take the Owner role, or suspend an Owner (else
+         *     403 `permission_escalation`). The organization
          *     always keeps an active Owner (409 `last_owner`). Giving a `billable` role to someone
          *     who held none takes a seat of the plan limit `seats` (403 `entitlement_exceeded` when
          *     none is left). A role id that is not a role of this organization is 400
