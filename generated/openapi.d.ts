@@ -1413,7 +1413,12 @@ export interface paths {
          *     here (and moves `plan`, and with it the entitlements) the next time billing is read.
          *     When the provider does not answer, the state last read is returned. On a deployment
          *     without a payment provider, every organization is on the free plan (`status: none`).
-         *     Needs `billing:view`. Records no audit entry (the plan moves as the provider says).
+         *     While a paid subscription is in force, the seats it pays for (`seat_limit`) cap the
+         *     entitlement limit `seats`: the tighter of them and the plan's holds. Needs
+         *     `billing:view`. When what is read differs from what was kept (here, or when a checkout
+         *     or the organization's deletion reads it first), records the audit action
+         *     `billing.updated`, with the actor `system`, naming each member that changed (`plan`,
+         *     `status`, `seat_limit`, …) before and after; nothing changed, no entry.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429.
@@ -8042,7 +8047,11 @@ export interface components {
              *     `free_admin` roles, and suspended members, take no seat.
              */
             billable_seats: number;
-            /** @description The seats the subscription pays for, or null when the plan does not cap seats. */
+            /**
+             * @description The seats the subscription pays for (its quantity at the payment provider), or null
+             *     without a subscription. While the subscription is in force it caps the entitlement
+             *     limit `seats` (the tighter of it and the plan's limit holds).
+             */
             seat_limit: number | null;
             /** @description When the trial ends, or null outside a trial. */
             trial_ends_at: components["schemas"]["Timestamp"] | null;
@@ -8170,12 +8179,15 @@ export interface components {
         };
         /**
          * @description Quotas of the plan with current usage. Going past a limit is refused with 403
-         *     `entitlement_exceeded`. New limits may be added to this object.
+         *     `entitlement_exceeded`, also when several requests race for the last one: each counts
+         *     the others that succeeded. New limits may be added to this object.
          */
         EntitlementLimits: {
             /**
              * @description Paid seats: active members holding a `billable` role, plus pending invites that would
-             *     give one. Checked when inviting, when a role changes and when someone joins.
+             *     give one. Checked when inviting, when a role changes and when someone joins. The limit
+             *     is the plan's or, while a paid subscription is in force, the seats it pays for
+             *     (`seat_limit` of the billing status) when fewer.
              */
             seats: components["schemas"]["EntitlementLimit"];
             /** @description Connections of all members together. */
@@ -8995,7 +9007,9 @@ export interface components {
             display: string | null;
         };
         /**
-         * @description What was done, `resource.action` in snake_case; the `x-audit` value of the operation that did it.
+         * @description What was done, `resource.action` in snake_case; the `x-audit` value of the operation that
+         *     did it, or, for a change the service records on its own account while serving one (actor
+         *     `system`, such as `billing.updated`), the action that operation's description names.
          * @example team.member_added
          */
         AuditAction: string;

@@ -150,7 +150,7 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
     // becoming one, by a billable role given or by reactivation, needs a free seat.
     const seated = (status: string, roles: readonly { seat_class: string }[]) => status === 'active' && roles.some((r) => r.seat_class === 'billable');
     if (!seated(current.status, held) && seated(nextStatus, nextRoles)) {
-      await requireWithinLimit(w.db, ctx.orgId, 'seats', await seatsInUse(w.db, ctx.orgId, { exceptUserId: userId }));
+      await requireWithinLimit(w.db, ctx.orgId, 'seats', () => seatsInUse(w.db, ctx.orgId, { exceptUserId: userId }));
     }
 
     // An active Owner stops being one (demoted or suspended): another must remain.
