@@ -1435,7 +1435,12 @@ export interface paths {
          *     here (and moves `plan`, and with it the entitlements) the next time billing is read.
          *     When the provider does not answer, the state last read is returned. On a deployment
          *     without a payment provider, every organization is on the free plan (`status: none`).
-         *     Needs `billing:view`. Records no audit entry (the plan moves as the provider says).
+         *     While a paid subscription is in force, the seats it pays for (`seat_limit`) cap the
+         *     entitlement limit `seats`: the tighter of them and the plan's holds. Needs
+         *     `billing:view`. When what is read differs from what was kept (here, or when a checkout
+         *     or the organization's deletion reads it first), records the audit action
+         *     `billing.updated`, with the actor `system`, naming each member that changed (`plan`,
+         *     `status`, `seat_limit`, …) before and after; nothing changed, no entry.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`; 404 `not_found`; 429.
@@ -1940,9 +1945,10 @@ export interface paths {
          *     Any member may remove themselves (leave the organization) without `member:manage`;
          *     removing someone else needs `member:manage` (else 403 `missing_permission`). So the
          *     operation declares no permission and the handler checks it when `{userId}` is not
-         *     the caller. Removing an Owner needs the caller to be an Owner (403
-         *     `permission_escalation`), and the last active Owner cannot be removed, nor leave
-         *     (409 `last_owner`). Records the audit action `member.removed` and emits
+         *     the caller. Removing someone else is bounded like giving their roles: the caller must
+         *     hold every permission the member's roles grant, and removing an Owner needs the
+         *     caller to be an Owner (else 403 `permission_escalation`); the last active Owner
+         *     cannot be removed, nor leave (409 `last_owner`). Records the audit action `member.removed` and emits
          *     `member.removed`; each of their connections that was not disconnected yet becomes
          *     `disconnected` with status_reason `owner_left` and emits `connection.disconnected`.
          *
@@ -1960,9 +1966,11 @@ export interface paths {
          *     away), and/or suspends (`status: suspended`) or reactivates (`status: active`) the
          *     membership. Effective at once, for the member's sessions and API tokens alike: a
          *     suspended member keeps roles and teams but every credential of theirs is refused here
-         *     until they are reactivated. A caller cannot give more than it has: every role added
-         *     must grant only permissions the caller holds, and only an Owner may give or take the
-         *     Owner role, or suspend an Owner (else 403 `permission_escalation`). The organization
+         *     until they are reactivated. A caller cannot give or take away more than it has: every
+         *     role added or taken away must grant only permissions the caller holds, suspending or
+         *     reactivating a member needs the caller to hold every permission the member's roles
+         *     grant, and only an Owner may give or take the Owner role, or suspend an Owner (else
+         *     403 `permission_escalation`). The organization
          *     always keeps an active Owner (409 `last_owner`). Giving a `billable` role to someone
          *     who held none takes a seat of the plan limit `seats` (403 `entitlement_exceeded` when
          *     none is left). A role id that is not a role of this organization is 400
@@ -8071,7 +8079,11 @@ export interface components {
              *     `free_admin` roles, and suspended members, take no seat.
              */
             billable_seats: number;
-            /** @description The seats the subscription pays for, or null when the plan does not cap seats. */
+            /**
+             * @description The seats the subscription pays for (its quantity at the payment provider), or null
+             *     without a subscription. While the subscription is in force it caps the entitlement
+             *     limit `seats` (the tighter of it and the plan's limit holds).
+             */
             seat_limit: number | null;
             /** @description When the trial ends, or null outside a trial. */
             trial_ends_at: components["schemas"]["Timestamp"] | null;
@@ -8199,12 +8211,15 @@ export interface components {
         };
         /**
          * @description Quotas of the plan with current usage. Going past a limit is refused with 403
-         *     `entitlement_exceeded`. New limits may be added to this object.
+         *     `entitlement_exceeded`, also when several requests race for the last one: each counts
+         *     the others that succeeded. New limits may be added to this object.
          */
         EntitlementLimits: {
             /**
              * @description Paid seats: active members holding a `billable` role, plus pending invites that would
-             *     give one. Checked when inviting, when a role changes and when someone joins.
+             *     give one. Checked when inviting, when a role changes and when someone joins. The limit
+             *     is the plan's or, while a paid subscription is in force, the seats it pays for
+             *     (`seat_limit` of the billing status) when fewer.
              */
             seats: components["schemas"]["EntitlementLimit"];
             /** @description Connections of all members together. */
@@ -9024,7 +9039,9 @@ export interface components {
             display: string | null;
         };
         /**
-         * @description What was done, `resource.action` in snake_case; the `x-audit` value of the operation that did it.
+         * @description What was done, `resource.action` in snake_case; the `x-audit` value of the operation that
+         *     did it, or, for a change the service records on its own account while serving one (actor
+         *     `system`, such as `billing.updated`), the action that operation's description names.
          * @example team.member_added
          */
         AuditAction: string;

@@ -108,14 +108,51 @@ export async function requireFeature(db: Executor, orgId: string, feature: Featu
   }
 }
 
+/** Statuses of a subscription under which the paid plan, and the seats it pays for, are in force (features stay on while a payment is retried). */
+export const SUBSCRIPTION_IN_FORCE = ['trialing', 'active', 'past_due'] as const;
+
 /**
- * 403 `entitlement_exceeded` unless one more fits: `used` is how many there are now, before
- * the one being added (it may exceed the limit after a downgrade; then nothing new fits).
+ * Each limit in force, and where it comes from: the plan's, except `seats`, which is also
+ * capped by the seats a paid subscription in force pays for (its quantity, read from the
+ * payment provider): the tighter of the two holds.
  */
-export async function requireWithinLimit(db: Executor, orgId: string, limit: LimitKey, used: number): Promise<void> {
-  const { name, plan } = await planOf(db, orgId);
-  const max = plan.limits[limit];
-  if (max !== null && used >= max) {
-    throw new ApiError('entitlement_exceeded', `The ${name} plan allows ${max} ${limit.replace(/_/g, ' ')}; ${used} exist. Delete some or change the plan.`);
+export async function limitsOf(
+  db: Executor,
+  orgId: string,
+): Promise<{ name: string; plan: Plan; limits: Record<LimitKey, number | null>; seatsBought: number | null }> {
+  const [{ name, plan }, billing] = await Promise.all([
+    planOf(db, orgId),
+    db
+      .selectFrom('organization_billing')
+      .select('seat_limit')
+      .where('org_id', '=', orgId)
+      .where('status', 'in', [...SUBSCRIPTION_IN_FORCE])
+      .executeTakeFirst(),
+  ]);
+  const seatsBought = billing?.seat_limit ?? null;
+  const planSeats = plan.limits.seats;
+  const seats = seatsBought === null ? planSeats : planSeats === null ? seatsBought : Math.min(planSeats, seatsBought);
+  return { name, plan, limits: { ...plan.limits, seats }, seatsBought };
+}
+
+/**
+ * 403 `entitlement_exceeded` unless one more fits. `count` tells how many there are now,
+ * before the one being added (it may exceed the limit after a downgrade; then nothing new
+ * fits). In a write's transaction, the organization's row is locked first (FOR NO KEY
+ * UPDATE: inserts that merely reference it are not held up) and the count taken after, so
+ * that concurrent creates each count the others' that committed: without it, several could
+ * all count limit-1 and all insert. The lock holds until the transaction ends, past the insert.
+ */
+export async function requireWithinLimit(db: Executor, orgId: string, limit: LimitKey, count: () => Promise<number>): Promise<void> {
+  if (db.isTransaction) await db.selectFrom('organizations').select('id').where('id', '=', orgId).forNoKeyUpdate().executeTakeFirst();
+  const [{ name, limits, seatsBought }, used] = await Promise.all([limitsOf(db, orgId), count()]);
+  const max = limits[limit];
+  if (max === null || used < max) return;
+  if (limit === 'seats' && seatsBought === max) {
+    throw new ApiError(
+      'entitlement_exceeded',
+      `The subscription pays for ${max} seats; ${used} are taken. Add seats in the customer portal (POST /organization/{id}/billing/portal), or free one.`,
+    );
   }
+  throw new ApiError('entitlement_exceeded', `The ${name} plan allows ${max} ${limit.replace(/_/g, ' ')}; ${used} exist. Delete some or change the plan.`);
 }

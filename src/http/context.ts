@@ -224,27 +224,29 @@ export class RequestContext {
     if (!action) throw new Error(`${this.operationId} declares no x-audit; it cannot write.`);
     const result = await this.commit(
       change,
-      async (trx, details) => {
-        await trx
-          .insertInto('audit_log')
-          .values({
-            id: newId('auditEvent'),
-            org_id: this.org?.orgId ?? null,
-            ...auditActor(this.caller),
-            action,
-            target_type: details.targetType ?? action.slice(0, action.indexOf('.')),
-            target_id: details.targetId,
-            changes: JSON.stringify(details.changes ?? {}),
-            ip: this.client.ip,
-            user_agent: this.client.userAgent,
-            request_id: this.requestId,
-          })
-          .execute();
-      },
+      (trx, details) => this.appendAudit(trx, action, auditActor(this.caller), details ?? { targetId: null }),
       eventActor(this.caller),
     );
     this.wrote = true;
     return result;
+  }
+
+  private async appendAudit(trx: Transaction<Database>, action: string, actor: ReturnType<typeof auditActor>, details: AuditDetails): Promise<void> {
+    await trx
+      .insertInto('audit_log')
+      .values({
+        id: newId('auditEvent'),
+        org_id: this.org?.orgId ?? null,
+        ...actor,
+        action,
+        target_type: details.targetType ?? action.slice(0, action.indexOf('.')),
+        target_id: details.targetId,
+        changes: JSON.stringify(details.changes ?? {}),
+        ip: this.client.ip,
+        user_agent: this.client.userAgent,
+        request_id: this.requestId,
+      })
+      .execute();
   }
 
   /**
@@ -259,11 +261,20 @@ export class RequestContext {
   /**
    * A change the server makes on its own account while serving the request, not the
    * caller's (a connection found to need re-authorization when the upstream refused its
-   * credentials): no audit entry, and its events (still declared in x-events) name the
-   * system as their actor.
+   * credentials): its events (still declared in x-events) name the system as their actor.
+   * No audit entry, unless `auditAction` is given and the change called `audit()`: then an
+   * entry of that action with the actor `system` (what an outside party reported, such as a
+   * subscription the payment provider changed, that moves what the organization may do).
    */
-  systemWrite<T>(change: (scope: WriteScope) => Promise<T>): Promise<T> {
-    return this.commit(change, async () => undefined, { actor_type: 'system', actor_id: null });
+  systemWrite<T>(change: (scope: WriteScope) => Promise<T>, auditAction?: string): Promise<T> {
+    const system = { actor_type: 'system', actor_id: null, actor_user_id: null } as const;
+    return this.commit(
+      change,
+      async (trx, details) => {
+        if (auditAction && details) await this.appendAudit(trx, auditAction, system, details);
+      },
+      { actor_type: 'system', actor_id: null },
+    );
   }
 
   /**
@@ -282,7 +293,7 @@ export class RequestContext {
 
   private async commit<T>(
     change: (scope: WriteScope) => Promise<T>,
-    audit: (trx: Transaction<Database>, details: AuditDetails) => Promise<void>,
+    audit: (trx: Transaction<Database>, details: AuditDetails | null) => Promise<void>,
     actor: { actor_type: EventActorType; actor_id: string | null },
   ): Promise<T> {
     let events: WriteScope['events'] = [];
@@ -293,7 +304,7 @@ export class RequestContext {
       .execute(async (trx) => {
         const scope = new WriteScope(trx, this.operationId, this.operation.events);
         const value = await change(scope);
-        await audit(trx, scope.auditDetails ?? { targetId: null });
+        await audit(trx, scope.auditDetails);
         if (scope.events.length > 0) await appendEvents(trx, this.orgId, scope.events, actor);
         events = scope.events;
         return value;

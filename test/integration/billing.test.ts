@@ -210,6 +210,68 @@ describe('a subscription read back from the provider', () => {
   });
 });
 
+describe('the seats the subscription pays for', () => {
+  it('caps the seat limit while the subscription is in force: the tighter of it and the plan’s holds', async () => {
+    const { org, client, path } = await setup();
+    await client.post(path('/portal'));
+    const customer = await customerOf(org.orgId);
+    await t.factories.member(org.orgId, { roles: ['member'] });
+    // Two seats taken (the owner and a member); the team plan allows 1000, the subscription pays for 2.
+    stripe.setSubscriptions(customer, [{ status: 'active', price: PRICES['team:month'], quantity: 2 }]);
+    expect((await client.get(path())).body).toMatchObject({ plan: 'team', billable_seats: 2, seat_limit: 2 });
+    expect((await client.op('getEntitlements')).body.limits.seats).toEqual({ limit: 2, used: 2 });
+    const auditor = await t.factories.member(org.orgId, { roles: ['auditor'] });
+    const full = await client.op('updateMember', { params: { userId: auditor }, body: { role_ids: [org.roleIds.member] } });
+    expectError(full, 403, 'entitlement_exceeded');
+    expect(full.error?.detail).toContain('pays for 2 seats');
+    // Seats added in the portal, read back: one more fits.
+    stripe.setSubscriptions(customer, [{ status: 'active', price: PRICES['team:month'], quantity: 3 }]);
+    expect((await client.get(path())).body.seat_limit).toBe(3);
+    expect((await client.op('updateMember', { params: { userId: auditor }, body: { role_ids: [org.roleIds.member] } })).status).toBe(200);
+    // A subscription no longer in force caps nothing: the free plan’s limit holds.
+    stripe.setSubscriptions(customer, [{ status: 'canceled', price: PRICES['team:month'], quantity: 3 }]);
+    expect((await client.get(path())).body).toMatchObject({ plan: 'free', seat_limit: 3 });
+    expect((await client.op('getEntitlements')).body.limits.seats).toEqual({ limit: 1000, used: 3 });
+  });
+});
+
+describe('a change read back from the provider is audited', () => {
+  it('records billing.updated by the system with what moved (plan, status, seats); nothing moved, no entry', async () => {
+    const { org, client, path } = await setup();
+    await client.post(path('/portal'));
+    const customer = await customerOf(org.orgId);
+    stripe.setSubscriptions(customer, [{ status: 'active', price: PRICES['team:year'], interval: 'year', quantity: 20 }]);
+    expect((await client.get(path())).body.plan).toBe('team');
+    const [first, ...more] = await t.factories.auditEntries(org.orgId, 'billing.updated');
+    expect(more).toEqual([]);
+    expect(first).toMatchObject({ actor_type: 'system', actor_id: null, actor_user_id: null, target_type: 'billing', target_id: org.orgId });
+    expect(first!.changes).toMatchObject({
+      plan: { from: 'free', to: 'team' },
+      status: { from: 'none', to: 'active' },
+      billing_interval: { from: null, to: 'year' },
+      seat_limit: { from: null, to: 20 },
+    });
+    // Read again, nothing changed: no entry.
+    await client.get(path());
+    expect(await t.factories.auditEntries(org.orgId, 'billing.updated')).toHaveLength(1);
+    // Seats changed in the portal: one entry, naming them and not the plan, which stays.
+    stripe.setSubscriptions(customer, [{ status: 'active', price: PRICES['team:year'], interval: 'year', quantity: 25 }]);
+    await client.get(path());
+    const entries = await t.factories.auditEntries(org.orgId, 'billing.updated');
+    expect(entries).toHaveLength(2);
+    expect(entries[1]!.changes.seat_limit).toEqual({ from: 20, to: 25 });
+    expect(entries[1]!.changes).not.toHaveProperty('plan');
+    expect(entries[1]!.changes).not.toHaveProperty('status');
+    // Cancelled: back to the free plan, audited as such.
+    stripe.setSubscriptions(customer, [{ status: 'canceled', price: PRICES['team:year'], interval: 'year', quantity: 25 }]);
+    await client.get(path());
+    expect((await t.factories.auditEntries(org.orgId, 'billing.updated')).at(-1)!.changes).toMatchObject({
+      plan: { from: 'team', to: 'free' },
+      status: { from: 'active', to: 'canceled' },
+    });
+  });
+});
+
 describe('createBillingPortalSession', () => {
   it('opens the customer portal, with or without a body, back to a path of the web app', async () => {
     const { org, client, path } = await setup();

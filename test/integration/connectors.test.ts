@@ -309,6 +309,20 @@ describe('createConnector', () => {
     expect(await t.factories.auditEntries(orgId, 'connector.created')).toHaveLength(0);
   });
 
+  it('lets exactly one of several concurrent creates take the last connector the plan allows; the others 403 entitlement_exceeded', async () => {
+    const { client, orgId } = await newOrg();
+    for (let i = 0; i < 9; i += 1) await created(client, apiKeyBody({ slug: `c-${i}` }));
+    const racing = await Promise.all(Array.from({ length: 8 }, (_, i) => client.op('createConnector', { body: apiKeyBody({ slug: `race-${i}` }) })));
+    expect(racing.map((r) => r.status).sort()).toEqual([201, 403, 403, 403, 403, 403, 403, 403]);
+    for (const res of racing.filter((r) => r.status === 403)) expectError(res, 403, 'entitlement_exceeded');
+    const stored = await t.db
+      .selectFrom('connectors')
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .where('org_id', '=', orgId)
+      .executeTakeFirstOrThrow();
+    expect(Number(stored.n)).toBe(10);
+  });
+
   it('refuses the connector past the plan limit with 403 entitlement_exceeded', async () => {
     const { client, orgId } = await newOrg();
     for (let i = 0; i < 10; i += 1) await created(client, apiKeyBody({ slug: `c-${i}` }));

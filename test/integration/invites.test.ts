@@ -160,6 +160,19 @@ describe('createInvite', () => {
     expect((await api.post('/invite', { email: address(), role_ids: [small.roleIds.auditor] })).status).toBe(201);
   });
 
+  it('lets exactly one of several concurrent invites take the last seat; the others 403 entitlement_exceeded', async () => {
+    const small = await t.factories.org();
+    (PLANS as Record<string, unknown>).three_seats = { ...PLANS.free, limits: { ...PLANS.free!.limits, seats: 3 } };
+    await t.db.updateTable('organizations').set({ plan: 'three_seats' }).where('id', '=', small.orgId).execute();
+    const api = t.as({ token: small.token, org: small.orgId });
+    // The owner and one pending invite: one seat left.
+    expect((await api.post('/invite', { email: address() })).status).toBe(201);
+    const racing = await Promise.all(Array.from({ length: 8 }, () => api.post('/invite', { email: address() })));
+    expect(racing.map((r) => r.status).sort()).toEqual([201, 403, 403, 403, 403, 403, 403, 403]);
+    expect(racing.filter((r) => r.status === 403).map((r) => r.body.code)).toEqual(Array(7).fill('entitlement_exceeded'));
+    expect((await api.op('getEntitlements')).body.limits.seats).toEqual({ limit: 3, used: 3 });
+  });
+
   it('409 already_member for a member’s address, 409 invite_pending for a second invite to the same address', async () => {
     const memberEmail = address('member');
     const userId = await t.factories.user({ email: memberEmail });

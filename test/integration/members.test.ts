@@ -201,6 +201,49 @@ describe('updateMember: roles', () => {
     expect((await t.as(org).op('updateMember', { params: { userId: p.userId }, body: { role_ids: [org.roleIds.owner] } })).status).toBe(200);
   });
 
+  it('403 permission_escalation: taking away a role is bounded like giving one (a member:manage role cannot strip an Admin)', async () => {
+    const seeded = await t.factories.org();
+    // A people manager: member:manage and the Member role's permissions, so it may give and take Member.
+    const memberPermissions = (await t.as(seeded).op('getRole', { params: { id: seeded.roleIds.member } })).body.permissions;
+    const managerRole = await t.factories.customRole(seeded.orgId, [...new Set([...memberPermissions, 'member:manage'])], 'People manager');
+    const manager = await person(seeded, [managerRole]);
+    const admin = await person(seeded, ['admin', 'member']);
+    const strip = await t.as(manager).op('updateMember', { params: { userId: admin.userId }, body: { role_ids: [seeded.roleIds.member] } });
+    expectError(strip, 403, 'permission_escalation');
+    expect(strip.error?.detail).toContain('take away a role');
+    expect((await t.as(seeded).op('getMember', { params: { userId: admin.userId } })).body.roles.map((r: { id: string }) => r.id)).toEqual(
+      [seeded.roleIds.admin, seeded.roleIds.member].sort(),
+    );
+    // An Admin lacks billing:manage: it may not take the Billing admin role away either.
+    const payer = await person(seeded, ['member', 'billing_admin']);
+    const unbill = await t.as(admin).op('updateMember', { params: { userId: payer.userId }, body: { role_ids: [seeded.roleIds.member] } });
+    expectError(unbill, 403, 'permission_escalation');
+    expect(unbill.error?.detail).toContain('billing:manage');
+    // What the manager holds, it may take away.
+    const plain = await person(seeded, ['member', managerRole]);
+    expect((await t.as(manager).op('updateMember', { params: { userId: plain.userId }, body: { role_ids: [seeded.roleIds.member] } })).status).toBe(200);
+  });
+
+  it('403 permission_escalation: suspending or reactivating someone holding what the caller lacks (an Admin, by a member:manage role)', async () => {
+    const seeded = await t.factories.org();
+    const memberPermissions = (await t.as(seeded).op('getRole', { params: { id: seeded.roleIds.member } })).body.permissions;
+    const managerRole = await t.factories.customRole(seeded.orgId, [...new Set([...memberPermissions, 'member:manage'])], 'People manager');
+    const manager = await person(seeded, [managerRole]);
+    const admin = await person(seeded, ['admin']);
+    const suspend = await t.as(manager).op('updateMember', { params: { userId: admin.userId }, body: { status: 'suspended' } });
+    expectError(suspend, 403, 'permission_escalation');
+    expect(suspend.error?.detail).toContain('suspend a member');
+    expect((await t.as(admin).op('listMembers')).status).toBe(200);
+    // Suspended by an Owner, the Admin is not reactivated by the manager either.
+    expect((await t.as(seeded).op('updateMember', { params: { userId: admin.userId }, body: { status: 'suspended' } })).status).toBe(200);
+    expectError(await t.as(manager).op('updateMember', { params: { userId: admin.userId }, body: { status: 'active' } }), 403, 'permission_escalation');
+    expect((await t.as(seeded).op('getMember', { params: { userId: admin.userId } })).body.status).toBe('suspended');
+    // A member holding no more than the manager: suspended and reactivated.
+    const plain = await person(seeded);
+    expect((await t.as(manager).op('updateMember', { params: { userId: plain.userId }, body: { status: 'suspended' } })).status).toBe(200);
+    expect((await t.as(manager).op('updateMember', { params: { userId: plain.userId }, body: { status: 'active' } })).status).toBe(200);
+  });
+
   it('409 last_owner when the only active Owner is demoted or suspended; fine once another Owner exists', async () => {
     const seeded = await t.factories.org();
     const demote = await t.as(seeded).op('updateMember', { params: { userId: seeded.ownerId }, body: { role_ids: [seeded.roleIds.admin] } });
@@ -380,6 +423,29 @@ describe('removeMember', () => {
     expect((await t.as(admin).op('removeMember', { params: { userId: seeded.ownerId } })).error?.code).toBe('permission_escalation');
     const second = await person(seeded, ['owner']);
     expect((await t.as(second).op('removeMember', { params: { userId: seeded.ownerId } })).status).toBe(204);
+  });
+
+  it('403 permission_escalation for removing someone holding what the caller lacks (an Admin, by a member:manage role)', async () => {
+    const seeded = await t.factories.org();
+    const memberPermissions = (await t.as(seeded).op('getRole', { params: { id: seeded.roleIds.member } })).body.permissions;
+    const managerRole = await t.factories.customRole(seeded.orgId, [...new Set([...memberPermissions, 'member:manage'])], 'People manager');
+    const manager = await person(seeded, [managerRole]);
+    const admin = await person(seeded, ['admin']);
+    const res = await t.as(manager).op('removeMember', { params: { userId: admin.userId } });
+    expectError(res, 403, 'permission_escalation');
+    expect(res.error?.detail).toContain('remove a member');
+    expect((await t.as(seeded).op('getMember', { params: { userId: admin.userId } })).body).toMatchObject({
+      status: 'active',
+      roles: [{ id: seeded.roleIds.admin }],
+    });
+    expect((await t.as(admin).op('listMembers')).status).toBe(200);
+    // An Admin lacks billing:manage: it may not remove a Billing admin.
+    const payer = await person(seeded, ['billing_admin']);
+    expectError(await t.as(admin).op('removeMember', { params: { userId: payer.userId } }), 403, 'permission_escalation');
+    // Someone holding no more than the manager is removed; anyone may still leave.
+    const plain = await person(seeded);
+    expect((await t.as(manager).op('removeMember', { params: { userId: plain.userId } })).status).toBe(204);
+    expect((await t.as(admin).op('removeMember', { params: { userId: admin.userId } })).status).toBe(204);
   });
 
   it('404 for another organization’s member, who stays; 400 for a malformed id', async () => {

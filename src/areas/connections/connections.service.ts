@@ -145,7 +145,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
     });
   }
   checkMembersFit(connector, body, true);
-  await requireWithinLimit(ctx.db, ctx.orgId, 'connections', await repo.countConnections(ctx.db, ctx.orgId));
+  await requireWithinLimit(ctx.db, ctx.orgId, 'connections', () => repo.countConnections(ctx.db, ctx.orgId));
   const id = newId('connection');
   const name = body.name ?? connector.name;
   let credentials: StoredCredentials | null = null;
@@ -163,7 +163,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
   }
   const now = new Date();
   return ctx.write(async (w) => {
-    await requireWithinLimit(w.db, ctx.orgId, 'connections', await repo.countConnections(w.db, ctx.orgId));
+    await requireWithinLimit(w.db, ctx.orgId, 'connections', () => repo.countConnections(w.db, ctx.orgId));
     const row = await repo.insertConnection(w.db, {
       id,
       org_id: ctx.orgId,

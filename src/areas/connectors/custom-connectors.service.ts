@@ -102,7 +102,7 @@ function changedFields(before: ConnectorContent, after: ConnectorContent): strin
 
 async function requireRoomForOne(ctx: RequestContext, w: WriteScope): Promise<void> {
   await requireFeature(w.db, ctx.orgId, 'custom_connectors');
-  await requireWithinLimit(w.db, ctx.orgId, 'custom_connectors', await countConnectors(w.db, ctx.orgId));
+  await requireWithinLimit(w.db, ctx.orgId, 'custom_connectors', () => countConnectors(w.db, ctx.orgId));
 }
 
 export async function create(ctx: RequestContext, body: Create): Promise<Connector> {

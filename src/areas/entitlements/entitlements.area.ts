@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import { planOf, type LimitKey } from '../../access/entitlements';
+import { limitsOf, type LimitKey } from '../../access/entitlements';
 import type { Executor } from '../../db/database';
 import { defineArea } from '../../http/area';
 import { seatsInUse } from '../../access/seats';
@@ -43,9 +43,9 @@ export default defineArea({
   tag: 'Entitlements',
   handlers: {
     async getEntitlements(_input, ctx) {
-      const [{ name, plan }, used] = await Promise.all([planOf(ctx.db, ctx.orgId), usage(ctx.db, ctx.orgId)]);
+      const [{ name, plan, limits: inForce }, used] = await Promise.all([limitsOf(ctx.db, ctx.orgId), usage(ctx.db, ctx.orgId)]);
       const limits = Object.fromEntries(
-        (Object.keys(plan.limits) as LimitKey[]).map((key) => [key, { limit: plan.limits[key], used: used[key] }]),
+        (Object.keys(inForce) as LimitKey[]).map((key) => [key, { limit: inForce[key], used: used[key] }]),
       ) as Entitlements['limits'];
       const body: Entitlements = {
         organization_id: ctx.orgId,

@@ -121,7 +121,7 @@ async function refuseMember(db: Executor, orgId: string, email: string): Promise
 
 async function checkSeats(db: Executor, orgId: string, roles: readonly repo.RoleFacts[], now: Date, exceptInviteId: string | null): Promise<void> {
   if (!roles.some((r) => r.seat_class === 'billable')) return;
-  await requireWithinLimit(db, orgId, 'seats', await seatsInUse(db, orgId, { now, exceptInviteId }));
+  await requireWithinLimit(db, orgId, 'seats', () => seatsInUse(db, orgId, { now, exceptInviteId }));
 }
 
 /** The accept link: the server's public address (BASE_URL), at the operation that accepts. */

@@ -41,6 +41,9 @@ async function present(ctx: RequestContext, rows: repo.MemberRow[]): Promise<Mem
   return rows.map((row) => toMember(row, roles.get(row.user_id) ?? [], teams.get(row.user_id) ?? []));
 }
 
+/** Everything a member's roles grant: what taking them all away (suspending, removing) takes. */
+const heldPermissionsOf = (roles: readonly repo.HeldRole[]): string[] => roles.flatMap((r) => permissionsOf(r));
+
 const eventMember = (row: repo.MemberRow) => ({ user_id: row.user_id, email: row.email, name: row.name });
 
 // The cursor carries the last member's joining time (microseconds) and user id: members are listed in the order they joined.
@@ -120,6 +123,13 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
         added.flatMap((r) => permissionsOf(r)),
         'give a role',
       );
+      // Taking a role away is bounded like giving it: else a holder of member:manage could
+      // strip an Admin of Admin and so take over what it could never have granted.
+      requireHeld(
+        ctx,
+        taken.flatMap((r) => permissionsOf(r)),
+        'take away a role',
+      );
       nextRoles = found;
       nextIds = found.map((r) => r.id).sort();
       rolesChanged = added.length > 0 || taken.length > 0;
@@ -130,6 +140,9 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
     const statusChanged = nextStatus !== current.status;
     if (statusChanged) {
       if (wasOwner && !callerIsOwner) throw ownersOnly(nextStatus === 'suspended' ? 'suspend an Owner' : 'reactivate an Owner');
+      // Suspending takes away everything the member holds, reactivating gives it back: both
+      // are bounded like giving their roles.
+      requireHeld(ctx, heldPermissionsOf(held), nextStatus === 'suspended' ? 'suspend a member' : 'reactivate a member');
       await repo.setStatus(w.db, ctx.orgId, userId, nextStatus, nextStatus === 'suspended' ? 'suspended' : null);
     }
 
@@ -137,7 +150,7 @@ export async function update(ctx: RequestContext, userId: string, body: Update):
     // becoming one, by a billable role given or by reactivation, needs a free seat.
     const seated = (status: string, roles: readonly { seat_class: string }[]) => status === 'active' && roles.some((r) => r.seat_class === 'billable');
     if (!seated(current.status, held) && seated(nextStatus, nextRoles)) {
-      await requireWithinLimit(w.db, ctx.orgId, 'seats', await seatsInUse(w.db, ctx.orgId, { exceptUserId: userId }));
+      await requireWithinLimit(w.db, ctx.orgId, 'seats', () => seatsInUse(w.db, ctx.orgId, { exceptUserId: userId }));
     }
 
     // An active Owner stops being one (demoted or suspended): another must remain.
@@ -173,6 +186,8 @@ export async function remove(ctx: RequestContext, userId: string): Promise<void>
     if (isOwner && !self && !(await repo.holdsOwner(w.db, ctx.orgId, ctx.user))) throw ownersOnly('remove an Owner');
     if (isOwner && current.status === 'active' && (await repo.otherActiveOwners(w.db, ctx.orgId, userId)) === 0) throw lastOwner();
     const roles = (await repo.rolesOf(w.db, ctx.orgId, [userId])).get(userId) ?? [];
+    // Removing someone takes away all they hold: bounded like giving their roles (leaving is not).
+    if (!self) requireHeld(ctx, heldPermissionsOf(roles), 'remove a member');
     const reason = self ? 'left' : 'removed';
     await repo.setStatus(w.db, ctx.orgId, userId, 'removed', reason);
     const { revokedTokens } = await repo.stripMembership(w.db, ctx.orgId, userId, new Date());

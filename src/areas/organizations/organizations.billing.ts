@@ -1,9 +1,9 @@
 import Stripe from 'stripe';
 import type { components } from '../../../generated/openapi';
-import { DEFAULT_PLAN } from '../../access/entitlements';
+import { DEFAULT_PLAN, SUBSCRIPTION_IN_FORCE } from '../../access/entitlements';
 import type { Config } from '../../config';
 import type { Executor } from '../../db/database';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, validationError } from '../../http/errors';
 import { seatsInUse } from '../../access/seats';
 import { findOrganization } from './organizations.repo';
@@ -23,7 +23,10 @@ type CheckoutCreate = components['schemas']['OrganizationBillingCheckoutCreate']
 type PortalCreate = components['schemas']['OrganizationBillingPortalCreate'];
 
 /** Statuses under which the paid plan is in force (features stay on while a payment is retried). */
-const IN_FORCE: ReadonlySet<BillingStatus> = new Set(['trialing', 'active', 'past_due']);
+const IN_FORCE: ReadonlySet<BillingStatus> = new Set(SUBSCRIPTION_IN_FORCE);
+
+/** The audit action of a change read from the payment provider (a subscription started, changed or ended there). */
+const BILLING_READ_AUDIT = 'billing.updated';
 
 const clients = new WeakMap<Config['stripe'], Stripe>();
 
@@ -146,22 +149,28 @@ export async function syncFromProvider(ctx: RequestContext, orgId: string): Prom
     has_payment_method: Boolean(subscription?.default_payment_method ?? live?.invoice_settings?.default_payment_method),
     billing_email: live?.email ?? null,
   };
-  await ctx.db.transaction().execute(async (trx) => {
-    const current = await trx.selectFrom('organization_billing').selectAll().where('org_id', '=', orgId).forUpdate().executeTakeFirst();
+  // What the provider reports changes what the organization may do (its plan, the seats it
+  // pays for): the change is the system's, recorded like any other, with what moved.
+  await ctx.systemWrite(async (w) => {
+    const current = await w.db.selectFrom('organization_billing').selectAll().where('org_id', '=', orgId).forUpdate().executeTakeFirst();
     if (!current) return;
-    const changed = (Object.keys(values) as (keyof typeof values)[]).some((key) => {
-      const a = values[key];
-      const b = current[key];
-      return a instanceof Date || b instanceof Date ? (a as Date | null)?.getTime() !== (b as Date | null)?.getTime() : a !== b;
-    });
-    if (changed)
-      await trx
+    const org = await w.db.selectFrom('organizations').select('plan').where('id', '=', orgId).executeTakeFirst();
+    const kept = (from: typeof values) =>
+      Object.fromEntries(
+        (Object.keys(values) as (keyof typeof values)[]).map((key) => [key, from[key] instanceof Date ? (from[key] as Date).toISOString() : from[key]]),
+      );
+    const billingChanges = changedMembers(kept(current), kept(values));
+    const planChange = changedMembers({ plan: org?.plan ?? DEFAULT_PLAN }, { plan });
+    if (Object.keys(billingChanges).length > 0)
+      await w.db
         .updateTable('organization_billing')
         .set({ ...values, reported_at: new Date(), updated_at: new Date() })
         .where('org_id', '=', orgId)
         .execute();
-    await trx.updateTable('organizations').set({ plan }).where('id', '=', orgId).where('plan', '<>', plan).execute();
-  });
+    if (org && org.plan !== plan) await w.db.updateTable('organizations').set({ plan }).where('id', '=', orgId).execute();
+    const changes = { ...planChange, ...billingChanges };
+    if (Object.keys(changes).length > 0) w.audit({ targetId: orgId, changes });
+  }, BILLING_READ_AUDIT);
   return true;
 }
 

@@ -188,13 +188,13 @@ export async function create(ctx: RequestContext, input: SyntheticToolCreate): P
   const steps = normalizeSteps(input.steps);
   const output = input.output !== undefined ? input.output : { $step: steps[steps.length - 1]?.id ?? '' };
   await check(ctx, { input_schema: input.input_schema, output_schema: input.output_schema ?? null, steps, output }, steps);
-  await requireWithinLimit(ctx.db, ctx.orgId, 'synthetic_tools', await repo.countSyntheticTools(ctx.db, ctx.orgId));
+  await requireWithinLimit(ctx.db, ctx.orgId, 'synthetic_tools', () => repo.countSyntheticTools(ctx.db, ctx.orgId));
   return conflictOnUnique(
     NAME_KEY,
     () => nameTaken(input.name),
     () =>
       ctx.write(async (w) => {
-        await requireWithinLimit(w.db, ctx.orgId, 'synthetic_tools', await repo.countSyntheticTools(w.db, ctx.orgId));
+        await requireWithinLimit(w.db, ctx.orgId, 'synthetic_tools', () => repo.countSyntheticTools(w.db, ctx.orgId));
         const row = await repo.insertSyntheticTool(w.db, {
           id: newId('syntheticTool'),
           org_id: ctx.orgId,

@@ -191,7 +191,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Toolbox
   return guardName(body.name, () =>
     ctx.write(async (w) => {
       const entries = await checkEntries(w.db, ctx, body.entries ?? []);
-      await requireWithinLimit(w.db, ctx.orgId, 'toolboxes', await repo.countToolboxes(w.db, ctx.orgId));
+      await requireWithinLimit(w.db, ctx.orgId, 'toolboxes', () => repo.countToolboxes(w.db, ctx.orgId));
       const row = await repo.insertToolbox(w.db, {
         id: newId('toolbox'),
         org_id: ctx.orgId,

@@ -106,11 +106,11 @@ export async function create(ctx: RequestContext, userToolboxId: string, body: C
   const expiresAt = expiryOf(body.expires_at) ?? null;
   const box = await resolveUserToolbox(ctx.db, ctx.orgId, ctx.user, userToolboxId);
   if (!box) throw toolboxNotFound(userToolboxId);
-  await requireWithinLimit(ctx.db, ctx.orgId, 'mcp_servers', await repo.countInOrg(ctx.db, ctx.orgId));
+  await requireWithinLimit(ctx.db, ctx.orgId, 'mcp_servers', () => repo.countInOrg(ctx.db, ctx.orgId));
   const minted = newMcpToken();
   const row = await guardName(body.name, () =>
     ctx.write(async (w) => {
-      await requireWithinLimit(w.db, ctx.orgId, 'mcp_servers', await repo.countInOrg(w.db, ctx.orgId));
+      await requireWithinLimit(w.db, ctx.orgId, 'mcp_servers', () => repo.countInOrg(w.db, ctx.orgId));
       const id = newId('mcpServer');
       const inserted = await repo.insert(w.db, {
         id,
