@@ -219,7 +219,7 @@ describe('the sign-in pages', () => {
     const page = await res.text();
     expect(page).toContain('<form method="post" action="/auth/magic-link">');
     expect(page).toContain('<label for="email">Email address</label>');
-    expect(page).toContain('<input type="hidden" name="return_to" value="/org/acme">');
+    expect(page).toContain('<input type="hidden" name="return_to" value="/org/acme" />');
     expect(page).not.toContain('<script');
   });
 
@@ -233,7 +233,7 @@ describe('the sign-in pages', () => {
     const token = 'eml_' + 'a'.repeat(43);
     const page = await (await fetch(`${t.url}/sign-in/confirm?token=${token}`)).text();
     expect(page).toContain(`<form method="post" action="/auth/magic-link/verify">`);
-    expect(page).toContain(`<input type="hidden" name="token" value="${token}">`);
+    expect(page).toContain(`<input type="hidden" name="token" value="${token}" />`);
     const bad = await fetch(`${t.url}/sign-in/confirm?token="><script>`, { redirect: 'manual' });
     expect(bad.status).toBe(303);
     expect(bad.headers.get('location')).toBe('/sign-in?error=link_invalid');
