@@ -309,6 +309,13 @@ export interface RateLimits {
   points: Generated<number>;
 }
 
+export interface RecoveryCodes {
+  code_hash: string;
+  created_at: Generated<Timestamp>;
+  used_at: Timestamp | null;
+  user_id: string;
+}
+
 export interface Restrictions {
   applies_to_everyone: boolean;
   applies_to_role_ids: Generated<string[]>;
@@ -349,6 +356,11 @@ export interface Roles {
   updated_at: Generated<Timestamp>;
 }
 
+export interface SecondFactorFailures {
+  failed_at: Generated<Timestamp>;
+  user_id: string;
+}
+
 export interface Sessions {
   created_at: Generated<Timestamp>;
   expires_at: Timestamp;
@@ -357,6 +369,7 @@ export interface Sessions {
   last_seen_at: Timestamp | null;
   revoked_at: Timestamp | null;
   second_factor_at: Timestamp | null;
+  second_factor_method: "totp" | "recovery_code" | "passkey" | null;
   step_up_at: Timestamp | null;
   token_hash: string;
   user_agent: string | null;
@@ -471,6 +484,9 @@ export interface Users {
   is_root_org_staff: Generated<boolean>;
   name: string | null;
   totp_enabled_at: Timestamp | null;
+  totp_last_step: number | null;
+  totp_pending_expires_at: Timestamp | null;
+  totp_pending_secret_enc: string | null;
   totp_secret_enc: string | null;
   updated_at: Generated<Timestamp>;
 }
@@ -516,9 +532,11 @@ export interface DB {
   outbox: Outbox;
   passkeys: Passkeys;
   rate_limits: RateLimits;
+  recovery_codes: RecoveryCodes;
   restrictions: Restrictions;
   role_assignments: RoleAssignments;
   roles: Roles;
+  second_factor_failures: SecondFactorFailures;
   sessions: Sessions;
   settings: Settings;
   shares: Shares;

@@ -465,7 +465,15 @@ export interface paths {
          *     refreshes `second_factor_at`. Needs a session (a person), including one in the
          *     `mfa_pending` state; an API token is refused. Not org-scoped. Records no audit entry.
          *     Wrong codes are rate-limited per account: after 5 failures in 15 minutes the account
-         *     answers 429 until the window passes. Emits no event.
+         *     answers 429 until the window passes. The session's secret is replaced (a new cookie),
+         *     as on every privilege change. Emits no event.
+         *
+         *     The web app's second-factor page posts a code as a form
+         *     (`application/x-www-form-urlencoded`, `method` and `code`) to this path with the
+         *     page's `return_to` in the query; a form gets 303 to `return_to` (or `/`) on success,
+         *     and back to the page with the reason
+         *     (`/sign-in/second-factor?error=verification_failed|rate_limited|…`) otherwise,
+         *     instead of the JSON answers.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (a wrong or
          *     already used code, an assertion that does not verify or is not one of the user's
@@ -1043,14 +1051,17 @@ export interface paths {
          * @description Starts turning on TOTP for the caller: generates a secret and answers it once, with the
          *     `otpauth://` URI for a QR code. Nothing changes until a code from the app is confirmed
          *     at `POST /user/me/mfa/totp/verify` within 15 minutes; calling again replaces the
-         *     pending secret. Needs a session (a person); an API token is refused. Works on a session
+         *     pending secret. Once the person holds a second factor (a passkey), adding another needs
+         *     a step-up within the last 5 minutes, so a stolen cookie cannot add the thief's
+         *     authenticator. Needs a session (a person); an API token is refused. Works on a session
          *     that organizations refuse with `mfa_setup_required`, since this is how it gets a second
          *     factor. Not org-scoped. Records no audit entry: second factors belong to the person.
          *     Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
-         *     `invalid_token`; 403 `requires_person`; 409 `conflict` (TOTP is already on; turn it off
-         *     first to change authenticator); 429 `rate_limited`. 404 is declared because every
+         *     `invalid_token`; 403 `requires_person`, `step_up_required` (a passkey is held and no
+         *     step-up was passed in the last 5 minutes); 409 `conflict` (TOTP is already on; turn it
+         *     off first to change authenticator); 429 `rate_limited`. 404 is declared because every
          *     endpoint may answer it (service description §7); this one does not today.
          */
         post: operations["beginTotpEnrollment"];
@@ -1086,8 +1097,9 @@ export interface paths {
         /**
          * Verify TOTP enrollment and receive backup codes
          * @description Confirms the pending enrollment with a code from the authenticator app. TOTP is then
-         *     on (`mfa_enabled: true`), this session counts as having shown a second factor, and the
-         *     answer carries ten recovery codes, shown exactly once. Needs a session (a person); an
+         *     on (`mfa_enabled: true`), this session counts as having shown a second factor (its
+         *     secret is replaced: a new cookie), and the answer carries ten recovery codes, shown
+         *     exactly once. Needs a session (a person); an
          *     API token is refused. Not org-scoped. Records no audit entry: second factors belong to
          *     the person. Emits no event.
          *
@@ -16856,13 +16868,23 @@ export interface operations {
     };
     verifyMfaChallenge: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Where a form from the web app's second-factor page lands afterwards (a path on the web app). Ignored for JSON. */
+                return_to?: components["schemas"]["AuthReturnTo"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "method": "totp",
+                 *       "code": "492039"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["AuthSecondFactorProof"];
                 "application/json": components["schemas"]["AuthSecondFactorProof"];
             };
         };
@@ -16870,6 +16892,7 @@ export interface operations {
             /** @description The second factor was accepted; the session is `active`. */
             200: {
                 headers: {
+                    "Set-Cookie": components["headers"]["SessionCookie"];
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
@@ -16893,6 +16916,7 @@ export interface operations {
                     "application/json": components["schemas"]["AuthSecondFactorResult"];
                 };
             };
+            303: components["responses"]["PageRedirect"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
@@ -17183,9 +17207,10 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The step-up passed. */
+            /** @description The step-up passed; the session's secret is replaced (a new cookie). */
             200: {
                 headers: {
+                    "Set-Cookie": components["headers"]["SessionCookie"];
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
@@ -17789,6 +17814,7 @@ export interface operations {
             /** @description TOTP is on; the recovery codes are shown once. */
             200: {
                 headers: {
+                    "Set-Cookie": components["headers"]["SessionCookie"];
                     /** @description The codes must not be cached. */
                     "Cache-Control"?: "no-store";
                     "X-Request-Id": components["headers"]["RequestId"];

@@ -8,6 +8,13 @@ import { SESSION_COOKIE, SESSION_PREFIX } from './credentials';
 export const SESSION_LIFETIME_MS = 30 * 24 * 3600_000;
 /** A session waiting for its second factor is only good for showing it, and briefly. */
 export const PENDING_SESSION_MS = 10 * 60_000;
+/** A step-up allows sensitive actions for this long (the spec's `step_up_expires_at`). */
+export const STEP_UP_WINDOW_MS = 5 * 60_000;
+
+/** Whether the caller's session passed a step-up recently enough for a sensitive action. */
+export function steppedUp(caller: { kind: string; stepUpAt?: Date | null }, now = new Date()): boolean {
+  return caller.kind === 'session' && !!caller.stepUpAt && now.getTime() - caller.stepUpAt.getTime() <= STEP_UP_WINDOW_MS;
+}
 
 export interface StartedSession {
   id: string;
@@ -78,7 +85,7 @@ export async function startSession(
 export async function renewSession(
   db: Executor,
   sessionId: string,
-  change: { secondFactorAt?: Date; stepUpAt?: Date },
+  change: { secondFactorAt?: Date; secondFactorMethod?: 'totp' | 'recovery_code' | 'passkey'; stepUpAt?: Date },
   now = new Date(),
 ): Promise<{ secret: string; expiresAt: Date; cookie: string } | null> {
   const secret = randomSecret(SESSION_PREFIX);
@@ -87,7 +94,11 @@ export async function renewSession(
     .set({
       token_hash: hashSecret(secret),
       ...(change.secondFactorAt
-        ? { second_factor_at: change.secondFactorAt, expires_at: sql<Date>`created_at + make_interval(secs => ${SESSION_LIFETIME_MS / 1000})` }
+        ? {
+            second_factor_at: change.secondFactorAt,
+            second_factor_method: change.secondFactorMethod ?? null,
+            expires_at: sql<Date>`created_at + make_interval(secs => ${SESSION_LIFETIME_MS / 1000})`,
+          }
         : {}),
       ...(change.stepUpAt ? { step_up_at: change.stepUpAt } : {}),
     })

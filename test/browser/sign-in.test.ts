@@ -1,6 +1,7 @@
 // Signing in as a person does it, in a real browser (Debian's Chromium driven by
 // playwright-core): the sign-in page, the email that arrives at a real SMTP server, the
 // emailed link, the confirmation page's button, and the signed-in home page.
+import { generate } from 'otplib';
 import { chromium, type Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../support/app';
 import { usePeers } from '../support/peers';
@@ -20,7 +21,7 @@ afterAll(async () => {
 
 async function linkIn(to: string): Promise<string> {
   for (let waited = 0; waited < 10_000; waited += 50) {
-    const mail = peers.smtp.messages.find((m) => m.to.includes(to));
+    const mail = peers.smtp.messages.filter((m) => m.to.includes(to)).at(-1);
     if (mail) {
       const raw = mail.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
       const link = /(http:\/\/[^\s]+\/auth\/magic-link\/verify\?token=[A-Za-z0-9_-]+)/.exec(raw)?.[1];
@@ -62,5 +63,46 @@ it('signs a person in by emailed link: ask on the sign-in page, open the link, p
   const me = await page.request.get(`${t.url}/user/me`);
   expect(me.status()).toBe(200);
   expect((await me.json()).email).toBe(email);
+  await context.close();
+});
+
+it('holds a person whose organization requires a second factor at the second-factor page until they show a code', async () => {
+  const email = `grace.${Date.now()}@example.com`;
+  const userId = await t.factories.user({ email });
+  const { orgId } = await t.factories.org({ requireMfa: true });
+  await t.factories.member(orgId, { userId });
+  // The person set up an authenticator app earlier.
+  const setup = await t.factories.session(userId);
+  const begun = await t.call('POST', '/user/me/mfa/totp', undefined, { session: setup });
+  const secret: string = begun.body.secret;
+  await t.call('POST', '/user/me/mfa/totp/verify', { code: await generate({ secret }) }, { session: setup });
+
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(10_000);
+  await page.goto(`${t.url}/sign-in?return_to=/`);
+  await page.getByLabel('Email address').fill(email);
+  await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
+  await page.getByRole('status').waitFor();
+  await page.goto(await linkIn(email));
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Second factor' }).waitFor();
+  expect(new URL(page.url()).pathname).toBe('/sign-in/second-factor');
+  // The organization refuses this session until it shows the factor.
+  const held = await page.request.get(`${t.url}/organization/${orgId}`, { headers: { 'x-organization-id': orgId } });
+  expect(held.status()).toBe(403);
+  expect((await held.json()).code).toBe('mfa_setup_required');
+
+  await page.getByLabel('Code from the app').fill('000000');
+  await page.getByRole('button', { name: 'Continue' }).click();
+  await page.waitForLoadState();
+  await page.getByRole('alert').waitFor();
+  expect(await page.getByRole('alert').textContent()).toContain('That code did not work');
+
+  await page.getByLabel('Code from the app').fill(await generate({ secret, epoch: Math.floor(Date.now() / 1000) + 30 }));
+  await page.getByRole('button', { name: 'Continue' }).click();
+  await page.getByText('You are signed in as').waitFor();
+  const allowed = await page.request.get(`${t.url}/organization/${orgId}`, { headers: { 'x-organization-id': orgId } });
+  expect(allowed.status()).toBe(200);
   await context.close();
 });

@@ -3,6 +3,7 @@ import { activateInvite } from './invite-activation';
 import { logOut } from './log-out';
 import { confirmMagicLink, requestMagicLink, verifyMagicLink } from './magic-link';
 import { SIGN_IN_PAGES } from './pages';
+import { beginStepUp, verifyMfaChallenge, verifyStepUp } from './second-factor';
 
 /**
  * The Auth tag: sessions (logOut) and the invite link (activateInvite, on the invites area's
@@ -16,6 +17,9 @@ export default defineArea({
     requestMagicLink,
     verifyMagicLink,
     confirmMagicLink,
+    verifyMfaChallenge,
+    beginStepUp,
+    verifyStepUp,
   },
   pages: SIGN_IN_PAGES,
 });

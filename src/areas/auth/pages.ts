@@ -56,6 +56,40 @@ const confirmPage: Page = ({ query }) => {
   return { html: layout('Confirm sign-in', content) };
 };
 
+const CODE_FAILURES: Record<string, string> = {
+  verification_failed: 'That code did not work: it is wrong, or it was used already. Try the current one.',
+  rate_limited: 'Too many wrong codes. Wait a few minutes, then try again.',
+  conflict: 'There is no such code on this account. Use your authenticator app or a recovery code.',
+  invalid_token: 'This sign-in has ended. Sign in again.',
+  unauthenticated: 'This sign-in has ended. Sign in again.',
+};
+
+/**
+ * GET /sign-in/second-factor: a signed-in person whose organization requires a second factor
+ * shows a code from their authenticator app, or a recovery code.
+ */
+const secondFactorPage: Page = ({ query }) => {
+  const error = query.get('error');
+  const next = returnTo(query);
+  const action = next ? `/auth/mfa/verify?${new URLSearchParams({ return_to: next }).toString()}` : '/auth/mfa/verify';
+  const content = html`<h1>Second factor</h1>
+    <p>Your organization asks for a second factor. Enter the code your authenticator app shows.</p>
+    ${error ? html`<p class="error" role="alert">${CODE_FAILURES[error] ?? 'That did not work. Try again.'}</p>` : null}
+    <form method="post" action="${action}">
+      <input type="hidden" name="method" value="totp" />
+      <label for="code">Code from the app</label>
+      <input id="code" name="code" type="text" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" required autofocus />
+      <button type="submit">Continue</button>
+    </form>
+    <form method="post" action="${action}">
+      <input type="hidden" name="method" value="recovery_code" />
+      <label for="recovery">Or a recovery code</label>
+      <input id="recovery" name="code" type="text" autocomplete="off" pattern="[A-Za-z0-9]{5}-?[A-Za-z0-9]{5}" required />
+      <button type="submit">Use recovery code</button>
+    </form>`;
+  return { html: layout('Second factor', content) };
+};
+
 async function signedInAs(request: PageRequest, deps: AppDeps): Promise<string | null> {
   if (!request.sessionCookie) return null;
   const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
@@ -81,4 +115,5 @@ export const SIGN_IN_PAGES: Record<string, Page> = {
   '/': homePage,
   '/sign-in': signInPage,
   '/sign-in/confirm': confirmPage,
+  '/sign-in/second-factor': secondFactorPage,
 };

@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { Database } from '../../db/schema';
 import type { RequestContext } from '../../http/context';
+import { owesSecondFactor } from '../../identity/second-factors';
 import { startSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
 
@@ -12,35 +13,6 @@ export function signInFailed<S extends 302 | 303 = 302>(ctx: RequestContext, rea
   const url = new URL(webAppPage(webApp(ctx), '/sign-in'));
   url.searchParams.set('error', reason);
   return { status, headers: { Location: url.href } };
-}
-
-/**
- * Whether a new session of this person starts `mfa_pending`: they hold a second factor and an
- * organization they are an active member of requires one. (Someone who holds none is let in,
- * and those organizations refuse them with 403 mfa_setup_required until they enroll one.)
- */
-async function owesSecondFactor(db: Transaction<Database>, userId: string): Promise<boolean> {
-  const row = await db
-    .selectFrom('users as u')
-    .select((eb) => [
-      eb
-        .or([eb('u.totp_enabled_at', 'is not', null), eb.exists(eb.selectFrom('passkeys as p').select('p.id').whereRef('p.user_id', '=', 'u.id'))])
-        .as('has_factor'),
-      eb
-        .exists(
-          eb
-            .selectFrom('memberships as m')
-            .innerJoin('organizations as o', 'o.id', 'm.org_id')
-            .select('m.org_id')
-            .whereRef('m.user_id', '=', 'u.id')
-            .where('m.status', '=', 'active')
-            .where('o.require_mfa', '=', true),
-        )
-        .as('required'),
-    ])
-    .where('u.id', '=', userId)
-    .executeTakeFirst();
-  return Boolean(row?.has_factor && row.required);
 }
 
 /**

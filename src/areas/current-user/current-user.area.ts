@@ -1,5 +1,6 @@
 import type { ApiTokenCaller, SessionCaller } from '../../identity/credentials';
 import { defineArea } from '../../http/area';
+import { beginTotp, disableTotp, regenerateRecoveryCodes, verifyTotp } from './current-user.mfa';
 import { currentUser } from './current-user.service';
 
 export default defineArea({
@@ -9,5 +10,9 @@ export default defineArea({
       const caller = ctx.authenticated as ApiTokenCaller | SessionCaller;
       return { status: 200, body: await currentUser(ctx.db, caller, query.current_org_id) };
     },
+    beginTotpEnrollment: beginTotp,
+    verifyTotpEnrollment: verifyTotp,
+    disableTotp,
+    regenerateRecoveryCodes,
   },
 });

@@ -22,7 +22,7 @@ function groupBy<T extends { org_id: string }>(rows: T[]): Map<string, T[]> {
   return groups;
 }
 
-function blockedReason(requiring: { name: string }[]): string {
+export function blockedReason(requiring: { name: string }[]): string {
   const names = requiring.slice(0, 3).map((o) => o.name);
   const more = requiring.length > 3 ? ` and ${requiring.length - 3} more` : '';
   const subject = requiring.length === 1 ? `${names[0]} requires` : `${names.join(', ')}${more} require`;

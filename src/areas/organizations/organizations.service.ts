@@ -7,6 +7,7 @@ import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { storageOf } from '../../lib/storage';
 import { SYSTEM_ROLES } from '../../identity/permissions';
+import { steppedUp } from '../../identity/sessions';
 import { addMember, holdsOwner } from '../members';
 import { subscriptionInForce } from './organizations.billing';
 import { toOrganization } from './organizations.mapper';
@@ -81,9 +82,6 @@ type Organization = components['schemas']['Organization'];
 type OrganizationCreate = components['schemas']['OrganizationCreate'];
 type OrganizationUpdate = components['schemas']['OrganizationUpdate'];
 
-/** How recent a step-up must be to change the second-factor requirement. */
-export const STEP_UP_WINDOW_MS = 5 * 60_000;
-
 const slugTaken = (slug: string) => new ApiError('slug_taken', `The slug "${slug}" is used by another organization; choose another.`);
 
 /** `{id}` must be the organization of X-Organization-Id; any other is 404, whether or not it exists. */
@@ -147,7 +145,7 @@ export async function updateOrganization(ctx: RequestContext, id: string, body: 
       if (body.require_mfa !== undefined && body.require_mfa !== org.require_mfa) {
         if (caller.kind !== 'session')
           throw new ApiError('requires_person', 'Only a person signed in to the web app may change the second-factor requirement; API tokens cannot.');
-        if (!caller.stepUpAt || Date.now() - caller.stepUpAt.getTime() > STEP_UP_WINDOW_MS) {
+        if (!steppedUp(caller)) {
           throw new ApiError(
             'step_up_required',
             'Changing the second-factor requirement needs a step-up within the last 5 minutes; verify a second factor (/auth/step-up/*) and retry.',

@@ -1,0 +1,95 @@
+import type { RequestContext } from '../../http/context';
+import { ApiError } from '../../http/errors';
+import type { OperationInput } from '../../http/handler-types';
+import {
+  beginTotpEnrollment,
+  confirmTotpEnrollment,
+  factorsOf,
+  failureWait,
+  recordFailure,
+  removeTotp,
+  replaceRecoveryCodes,
+} from '../../identity/second-factors';
+import { renewSession, steppedUp } from '../../identity/sessions';
+import { blockedReason } from './current-user.service';
+
+function personOf(ctx: RequestContext) {
+  const caller = ctx.authenticated;
+  if (caller.kind !== 'session') throw new ApiError('requires_person', 'This is for a person signed in to the web app.');
+  return caller;
+}
+
+const stepUpFirst = (what: string) =>
+  new ApiError('step_up_required', `${what} needs a step-up within the last 5 minutes: POST /auth/step-up/options, then /auth/step-up/verify, and retry.`);
+
+/** POST /user/me/mfa/totp */
+export async function beginTotp(_input: OperationInput<'beginTotpEnrollment'>, ctx: RequestContext) {
+  const caller = personOf(ctx);
+  const factors = await factorsOf(ctx.db, caller.userId);
+  if (factors.totp) throw new ApiError('conflict', 'TOTP is on already; turn it off (DELETE /user/me/mfa/totp) to change authenticator.');
+  // Adding a factor when one is held is a change of factors: the person proves it is them.
+  if (factors.passkeys > 0 && !steppedUp(caller)) throw stepUpFirst('Adding an authenticator app');
+  const user = await ctx.db.selectFrom('users').select(['id', 'email']).where('id', '=', caller.userId).executeTakeFirstOrThrow();
+  const enrollment = await ctx.personalWrite((db) => beginTotpEnrollment(db, ctx.deps.secrets, user));
+  return { status: 200 as const, headers: { 'Cache-Control': 'no-store' as const }, body: enrollment };
+}
+
+/** POST /user/me/mfa/totp/verify */
+export async function verifyTotp({ body }: OperationInput<'verifyTotpEnrollment'>, ctx: RequestContext) {
+  const caller = personOf(ctx);
+  const wait = await failureWait(ctx.db, caller.userId);
+  if (wait !== null) throw new ApiError('rate_limited', `Too many wrong codes; try again in ${wait} seconds.`, { headers: { 'Retry-After': String(wait) } });
+  const now = new Date();
+  const outcome = await ctx.personalWrite(async (db) => {
+    const confirmed = await confirmTotpEnrollment(db, ctx.deps.secrets, caller.userId, body.code, now);
+    if (!confirmed.ok) return confirmed;
+    // The code just shown is this session's second factor.
+    const renewed = await renewSession(db, caller.sessionId, { secondFactorAt: now, secondFactorMethod: 'totp' }, now);
+    return { ...confirmed, cookie: renewed?.cookie ?? null };
+  });
+  if (!outcome.ok) {
+    if (outcome.reason === 'already_on') throw new ApiError('conflict', 'TOTP is on already.');
+    if (outcome.reason === 'no_pending')
+      throw new ApiError('conflict', 'No enrollment is pending, or it lapsed after 15 minutes; start again with POST /user/me/mfa/totp.');
+    await ctx.personalWrite((db) => recordFailure(db, caller.userId, now));
+    throw new ApiError('verification_failed', 'That code does not match the new secret; check the app’s clock and try the current code.');
+  }
+  return {
+    status: 200 as const,
+    headers: { 'Cache-Control': 'no-store' as const, ...(outcome.cookie ? { 'Set-Cookie': outcome.cookie } : {}) },
+    body: { recovery_codes: outcome.recoveryCodes, generated_at: now.toISOString() },
+  };
+}
+
+/** DELETE /user/me/mfa/totp */
+export async function disableTotp(_input: OperationInput<'disableTotp'>, ctx: RequestContext) {
+  const caller = personOf(ctx);
+  if (!steppedUp(caller)) throw stepUpFirst('Turning off TOTP');
+  const factors = await factorsOf(ctx.db, caller.userId);
+  if (!factors.totp) throw new ApiError('not_found', 'TOTP is not on.');
+  if (factors.passkeys === 0) {
+    const requiring = await ctx.db
+      .selectFrom('memberships as m')
+      .innerJoin('organizations as o', 'o.id', 'm.org_id')
+      .select('o.name')
+      .where('m.user_id', '=', caller.userId)
+      .where('m.status', '=', 'active')
+      .where('o.require_mfa', '=', true)
+      .orderBy('o.name')
+      .execute();
+    if (requiring.length > 0) throw new ApiError('mfa_required_by_organization', blockedReason(requiring));
+  }
+  await ctx.personalWrite((db) => removeTotp(db, caller.userId));
+  return { status: 204 as const };
+}
+
+/** POST /user/me/mfa/recovery-codes/regenerate */
+export async function regenerateRecoveryCodes(_input: OperationInput<'regenerateRecoveryCodes'>, ctx: RequestContext) {
+  const caller = personOf(ctx);
+  if (!steppedUp(caller)) throw stepUpFirst('New recovery codes');
+  const factors = await factorsOf(ctx.db, caller.userId);
+  if (!factors.totp) throw new ApiError('conflict', 'TOTP is off, so there are no recovery codes to replace.');
+  const now = new Date();
+  const codes = await ctx.personalWrite((db) => replaceRecoveryCodes(db, caller.userId, now));
+  return { status: 200 as const, headers: { 'Cache-Control': 'no-store' as const }, body: { recovery_codes: codes, generated_at: now.toISOString() } };
+}
