@@ -22,7 +22,9 @@ export type Timestamp = ColumnType<Date, Date | string, Date | string>;
 export interface AccessRequests {
   connector_slug: string | null;
   created_at: Generated<Timestamp>;
+  exception_connector_slug: string | null;
   exception_expires_at: Timestamp | null;
+  exception_tool_pattern: string | null;
   id: string;
   org_id: string;
   reason: string;

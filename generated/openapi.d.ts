@@ -4640,7 +4640,9 @@ export interface paths {
          *     whom it applies to, deactivate (`is_active: false`) or reactivate. `match` and
          *     `applies_to` replace the stored value whole when sent. The change is enforced from
          *     the next tool listing or call. Exceptions already granted through approved access
-         *     requests keep their effect while the restriction exists. Needs `restriction:manage`.
+         *     requests keep their effect while the restriction exists, for what they were approved
+         *     for only: a `match` broadened (`search` → `*`) holds the tools it adds back from their
+         *     requesters until they ask again. Needs `restriction:manage`.
          *     Records the audit action `restriction.updated` with the names of the changed members
          *     and emits `restriction.updated`.
          *
@@ -4765,7 +4767,9 @@ export interface paths {
          * @description Approves or denies a pending access request of another member. Approving grants the
          *     requester an exception to the restriction for what was asked, until `expires_at` (or
          *     for as long as the restriction exists when null), effective from their next tool
-         *     listing or call. Approving is reserved for a person signed in to the web app
+         *     listing or call. What the exception covers is fixed now (`exception_connector_slug`,
+         *     `exception_tool_pattern`): the connector and tool the request named, else those the
+         *     restriction matches at this moment; a restriction broadened later does not widen it. Approving is reserved for a person signed in to the web app
          *     (service description §5.8): an API token sending `decision: approved` is refused
          *     with 403 `requires_person`. Denying grants nothing, so a token may deny, which lets
          *     an integration close stale requests; that is why the operation accepts both
@@ -13116,7 +13120,9 @@ export interface components {
          * @description A member's request for an exception to a restriction. An approved request lets its
          *     requester call the tools it covers (one tool, one connector's matched tools, or all the
          *     restriction matches) until `exception_expires_at`, or for as long as the restriction
-         *     exists when that is null.
+         *     exists when that is null. What it covers is fixed when it is approved
+         *     (`exception_connector_slug`, `exception_tool_pattern`): a restriction broadened later
+         *     holds the tools it adds back from the requester again.
          * @example {
          *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
          *       "requester_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
@@ -13130,6 +13136,8 @@ export interface components {
          *       "resolution_note": "Approved for this week only.",
          *       "resolved_at": "2026-11-24T10:02:51.377Z",
          *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+         *       "exception_connector_slug": "github",
+         *       "exception_tool_pattern": "delete_branch",
          *       "created_at": "2026-11-24T09:41:18.204Z",
          *       "updated_at": "2026-11-24T10:02:51.377Z"
          *     }
@@ -13171,6 +13179,19 @@ export interface components {
             resolved_at: components["schemas"]["Timestamp"] | null;
             /** @description When the granted exception ends; null when not approved, or approved without an end. */
             exception_expires_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description The connector the exception covers, fixed when it was approved: `connector_slug`, else
+             *     the restriction's connector at that moment. Null while not approved, when it covers
+             *     every connector the restriction matches, and for a synthetic tool.
+             */
+            exception_connector_slug: components["schemas"]["ConnectorSlug"] | null;
+            /**
+             * @description The tools the exception covers, fixed when it was approved: `tool_name`, else the
+             *     restriction's `tool_pattern` at that moment (`*` when it matched every tool). A
+             *     restriction broadened later (`search` → `*`) does not widen it. Null while not
+             *     approved, and for a synthetic tool.
+             */
+            exception_tool_pattern: components["schemas"]["RestrictionToolPattern"] | null;
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
@@ -25540,6 +25561,8 @@ export interface operations {
                      *           "resolution_note": null,
                      *           "resolved_at": null,
                      *           "exception_expires_at": null,
+                     *           "exception_connector_slug": null,
+                     *           "exception_tool_pattern": null,
                      *           "created_at": "2026-11-24T09:41:18.204Z",
                      *           "updated_at": "2026-11-24T09:41:18.204Z"
                      *         }
@@ -25601,6 +25624,8 @@ export interface operations {
                      *       "resolution_note": null,
                      *       "resolved_at": null,
                      *       "exception_expires_at": null,
+                     *       "exception_connector_slug": null,
+                     *       "exception_tool_pattern": null,
                      *       "created_at": "2026-11-24T09:41:18.204Z",
                      *       "updated_at": "2026-11-24T09:41:18.204Z"
                      *     }
@@ -25700,6 +25725,8 @@ export interface operations {
                      *       "resolution_note": "Approved for this week only.",
                      *       "resolved_at": "2026-11-24T10:02:51.377Z",
                      *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+                     *       "exception_connector_slug": "github",
+                     *       "exception_tool_pattern": "delete_branch",
                      *       "created_at": "2026-11-24T09:41:18.204Z",
                      *       "updated_at": "2026-11-24T10:02:51.377Z"
                      *     }
@@ -25758,6 +25785,8 @@ export interface operations {
                      *       "resolution_note": null,
                      *       "resolved_at": "2026-11-24T09:55:02.610Z",
                      *       "exception_expires_at": null,
+                     *       "exception_connector_slug": null,
+                     *       "exception_tool_pattern": null,
                      *       "created_at": "2026-11-24T09:41:18.204Z",
                      *       "updated_at": "2026-11-24T09:55:02.610Z"
                      *     }

@@ -270,6 +270,43 @@ describe('policy', () => {
       await client.close();
     }
   });
+
+  it('an exception covers the tools named when it was approved: broadening the restriction to `*` holds the new ones back', async () => {
+    const admin = t.as({ token: org.token, org: org.orgId });
+    const hold = await admin.op('createRestriction', {
+      body: {
+        name: 'Whoami needs approval',
+        match: { connector_slug: crm, tool_pattern: 'whoami' },
+        effect: 'require_approval',
+        applies_to: { everyone: true },
+      },
+    });
+    expect(hold.status).toBe(201);
+    const filed = await t
+      .as({ token: memberTokens.get(aliceId) as string, org: org.orgId })
+      .op('createAccessRequest', { body: { restriction_id: hold.body.id, reason: 'Checking whose key is used.' } });
+    expect(filed.status).toBe(201);
+    const approved = await t
+      .as({ session: await t.factories.session(org.ownerId), org: org.orgId })
+      .op('resolveAccessRequest', { params: { id: filed.body.id }, body: { decision: 'approved' } });
+    expect(approved.status).toBe(200);
+    expect(approved.body).toMatchObject({ tool_name: null, exception_connector_slug: crm, exception_tool_pattern: 'whoami' });
+    const client = await connect(serverA);
+    try {
+      expect(((await client.callTool({ name: 'crm__whoami', arguments: {} })) as CallToolResult).isError).toBeFalsy();
+      const broadened = await admin.op('updateRestriction', { params: { id: hold.body.id }, body: { match: { connector_slug: crm, tool_pattern: '*' } } });
+      expect(broadened.status).toBe(200);
+      // Still covered: what was approved.
+      expect(((await client.callTool({ name: 'crm__whoami', arguments: {} })) as CallToolResult).isError).toBeFalsy();
+      // Newly matched: held, not sent upstream (whose answer would be "upstream says no").
+      const held = (await client.callTool({ name: 'crm__fails', arguments: {} })) as CallToolResult;
+      expect(held.isError).toBe(true);
+      expect(textOf(held)).toContain(`"Whoami needs approval" (${hold.body.id})`);
+    } finally {
+      await client.close();
+      expect((await admin.op('deleteRestriction', { params: { id: hold.body.id } })).status).toBe(204);
+    }
+  });
 });
 
 describe('an MCP server token minted by an API token', () => {
