@@ -3521,12 +3521,20 @@ export interface paths {
          *     (201). Needs `toolbox:manage`. Records the audit action `toolbox.shared` (with the
          *     principal and the level, old and new). Emits no event.
          *
+         *     A share lets people act with the upstream accounts of the toolbox's connections, and
+         *     whose account is used by whom is decided by its owner: when the toolbox holds a
+         *     connection of another member, sharing it (or changing a share of it) also needs
+         *     `connection:manage`, else 403 `not_connection_owner` and nothing changes. A curator
+         *     who owns every connection in it needs only `toolbox:manage`. Revoking a share needs no
+         *     more than `toolbox:manage`.
+         *
          *     Errors: 400 `validation_failed`, `unknown_reference` (a principal that is not an
          *     active member, a team of this organization or this organization),
          *     `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found`; 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
+         *     `missing_permission`, `not_connection_owner` (the toolbox holds another member's
+         *     connection and the caller lacks `connection:manage`); 404 `not_found`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["shareToolbox"];
         delete?: never;
