@@ -3097,12 +3097,18 @@ export interface paths {
          *     using it, and an authorization in progress is cancelled (`authorize_url` becomes null).
          *
          *     What happens to the credentials depends on who transfers. When the owner transfers
-         *     their own connection, the credentials go with it unchanged: until the new owner
-         *     reconnects, tools called through it act with the upstream identity of whoever
-         *     authorized it. When a holder of `connection:manage` transfers someone else's, nobody
-         *     may take over another person's upstream identity, so the credentials are discarded:
-         *     the connection becomes `disconnected` (emitting `connection.disconnected`) and the new
-         *     owner reconnects it.
+         *     their own connection, the credentials go with it unchanged, and they act with the
+         *     upstream identity of whoever authorized it: so the connection arrives
+         *     `awaiting_acceptance` and serves nothing (no user toolbox, MCP server, toolbox entry
+         *     or synthetic tool step uses it) until the new owner accepts it with
+         *     `POST /connection/{id}/accept`; they may instead reconnect it with their own
+         *     credentials and then accept, delete it, or hand it back. When a holder of
+         *     `connection:manage` transfers someone else's, nobody may take over another person's
+         *     upstream identity, so the credentials are discarded: the connection becomes
+         *     `disconnected` (emitting `connection.disconnected`) and the new owner reconnects it
+         *     with their own; there is nothing to accept. Either way `transferred_from_user_id` and
+         *     `transferred_at` record the hand-over, and a received connection never shadows one the
+         *     new owner made themselves (see `transferred_at`).
          *
          *     Needs `connection:use` for one's own connection; someone else's needs
          *     `connection:manage` as well. Records the audit action `connection.transferred` with the
@@ -3117,6 +3123,49 @@ export interface paths {
          *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["transferConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connection/{id}/accept": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Accept a transferred connection
+         * @description The new owner of a connection handed over with its credentials (`awaiting_acceptance`
+         *     true) agrees that it acts for them: `awaiting_acceptance` becomes false and, from the
+         *     next tool listing or call, it serves their user toolboxes, MCP servers and synthetic
+         *     tool steps, and the toolboxes that hold it, as any connection of theirs does; it still
+         *     never shadows a connection they made themselves (see `transferred_at`). Only the owner
+         *     may accept (a holder of `connection:manage` who is not the owner is refused: the
+         *     credentials would act for someone else). Nothing is sent upstream. Needs
+         *     `connection:use`. Records the audit action `connection.accepted` with who handed it
+         *     over; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `not_connection_owner`; 404 `not_found`; 409
+         *     `invalid_transition` (the connection is not awaiting acceptance); 429 `rate_limited`.
+         */
+        post: operations["acceptConnection"];
         delete?: never;
         options?: never;
         head?: never;
@@ -9861,6 +9910,9 @@ export interface components {
          *       "authorize_expires_at": null,
          *       "last_used_at": "2026-11-21T10:02:17.554Z",
          *       "last_error": null,
+         *       "transferred_from_user_id": null,
+         *       "transferred_at": null,
+         *       "awaiting_acceptance": false,
          *       "created_at": "2026-11-20T09:14:03.120Z",
          *       "updated_at": "2026-11-20T09:14:03.120Z"
          *     }
@@ -9899,6 +9951,24 @@ export interface components {
              * @example The provider refused the refresh token (invalid_grant).
              */
             last_error: string | null;
+            /** @description Who handed the connection to its current owner (`POST /connection/{id}/transfer`), or null when the owner made it (or that member's account is gone). */
+            transferred_from_user_id: components["schemas"]["UserId"] | null;
+            /**
+             * @description When the current owner received the connection by a transfer, or null when they made
+             *     it. A connection they received never shadows one they made: where two of theirs offer
+             *     the same tool names ("All my connections", a synthetic tool's step without a pinned
+             *     connection), the one they made wins, whatever its age; among received ones, the
+             *     earliest received.
+             */
+            transferred_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description True when the connection was handed over with its credentials (its previous owner
+             *     transferred it) and the new owner has not accepted it yet
+             *     (`POST /connection/{id}/accept`): until then it acts as whoever authorized it, so it
+             *     serves nothing: none of its tools is offered by the new owner's user toolboxes, MCP
+             *     servers or toolboxes that hold it, and no synthetic tool step runs through it.
+             */
+            awaiting_acceptance: boolean;
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
@@ -21836,6 +21906,9 @@ export interface operations {
                      *           "authorize_expires_at": null,
                      *           "last_used_at": "2026-11-21T10:02:17.554Z",
                      *           "last_error": null,
+                     *           "transferred_from_user_id": null,
+                     *           "transferred_at": null,
+                     *           "awaiting_acceptance": false,
                      *           "created_at": "2026-11-20T09:14:03.120Z",
                      *           "updated_at": "2026-11-20T09:14:03.120Z"
                      *         },
@@ -21857,6 +21930,9 @@ export interface operations {
                      *           "authorize_expires_at": null,
                      *           "last_used_at": "2026-11-19T17:40:02.031Z",
                      *           "last_error": "The provider refused the refresh token (invalid_grant).",
+                     *           "transferred_from_user_id": null,
+                     *           "transferred_at": null,
+                     *           "awaiting_acceptance": false,
                      *           "created_at": "2026-11-02T10:40:12.600Z",
                      *           "updated_at": "2026-11-20T06:00:00.002Z"
                      *         }
@@ -21923,6 +21999,9 @@ export interface operations {
                      *       "authorize_expires_at": "2026-11-20T09:24:03.120Z",
                      *       "last_used_at": null,
                      *       "last_error": null,
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
@@ -21983,6 +22062,9 @@ export interface operations {
                      *       "authorize_expires_at": null,
                      *       "last_used_at": "2026-11-21T10:02:17.554Z",
                      *       "last_error": null,
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
@@ -22079,6 +22161,9 @@ export interface operations {
                      *       "authorize_expires_at": null,
                      *       "last_used_at": "2026-11-21T10:02:17.554Z",
                      *       "last_error": null,
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-21T11:30:00.410Z"
                      *     }
@@ -22199,6 +22284,9 @@ export interface operations {
                      *       "authorize_expires_at": "2026-11-21T08:55:10.902Z",
                      *       "last_used_at": "2026-11-19T17:40:02.031Z",
                      *       "last_error": "The provider refused the refresh token (invalid_grant).",
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-02T10:40:12.600Z",
                      *       "updated_at": "2026-11-21T08:45:10.902Z"
                      *     }
@@ -22377,6 +22465,9 @@ export interface operations {
                      *       "authorize_expires_at": null,
                      *       "last_used_at": "2026-11-21T10:02:17.554Z",
                      *       "last_error": null,
+                     *       "transferred_from_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "transferred_at": "2026-11-21T12:00:00.000Z",
+                     *       "awaiting_acceptance": true,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-21T12:00:00.000Z"
                      *     }
@@ -22391,6 +22482,67 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    acceptConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The connection, accepted. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *       "connector_slug": "acme-crm",
+                     *       "name": "Acme CRM",
+                     *       "owner_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *       "status": "active",
+                     *       "status_reason": null,
+                     *       "status_changed_at": "2026-11-20T09:14:03.120Z",
+                     *       "auth_type": "api_key",
+                     *       "has_credentials": true,
+                     *       "scopes": [],
+                     *       "authorize_url": null,
+                     *       "authorize_expires_at": null,
+                     *       "last_used_at": "2026-11-21T10:02:17.554Z",
+                     *       "last_error": null,
+                     *       "transferred_from_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "transferred_at": "2026-11-21T12:00:00.000Z",
+                     *       "awaiting_acceptance": false,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T12:05:41.310Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
