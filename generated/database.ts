@@ -22,7 +22,9 @@ export type Timestamp = ColumnType<Date, Date | string, Date | string>;
 export interface AccessRequests {
   connector_slug: string | null;
   created_at: Generated<Timestamp>;
+  exception_connector_slug: string | null;
   exception_expires_at: Timestamp | null;
+  exception_tool_pattern: string | null;
   id: string;
   org_id: string;
   reason: string;
@@ -80,6 +82,7 @@ export interface Connections {
   authorize_enc: string | null;
   authorize_expires_at: Timestamp | null;
   authorize_state_hash: string | null;
+  awaiting_acceptance: Generated<boolean>;
   connector_slug: string;
   created_at: Generated<Timestamp>;
   credentials_enc: string | null;
@@ -94,6 +97,8 @@ export interface Connections {
   status: "pending" | "active" | "needs_reauth" | "disconnected";
   status_changed_at: Generated<Timestamp>;
   status_reason: "credentials_rejected" | "refresh_failed" | "owner_left" | "connector_access_lost" | "connector_changed" | "transferred" | null;
+  transferred_at: Timestamp | null;
+  transferred_from_user_id: string | null;
   updated_at: Generated<Timestamp>;
 }
 

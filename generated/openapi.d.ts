@@ -3139,12 +3139,18 @@ export interface paths {
          *     using it, and an authorization in progress is cancelled (`authorize_url` becomes null).
          *
          *     What happens to the credentials depends on who transfers. When the owner transfers
-         *     their own connection, the credentials go with it unchanged: until the new owner
-         *     reconnects, tools called through it act with the upstream identity of whoever
-         *     authorized it. When a holder of `connection:manage` transfers someone else's, nobody
-         *     may take over another person's upstream identity, so the credentials are discarded:
-         *     the connection becomes `disconnected` (emitting `connection.disconnected`) and the new
-         *     owner reconnects it.
+         *     their own connection, the credentials go with it unchanged, and they act with the
+         *     upstream identity of whoever authorized it: so the connection arrives
+         *     `awaiting_acceptance` and serves nothing (no user toolbox, MCP server, toolbox entry
+         *     or synthetic tool step uses it) until the new owner accepts it with
+         *     `POST /connection/{id}/accept`; they may instead reconnect it with their own
+         *     credentials and then accept, delete it, or hand it back. When a holder of
+         *     `connection:manage` transfers someone else's, nobody may take over another person's
+         *     upstream identity, so the credentials are discarded: the connection becomes
+         *     `disconnected` (emitting `connection.disconnected`) and the new owner reconnects it
+         *     with their own; there is nothing to accept. Either way `transferred_from_user_id` and
+         *     `transferred_at` record the hand-over, and a received connection never shadows one the
+         *     new owner made themselves (see `transferred_at`).
          *
          *     Needs `connection:use` for one's own connection; someone else's needs
          *     `connection:manage` as well. Records the audit action `connection.transferred` with the
@@ -3159,6 +3165,49 @@ export interface paths {
          *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["transferConnection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/connection/{id}/accept": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Accept a transferred connection
+         * @description The new owner of a connection handed over with its credentials (`awaiting_acceptance`
+         *     true) agrees that it acts for them: `awaiting_acceptance` becomes false and, from the
+         *     next tool listing or call, it serves their user toolboxes, MCP servers and synthetic
+         *     tool steps, and the toolboxes that hold it, as any connection of theirs does; it still
+         *     never shadows a connection they made themselves (see `transferred_at`). Only the owner
+         *     may accept (a holder of `connection:manage` who is not the owner is refused: the
+         *     credentials would act for someone else). Nothing is sent upstream. Needs
+         *     `connection:use`. Records the audit action `connection.accepted` with who handed it
+         *     over; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `not_connection_owner`; 404 `not_found`; 409
+         *     `invalid_transition` (the connection is not awaiting acceptance); 429 `rate_limited`.
+         */
+        post: operations["acceptConnection"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3563,12 +3612,20 @@ export interface paths {
          *     (201). Needs `toolbox:manage`. Records the audit action `toolbox.shared` (with the
          *     principal and the level, old and new). Emits no event.
          *
+         *     A share lets people act with the upstream accounts of the toolbox's connections, and
+         *     whose account is used by whom is decided by its owner: when the toolbox holds a
+         *     connection of another member, sharing it (or changing a share of it) also needs
+         *     `connection:manage`, else 403 `not_connection_owner` and nothing changes. A curator
+         *     who owns every connection in it needs only `toolbox:manage`. Revoking a share needs no
+         *     more than `toolbox:manage`.
+         *
          *     Errors: 400 `validation_failed`, `unknown_reference` (a principal that is not an
          *     active member, a team of this organization or this organization),
          *     `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`; 404 `not_found`; 413 `payload_too_large`; 415
-         *     `unsupported_media_type`; 429 `rate_limited`.
+         *     `missing_permission`, `not_connection_owner` (the toolbox holds another member's
+         *     connection and the caller lacks `connection:manage`); 404 `not_found`; 413
+         *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["shareToolbox"];
         delete?: never;
@@ -4682,7 +4739,9 @@ export interface paths {
          *     whom it applies to, deactivate (`is_active: false`) or reactivate. `match` and
          *     `applies_to` replace the stored value whole when sent. The change is enforced from
          *     the next tool listing or call. Exceptions already granted through approved access
-         *     requests keep their effect while the restriction exists. Needs `restriction:manage`.
+         *     requests keep their effect while the restriction exists, for what they were approved
+         *     for only: a `match` broadened (`search` → `*`) holds the tools it adds back from their
+         *     requesters until they ask again. Needs `restriction:manage`.
          *     Records the audit action `restriction.updated` with the names of the changed members
          *     and emits `restriction.updated`.
          *
@@ -4807,7 +4866,9 @@ export interface paths {
          * @description Approves or denies a pending access request of another member. Approving grants the
          *     requester an exception to the restriction for what was asked, until `expires_at` (or
          *     for as long as the restriction exists when null), effective from their next tool
-         *     listing or call. Approving is reserved for a person signed in to the web app
+         *     listing or call. What the exception covers is fixed now (`exception_connector_slug`,
+         *     `exception_tool_pattern`): the connector and tool the request named, else those the
+         *     restriction matches at this moment; a restriction broadened later does not widen it. Approving is reserved for a person signed in to the web app
          *     (service description §5.8): an API token sending `decision: approved` is refused
          *     with 403 `requires_person`. Denying grants nothing, so a token may deny, which lets
          *     an integration close stale requests; that is why the operation accepts both
@@ -9910,6 +9971,9 @@ export interface components {
          *       "authorize_expires_at": null,
          *       "last_used_at": "2026-11-21T10:02:17.554Z",
          *       "last_error": null,
+         *       "transferred_from_user_id": null,
+         *       "transferred_at": null,
+         *       "awaiting_acceptance": false,
          *       "created_at": "2026-11-20T09:14:03.120Z",
          *       "updated_at": "2026-11-20T09:14:03.120Z"
          *     }
@@ -9948,6 +10012,24 @@ export interface components {
              * @example The provider refused the refresh token (invalid_grant).
              */
             last_error: string | null;
+            /** @description Who handed the connection to its current owner (`POST /connection/{id}/transfer`), or null when the owner made it (or that member's account is gone). */
+            transferred_from_user_id: components["schemas"]["UserId"] | null;
+            /**
+             * @description When the current owner received the connection by a transfer, or null when they made
+             *     it. A connection they received never shadows one they made: where two of theirs offer
+             *     the same tool names ("All my connections", a synthetic tool's step without a pinned
+             *     connection), the one they made wins, whatever its age; among received ones, the
+             *     earliest received.
+             */
+            transferred_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description True when the connection was handed over with its credentials (its previous owner
+             *     transferred it) and the new owner has not accepted it yet
+             *     (`POST /connection/{id}/accept`): until then it acts as whoever authorized it, so it
+             *     serves nothing: none of its tools is offered by the new owner's user toolboxes, MCP
+             *     servers or toolboxes that hold it, and no synthetic tool step runs through it.
+             */
+            awaiting_acceptance: boolean;
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
@@ -13177,7 +13259,9 @@ export interface components {
          * @description A member's request for an exception to a restriction. An approved request lets its
          *     requester call the tools it covers (one tool, one connector's matched tools, or all the
          *     restriction matches) until `exception_expires_at`, or for as long as the restriction
-         *     exists when that is null.
+         *     exists when that is null. What it covers is fixed when it is approved
+         *     (`exception_connector_slug`, `exception_tool_pattern`): a restriction broadened later
+         *     holds the tools it adds back from the requester again.
          * @example {
          *       "id": "areq_01jg3b7f14t7v1w5x9y3z7a1b5",
          *       "requester_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
@@ -13191,6 +13275,8 @@ export interface components {
          *       "resolution_note": "Approved for this week only.",
          *       "resolved_at": "2026-11-24T10:02:51.377Z",
          *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+         *       "exception_connector_slug": "github",
+         *       "exception_tool_pattern": "delete_branch",
          *       "created_at": "2026-11-24T09:41:18.204Z",
          *       "updated_at": "2026-11-24T10:02:51.377Z"
          *     }
@@ -13232,6 +13318,19 @@ export interface components {
             resolved_at: components["schemas"]["Timestamp"] | null;
             /** @description When the granted exception ends; null when not approved, or approved without an end. */
             exception_expires_at: components["schemas"]["Timestamp"] | null;
+            /**
+             * @description The connector the exception covers, fixed when it was approved: `connector_slug`, else
+             *     the restriction's connector at that moment. Null while not approved, when it covers
+             *     every connector the restriction matches, and for a synthetic tool.
+             */
+            exception_connector_slug: components["schemas"]["ConnectorSlug"] | null;
+            /**
+             * @description The tools the exception covers, fixed when it was approved: `tool_name`, else the
+             *     restriction's `tool_pattern` at that moment (`*` when it matched every tool). A
+             *     restriction broadened later (`search` → `*`) does not widen it. Null while not
+             *     approved, and for a synthetic tool.
+             */
+            exception_tool_pattern: components["schemas"]["RestrictionToolPattern"] | null;
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
@@ -21927,6 +22026,9 @@ export interface operations {
                      *           "authorize_expires_at": null,
                      *           "last_used_at": "2026-11-21T10:02:17.554Z",
                      *           "last_error": null,
+                     *           "transferred_from_user_id": null,
+                     *           "transferred_at": null,
+                     *           "awaiting_acceptance": false,
                      *           "created_at": "2026-11-20T09:14:03.120Z",
                      *           "updated_at": "2026-11-20T09:14:03.120Z"
                      *         },
@@ -21948,6 +22050,9 @@ export interface operations {
                      *           "authorize_expires_at": null,
                      *           "last_used_at": "2026-11-19T17:40:02.031Z",
                      *           "last_error": "The provider refused the refresh token (invalid_grant).",
+                     *           "transferred_from_user_id": null,
+                     *           "transferred_at": null,
+                     *           "awaiting_acceptance": false,
                      *           "created_at": "2026-11-02T10:40:12.600Z",
                      *           "updated_at": "2026-11-20T06:00:00.002Z"
                      *         }
@@ -22014,6 +22119,9 @@ export interface operations {
                      *       "authorize_expires_at": "2026-11-20T09:24:03.120Z",
                      *       "last_used_at": null,
                      *       "last_error": null,
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
@@ -22074,6 +22182,9 @@ export interface operations {
                      *       "authorize_expires_at": null,
                      *       "last_used_at": "2026-11-21T10:02:17.554Z",
                      *       "last_error": null,
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-20T09:14:03.120Z"
                      *     }
@@ -22170,6 +22281,9 @@ export interface operations {
                      *       "authorize_expires_at": null,
                      *       "last_used_at": "2026-11-21T10:02:17.554Z",
                      *       "last_error": null,
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-21T11:30:00.410Z"
                      *     }
@@ -22290,6 +22404,9 @@ export interface operations {
                      *       "authorize_expires_at": "2026-11-21T08:55:10.902Z",
                      *       "last_used_at": "2026-11-19T17:40:02.031Z",
                      *       "last_error": "The provider refused the refresh token (invalid_grant).",
+                     *       "transferred_from_user_id": null,
+                     *       "transferred_at": null,
+                     *       "awaiting_acceptance": false,
                      *       "created_at": "2026-11-02T10:40:12.600Z",
                      *       "updated_at": "2026-11-21T08:45:10.902Z"
                      *     }
@@ -22468,6 +22585,9 @@ export interface operations {
                      *       "authorize_expires_at": null,
                      *       "last_used_at": "2026-11-21T10:02:17.554Z",
                      *       "last_error": null,
+                     *       "transferred_from_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "transferred_at": "2026-11-21T12:00:00.000Z",
+                     *       "awaiting_acceptance": true,
                      *       "created_at": "2026-11-20T09:14:03.120Z",
                      *       "updated_at": "2026-11-21T12:00:00.000Z"
                      *     }
@@ -22482,6 +22602,67 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    acceptConnection: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The connection's id. */
+                id: components["schemas"]["ConnectionId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The connection, accepted. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "conn_01jg3b7f0y8m2n6p1q5r9s3t7v",
+                     *       "connector_slug": "acme-crm",
+                     *       "name": "Acme CRM",
+                     *       "owner_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *       "status": "active",
+                     *       "status_reason": null,
+                     *       "status_changed_at": "2026-11-20T09:14:03.120Z",
+                     *       "auth_type": "api_key",
+                     *       "has_credentials": true,
+                     *       "scopes": [],
+                     *       "authorize_url": null,
+                     *       "authorize_expires_at": null,
+                     *       "last_used_at": "2026-11-21T10:02:17.554Z",
+                     *       "last_error": null,
+                     *       "transferred_from_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "transferred_at": "2026-11-21T12:00:00.000Z",
+                     *       "awaiting_acceptance": false,
+                     *       "created_at": "2026-11-20T09:14:03.120Z",
+                     *       "updated_at": "2026-11-21T12:05:41.310Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Connection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -25660,6 +25841,8 @@ export interface operations {
                      *           "resolution_note": null,
                      *           "resolved_at": null,
                      *           "exception_expires_at": null,
+                     *           "exception_connector_slug": null,
+                     *           "exception_tool_pattern": null,
                      *           "created_at": "2026-11-24T09:41:18.204Z",
                      *           "updated_at": "2026-11-24T09:41:18.204Z"
                      *         }
@@ -25721,6 +25904,8 @@ export interface operations {
                      *       "resolution_note": null,
                      *       "resolved_at": null,
                      *       "exception_expires_at": null,
+                     *       "exception_connector_slug": null,
+                     *       "exception_tool_pattern": null,
                      *       "created_at": "2026-11-24T09:41:18.204Z",
                      *       "updated_at": "2026-11-24T09:41:18.204Z"
                      *     }
@@ -25820,6 +26005,8 @@ export interface operations {
                      *       "resolution_note": "Approved for this week only.",
                      *       "resolved_at": "2026-11-24T10:02:51.377Z",
                      *       "exception_expires_at": "2026-11-28T18:00:00.000Z",
+                     *       "exception_connector_slug": "github",
+                     *       "exception_tool_pattern": "delete_branch",
                      *       "created_at": "2026-11-24T09:41:18.204Z",
                      *       "updated_at": "2026-11-24T10:02:51.377Z"
                      *     }
@@ -25878,6 +26065,8 @@ export interface operations {
                      *       "resolution_note": null,
                      *       "resolved_at": "2026-11-24T09:55:02.610Z",
                      *       "exception_expires_at": null,
+                     *       "exception_connector_slug": null,
+                     *       "exception_tool_pattern": null,
                      *       "created_at": "2026-11-24T09:41:18.204Z",
                      *       "updated_at": "2026-11-24T09:55:02.610Z"
                      *     }

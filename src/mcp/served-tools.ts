@@ -110,7 +110,7 @@ async function load(deps: Deps, mcpId: string): Promise<{ value: ServedTools; un
     loadPolicyForMember(deps.db, server.org_id, server.owner_user_id, new Date()),
   ]);
   if (!box) return { value: new ServedTools(deps, server, [], new Map()), until: policy.changesAt?.getTime(), scope };
-  const active = box.sources.flatMap((s) => (s.type === 'connection' && s.status === 'active' ? [s.connection_id] : []));
+  const active = box.sources.flatMap((s) => (s.type === 'connection' && s.serves ? [s.connection_id] : []));
   const [tools, rows] = await Promise.all([toolsOf(deps, box, policy), findConnections(deps.db, server.org_id, [...new Set(active)])]);
   return { value: new ServedTools(deps, server, tools, new Map(rows.map((row) => [row.id, row]))), until: policy.changesAt?.getTime(), scope };
 }

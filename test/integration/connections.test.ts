@@ -256,7 +256,14 @@ describe('transfer', () => {
     const a = await connect(alice, KEY_A);
     const res = await alice.transfer(a.id, bobId);
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ owner_user_id: bobId, status: 'active', has_credentials: true });
+    expect(res.body).toMatchObject({
+      owner_user_id: bobId,
+      status: 'active',
+      has_credentials: true,
+      transferred_from_user_id: aliceId,
+      awaiting_acceptance: true,
+    });
+    expect(res.body.transferred_at).not.toBeNull();
     // Bob's list now calls upstream with the key Alice gave (until Bob reconnects).
     await t.db.deleteFrom('connection_tools').where('connection_id', '=', a.id).execute();
     const mark = header.peer.seen.length;
@@ -264,14 +271,38 @@ describe('transfer', () => {
     expect(header.peer.seen.slice(mark).every((s) => s.credential === KEY_A)).toBe(true);
     expectError(await alice.read(a.id), 404, 'not_found');
     const audit = (await t.factories.auditEntries(org.orgId, 'connection.transferred')).find((e) => e.target_id === a.id);
-    expect(audit?.changes).toMatchObject({ owner_user_id: { from: aliceId, to: bobId }, credentials: 'kept' });
+    expect(audit?.changes).toMatchObject({ owner_user_id: { from: aliceId, to: bobId }, credentials: 'kept', awaiting_acceptance: true });
+  });
+
+  it('is accepted by its new owner only, once, with an audit entry', async () => {
+    const a = await connect(alice, KEY_A);
+    expect((await alice.transfer(a.id, bobId)).status).toBe(200);
+    // A manager who is not the owner sees it but may not accept for Bob; Alice no longer sees it.
+    expectError(await owner.accept(a.id), 403, 'not_connection_owner');
+    expectError(await alice.accept(a.id), 404, 'not_found');
+    expect((await bob.read(a.id)).body.awaiting_acceptance).toBe(true);
+    const res = await bob.accept(a.id);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ owner_user_id: bobId, status: 'active', transferred_from_user_id: aliceId, awaiting_acceptance: false });
+    expectError(await bob.accept(a.id), 409, 'invalid_transition');
+    const audit = (await t.factories.auditEntries(org.orgId, 'connection.accepted')).find((e) => e.target_id === a.id);
+    expect(audit?.changes).toMatchObject({ awaiting_acceptance: { from: true, to: false }, transferred_from_user_id: aliceId });
+    // A connection one made oneself has nothing to accept.
+    expectError(await alice.accept((await connect(alice, KEY_A)).id), 409, 'invalid_transition');
   });
 
   it('discards them when a manager transfers someone else’s: disconnected, with an event', async () => {
     const a = await connect(alice, KEY_A);
     const res = await owner.transfer(a.id, bobId);
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ owner_user_id: bobId, status: 'disconnected', status_reason: 'transferred', has_credentials: false });
+    expect(res.body).toMatchObject({
+      owner_user_id: bobId,
+      status: 'disconnected',
+      status_reason: 'transferred',
+      has_credentials: false,
+      transferred_from_user_id: aliceId,
+      awaiting_acceptance: false,
+    });
     const event = (await eventsOf(t, org.orgId, 'connection.disconnected')).find((e) => e.payload.connection.id === a.id);
     expect(event?.payload.connection).toMatchObject({ status: 'disconnected', owner_user_id: bobId });
     expectError(await bob.tools(a.id), 409, 'connection_needs_reauth');

@@ -8,7 +8,7 @@ import type { SeededOrg } from '../support/factories';
 import { startApiKeyUpstream, startEverythingServer, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
 import { insertToolbox } from '../fixtures/user-toolboxes';
-import { mintMcpServer } from '../support/mcp';
+import { connectMember, memberWithToken, mintMcpServer } from '../support/mcp';
 
 /*
  * The MCP endpoint `/mcp/{mcpId}` with the MCP SDK's own client over Streamable HTTP, against
@@ -269,6 +269,82 @@ describe('policy', () => {
     } finally {
       await client.close();
     }
+  });
+
+  it('an exception covers the tools named when it was approved: broadening the restriction to `*` holds the new ones back', async () => {
+    const admin = t.as({ token: org.token, org: org.orgId });
+    const hold = await admin.op('createRestriction', {
+      body: {
+        name: 'Whoami needs approval',
+        match: { connector_slug: crm, tool_pattern: 'whoami' },
+        effect: 'require_approval',
+        applies_to: { everyone: true },
+      },
+    });
+    expect(hold.status).toBe(201);
+    const filed = await t
+      .as({ token: memberTokens.get(aliceId) as string, org: org.orgId })
+      .op('createAccessRequest', { body: { restriction_id: hold.body.id, reason: 'Checking whose key is used.' } });
+    expect(filed.status).toBe(201);
+    const approved = await t
+      .as({ session: await t.factories.session(org.ownerId), org: org.orgId })
+      .op('resolveAccessRequest', { params: { id: filed.body.id }, body: { decision: 'approved' } });
+    expect(approved.status).toBe(200);
+    expect(approved.body).toMatchObject({ tool_name: null, exception_connector_slug: crm, exception_tool_pattern: 'whoami' });
+    const client = await connect(serverA);
+    try {
+      expect(((await client.callTool({ name: 'crm__whoami', arguments: {} })) as CallToolResult).isError).toBeFalsy();
+      const broadened = await admin.op('updateRestriction', { params: { id: hold.body.id }, body: { match: { connector_slug: crm, tool_pattern: '*' } } });
+      expect(broadened.status).toBe(200);
+      // Still covered: what was approved.
+      expect(((await client.callTool({ name: 'crm__whoami', arguments: {} })) as CallToolResult).isError).toBeFalsy();
+      // Newly matched: held, not sent upstream (whose answer would be "upstream says no").
+      const held = (await client.callTool({ name: 'crm__fails', arguments: {} })) as CallToolResult;
+      expect(held.isError).toBe(true);
+      expect(textOf(held)).toContain(`"Whoami needs approval" (${hold.body.id})`);
+    } finally {
+      await client.close();
+      expect((await admin.op('deleteRestriction', { params: { id: hold.body.id } })).status).toBe(204);
+    }
+  });
+});
+
+describe('a connection received by transfer', () => {
+  it('serves the recipient nothing until they accept it, and then never shadows the connection they made themselves', async () => {
+    // An organization of its own: the connections here change hands.
+    const o = await t.factories.org();
+    const apiKey = { type: 'api_key' as const, placement: 'header' as const, name: 'Authorization', value_prefix: 'Bearer ' };
+    const slug = await customConnector(t, o.orgId, { slug: 'acme', name: 'Acme', mcp_url: `${new URL(crmPeer.peer.url).origin}/mcp`, auth: apiKey });
+    const sender = await memberWithToken(t, o.orgId);
+    const recipient = await memberWithToken(t, o.orgId);
+    const recipientServer = await mintMcpServer(t, recipient, { name: 'Recipient all' });
+    const sendersConnection = await connectMember(t, sender, slug, KEY_A);
+    const whoami = async () => {
+      const client = await connect(recipientServer);
+      try {
+        const names = (await client.listTools()).tools.map((tool) => tool.name);
+        if (!names.includes('acme__whoami')) return null;
+        return textOf((await client.callTool({ name: 'acme__whoami', arguments: {} })) as CallToolResult);
+      } finally {
+        await client.close();
+      }
+    };
+    // Handed over with the sender's key: nothing of it is served until accepted.
+    const handed = await t.as(sender).op('transferConnection', { params: { id: sendersConnection }, body: { user_id: recipient.userId } });
+    expect(handed.status).toBe(200);
+    expect(handed.body).toMatchObject({ owner_user_id: recipient.userId, awaiting_acceptance: true, transferred_from_user_id: sender.userId });
+    expect(await whoami()).toBeNull();
+    // The recipient's own connection, made after the sender's (which is older), is the one served.
+    const recipientsOwn = await connectMember(t, recipient, slug, KEY_B);
+    expect(await whoami()).toBe('bob');
+    const accepted = await t.as(recipient).op('acceptConnection', { params: { id: sendersConnection } });
+    expect(accepted.status).toBe(200);
+    expect(accepted.body.awaiting_acceptance).toBe(false);
+    // Accepted, it still does not shadow the recipient's own.
+    expect(await whoami()).toBe('bob');
+    // Without their own, the accepted one serves them.
+    expect((await t.as(recipient).op('deleteConnection', { params: { id: recipientsOwn } })).status).toBe(204);
+    expect(await whoami()).toBe('alice');
   });
 });
 

@@ -1,6 +1,6 @@
 import type { components } from '../../generated/openapi';
 import { newId } from '../../src/lib/ids';
-import { type ToolRef, loadPolicy, policySubjectOf } from '../../src/access/policy';
+import { type ToolRef, loadPolicy, loadPolicyForMember, policySubjectOf } from '../../src/access/policy';
 import { startTestApp, type TestApp } from '../support/app';
 
 /*
@@ -27,6 +27,8 @@ interface RestrictionSpec {
   active?: boolean;
   /** Requests `me` files against it and what becomes of them. */
   requests?: { connector_slug?: string; tool_name?: string; outcome: 'approved' | 'pending' | 'denied' | 'withdrawn'; expiresInMinutes?: number }[];
+  /** What it matches after the requests were resolved (an administrator's later edit). */
+  thenMatch?: { connector_slug?: string; tool_pattern?: string; synthetic_tool?: 'S1' };
 }
 interface Row {
   name: string;
@@ -214,6 +216,52 @@ const TABLE: Row[] = [
     tool: up('tickets-demo', 'delete_ticket'),
     expect: HELD(1),
   },
+  // What an exception covers is fixed when it is approved
+  {
+    name: 'exception for the whole restriction, the pattern broadened since: the new tools are held',
+    restrictions: [
+      {
+        effect: 'require_approval',
+        match: { connector_slug: 'tickets-demo', tool_pattern: 'search' },
+        requests: [{ outcome: 'approved' }],
+        thenMatch: { connector_slug: 'tickets-demo', tool_pattern: '*' },
+      },
+    ],
+    tool: up('tickets-demo', 'delete_repo'),
+    expect: HELD(0),
+  },
+  {
+    name: 'exception for the whole restriction, the pattern broadened since: what was approved stays open',
+    restrictions: [
+      {
+        effect: 'require_approval',
+        match: { connector_slug: 'tickets-demo', tool_pattern: 'search' },
+        requests: [{ outcome: 'approved' }],
+        thenMatch: { connector_slug: 'tickets-demo', tool_pattern: '*' },
+      },
+    ],
+    tool: up('tickets-demo', 'search'),
+    expect: OPEN,
+  },
+  {
+    name: 'exception for the whole restriction, the connector dropped since: other connectors are held',
+    restrictions: [
+      {
+        effect: 'require_approval',
+        match: { connector_slug: 'tickets-demo', tool_pattern: 'search' },
+        requests: [{ outcome: 'approved' }],
+        thenMatch: { tool_pattern: 'search' },
+      },
+    ],
+    tool: up('docs-demo', 'search'),
+    expect: HELD(0),
+  },
+  {
+    name: 'exception for a restriction on upstream tools, since moved to a synthetic tool: the synthetic tool is held',
+    restrictions: [{ effect: 'require_approval', match: { tool_pattern: 'search' }, requests: [{ outcome: 'approved' }], thenMatch: { synthetic_tool: 'S1' } }],
+    tool: s1(['docs-demo', 'read_doc']),
+    expect: HELD(0),
+  },
   // Synthetic tools
   {
     name: 'synthetic tool denied by id',
@@ -336,13 +384,22 @@ async function run(row: Row) {
         expect((await mine.POST('/access-request/{id}/withdraw', path)).response.status).toBe(200);
       }
     }
+    if (spec.thenMatch) {
+      const match = spec.thenMatch.synthetic_tool
+        ? { synthetic_tool_id: stool }
+        : { connector_slug: spec.thenMatch.connector_slug, tool_pattern: spec.thenMatch.tool_pattern };
+      expect((await admin.PATCH('/restriction/{id}', { params: { path: { id: created.data.id } }, body: { match } })).response.status).toBe(200);
+    }
     if (spec.active === false)
       expect((await admin.PATCH('/restriction/{id}', { params: { path: { id: created.data.id } }, body: { is_active: false } })).response.status).toBe(200);
   }
   const tool: ToolRef = row.tool.kind === 'synthetic' ? { ...row.tool, id: stool } : row.tool;
   const at = new Date(now.getTime() + (row.atMinutes ?? 0) * 60_000);
   const policy = await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, me), at);
-  return { verdict: policy.evaluate(tool), ids };
+  const verdict = policy.evaluate(tool);
+  // The MCP endpoint's one-query loader judges the same.
+  expect((await loadPolicyForMember(t.db, org.orgId, me, at)).evaluate(tool)).toEqual(verdict);
+  return { verdict, ids };
 }
 
 it.each(TABLE.map((row) => [row.name, row] as const))('%s', async (_name, row) => {

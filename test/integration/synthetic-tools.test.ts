@@ -653,6 +653,25 @@ describe('executing', () => {
     await t.db.deleteFrom('connections').where('id', '=', second).execute();
   });
 
+  it('runs no step through a connection received with its credentials until it is accepted, and prefers the caller’s own to it', async () => {
+    const sender = { token: await t.factories.token(org.orgId, await t.factories.member(org.orgId)), org: org.orgId };
+    const recipientId = await t.factories.member(org.orgId);
+    const recipient = { token: await t.factories.token(org.orgId, recipientId), org: org.orgId };
+    const received = await connect(sender, crm, KEY_A);
+    expect((await t.as(sender).op('transferConnection', { params: { id: received }, body: { user_id: recipientId } })).status).toBe(200);
+    const run = () => t.as(recipient).op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 9 } } });
+    const refused = await run();
+    expectError(refused, 409, 'connection_unavailable');
+    expect(refused.error?.detail).toContain(`/connection/${received}/accept`);
+    // Their own, made after the received one: used, not the older received one.
+    const own = await connect(recipient, crm, KEY_B);
+    expect(((await run()).body.result as { ticket: { credential: string } }).ticket.credential).toBe(KEY_B);
+    expect((await t.as(recipient).op('acceptConnection', { params: { id: received } })).status).toBe(200);
+    expect(((await run()).body.result as { ticket: { credential: string } }).ticket.credential).toBe(KEY_B);
+    expect((await t.as(recipient).op('deleteConnection', { params: { id: own } })).status).toBe(204);
+    expect(((await run()).body.result as { ticket: { credential: string } }).ticket.credential).toBe(KEY_A);
+  });
+
   it('answers 409 connection_unavailable, naming the connector, to a caller without a connection', async () => {
     const res = await carol.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 3 } } });
     expectError(res, 409, 'connection_unavailable');

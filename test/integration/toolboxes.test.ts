@@ -325,6 +325,42 @@ describe('who sees which toolbox', () => {
     expectError(await narrowed.op('getToolbox', { params: { id: theirs.id } }), 404, 'not_found');
   });
 
+  it("refuses a curator without connection:manage sharing a toolbox that holds another member's connection (even with themselves) with 403 not_connection_owner", async () => {
+    // An administrator put Bob's connection in; Alice curates the toolbox.
+    const box = await created(owner, {
+      entries: [
+        { type: 'connection', connection_id: aliceConn, tools: 'all' },
+        { type: 'connection', connection_id: bobConn, tools: ['whoami'] },
+      ],
+    });
+    const sharesOf = () =>
+      t.db.selectFrom('shares').select(['principal_id', 'level']).where('resource_type', '=', 'toolbox').where('resource_id', '=', box.id).execute();
+    const toSelf = await alice.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'user', id: aliceId }, level: 'use' } });
+    expectError(toSelf, 403, 'not_connection_owner');
+    expect(toSelf.error?.detail).toContain(bobConn);
+    expect(toSelf.error?.detail).not.toContain(aliceConn);
+    expectError(
+      await alice.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'organization', id: org.orgId }, level: 'use' } }),
+      403,
+      'not_connection_owner',
+    );
+    expect(await sharesOf()).toEqual([]);
+    expect((await toolboxesSharedWith(t.db, org.orgId, aliceId)).map((r) => r.id)).not.toContain(box.id);
+    // Nor may a share made by someone allowed be widened by the curator.
+    expect((await owner.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'team', id: teamId }, level: 'use' } })).status).toBe(201);
+    expectError(
+      await alice.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'team', id: teamId }, level: 'edit' } }),
+      403,
+      'not_connection_owner',
+    );
+    expect(await sharesOf()).toEqual([{ principal_id: teamId, level: 'use' }]);
+    // Without Bob's connection, the curator shares it.
+    expect(
+      (await alice.op('updateToolbox', { params: { id: box.id }, body: { entries: [{ type: 'connection', connection_id: aliceConn, tools: 'all' }] } })).status,
+    ).toBe(200);
+    expect((await alice.op('shareToolbox', { params: { id: box.id }, body: { principal: { type: 'user', id: aliceId }, level: 'use' } })).status).toBe(201);
+  });
+
   it('gives the user toolboxes area the toolboxes shared with a member and their entries', async () => {
     const box = await created(owner, {
       entries: [

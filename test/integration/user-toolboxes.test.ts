@@ -243,6 +243,28 @@ describe('bindings', () => {
 });
 
 describe('status follows the connections live', () => {
+  it('offers nothing of a toolbox entry whose connection awaits its new owner’s acceptance of a transfer, until they accept it', async () => {
+    const giver = t.as({ token: await t.factories.token(org.orgId, await t.factories.member(org.orgId)), org: org.orgId });
+    const takerId = await t.factories.member(org.orgId);
+    const taker = t.as({ token: await t.factories.token(org.orgId, takerId), org: org.orgId });
+    const readerId = await t.factories.member(org.orgId);
+    const reader = t.as({ token: await t.factories.token(org.orgId, readerId), org: org.orgId });
+    const c = await connect(giver, crm, KEY_A);
+    const toolbox = await insertToolbox(t, org.orgId, { entries: [{ connection_id: c, tools: ['crm_001'] }], principal: { type: 'user', id: readerId } });
+    const dynId = `utbx_dyn_tbx_${toolbox.slice(4)}`;
+    const offered = async () => {
+      const box = (await resolveUserToolbox(t.db, org.orgId, readerId, dynId))!;
+      return (await toolsOf(t.deps, box, await loadPolicy(t.db, await policySubjectOf(t.db, org.orgId, readerId), new Date()))).map((tool) => tool.name);
+    };
+    expect(await offered()).toEqual([`${crm}__crm_001`]);
+    expect((await giver.op('transferConnection', { params: { id: c }, body: { user_id: takerId } })).status).toBe(200);
+    expect(await offered()).toEqual([]);
+    expect((await reader.op('getUserToolbox', { params: { id: dynId } })).body).toMatchObject({ status: 'incomplete', incomplete_connector_slugs: [crm] });
+    expect((await taker.op('acceptConnection', { params: { id: c } })).status).toBe(200);
+    expect(await offered()).toEqual([`${crm}__crm_001`]);
+    expect((await reader.op('getUserToolbox', { params: { id: dynId } })).body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
+  });
+
   it('turns incomplete when a bound connection needs reauthentication upstream, and ready again after reconnecting', async () => {
     // A member of her own, so that no other connection of hers keeps utbx_dyn_all's connector active.
     const carolId = await t.factories.member(org.orgId);

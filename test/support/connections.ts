@@ -3,7 +3,7 @@ import { settle, type TestApp } from './app';
 
 type Schemas = components['schemas'];
 
-/** The nine connection operations through the typed client, acting as one caller. */
+/** The ten connection operations through the typed client, acting as one caller. */
 export function connectionClient(app: TestApp, credential: { token?: string; session?: string; org?: string }) {
   const api = app.client(credential);
   const item = (id: string) => ({ params: { path: { id } } });
@@ -19,6 +19,7 @@ export function connectionClient(app: TestApp, credential: { token?: string; ses
       settle(api.POST('/connection/{id}/reconnect', { ...item(id), ...(body ? { body } : {}) })),
     tools: (id: string, query: { limit?: number; cursor?: string } = {}) => settle(api.GET('/connection/{id}/tools', { params: { path: { id }, query } })),
     transfer: (id: string, userId: string) => settle(api.POST('/connection/{id}/transfer', { ...item(id), body: { user_id: userId } })),
+    accept: (id: string) => settle(api.POST('/connection/{id}/accept', item(id))),
   };
 }
 export type ConnectionClient = ReturnType<typeof connectionClient>;

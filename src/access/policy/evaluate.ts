@@ -35,7 +35,28 @@ interface Exception {
   tool_name: string | null;
   /** Set for a restriction on a synthetic tool: the exception covers that tool. */
   synthetic_tool_id: string | null;
+  /** The connector it was approved for (the restriction's then, unless the request named one); null: no bound. */
+  exception_connector_slug?: string | null;
+  /** The tools it was approved for (the restriction's pattern then, unless the request named one); null: no bound. */
+  exception_tool_pattern?: string | null;
 }
+
+/** An exception as evaluated: its approved tool pattern compiled once. */
+interface CompiledException {
+  connectorSlug: string | null;
+  toolName: string | null;
+  syntheticToolId: string | null;
+  approvedConnectorSlug: string | null;
+  approvedTools: GlobMatcher | null;
+}
+
+const compileException = (e: Exception): CompiledException => ({
+  connectorSlug: e.connector_slug,
+  toolName: e.tool_name,
+  syntheticToolId: e.synthetic_tool_id,
+  approvedConnectorSlug: e.exception_connector_slug ?? null,
+  approvedTools: e.exception_tool_pattern == null ? null : compileGlob(e.exception_tool_pattern),
+});
 
 interface CompiledRestriction {
   id: string;
@@ -44,7 +65,7 @@ interface CompiledRestriction {
   connectorSlug: string | null;
   tool: GlobMatcher | null;
   syntheticToolId: string | null;
-  exceptions: Exception[];
+  exceptions: CompiledException[];
 }
 
 export class Policy {
@@ -82,15 +103,11 @@ export class Policy {
       match_tool_pattern: string | null;
       match_synthetic_tool_id: string | null;
     }[],
-    exceptions: readonly { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null }[],
+    exceptions: readonly (Exception & { restriction_id: string })[],
     changesAt: Date | null = null,
   ): Policy {
-    const byRestriction = new Map<string, Exception[]>();
-    for (const e of exceptions) {
-      const list = byRestriction.get(e.restriction_id) ?? [];
-      list.push({ connector_slug: e.connector_slug, tool_name: e.tool_name, synthetic_tool_id: e.synthetic_tool_id });
-      byRestriction.set(e.restriction_id, list);
-    }
+    const byRestriction = new Map<string, CompiledException[]>();
+    for (const e of exceptions) push(byRestriction, e.restriction_id, compileException(e));
     return new Policy(
       subject,
       rows.map((r) => ({
@@ -117,7 +134,7 @@ export class Policy {
           connectorSlug: r.connector_slug,
           tool: r.tool_pattern === null ? null : compileGlob(r.tool_pattern),
           syntheticToolId: r.synthetic_tool_id,
-          exceptions: r.exceptions ?? [],
+          exceptions: (r.exceptions ?? []).map(compileException),
         })),
     );
   }
@@ -195,10 +212,18 @@ function matches(r: CompiledRestriction, tool: ToolRef): boolean {
   return tool.steps.some((s) => matchesUpstream(r, s.connector_slug, s.tool));
 }
 
-/** An exception of `r` covering the upstream tool. */
+/**
+ * An exception of `r` covering the upstream tool: what the request named, within what it was
+ * approved for (so a restriction broadened since does not widen it).
+ */
 function coversUpstream(r: CompiledRestriction, connectorSlug: string, tool: string): boolean {
   return r.exceptions.some(
-    (e) => e.synthetic_tool_id === null && (e.connector_slug === null || e.connector_slug === connectorSlug) && (e.tool_name === null || e.tool_name === tool),
+    (e) =>
+      e.syntheticToolId === null &&
+      (e.connectorSlug === null || e.connectorSlug === connectorSlug) &&
+      (e.approvedConnectorSlug === null || e.approvedConnectorSlug === connectorSlug) &&
+      (e.toolName === null || e.toolName === tool) &&
+      (e.approvedTools === null || e.approvedTools(tool)),
   );
 }
 
@@ -207,14 +232,15 @@ function coversUpstream(r: CompiledRestriction, connectorSlug: string, tool: str
  * exception covers it. A synthetic tool matched through its steps is held while any step
  * the restriction matches is not covered (an exception for the whole restriction, the
  * step's connector or the step's tool lets it through); one named by id, unless an
- * exception of the restriction exists (it covers just that tool).
+ * exception of the restriction was asked for that tool (it covers just that tool; one granted
+ * while the restriction matched upstream tools does not).
  */
 function held(r: CompiledRestriction, tool: ToolRef): boolean {
   if (tool.kind === 'upstream') {
     return matchesUpstream(r, tool.connector_slug, tool.tool) && !coversUpstream(r, tool.connector_slug, tool.tool);
   }
   if (r.syntheticToolId !== null) {
-    return r.syntheticToolId === tool.id && !r.exceptions.some((e) => e.connector_slug === null && e.tool_name === null);
+    return r.syntheticToolId === tool.id && !r.exceptions.some((e) => e.syntheticToolId === r.syntheticToolId);
   }
   return tool.steps.some((s) => matchesUpstream(r, s.connector_slug, s.tool) && !coversUpstream(r, s.connector_slug, s.tool));
 }

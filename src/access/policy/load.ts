@@ -10,7 +10,14 @@ import { Policy, type PolicySubject } from './evaluate';
  * does on every call).
  */
 export async function loadPolicyForMember(db: Executor, orgId: string, userId: string, now: Date): Promise<Policy> {
-  type ExceptionRow = { restriction_id: string; connector_slug: string | null; tool_name: string | null; synthetic_tool_id: string | null };
+  type ExceptionRow = {
+    restriction_id: string;
+    connector_slug: string | null;
+    tool_name: string | null;
+    synthetic_tool_id: string | null;
+    exception_connector_slug: string | null;
+    exception_tool_pattern: string | null;
+  };
   const result = await sql<{
     role_ids: string[];
     team_ids: string[];
@@ -27,7 +34,9 @@ export async function loadPolicyForMember(db: Executor, orgId: string, userId: s
         coalesce((select array_agg(ra.role_id order by ra.role_id) from role_assignments ra where ra.org_id = ${orgId} and ra.user_id = ${userId}), '{}'::text[]) as role_ids,
         coalesce((select array_agg(tm.team_id order by tm.team_id) from team_members tm where tm.org_id = ${orgId} and tm.user_id = ${userId}), '{}'::text[]) as team_ids,
         coalesce((
-          select json_agg(json_build_object('restriction_id', ar.restriction_id, 'connector_slug', ar.connector_slug, 'tool_name', ar.tool_name, 'synthetic_tool_id', ar.synthetic_tool_id))
+          select json_agg(json_build_object(
+            'restriction_id', ar.restriction_id, 'connector_slug', ar.connector_slug, 'tool_name', ar.tool_name, 'synthetic_tool_id', ar.synthetic_tool_id,
+            'exception_connector_slug', ar.exception_connector_slug, 'exception_tool_pattern', ar.exception_tool_pattern))
           from access_requests ar
           where ar.org_id = ${orgId} and ar.requester_user_id = ${userId} and ar.status = 'approved'
             and (ar.exception_expires_at is null or ar.exception_expires_at > ${now})
@@ -56,7 +65,7 @@ export async function loadPolicyForMember(db: Executor, orgId: string, userId: s
 function exceptionsOf(db: Executor, orgId: string, userId: string, now: Date) {
   return db
     .selectFrom('access_requests')
-    .select(['restriction_id', 'connector_slug', 'tool_name', 'synthetic_tool_id'])
+    .select(['restriction_id', 'connector_slug', 'tool_name', 'synthetic_tool_id', 'exception_connector_slug', 'exception_tool_pattern'])
     .where('org_id', '=', orgId)
     .where('requester_user_id', '=', userId)
     .where('status', '=', 'approved')

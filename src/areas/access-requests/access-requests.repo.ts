@@ -17,6 +17,8 @@ export const COLUMNS = [
   'resolution_note',
   'resolved_at',
   'exception_expires_at',
+  'exception_connector_slug',
+  'exception_tool_pattern',
   'created_at',
   'updated_at',
 ] as const;

@@ -29,6 +29,8 @@ export function toAccessRequest(row: repo.AccessRequestRow): AccessRequest {
     resolution_note: row.resolution_note,
     resolved_at: row.resolved_at?.toISOString() ?? null,
     exception_expires_at: row.exception_expires_at?.toISOString() ?? null,
+    exception_connector_slug: row.exception_connector_slug,
+    exception_tool_pattern: row.exception_tool_pattern,
     created_at: row.created_at.toISOString(),
     updated_at: row.updated_at.toISOString(),
   };
@@ -147,6 +149,19 @@ export async function create(ctx: RequestContext, body: Create): Promise<AccessR
   return toAccessRequest(row);
 }
 
+/**
+ * What an approved exception covers, fixed at approval: the connector and tools the request
+ * named, else those the restriction matches now. A restriction broadened later does not
+ * widen it. A tool name has no glob characters, so it is the pattern of exactly itself.
+ */
+function coveredBy(request: repo.AccessRequestRow, r: RestrictionRow): { exception_connector_slug: string | null; exception_tool_pattern: string | null } {
+  if (request.synthetic_tool_id !== null || r.match_synthetic_tool_id !== null) return { exception_connector_slug: null, exception_tool_pattern: null };
+  return {
+    exception_connector_slug: request.connector_slug ?? r.match_connector_slug,
+    exception_tool_pattern: request.tool_name ?? r.match_tool_pattern ?? '*',
+  };
+}
+
 export async function resolve(ctx: RequestContext, id: string, body: Resolve): Promise<AccessRequest> {
   const now = new Date();
   // Another organization's id, or none: 404 before anything else is judged.
@@ -170,15 +185,26 @@ export async function resolve(ctx: RequestContext, id: string, body: Resolve): P
     if (!current) throw notFound(WHAT, id);
     if (current.status !== 'pending')
       throw new ApiError('invalid_transition', `Access request ${id} is ${current.status}; only a pending request can be resolved.`);
+    // Locked, so that an edit of the restriction cannot slip between reading its match and the approval.
+    const restriction = body.decision === 'approved' ? await findRestriction(w.db, ctx.orgId, current.restriction_id, true) : undefined;
     const updated = await repo.transition(w.db, ctx.orgId, id, {
       status: body.decision,
       resolved_by_user_id: ctx.user,
       resolution_note: body.note ?? null,
       resolved_at: now,
       exception_expires_at: expiresAt,
+      ...(restriction ? coveredBy(current, restriction) : {}),
     });
     if (!updated) throw new ApiError('invalid_transition', `Access request ${id} is no longer pending.`);
-    w.audit({ targetId: id, changes: { decision: body.decision, note: body.note ?? null, expires_at: expiresAt?.toISOString() ?? null } });
+    w.audit({
+      targetId: id,
+      changes: {
+        decision: body.decision,
+        note: body.note ?? null,
+        expires_at: expiresAt?.toISOString() ?? null,
+        ...(body.decision === 'approved' ? { covers: { connector_slug: updated.exception_connector_slug, tool_pattern: updated.exception_tool_pattern } } : {}),
+      },
+    });
     w.emit('access_request.resolved', { access_request: repo.toEventAccessRequest(updated), resolved_by_user_id: ctx.user });
     return updated;
   });

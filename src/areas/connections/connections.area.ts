@@ -51,6 +51,9 @@ export default defineArea({
     async transferConnection({ params, body }, ctx) {
       return { status: 200, body: await connections.transfer(ctx, params.id, body) };
     },
+    async acceptConnection({ params }, ctx) {
+      return { status: 200, body: await connections.accept(ctx, params.id) };
+    },
   },
   sealed: [
     { table: 'connections', column: 'credentials_enc', context: credentialsContext },

@@ -20,6 +20,9 @@ const COLUMNS = [
   'authorize_state_hash',
   'authorize_enc',
   'authorize_expires_at',
+  'transferred_from_user_id',
+  'transferred_at',
+  'awaiting_acceptance',
   'created_at',
   'updated_at',
 ] as const;

@@ -62,6 +62,9 @@ export function toConnection(ctx: RequestContext, row: repo.ConnectionRow): Conn
     authorize_expires_at: authorizeUrl ? (row.authorize_expires_at?.toISOString() ?? null) : null,
     last_used_at: row.last_used_at?.toISOString() ?? null,
     last_error: row.last_error,
+    transferred_from_user_id: row.transferred_from_user_id,
+    transferred_at: row.transferred_at?.toISOString() ?? null,
+    awaiting_acceptance: row.awaiting_acceptance,
     created_at: row.created_at.toISOString(),
     updated_at: row.updated_at.toISOString(),
   };
@@ -314,7 +317,17 @@ export async function transfer(ctx: RequestContext, id: string, body: Transfer):
   const keepsCredentials = row.owner_user_id === ctx.user;
   return ctx.write(async (w) => {
     const current = await visible(ctx, id, true, w.db);
-    const changes: repo.ConnectionChanges = { owner_user_id: to, authorize_state_hash: null, authorize_enc: null, authorize_expires_at: null };
+    // Kept credentials act as whoever authorized them: the new owner accepts before the
+    // connection serves them. Discarded ones leave nothing to accept (they reconnect with theirs).
+    const changes: repo.ConnectionChanges = {
+      owner_user_id: to,
+      authorize_state_hash: null,
+      authorize_enc: null,
+      authorize_expires_at: null,
+      transferred_from_user_id: current.owner_user_id,
+      transferred_at: new Date(),
+      awaiting_acceptance: keepsCredentials,
+    };
     if (!keepsCredentials) {
       Object.assign(changes, {
         credentials_enc: null,
@@ -330,7 +343,29 @@ export async function transfer(ctx: RequestContext, id: string, body: Transfer):
       await repo.forgetTools(w.db, id);
       w.emit('connection.disconnected', { connection: eventConnection(updated), reason: `Transferred to ${to} by ${ctx.user}; the new owner must reconnect.` });
     }
-    w.audit({ targetId: id, changes: { owner_user_id: { from: current.owner_user_id, to }, credentials: keepsCredentials ? 'kept' : 'discarded' } });
+    w.audit({
+      targetId: id,
+      changes: {
+        owner_user_id: { from: current.owner_user_id, to },
+        credentials: keepsCredentials ? 'kept' : 'discarded',
+        awaiting_acceptance: keepsCredentials,
+      },
+    });
+    return toConnection(ctx, updated);
+  });
+}
+
+/** The new owner agrees that a connection handed over with its credentials acts for them. */
+export async function accept(ctx: RequestContext, id: string): Promise<Connection> {
+  return ctx.write(async (w) => {
+    const row = await visible(ctx, id, true, w.db);
+    if (row.owner_user_id !== ctx.user) {
+      throw new ApiError('not_connection_owner', `Connection ${id} would act for its owner (${row.owner_user_id}); only they may accept it.`);
+    }
+    if (!row.awaiting_acceptance) throw new ApiError('invalid_transition', `Connection ${id} is not awaiting acceptance.`);
+    const updated = await repo.updateConnection(w.db, ctx.orgId, id, { awaiting_acceptance: false });
+    if (!updated) throw notFound(WHAT, id);
+    w.audit({ targetId: id, changes: { awaiting_acceptance: { from: true, to: false }, transferred_from_user_id: row.transferred_from_user_id } });
     return toConnection(ctx, updated);
   });
 }

@@ -124,7 +124,11 @@ export async function cachedToolNames(db: Executor, orgId: string, slug: string,
   return names;
 }
 
-/** The caller's oldest connection of a connector (any status: the runner says why it cannot be used). */
+/**
+ * The caller's connection of a connector (any state: the runner says why it cannot be used):
+ * one that serves first, then one they made before one they received by transfer (which never
+ * shadows theirs), oldest first.
+ */
 export function ownConnectionOf(db: Executor, orgId: string, userId: string, slug: string) {
   return db
     .selectFrom('connections')
@@ -132,7 +136,9 @@ export function ownConnectionOf(db: Executor, orgId: string, userId: string, slu
     .where('org_id', '=', orgId)
     .where('owner_user_id', '=', userId)
     .where('connector_slug', '=', slug)
-    .orderBy(sql`case when status = 'active' then 0 else 1 end`)
+    .orderBy(sql`case when status = 'active' and not awaiting_acceptance then 0 else 1 end`)
+    .orderBy(sql`transferred_at is not null`)
+    .orderBy('transferred_at')
     .orderBy('created_at')
     .orderBy('id')
     .executeTakeFirst();

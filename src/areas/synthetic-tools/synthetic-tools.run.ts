@@ -159,6 +159,11 @@ async function resolveConnections(deps: AppDeps, orgId: string, userId: string, 
       if (pinned && row.owner_user_id !== userId && !(await repo.reachesThroughToolbox(deps.db, orgId, userId, pinned))) {
         throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);
       }
+      if (row.awaiting_acceptance) {
+        throw unavailable(
+          `Step ${step.id} runs through connection ${row.id} of ${slug}, which was handed to its owner with another member's credentials and is not accepted yet; its owner must accept it (POST /connection/${row.id}/accept).`,
+        );
+      }
       if (row.status !== 'active') {
         throw unavailable(
           `Step ${step.id} runs through connection ${row.id} of ${slug}, which is ${row.status}${row.status === 'needs_reauth' || row.status === 'disconnected' ? '; its owner must reconnect it' : ''}.`,

@@ -262,9 +262,32 @@ export async function listToolboxShares(ctx: RequestContext, id: string, page: P
   return listShares(ctx.db, ctx.orgId, 'toolbox', id, page);
 }
 
+/**
+ * A share lets its principals call the toolbox's tools through its connections, each acting
+ * with its owner's credentials: who may do that with a member's upstream account is that
+ * member's call (or an administrator's, with `connection:manage`), not a curator's. So sharing
+ * a toolbox that holds another member's connection, or changing such a share, is 403
+ * `not_connection_owner` for a caller who neither owns every such connection nor holds
+ * `connection:manage`. The toolbox is locked by the caller, so its entries cannot change meanwhile.
+ */
+async function checkMayShareConnections(db: Executor, ctx: RequestContext, id: string): Promise<void> {
+  if (managesConnections(ctx)) return;
+  const entries = (await repo.toolboxEntries(db, [id])).get(id) ?? [];
+  const others = [
+    ...new Set(entries.flatMap((e) => (e.type === 'connection' && e.connection_owner_user_id !== ctx.user && e.connection_id ? [e.connection_id] : []))),
+  ];
+  if (others.length > 0) {
+    throw new ApiError(
+      'not_connection_owner',
+      `Toolbox ${id} holds ${others.length === 1 ? 'a connection' : 'connections'} of other members (${others.join(', ')}), which act with their owners' credentials; only a holder of connection:manage may share it, or remove ${others.length === 1 ? 'that entry' : 'those entries'} first.`,
+    );
+  }
+}
+
 export async function share(ctx: RequestContext, id: string, body: ShareCreate): Promise<{ share: Share; created: boolean }> {
   return ctx.write(async (w) => {
     if (!(await repo.findToolbox(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
+    await checkMayShareConnections(w.db, ctx, id);
     const previous = await w.db
       .selectFrom('shares')
       .select('level')

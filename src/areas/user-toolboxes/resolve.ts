@@ -37,6 +37,8 @@ export interface ConnectionSource {
   connection_owner_user_id: string;
   /** Live: only an `active` connection's tools are offered. */
   status: ConnectionStatus;
+  /** Live: whether its tools are offered: `active`, and not awaiting its new owner's acceptance of a transfer. */
+  serves: boolean;
   tools: Selection;
 }
 export interface SyntheticSource {
@@ -83,6 +85,11 @@ export interface OfferedTool {
 }
 
 const unique = (values: string[]) => [...new Set(values)];
+/**
+ * Whether a connection serves the boxes it is in: `active`, and, when it was handed over with
+ * its credentials (which act as whoever authorized them), accepted by its new owner.
+ */
+const serves = (c: repo.ConnectionStateRow) => c.status === 'active' && !c.awaiting_acceptance;
 const latest = (dates: Date[], fallback: Date) => dates.reduce((a, b) => (b > a ? b : a), dates[0] ?? fallback);
 
 // ---------------------------------------------------------------------------------------
@@ -95,7 +102,7 @@ export interface Loaded {
   ownerUserId: string;
   stored: repo.UserToolboxRow[];
   bindings: Map<string, repo.BindingRow[]>;
-  /** The owner's own connections, oldest first (for `utbx_dyn_all`), when it is wanted. */
+  /** The owner's own connections, those they made before those they received (for `utbx_dyn_all`), when it is wanted. */
   ownConnections: repo.ConnectionStateRow[] | null;
   toolboxes: ToolboxRow[];
   entries: Map<string, ToolboxEntryRow[]>;
@@ -162,9 +169,10 @@ export function resolveStored(loaded: Loaded, row: repo.UserToolboxRow): Resolve
       connection_id: connection.id,
       connection_owner_user_id: connection.owner_user_id,
       status: connection.status,
+      serves: serves(connection),
       tools: entry.tools,
     });
-    if (connection.status !== 'active') incomplete.push(entry.connector_slug);
+    if (!serves(connection)) incomplete.push(entry.connector_slug);
   }
   return {
     id: row.id,
@@ -185,12 +193,13 @@ export function resolveStored(loaded: Loaded, row: repo.UserToolboxRow): Resolve
 }
 
 /**
- * `utbx_dyn_all`: every tool of every connection of the owner. A connector is incomplete when
- * none of the owner's connections to it is active (an active one serves its tools).
+ * `utbx_dyn_all`: every tool of every connection of the owner, those they made before those
+ * they received by transfer (connectionsOwnedBy's order). A connector is incomplete when none
+ * of the owner's connections to it serves.
  */
 export function resolveDynAll(loaded: Loaded): ResolvedUserToolbox {
   const own = loaded.ownConnections ?? [];
-  const activeSlugs = new Set(own.filter((c) => c.status === 'active').map((c) => c.connector_slug));
+  const activeSlugs = new Set(own.filter(serves).map((c) => c.connector_slug));
   return {
     id: DYN_ALL,
     kind: 'dynamic',
@@ -208,6 +217,7 @@ export function resolveDynAll(loaded: Loaded): ResolvedUserToolbox {
       connection_id: c.id,
       connection_owner_user_id: c.owner_user_id,
       status: c.status,
+      serves: serves(c),
       tools: 'all',
     })),
     ...statusOf(own.filter((c) => !activeSlugs.has(c.connector_slug)).map((c) => c.connector_slug)),
@@ -239,9 +249,10 @@ export function resolveDynToolbox(loaded: Loaded, toolbox: ToolboxRow): Resolved
       connection_id: connection.id,
       connection_owner_user_id: connection.owner_user_id,
       status: connection.status,
+      serves: serves(connection),
       tools: (entry.tools ?? 'all') as Selection,
     });
-    if (connection.status !== 'active') incomplete.push(connection.connector_slug);
+    if (!serves(connection)) incomplete.push(connection.connector_slug);
   }
   return {
     id: dynamicIdOf(toolbox.id),
@@ -303,12 +314,13 @@ const EMPTY_INPUT: ConnectionTool['input_schema'] = { type: 'object' } as Connec
 /**
  * The tools it offers now, from the connections' tool caches (no upstream round trip), each
  * entry's selection applied, minus what the policy denies; synthetic tools included under
- * their names. Upstream tools are named `<connector_slug>__<tool>`; only active connections'
- * tools are offered; when two sources offer one name (two connections to one connector in
- * `utbx_dyn_all`), the first source's tool is kept.
+ * their names. Upstream tools are named `<connector_slug>__<tool>`; only the tools of
+ * connections that serve (active, and accepted when transferred with their credentials) are
+ * offered; when two sources offer one name (two connections to one connector in
+ * `utbx_dyn_all`), the first source's tool is kept: one the owner made before one they received.
  */
 export async function toolsOf(deps: Pick<AppDeps, 'db'>, box: ResolvedUserToolbox, policy: ToolPolicy): Promise<OfferedTool[]> {
-  const active = box.sources.filter((s): s is ConnectionSource => s.type === 'connection' && s.status === 'active');
+  const active = box.sources.filter((s): s is ConnectionSource => s.type === 'connection' && s.serves);
   const synthetic = box.sources.filter((s): s is SyntheticSource => s.type === 'synthetic_tool');
   const caches = await repo.toolCaches(deps.db, unique(active.map((s) => s.connection_id)));
   const syntheticRows = await repo.syntheticTools(deps.db, box.orgId, unique(synthetic.map((s) => s.synthetic_tool_id)));
@@ -341,7 +353,7 @@ export async function toolsOf(deps: Pick<AppDeps, 'db'>, box: ResolvedUserToolbo
       );
       continue;
     }
-    if (source.status !== 'active') continue;
+    if (!source.serves) continue;
     const tools = (caches.get(source.connection_id) ?? []) as ConnectionTool[];
     const wanted = source.tools === 'all' ? null : new Set(source.tools);
     for (const tool of tools) {

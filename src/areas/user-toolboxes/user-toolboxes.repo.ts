@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { Executor } from '../../db/database';
 import type { NewRow, Row } from '../../db/schema';
 
@@ -97,11 +98,34 @@ export async function bindingsOf(db: Executor, ids: readonly string[]): Promise<
 // Connections as user toolboxes see them: whose, of which connector, in which state
 // ---------------------------------------------------------------------------------------
 
-const CONNECTION_STATE = ['id', 'org_id', 'connector_slug', 'owner_user_id', 'status', 'created_at', 'updated_at'] as const;
+const CONNECTION_STATE = [
+  'id',
+  'org_id',
+  'connector_slug',
+  'owner_user_id',
+  'status',
+  'awaiting_acceptance',
+  'transferred_at',
+  'created_at',
+  'updated_at',
+] as const;
 export type ConnectionStateRow = Pick<Row<'connections'>, (typeof CONNECTION_STATE)[number]>;
 
+/**
+ * The owner's connections, those they made first (oldest first), then those they received by
+ * transfer (earliest received first): where two offer one tool name the first wins, so a
+ * received connection never shadows one the owner made, whatever their ages.
+ */
 export function connectionsOwnedBy(db: Executor, orgId: string, ownerUserId: string): Promise<ConnectionStateRow[]> {
-  return db.selectFrom('connections').select(CONNECTION_STATE).where('org_id', '=', orgId).where('owner_user_id', '=', ownerUserId).orderBy('id').execute();
+  return db
+    .selectFrom('connections')
+    .select(CONNECTION_STATE)
+    .where('org_id', '=', orgId)
+    .where('owner_user_id', '=', ownerUserId)
+    .orderBy(sql`transferred_at is not null`)
+    .orderBy('transferred_at')
+    .orderBy('id')
+    .execute();
 }
 
 export async function connectionStates(db: Executor, orgId: string, ids: readonly string[]): Promise<ConnectionStateRow[]> {
