@@ -2944,7 +2944,9 @@ export interface paths {
          *
          *     Query parameters the provider adds beyond those listed (`session_state`, …) are
          *     accepted and ignored; `iss`, when present, must name the authorization server the
-         *     flow started with (RFC 9207).
+         *     flow started with (RFC 9207), and it must be present when that server's metadata
+         *     says it sends it (`authorization_response_iss_parameter_supported`): a response
+         *     without it then fails with `invalid_state` and no code is exchanged.
          *
          *     Records the audit action `connection.authorized` when the connection was connected;
          *     emits no event (`connection.created` was emitted when it was created). Answers with
@@ -22080,7 +22082,7 @@ export interface operations {
                 error_description?: string;
                 /** @description A page of the provider about `error`; ignored. */
                 error_uri?: string;
-                /** @description The issuer identifier (RFC 9207); when the provider sends it, it must match the connector's authorization server, else `invalid_state`. */
+                /** @description The issuer identifier (RFC 9207); when the provider sends it, it must match the connector's authorization server, else `invalid_state`. Required (else `invalid_state`) when the authorization server's metadata advertises `authorization_response_iss_parameter_supported`. */
                 iss?: string;
                 /** @description Scopes some providers echo on the redirect; the granted scopes are taken from the token response. */
                 scope?: string;

@@ -16,6 +16,8 @@ import { customConnector } from '../fixtures/connections';
 const up = useUpstream(() => startOAuthUpstream({ extraRedirectParams: { session_state: 'a1b2c3' } }));
 /** Access tokens that live 30 seconds: less than the margin the server refreshes ahead of. */
 const shortLived = useUpstream(() => startOAuthUpstream({ accessTokenTtl: 30 }));
+/** An authorization server that neither advertises nor sends `iss` (RFC 9207 is optional). */
+const withoutIss = useUpstream(() => startOAuthUpstream({ issParameter: false }));
 
 let t: TestApp;
 let org: SeededOrg;
@@ -210,6 +212,31 @@ describe('the connect flow', () => {
     redirect.searchParams.set('iss', 'https://evil.example');
     expect((await callback(redirect)).location?.searchParams.get('error')).toBe('invalid_state');
     expect((await alice.read(created.body.id)).body.status).toBe('pending');
+  });
+});
+
+describe('the issuer of an authorization response (RFC 9207)', () => {
+  it('refuses a response without iss when the authorization server says it sends one, and exchanges no code', async () => {
+    const created = await alice.create({ connector_slug: byUrl });
+    const redirect = await consent(created.body.authorize_url);
+    expect(redirect.searchParams.get('iss')).toBe(up.peer.issuer);
+    redirect.searchParams.delete('iss');
+    const exchanges = up.peer.tokenRequests.length;
+    const { location } = await callback(redirect);
+    expect(Object.fromEntries(location?.searchParams ?? [])).toMatchObject({ result: 'failed', error: 'invalid_state' });
+    expect(up.peer.tokenRequests.length).toBe(exchanges);
+    expect((await alice.read(created.body.id)).body).toMatchObject({ status: 'pending', has_credentials: false, last_error: expect.stringMatching(/iss/) });
+  });
+
+  it('accepts a response without iss from an authorization server that does not advertise it', async () => {
+    const slug = await customConnector(t, org.orgId, {
+      mcp_url: withoutIss.peer.resource,
+      auth: { type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, pkce: true },
+    });
+    const created = await alice.create({ connector_slug: slug });
+    const redirect = await consent(created.body.authorize_url);
+    expect(redirect.searchParams.has('iss')).toBe(false);
+    expect((await callback(redirect)).location?.searchParams.get('result')).toBe('connected');
   });
 });
 

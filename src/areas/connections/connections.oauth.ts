@@ -222,6 +222,15 @@ async function exchange(
       lastError: `The authorization response came from another issuer (${query.iss.slice(0, 200)}) than the one it was sent to.`,
     };
   }
+  // RFC 9207 §2.4: a server that says it sends `iss` always does; a response without it may
+  // come from another server the browser was sent to (a mix-up), whose code must not be spent here.
+  if (query.iss === undefined && provider.issuer !== null && stored?.endpoints?.iss_parameter_supported === true) {
+    return {
+      result: 'failed',
+      error: 'invalid_state',
+      lastError: 'The authorization response did not name its issuer (iss), which its authorization server says it always does.',
+    };
+  }
   if (query.error !== undefined) {
     const described = query.error_description ? `: ${query.error_description.slice(0, 300)}` : '';
     return query.error === 'access_denied'
