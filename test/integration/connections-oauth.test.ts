@@ -272,6 +272,25 @@ describe('tokens over time', () => {
     expect(shortLived.peer.seen.slice(mark).every((s) => s.accepted)).toBe(true);
   });
 
+  it('refreshes once for concurrent calls refused with one expired token, and every call uses the new tokens', async () => {
+    const id = await connected();
+    up.peer.expireAccessTokens();
+    await t.db.deleteFrom('connection_tools').where('connection_id', '=', id).execute();
+    const refreshes = () => up.peer.tokenRequests.filter((r) => r.grant_type === 'refresh_token').length;
+    const before = refreshes();
+    // A slow token endpoint: every call has been refused (401) before the first refresh is done.
+    up.peer.tokenDelayMs = 300;
+    let answers;
+    try {
+      answers = await Promise.all(Array.from({ length: 4 }, () => alice.tools(id)));
+    } finally {
+      up.peer.tokenDelayMs = 0;
+    }
+    expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    expect(refreshes() - before).toBe(1);
+    expect((await alice.read(id)).body).toMatchObject({ status: 'active', status_reason: null });
+  });
+
   it('makes the connection needs_reauth with an event when the provider refuses the refresh', async () => {
     const id = await connected();
     up.peer.revokeAll();

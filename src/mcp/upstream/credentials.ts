@@ -179,47 +179,62 @@ export async function markNeedsReauth(
   });
 }
 
-/** New OAuth tokens from the refresh token, stored; a refusal makes the connection `needs_reauth` (409). */
-async function refresh(
-  ctx: ConnectionContext,
-  row: ConnectionRow,
-  auth: OAuth2Auth,
-  tokens: Extract<StoredCredentials, { type: 'oauth2' }>,
-  connectorUrl: string,
-) {
-  const provider = providerOf(auth, openOAuthClient(ctx, row));
-  if (!tokens.refresh_token || !provider.token_endpoint || !provider.client) {
-    const message = 'The access token expired and there is no refresh token to renew it.';
-    await markNeedsReauth(ctx, row, 'refresh_failed', message);
-    throw needsReauthError(row.id, message);
-  }
-  try {
-    const next = await refreshTokens(
-      { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: tokens.refresh_token, resource: connectorUrl },
-      { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
-    );
-    const stored: StoredCredentials = {
-      type: 'oauth2',
-      access_token: next.access_token,
-      refresh_token: next.refresh_token,
-      expires_at: next.expires_at,
-      token_type: next.token_type,
-    };
-    await replaceCredentials(ctx.db, row.id, row.credentials_enc, sealCredentials(ctx, row.id, stored));
-    // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
-    ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });
-    return stored;
-  } catch (err) {
-    if (!(err instanceof OAuthFailure)) throw err;
-    if (err.kind === 'unreachable') throw new UpstreamUnavailable(err.message, err.detail);
-    // With rotation, a concurrent request may have used the refresh token first: its tokens are good.
-    const now = await findConnection(ctx.db, row.org_id, row.id);
-    if (now && now.status === 'active' && now.credentials_enc && now.credentials_enc !== row.credentials_enc) {
-      const theirs = openCredentials(ctx, now);
-      if (theirs?.type === 'oauth2') return theirs;
+type OAuthTokens = Extract<StoredCredentials, { type: 'oauth2' }>;
+
+type RefreshOutcome = { kind: 'refreshed' | 'fresh'; tokens: OAuthTokens } | { kind: 'refused'; message: string } | { kind: 'unusable'; why: string };
+
+/**
+ * New OAuth tokens in place of `used`, which stopped working or are about to. One refresh at
+ * a time per connection, whichever replica asks: the connection's row is locked (SELECT … FOR
+ * UPDATE) while its refresh token is spent and the new tokens stored. Whoever gets the lock
+ * after another refresh finds other tokens stored than the ones it used and takes those:
+ * spending the refresh token a rotation already replaced would be refused (invalid_grant) and
+ * leave a working connection `needs_reauth`. A refusal of the stored refresh token makes the
+ * connection `needs_reauth` (409).
+ */
+async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2Auth, used: OAuthTokens, connectorUrl: string): Promise<OAuthTokens> {
+  const outcome = await ctx.db.transaction().execute(async (trx): Promise<RefreshOutcome> => {
+    const current = await findConnection(trx, row.org_id, row.id, true);
+    if (!current || current.status !== 'active') return { kind: 'unusable', why: `it is ${current?.status ?? 'deleted'}.` };
+    const stored = openCredentials(ctx, current);
+    if (stored?.type !== 'oauth2') return { kind: 'unusable', why: 'it holds no OAuth tokens.' };
+    if (stored.access_token !== used.access_token) return { kind: 'fresh', tokens: stored };
+    const provider = providerOf(auth, openOAuthClient(ctx, current));
+    if (!stored.refresh_token || !provider.token_endpoint || !provider.client) {
+      return { kind: 'refused', message: 'The access token expired and there is no refresh token to renew it.' };
     }
-    await markNeedsReauth(ctx, row, 'refresh_failed', err.message);
-    throw needsReauthError(row.id, err.message);
+    try {
+      const next = await refreshTokens(
+        { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: stored.refresh_token, resource: connectorUrl },
+        { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
+      );
+      const tokens: OAuthTokens = {
+        type: 'oauth2',
+        access_token: next.access_token,
+        refresh_token: next.refresh_token,
+        expires_at: next.expires_at,
+        token_type: next.token_type,
+      };
+      await replaceCredentials(trx, row.id, current.credentials_enc, sealCredentials(ctx, row.id, tokens));
+      return { kind: 'refreshed', tokens };
+    } catch (err) {
+      if (!(err instanceof OAuthFailure)) throw err;
+      if (err.kind === 'unreachable') throw new UpstreamUnavailable(err.message, err.detail);
+      return { kind: 'refused', message: err.message };
+    }
+  });
+  switch (outcome.kind) {
+    case 'refreshed':
+      // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
+      ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });
+      return outcome.tokens;
+    case 'fresh':
+      return outcome.tokens;
+    case 'unusable':
+      throw needsReauthError(row.id, outcome.why);
+    case 'refused':
+      await markNeedsReauth(ctx, row, 'refresh_failed', outcome.message);
+      throw needsReauthError(row.id, outcome.message);
   }
 }
 
@@ -246,8 +261,8 @@ export async function withConnection<T>(
   } catch (err) {
     if (!(err instanceof UpstreamRejected)) throw err;
     if (credentials?.type === 'oauth2' && auth.type === 'oauth2' && credentials.refresh_token) {
-      const latest = (await findConnection(ctx.db, row.org_id, row.id)) ?? row;
-      credentials = await refresh(ctx, latest, auth, credentials, connector.mcp_url);
+      // Refreshed only if the refused token is still the stored one; else the stored ones are tried.
+      credentials = await refresh(ctx, row, auth, credentials, connector.mcp_url);
       try {
         return await work(placeCredential(connector, credentials));
       } catch (again) {
