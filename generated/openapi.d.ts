@@ -3000,7 +3000,9 @@ export interface paths {
          *       nothing changes). Without it, the stored key is checked again; if the upstream refuses
          *       it, the connection becomes `needs_reauth` (emitting `connection.needs_reauth` if it
          *       was not already) and the answer is 409 `connection_needs_reauth`. A `disconnected`
-         *       connection has no stored key and needs one in the body.
+         *       connection has no stored key and needs one in the body; so does one whose stored key
+         *       was obtained for another origin than the connector's URL now names (400
+         *       `validation_failed`): a credential is only ever sent to the origin it was obtained for.
          *     - `none`: the server checks that the upstream answers.
          *
          *     An accepted check makes the connection `active` with `last_error` null. The body is
@@ -3059,7 +3061,9 @@ export interface paths {
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`, `not_connection_owner`; 404 `not_found`; 409
          *     `connection_needs_reauth` (the connection is `pending`, `needs_reauth` or
-         *     `disconnected`, or the upstream just refused its credentials); 429 `rate_limited`; 502
+         *     `disconnected`, the upstream just refused its credentials, or they were obtained for
+         *     another origin than the connector's URL now names: a credential is only ever sent to
+         *     the origin it was obtained for); 429 `rate_limited`; 502
          *     `upstream_unavailable` (the upstream could not be reached, timed out, is refused by the
          *     outbound guard, or did not answer valid MCP).
          */

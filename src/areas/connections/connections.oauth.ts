@@ -51,6 +51,8 @@ interface PendingAuthorization {
   return_to: string | null;
   scopes: string[];
   redirect_uri: string;
+  /** The MCP URL the tokens are asked for (RFC 8707 `resource`); absent in authorizations started before it was kept. */
+  resource?: string;
 }
 
 function oauthLimits(ctx: RequestContext): OutboundLimits {
@@ -115,6 +117,7 @@ export async function startAuthorization(
       return_to: input.returnTo,
       scopes,
       redirect_uri: redirectUri,
+      resource: connector.mcp_url,
     };
     return {
       authorize_state_hash: hashSecret(state),
@@ -237,6 +240,14 @@ async function exchange(
       ? { result: 'failed', error: 'access_denied', lastError: `The authorization was declined at the provider${described}.` }
       : { result: 'failed', error: 'provider_error', providerError: query.error, lastError: `The provider answered ${query.error}${described}.` };
   }
+  const resource = pending.resource ?? connector.mcp_url;
+  if (new URL(resource).origin !== new URL(connector.mcp_url).origin) {
+    return {
+      result: 'failed',
+      error: 'token_exchange_failed',
+      lastError: 'The connector now names another address than the one this authorization was started for; reconnect to authorize there.',
+    };
+  }
   if (query.code === undefined) {
     return { result: 'failed', error: 'provider_error', providerError: 'invalid_request', lastError: 'The provider sent neither a code nor an error.' };
   }
@@ -252,7 +263,7 @@ async function exchange(
         code: query.code,
         verifier: pending.verifier,
         redirectUri: pending.redirect_uri,
-        resource: connector.mcp_url,
+        resource,
       },
       oauthLimits(ctx),
     );
@@ -273,7 +284,7 @@ async function exchange(
     const current = await repo.findConnection(w.db, row.org_id, row.id, true);
     if (!current) return;
     await repo.updateConnection(w.db, row.org_id, row.id, {
-      credentials_enc: sealCredentials(ctx, row.id, credentials),
+      credentials_enc: sealCredentials(ctx, row.id, credentials, resource),
       oauth_client_enc: oauthClientEnc,
       scopes,
       status: 'active',

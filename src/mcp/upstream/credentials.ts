@@ -21,9 +21,14 @@ type OAuth2Auth = Extract<ResolvedConnector['auth'], { type: 'oauth2' }>;
  */
 export type ConnectionContext = Pick<RequestContext, 'deps' | 'db' | 'systemWrite'>;
 
-/** What `credentials_enc` holds, sealed with the connection's id. */
-export type StoredCredentials =
-  { type: 'api_key'; api_key: string } | { type: 'oauth2'; access_token: string; refresh_token: string | null; expires_at: number | null; token_type: string };
+/**
+ * What `credentials_enc` holds, sealed with the connection's id: the credential and the
+ * origin it was obtained for (the connector's MCP URL when the key was checked or the tokens
+ * issued), to which alone it is sent. Credentials sealed before the origin was kept have none.
+ */
+export type StoredCredentials = (
+  { type: 'api_key'; api_key: string } | { type: 'oauth2'; access_token: string; refresh_token: string | null; expires_at: number | null; token_type: string }
+) & { origin?: string };
 
 /** What `oauth_client_enc` holds: the provider found by discovery, and the client registered there for this connection. */
 export interface StoredOAuthClient {
@@ -48,9 +53,23 @@ export function upstreamLimits(ctx: ConnectionContext): UpstreamLimits {
   return { policy: outbound, timeoutMs: outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES, maxPages: UPSTREAM_MAX_PAGES };
 }
 
-export function sealCredentials(ctx: ConnectionContext, id: string, credentials: StoredCredentials): string {
-  return ctx.deps.secrets.seal(JSON.stringify(credentials), credentialsContext(id));
+/** Seals credentials with the origin of `obtainedFor` (the MCP URL they were checked or issued for). */
+export function sealCredentials(ctx: ConnectionContext, id: string, credentials: StoredCredentials, obtainedFor: string): string {
+  return ctx.deps.secrets.seal(JSON.stringify({ ...credentials, origin: new URL(obtainedFor).origin }), credentialsContext(id));
 }
+
+/**
+ * Whether credentials may be sent to `mcpUrl`: only to the origin they were obtained for.
+ * The connector's URL can move while a connection, or what a replica remembers of it, still
+ * holds credentials for the old place; those stay there. (Credentials stored before their
+ * origin was kept go where the connector points, as they always did.)
+ */
+export function mayGoTo(credentials: StoredCredentials, mcpUrl: string): boolean {
+  return credentials.origin === undefined || credentials.origin === new URL(mcpUrl).origin;
+}
+
+export const movedError = (id: string) =>
+  needsReauthError(id, 'its credentials were obtained for another address than the one its connector now names; reconnect to use it there.');
 
 /**
  * Credentials opened, by the row object they were read from: a row the MCP endpoint keeps
@@ -215,7 +234,7 @@ async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2A
         expires_at: next.expires_at,
         token_type: next.token_type,
       };
-      await replaceCredentials(trx, row.id, current.credentials_enc, sealCredentials(ctx, row.id, tokens));
+      await replaceCredentials(trx, row.id, current.credentials_enc, sealCredentials(ctx, row.id, tokens, stored.origin ?? connectorUrl));
       return { kind: 'refreshed', tokens };
     } catch (err) {
       if (!(err instanceof OAuthFailure)) throw err;
@@ -252,6 +271,7 @@ export async function withConnection<T>(
 ): Promise<T> {
   if (row.status !== 'active') throw needsReauthError(row.id, `it is ${row.status}.`);
   let credentials = openCredentials(ctx, row);
+  if (credentials && !mayGoTo(credentials, connector.mcp_url)) throw movedError(row.id);
   const auth = connector.auth;
   if (credentials?.type === 'oauth2' && auth.type === 'oauth2' && credentials.expires_at !== null && credentials.expires_at - Date.now() < REFRESH_MARGIN_MS) {
     credentials = await refresh(ctx, row, auth, credentials, connector.mcp_url);
