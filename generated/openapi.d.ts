@@ -2811,7 +2811,13 @@ export interface paths {
          *       `authorize_url` (valid 10 minutes, shown only to the owner) is where the owner's
          *       browser goes to consent; the provider then sends the browser to
          *       `GET /connection/{id}/callback`, which stores the tokens and makes it `active`. The
-         *       redirect URI given to the provider is `{base_url}/connection/{id}/callback`.
+         *       redirect URI given to the provider is `{base_url}/connection/{id}/callback`. When the
+         *       connector names no client id, the server registers itself as a client at the
+         *       discovered authorization server (RFC 7591) for that redirect URI, and reuses a
+         *       registration it made before for the same authorization server and redirect URI. An
+         *       organization's connections make at most `OAUTH_REGISTRATIONS_PER_HOUR` new
+         *       registrations an hour; past it the answer is 429 `rate_limited` with `Retry-After`,
+         *       and nothing is registered or stored.
          *
          *     Counts against the plan limit `connections` (403 `entitlement_exceeded` when it is
          *     reached). Needs `connection:use`. Records the audit action `connection.created` and
@@ -2993,7 +2999,10 @@ export interface paths {
          *
          *     - `oauth2`: starts a new authorization and answers the connection with a fresh
          *       `authorize_url` (any earlier unfinished one stops working). Nothing is sent upstream
-         *       yet. A `pending` connection stays `pending`; any other keeps its status and current
+         *       yet, except discovery and, when the connection has no client at the authorization
+         *       server any more, a registration as on create (a registration made before for the
+         *       same server and redirect URI is reused; new ones count against the same hourly
+         *       limit, 429 `rate_limited`). A `pending` connection stays `pending`; any other keeps its status and current
          *       credentials until `GET /connection/{id}/callback` succeeds and replaces them.
          *     - `api_key`: with `api_key` in the body, the server checks the new key against the
          *       upstream and stores it only if accepted (else 400 `upstream_credentials_rejected`,

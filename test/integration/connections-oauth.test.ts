@@ -215,6 +215,56 @@ describe('the connect flow', () => {
   });
 });
 
+describe('clients registered at the authorization server (RFC 7591)', () => {
+  const discovered = (mcpUrl: string) => ({
+    mcp_url: mcpUrl,
+    auth: { type: 'oauth2' as const, authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, pkce: true },
+  });
+
+  it('reuses the client registered for the same authorization server and redirect URI when a connection is authorized again', async () => {
+    const slug = await customConnector(t, org.orgId, discovered(up.peer.resource));
+    const created = await alice.create({ connector_slug: slug });
+    const redirectUri = `${t.url}/connection/${created.body.id}/callback`;
+    const registered = () => up.peer.clients.filter((c) => c.redirect_uris.includes(redirectUri));
+    expect(registered()).toHaveLength(1);
+    // The connector moves to another origin and back: the connection forgets what it discovered and registered.
+    const admin = t.as({ token: org.token, org: org.orgId });
+    expect((await admin.patch(`/connector/${slug}`, { mcp_url: 'https://elsewhere.example/mcp' })).status).toBe(200);
+    expect((await admin.patch(`/connector/${slug}`, { mcp_url: up.peer.resource })).status).toBe(200);
+    expect((await alice.read(created.body.id)).body.status).toBe('disconnected');
+    const again = await alice.reconnect(created.body.id);
+    expect(again.status).toBe(200);
+    expect(registered()).toHaveLength(1);
+    expect(new URL(again.body.authorize_url).searchParams.get('client_id')).toBe(registered()[0]?.client_id);
+    expect((await callback(await consent(again.body.authorize_url))).location?.searchParams.get('result')).toBe('connected');
+  });
+
+  it('limits the new registrations an organization makes per hour: 429 rate_limited past it, nothing registered or created', async () => {
+    const other = await t.factories.org();
+    const owner = connectionClient(t, { token: other.token, org: other.orgId });
+    const slug = await customConnector(t, other.orgId, discovered(up.peer.resource));
+    const config = t.deps.config as { oauthRegistrationsPerHour: number };
+    const saved = config.oauthRegistrationsPerHour;
+    config.oauthRegistrationsPerHour = 2;
+    try {
+      expect((await owner.create({ connector_slug: slug })).status).toBe(201);
+      expect((await owner.create({ connector_slug: slug })).status).toBe(201);
+      const clients = up.peer.clients.length;
+      const refused = await owner.create({ connector_slug: slug });
+      expectError(refused, 429, 'rate_limited');
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(up.peer.clients.length).toBe(clients);
+      expect((await owner.list()).body.data).toHaveLength(2);
+      // Another organization's registrations are counted on their own.
+      const third = await t.factories.org();
+      const thirdSlug = await customConnector(t, third.orgId, discovered(up.peer.resource));
+      expect((await connectionClient(t, { token: third.token, org: third.orgId }).create({ connector_slug: thirdSlug })).status).toBe(201);
+    } finally {
+      config.oauthRegistrationsPerHour = saved;
+    }
+  });
+});
+
 describe('the issuer of an authorization response (RFC 9207)', () => {
   it('refuses a response without iss when the authorization server says it sends one, and exchanges no code', async () => {
     const created = await alice.create({ connector_slug: byUrl });

@@ -92,7 +92,7 @@ export async function startAuthorization(
     let registered: OAuthClientCredentials | null = stored && stored.redirect_uri === redirectUri ? stored.client : null;
     if (!auth.client_id && !registered) {
       endpoints ??= await discoverProvider(connector.mcp_url, limits);
-      registered = await registerClient(endpoints, redirectUri, `MCP control plane: ${connector.name}`, limits);
+      registered = await clientAt(ctx, endpoints, redirectUri, `MCP control plane: ${connector.name}`, limits);
     }
     const keep: StoredOAuthClient = { endpoints, client: auth.client_id ? null : registered, redirect_uri: redirectUri };
     const provider = providerOf(auth, keep);
@@ -131,6 +131,50 @@ export async function startAuthorization(
     ctx.log.info({ connector: connector.slug, reason: err.detail }, 'OAuth discovery or registration failed');
     throw unavailable(err);
   }
+}
+
+const REGISTRATION_WINDOW_MS = 60 * 60 * 1000;
+const registrationContext = (issuer: string, redirectUri: string) => `oauth-registration:${issuer} ${redirectUri}`;
+
+/**
+ * Our client at the authorization server for `redirectUri`: the one registered there before
+ * for the same redirect URI when there is one (a provider takes a client's redirect URIs as
+ * registered, so that is the reuse it allows), else a new registration (RFC 7591), kept. New
+ * registrations are limited per organization and hour (429 `rate_limited`): each is a client
+ * at someone else's server, which an organization's members could otherwise create without
+ * end by creating connections.
+ */
+async function clientAt(
+  ctx: RequestContext,
+  endpoints: ProviderEndpoints,
+  redirectUri: string,
+  clientName: string,
+  limits: OutboundLimits,
+): Promise<OAuthClientCredentials> {
+  const issuer = endpoints.issuer ?? endpoints.registration_endpoint ?? endpoints.token_endpoint;
+  const kept = await repo.findRegistration(ctx.db, issuer, redirectUri);
+  if (kept && kept.org_id === ctx.orgId) {
+    return JSON.parse(ctx.deps.secrets.open(kept.client_enc, registrationContext(issuer, redirectUri))) as OAuthClientCredentials;
+  }
+  const now = Date.now();
+  const perHour = ctx.deps.config.oauthRegistrationsPerHour;
+  const recent = await repo.registrationsSince(ctx.db, ctx.orgId, new Date(now - REGISTRATION_WINDOW_MS));
+  if (recent.count >= perHour) {
+    const seconds = Math.max(1, Math.ceil(((recent.oldest?.getTime() ?? now) + REGISTRATION_WINDOW_MS - now) / 1000));
+    throw new ApiError(
+      'rate_limited',
+      `This organization's connections registered ${recent.count} new OAuth clients at authorization servers in the last hour, the most allowed; nothing was changed. Retry in ${seconds} seconds.`,
+      { headers: { 'Retry-After': String(seconds) } },
+    );
+  }
+  const client = await registerClient(endpoints, redirectUri, clientName, limits);
+  await repo.saveRegistration(ctx.db, {
+    issuer,
+    redirect_uri: redirectUri,
+    org_id: ctx.orgId,
+    client_enc: ctx.deps.secrets.seal(JSON.stringify(client), registrationContext(issuer, redirectUri)),
+  });
+  return client;
 }
 
 /** The authorize URL of an authorization still in progress, for its owner; null otherwise. */
