@@ -4,6 +4,8 @@ import { connectionClient, eventsOf, expectError, type ConnectionClient } from '
 import type { SeededOrg } from '../support/factories';
 import { startOAuthUpstream, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
+import { findConnector, updateConnector } from '../../src/areas/connectors/connectors.repo';
+import type { ConnectorContent } from '../../src/areas/connectors/content';
 
 /*
  * OAuth connections over HTTP against the real app and a real OAuth-protected MCP server on
@@ -399,5 +401,35 @@ describe('an OAuth connector configured in full', () => {
     expect(location?.searchParams.get('result')).toBe('connected');
     expect(up.peer.tokenRequests.at(-1)).toMatchObject({ client_id: clientId, client_auth: 'client_secret_post', status: 200 });
     expect(created.text).not.toContain('acme-secret');
+  });
+
+  it('never spends a refresh token at another token endpoint than the one that issued it', async () => {
+    const clientId = 'preregistered-moving';
+    const slug = await customConnector(t, org.orgId, {
+      mcp_url: up.peer.resource,
+      auth: {
+        type: 'oauth2',
+        authorize_url: up.peer.endpoints.authorize,
+        token_url: up.peer.endpoints.token,
+        revocation_url: null,
+        scopes: ['mcp:tools'],
+        client_id: clientId,
+        pkce: true,
+      },
+    });
+    const created = await alice.create({ connector_slug: slug });
+    up.peer.addClient({ client_id: clientId, redirect_uris: [`${t.url}/connection/${created.body.id}/callback`] });
+    expect((await callback(await consent(created.body.authorize_url))).location?.searchParams.get('result')).toBe('connected');
+    // The moment before the connection hears that its connector now names another token endpoint.
+    const found = await findConnector(t.db, org.orgId, slug);
+    const content = found!.content as ConnectorContent;
+    await updateConnector(t.db, org.orgId, slug, {
+      content: { ...content, auth: { ...content.auth, token_url: shortLived.peer.endpoints.token } as ConnectorContent['auth'] },
+    });
+    up.peer.expireAccessTokens();
+    await t.db.deleteFrom('connection_tools').where('connection_id', '=', created.body.id).execute();
+    const elsewhere = shortLived.peer.tokenRequests.length;
+    expectError(await alice.tools(created.body.id), 409, 'connection_needs_reauth');
+    expect(shortLived.peer.tokenRequests.length).toBe(elsewhere);
   });
 });

@@ -322,6 +322,7 @@ async function exchange(
     refresh_token: tokens.refresh_token,
     expires_at: tokens.expires_at,
     token_type: tokens.token_type,
+    token_origin: new URL(provider.token_endpoint).origin,
   };
   const scopes = tokens.scope ?? pending.scopes;
   await ctx.write(async (w) => {

@@ -27,7 +27,16 @@ export type ConnectionContext = Pick<RequestContext, 'deps' | 'db' | 'systemWrit
  * issued), to which alone it is sent. Credentials sealed before the origin was kept have none.
  */
 export type StoredCredentials = (
-  { type: 'api_key'; api_key: string } | { type: 'oauth2'; access_token: string; refresh_token: string | null; expires_at: number | null; token_type: string }
+  | { type: 'api_key'; api_key: string }
+  | {
+      type: 'oauth2';
+      access_token: string;
+      refresh_token: string | null;
+      expires_at: number | null;
+      token_type: string;
+      /** The origin of the token endpoint that issued them, where alone the refresh token is spent (absent in tokens stored before it was kept). */
+      token_origin?: string;
+    }
 ) & { origin?: string };
 
 /** What `oauth_client_enc` holds: the provider found by discovery, and the client registered there for this connection. */
@@ -222,6 +231,10 @@ async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2A
     if (!stored.refresh_token || !provider.token_endpoint || !provider.client) {
       return { kind: 'refused', message: 'The access token expired and there is no refresh token to renew it.' };
     }
+    // The connector may name another token endpoint than the one that issued the refresh token (it moved): not sent there.
+    if (stored.token_origin !== undefined && stored.token_origin !== new URL(provider.token_endpoint).origin) {
+      return { kind: 'unusable', why: 'its tokens were issued by another token endpoint than the one its connector now names; reconnect to use it there.' };
+    }
     try {
       const next = await refreshTokens(
         { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: stored.refresh_token, resource: connectorUrl },
@@ -233,6 +246,7 @@ async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2A
         refresh_token: next.refresh_token,
         expires_at: next.expires_at,
         token_type: next.token_type,
+        token_origin: new URL(provider.token_endpoint).origin,
       };
       await replaceCredentials(trx, row.id, current.credentials_enc, sealCredentials(ctx, row.id, tokens, stored.origin ?? connectorUrl));
       return { kind: 'refreshed', tokens };
