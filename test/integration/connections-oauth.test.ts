@@ -343,6 +343,30 @@ describe('tokens over time', () => {
     expect((await alice.read(id)).body).toMatchObject({ status: 'active', status_reason: null });
   });
 
+  it('refreshes once for concurrent calls on two replicas refused with one expired token', async () => {
+    const replica = await startTestApp({ replicaOf: t });
+    try {
+      const id = await connected();
+      up.peer.expireAccessTokens();
+      await t.db.deleteFrom('connection_tools').where('connection_id', '=', id).execute();
+      const onReplica = connectionClient(replica, { session: aliceSession, org: org.orgId });
+      const refreshes = () => up.peer.tokenRequests.filter((r) => r.grant_type === 'refresh_token').length;
+      const before = refreshes();
+      up.peer.tokenDelayMs = 300;
+      let answers;
+      try {
+        answers = await Promise.all([alice.tools(id), onReplica.tools(id), alice.tools(id), onReplica.tools(id)]);
+      } finally {
+        up.peer.tokenDelayMs = 0;
+      }
+      expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+      expect(refreshes() - before).toBe(1);
+      expect((await alice.read(id)).body).toMatchObject({ status: 'active', status_reason: null });
+    } finally {
+      await replica.close();
+    }
+  });
+
   it('makes the connection needs_reauth with an event when the provider refuses the refresh', async () => {
     const id = await connected();
     up.peer.revokeAll();
