@@ -420,7 +420,7 @@ function checkedTarget(url: URL, policy: OutboundPolicy): CheckedTarget {
 
 const IDLE_SOCKET_MS = 4_000;
 /** Connections one kept upstream session (one connection's credential at one upstream) opens at most at once. */
-export const UPSTREAM_SOCKETS = 16;
+const UPSTREAM_SOCKETS = 16;
 
 /**
  * A keep-alive agent for one remote: requests made through it with `guardedRequest` reuse
