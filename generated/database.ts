@@ -230,6 +230,14 @@ export interface NotificationDestinations {
   webhook_url_enc: string | null;
 }
 
+export interface OauthClientRegistrations {
+  client_enc: string;
+  created_at: Generated<Timestamp>;
+  issuer: string;
+  org_id: string;
+  redirect_uri: string;
+}
+
 export interface OrganizationBilling {
   billing_email: string | null;
   billing_interval: "month" | "year" | null;
@@ -531,6 +539,7 @@ export interface DB {
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;
   notification_destinations: NotificationDestinations;
+  oauth_client_registrations: OauthClientRegistrations;
   org_domains: OrgDomains;
   organization_billing: OrganizationBilling;
   organizations: Organizations;

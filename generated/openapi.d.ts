@@ -2853,7 +2853,13 @@ export interface paths {
          *       `authorize_url` (valid 10 minutes, shown only to the owner) is where the owner's
          *       browser goes to consent; the provider then sends the browser to
          *       `GET /connection/{id}/callback`, which stores the tokens and makes it `active`. The
-         *       redirect URI given to the provider is `{base_url}/connection/{id}/callback`.
+         *       redirect URI given to the provider is `{base_url}/connection/{id}/callback`. When the
+         *       connector names no client id, the server registers itself as a client at the
+         *       discovered authorization server (RFC 7591) for that redirect URI, and reuses a
+         *       registration it made before for the same authorization server and redirect URI. An
+         *       organization's connections make at most `OAUTH_REGISTRATIONS_PER_HOUR` new
+         *       registrations an hour; past it the answer is 429 `rate_limited` with `Retry-After`,
+         *       and nothing is registered or stored.
          *
          *     Counts against the plan limit `connections` (403 `entitlement_exceeded` when it is
          *     reached). Needs `connection:use`. Records the audit action `connection.created` and
@@ -2986,7 +2992,9 @@ export interface paths {
          *
          *     Query parameters the provider adds beyond those listed (`session_state`, …) are
          *     accepted and ignored; `iss`, when present, must name the authorization server the
-         *     flow started with (RFC 9207).
+         *     flow started with (RFC 9207), and it must be present when that server's metadata
+         *     says it sends it (`authorization_response_iss_parameter_supported`): a response
+         *     without it then fails with `invalid_state` and no code is exchanged.
          *
          *     Records the audit action `connection.authorized` when the connection was connected;
          *     emits no event (`connection.created` was emitted when it was created). Answers with
@@ -3033,14 +3041,19 @@ export interface paths {
          *
          *     - `oauth2`: starts a new authorization and answers the connection with a fresh
          *       `authorize_url` (any earlier unfinished one stops working). Nothing is sent upstream
-         *       yet. A `pending` connection stays `pending`; any other keeps its status and current
+         *       yet, except discovery and, when the connection has no client at the authorization
+         *       server any more, a registration as on create (a registration made before for the
+         *       same server and redirect URI is reused; new ones count against the same hourly
+         *       limit, 429 `rate_limited`). A `pending` connection stays `pending`; any other keeps its status and current
          *       credentials until `GET /connection/{id}/callback` succeeds and replaces them.
          *     - `api_key`: with `api_key` in the body, the server checks the new key against the
          *       upstream and stores it only if accepted (else 400 `upstream_credentials_rejected`,
          *       nothing changes). Without it, the stored key is checked again; if the upstream refuses
          *       it, the connection becomes `needs_reauth` (emitting `connection.needs_reauth` if it
          *       was not already) and the answer is 409 `connection_needs_reauth`. A `disconnected`
-         *       connection has no stored key and needs one in the body.
+         *       connection has no stored key and needs one in the body; so does one whose stored key
+         *       was obtained for another origin than the connector's URL now names (400
+         *       `validation_failed`): a credential is only ever sent to the origin it was obtained for.
          *     - `none`: the server checks that the upstream answers.
          *
          *     An accepted check makes the connection `active` with `last_error` null. The body is
@@ -3099,7 +3112,9 @@ export interface paths {
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
          *     `missing_permission`, `not_connection_owner`; 404 `not_found`; 409
          *     `connection_needs_reauth` (the connection is `pending`, `needs_reauth` or
-         *     `disconnected`, or the upstream just refused its credentials); 429 `rate_limited`; 502
+         *     `disconnected`, the upstream just refused its credentials, or they were obtained for
+         *     another origin than the connector's URL now names: a credential is only ever sent to
+         *     the origin it was obtained for); 429 `rate_limited`; 502
          *     `upstream_unavailable` (the upstream could not be reached, timed out, is refused by the
          *     outbound guard, or did not answer valid MCP).
          */
@@ -22314,7 +22329,7 @@ export interface operations {
                 error_description?: string;
                 /** @description A page of the provider about `error`; ignored. */
                 error_uri?: string;
-                /** @description The issuer identifier (RFC 9207); when the provider sends it, it must match the connector's authorization server, else `invalid_state`. */
+                /** @description The issuer identifier (RFC 9207); when the provider sends it, it must match the connector's authorization server, else `invalid_state`. Required (else `invalid_state`) when the authorization server's metadata advertises `authorization_response_iss_parameter_supported`. */
                 iss?: string;
                 /** @description Scopes some providers echo on the redirect; the granted scopes are taken from the token response. */
                 scope?: string;

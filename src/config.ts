@@ -51,6 +51,8 @@ export interface Config {
   webAppUrl: string | null;
   /** How long an upstream's tool list is answered from what was fetched before asking the upstream again. */
   connectionToolsTtlSeconds: number;
+  /** New OAuth client registrations (RFC 7591) an organization's connections may make per hour. */
+  oauthRegistrationsPerHour: number;
   /** The folder of the built-in connector catalog: one `<slug>.yml` per connector, loaded and checked at start. */
   catalogDir: string;
   /** Synthetic tool runs: the most one step's upstream call may take, and the whole run. */
@@ -334,6 +336,7 @@ export function loadConfig(env: Env = process.env): Config {
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
     webAppUrl: webAppUrl(env),
     connectionToolsTtlSeconds: int(env, 'CONNECTION_TOOLS_TTL_SECONDS', 300, 0, 86_400),
+    oauthRegistrationsPerHour: int(env, 'OAUTH_REGISTRATIONS_PER_HOUR', 20, 1, 1_000_000),
     catalogDir: resolve(env.CATALOG_DIR || join(projectRoot, 'src', 'areas', 'connectors', 'catalog')),
     syntheticTools: {
       stepTimeoutMs: int(env, 'SYNTHETIC_STEP_TIMEOUT_MS', 30_000, 100, 600_000),

@@ -419,6 +419,8 @@ function checkedTarget(url: URL, policy: OutboundPolicy): CheckedTarget {
 }
 
 const IDLE_SOCKET_MS = 4_000;
+/** Connections one kept upstream session (one connection's credential at one upstream) opens at most at once. */
+const UPSTREAM_SOCKETS = 16;
 
 /**
  * A keep-alive agent for one remote: requests made through it with `guardedRequest` reuse
@@ -432,7 +434,9 @@ export function keepAliveAgent(url: URL): http.Agent {
   // dropped, and a request sent as the server closes an idle socket is reset, having maybe
   // reached it. 4 s when the server gives no hint, as undici (Node's fetch) does. The agent
   // destroys only idle sockets at it: a request in use is timed by its own deadline.
-  const options = { keepAlive: true, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS };
+  // At most UPSTREAM_SOCKETS connections at once: whatever an upstream makes us send (answers
+  // to its own requests, many calls at once) waits for one rather than opening more.
+  const options = { keepAlive: true, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS, maxSockets: UPSTREAM_SOCKETS };
   return url.protocol === 'https:' ? new https.Agent(options) : new http.Agent(options);
 }
 

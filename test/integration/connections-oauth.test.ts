@@ -4,6 +4,8 @@ import { connectionClient, eventsOf, expectError, type ConnectionClient } from '
 import type { SeededOrg } from '../support/factories';
 import { startOAuthUpstream, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
+import { findConnector, updateConnector } from '../../src/areas/connectors/connectors.repo';
+import type { ConnectorContent } from '../../src/areas/connectors/content';
 
 /*
  * OAuth connections over HTTP against the real app and a real OAuth-protected MCP server on
@@ -16,6 +18,8 @@ import { customConnector } from '../fixtures/connections';
 const up = useUpstream(() => startOAuthUpstream({ extraRedirectParams: { session_state: 'a1b2c3' } }));
 /** Access tokens that live 30 seconds: less than the margin the server refreshes ahead of. */
 const shortLived = useUpstream(() => startOAuthUpstream({ accessTokenTtl: 30 }));
+/** An authorization server that neither advertises nor sends `iss` (RFC 9207 is optional). */
+const withoutIss = useUpstream(() => startOAuthUpstream({ issParameter: false }));
 
 let t: TestApp;
 let org: SeededOrg;
@@ -213,6 +217,81 @@ describe('the connect flow', () => {
   });
 });
 
+describe('clients registered at the authorization server (RFC 7591)', () => {
+  const discovered = (mcpUrl: string) => ({
+    mcp_url: mcpUrl,
+    auth: { type: 'oauth2' as const, authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, pkce: true },
+  });
+
+  it('reuses the client registered for the same authorization server and redirect URI when a connection is authorized again', async () => {
+    const slug = await customConnector(t, org.orgId, discovered(up.peer.resource));
+    const created = await alice.create({ connector_slug: slug });
+    const redirectUri = `${t.url}/connection/${created.body.id}/callback`;
+    const registered = () => up.peer.clients.filter((c) => c.redirect_uris.includes(redirectUri));
+    expect(registered()).toHaveLength(1);
+    // The connector moves to another origin and back: the connection forgets what it discovered and registered.
+    const admin = t.as({ token: org.token, org: org.orgId });
+    expect((await admin.patch(`/connector/${slug}`, { mcp_url: 'https://elsewhere.example/mcp' })).status).toBe(200);
+    expect((await admin.patch(`/connector/${slug}`, { mcp_url: up.peer.resource })).status).toBe(200);
+    expect((await alice.read(created.body.id)).body.status).toBe('disconnected');
+    const again = await alice.reconnect(created.body.id);
+    expect(again.status).toBe(200);
+    expect(registered()).toHaveLength(1);
+    expect(new URL(again.body.authorize_url).searchParams.get('client_id')).toBe(registered()[0]?.client_id);
+    expect((await callback(await consent(again.body.authorize_url))).location?.searchParams.get('result')).toBe('connected');
+  });
+
+  it('limits the new registrations an organization makes per hour: 429 rate_limited past it, nothing registered or created', async () => {
+    const other = await t.factories.org();
+    const owner = connectionClient(t, { token: other.token, org: other.orgId });
+    const slug = await customConnector(t, other.orgId, discovered(up.peer.resource));
+    const config = t.deps.config as { oauthRegistrationsPerHour: number };
+    const saved = config.oauthRegistrationsPerHour;
+    config.oauthRegistrationsPerHour = 2;
+    try {
+      expect((await owner.create({ connector_slug: slug })).status).toBe(201);
+      expect((await owner.create({ connector_slug: slug })).status).toBe(201);
+      const clients = up.peer.clients.length;
+      const refused = await owner.create({ connector_slug: slug });
+      expectError(refused, 429, 'rate_limited');
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(up.peer.clients.length).toBe(clients);
+      expect((await owner.list()).body.data).toHaveLength(2);
+      // Another organization's registrations are counted on their own.
+      const third = await t.factories.org();
+      const thirdSlug = await customConnector(t, third.orgId, discovered(up.peer.resource));
+      expect((await connectionClient(t, { token: third.token, org: third.orgId }).create({ connector_slug: thirdSlug })).status).toBe(201);
+    } finally {
+      config.oauthRegistrationsPerHour = saved;
+    }
+  });
+});
+
+describe('the issuer of an authorization response (RFC 9207)', () => {
+  it('refuses a response without iss when the authorization server says it sends one, and exchanges no code', async () => {
+    const created = await alice.create({ connector_slug: byUrl });
+    const redirect = await consent(created.body.authorize_url);
+    expect(redirect.searchParams.get('iss')).toBe(up.peer.issuer);
+    redirect.searchParams.delete('iss');
+    const exchanges = up.peer.tokenRequests.length;
+    const { location } = await callback(redirect);
+    expect(Object.fromEntries(location?.searchParams ?? [])).toMatchObject({ result: 'failed', error: 'invalid_state' });
+    expect(up.peer.tokenRequests.length).toBe(exchanges);
+    expect((await alice.read(created.body.id)).body).toMatchObject({ status: 'pending', has_credentials: false, last_error: expect.stringMatching(/iss/) });
+  });
+
+  it('accepts a response without iss from an authorization server that does not advertise it', async () => {
+    const slug = await customConnector(t, org.orgId, {
+      mcp_url: withoutIss.peer.resource,
+      auth: { type: 'oauth2', authorize_url: null, token_url: null, revocation_url: null, scopes: [], client_id: null, pkce: true },
+    });
+    const created = await alice.create({ connector_slug: slug });
+    const redirect = await consent(created.body.authorize_url);
+    expect(redirect.searchParams.has('iss')).toBe(false);
+    expect((await callback(redirect)).location?.searchParams.get('result')).toBe('connected');
+  });
+});
+
 describe('tokens over time', () => {
   it('refreshes an expired access token, with rotation', async () => {
     const id = await connected();
@@ -243,6 +322,49 @@ describe('tokens over time', () => {
     expect(refreshes()).toBe(before + 1);
     // The upstream never saw the old token: nothing was refused.
     expect(shortLived.peer.seen.slice(mark).every((s) => s.accepted)).toBe(true);
+  });
+
+  it('refreshes once for concurrent calls refused with one expired token, and every call uses the new tokens', async () => {
+    const id = await connected();
+    up.peer.expireAccessTokens();
+    await t.db.deleteFrom('connection_tools').where('connection_id', '=', id).execute();
+    const refreshes = () => up.peer.tokenRequests.filter((r) => r.grant_type === 'refresh_token').length;
+    const before = refreshes();
+    // A slow token endpoint: every call has been refused (401) before the first refresh is done.
+    up.peer.tokenDelayMs = 300;
+    let answers;
+    try {
+      answers = await Promise.all(Array.from({ length: 4 }, () => alice.tools(id)));
+    } finally {
+      up.peer.tokenDelayMs = 0;
+    }
+    expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    expect(refreshes() - before).toBe(1);
+    expect((await alice.read(id)).body).toMatchObject({ status: 'active', status_reason: null });
+  });
+
+  it('refreshes once for concurrent calls on two replicas refused with one expired token', async () => {
+    const replica = await startTestApp({ replicaOf: t });
+    try {
+      const id = await connected();
+      up.peer.expireAccessTokens();
+      await t.db.deleteFrom('connection_tools').where('connection_id', '=', id).execute();
+      const onReplica = connectionClient(replica, { session: aliceSession, org: org.orgId });
+      const refreshes = () => up.peer.tokenRequests.filter((r) => r.grant_type === 'refresh_token').length;
+      const before = refreshes();
+      up.peer.tokenDelayMs = 300;
+      let answers;
+      try {
+        answers = await Promise.all([alice.tools(id), onReplica.tools(id), alice.tools(id), onReplica.tools(id)]);
+      } finally {
+        up.peer.tokenDelayMs = 0;
+      }
+      expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+      expect(refreshes() - before).toBe(1);
+      expect((await alice.read(id)).body).toMatchObject({ status: 'active', status_reason: null });
+    } finally {
+      await replica.close();
+    }
   });
 
   it('makes the connection needs_reauth with an event when the provider refuses the refresh', async () => {
@@ -303,5 +425,35 @@ describe('an OAuth connector configured in full', () => {
     expect(location?.searchParams.get('result')).toBe('connected');
     expect(up.peer.tokenRequests.at(-1)).toMatchObject({ client_id: clientId, client_auth: 'client_secret_post', status: 200 });
     expect(created.text).not.toContain('acme-secret');
+  });
+
+  it('never spends a refresh token at another token endpoint than the one that issued it', async () => {
+    const clientId = 'preregistered-moving';
+    const slug = await customConnector(t, org.orgId, {
+      mcp_url: up.peer.resource,
+      auth: {
+        type: 'oauth2',
+        authorize_url: up.peer.endpoints.authorize,
+        token_url: up.peer.endpoints.token,
+        revocation_url: null,
+        scopes: ['mcp:tools'],
+        client_id: clientId,
+        pkce: true,
+      },
+    });
+    const created = await alice.create({ connector_slug: slug });
+    up.peer.addClient({ client_id: clientId, redirect_uris: [`${t.url}/connection/${created.body.id}/callback`] });
+    expect((await callback(await consent(created.body.authorize_url))).location?.searchParams.get('result')).toBe('connected');
+    // The moment before the connection hears that its connector now names another token endpoint.
+    const found = await findConnector(t.db, org.orgId, slug);
+    const content = found!.content as ConnectorContent;
+    await updateConnector(t.db, org.orgId, slug, {
+      content: { ...content, auth: { ...content.auth, token_url: shortLived.peer.endpoints.token } as ConnectorContent['auth'] },
+    });
+    up.peer.expireAccessTokens();
+    await t.db.deleteFrom('connection_tools').where('connection_id', '=', created.body.id).execute();
+    const elsewhere = shortLived.peer.tokenRequests.length;
+    expectError(await alice.tools(created.body.id), 409, 'connection_needs_reauth');
+    expect(shortLived.peer.tokenRequests.length).toBe(elsewhere);
   });
 });

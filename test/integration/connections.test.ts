@@ -3,6 +3,8 @@ import { allToolNames, connectionClient, eventsOf, expectError } from '../suppor
 import type { SeededOrg } from '../support/factories';
 import { manyTools, startApiKeyUpstream, startEverythingServer, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
+import { deleteConnector, findConnector, updateConnector } from '../../src/areas/connectors/connectors.repo';
+import type { ConnectorContent } from '../../src/areas/connectors/content';
 
 /*
  * Connections with API keys and without auth, over HTTP against the real app, with real
@@ -440,6 +442,33 @@ describe('when the connector changes', () => {
       reason: expect.stringMatching(/changed where credentials are sent/),
     });
     expectError(await alice.tools(a.id), 409, 'connection_needs_reauth');
+  });
+
+  it('never sends a connection’s key to another origin than it was obtained for, even before the connection hears of the move', async () => {
+    const slug = await customConnector(t, org.orgId, {
+      mcp_url: `${new URL(header.peer.url).origin}/mcp`,
+      auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' },
+    });
+    const a = await connect(alice, KEY_A, slug);
+    // The moment between the connector's move and its connections hearing of it (longer on a
+    // replica that remembers the connection): the connector names the new origin, the
+    // connection still holds the key obtained for the old one.
+    const found = await findConnector(t.db, org.orgId, slug);
+    await updateConnector(t.db, org.orgId, slug, {
+      content: { ...(found!.content as ConnectorContent), mcp_url: `${new URL(longNames.peer.url).origin}/mcp` },
+    });
+    await t.db.deleteFrom('connection_tools').where('connection_id', '=', a.id).execute();
+    const before = longNames.peer.seen.length;
+    expectError(await alice.tools(a.id), 409, 'connection_needs_reauth');
+    // Reconnecting without a key does not try the stored one there either.
+    expectError(await alice.reconnect(a.id), 400, 'validation_failed');
+    expect(longNames.peer.seen.slice(before).filter((r) => r.credential !== null)).toEqual([]);
+    // With a key given for the new address, it works there.
+    expect((await alice.reconnect(a.id, { api_key: KEY_A })).status).toBe(200);
+    expect((await alice.tools(a.id)).status).toBe(200);
+    // Within the organization's plan limit on custom connectors for the tests after this one.
+    expect((await alice.remove(a.id)).status).toBe(204);
+    await deleteConnector(t.db, org.orgId, slug);
   });
 
   it('disconnects a member’s connection when a revoked share leaves them without the connector', async () => {

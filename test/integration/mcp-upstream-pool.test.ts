@@ -265,6 +265,12 @@ interface ScriptedRequest {
   body: Record<string, unknown> | null;
 }
 
+/** Calls of the `slow` tool it waits for before answering any. */
+const SLOW = 24;
+
+/** Pings the `flood` tool puts in one event stream. */
+const FLOOD = 300;
+
 /** Past the endpoint's cap on an upstream answer (8 MiB). */
 const HUGE = 'y'.repeat(8.5 * 1024 * 1024);
 
@@ -276,6 +282,16 @@ async function startScriptedUpstream(redirectTo: () => string) {
       answers.set(id, resolve);
     });
   let sessions = 0;
+  /** The `flood` tool's pings: answers being received (not yet answered) now, at most at once, and in all. */
+  const flood: { inFlight: number; maxInFlight: number; answered: number; emitted: boolean; maxSlow?: number } = {
+    inFlight: 0,
+    maxInFlight: 0,
+    answered: 0,
+    emitted: false,
+  };
+  let releaseHeld: Array<() => void> = [];
+  let waitingSlow = 0;
+  const slowHeld: Array<() => void> = [];
   const server = http.createServer((req, res) => {
     void (async () => {
       const text = req.method === 'POST' ? await readBody(req) : '';
@@ -283,6 +299,16 @@ async function startScriptedUpstream(redirectTo: () => string) {
       seen.push({ method: req.method ?? '', headers: req.headers, body });
       if (req.method === 'DELETE') return void res.writeHead(200).end();
       if (req.method !== 'POST' || !body) return void res.writeHead(405, { allow: 'POST, DELETE' }).end();
+      if (body.method === undefined && String(body.id).startsWith('flood-')) {
+        flood.inFlight += 1;
+        flood.maxInFlight = Math.max(flood.maxInFlight, flood.inFlight);
+        // Held until every ping is out, so that answers sent in parallel are seen together.
+        if (!flood.emitted) await new Promise<void>((resolve) => releaseHeld.push(resolve));
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        flood.inFlight -= 1;
+        flood.answered += 1;
+        return void res.writeHead(202).end();
+      }
       if (body.method === undefined) {
         answers.get(String(body.id))?.(body);
         return void res.writeHead(202).end();
@@ -304,7 +330,7 @@ async function startScriptedUpstream(redirectTo: () => string) {
         return sendJson(res, 200, {
           jsonrpc: '2.0',
           id,
-          result: { tools: ['stream', 'moved', 'hang', 'huge', 'malformed', 'odd_flag'].map((name) => ({ name, inputSchema: schema })) },
+          result: { tools: ['stream', 'moved', 'hang', 'huge', 'malformed', 'odd_flag', 'flood', 'slow'].map((name) => ({ name, inputSchema: schema })) },
         });
       }
       if (body.method !== 'tools/call') return sendJson(res, 200, { jsonrpc: '2.0', id, error: { code: -32601, message: 'Method not found' } });
@@ -317,6 +343,33 @@ async function startScriptedUpstream(redirectTo: () => string) {
       if (params.name === 'malformed') return sendJson(res, 200, { jsonrpc: '2.0', id, result: { content: [{ type: 'html', html: '<b>hi</b>' }] } });
       if (params.name === 'odd_flag') return sendJson(res, 200, { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: 'ok' }], isError: 'no' } });
       if (params.name === 'hang') return void res.writeHead(200, { 'content-type': 'text/event-stream' }).write(': working\n\n');
+      if (params.name === 'slow') {
+        // Answers once SLOW calls are in at once (or after a second): calls a client sends together arrive together.
+        waitingSlow += 1;
+        flood.maxSlow = Math.max(flood.maxSlow ?? 0, waitingSlow);
+        if (waitingSlow >= SLOW) for (const release of slowHeld.splice(0)) release();
+        else await new Promise<void>((resolve) => slowHeld.push(resolve) && setTimeout(resolve, 1000).unref());
+        waitingSlow -= 1;
+        return sendJson(res, 200, { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: 'slow' }] } });
+      }
+      if (params.name === 'flood') {
+        // FLOOD pings in one event stream, each asking for an answer (a request of the client's own).
+        Object.assign(flood, { inFlight: 0, maxInFlight: 0, answered: 0, emitted: false });
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        for (let i = 0; i < FLOOD; i += 1) res.write(`event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: `flood-${i}`, method: 'ping' })}\n\n`);
+        flood.emitted = true;
+        for (const release of releaseHeld) release();
+        releaseHeld = [];
+        // Until the answers stop coming (the client answers only so many), then the result.
+        let seen = 0;
+        for (let waited = 0; waited < 5000; waited += 200) {
+          await new Promise((resolve) => setTimeout(resolve, 200));
+          const now = flood.answered + flood.inFlight;
+          if (now > 0 && now === seen && flood.inFlight === 0) break;
+          seen = now;
+        }
+        return void res.end(`data: ${JSON.stringify({ jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: 'flooded' }] } })}\n\n`);
+      }
       // `stream`: events in CRLF and LF, one of them split across two writes.
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
       const token = params._meta?.progressToken;
@@ -338,7 +391,7 @@ async function startScriptedUpstream(redirectTo: () => string) {
     })().catch(() => res.destroy());
   });
   const origin = await listen(server);
-  return { url: `${origin}/mcp`, seen, close: () => closeServer(server) };
+  return { url: `${origin}/mcp`, seen, flood, close: () => closeServer(server) };
 }
 
 /** `tools/call` POSTed with a progressToken: the endpoint answers an event stream; its messages in order. */
@@ -440,6 +493,25 @@ describe('the pooled session’s own client', () => {
     const lastCall = scripted.seen.filter((r) => r.body?.method === 'tools/call').pop()!;
     expect((lastCall.body?.params as { _meta?: unknown })._meta).toBeUndefined();
   }, 20_000);
+
+  it('answers an upstream’s flood of its own requests four at a time, and lets those past a bounded queue go', async () => {
+    const result = await call(t, server, 'script__flood');
+    expect(result.content[0]?.text).toBe('flooded');
+    const { maxInFlight, answered } = scripted.flood;
+    // Counted at the upstream: answers it was receiving at once, and in all.
+    expect(maxInFlight).toBeGreaterThan(0);
+    expect(maxInFlight).toBeLessThanOrEqual(4);
+    expect(answered).toBeLessThan(FLOOD);
+  }, 30_000);
+
+  it('sends one connection’s calls over at most 16 connections to the upstream, the rest waiting their turn', async () => {
+    scripted.flood.maxSlow = 0;
+    const results = await Promise.all(Array.from({ length: SLOW }, () => call(t, server, 'script__slow')));
+    expect(results.every((r) => r.content[0]?.text === 'slow')).toBe(true);
+    // Counted at the upstream: calls it was holding at once (each on a connection of its own).
+    expect(scripted.flood.maxSlow).toBeGreaterThan(1);
+    expect(scripted.flood.maxSlow).toBeLessThanOrEqual(16);
+  }, 30_000);
 
   it('turns a result no MCP client could read into a tool error, and keeps the session', async () => {
     const opened = scripted.seen.filter((r) => r.body?.method === 'initialize').length;

@@ -86,6 +86,8 @@ export class TestApp {
     forget: () => void,
     /** Answers every request from now on with 503, as when the server shuts down. */
     readonly drain: () => void,
+    /** The database is another app's (a replica's): closing this app leaves it open. */
+    private readonly sharesDatabase = false,
   ) {
     this.writer = database.db.withPlugin(new ForgetOnWrite(forget));
     this.factories = new Factories(this.writer);
@@ -191,23 +193,29 @@ export class TestApp {
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.deps.mailer.close();
     await this.closeApp();
-    await this.database.close();
+    if (!this.sharesDatabase) await this.database.close();
   }
 }
 
 export interface TestAppOptions extends AppOptions {
   env?: Record<string, string>;
+  /**
+   * Another replica of this app: the same database (the same handle, so on the embedded
+   * database its one connection is shared as on a server's pool) and encryption key, and its
+   * own process state (caches, upstream sessions). Close it before the app it replicates.
+   */
+  replicaOf?: TestApp;
   /** Skip the spec check (for fixture specs the checker does not know). */
   checkSpec?: boolean;
 }
 
 /** The real app on a fresh database, listening on a loopback port. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
-  const database = await freshDatabase();
+  const database = options.replicaOf?.database ?? (await freshDatabase());
   const config: Config = loadConfig({
     NODE_ENV: 'test',
     DATA_DIR: mkdtempSync(join(tmpdir(), 'cp-test-')),
-    ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+    ENCRYPTION_KEY: options.replicaOf?.deps.config.encryptionKeys.current.toString('hex') ?? randomBytes(32).toString('hex'),
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     OUTBOUND_ALLOW_LOOPBACK: 'true',
     RATE_LIMIT_REQUESTS: '100000',
@@ -248,6 +256,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     credentials,
     forget,
     drain,
+    options.replicaOf !== undefined,
   );
 }
 

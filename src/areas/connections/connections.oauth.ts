@@ -51,6 +51,8 @@ interface PendingAuthorization {
   return_to: string | null;
   scopes: string[];
   redirect_uri: string;
+  /** The MCP URL the tokens are asked for (RFC 8707 `resource`); absent in authorizations started before it was kept. */
+  resource?: string;
 }
 
 function oauthLimits(ctx: RequestContext): OutboundLimits {
@@ -90,7 +92,7 @@ export async function startAuthorization(
     let registered: OAuthClientCredentials | null = stored && stored.redirect_uri === redirectUri ? stored.client : null;
     if (!auth.client_id && !registered) {
       endpoints ??= await discoverProvider(connector.mcp_url, limits);
-      registered = await registerClient(endpoints, redirectUri, `MCP control plane: ${connector.name}`, limits);
+      registered = await clientAt(ctx, endpoints, redirectUri, `MCP control plane: ${connector.name}`, limits);
     }
     const keep: StoredOAuthClient = { endpoints, client: auth.client_id ? null : registered, redirect_uri: redirectUri };
     const provider = providerOf(auth, keep);
@@ -115,6 +117,7 @@ export async function startAuthorization(
       return_to: input.returnTo,
       scopes,
       redirect_uri: redirectUri,
+      resource: connector.mcp_url,
     };
     return {
       authorize_state_hash: hashSecret(state),
@@ -128,6 +131,50 @@ export async function startAuthorization(
     ctx.log.info({ connector: connector.slug, reason: err.detail }, 'OAuth discovery or registration failed');
     throw unavailable(err);
   }
+}
+
+const REGISTRATION_WINDOW_MS = 60 * 60 * 1000;
+const registrationContext = (issuer: string, redirectUri: string) => `oauth-registration:${issuer} ${redirectUri}`;
+
+/**
+ * Our client at the authorization server for `redirectUri`: the one registered there before
+ * for the same redirect URI when there is one (a provider takes a client's redirect URIs as
+ * registered, so that is the reuse it allows), else a new registration (RFC 7591), kept. New
+ * registrations are limited per organization and hour (429 `rate_limited`): each is a client
+ * at someone else's server, which an organization's members could otherwise create without
+ * end by creating connections.
+ */
+async function clientAt(
+  ctx: RequestContext,
+  endpoints: ProviderEndpoints,
+  redirectUri: string,
+  clientName: string,
+  limits: OutboundLimits,
+): Promise<OAuthClientCredentials> {
+  const issuer = endpoints.issuer ?? endpoints.registration_endpoint ?? endpoints.token_endpoint;
+  const kept = await repo.findRegistration(ctx.db, issuer, redirectUri);
+  if (kept && kept.org_id === ctx.orgId) {
+    return JSON.parse(ctx.deps.secrets.open(kept.client_enc, registrationContext(issuer, redirectUri))) as OAuthClientCredentials;
+  }
+  const now = Date.now();
+  const perHour = ctx.deps.config.oauthRegistrationsPerHour;
+  const recent = await repo.registrationsSince(ctx.db, ctx.orgId, new Date(now - REGISTRATION_WINDOW_MS));
+  if (recent.count >= perHour) {
+    const seconds = Math.max(1, Math.ceil(((recent.oldest?.getTime() ?? now) + REGISTRATION_WINDOW_MS - now) / 1000));
+    throw new ApiError(
+      'rate_limited',
+      `This organization's connections registered ${recent.count} new OAuth clients at authorization servers in the last hour, the most allowed; nothing was changed. Retry in ${seconds} seconds.`,
+      { headers: { 'Retry-After': String(seconds) } },
+    );
+  }
+  const client = await registerClient(endpoints, redirectUri, clientName, limits);
+  await repo.saveRegistration(ctx.db, {
+    issuer,
+    redirect_uri: redirectUri,
+    org_id: ctx.orgId,
+    client_enc: ctx.deps.secrets.seal(JSON.stringify(client), registrationContext(issuer, redirectUri)),
+  });
+  return client;
 }
 
 /** The authorize URL of an authorization still in progress, for its owner; null otherwise. */
@@ -222,11 +269,28 @@ async function exchange(
       lastError: `The authorization response came from another issuer (${query.iss.slice(0, 200)}) than the one it was sent to.`,
     };
   }
+  // RFC 9207 §2.4: a server that says it sends `iss` always does; a response without it may
+  // come from another server the browser was sent to (a mix-up), whose code must not be spent here.
+  if (query.iss === undefined && provider.issuer !== null && stored?.endpoints?.iss_parameter_supported === true) {
+    return {
+      result: 'failed',
+      error: 'invalid_state',
+      lastError: 'The authorization response did not name its issuer (iss), which its authorization server says it always does.',
+    };
+  }
   if (query.error !== undefined) {
     const described = query.error_description ? `: ${query.error_description.slice(0, 300)}` : '';
     return query.error === 'access_denied'
       ? { result: 'failed', error: 'access_denied', lastError: `The authorization was declined at the provider${described}.` }
       : { result: 'failed', error: 'provider_error', providerError: query.error, lastError: `The provider answered ${query.error}${described}.` };
+  }
+  const resource = pending.resource ?? connector.mcp_url;
+  if (new URL(resource).origin !== new URL(connector.mcp_url).origin) {
+    return {
+      result: 'failed',
+      error: 'token_exchange_failed',
+      lastError: 'The connector now names another address than the one this authorization was started for; reconnect to authorize there.',
+    };
   }
   if (query.code === undefined) {
     return { result: 'failed', error: 'provider_error', providerError: 'invalid_request', lastError: 'The provider sent neither a code nor an error.' };
@@ -243,7 +307,7 @@ async function exchange(
         code: query.code,
         verifier: pending.verifier,
         redirectUri: pending.redirect_uri,
-        resource: connector.mcp_url,
+        resource,
       },
       oauthLimits(ctx),
     );
@@ -258,13 +322,14 @@ async function exchange(
     refresh_token: tokens.refresh_token,
     expires_at: tokens.expires_at,
     token_type: tokens.token_type,
+    token_origin: new URL(provider.token_endpoint).origin,
   };
   const scopes = tokens.scope ?? pending.scopes;
   await ctx.write(async (w) => {
     const current = await repo.findConnection(w.db, row.org_id, row.id, true);
     if (!current) return;
     await repo.updateConnection(w.db, row.org_id, row.id, {
-      credentials_enc: sealCredentials(ctx, row.id, credentials),
+      credentials_enc: sealCredentials(ctx, row.id, credentials, resource),
       oauth_client_enc: oauthClientEnc,
       scopes,
       status: 'active',

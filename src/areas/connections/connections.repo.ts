@@ -186,3 +186,36 @@ export function activeMember(db: Executor, orgId: string, userId: string) {
     .where('status', '=', 'active')
     .executeTakeFirst();
 }
+
+// ---------------------------------------------------------------------------------------
+// Clients registered at authorization servers (RFC 7591)
+// ---------------------------------------------------------------------------------------
+
+export function findRegistration(db: Executor, issuer: string, redirectUri: string) {
+  return db
+    .selectFrom('oauth_client_registrations')
+    .select(['org_id', 'client_enc'])
+    .where('issuer', '=', issuer)
+    .where('redirect_uri', '=', redirectUri)
+    .executeTakeFirst();
+}
+
+/** Keeps a registration; one already kept for the issuer and redirect URI (a concurrent start) stays. */
+export async function saveRegistration(db: Executor, row: { issuer: string; redirect_uri: string; org_id: string; client_enc: string }): Promise<void> {
+  await db
+    .insertInto('oauth_client_registrations')
+    .values(row)
+    .onConflict((oc) => oc.columns(['issuer', 'redirect_uri']).doNothing())
+    .execute();
+}
+
+/** How many registrations the organization made since `since`, and when the oldest of them was made. */
+export async function registrationsSince(db: Executor, orgId: string, since: Date): Promise<{ count: number; oldest: Date | null }> {
+  const row = await db
+    .selectFrom('oauth_client_registrations')
+    .select((eb) => [eb.fn.countAll<string>().as('count'), eb.fn.min('created_at').as('oldest')])
+    .where('org_id', '=', orgId)
+    .where('created_at', '>', since)
+    .executeTakeFirstOrThrow();
+  return { count: Number(row.count), oldest: row.oldest ? new Date(row.oldest as unknown as string | Date) : null };
+}

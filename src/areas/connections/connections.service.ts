@@ -12,6 +12,7 @@ import { authorizeUrlOf, revokeTokens, startAuthorization, type StartedAuthoriza
 import {
   eventConnection,
   markNeedsReauth,
+  mayGoTo,
   needsReauthError,
   openCredentials,
   openOAuthClient,
@@ -175,7 +176,7 @@ export async function create(ctx: RequestContext, body: Create): Promise<Connect
       name,
       status: started ? 'pending' : 'active',
       auth_type: connector.auth.type,
-      credentials_enc: credentials ? sealCredentials(ctx, id, credentials) : null,
+      credentials_enc: credentials ? sealCredentials(ctx, id, credentials, connector.mcp_url) : null,
       scopes: started?.scopes ?? [],
       last_used_at: started ? null : now,
       oauth_client_enc: started?.oauth_client_enc ?? null,
@@ -259,7 +260,12 @@ export async function reconnect(ctx: RequestContext, id: string, body: Reconnect
   let credentials: StoredCredentials | null = null;
   if (connector.auth.type === 'api_key') {
     if (input.api_key !== undefined) credentials = { type: 'api_key', api_key: input.api_key };
-    else if (stored?.type === 'api_key') credentials = stored;
+    // A stored key is checked again only where it was obtained: never tried on the connector's new address.
+    else if (stored?.type === 'api_key' && mayGoTo(stored, connector.mcp_url)) credentials = stored;
+    else if (stored?.type === 'api_key')
+      throw validationError([
+        { in: 'body', pointer: '/api_key', message: 'is required: the stored key was obtained for another address than the connector now names' },
+      ]);
     else throw validationError([{ in: 'body', pointer: '/api_key', message: 'is required: this connection has no stored key' }]);
   }
   let tools: ConnectionTool[];
@@ -279,7 +285,7 @@ export async function reconnect(ctx: RequestContext, id: string, body: Reconnect
     const current = await repo.findConnection(w.db, ctx.orgId, id, true);
     if (!current) throw notFound(WHAT, id);
     const updated = await repo.updateConnection(w.db, ctx.orgId, id, {
-      credentials_enc: credentials ? sealCredentials(ctx, id, credentials) : null,
+      credentials_enc: credentials ? sealCredentials(ctx, id, credentials, connector.mcp_url) : null,
       status: 'active',
       status_reason: null,
       ...(current.status === 'active' ? {} : { status_changed_at: now }),

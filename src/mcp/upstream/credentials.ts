@@ -21,9 +21,23 @@ type OAuth2Auth = Extract<ResolvedConnector['auth'], { type: 'oauth2' }>;
  */
 export type ConnectionContext = Pick<RequestContext, 'deps' | 'db' | 'systemWrite'>;
 
-/** What `credentials_enc` holds, sealed with the connection's id. */
-export type StoredCredentials =
-  { type: 'api_key'; api_key: string } | { type: 'oauth2'; access_token: string; refresh_token: string | null; expires_at: number | null; token_type: string };
+/**
+ * What `credentials_enc` holds, sealed with the connection's id: the credential and the
+ * origin it was obtained for (the connector's MCP URL when the key was checked or the tokens
+ * issued), to which alone it is sent. Credentials sealed before the origin was kept have none.
+ */
+export type StoredCredentials = (
+  | { type: 'api_key'; api_key: string }
+  | {
+      type: 'oauth2';
+      access_token: string;
+      refresh_token: string | null;
+      expires_at: number | null;
+      token_type: string;
+      /** The origin of the token endpoint that issued them, where alone the refresh token is spent (absent in tokens stored before it was kept). */
+      token_origin?: string;
+    }
+) & { origin?: string };
 
 /** What `oauth_client_enc` holds: the provider found by discovery, and the client registered there for this connection. */
 export interface StoredOAuthClient {
@@ -48,9 +62,23 @@ export function upstreamLimits(ctx: ConnectionContext): UpstreamLimits {
   return { policy: outbound, timeoutMs: outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES, maxPages: UPSTREAM_MAX_PAGES };
 }
 
-export function sealCredentials(ctx: ConnectionContext, id: string, credentials: StoredCredentials): string {
-  return ctx.deps.secrets.seal(JSON.stringify(credentials), credentialsContext(id));
+/** Seals credentials with the origin of `obtainedFor` (the MCP URL they were checked or issued for). */
+export function sealCredentials(ctx: ConnectionContext, id: string, credentials: StoredCredentials, obtainedFor: string): string {
+  return ctx.deps.secrets.seal(JSON.stringify({ ...credentials, origin: new URL(obtainedFor).origin }), credentialsContext(id));
 }
+
+/**
+ * Whether credentials may be sent to `mcpUrl`: only to the origin they were obtained for.
+ * The connector's URL can move while a connection, or what a replica remembers of it, still
+ * holds credentials for the old place; those stay there. (Credentials stored before their
+ * origin was kept go where the connector points, as they always did.)
+ */
+export function mayGoTo(credentials: StoredCredentials, mcpUrl: string): boolean {
+  return credentials.origin === undefined || credentials.origin === new URL(mcpUrl).origin;
+}
+
+export const movedError = (id: string) =>
+  needsReauthError(id, 'its credentials were obtained for another address than the one its connector now names; reconnect to use it there.');
 
 /**
  * Credentials opened, by the row object they were read from: a row the MCP endpoint keeps
@@ -179,47 +207,67 @@ export async function markNeedsReauth(
   });
 }
 
-/** New OAuth tokens from the refresh token, stored; a refusal makes the connection `needs_reauth` (409). */
-async function refresh(
-  ctx: ConnectionContext,
-  row: ConnectionRow,
-  auth: OAuth2Auth,
-  tokens: Extract<StoredCredentials, { type: 'oauth2' }>,
-  connectorUrl: string,
-) {
-  const provider = providerOf(auth, openOAuthClient(ctx, row));
-  if (!tokens.refresh_token || !provider.token_endpoint || !provider.client) {
-    const message = 'The access token expired and there is no refresh token to renew it.';
-    await markNeedsReauth(ctx, row, 'refresh_failed', message);
-    throw needsReauthError(row.id, message);
-  }
-  try {
-    const next = await refreshTokens(
-      { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: tokens.refresh_token, resource: connectorUrl },
-      { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
-    );
-    const stored: StoredCredentials = {
-      type: 'oauth2',
-      access_token: next.access_token,
-      refresh_token: next.refresh_token,
-      expires_at: next.expires_at,
-      token_type: next.token_type,
-    };
-    await replaceCredentials(ctx.db, row.id, row.credentials_enc, sealCredentials(ctx, row.id, stored));
-    // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
-    ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });
-    return stored;
-  } catch (err) {
-    if (!(err instanceof OAuthFailure)) throw err;
-    if (err.kind === 'unreachable') throw new UpstreamUnavailable(err.message, err.detail);
-    // With rotation, a concurrent request may have used the refresh token first: its tokens are good.
-    const now = await findConnection(ctx.db, row.org_id, row.id);
-    if (now && now.status === 'active' && now.credentials_enc && now.credentials_enc !== row.credentials_enc) {
-      const theirs = openCredentials(ctx, now);
-      if (theirs?.type === 'oauth2') return theirs;
+type OAuthTokens = Extract<StoredCredentials, { type: 'oauth2' }>;
+
+type RefreshOutcome = { kind: 'refreshed' | 'fresh'; tokens: OAuthTokens } | { kind: 'refused'; message: string } | { kind: 'unusable'; why: string };
+
+/**
+ * New OAuth tokens in place of `used`, which stopped working or are about to. One refresh at
+ * a time per connection, whichever replica asks: the connection's row is locked (SELECT … FOR
+ * UPDATE) while its refresh token is spent and the new tokens stored. Whoever gets the lock
+ * after another refresh finds other tokens stored than the ones it used and takes those:
+ * spending the refresh token a rotation already replaced would be refused (invalid_grant) and
+ * leave a working connection `needs_reauth`. A refusal of the stored refresh token makes the
+ * connection `needs_reauth` (409).
+ */
+async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2Auth, used: OAuthTokens, connectorUrl: string): Promise<OAuthTokens> {
+  const outcome = await ctx.db.transaction().execute(async (trx): Promise<RefreshOutcome> => {
+    const current = await findConnection(trx, row.org_id, row.id, true);
+    if (!current || current.status !== 'active') return { kind: 'unusable', why: `it is ${current?.status ?? 'deleted'}.` };
+    const stored = openCredentials(ctx, current);
+    if (stored?.type !== 'oauth2') return { kind: 'unusable', why: 'it holds no OAuth tokens.' };
+    if (stored.access_token !== used.access_token) return { kind: 'fresh', tokens: stored };
+    const provider = providerOf(auth, openOAuthClient(ctx, current));
+    if (!stored.refresh_token || !provider.token_endpoint || !provider.client) {
+      return { kind: 'refused', message: 'The access token expired and there is no refresh token to renew it.' };
     }
-    await markNeedsReauth(ctx, row, 'refresh_failed', err.message);
-    throw needsReauthError(row.id, err.message);
+    // The connector may name another token endpoint than the one that issued the refresh token (it moved): not sent there.
+    if (stored.token_origin !== undefined && stored.token_origin !== new URL(provider.token_endpoint).origin) {
+      return { kind: 'unusable', why: 'its tokens were issued by another token endpoint than the one its connector now names; reconnect to use it there.' };
+    }
+    try {
+      const next = await refreshTokens(
+        { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: stored.refresh_token, resource: connectorUrl },
+        { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
+      );
+      const tokens: OAuthTokens = {
+        type: 'oauth2',
+        access_token: next.access_token,
+        refresh_token: next.refresh_token,
+        expires_at: next.expires_at,
+        token_type: next.token_type,
+        token_origin: new URL(provider.token_endpoint).origin,
+      };
+      await replaceCredentials(trx, row.id, current.credentials_enc, sealCredentials(ctx, row.id, tokens, stored.origin ?? connectorUrl));
+      return { kind: 'refreshed', tokens };
+    } catch (err) {
+      if (!(err instanceof OAuthFailure)) throw err;
+      if (err.kind === 'unreachable') throw new UpstreamUnavailable(err.message, err.detail);
+      return { kind: 'refused', message: err.message };
+    }
+  });
+  switch (outcome.kind) {
+    case 'refreshed':
+      // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
+      ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });
+      return outcome.tokens;
+    case 'fresh':
+      return outcome.tokens;
+    case 'unusable':
+      throw needsReauthError(row.id, outcome.why);
+    case 'refused':
+      await markNeedsReauth(ctx, row, 'refresh_failed', outcome.message);
+      throw needsReauthError(row.id, outcome.message);
   }
 }
 
@@ -237,6 +285,7 @@ export async function withConnection<T>(
 ): Promise<T> {
   if (row.status !== 'active') throw needsReauthError(row.id, `it is ${row.status}.`);
   let credentials = openCredentials(ctx, row);
+  if (credentials && !mayGoTo(credentials, connector.mcp_url)) throw movedError(row.id);
   const auth = connector.auth;
   if (credentials?.type === 'oauth2' && auth.type === 'oauth2' && credentials.expires_at !== null && credentials.expires_at - Date.now() < REFRESH_MARGIN_MS) {
     credentials = await refresh(ctx, row, auth, credentials, connector.mcp_url);
@@ -246,8 +295,8 @@ export async function withConnection<T>(
   } catch (err) {
     if (!(err instanceof UpstreamRejected)) throw err;
     if (credentials?.type === 'oauth2' && auth.type === 'oauth2' && credentials.refresh_token) {
-      const latest = (await findConnection(ctx.db, row.org_id, row.id)) ?? row;
-      credentials = await refresh(ctx, latest, auth, credentials, connector.mcp_url);
+      // Refreshed only if the refused token is still the stored one; else the stored ones are tried.
+      credentials = await refresh(ctx, row, auth, credentials, connector.mcp_url);
       try {
         return await work(placeCredential(connector, credentials));
       } catch (again) {

@@ -122,6 +122,39 @@ class SseParser {
   }
 }
 
+/**
+ * An upstream's own requests (a `ping`, a `sampling/createMessage`) each need an answer, a
+ * request of ours. An upstream can put thousands in one event stream: they are answered at
+ * most ANSWERS_IN_FLIGHT at a time per call, at most ANSWERS_WAITING wait their turn, and
+ * beyond that they go unanswered (nothing a client owes an upstream that floods it).
+ */
+const ANSWERS_IN_FLIGHT = 4;
+const ANSWERS_WAITING = 32;
+
+class AnswerQueue {
+  private inFlight = 0;
+  private readonly waiting: unknown[] = [];
+
+  constructor(private readonly deliver: (message: unknown) => Promise<void>) {}
+
+  push(message: unknown): void {
+    if (this.waiting.length >= ANSWERS_WAITING) return;
+    this.waiting.push(message);
+    this.next();
+  }
+
+  private next(): void {
+    while (this.inFlight < ANSWERS_IN_FLIGHT && this.waiting.length > 0) {
+      const message = this.waiting.shift();
+      this.inFlight += 1;
+      void this.deliver(message).finally(() => {
+        this.inFlight -= 1;
+        this.next();
+      });
+    }
+  }
+}
+
 export class UpstreamSession {
   /** The last 401/403 the upstream answered in this session. */
   refused: UpstreamRejected | null = null;
@@ -270,8 +303,13 @@ export class UpstreamSession {
 
   /** A message no caller waits for (a notification, an answer to the upstream's request): sent, its answer let go. */
   private send(message: unknown): void {
-    this.post(message, this.limits).then(
-      (res) => res.discard(),
+    void this.deliver(message);
+  }
+
+  /** Sends a message and lets its answer go; resolves once the answer is read (or the request failed), never rejects. */
+  private deliver(message: unknown): Promise<void> {
+    return this.post(message, this.limits).then(
+      (res) => res.read(() => undefined).catch(() => undefined),
       () => undefined,
     );
   }
@@ -317,6 +355,7 @@ export class UpstreamSession {
    * rest of the stream is drained after our response, under the same deadline.
    */
   private fromStream(res: GuardedResponse, id: JsonRpcId, onprogress?: (progress: Progress) => void): Promise<JsonRpcMessage> {
+    const answers = new AnswerQueue((message) => this.deliver(message));
     return new Promise<JsonRpcMessage>((resolve, reject) => {
       let answer: JsonRpcMessage | null = null;
       const parser = new SseParser((data) => {
@@ -330,7 +369,7 @@ export class UpstreamSession {
         for (const message of Array.isArray(parsed) ? parsed : [parsed]) {
           if (!isObject(message) || answer) continue;
           if (typeof message.method === 'string') {
-            if (message.id !== undefined && message.id !== null) this.answerRequest(message);
+            if (message.id !== undefined && message.id !== null) this.answerRequest(message, answers);
             else if (onprogress && message.method === 'notifications/progress') progressOf(message.params, id, onprogress);
           } else if (isResponse(message, id)) {
             answer = message;
@@ -351,10 +390,10 @@ export class UpstreamSession {
     });
   }
 
-  private answerRequest(request: Record<string, unknown>): void {
+  private answerRequest(request: Record<string, unknown>, answers: AnswerQueue): void {
     const { id } = request;
     if (typeof id !== 'string' && typeof id !== 'number') return;
-    this.send(
+    answers.push(
       request.method === 'ping'
         ? { jsonrpc: '2.0', id, result: {} }
         : { jsonrpc: '2.0', id, error: { code: ErrorCode.MethodNotFound, message: 'Method not found' } },

@@ -19,6 +19,12 @@ export interface ProviderEndpoints {
   registration_endpoint: string | null;
   /** Scopes the protected resource (or the server) says it supports; the default ask when a connector names none. */
   scopes_supported: string[];
+  /**
+   * The server says its authorization responses carry `iss` (RFC 9207): a response without
+   * it is then refused, since a mix-up attacker's server would simply leave it out. Absent in
+   * what was stored before this was kept: false.
+   */
+  iss_parameter_supported?: boolean;
 }
 
 /** The client this server is at a provider: configured on the connector, or registered by us. */
@@ -230,6 +236,7 @@ export async function discoverProvider(mcpUrl: string, limits: OutboundLimits, c
     revocation_endpoint: str(metadata.revocation_endpoint),
     registration_endpoint: str(metadata.registration_endpoint),
     scopes_supported: scopes,
+    iss_parameter_supported: metadata.authorization_response_iss_parameter_supported === true,
   };
 }
 

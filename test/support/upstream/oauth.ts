@@ -107,6 +107,8 @@ export interface OAuthUpstream extends UpstreamPeer {
   expireAccessTokens(): void;
   /** Every access and refresh token dies: MCP answers 401, refresh gets invalid_grant. */
   revokeAll(): void;
+  /** The token endpoint waits this long before answering (settable): concurrent refreshes overlap. */
+  tokenDelayMs: number;
   /** Registers a client directly (as if pre-registered by an administrator). */
   addClient(client: Partial<OAuthClientRecord> & { client_id: string; redirect_uris: string[] }): OAuthClientRecord;
   /** Issues tokens without the authorize dance (a shortcut for tests that need a token only). */
@@ -332,6 +334,7 @@ export async function startOAuthUpstream(options: OAuthUpstreamOptions = {}): Pr
 
   async function tokenEndpoint(req: IncomingMessage, res: ServerResponse) {
     const form = new URLSearchParams(await readBody(req));
+    if (peer.tokenDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, peer.tokenDelayMs).unref());
     const params = Object.fromEntries(form.entries());
     const { client, id, how } = authenticateClient(req, form);
     const record: TokenRequestRecord = {
@@ -480,6 +483,7 @@ export async function startOAuthUpstream(options: OAuthUpstreamOptions = {}): Pr
     revoked: [],
     tokenRequests: [],
     authorizeRequests: [],
+    tokenDelayMs: 0,
     denyNext() {
       denyNext = true;
     },
