@@ -4496,8 +4496,10 @@ export interface paths {
          *     `/oauth/authorize` and `/oauth/token`; the authorization server is `{base_url}`. The MCP
          *     endpoint answers a request without a valid token with 401 and
          *     `WWW-Authenticate: Bearer resource_metadata="{base_url}/.well-known/oauth-protected-resource/mcp/{mcpId}", scope="mcp"`,
-         *     which is how clients find this document. It names the server but reveals nothing
-         *     else about it or its owner. Public: needs no credential. Served with
+         *     which is how clients find this document. Anyone who has the id can read it, from any
+         *     origin, so it reveals nothing about the server or its owner: `resource_name` is the
+         *     service's name, the same for every MCP server, never the server's own. Public: needs
+         *     no credential. Served with
          *     `Access-Control-Allow-Origin: *` and cacheable for an hour. Not org-scoped. Changes
          *     nothing.
          *
@@ -12756,7 +12758,7 @@ export interface components {
          *       "bearer_methods_supported": [
          *         "header"
          *       ],
-         *       "resource_name": "Ada's GitHub tools",
+         *       "resource_name": "MCP control plane",
          *       "resource_documentation": "https://api.mcpcp.example/schema/openapi.json"
          *     }
          */
@@ -12785,8 +12787,9 @@ export interface components {
             /** @description Access tokens go in the `Authorization` header only. */
             bearer_methods_supported: "header"[];
             /**
-             * @description A name for people, shown by clients (the MCP server's name).
-             * @example Ada's GitHub tools
+             * @description A name for people, shown by clients: the service's name, the same in every document.
+             *     The document of one MCP server is public, so it never carries that server's name.
+             * @example MCP control plane
              */
             resource_name: string;
             /**
@@ -25124,7 +25127,7 @@ export interface operations {
                      *       "bearer_methods_supported": [
                      *         "header"
                      *       ],
-                     *       "resource_name": "Ada's GitHub tools",
+                     *       "resource_name": "MCP control plane",
                      *       "resource_documentation": "https://api.mcpcp.example/schema/openapi.json"
                      *     }
                      */

@@ -391,13 +391,22 @@ describe('the transport, raw', () => {
       authorization_servers: [t.deps.config.baseUrl],
       scopes_supported: ['mcp', 'offline_access'],
       bearer_methods_supported: ['header'],
-      resource_name: 'Alice all',
+      resource_name: 'MCP control plane',
       resource_documentation: `${t.deps.config.baseUrl}/schema/openapi.json`,
     });
     expect((await fetch(`${t.url}/.well-known/oauth-protected-resource/mcp/${newId('mcpServer')}`)).status).toBe(404);
     const root = await fetch(`${t.url}/.well-known/oauth-protected-resource`);
     expect(root.status).toBe(200);
     expect(await root.json()).toMatchObject({ resource: t.deps.config.baseUrl });
+  });
+
+  it('publishes a metadata document that names no MCP server: anyone with the id reads it, from any origin', async () => {
+    const doc = await fetch(`${t.url}/.well-known/oauth-protected-resource/mcp/${serverA.id}`, { headers: { Origin: 'https://anyone.example' } });
+    expect(doc.status).toBe(200);
+    expect(doc.headers.get('access-control-allow-origin')).toBe('*');
+    const text = await doc.text();
+    expect(text).not.toContain('Alice all');
+    expect(JSON.parse(text)).toMatchObject({ resource_name: 'MCP control plane' });
   });
 
   it('answers another server’s token with 401 invalid_token, its challenge naming this server’s metadata', async () => {
