@@ -191,7 +191,7 @@ describe('the MCP SDK client', () => {
       const through = new Map((await client.listTools()).tools.map((tool) => [tool.name, tool]));
       const annotated = straight.filter((tool) => tool.annotations && Object.keys(tool.annotations).some((key) => key.endsWith('Hint')));
       expect(annotated.length).toBeGreaterThan(0);
-      for (const tool of straight) {
+      for (const tool of straight.filter((t) => t.execution?.taskSupport !== 'required')) {
         const listed = through.get(`every__${tool.name}`);
         expect(listed).toBeDefined();
         const hints = Object.fromEntries(Object.entries(tool.annotations ?? {}).filter(([key]) => key.endsWith('Hint')));
@@ -200,6 +200,23 @@ describe('the MCP SDK client', () => {
         expect(listed?.title).toBe(tool.title ?? tool.annotations?.title);
         expect(listed?.inputSchema.properties ?? {}).toEqual(tool.inputSchema.properties ?? {});
       }
+    } finally {
+      await direct.close();
+      await client.close();
+    }
+  });
+
+  it('does not list the upstream tools that must be called as tasks (execution.taskSupport "required"), which every plain call would fail', async () => {
+    const client = await connect(serverA);
+    const direct = new Client({ name: 'direct', version: '1.0.0' });
+    await direct.connect(new StreamableHTTPClientTransport(new URL(everything.peer.url)));
+    try {
+      const straight = (await direct.listTools()).tools;
+      const taskOnly = straight.filter((tool) => tool.execution?.taskSupport === 'required').map((tool) => tool.name);
+      expect(taskOnly.length).toBeGreaterThan(0);
+      const listed = (await client.listTools()).tools.map((tool) => tool.name);
+      for (const name of taskOnly) expect(listed).not.toContain(`every__${name}`);
+      expect(listed.filter((name) => name.startsWith('every__')).length).toBe(straight.length - taskOnly.length);
     } finally {
       await direct.close();
       await client.close();
