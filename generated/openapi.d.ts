@@ -3041,7 +3041,9 @@ export interface paths {
          * @description Asks the upstream MCP server, with the connection's credentials, which tools it offers
          *     (MCP `tools/list`, every upstream page), and answers them by name, a page at a time.
          *     This is the upstream's own list, not filtered by restrictions: restrictions apply where
-         *     tools are offered and called, on MCP servers. Only the connection's owner may do it,
+         *     tools are offered and called, on MCP servers. Tools the upstream offers only as tasks
+         *     (`execution.taskSupport: "required"`) are left out: this server does not call tools as
+         *     tasks, so no call to them could succeed. Only the connection's owner may do it,
          *     since it acts with their credentials. An expired OAuth access token is refreshed first.
          *
          *     The list is kept for a few minutes and answered from there; when the upstream is down,
@@ -3826,7 +3828,8 @@ export interface paths {
          *
          *     **Methods.** `server/discover`, `initialize`, `ping` (the last two in the handshake
          *     revisions), `tools/list` (the user toolbox's tools, minus those a
-         *     restriction denies to the owner), `tools/call` (forwards to the upstream MCP server
+         *     restriction denies to the owner and the upstream tools that must be called as tasks,
+         *     `execution.taskSupport: "required"`, which this server does not do), `tools/call` (forwards to the upstream MCP server
          *     through the connection's own credentials, never the client's token, or runs a synthetic
          *     tool), and the notifications `notifications/initialized` and `notifications/cancelled`.
          *     Upstream tools are listed and called only while the owner holds `connection:use` (calling
