@@ -2465,9 +2465,9 @@ export interface paths {
          *     OAuth `authorize_url`, `scopes` or `pkce`) keep them; a connection whose credentials
          *     then stop working turns `needs_reauth` on its next use.
          *
-         *     Needs `connector:manage`. Records the audit action `connector.updated` with the
-         *     names of the changed members (never the client secret) and emits
-         *     `connector.updated`.
+         *     Needs `connector:manage`. Records the audit action `connector.updated` with each
+         *     changed member as `{from, to}` (`tools` by digest, `version` too; a changed client
+         *     secret only as `{"changed": true}`) and emits `connector.updated`.
          *
          *     Errors: 400 `validation_failed`, `outbound_url_not_allowed`,
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -3214,7 +3214,8 @@ export interface paths {
          * @description Changes the members sent; `entries`, when sent, replace the existing ones wholesale.
          *     User toolboxes already made from the template are not changed. Needs `template:manage`
          *     (any template of the organization, whoever owns it). Records the audit action
-         *     `template.updated` with the names of the changed members; emits no event.
+         *     `template.updated` with each changed member as `{from, to}` (`entries` by digest);
+         *     emits no event.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference` (as for create),
          *     `organization_header_required`; 401
@@ -3467,8 +3468,8 @@ export interface paths {
          *     tools they had or fewer, but cannot add another one or widen one's tools (400
          *     `unknown_reference` at `/entries/{i}/tools`). The change reaches every dynamic user
          *     toolbox made from this toolbox, and so the `tools/list` of their MCP servers, at once.
-         *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with the names of
-         *     the changed members and, for `entries`, the entries added and removed. Emits no event.
+         *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with each changed
+         *     member as `{from, to}` (`entries` by digest). Emits no event.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference` (an entry naming a connection
          *     or synthetic tool the caller cannot use, as on create),
@@ -3685,8 +3686,9 @@ export interface paths {
          *     is kept unless sent and must still refer only to existing steps. The same checks as on
          *     create apply. MCP clients see the new name, description and schemas on their next
          *     `tools/list`; runs already under way finish with the old definition. Needs
-         *     `synthetic_tool:manage`. Records the audit action `synthetic_tool.updated` with the
-         *     names of the changed members. Emits no event.
+         *     `synthetic_tool:manage`. Records the audit action `synthetic_tool.updated` with each
+         *     changed member as `{from, to}` (`input_schema`, `output_schema`, `steps` and `output`
+         *     by digest). Emits no event.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference` (as on create),
          *     `organization_header_required`; 401
@@ -4022,7 +4024,7 @@ export interface paths {
          *     user toolbox serve the new tools from their next request. A dynamic id is refused with
          *     400 `dynamic_toolbox_immutable`: it is computed (change the toolbox, its shares or your
          *     connections instead). Needs `mcp_server:manage`. Records the audit action
-         *     `user_toolbox.updated` with the names of the changed members. Emits no event.
+         *     `user_toolbox.updated` with each changed member as `{from, to}`. Emits no event.
          *
          *     Errors: 400 `validation_failed` (also the binding problems listed on create),
          *     `unknown_reference` (a connection that does not exist in this organization),
@@ -4142,7 +4144,7 @@ export interface paths {
          * @description Renames the MCP server or changes its expiry (`null` removes it). Moving `expires_at`
          *     into the future makes an `expired` server `active` again with the same token. The token
          *     and URL do not change. Needs `mcp_server:manage`. Records the audit action
-         *     `mcp_server.updated`. Emits no event.
+         *     `mcp_server.updated` with each changed member as `{from, to}`. Emits no event.
          *
          *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -9055,7 +9057,9 @@ export interface components {
             target: components["schemas"]["AuditTarget"] | null;
             /**
              * @description A summary of what changed. For an update, each changed member as `{"from": …, "to": …}`;
-             *     for a creation or deletion, the notable members of the resource; for an action, its
+             *     a large member (a tool list, a schema, a toolbox's entries) shows in `from` and `to`
+             *     as the digest of its value, `"sha256:…"` (the same value, the same digest), or null.
+             *     For a creation or deletion, the notable members of the resource; for an action, its
              *     inputs and outcome. Secrets never appear: a changed secret shows as
              *     `{"changed": true}`.
              * @example {
