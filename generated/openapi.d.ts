@@ -3823,9 +3823,10 @@ export interface paths {
          *     `2025-03-26` is assumed (as the transport does). `initialize` is answered (with the
          *     revision the client asked for when it is one of these, otherwise 2025-11-25) but opens
          *     no session: the response carries no `Mcp-Session-Id`, and a request does not need to
-         *     follow an `initialize`. Any other header value is answered with 400: -32022 as above
-         *     when the body carries 2026-07-28 `_meta`, otherwise -32000 naming the supported
-         *     revisions. A request whose `_meta` names a revision other than the header's gets 400
+         *     follow an `initialize`. Any other header value is answered with 400 and -32022 as
+         *     above, `data` naming the supported revisions and the one requested, whether or not the
+         *     body carries 2026-07-28 `_meta` (a value that is not a header value of its form: 400
+         *     and -32020, with no `id`). A request whose `_meta` names a revision other than the header's gets 400
          *     with -32020, as in 2026-07-28. `server/discover` is served in these revisions too, in its 2026-07-28 shape.
          *
          *     **Methods.** `server/discover`, `initialize`, `ping` (the last two in the handshake
@@ -3857,15 +3858,16 @@ export interface paths {
          *     audit entry (`x-audit: null`), and no event is emitted. `last_used_at` of the server is
          *     updated at most once a minute.
          *
-         *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (unsupported
-         *     protocol version, or a path that is not an MCP server id), and in 2026-07-28 -32022
-         *     (unsupported protocol version), -32602 (`_meta` incomplete), -32020 (headers differ
-         *     from the body); 401 bearer `invalid_request` or `invalid_token` (a token of another
-         *     MCP server is `invalid_token` here: its challenge names this server's metadata); 403 bearer
-         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server), or -32601
-         *     in 2026-07-28 (no such method); 406, 413, 415 -32000; 429 -32000 with `Retry-After`;
-         *     503 -32000 with `Retry-After` (the server is shutting down or cannot reach its database:
-         *     retry, on another replica if there is one).
+         *     Errors (JSON-RPC error objects unless said; those given before the body is read carry
+         *     no `id`): 400 -32700, -32600 (also a path that is not an MCP server id), -32022
+         *     (unsupported protocol version, in the header or in `_meta`), -32020 (a malformed
+         *     `MCP-Protocol-Version`, and in 2026-07-28 headers that differ from the body), and in
+         *     2026-07-28 -32602 (`_meta` incomplete); 401 bearer `invalid_request` or `invalid_token`
+         *     (a token of another MCP server is `invalid_token` here: its challenge names this
+         *     server's metadata); 403 bearer `insufficient_scope`, or -32600 (`Origin`); 404 -32000
+         *     (no such MCP server), or -32601 in 2026-07-28 (no such method); 406 -32000; 413, 415
+         *     -32600; 429 -32600 with `Retry-After`; 503 -32603 with `Retry-After` (the server is
+         *     shutting down or cannot reach its database: retry, on another replica if there is one).
          */
         post: operations["postMcpMessage"];
         /**
@@ -3877,11 +3879,12 @@ export interface paths {
          *     (bearer token, `Origin`, the MCP server must exist). Changes nothing: records no audit
          *     entry (`x-audit: null`) and emits no event.
          *
-         *     Errors (JSON-RPC error objects unless said): 400 -32000 (unsupported
-         *     `MCP-Protocol-Version`); 401 bearer `invalid_request` or `invalid_token` (also a token
-         *     of another MCP server); 403 bearer
-         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 429 -32000
-         *     with `Retry-After`; 503 -32000 with `Retry-After` (shutting down, or no database).
+         *     Errors (JSON-RPC error objects unless said; those given before the request is read carry
+         *     no `id`): 400 -32020 (a malformed `MCP-Protocol-Version`) or -32600 (a path that is not
+         *     an MCP server id); 401 bearer `invalid_request` or `invalid_token` (also a token of
+         *     another MCP server); 403 bearer `insufficient_scope`, or -32600 (`Origin`); 404 -32000
+         *     (no such MCP server); 429 -32600 with `Retry-After`; 503 -32603 with `Retry-After`
+         *     (shutting down, or no database).
          */
         delete: operations["deleteMcpSession"];
         options?: never;
@@ -10967,8 +10970,9 @@ export interface components {
          * @description The revision a request speaks, as the client sends it in `MCP-Protocol-Version`: one of
          *     `McpProtocolVersion`. Any other value is read by the server (not refused by the schema) so
          *     that it can answer as the revision asks: a request carrying 2026-07-28 `_meta` gets 400
-         *     with `UnsupportedProtocolVersionError` (-32022, the supported revisions in `data`), any
-         *     other 400 with -32000.
+         *     with `UnsupportedProtocolVersionError` (-32022, `data` naming the supported revisions and
+         *     the one requested), whether or not the body carries 2026-07-28 `_meta`; a value that is
+         *     not a header value of this form gets 400 with `HeaderMismatchError` (-32020).
          * @example 2026-07-28
          */
         McpProtocolVersionHeader: string;
@@ -11221,9 +11225,11 @@ export interface components {
         };
         /**
          * @description The JSON-RPC error codes this server sends. The first five are JSON-RPC 2.0's own; -32000
-         *     is the transport's in the handshake revisions (as the MCP SDKs use it); -32020 and -32022
-         *     are the 2026-07-28 revision's own (`HeaderMismatchError`,
-         *     `UnsupportedProtocolVersionError`). The server keeps no sessions, so it never sends -32001
+         *     is the transport's in the handshake revisions (as the MCP SDKs use it), now only for an
+         *     unknown MCP server (404) and an unacceptable `Accept` (406); -32020 and -32022 are the
+         *     2026-07-28 revision's own (`HeaderMismatchError`, `UnsupportedProtocolVersionError`). The
+         *     answers given before the body is read follow that revision, which reserves -32000 to
+         *     -32019 for older implementations: the JSON-RPC 2.0 code that fits, and no `id`. The server keeps no sessions, so it never sends -32001
          *     (Session not found), and it needs no client capability, so it never sends -32021
          *     (`MissingRequiredClientCapabilityError`).
          * @enum {integer}
@@ -11240,7 +11246,7 @@ export interface components {
             code: components["schemas"]["JsonRpcErrorCode"];
             /**
              * @description A short description of the error, for people.
-             * @example Bad Request: Unsupported protocol version 2024-11-05 (supported: 2025-11-25, 2025-06-18, 2025-03-26)
+             * @example Method not found: resources/list
              */
             message: string;
             /**
@@ -11253,14 +11259,15 @@ export interface components {
             [key: string]: unknown;
         };
         /**
-         * @description A JSON-RPC 2.0 error response. `id` is the failed request's id, or null when the request
-         *     could not be read or the error is the transport's (no request to answer).
+         * @description A JSON-RPC 2.0 error response. `id` is the failed request's id; it is left out when no
+         *     request id was read (the 2026-07-28 revision's rule: a refusal before the body is read, a
+         *     body that is not one request), and null in the answers the handshake revisions' transport
+         *     gives after the body is read (an unknown MCP server, an unacceptable `Accept`, a batch).
          * @example {
          *       "jsonrpc": "2.0",
-         *       "id": null,
          *       "error": {
-         *         "code": -32000,
-         *         "message": "Bad Request: Unsupported protocol version 2024-11-05 (supported: 2025-11-25, 2025-06-18, 2025-03-26)",
+         *         "code": -32600,
+         *         "message": "Forbidden: Origin https://evil.example is not allowed",
          *         "data": {
          *           "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6"
          *         }
@@ -11273,8 +11280,8 @@ export interface components {
              * @enum {string}
              */
             jsonrpc: "2.0";
-            /** @description The request's id, or null. */
-            id: components["schemas"]["JsonRpcId"] | null;
+            /** @description The request's id, or null; absent when no request id was read. */
+            id?: components["schemas"]["JsonRpcId"] | null;
             error: components["schemas"]["JsonRpcError"];
         } & {
             [key: string]: unknown;
@@ -11623,9 +11630,10 @@ export interface components {
         };
         /**
          * @description `UnsupportedProtocolVersionError` (2026-07-28): the request names a revision this server
-         *     does not speak, in its `_meta` or its `MCP-Protocol-Version` header. Answered with HTTP
-         *     400 and the request's `id`, so that a client that speaks both eras knows it reached a
-         *     2026-07-28 server and retries with a revision from `data.supported`.
+         *     does not speak, in its `_meta` or its `MCP-Protocol-Version` header (in any revision).
+         *     Answered with HTTP 400 and the request's `id` (none when the body is not one request), so
+         *     that a client that speaks both eras knows it reached a 2026-07-28 server and retries with
+         *     a revision from `data.supported`.
          * @example {
          *       "jsonrpc": "2.0",
          *       "id": 1,
@@ -16008,13 +16016,16 @@ export interface components {
             };
         };
         /**
-         * @description The transport refused the request: a body that is not JSON (-32700) or not JSON-RPC
-         *     (-32600), or, without 2026-07-28 `_meta`, an unsupported `MCP-Protocol-Version` (-32000),
-         *     all with `id` null. In the 2026-07-28 revision, with the request's `id`: a revision this
-         *     server does not speak (`UnsupportedProtocolVersionError`, -32022, listing the supported
-         *     ones); `_meta` without the protocol version or the client capabilities (-32602);
-         *     `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` missing or not matching the body
-         *     (`HeaderMismatchError`, -32020). A missing or unknown `Mcp-Session-Id` is never a reason:
+         * @description The transport refused the request before reading it, with no `id`: a body that is not JSON
+         *     (-32700) or not JSON-RPC (-32600), a path that is not an MCP server id (-32600), an
+         *     `MCP-Protocol-Version` that is not a header value of its form (`HeaderMismatchError`,
+         *     -32020). With the request's `id` (none when the body is not one request): a revision
+         *     this server does not speak, named in `MCP-Protocol-Version` or in `_meta`
+         *     (`UnsupportedProtocolVersionError`, -32022, `data` naming the supported revisions and the
+         *     one requested), in every revision; in the 2026-07-28 revision, `_meta` without the
+         *     protocol version or the client capabilities (-32602), and `MCP-Protocol-Version`,
+         *     `Mcp-Method` or `Mcp-Name` missing or not matching the body (`HeaderMismatchError`,
+         *     -32020). A batch outside 2025-03-26 is -32600 with `id` null. A missing or unknown `Mcp-Session-Id` is never a reason:
          *     the server keeps no sessions.
          */
         McpBadRequest: {
@@ -16043,7 +16054,8 @@ export interface components {
         /**
          * @description An OAuth access token without the `mcp` scope (bearer error `insufficient_scope`, with
          *     `WWW-Authenticate: Bearer error="insufficient_scope", scope="mcp", resource_metadata=…`),
-         *     or a browser `Origin` that is not allowed (JSON-RPC error -32000).
+         *     or a browser `Origin` that is not allowed (JSON-RPC error -32600, with no `id`: refused
+         *     before the body is read).
          */
         McpForbidden: {
             headers: {
@@ -16072,7 +16084,8 @@ export interface components {
         };
         /**
          * @description Too many requests for this credential (the MCP server token, or the OAuth client and user)
-         *     (JSON-RPC error -32000). Per-tool limits are tool errors inside `tools/call` instead.
+         *     (JSON-RPC error -32600, with no `id`: refused before the body is read). Per-tool limits
+         *     are tool errors inside `tools/call` instead.
          */
         McpTooManyRequests: {
             headers: {
@@ -16085,8 +16098,8 @@ export interface components {
             };
         };
         /**
-         * @description The server is shutting down, or cannot reach its database (JSON-RPC error -32000): retry
-         *     after `Retry-After` seconds, on another replica if there is one.
+         * @description The server is shutting down, or cannot reach its database (JSON-RPC error -32603, with no
+         *     `id`): retry after `Retry-After` seconds, on another replica if there is one.
          */
         McpServiceUnavailable: {
             headers: {
@@ -23845,7 +23858,7 @@ export interface operations {
                     "application/json": components["schemas"]["JsonRpcErrorResponse"];
                 };
             };
-            /** @description The body is larger than the endpoint accepts (JSON-RPC error -32000). */
+            /** @description The body is larger than the endpoint accepts (JSON-RPC error -32600, with no `id`). */
             413: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -23855,9 +23868,8 @@ export interface operations {
                     /**
                      * @example {
                      *       "jsonrpc": "2.0",
-                     *       "id": null,
                      *       "error": {
-                     *         "code": -32000,
+                     *         "code": -32600,
                      *         "message": "Payload Too Large: the body exceeds 4194304 bytes"
                      *       }
                      *     }
@@ -23865,7 +23877,7 @@ export interface operations {
                     "application/json": components["schemas"]["JsonRpcErrorResponse"];
                 };
             };
-            /** @description The body is not `application/json` (JSON-RPC error -32000). */
+            /** @description The body is not `application/json` (JSON-RPC error -32600, with no `id`). */
             415: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -23875,9 +23887,8 @@ export interface operations {
                     /**
                      * @example {
                      *       "jsonrpc": "2.0",
-                     *       "id": null,
                      *       "error": {
-                     *         "code": -32000,
+                     *         "code": -32600,
                      *         "message": "Unsupported Media Type: Content-Type must be application/json"
                      *       }
                      *     }

@@ -445,14 +445,14 @@ describe('the transport, raw', () => {
     const ping = { jsonrpc: '2.0', id: 1, method: 'ping' };
     const origin = await post(serverA.id, ping, { ...auth, Origin: 'https://evil.example' });
     expect(origin.status).toBe(403);
-    expect(await origin.json()).toMatchObject({ error: { code: -32000, message: 'Forbidden: Origin https://evil.example is not allowed' } });
+    expect(await origin.json()).toMatchObject({ error: { code: -32600, message: 'Forbidden: Origin https://evil.example is not allowed' } });
     expect((await post(serverA.id, ping, { ...auth, Origin: new URL(t.deps.config.baseUrl).origin })).status).toBe(200);
     const accept = await post(serverA.id, ping, { ...auth, Accept: 'application/json' });
     expect(accept.status).toBe(406);
     expect(await accept.json()).toMatchObject({ error: { code: -32000 } });
     const type = await post(serverA.id, 'x', { ...auth, 'Content-Type': 'text/plain' });
     expect(type.status).toBe(415);
-    expect(await type.json()).toMatchObject({ error: { code: -32000 } });
+    expect(await type.json()).toMatchObject({ error: { code: -32600 } });
     const bad = await post(serverA.id, '{"jsonrpc":', auth);
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: { code: -32700 } });
@@ -461,7 +461,7 @@ describe('the transport, raw', () => {
     expect(await notRpc.json()).toMatchObject({ error: { code: -32600 } });
     const version = await post(serverA.id, ping, { ...auth, 'MCP-Protocol-Version': '2024-01-01' });
     expect(version.status).toBe(400);
-    expect(await version.json()).toMatchObject({ error: { code: -32000 } });
+    expect(await version.json()).toMatchObject({ id: 1, error: { code: -32022, data: { requested: '2024-01-01' } } });
     const batch = await post(serverA.id, [ping, { ...ping, id: 2 }], { ...auth, 'MCP-Protocol-Version': '2025-06-18' });
     expect(batch.status).toBe(400);
     const old = await post(serverA.id, [ping, { ...ping, id: 2 }], { ...auth, 'MCP-Protocol-Version': '2025-03-26' });
@@ -476,9 +476,48 @@ describe('the transport, raw', () => {
     const get = await fetch(endpoint(serverA.id), { headers: { ...auth, Accept: 'text/event-stream' } });
     expect(get.status).toBe(405);
     expect(get.headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'POST']);
-    expect(await get.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+    expect(await get.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
     const del = await fetch(endpoint(serverA.id), { method: 'DELETE', headers: { ...auth, 'Mcp-Session-Id': 'abc' } });
     expect(del.status).toBe(204);
+  });
+
+  it('answers before reading the body as 2026-07-28 asks: no id, the JSON-RPC code that fits, -32022 for an unknown revision in the header', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}` };
+    const ping = { jsonrpc: '2.0', id: 7, method: 'ping' };
+    const origin = await post(serverA.id, ping, { ...auth, Origin: 'https://evil.example' });
+    expect(origin.status).toBe(403);
+    const refused = await origin.json();
+    expect(refused).toEqual({
+      jsonrpc: '2.0',
+      error: { code: -32600, message: 'Forbidden: Origin https://evil.example is not allowed', data: { request_id: origin.headers.get('x-request-id') } },
+    });
+    const get = await fetch(endpoint(serverA.id), { headers: { ...auth, Accept: 'text/event-stream' } });
+    expect(get.status).toBe(405);
+    const notAllowed = (await get.json()) as { error: { code: number } };
+    expect(notAllowed).not.toHaveProperty('id');
+    expect(notAllowed.error.code).toBe(-32600);
+    const malformed = await post(serverA.id, ping, { ...auth, 'MCP-Protocol-Version': 'x'.repeat(65) });
+    expect(malformed.status).toBe(400);
+    const mismatch = (await malformed.json()) as { error: { code: number } };
+    expect(mismatch).not.toHaveProperty('id');
+    expect(mismatch.error.code).toBe(-32020);
+    // Named in the header only (no 2026-07-28 _meta), as when _meta names it: the revisions it speaks and the one asked for.
+    const unknown = await post(serverA.id, ping, { ...auth, 'MCP-Protocol-Version': '2024-01-01' });
+    expect(unknown.status).toBe(400);
+    expect(await unknown.json()).toEqual({
+      jsonrpc: '2.0',
+      id: 7,
+      error: {
+        code: -32022,
+        message: 'Unsupported protocol version',
+        data: { supported: ['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26'], requested: '2024-01-01', request_id: unknown.headers.get('x-request-id') },
+      },
+    });
+    const unknownNote = await post(serverA.id, { jsonrpc: '2.0', method: 'notifications/initialized' }, { ...auth, 'MCP-Protocol-Version': '2024-01-01' });
+    expect(unknownNote.status).toBe(400);
+    const noteRefused = (await unknownNote.json()) as { error: unknown };
+    expect(noteRefused).not.toHaveProperty('id');
+    expect(noteRefused.error).toMatchObject({ code: -32022, data: { requested: '2024-01-01' } });
   });
 
   it('stops a call in flight on notifications/cancelled naming its request id', async () => {
