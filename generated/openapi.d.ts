@@ -2507,9 +2507,9 @@ export interface paths {
          *     OAuth `authorize_url`, `scopes` or `pkce`) keep them; a connection whose credentials
          *     then stop working turns `needs_reauth` on its next use.
          *
-         *     Needs `connector:manage`. Records the audit action `connector.updated` with the
-         *     names of the changed members (never the client secret) and emits
-         *     `connector.updated`.
+         *     Needs `connector:manage`. Records the audit action `connector.updated` with each
+         *     changed member as `{from, to}` (`tools` by digest, `version` too; a changed client
+         *     secret only as `{"changed": true}`) and emits `connector.updated`.
          *
          *     Errors: 400 `validation_failed`, `outbound_url_not_allowed`,
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -3096,7 +3096,9 @@ export interface paths {
          * @description Asks the upstream MCP server, with the connection's credentials, which tools it offers
          *     (MCP `tools/list`, every upstream page), and answers them by name, a page at a time.
          *     This is the upstream's own list, not filtered by restrictions: restrictions apply where
-         *     tools are offered and called, on MCP servers. Only the connection's owner may do it,
+         *     tools are offered and called, on MCP servers. Tools the upstream offers only as tasks
+         *     (`execution.taskSupport: "required"`) are left out: this server does not call tools as
+         *     tasks, so no call to them could succeed. Only the connection's owner may do it,
          *     since it acts with their credentials. An expired OAuth access token is refreshed first.
          *
          *     The list is kept for a few minutes and answered from there; when the upstream is down,
@@ -3318,7 +3320,8 @@ export interface paths {
          * @description Changes the members sent; `entries`, when sent, replace the existing ones wholesale.
          *     User toolboxes already made from the template are not changed. Needs `template:manage`
          *     (any template of the organization, whoever owns it). Records the audit action
-         *     `template.updated` with the names of the changed members; emits no event.
+         *     `template.updated` with each changed member as `{from, to}` (`entries` by digest);
+         *     emits no event.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference` (as for create),
          *     `organization_header_required`; 401
@@ -3571,8 +3574,8 @@ export interface paths {
          *     tools they had or fewer, but cannot add another one or widen one's tools (400
          *     `unknown_reference` at `/entries/{i}/tools`). The change reaches every dynamic user
          *     toolbox made from this toolbox, and so the `tools/list` of their MCP servers, at once.
-         *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with the names of
-         *     the changed members and, for `entries`, the entries added and removed. Emits no event.
+         *     Needs `toolbox:manage`. Records the audit action `toolbox.updated` with each changed
+         *     member as `{from, to}` (`entries` by digest). Emits no event.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference` (an entry naming a connection
          *     or synthetic tool the caller cannot use, as on create),
@@ -3797,8 +3800,9 @@ export interface paths {
          *     is kept unless sent and must still refer only to existing steps. The same checks as on
          *     create apply. MCP clients see the new name, description and schemas on their next
          *     `tools/list`; runs already under way finish with the old definition. Needs
-         *     `synthetic_tool:manage`. Records the audit action `synthetic_tool.updated` with the
-         *     names of the changed members. Emits no event.
+         *     `synthetic_tool:manage`. Records the audit action `synthetic_tool.updated` with each
+         *     changed member as `{from, to}` (`input_schema`, `output_schema`, `steps` and `output`
+         *     by digest). Emits no event.
          *
          *     Errors: 400 `validation_failed`, `unknown_reference` (as on create),
          *     `organization_header_required`; 401
@@ -3933,14 +3937,16 @@ export interface paths {
          *     `2025-03-26` is assumed (as the transport does). `initialize` is answered (with the
          *     revision the client asked for when it is one of these, otherwise 2025-11-25) but opens
          *     no session: the response carries no `Mcp-Session-Id`, and a request does not need to
-         *     follow an `initialize`. Any other header value is answered with 400: -32022 as above
-         *     when the body carries 2026-07-28 `_meta`, otherwise -32000 naming the supported
-         *     revisions. A request whose `_meta` names a revision other than the header's gets 400
+         *     follow an `initialize`. Any other header value is answered with 400 and -32022 as
+         *     above, `data` naming the supported revisions and the one requested, whether or not the
+         *     body carries 2026-07-28 `_meta` (a value that is not a header value of its form: 400
+         *     and -32020, with no `id`). A request whose `_meta` names a revision other than the header's gets 400
          *     with -32020, as in 2026-07-28. `server/discover` is served in these revisions too, in its 2026-07-28 shape.
          *
          *     **Methods.** `server/discover`, `initialize`, `ping` (the last two in the handshake
          *     revisions), `tools/list` (the user toolbox's tools, minus those a
-         *     restriction denies to the owner), `tools/call` (forwards to the upstream MCP server
+         *     restriction denies to the owner and the upstream tools that must be called as tasks,
+         *     `execution.taskSupport: "required"`, which this server does not do), `tools/call` (forwards to the upstream MCP server
          *     through the connection's own credentials, never the client's token, or runs a synthetic
          *     tool), and the notifications `notifications/initialized` and `notifications/cancelled`.
          *     Upstream tools are listed and called only while the owner holds `connection:use` (calling
@@ -3966,15 +3972,16 @@ export interface paths {
          *     audit entry (`x-audit: null`), and no event is emitted. `last_used_at` of the server is
          *     updated at most once a minute.
          *
-         *     Errors (JSON-RPC error objects unless said): 400 -32700, -32600, -32000 (unsupported
-         *     protocol version, or a path that is not an MCP server id), and in 2026-07-28 -32022
-         *     (unsupported protocol version), -32602 (`_meta` incomplete), -32020 (headers differ
-         *     from the body); 401 bearer `invalid_request` or `invalid_token` (a token of another
-         *     MCP server is `invalid_token` here: its challenge names this server's metadata); 403 bearer
-         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server), or -32601
-         *     in 2026-07-28 (no such method); 406, 413, 415 -32000; 429 -32000 with `Retry-After`;
-         *     503 -32000 with `Retry-After` (the server is shutting down or cannot reach its database:
-         *     retry, on another replica if there is one).
+         *     Errors (JSON-RPC error objects unless said; those given before the body is read carry
+         *     no `id`): 400 -32700, -32600 (also a path that is not an MCP server id), -32022
+         *     (unsupported protocol version, in the header or in `_meta`), -32020 (a malformed
+         *     `MCP-Protocol-Version`, and in 2026-07-28 headers that differ from the body), and in
+         *     2026-07-28 -32602 (`_meta` incomplete); 401 bearer `invalid_request` or `invalid_token`
+         *     (a token of another MCP server is `invalid_token` here: its challenge names this
+         *     server's metadata); 403 bearer `insufficient_scope`, or -32600 (`Origin`); 404 -32000
+         *     (no such MCP server), or -32601 in 2026-07-28 (no such method); 406 -32000; 413, 415
+         *     -32600; 429 -32600 with `Retry-After`; 503 -32603 with `Retry-After` (the server is
+         *     shutting down or cannot reach its database: retry, on another replica if there is one).
          */
         post: operations["postMcpMessage"];
         /**
@@ -3986,11 +3993,12 @@ export interface paths {
          *     (bearer token, `Origin`, the MCP server must exist). Changes nothing: records no audit
          *     entry (`x-audit: null`) and emits no event.
          *
-         *     Errors (JSON-RPC error objects unless said): 400 -32000 (unsupported
-         *     `MCP-Protocol-Version`); 401 bearer `invalid_request` or `invalid_token` (also a token
-         *     of another MCP server); 403 bearer
-         *     `insufficient_scope`, or -32000 (`Origin`); 404 -32000 (no such MCP server); 429 -32000
-         *     with `Retry-After`; 503 -32000 with `Retry-After` (shutting down, or no database).
+         *     Errors (JSON-RPC error objects unless said; those given before the request is read carry
+         *     no `id`): 400 -32020 (a malformed `MCP-Protocol-Version`) or -32600 (a path that is not
+         *     an MCP server id); 401 bearer `invalid_request` or `invalid_token` (also a token of
+         *     another MCP server); 403 bearer `insufficient_scope`, or -32600 (`Origin`); 404 -32000
+         *     (no such MCP server); 429 -32600 with `Retry-After`; 503 -32603 with `Retry-After`
+         *     (shutting down, or no database).
          */
         delete: operations["deleteMcpSession"];
         options?: never;
@@ -4133,7 +4141,7 @@ export interface paths {
          *     user toolbox serve the new tools from their next request. A dynamic id is refused with
          *     400 `dynamic_toolbox_immutable`: it is computed (change the toolbox, its shares or your
          *     connections instead). Needs `mcp_server:manage`. Records the audit action
-         *     `user_toolbox.updated` with the names of the changed members. Emits no event.
+         *     `user_toolbox.updated` with each changed member as `{from, to}`. Emits no event.
          *
          *     Errors: 400 `validation_failed` (also the binding problems listed on create),
          *     `unknown_reference` (a connection that does not exist in this organization),
@@ -4253,7 +4261,7 @@ export interface paths {
          * @description Renames the MCP server or changes its expiry (`null` removes it). Moving `expires_at`
          *     into the future makes an `expired` server `active` again with the same token. The token
          *     and URL do not change. Needs `mcp_server:manage`. Records the audit action
-         *     `mcp_server.updated`. Emits no event.
+         *     `mcp_server.updated` with each changed member as `{from, to}`. Emits no event.
          *
          *     Errors: 400 `validation_failed` (also an `expires_at` in the past),
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
@@ -4610,8 +4618,10 @@ export interface paths {
          *     `/oauth/authorize` and `/oauth/token`; the authorization server is `{base_url}`. The MCP
          *     endpoint answers a request without a valid token with 401 and
          *     `WWW-Authenticate: Bearer resource_metadata="{base_url}/.well-known/oauth-protected-resource/mcp/{mcpId}", scope="mcp"`,
-         *     which is how clients find this document. It names the server but reveals nothing
-         *     else about it or its owner. Public: needs no credential. Served with
+         *     which is how clients find this document. Anyone who has the id can read it, from any
+         *     origin, so it reveals nothing about the server or its owner: `resource_name` is the
+         *     service's name, the same for every MCP server, never the server's own. Public: needs
+         *     no credential. Served with
          *     `Access-Control-Allow-Origin: *` and cacheable for an hour. Not org-scoped. Changes
          *     nothing.
          *
@@ -9187,7 +9197,9 @@ export interface components {
             target: components["schemas"]["AuditTarget"] | null;
             /**
              * @description A summary of what changed. For an update, each changed member as `{"from": …, "to": …}`;
-             *     for a creation or deletion, the notable members of the resource; for an action, its
+             *     a large member (a tool list, a schema, a toolbox's entries) shows in `from` and `to`
+             *     as the digest of its value, `"sha256:…"` (the same value, the same digest), or null.
+             *     For a creation or deletion, the notable members of the resource; for an action, its
              *     inputs and outcome. Secrets never appear: a changed secret shows as
              *     `{"changed": true}`.
              * @example {
@@ -11116,8 +11128,9 @@ export interface components {
          * @description The revision a request speaks, as the client sends it in `MCP-Protocol-Version`: one of
          *     `McpProtocolVersion`. Any other value is read by the server (not refused by the schema) so
          *     that it can answer as the revision asks: a request carrying 2026-07-28 `_meta` gets 400
-         *     with `UnsupportedProtocolVersionError` (-32022, the supported revisions in `data`), any
-         *     other 400 with -32000.
+         *     with `UnsupportedProtocolVersionError` (-32022, `data` naming the supported revisions and
+         *     the one requested), whether or not the body carries 2026-07-28 `_meta`; a value that is
+         *     not a header value of this form gets 400 with `HeaderMismatchError` (-32020).
          * @example 2026-07-28
          */
         McpProtocolVersionHeader: string;
@@ -11370,9 +11383,11 @@ export interface components {
         };
         /**
          * @description The JSON-RPC error codes this server sends. The first five are JSON-RPC 2.0's own; -32000
-         *     is the transport's in the handshake revisions (as the MCP SDKs use it); -32020 and -32022
-         *     are the 2026-07-28 revision's own (`HeaderMismatchError`,
-         *     `UnsupportedProtocolVersionError`). The server keeps no sessions, so it never sends -32001
+         *     is the transport's in the handshake revisions (as the MCP SDKs use it), now only for an
+         *     unknown MCP server (404) and an unacceptable `Accept` (406); -32020 and -32022 are the
+         *     2026-07-28 revision's own (`HeaderMismatchError`, `UnsupportedProtocolVersionError`). The
+         *     answers given before the body is read follow that revision, which reserves -32000 to
+         *     -32019 for older implementations: the JSON-RPC 2.0 code that fits, and no `id`. The server keeps no sessions, so it never sends -32001
          *     (Session not found), and it needs no client capability, so it never sends -32021
          *     (`MissingRequiredClientCapabilityError`).
          * @enum {integer}
@@ -11389,7 +11404,7 @@ export interface components {
             code: components["schemas"]["JsonRpcErrorCode"];
             /**
              * @description A short description of the error, for people.
-             * @example Bad Request: Unsupported protocol version 2024-11-05 (supported: 2025-11-25, 2025-06-18, 2025-03-26)
+             * @example Method not found: resources/list
              */
             message: string;
             /**
@@ -11402,14 +11417,15 @@ export interface components {
             [key: string]: unknown;
         };
         /**
-         * @description A JSON-RPC 2.0 error response. `id` is the failed request's id, or null when the request
-         *     could not be read or the error is the transport's (no request to answer).
+         * @description A JSON-RPC 2.0 error response. `id` is the failed request's id; it is left out when no
+         *     request id was read (the 2026-07-28 revision's rule: a refusal before the body is read, a
+         *     body that is not one request), and null in the answers the handshake revisions' transport
+         *     gives after the body is read (an unknown MCP server, an unacceptable `Accept`, a batch).
          * @example {
          *       "jsonrpc": "2.0",
-         *       "id": null,
          *       "error": {
-         *         "code": -32000,
-         *         "message": "Bad Request: Unsupported protocol version 2024-11-05 (supported: 2025-11-25, 2025-06-18, 2025-03-26)",
+         *         "code": -32600,
+         *         "message": "Forbidden: Origin https://evil.example is not allowed",
          *         "data": {
          *           "request_id": "req_01jg3b7f0k2q8yq9w6r1c4d5e6"
          *         }
@@ -11422,8 +11438,8 @@ export interface components {
              * @enum {string}
              */
             jsonrpc: "2.0";
-            /** @description The request's id, or null. */
-            id: components["schemas"]["JsonRpcId"] | null;
+            /** @description The request's id, or null; absent when no request id was read. */
+            id?: components["schemas"]["JsonRpcId"] | null;
             error: components["schemas"]["JsonRpcError"];
         } & {
             [key: string]: unknown;
@@ -11772,9 +11788,10 @@ export interface components {
         };
         /**
          * @description `UnsupportedProtocolVersionError` (2026-07-28): the request names a revision this server
-         *     does not speak, in its `_meta` or its `MCP-Protocol-Version` header. Answered with HTTP
-         *     400 and the request's `id`, so that a client that speaks both eras knows it reached a
-         *     2026-07-28 server and retries with a revision from `data.supported`.
+         *     does not speak, in its `_meta` or its `MCP-Protocol-Version` header (in any revision).
+         *     Answered with HTTP 400 and the request's `id` (none when the body is not one request), so
+         *     that a client that speaks both eras knows it reached a 2026-07-28 server and retries with
+         *     a revision from `data.supported`.
          * @example {
          *       "jsonrpc": "2.0",
          *       "id": 1,
@@ -12914,7 +12931,7 @@ export interface components {
          *       "bearer_methods_supported": [
          *         "header"
          *       ],
-         *       "resource_name": "Ada's GitHub tools",
+         *       "resource_name": "MCP control plane",
          *       "resource_documentation": "https://api.mcpcp.example/schema/openapi.json"
          *     }
          */
@@ -12943,8 +12960,9 @@ export interface components {
             /** @description Access tokens go in the `Authorization` header only. */
             bearer_methods_supported: "header"[];
             /**
-             * @description A name for people, shown by clients (the MCP server's name).
-             * @example Ada's GitHub tools
+             * @description A name for people, shown by clients: the service's name, the same in every document.
+             *     The document of one MCP server is public, so it never carries that server's name.
+             * @example MCP control plane
              */
             resource_name: string;
             /**
@@ -16183,13 +16201,16 @@ export interface components {
             content?: never;
         };
         /**
-         * @description The transport refused the request: a body that is not JSON (-32700) or not JSON-RPC
-         *     (-32600), or, without 2026-07-28 `_meta`, an unsupported `MCP-Protocol-Version` (-32000),
-         *     all with `id` null. In the 2026-07-28 revision, with the request's `id`: a revision this
-         *     server does not speak (`UnsupportedProtocolVersionError`, -32022, listing the supported
-         *     ones); `_meta` without the protocol version or the client capabilities (-32602);
-         *     `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` missing or not matching the body
-         *     (`HeaderMismatchError`, -32020). A missing or unknown `Mcp-Session-Id` is never a reason:
+         * @description The transport refused the request before reading it, with no `id`: a body that is not JSON
+         *     (-32700) or not JSON-RPC (-32600), a path that is not an MCP server id (-32600), an
+         *     `MCP-Protocol-Version` that is not a header value of its form (`HeaderMismatchError`,
+         *     -32020). With the request's `id` (none when the body is not one request): a revision
+         *     this server does not speak, named in `MCP-Protocol-Version` or in `_meta`
+         *     (`UnsupportedProtocolVersionError`, -32022, `data` naming the supported revisions and the
+         *     one requested), in every revision; in the 2026-07-28 revision, `_meta` without the
+         *     protocol version or the client capabilities (-32602), and `MCP-Protocol-Version`,
+         *     `Mcp-Method` or `Mcp-Name` missing or not matching the body (`HeaderMismatchError`,
+         *     -32020). A batch outside 2025-03-26 is -32600 with `id` null. A missing or unknown `Mcp-Session-Id` is never a reason:
          *     the server keeps no sessions.
          */
         McpBadRequest: {
@@ -16218,7 +16239,8 @@ export interface components {
         /**
          * @description An OAuth access token without the `mcp` scope (bearer error `insufficient_scope`, with
          *     `WWW-Authenticate: Bearer error="insufficient_scope", scope="mcp", resource_metadata=…`),
-         *     or a browser `Origin` that is not allowed (JSON-RPC error -32000).
+         *     or a browser `Origin` that is not allowed (JSON-RPC error -32600, with no `id`: refused
+         *     before the body is read).
          */
         McpForbidden: {
             headers: {
@@ -16247,7 +16269,8 @@ export interface components {
         };
         /**
          * @description Too many requests for this credential (the MCP server token, or the OAuth client and user)
-         *     (JSON-RPC error -32000). Per-tool limits are tool errors inside `tools/call` instead.
+         *     (JSON-RPC error -32600, with no `id`: refused before the body is read). Per-tool limits
+         *     are tool errors inside `tools/call` instead.
          */
         McpTooManyRequests: {
             headers: {
@@ -16260,8 +16283,8 @@ export interface components {
             };
         };
         /**
-         * @description The server is shutting down, or cannot reach its database (JSON-RPC error -32000): retry
-         *     after `Retry-After` seconds, on another replica if there is one.
+         * @description The server is shutting down, or cannot reach its database (JSON-RPC error -32603, with no
+         *     `id`): retry after `Retry-After` seconds, on another replica if there is one.
          */
         McpServiceUnavailable: {
             headers: {
@@ -24151,7 +24174,7 @@ export interface operations {
                     "application/json": components["schemas"]["JsonRpcErrorResponse"];
                 };
             };
-            /** @description The body is larger than the endpoint accepts (JSON-RPC error -32000). */
+            /** @description The body is larger than the endpoint accepts (JSON-RPC error -32600, with no `id`). */
             413: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -24161,9 +24184,8 @@ export interface operations {
                     /**
                      * @example {
                      *       "jsonrpc": "2.0",
-                     *       "id": null,
                      *       "error": {
-                     *         "code": -32000,
+                     *         "code": -32600,
                      *         "message": "Payload Too Large: the body exceeds 4194304 bytes"
                      *       }
                      *     }
@@ -24171,7 +24193,7 @@ export interface operations {
                     "application/json": components["schemas"]["JsonRpcErrorResponse"];
                 };
             };
-            /** @description The body is not `application/json` (JSON-RPC error -32000). */
+            /** @description The body is not `application/json` (JSON-RPC error -32600, with no `id`). */
             415: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -24181,9 +24203,8 @@ export interface operations {
                     /**
                      * @example {
                      *       "jsonrpc": "2.0",
-                     *       "id": null,
                      *       "error": {
-                     *         "code": -32000,
+                     *         "code": -32600,
                      *         "message": "Unsupported Media Type: Content-Type must be application/json"
                      *       }
                      *     }
@@ -25440,7 +25461,7 @@ export interface operations {
                      *       "bearer_methods_supported": [
                      *         "header"
                      *       ],
-                     *       "resource_name": "Ada's GitHub tools",
+                     *       "resource_name": "MCP control plane",
                      *       "resource_documentation": "https://api.mcpcp.example/schema/openapi.json"
                      *     }
                      */

@@ -10,7 +10,8 @@ export const reference = sql`text collate "C"`;
 
 /**
  * Keeps `updated_at` in one place: the trigger (function touch_updated_at, created by
- * 2026_11_24_210000_spec_columns_and_touched_updates) sets it to now() whenever an update
+ * 2026_11_24_210000_spec_columns_and_touched_updates and made to work without arguments by
+ * 2026_11_27_105018_touch_updated_at_without_arguments) sets it to now() whenever an update
  * changes the row, unless the update set it itself. `ignoring` names columns whose change is
  * bookkeeping, not an edit (a token's last use, a test delivery's outcome).
  */

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Transaction } from 'kysely';
 import type { Caller, OrgAccess } from '../identity/credentials';
@@ -56,18 +57,47 @@ export interface AuditDetails {
 /** A secret that changed, as an audit entry shows it (AuditEvent.changes): never its value. */
 export const SECRET_CHANGED = { changed: true } as const;
 
+/** What an update's audit entry compares and how it shows members (changedMembers). */
+export interface ChangedMembersOptions {
+  /** Members shown as `{changed: true}` only, never their value. */
+  secrets?: readonly string[];
+  /**
+   * Large members (tool lists, schemas, steps, entries) shown by a digest of their value
+   * (`sha256:…`, null stays null), so that an entry stays small and still tells whether
+   * two versions were the same.
+   */
+  digests?: readonly string[];
+}
+
+/** JSON with object members in a fixed order: the same value reads the same however it was built (JSONB reorders keys). */
+function canonicalJson(value: unknown): string {
+  return JSON.stringify(value ?? null, (_key, v: unknown) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
+}
+
+/** How a large member's value shows in an audit entry: a digest of it, or null. */
+export function auditDigest(value: unknown): string | null {
+  return value === null || value === undefined ? null : `sha256:${createHash('sha256').update(canonicalJson(value)).digest('hex')}`;
+}
+
 /**
  * An update's audit `changes` as AuditEvent.changes defines them: each member of `after`
  * whose value differs from `before`, as `{from, to}` (compared by value: arrays and objects
- * alike); members named in `secrets` as `{changed: true}` only.
+ * alike, whatever the order of their keys); secrets as `{changed: true}` only, large members
+ * by digest. Every update of every area records its changes through this one function.
  */
-export function changedMembers(before: Record<string, unknown>, after: Record<string, unknown>, secrets: readonly string[] = []): Record<string, unknown> {
+export function changedMembers(before: Record<string, unknown>, after: Record<string, unknown>, options: ChangedMembersOptions = {}): Record<string, unknown> {
   const changes: Record<string, unknown> = {};
   for (const [name, to] of Object.entries(after)) {
     if (to === undefined) continue;
     const from = before[name];
-    if (JSON.stringify(from ?? null) === JSON.stringify(to ?? null)) continue;
-    changes[name] = secrets.includes(name) ? SECRET_CHANGED : { from: from ?? null, to };
+    if (canonicalJson(from) === canonicalJson(to)) continue;
+    if (options.secrets?.includes(name)) changes[name] = SECRET_CHANGED;
+    else if (options.digests?.includes(name)) changes[name] = { from: auditDigest(from), to: auditDigest(to) };
+    else changes[name] = { from: from ?? null, to };
   }
   return changes;
 }

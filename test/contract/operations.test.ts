@@ -268,7 +268,7 @@ describe('error codes in descriptions', () => {
 describe('response objects', () => {
   // Protocol shapes (WebAuthn, MCP JSON-RPC, OAuth, SCIM) keep their standards' optional
   // members; synthetic-tool mapping values are the same objects a client sends.
-  const PROTOCOL_SHAPES = /^(WebAuthn|Mcp|ScimV2|SyntheticToolInputRef$|SyntheticToolStepRef$)/;
+  const PROTOCOL_SHAPES = /^(WebAuthn|Mcp|JsonRpc|ScimV2|SyntheticToolInputRef$|SyntheticToolStepRef$)/;
   const schemas = spec.components.schemas as Record<string, any>;
 
   it('carry every member their schema lists (`required` names all properties; empty ones are null)', () => {

@@ -65,3 +65,50 @@ describe('on a notification destination', () => {
     expect((await read(id)).updated_at).toEqual(explicit);
   });
 });
+
+// Tables no API operation edits (people change their own name through sign-in providers, the
+// operator writes settings, billing follows the payment provider): changed here directly. Their
+// triggers name no bookkeeping columns, so updated_at did not move before the function took a
+// missing argument list as empty; the tables an operation edits are covered through the API in
+// test/integration/updated-at.test.ts.
+describe.each([
+  {
+    table: 'users',
+    make: async () => ({ id: await factories.user() }),
+    change: (id: string) => sql`update users set name = 'Renamed' where id = ${id}`,
+  },
+  {
+    table: 'settings',
+    make: async () => {
+      const key = `test.${newId('team')}`;
+      await sql`insert into settings (key, value) values (${key}, '1'::jsonb)`.execute(database.db);
+      return { key };
+    },
+    change: (key: string) => sql`update settings set value = '2'::jsonb where key = ${key}`,
+  },
+  {
+    table: 'organization_billing',
+    make: async () => {
+      const { orgId } = await factories.org();
+      await sql`insert into organization_billing (org_id, customer_id) values (${orgId}, ${`cus_${orgId}`})`.execute(database.db);
+      return { org_id: orgId };
+    },
+    change: (orgId: string) => sql`update organization_billing set status = 'active' where org_id = ${orgId}`,
+  },
+])('on $table', ({ table, make, change }) => {
+  it('moves when a column changes', async () => {
+    const where = await make();
+    const [column, value] = Object.entries(where)[0]!;
+    const read = async () =>
+      (
+        await sql<{
+          at: string;
+        }>`select (extract(epoch from updated_at) * 1000000)::bigint::text as at from ${sql.table(table)} where ${sql.ref(column)} = ${value}`.execute(
+          database.db,
+        )
+      ).rows[0]!.at;
+    const before = BigInt(await read());
+    await change(value).execute(database.db);
+    expect(BigInt(await read()) > before).toBe(true);
+  });
+});

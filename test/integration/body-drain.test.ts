@@ -80,5 +80,6 @@ it('lets a client that sent 12 MiB to POST /user-toolbox read the 413 Error obje
 it('lets a client that sent 12 MiB to POST /mcp/{mcpId} read the 413 JSON-RPC error', async () => {
   const res = await postLarge(mcpPath, mcpHeaders);
   expect(res.status).toBe(413);
-  expect(res.body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+  expect(res.body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+  expect(res.body).not.toHaveProperty('id');
 });

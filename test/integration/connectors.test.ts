@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { components } from '../../generated/openapi';
+import { auditDigest } from '../../src/http/context';
 import type { HookMap } from '../../src/http/hooks';
 import { MODULES } from '../../src/modules';
 import { serviceRegistry } from '../../src/modules';
@@ -355,10 +356,29 @@ describe('updateConnector', () => {
     expect(events.map((e) => e.data.changed)).toEqual([['name', 'description'], ['tools']]);
     const audit = await t.factories.auditEntries(orgId, 'connector.updated');
     expect(audit.map((a) => a.changes)).toEqual([
-      { changed: ['name', 'description'], version: 2 },
-      { changed: [], version: 2 },
-      { changed: ['tools'], version: 3 },
+      { name: { from: 'Acme CRM', to: 'Renamed' }, description: { from: c.description, to: null }, version: { from: 1, to: 2 } },
+      {},
+      { tools: { from: auditDigest((versions[1]?.content as any).tools), to: auditDigest([]) }, version: { from: 2, to: 3 } },
     ]);
+  });
+
+  it('records an update in the audit log as {from, to} per changed member, the client secret only as changed', async () => {
+    const { client, orgId } = await newOrg();
+    const c = await created(client, oauthBody());
+    const auth = { type: 'oauth2' as const, authorize_url: 'https://auth.oauth.example/authorize', token_url: 'https://auth.oauth.example/token' };
+    const res = await client.op('updateConnector', {
+      params: { slug: c.slug },
+      body: { transport: 'sse', auth: { ...auth, client_id: 'client-2', client_secret: 'new-secret-456' } },
+    });
+    expect(res.status).toBe(200);
+    const [entry] = (await t.factories.auditEntries(orgId, 'connector.updated')).map((a) => a.changes);
+    expect(entry).toEqual({
+      transport: { from: 'streamable_http', to: 'sse' },
+      auth: { from: expect.objectContaining({ client_id: 'client-1', scopes: ['read'] }), to: expect.objectContaining({ client_id: 'client-2', scopes: [] }) },
+      client_secret: { changed: true },
+      version: { from: 1, to: 2 },
+    });
+    expect(JSON.stringify(entry)).not.toContain('new-secret-456');
   });
 
   it('keeps the client secret only for the same OAuth client at the same provider', async () => {

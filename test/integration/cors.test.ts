@@ -39,7 +39,7 @@ describe('a preflight', () => {
     const res = await t.call('OPTIONS', mcpPath, undefined, preflight(FOREIGN));
     expect(res.status).toBe(403);
     expect(res.headers.get('access-control-allow-origin')).toBeNull();
-    expect(res.body).toMatchObject({ jsonrpc: '2.0', error: { code: -32000 } });
+    expect(res.body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
   });
 
   it('of a discovery document is answered 204 for any origin', async () => {

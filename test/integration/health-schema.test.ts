@@ -229,7 +229,7 @@ describe('while the server shuts down', () => {
     expect(health.body).toMatchObject({ code: 'service_unavailable' });
   });
 
-  it('answers the MCP endpoint in its own format: a JSON-RPC error -32000', async () => {
+  it('answers the MCP endpoint in its own format: a JSON-RPC error -32603 with no id', async () => {
     draining.drain();
     const res = await draining.call(
       'POST',
@@ -243,8 +243,8 @@ describe('while the server shuts down', () => {
     expect(res.headers.get('retry-after')).toBe('5');
     expect(res.body).toMatchObject({
       jsonrpc: '2.0',
-      id: null,
-      error: { code: -32000, message: 'Service Unavailable: The server is shutting down; retry shortly.' },
+      error: { code: -32603, message: 'Service Unavailable: The server is shutting down; retry shortly.' },
     });
+    expect(res.body).not.toHaveProperty('id');
   });
 });

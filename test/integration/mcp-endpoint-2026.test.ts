@@ -292,10 +292,10 @@ describe('revision 2026-07-28, raw JSON-RPC', () => {
     const old = await rpc(serverA, 21, 'server/discover', { _meta: { 'io.modelcontextprotocol/protocolVersion': '1900-01-01' } });
     expect(old.status).toBe(400);
     expect(old.body).toMatchObject({ id: 21, error: { code: -32022, data: { supported: SUPPORTED, requested: '1900-01-01' } } });
-    // Without 2026-07-28 _meta an unknown header is refused as the handshake transport does.
+    // Without 2026-07-28 _meta an unknown header is refused alike, naming what it asked for.
     const legacy = await send(serverA, { jsonrpc: '2.0', id: 22, method: 'ping' }, { 'MCP-Protocol-Version': '2024-01-01' });
     expect(legacy.status).toBe(400);
-    expect(legacy.body).toMatchObject({ id: null, error: { code: -32000 } });
+    expect(legacy.body).toMatchObject({ id: 22, error: { code: -32022, data: { supported: SUPPORTED, requested: '2024-01-01' } } });
   });
 
   it('refuses a request without the _meta every 2026-07-28 request carries (400, -32602)', async () => {

@@ -39,11 +39,9 @@ it('refuses a foreign Origin before it looks at the token: 403, not 401', async 
     const res = await post(server.id, ping(1), headers);
     expect(res.status).toBe(403);
     expect(res.headers.get('www-authenticate')).toBeNull();
-    expect(await res.json()).toMatchObject({
-      jsonrpc: '2.0',
-      id: null,
-      error: { code: -32000, message: 'Forbidden: Origin https://evil.example is not allowed' },
-    });
+    const body = (await res.json()) as object;
+    expect(body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600, message: 'Forbidden: Origin https://evil.example is not allowed' } });
+    expect(body).not.toHaveProperty('id');
   }
   const del = await fetch(endpoint(server.id), { method: 'DELETE', headers: evil });
   expect(del.status).toBe(403);
@@ -72,7 +70,8 @@ it('limits each MCP server’s requests: 429 with Retry-After as a JSON-RPC erro
   expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
   expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
   const body = (await res.json()) as { error: { message: string } };
-  expect(body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+  expect(body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+  expect(body).not.toHaveProperty('id');
   expect(body.error.message).toMatch(/^Too Many Requests/);
   const fine = await post(other.id, ping(99), { Authorization: `Bearer ${other.token}` });
   expect(fine.status).toBe(200);
@@ -102,12 +101,12 @@ it('refuses an oversized body with 413 as a JSON-RPC error, announced or chunked
   const text = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x__y', arguments: { blob: 'a'.repeat(limit + 10) } } });
   const announced = await post(server.id, text, { Authorization: `Bearer ${server.token}` });
   expect(announced.status).toBe(413);
-  expect(await announced.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000, message: expect.stringMatching(/^Payload Too Large/) } });
+  expect(await announced.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32600, message: expect.stringMatching(/^Payload Too Large/) } });
   const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${server.token}` };
   const bytes = Buffer.from(text);
   const chunked = await rawPost(`/mcp/${server.id}`, headers, [bytes.subarray(0, 65_536), bytes.subarray(65_536)]);
   expect(chunked.status).toBe(413);
-  expect(JSON.parse(chunked.body)).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+  expect(JSON.parse(chunked.body)).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
   // A body just under the limit is read (and answered as what it is: a tool this server does not list).
   const fits = await post(
     server.id,
@@ -127,7 +126,9 @@ it('refuses a batch past 50 messages at once, however many it holds (no validati
   const started = Date.now();
   const huge = await post(server.id, `[${Array.from({ length: 200_000 }, () => '1').join(',')}]`, headers);
   expect(huge.status).toBe(400);
-  expect(await huge.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } });
+  const refused = (await huge.json()) as object;
+  expect(refused).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+  expect(refused).not.toHaveProperty('id');
   expect(Date.now() - started).toBeLessThan(5_000);
   // 50 is still a batch.
   const fifty = await post(server.id, `[${Array.from({ length: 50 }, (_, i) => ping(i + 1)).join(',')}]`, headers);
@@ -150,7 +151,9 @@ it('answers the methods it does not take with 405 and Allow: POST, DELETE', asyn
         .map((m) => m.trim())
         .sort(),
     ).toEqual(['DELETE', 'POST']);
-    expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+    const body = (await res.json()) as object;
+    expect(body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+    expect(body).not.toHaveProperty('id');
   }
 });
 
@@ -170,6 +173,7 @@ it('limits requests without a credential by address, answered as a JSON-RPC erro
   const res = refused as Response;
   expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
   const body = (await res.json()) as { error: { message: string } };
-  expect(body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+  expect(body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+  expect(body).not.toHaveProperty('id');
   expect(body.error.message).toMatch(/^Too Many Requests/);
 });

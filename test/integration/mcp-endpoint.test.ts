@@ -191,7 +191,7 @@ describe('the MCP SDK client', () => {
       const through = new Map((await client.listTools()).tools.map((tool) => [tool.name, tool]));
       const annotated = straight.filter((tool) => tool.annotations && Object.keys(tool.annotations).some((key) => key.endsWith('Hint')));
       expect(annotated.length).toBeGreaterThan(0);
-      for (const tool of straight) {
+      for (const tool of straight.filter((t) => t.execution?.taskSupport !== 'required')) {
         const listed = through.get(`every__${tool.name}`);
         expect(listed).toBeDefined();
         const hints = Object.fromEntries(Object.entries(tool.annotations ?? {}).filter(([key]) => key.endsWith('Hint')));
@@ -200,6 +200,23 @@ describe('the MCP SDK client', () => {
         expect(listed?.title).toBe(tool.title ?? tool.annotations?.title);
         expect(listed?.inputSchema.properties ?? {}).toEqual(tool.inputSchema.properties ?? {});
       }
+    } finally {
+      await direct.close();
+      await client.close();
+    }
+  });
+
+  it('does not list the upstream tools that must be called as tasks (execution.taskSupport "required"), which every plain call would fail', async () => {
+    const client = await connect(serverA);
+    const direct = new Client({ name: 'direct', version: '1.0.0' });
+    await direct.connect(new StreamableHTTPClientTransport(new URL(everything.peer.url)));
+    try {
+      const straight = (await direct.listTools()).tools;
+      const taskOnly = straight.filter((tool) => tool.execution?.taskSupport === 'required').map((tool) => tool.name);
+      expect(taskOnly.length).toBeGreaterThan(0);
+      const listed = (await client.listTools()).tools.map((tool) => tool.name);
+      for (const name of taskOnly) expect(listed).not.toContain(`every__${name}`);
+      expect(listed.filter((name) => name.startsWith('every__')).length).toBe(straight.length - taskOnly.length);
     } finally {
       await direct.close();
       await client.close();
@@ -467,13 +484,22 @@ describe('the transport, raw', () => {
       authorization_servers: [t.deps.config.baseUrl],
       scopes_supported: ['mcp', 'offline_access'],
       bearer_methods_supported: ['header'],
-      resource_name: 'Alice all',
+      resource_name: 'MCP control plane',
       resource_documentation: `${t.deps.config.baseUrl}/schema/openapi.json`,
     });
     expect((await fetch(`${t.url}/.well-known/oauth-protected-resource/mcp/${newId('mcpServer')}`)).status).toBe(404);
     const root = await fetch(`${t.url}/.well-known/oauth-protected-resource`);
     expect(root.status).toBe(200);
     expect(await root.json()).toMatchObject({ resource: t.deps.config.baseUrl });
+  });
+
+  it('publishes a metadata document that names no MCP server: anyone with the id reads it, from any origin', async () => {
+    const doc = await fetch(`${t.url}/.well-known/oauth-protected-resource/mcp/${serverA.id}`, { headers: { Origin: 'https://anyone.example' } });
+    expect(doc.status).toBe(200);
+    expect(doc.headers.get('access-control-allow-origin')).toBe('*');
+    const text = await doc.text();
+    expect(text).not.toContain('Alice all');
+    expect(JSON.parse(text)).toMatchObject({ resource_name: 'MCP control plane' });
   });
 
   it('answers another server’s token with 401 invalid_token, its challenge naming this server’s metadata', async () => {
@@ -495,14 +521,14 @@ describe('the transport, raw', () => {
     const ping = { jsonrpc: '2.0', id: 1, method: 'ping' };
     const origin = await post(serverA.id, ping, { ...auth, Origin: 'https://evil.example' });
     expect(origin.status).toBe(403);
-    expect(await origin.json()).toMatchObject({ error: { code: -32000, message: 'Forbidden: Origin https://evil.example is not allowed' } });
+    expect(await origin.json()).toMatchObject({ error: { code: -32600, message: 'Forbidden: Origin https://evil.example is not allowed' } });
     expect((await post(serverA.id, ping, { ...auth, Origin: new URL(t.deps.config.baseUrl).origin })).status).toBe(200);
     const accept = await post(serverA.id, ping, { ...auth, Accept: 'application/json' });
     expect(accept.status).toBe(406);
     expect(await accept.json()).toMatchObject({ error: { code: -32000 } });
     const type = await post(serverA.id, 'x', { ...auth, 'Content-Type': 'text/plain' });
     expect(type.status).toBe(415);
-    expect(await type.json()).toMatchObject({ error: { code: -32000 } });
+    expect(await type.json()).toMatchObject({ error: { code: -32600 } });
     const bad = await post(serverA.id, '{"jsonrpc":', auth);
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: { code: -32700 } });
@@ -511,7 +537,7 @@ describe('the transport, raw', () => {
     expect(await notRpc.json()).toMatchObject({ error: { code: -32600 } });
     const version = await post(serverA.id, ping, { ...auth, 'MCP-Protocol-Version': '2024-01-01' });
     expect(version.status).toBe(400);
-    expect(await version.json()).toMatchObject({ error: { code: -32000 } });
+    expect(await version.json()).toMatchObject({ id: 1, error: { code: -32022, data: { requested: '2024-01-01' } } });
     const batch = await post(serverA.id, [ping, { ...ping, id: 2 }], { ...auth, 'MCP-Protocol-Version': '2025-06-18' });
     expect(batch.status).toBe(400);
     const old = await post(serverA.id, [ping, { ...ping, id: 2 }], { ...auth, 'MCP-Protocol-Version': '2025-03-26' });
@@ -526,9 +552,48 @@ describe('the transport, raw', () => {
     const get = await fetch(endpoint(serverA.id), { headers: { ...auth, Accept: 'text/event-stream' } });
     expect(get.status).toBe(405);
     expect(get.headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'POST']);
-    expect(await get.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } });
+    expect(await get.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
     const del = await fetch(endpoint(serverA.id), { method: 'DELETE', headers: { ...auth, 'Mcp-Session-Id': 'abc' } });
     expect(del.status).toBe(204);
+  });
+
+  it('answers before reading the body as 2026-07-28 asks: no id, the JSON-RPC code that fits, -32022 for an unknown revision in the header', async () => {
+    const auth = { Authorization: `Bearer ${serverA.token}` };
+    const ping = { jsonrpc: '2.0', id: 7, method: 'ping' };
+    const origin = await post(serverA.id, ping, { ...auth, Origin: 'https://evil.example' });
+    expect(origin.status).toBe(403);
+    const refused = await origin.json();
+    expect(refused).toEqual({
+      jsonrpc: '2.0',
+      error: { code: -32600, message: 'Forbidden: Origin https://evil.example is not allowed', data: { request_id: origin.headers.get('x-request-id') } },
+    });
+    const get = await fetch(endpoint(serverA.id), { headers: { ...auth, Accept: 'text/event-stream' } });
+    expect(get.status).toBe(405);
+    const notAllowed = (await get.json()) as { error: { code: number } };
+    expect(notAllowed).not.toHaveProperty('id');
+    expect(notAllowed.error.code).toBe(-32600);
+    const malformed = await post(serverA.id, ping, { ...auth, 'MCP-Protocol-Version': 'x'.repeat(65) });
+    expect(malformed.status).toBe(400);
+    const mismatch = (await malformed.json()) as { error: { code: number } };
+    expect(mismatch).not.toHaveProperty('id');
+    expect(mismatch.error.code).toBe(-32020);
+    // Named in the header only (no 2026-07-28 _meta), as when _meta names it: the revisions it speaks and the one asked for.
+    const unknown = await post(serverA.id, ping, { ...auth, 'MCP-Protocol-Version': '2024-01-01' });
+    expect(unknown.status).toBe(400);
+    expect(await unknown.json()).toEqual({
+      jsonrpc: '2.0',
+      id: 7,
+      error: {
+        code: -32022,
+        message: 'Unsupported protocol version',
+        data: { supported: ['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26'], requested: '2024-01-01', request_id: unknown.headers.get('x-request-id') },
+      },
+    });
+    const unknownNote = await post(serverA.id, { jsonrpc: '2.0', method: 'notifications/initialized' }, { ...auth, 'MCP-Protocol-Version': '2024-01-01' });
+    expect(unknownNote.status).toBe(400);
+    const noteRefused = (await unknownNote.json()) as { error: unknown };
+    expect(noteRefused).not.toHaveProperty('id');
+    expect(noteRefused.error).toMatchObject({ code: -32022, data: { requested: '2024-01-01' } });
   });
 
   it('stops a call in flight on notifications/cancelled naming its request id', async () => {

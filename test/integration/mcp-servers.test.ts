@@ -248,6 +248,23 @@ describe('updateMcpServer', () => {
     const audit = await t.factories.auditEntries(org.orgId, 'mcp_server.updated');
     expect(audit.filter((a: { target_id: string | null }) => a.target_id === server.id).length).toBeGreaterThanOrEqual(2);
   });
+
+  it('records an update in the audit log as {from, to} per changed member', async () => {
+    const expiresAt = new Date(Date.now() + 3_600_000).toISOString();
+    const { server } = await mint(alice, aliceBox, { name: 'Audited', expires_at: expiresAt });
+    const later = new Date(Date.now() + 7_200_000).toISOString();
+    expect((await alice.op('updateMcpServer', { params: { id: aliceBox, mcpId: server.id }, body: { name: 'Audited again', expires_at: later } })).status).toBe(
+      200,
+    );
+    expect((await alice.op('updateMcpServer', { params: { id: aliceBox, mcpId: server.id }, body: { name: 'Audited again', expires_at: null } })).status).toBe(
+      200,
+    );
+    const audit = (await t.factories.auditEntries(org.orgId, 'mcp_server.updated')).filter((a) => a.target_id === server.id);
+    expect(audit.map((a) => a.changes)).toEqual([
+      { name: { from: 'Audited', to: 'Audited again' }, expires_at: { from: expiresAt, to: later } },
+      { expires_at: { from: later, to: null } },
+    ]);
+  });
 });
 
 describe('rotateMcpServerToken', () => {

@@ -213,7 +213,8 @@ describe('the built protocol operations', () => {
   it('answer a body the MCP endpoint cannot take with a JSON-RPC error, as before', async () => {
     const res = await t.call('POST', mcpPath, { jsonrpc: '1.0', method: 7 }, mcp);
     expect(res.status).toBe(400);
-    expect(res.body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } });
+    expect(res.body).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+    expect(res.body).not.toHaveProperty('id');
   });
 
   it('leave a JSON-RPC member the MCP endpoint does not know to the client', async () => {

@@ -2,6 +2,7 @@ import type { components } from '../../generated/openapi';
 import { insertConnector } from '../../src/areas/connectors/connectors.repo';
 import { findSyntheticTool, runSyntheticTool } from '../../src/areas/synthetic-tools';
 import { PLANS } from '../../src/access/entitlements';
+import { auditDigest } from '../../src/http/context';
 import { PERMISSIONS } from '../../src/identity/permissions';
 import { shareResource } from '../../src/access/shares';
 import { newId } from '../../src/lib/ids';
@@ -248,7 +249,30 @@ describe('saving', () => {
     const actions = (await t.factories.auditEntries(org.orgId)).filter((e) => e.target_id === tool.id).map((e) => e.action);
     expect(actions).toEqual(expect.arrayContaining(['synthetic_tool.created', 'synthetic_tool.updated', 'synthetic_tool.deleted']));
     const update = (await t.factories.auditEntries(org.orgId, 'synthetic_tool.updated')).find((e) => e.target_id === tool.id);
-    expect(update?.changes).toMatchObject({ changed: ['description', 'name', 'output_schema'] });
+    expect(update?.changes).toEqual({
+      name: { from: 'triage', to: 'triage_v2' },
+      description: { from: 'One step.', to: 'Reworded.' },
+      output_schema: { from: null, to: auditDigest({ type: 'object' }) },
+    });
+  });
+
+  it('records an update in the audit log as {from, to} per changed member, the steps by digest', async () => {
+    const tool = await created(lookupThenUpdate('audited_update'));
+    const steps = [{ id: 'who', tool: { connector_slug: crm, name: 'whoami' } }];
+    const res = await owner.op('updateSyntheticTool', {
+      params: { id: tool.id },
+      body: { name: 'audited_update_v2', steps, output: { $step: 'who', pointer: '/member' } },
+    });
+    expect(res.status).toBe(200);
+    const entries = (await t.factories.auditEntries(org.orgId, 'synthetic_tool.updated')).filter((e) => e.target_id === tool.id);
+    expect(entries.map((e) => e.changes)).toEqual([
+      {
+        name: { from: 'audited_update', to: 'audited_update_v2' },
+        steps: { from: auditDigest(tool.steps), to: auditDigest(res.body.steps) },
+        output: { from: auditDigest(tool.output), to: auditDigest({ $step: 'who', pointer: '/member' }) },
+      },
+    ]);
+    expect(auditDigest(tool.steps)).toMatch(/^sha256:[0-9a-f]{64}$/);
   });
 
   it('names every bad reference by its pointer', async () => {

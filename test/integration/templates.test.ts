@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { components } from '../../generated/openapi';
+import { auditDigest } from '../../src/http/context';
 import { startTestApp, type TestApp } from '../support/app';
 import { expectError, type Who } from '../support/client';
 import type { SeededOrg } from '../support/factories';
@@ -264,7 +265,11 @@ describe('update, transfer, delete', () => {
     const renamed = await t.as(owner).op('updateTemplate', { params: { id: tpl.id }, body: { name: `${tpl.name} (EU)`, description: null } });
     expect(renamed.body).toMatchObject({ name: `${tpl.name} (EU)`, description: null, entries: [{ connector_slug: 'docs-demo', tools: ['get_page'] }] });
     const audit = (await t.factories.auditEntries(org.orgId, 'template.updated')).filter((e) => e.target_id === tpl.id);
-    expect(audit.map((e) => e.changes.changed)).toEqual([['entries'], ['name', 'description']]);
+    expect(audit.map((e) => e.changes)).toEqual([
+      { entries: { from: auditDigest(tpl.entries), to: auditDigest([{ connector_slug: 'docs-demo', tools: ['get_page'] }]) } },
+      { name: { from: tpl.name, to: `${tpl.name} (EU)` }, description: { from: tpl.description, to: null } },
+    ]);
+    expect(tpl.description).not.toBeNull();
     const other = await created(owner);
     expectError(await t.as(owner).op('updateTemplate', { params: { id: other.id }, body: { name: `${tpl.name} (EU)` } }), 409, 'name_taken');
     const unseen = await t.as(carol).op('updateTemplate', { params: { id: tpl.id }, body: { entries: [{ connector_slug: hidden, tools: 'all' }] } });

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { components } from '../../generated/openapi';
 import { toolboxEntries, toolboxesSharedWith } from '../../src/areas/toolboxes';
+import { auditDigest } from '../../src/http/context';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { expectError } from '../support/client';
@@ -425,7 +426,7 @@ describe('who sees which toolbox', () => {
 });
 
 describe('update and delete', () => {
-  it('replaces the entries wholesale, in the new order, recording those added and removed', async () => {
+  it('replaces the entries wholesale, in the new order, recording them as {from, to} by digest', async () => {
     const second = await syntheticTool(org.orgId);
     const box = await created(alice, {
       entries: [
@@ -449,13 +450,15 @@ describe('update and delete', () => {
     ]);
     expect(res.body.name).toBe(box.name);
     const audit = (await t.factories.auditEntries(org.orgId, 'toolbox.updated')).filter((e) => e.target_id === box.id);
-    expect(audit[0]?.changes).toEqual({
-      changed: ['entries'],
-      entries: { added: [{ type: 'synthetic_tool', synthetic_tool_id: second }], removed: [{ type: 'synthetic_tool', synthetic_tool_id: stool }] },
-    });
+    const entry = (e: Schemas['ToolboxEntry']) =>
+      e.type === 'connection' ? { type: e.type, connection_id: e.connection_id, tools: e.tools } : { type: e.type, synthetic_tool_id: e.synthetic_tool_id };
+    expect(audit[0]?.changes).toEqual({ entries: { from: auditDigest(box.entries.map(entry)), to: auditDigest(res.body.entries.map(entry)) } });
     // Leaving entries out keeps them; an empty list empties the toolbox.
     const renamed = await alice.op('updateToolbox', { params: { id: box.id }, body: { name: `${box.name} (EU)`, description: null } });
     expect(renamed.body).toMatchObject({ name: `${box.name} (EU)`, description: null });
+    const audited = (await t.factories.auditEntries(org.orgId, 'toolbox.updated')).filter((e) => e.target_id === box.id);
+    expect(box.description).toBeNull();
+    expect(audited[1]?.changes).toEqual({ name: { from: box.name, to: `${box.name} (EU)` } });
     expect(renamed.body.entries).toHaveLength(2);
     expect((await alice.op('updateToolbox', { params: { id: box.id }, body: { entries: [] } })).body.entries).toEqual([]);
     const other = await created(alice);

@@ -207,7 +207,16 @@ describe('bindings', () => {
     expect(bound.body).toMatchObject({ status: 'ready', incomplete_connector_slugs: [] });
     expect(Date.parse(bound.body.updated_at)).toBeGreaterThanOrEqual(Date.parse(box.updated_at));
     const audit = (await t.factories.auditEntries(org.orgId, 'user_toolbox.updated')).find((e) => e.target_id === box.id);
-    expect(audit?.changes).toMatchObject({ changed: ['bindings'] });
+    const sorted = (list: { connector_slug: string; connection_id: string }[]) => [...list].sort((a, b) => (a.connector_slug < b.connector_slug ? -1 : 1));
+    expect(audit?.changes).toEqual({
+      bindings: {
+        from: [{ connector_slug: crm, connection_id: c }],
+        to: sorted([
+          { connector_slug: crm, connection_id: c },
+          { connector_slug: tracker, connection_id: k },
+        ]),
+      },
+    });
     const rebound = await alice.op('updateUserToolbox', {
       params: { id: box.id },
       body: { bindings: [{ connector_slug: tracker, connection_id: k }], description: 'only the tracker' },

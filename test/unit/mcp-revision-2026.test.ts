@@ -32,7 +32,7 @@ describe('eraOf', () => {
         ),
       ),
     ).toEqual([400, -32022]);
-    expect(code(eraOf(headers('2027-01-01'), { jsonrpc: '2.0', id: 1, method: 'ping' }, 'r'))).toEqual([400, -32000]);
+    expect(code(eraOf(headers('2027-01-01'), { jsonrpc: '2.0', id: 1, method: 'ping' }, 'r'))).toEqual([400, -32022]);
     expect(code(eraOf(headers(undefined, 'tools/list'), request('tools/list'), 'r'))).toEqual([400, -32020]);
     // A handshake header with _meta naming another revision: the header must match _meta.
     expect(code(eraOf(headers('2025-11-25', 'tools/list'), request('tools/list'), 'r'))).toEqual([400, -32020]);

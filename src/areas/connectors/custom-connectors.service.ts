@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { requireFeature, requireWithinLimit } from '../../access/entitlements';
 import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../access/shares';
-import { SECRET_CHANGED, type RequestContext, type WriteScope } from '../../http/context';
+import { changedMembers, SECRET_CHANGED, type RequestContext, type WriteScope } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import type { Page } from '../../http/pagination';
 import { builtIns, catalogVersionContent } from './catalog';
@@ -98,6 +98,12 @@ function changedFields(before: ConnectorContent, after: ConnectorContent): strin
   if (!sameJson(orderedDocumentation(before.documentation).map(docValue), orderedDocumentation(after.documentation).map(docValue)))
     changed.push('documentation');
   return changed;
+}
+
+/** The members an update may change, as its audit entry compares them: the secret only as changed or not, the tool list by digest. */
+function auditedMembers(row: ConnectorRow): Record<string, unknown> {
+  const { name, description, icon_url, mcp_url, transport, auth, tools } = row.content;
+  return { name, description, icon_url, mcp_url, transport, auth, tools, client_secret: row.client_secret_enc, version: row.version };
 }
 
 async function requireRoomForOne(ctx: RequestContext, w: WriteScope): Promise<void> {
@@ -202,7 +208,7 @@ export async function update(ctx: RequestContext, slug: string, body: Update): P
       secretEnc = null;
     }
     const { row: updated, changed } = await writeVersion(ctx, w, row, content, secretEnc);
-    w.audit({ targetId: slug, changes: { changed, version: updated.version } });
+    w.audit({ targetId: slug, changes: changedMembers(auditedMembers(row), auditedMembers(updated), { secrets: ['client_secret'], digests: ['tools'] }) });
     if (changed.length > 0) w.emit('connector.updated', { connector: eventConnector(updated), changed });
     return present(w.db, ctx.orgId, updated);
   });

@@ -168,7 +168,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       if (body.is_active !== undefined) changes.is_active = after.is_active = body.is_active;
       const updated = Object.keys(changes).length > 0 ? await repo.updateDestination(w.db, ctx.orgId, id, changes) : row;
       if (!updated) throw notFound(WHAT, id);
-      w.audit({ targetId: id, changes: changedMembers(before, after, ['webhook_url']) });
+      w.audit({ targetId: id, changes: changedMembers(before, after, { secrets: ['webhook_url'] }) });
       return toDestination(updated);
     }),
   );

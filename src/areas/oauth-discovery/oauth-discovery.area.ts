@@ -7,6 +7,8 @@ import { ApiError, validationError } from '../../http/errors';
  * OpenID configuration and JWKS come with the OAuth server (they answer 501 until then).
  */
 const PUBLIC_HEADERS = { 'Cache-Control': 'public, max-age=3600', 'Access-Control-Allow-Origin': '*' } as const;
+// Both documents are public (CORS `*`): anyone who has an MCP server's id can read its
+// document, so neither names anything of an organization's, only the service.
 const RESOURCE_NAME = 'MCP control plane';
 
 export default defineArea({
@@ -32,7 +34,7 @@ export default defineArea({
       if (!input.valid) throw validationError(input.problems);
       const { params } = input.value;
       const base = ctx.deps.config.baseUrl;
-      const server = await ctx.db.selectFrom('mcp_servers').select(['id', 'name']).where('id', '=', params.mcpId).executeTakeFirst();
+      const server = await ctx.db.selectFrom('mcp_servers').select('id').where('id', '=', params.mcpId).executeTakeFirst();
       if (!server) throw new ApiError('not_found', `No MCP server ${params.mcpId}.`);
       return {
         status: 200,
@@ -42,7 +44,7 @@ export default defineArea({
           authorization_servers: [base],
           scopes_supported: ['mcp', 'offline_access'],
           bearer_methods_supported: ['header'],
-          resource_name: server.name,
+          resource_name: RESOURCE_NAME,
           resource_documentation: `${base}/schema/openapi.json`,
         },
       };

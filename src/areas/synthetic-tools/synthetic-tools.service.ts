@@ -1,5 +1,5 @@
 import { requireFeature, requireWithinLimit } from '../../access/entitlements';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -45,6 +45,13 @@ function normalizeSteps(steps: SyntheticToolStepInput[]): SyntheticToolStep[] {
     arguments: s.arguments ?? {},
     on_error: s.on_error ?? 'fail',
   }));
+}
+
+/** The members an update may change, as its audit entry compares them; the large ones by digest. */
+const LARGE_MEMBERS = ['input_schema', 'output_schema', 'steps', 'output'];
+function auditedMembers(row: repo.SyntheticToolRow): Record<string, unknown> {
+  const { name, description, input_schema, output_schema, steps, output } = toSyntheticTool(row);
+  return { name, description, input_schema, output_schema, steps, output };
 }
 
 const body = (p: MappingProblem): ValidationProblem => ({ in: 'body', pointer: p.pointer, message: p.message });
@@ -219,7 +226,6 @@ export async function update(ctx: RequestContext, id: string, input: SyntheticTo
   // A kept output must still refer only to the steps there will be.
   const output = input.output !== undefined ? input.output : steps ? current.output : undefined;
   await check(ctx, { input_schema: input.input_schema, output_schema: input.output_schema, steps, output }, steps ?? current.steps);
-  const changed = Object.keys(input).sort();
   return conflictOnUnique(
     NAME_KEY,
     () => nameTaken(input.name ?? current.name),
@@ -236,7 +242,7 @@ export async function update(ctx: RequestContext, id: string, input: SyntheticTo
           ...(input.output !== undefined ? { output: JSON.stringify(input.output) } : {}),
         });
         if (!row) throw notFound(WHAT, id);
-        w.audit({ targetId: id, changes: { changed, ...(input.name !== undefined ? { name: { from: locked.name, to: input.name } } : {}) } });
+        w.audit({ targetId: id, changes: changedMembers(auditedMembers(locked), auditedMembers(row), { digests: LARGE_MEMBERS }) });
         return toSyntheticTool(row);
       }),
   );

@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { listShares, revokeShare, shareResource, deleteSharesOf, type Share } from '../../access/shares';
 import type { Executor } from '../../db/database';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
@@ -145,7 +145,8 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       if (entries !== undefined && JSON.stringify(entries) !== JSON.stringify(before.entries)) changes.entries = entries;
       const changed = Object.keys(changes);
       const row = changed.length > 0 ? await repo.updateTemplate(w.db, ctx.orgId, id, changes) : before;
-      w.audit({ targetId: id, changes: { changed, ...changes } });
+      // Entries carry tool lists (hundreds of names): the entry records their digest.
+      w.audit({ targetId: id, changes: changedMembers(before, changes, { digests: ['entries'] }) });
       return toTemplate(row);
     }),
   );

@@ -2,7 +2,7 @@ import type { components } from '../../../generated/openapi';
 import { requireWithinLimit } from '../../access/entitlements';
 import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../access/shares';
 import type { Executor } from '../../db/database';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
 import type { Page, PageRequest } from '../../http/pagination';
 import { cursorAfter } from '../../http/pagination';
@@ -215,7 +215,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       if (body.name !== undefined && body.name !== before.name) changes.name = body.name;
       if (body.description !== undefined && body.description !== before.description) changes.description = body.description;
       const changed: string[] = Object.keys(changes);
-      const audit: Record<string, unknown> = { ...changes };
+      const audited: { before: Record<string, unknown>; after: Record<string, unknown> } = { before: { ...before }, after: { ...changes } };
       if (body.entries !== undefined) {
         const stored = (await repo.toolboxEntries(w.db, [id])).get(id) ?? [];
         const next = await checkEntries(
@@ -230,16 +230,16 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
             : { type: 'synthetic_tool', synthetic_tool_id: e.synthetic_tool_id as string },
         );
         const sig = (e: repo.NewToolboxEntry) => JSON.stringify(auditEntry(e));
-        const had = new Set(current.map(sig));
-        const has = new Set(next.map(sig));
         if (current.map(sig).join('\n') !== next.map(sig).join('\n')) {
           await repo.replaceEntries(w.db, id, next);
           changed.push('entries');
-          audit.entries = { added: next.filter((e) => !had.has(sig(e))).map(auditEntry), removed: current.filter((e) => !has.has(sig(e))).map(auditEntry) };
+          audited.before.entries = current.map(auditEntry);
+          audited.after.entries = next.map(auditEntry);
         }
       }
       const row = changed.length > 0 ? await repo.updateToolbox(w.db, ctx.orgId, id, changes) : before;
-      w.audit({ targetId: id, changes: { changed, ...audit } });
+      // Entries carry tool lists (hundreds of names): the entry records their digest.
+      w.audit({ targetId: id, changes: changedMembers(audited.before, audited.after, { digests: ['entries'] }) });
       return presentOne(w.db, row);
     }),
   );

@@ -1,7 +1,7 @@
 import type { components } from '../../../generated/openapi';
 import { requireWithinLimit } from '../../access/entitlements';
 import { newMcpToken } from '../../identity/mcp-tokens';
-import type { RequestContext, WriteScope } from '../../http/context';
+import { changedMembers, type RequestContext, type WriteScope } from '../../http/context';
 import { ApiError, isUniqueViolation, validationError } from '../../http/errors';
 import type { Page, PageRequest } from '../../http/pagination';
 import { toPage } from '../../http/pagination';
@@ -141,7 +141,13 @@ export async function update(ctx: RequestContext, userToolboxId: string, id: str
       if (body.name !== undefined) changes.name = body.name;
       if (expiresAt !== undefined) changes.expires_at = expiresAt;
       const updated = await repo.update(w.db, ctx.orgId, id, changes);
-      w.audit({ targetId: id, changes: { changed: Object.keys(body).sort(), ...body } });
+      w.audit({
+        targetId: id,
+        changes: changedMembers(
+          { name: row.name, expires_at: iso(row.expires_at) },
+          { name: changes.name, expires_at: changes.expires_at === undefined ? undefined : iso(changes.expires_at) },
+        ),
+      });
       return toMcpServer(ctx, updated!);
     }),
   );

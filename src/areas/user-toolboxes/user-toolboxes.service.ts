@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import type { RequestContext } from '../../http/context';
+import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, type ValidationProblem } from '../../http/errors';
 import type { Page, PageRequest } from '../../http/pagination';
 import { cursorAfter } from '../../http/pagination';
@@ -235,6 +235,11 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
     ctx.write(async (w) => {
       const row = await repo.findOwned(w.db, ctx.orgId, ctx.user, id, true);
       if (!row) throw notFound(WHAT, id);
+      const bound = (list: readonly Binding[]) =>
+        [...list]
+          .map((b) => ({ connector_slug: b.connector_slug, connection_id: b.connection_id }))
+          .sort((a, b) => (a.connector_slug < b.connector_slug ? -1 : 1));
+      const before = { name: row.name, description: row.description, bindings: bound((await repo.bindingsOf(w.db, [id])).get(id) ?? []) };
       if (body.bindings !== undefined) {
         await checkBindings(ctx, w.db, row.entries as TemplateEntry[], body.bindings);
         await repo.replaceBindings(w.db, id, body.bindings);
@@ -243,7 +248,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       if (body.name !== undefined) changes.name = body.name;
       if (body.description !== undefined) changes.description = body.description;
       await repo.update(w.db, ctx.orgId, id, changes);
-      w.audit({ targetId: id, changes: { changed: Object.keys(body).sort(), ...body } });
+      w.audit({ targetId: id, changes: changedMembers(before, { ...changes, bindings: body.bindings && bound(body.bindings) }) });
     }),
   );
   return get(ctx, id);

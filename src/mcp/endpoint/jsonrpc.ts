@@ -51,8 +51,14 @@ export type JsonRpcErrorCode =
   | typeof HEADER_MISMATCH
   | typeof UNSUPPORTED_PROTOCOL_VERSION;
 
+/** A JSON-RPC error response; `id` null is what the handshake revisions' transport sends when it read no request id. */
 export function errorResponse(id: JsonRpcId | null, code: JsonRpcErrorCode, message: string, data?: unknown) {
   return { jsonrpc: '2.0' as const, id, error: { code, message, ...(data === undefined ? {} : { data }) } };
+}
+
+/** A JSON-RPC error response to no request id that was read: without `id`, as the 2026-07-28 revision answers. */
+export function unreadErrorResponse(code: JsonRpcErrorCode, message: string, data?: unknown) {
+  return { jsonrpc: '2.0' as const, error: { code, message, ...(data === undefined ? {} : { data }) } };
 }
 
 export function resultResponse(id: JsonRpcId, result: Record<string, unknown>) {
@@ -82,7 +88,10 @@ export function challenge(baseUrl: string, mcpId: string, error?: { code: string
 
 /**
  * The endpoint's errors in its own format: bearer errors (RFC 6750) for 401, JSON-RPC error
- * objects with `id` null for everything else the router or guard refuses.
+ * objects for everything else the router or guard refuses. Those come before the body is read,
+ * so they answer as the current revision (2026-07-28) asks of an answer to no readable
+ * request, which the older ones leave open: no `id`, and the JSON-RPC 2.0 code that fits
+ * rather than -32000, which that revision keeps for implementations older than it.
  */
 export function renderMcpError(error: ApiError, requestId: string, path: string, baseUrl: string): RenderedError {
   // Only an id of the right form is repeated (the path may be anything, even broken percent-encoding).
@@ -91,7 +100,7 @@ export function renderMcpError(error: ApiError, requestId: string, path: string,
   const json = (status: number, code: JsonRpcErrorCode, message: string, headers: Record<string, string> = {}): RenderedError => ({
     status,
     contentType: 'application/json',
-    body: errorResponse(null, code, message, { request_id: requestId }),
+    body: unreadErrorResponse(code, message, { request_id: requestId }),
     headers: { ...error.options.headers, ...headers },
   });
   switch (error.status) {
@@ -108,27 +117,33 @@ export function renderMcpError(error: ApiError, requestId: string, path: string,
     case 400: {
       if (error.code === 'malformed_json') return json(400, PARSE_ERROR, `Parse error: ${error.detail}`);
       const problems = error.options.errors ?? [];
+      // A well-formed revision this server does not speak reaches the handler (-32022 there);
+      // a value that cannot be one is a malformed header, as the revision names that.
       if (problems.some((p) => p.in === 'header' && /protocol-version/i.test(p.pointer))) {
-        return json(400, SERVER_ERROR, `Bad Request: Unsupported protocol version (supported versions: ${SUPPORTED_VERSIONS.join(', ')})`);
+        return json(
+          400,
+          HEADER_MISMATCH,
+          `Header mismatch: the MCP-Protocol-Version header is not a protocol revision (supported versions: ${SUPPORTED_VERSIONS.join(', ')})`,
+        );
       }
-      if (problems.some((p) => p.in === 'path')) return json(400, SERVER_ERROR, 'Bad Request: the path does not name an MCP server (mcp_…)');
+      if (problems.some((p) => p.in === 'path')) return json(400, INVALID_REQUEST, 'Bad Request: the path does not name an MCP server (mcp_…)');
       return json(400, INVALID_REQUEST, 'Invalid Request: the body is not a JSON-RPC 2.0 message (or batch) this server takes');
     }
     case 403:
-      return json(403, SERVER_ERROR, `Forbidden: ${error.detail}`);
+      return json(403, INVALID_REQUEST, `Forbidden: ${error.detail}`);
     case 404:
-      return json(404, SERVER_ERROR, mcpId ? `Not Found: no MCP server ${mcpId}` : 'Not Found: no such MCP server');
+      return json(404, INVALID_REQUEST, mcpId ? `Not Found: no MCP server ${mcpId}` : 'Not Found: no such MCP server');
     case 405:
-      return json(405, SERVER_ERROR, 'Method Not Allowed: this endpoint takes POST (and DELETE); the server sends no messages of its own');
+      return json(405, INVALID_REQUEST, 'Method Not Allowed: this endpoint takes POST (and DELETE); the server sends no messages of its own');
     case 413:
-      return json(413, SERVER_ERROR, `Payload Too Large: ${error.detail}`);
+      return json(413, INVALID_REQUEST, `Payload Too Large: ${error.detail}`);
     case 415:
-      return json(415, SERVER_ERROR, 'Unsupported Media Type: Content-Type must be application/json');
+      return json(415, INVALID_REQUEST, 'Unsupported Media Type: Content-Type must be application/json');
     case 429:
-      return json(429, SERVER_ERROR, `Too Many Requests: ${error.detail}`);
+      return json(429, INVALID_REQUEST, `Too Many Requests: ${error.detail}`);
     case 503:
-      return json(503, SERVER_ERROR, `Service Unavailable: ${error.detail}`);
+      return json(503, INTERNAL_ERROR, `Service Unavailable: ${error.detail}`);
     default:
-      return json(error.status, error.status >= 500 ? INTERNAL_ERROR : SERVER_ERROR, error.detail);
+      return json(error.status, error.status >= 500 ? INTERNAL_ERROR : INVALID_REQUEST, error.detail);
   }
 }

@@ -11,9 +11,9 @@ import {
   HEADER_MISMATCH,
   INVALID_PARAMS,
   MODERN_VERSION,
-  SERVER_ERROR,
   SUPPORTED_VERSIONS,
   UNSUPPORTED_PROTOCOL_VERSION,
+  unreadErrorResponse,
   type JsonRpcErrorCode,
   type JsonRpcId,
 } from './jsonrpc';
@@ -30,7 +30,7 @@ export type Era =
   | { era: 'handshake'; version: string }
   | { era: 'modern' }
   /** The request is refused before it runs: the HTTP status and the JSON-RPC error response. */
-  | { era: 'refused'; status: 400 | 404; body: ReturnType<typeof errorResponse> };
+  | { era: 'refused'; status: 400 | 404; body: ReturnType<typeof errorResponse> | ReturnType<typeof unreadErrorResponse> };
 
 interface Headers {
   version: string | undefined;
@@ -60,8 +60,9 @@ const versionMismatch = (header: string, metaVersion: unknown) =>
  * Which era the POST speaks, and whether a 2026-07-28 request may run. A `MCP-Protocol-Version`
  * of a handshake revision (or none, on a body without 2026-07-28 `_meta`) is the handshake era,
  * as before. A header of 2026-07-28 is the current era, with its checks. Any other header is
- * refused: with UnsupportedProtocolVersionError when the body speaks 2026-07-28 (its `_meta`
- * names a revision), otherwise as the handshake transport refuses it (-32000).
+ * refused with UnsupportedProtocolVersionError, naming the revisions served and the one asked
+ * for, whether or not the body's `_meta` names one too (the handshake revisions ask only for a
+ * 400, which this is). A refusal carries the request's id, or none when no request was read.
  */
 export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
   const single = Array.isArray(body) ? undefined : body;
@@ -72,7 +73,10 @@ export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
   const refuse = (status: 400 | 404, code: JsonRpcErrorCode, message: string, data: Record<string, unknown> = {}, to: JsonRpcId | null = id): Era => ({
     era: 'refused',
     status,
-    body: errorResponse(to, code, message, { ...data, request_id: requestId }),
+    body:
+      to === null
+        ? unreadErrorResponse(code, message, { ...data, request_id: requestId })
+        : errorResponse(to, code, message, { ...data, request_id: requestId }),
   });
   const header = headers.version;
 
@@ -90,11 +94,7 @@ export function eraOf(headers: Headers, body: unknown, requestId: string): Era {
     return { era: 'handshake', version: DEFAULT_VERSION };
   }
   if (header !== MODERN_VERSION) {
-    if (metaVersion !== undefined) {
-      return refuse(400, UNSUPPORTED_PROTOCOL_VERSION, 'Unsupported protocol version', { supported: [...SUPPORTED_VERSIONS], requested: header });
-    }
-    // As the handshake transport answers it: a transport error, with no id.
-    return refuse(400, SERVER_ERROR, `Bad Request: Unsupported protocol version ${header} (supported versions: ${SUPPORTED_VERSIONS.join(', ')})`, {}, null);
+    return refuse(400, UNSUPPORTED_PROTOCOL_VERSION, 'Unsupported protocol version', { supported: [...SUPPORTED_VERSIONS], requested: header });
   }
 
   // 2026-07-28. Notifications and responses carry no required headers or _meta in this revision.

@@ -125,7 +125,19 @@ export async function withUpstream<T>(target: UpstreamTarget, limits: UpstreamLi
   }
 }
 
-/** Every tool the upstream offers: `tools/list`, following `nextCursor` up to `maxPages` pages. */
+/**
+ * A tool that answers only when called as a task (MCP `execution.taskSupport: "required"`):
+ * this server does not call tools as tasks, so every call to it would fail. Such tools are
+ * left out of what an upstream is taken to offer until tasks are supported.
+ */
+function needsTask(tool: UpstreamTool): boolean {
+  return (tool as { execution?: { taskSupport?: unknown } }).execution?.taskSupport === 'required';
+}
+
+/**
+ * Every tool the upstream offers that this server can call: `tools/list`, following
+ * `nextCursor` up to `maxPages` pages, without the tools that must be called as tasks.
+ */
 export function listUpstreamTools(target: UpstreamTarget, limits: UpstreamLimits, signal?: AbortSignal): Promise<UpstreamTool[]> {
   return withUpstream(
     target,
@@ -135,7 +147,7 @@ export function listUpstreamTools(target: UpstreamTarget, limits: UpstreamLimits
       let cursor: string | undefined;
       for (let page = 0; page < limits.maxPages; page += 1) {
         const result = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: limits.timeoutMs });
-        tools.push(...result.tools);
+        tools.push(...result.tools.filter((tool) => !needsTask(tool)));
         cursor = result.nextCursor;
         if (!cursor) return tools;
       }
