@@ -3724,7 +3724,8 @@ export interface paths {
          *     name), where a `deny` match, or a `require_approval` match the caller holds no approved
          *     access request for, refuses the whole run; and a usable connection for every step (a
          *     pinned connection the caller owns or reaches through a
-         *     toolbox shared with them; otherwise the connection named in `bindings`, or the caller's
+         *     toolbox shared with them, and then only for a tool those toolboxes' entries for it select;
+         *     otherwise the connection named in `bindings`, or the caller's
          *     oldest `active` connection of the connector). Steps then run one after the other with
          *     the connections' own credentials; the caller's credential is never sent upstream. Each
          *     step waits at most the configured step timeout (`SYNTHETIC_STEP_TIMEOUT_MS`, 30 seconds
@@ -3741,9 +3742,11 @@ export interface paths {
          *     502 under `on_error: fail` (a `failed` step under `continue`).
          *
          *     Needs `synthetic_tool:execute`. Changes nothing the organization owns, so it records no
-         *     audit entry (`x-audit: null`); like every tool call, the run is recorded as tool-call
-         *     records (one for the synthetic tool and one per step, linked by the synthetic tool's
-         *     id) that logging destinations export. Emits `connection.needs_reauth` only as said above.
+         *     audit entry (`x-audit: null`); like every tool call over MCP, the run is recorded as
+         *     tool-call records, the same ones a `tools/call` of it leaves (one for the synthetic tool,
+         *     with its outcome, also when the run is refused before any step, and one per step that
+         *     called its upstream, linked by the synthetic tool's id; no MCP server or user toolbox)
+         *     that logging destinations export. Emits `connection.needs_reauth` only as said above.
          *
          *     Errors: 400 `validation_failed` (the body), `unknown_reference` (a connection in
          *     `bindings` that does not exist in this organization), `invalid_tool_arguments` (the
@@ -3752,7 +3755,9 @@ export interface paths {
          *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
          *     `tool_restricted` (the detail names the tool and whether an access request can
          *     unlock it); 404 `not_found`; 409 `connection_unavailable` (the detail names the
-         *     connector; also when the upstream refused the connection's credentials); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     connector; also when a step calls a tool of someone else's pinned connection that no
+         *     toolbox entry shared with the caller selects, or when the upstream refused the
+         *     connection's credentials); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
          *     `rate_limited`; 502 `upstream_unavailable`.
          */
         post: operations["executeSyntheticTool"];
@@ -3848,7 +3853,10 @@ export interface paths {
          *     response, then the stream closes.
          *
          *     Every `tools/call` (succeeded, failed or refused) writes a tool-call record naming the
-         *     MCP server, user toolbox, connection, connector, tool, outcome and duration; it is not an
+         *     MCP server, user toolbox, connection, connector, tool, outcome and duration, and a
+         *     synthetic tool's run one more per step that called its upstream (its connection and
+         *     upstream tool, linked by the synthetic tool's id), as `POST
+         *     /synthetic-tool/{id}/execute` does; it is not an
          *     audit entry (`x-audit: null`), and no event is emitted. `last_used_at` of the server is
          *     updated at most once a minute.
          *
@@ -10633,8 +10641,10 @@ export interface components {
          *     tool may pin only their own connections, or any member's when they also hold
          *     `connection:manage` (else 400 `unknown_reference`), since everyone who runs it then acts
          *     with that connection's credentials. At run time the caller must own the pinned connection
-         *     or reach it through a toolbox shared with them. A synthetic tool cannot call a synthetic
-         *     tool.
+         *     or reach it through a toolbox shared with them, and then the step may call only a tool
+         *     that those toolboxes' entries for the connection select (`all`, or a list naming it): a
+         *     member's connection acts only as its toolbox entries say, whoever runs the step. A
+         *     synthetic tool cannot call a synthetic tool.
          * @example {
          *       "connector_slug": "github",
          *       "name": "search_issues"

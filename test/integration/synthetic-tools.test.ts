@@ -628,6 +628,99 @@ describe('executing', () => {
     expect(seenSince(mark).map((c) => c.credential)).toEqual([KEY_A, KEY_B]);
   });
 
+  it("calls through someone else's pinned connection only the tools its toolbox entries shared with the caller select", async () => {
+    // A toolbox shared with Carol alone offers Bob's connection for lookup only.
+    const toolboxId = newId('toolbox');
+    await t.db.insertInto('toolboxes').values({ id: toolboxId, org_id: org.orgId, name: 'Bob CRM lookups', created_by_user_id: org.ownerId }).execute();
+    await t.db
+      .insertInto('toolbox_entries')
+      .values({ toolbox_id: toolboxId, position: 0, type: 'connection', connection_id: bobConn, tools: JSON.stringify(['lookup']) })
+      .execute();
+    await shareResource(t.db, {
+      orgId: org.orgId,
+      resourceType: 'toolbox',
+      resourceId: toolboxId,
+      share: { principal: { type: 'user', id: carolId }, level: 'use' },
+      byUserId: null,
+    });
+    const pinnedStep = (name: string) => ({
+      name: `bob_${name}`,
+      description: `${name} through Bob's connection.`,
+      input_schema: ticketInput,
+      steps: [
+        {
+          id: 'call',
+          tool: { connector_slug: crm, connection_id: bobConn, name },
+          arguments: { id: { $input: '/ticket_id' }, status: { $literal: 'deleted' } },
+        },
+      ],
+    });
+    const lookup = await created(pinnedStep('lookup'));
+    const update = await created(pinnedStep('update'));
+
+    const mark = up.peer.seen.length;
+    const refused = await carol.op('executeSyntheticTool', { params: { id: update.id }, body: { arguments: { ticket_id: 9 } } });
+    expectError(refused, 409, 'connection_unavailable');
+    expect(refused.error?.detail).toContain('offer only lookup');
+    // Bob's key never went upstream for a tool he did not offer.
+    expect(seenSince(mark)).toHaveLength(0);
+
+    const allowed = await carol.op('executeSyntheticTool', { params: { id: lookup.id }, body: { arguments: { ticket_id: 9 } } });
+    expect(allowed.status).toBe(200);
+    expect(allowed.body.result).toMatchObject({ id: 9, member: 'bob', credential: KEY_B });
+    // Bob runs both through his own connection, whatever the toolboxes say.
+    expect((await bob.op('executeSyntheticTool', { params: { id: update.id }, body: { arguments: { ticket_id: 9 } } })).status).toBe(200);
+  });
+
+  it('leaves the tool-call records a run over MCP leaves: the synthetic tool’s and one per step called, refusals included', async () => {
+    const res = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 31 } } });
+    expect(res.status).toBe(200);
+    const refused = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { note: 'no ticket' } } });
+    expectError(refused, 400, 'invalid_tool_arguments');
+    await t.deps.mcp.toolCalls.flush();
+    const recordsOf = (requestId: string | null | undefined) =>
+      t.db
+        .selectFrom('tool_call_records')
+        .select([
+          'org_id',
+          'mcp_server_id',
+          'user_id',
+          'user_toolbox_id',
+          'connection_id',
+          'connector_slug',
+          'synthetic_tool_id',
+          'tool_name',
+          'upstream_tool',
+          'outcome',
+          'error',
+          'jsonrpc_id',
+        ])
+        .where('request_id', '=', requestId ?? '')
+        .orderBy('id')
+        .execute();
+    const common = {
+      org_id: org.orgId,
+      mcp_server_id: null,
+      user_id: aliceId,
+      user_toolbox_id: null,
+      synthetic_tool_id: tool.id,
+      tool_name: tool.name,
+      jsonrpc_id: null,
+    };
+    const ran = await recordsOf(res.headers.get('x-request-id'));
+    expect(ran).toEqual(
+      expect.arrayContaining([
+        { ...common, connection_id: aliceConn, connector_slug: crm, upstream_tool: 'lookup', outcome: 'succeeded', error: null },
+        { ...common, connection_id: aliceConn, connector_slug: crm, upstream_tool: 'update', outcome: 'succeeded', error: null },
+        { ...common, connection_id: null, connector_slug: null, upstream_tool: null, outcome: 'succeeded', error: null },
+      ]),
+    );
+    expect(ran).toHaveLength(3);
+    expect(await recordsOf(refused.error?.request_id)).toEqual([
+      { ...common, connection_id: null, connector_slug: null, upstream_tool: null, outcome: 'tool_error', error: refused.error?.detail },
+    ]);
+  });
+
   it("uses the connection named in bindings, and refuses ones that are not the caller's", async () => {
     const second = await connect({ token: await t.factories.token(org.orgId, aliceId), org: org.orgId }, crm, KEY_B);
     const res = await alice.op('executeSyntheticTool', {

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { appendEvents } from '../../events/outbox';
-import { WriteScope, type AppDeps } from '../../http/context';
-import { ApiError, type ValidationProblem } from '../../http/errors';
+import { WriteScope, type AppDeps, type RequestContext } from '../../http/context';
+import { ApiError, notFound, type ValidationProblem } from '../../http/errors';
 import { invokeTool } from '../../mcp/invoke';
 import type { UpstreamCallResult } from '../../mcp/upstream/client';
 import { ConnectionRow, findConnection } from '../connections';
@@ -12,7 +12,7 @@ import { loadPolicy, policySubjectOf } from '../../access/policy';
 import { problemsOf, validatorFor } from './schemas';
 import * as repo from './synthetic-tools.repo';
 import { stepToolsOf } from './synthetic-tools.service';
-import type { Binding, SyntheticToolExecution, SyntheticToolStepRun } from './synthetic-tools.types';
+import type { Binding, SyntheticToolExecuteRequest, SyntheticToolExecution, SyntheticToolStepRun } from './synthetic-tools.types';
 
 /**
  * Runs a synthetic tool as a member: arguments checked against `input_schema` (defaults
@@ -33,6 +33,53 @@ export interface RunOptions {
   log?: Logger;
   /** Hears each step as it ends (the MCP endpoint relays them as `notifications/progress`). */
   onStep?: (done: number, total: number, message: string) => void;
+  /**
+   * Where the run came in, for the tool-call records of its steps (one per step called,
+   * linked by the synthetic tool's id). The synthetic tool's own record is written by the
+   * caller, which knows how the run ended (recordSyntheticRun).
+   */
+  trace?: RunTrace;
+}
+
+/** Where a run came in: over MCP (its server and user toolbox, the JSON-RPC id) or through executeSyntheticTool (none of them). */
+export interface RunTrace {
+  mcpServerId: string | null;
+  userToolboxId: string | null;
+  requestId: string;
+  jsonrpcId: string | null;
+}
+
+/** How a refused or broken run is recorded: an upstream out of reach is `unavailable`, any other refusal a `tool_error`. */
+export const refusalOutcome = (err: ApiError) => (err.code === 'upstream_unavailable' ? 'unavailable' : 'tool_error');
+
+/**
+ * The synthetic tool's own tool-call record of a run, written off the answer's path: the same
+ * whether the run came over MCP or through executeSyntheticTool, so that logging destinations
+ * see every run.
+ */
+export function recordSyntheticRun(
+  deps: AppDeps,
+  trace: RunTrace,
+  run: { orgId: string; userId: string; toolId: string; toolName: string; outcome: string; error: string | null; startedMs: number },
+): void {
+  const now = Date.now();
+  deps.mcp.toolCalls.record({
+    org_id: run.orgId,
+    mcp_server_id: trace.mcpServerId,
+    user_id: run.userId,
+    user_toolbox_id: trace.userToolboxId,
+    connection_id: null,
+    connector_slug: null,
+    synthetic_tool_id: run.toolId,
+    tool_name: run.toolName.slice(0, 512),
+    upstream_tool: null,
+    outcome: run.outcome,
+    error: run.error ? run.error.slice(0, 2000) : null,
+    duration_ms: Math.max(0, Math.round(now - run.startedMs)),
+    request_id: trace.requestId,
+    jsonrpc_id: trace.jsonrpcId,
+    created_at: new Date(now),
+  });
 }
 
 interface Resolved {
@@ -144,6 +191,8 @@ async function checkedBindings(deps: AppDeps, orgId: string, userId: string, bin
 /** Every step's connection, resolved before the first runs: 409 connection_unavailable naming the connector when one cannot be used. */
 async function resolveConnections(deps: AppDeps, orgId: string, userId: string, tool: repo.SyntheticToolRow, bound: Map<string, string>): Promise<Resolved[]> {
   const cache = new Map<string, Resolved>();
+  // Someone else's pinned connection: the tools of it the caller reaches through toolboxes.
+  const reached = new Map<string, 'all' | Set<string>>();
   const resolved: Resolved[] = [];
   for (const step of tool.steps) {
     const slug = step.tool.connector_slug;
@@ -156,8 +205,11 @@ async function resolveConnections(deps: AppDeps, orgId: string, userId: string, 
       if (!id) throw unavailable(`Step ${step.id} calls ${slug}, and you have no connection to it; connect it first (POST /connection).`);
       const row = await findConnection(deps.db, orgId, id);
       if (!row) throw unavailable(`Step ${step.id} runs through connection ${id} of ${slug}, which no longer exists.`);
-      if (pinned && row.owner_user_id !== userId && !(await repo.reachesThroughToolbox(deps.db, orgId, userId, pinned))) {
-        throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);
+      if (pinned && row.owner_user_id !== userId) {
+        const tools = await repo.toolsReachedThroughToolboxes(deps.db, orgId, userId, pinned);
+        if (tools !== 'all' && tools.size === 0)
+          throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);
+        reached.set(key, tools);
       }
       if (row.status !== 'active') {
         throw unavailable(
@@ -170,6 +222,13 @@ async function resolveConnections(deps: AppDeps, orgId: string, userId: string, 
       if (!connector) throw unavailable(`Step ${step.id} calls ${slug}, which is no longer available to the owner of connection ${row.id}.`);
       hit = { row, connector };
       cache.set(key, hit);
+    }
+    // A step through someone else's connection calls only what its owner's toolbox entries offer the caller.
+    const tools = reached.get(key);
+    if (tools !== undefined && tools !== 'all' && !tools.has(step.tool.name)) {
+      throw unavailable(
+        `Step ${step.id} calls ${step.tool.name} through connection ${hit.row.id} of ${slug}, which is not yours; the toolboxes shared with you offer only ${[...tools].sort().join(', ')} of it.`,
+      );
     }
     resolved.push(hit);
   }
@@ -238,6 +297,10 @@ export async function runSyntheticTool(
     const timeoutMs = Math.min(stepTimeoutMs, runDeadline - at);
     let failure: string | null = null;
     let unreachable = false;
+    // The step's record outcome, when the upstream was called.
+    let called: 'succeeded' | 'tool_error' | 'unavailable' | 'cancelled' | null = null;
+    // The upstream refused the connection's credentials (it is needs_reauth now).
+    let refused = false;
     if (timeoutMs <= 0) {
       failure = `The run passed its overall deadline of ${runTimeoutMs} ms before this step.`;
       unreachable = true;
@@ -251,6 +314,8 @@ export async function runSyntheticTool(
         timeoutMs,
         label: `Synthetic tool ${tool.name}, step ${step.id}`,
       });
+      called =
+        invoked.outcome === 'answered' ? (invoked.result.isError ? 'tool_error' : 'succeeded') : invoked.outcome === 'cancelled' ? 'cancelled' : 'unavailable';
       if (invoked.outcome === 'answered') {
         if (invoked.result.isError) failure = errorTextOf(invoked.result);
         else results.set(step.id, resultOf(invoked.result));
@@ -265,11 +330,31 @@ export async function runSyntheticTool(
         if (invoked.outcome === 'unavailable')
           options.log?.info({ synthetic_tool_id: tool.id, step: step.id, reason: invoked.detail }, 'synthetic tool step: upstream unavailable');
       } else {
-        if (step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${invoked.message}`);
         failure = invoked.message;
+        refused = true;
       }
     }
     run.duration_ms = Math.max(0, Date.now() - at);
+    if (options.trace && called !== null) {
+      deps.mcp.toolCalls.record({
+        org_id: orgId,
+        mcp_server_id: options.trace.mcpServerId,
+        user_id: userId,
+        user_toolbox_id: options.trace.userToolboxId,
+        connection_id: row.id,
+        connector_slug: step.tool.connector_slug,
+        synthetic_tool_id: tool.id,
+        tool_name: tool.name,
+        upstream_tool: step.tool.name,
+        outcome: called,
+        error: failure ? failure.slice(0, 2000) : null,
+        duration_ms: run.duration_ms,
+        request_id: options.trace.requestId,
+        jsonrpc_id: options.trace.jsonrpcId,
+        created_at: new Date(),
+      });
+    }
+    if (refused && step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${failure}`);
     options.onStep?.(i + 1, tool.steps.length, `Step ${step.id} ${failure === null ? 'done' : 'failed'}`);
     if (failure === null) {
       run.status = 'succeeded';
@@ -298,4 +383,31 @@ export async function runSyntheticTool(
     }
   }
   return finish(null, result);
+}
+
+/**
+ * executeSyntheticTool: one run as the caller, leaving the trace a run over MCP leaves (the
+ * synthetic tool's tool-call record and one per step called), whether it succeeded, failed or
+ * was refused before any step ran.
+ */
+export async function executeSyntheticTool(ctx: RequestContext, id: string, body: SyntheticToolExecuteRequest): Promise<SyntheticToolExecution> {
+  const tool = await repo.findSyntheticTool(ctx.db, ctx.orgId, id);
+  if (!tool) throw notFound('synthetic tool', id);
+  const trace: RunTrace = { mcpServerId: null, userToolboxId: null, requestId: ctx.requestId, jsonrpcId: null };
+  const startedMs = Date.now();
+  const recorded = (outcome: string, error: string | null) =>
+    recordSyntheticRun(ctx.deps, trace, { orgId: ctx.orgId, userId: ctx.user, toolId: tool.id, toolName: tool.name, outcome, error, startedMs });
+  try {
+    const run = await runSyntheticTool(ctx.deps, ctx.orgId, ctx.user, tool, body.arguments ?? {}, ctx.signal, {
+      bindings: body.bindings,
+      context: ctx,
+      log: ctx.log,
+      trace,
+    });
+    recorded(run.is_error ? 'tool_error' : 'succeeded', run.error?.message ?? null);
+    return run;
+  } catch (err) {
+    if (err instanceof ApiError) recorded(refusalOutcome(err), err.detail);
+    throw err;
+  }
 }
