@@ -3718,7 +3718,9 @@ export interface paths {
          * Execute a synthetic tool
          * @description Runs the synthetic tool once, as the caller, and answers with the result and a trace of
          *     every step; the same run an MCP client gets from `tools/call`. Before any step runs the
-         *     server checks, in this order: the arguments against `input_schema` (defaults applied);
+         *     server checks, in this order: the arguments against `input_schema` (defaults applied;
+         *     at most 256 KiB of JSON, and at most the pattern work a check may use, see
+         *     `SyntheticToolJsonSchema`, so that no call holds the server);
          *     the restrictions that apply to the caller, for the synthetic tool (restrictions naming
          *     it by `match.synthetic_tool_id`) and for every step's tool (by its connector and tool
          *     name), where a `deny` match, or a `require_approval` match the caller holds no approved
@@ -3738,6 +3740,9 @@ export interface paths {
          *     A tool that answers with an error (a result with `isError`, or a JSON-RPC error such as
          *     an unknown tool) is an answer, not an HTTP error: under `on_error: fail`
          *     the run stops and answers 200 with `is_error: true` and the failing step in `error`.
+         *     So is a mapping that cannot be built, a missing reference or a value past the 4 MiB a
+         *     mapping may build (`SyntheticToolValue`): the step fails without its tool being
+         *     called, or the output fails after the steps ran.
          *     An upstream that cannot be reached, times out or does not answer as an MCP server is a
          *     502 under `on_error: fail` (a `failed` step under `continue`).
          *
@@ -3750,14 +3755,15 @@ export interface paths {
          *
          *     Errors: 400 `validation_failed` (the body), `unknown_reference` (a connection in
          *     `bindings` that does not exist in this organization), `invalid_tool_arguments` (the
-         *     arguments do not match `input_schema`; `errors` lists every problem under
-         *     `/arguments`), `organization_header_required`; 401 `unauthenticated`,
+         *     arguments do not match `input_schema`, or checking them would need more pattern work
+         *     than a call may use; `errors` lists every problem under `/arguments`), `organization_header_required`; 401 `unauthenticated`,
          *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
          *     `tool_restricted` (the detail names the tool and whether an access request can
          *     unlock it); 404 `not_found`; 409 `connection_unavailable` (the detail names the
          *     connector; also when a step calls a tool of someone else's pinned connection that no
          *     toolbox entry shared with the caller selects, or when the upstream refused the
-         *     connection's credentials); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     connection's credentials); 413 `payload_too_large` (the body, or arguments larger than
+         *     256 KiB of JSON); 415 `unsupported_media_type`; 429
          *     `rate_limited`; 502 `upstream_unavailable`.
          */
         post: operations["executeSyntheticTool"];
@@ -3839,7 +3845,10 @@ export interface paths {
          *     `synthetic_tool:execute`, the permission `POST /synthetic-tool/{id}/execute` needs; with
          *     an MCP server token minted by an API token, within that token's permissions too.
          *     Restrictions apply to synthetic tools as there (one naming the synthetic tool, or
-         *     matching a tool one of its steps calls).
+         *     matching a tool one of its steps calls), and so do that operation's rules and limits
+         *     (pinned connections, arguments of at most 256 KiB of JSON and the pattern work a check
+         *     may use, 4 MiB per value a mapping builds): a run they refuse is a result with
+         *     `isError: true` whose text is that operation's `detail`.
          *     Tool names join the connector slug and the tool name, `<connector_slug>__<tool>`
          *     (see `McpTool`). Other methods get the JSON-RPC error -32601 (in a 200, or a 404 in
          *     2026-07-28). A tool that fails, is held for approval,
@@ -10366,7 +10375,11 @@ export interface components {
          *     checks the schema against the meta-schema on every write. At most 64 KiB. `pattern` and
          *     `patternProperties` are matched with RE2 (time linear in the value): lookaround and
          *     backreferences are not supported, and a schema using them is refused (400
-         *     `validation_failed`).
+         *     `validation_failed`). Checking one value may match at most 5,000,000 units of pattern
+         *     work (characters tested times the compiled pattern's size in RE2 instructions, summed
+         *     over every test; a 10-instruction pattern on 500,000 characters): a call past it is
+         *     refused (400 `invalid_tool_arguments` for arguments) rather than checked. `uniqueItems`
+         *     is checked in time linear in the array.
          * @example {
          *       "type": "object",
          *       "properties": {
@@ -10488,7 +10501,11 @@ export interface components {
          *     as is, whose arrays and objects may contain such references at any depth. Object members
          *     of plain objects must not start with `$`. The schema checks the outermost level; the
          *     server checks nested values the same way on every write (400 `validation_failed` with a
-         *     pointer to the bad value). Nesting is limited to 20 levels.
+         *     pointer to the bad value). Nesting is limited to 20 levels. Each value a run builds (one
+         *     step's arguments, the output) holds at most 4 MiB (4,194,304 characters) of JSON: a
+         *     reference copies what it names in full, once per reference, so a run whose mapping would
+         *     build more stops there, as a failed step (its tool is not called) or a failed output
+         *     (`is_error: true`, the message naming the limit).
          * @example {
          *       "ticket": {
          *         "$step": "ticket"
@@ -10734,7 +10751,7 @@ export interface components {
          */
         SyntheticToolExecuteRequest: {
             /**
-             * @description The tool's arguments, checked against its `input_schema` (defaults in that schema are applied).
+             * @description The tool's arguments, checked against its `input_schema` (defaults in that schema are applied); at most 256 KiB (262,144 characters) of JSON.
              * @default {}
              */
             arguments?: {

@@ -478,6 +478,81 @@ describe('executing', () => {
     expect(JSON.stringify(lookahead.error?.errors)).toContain('does not compile');
   });
 
+  it('refuses arguments over 256 KiB of JSON with 413 payload_too_large, before anything runs', async () => {
+    const mark = up.peer.seen.length;
+    const res = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1, note: 'x'.repeat(300_000) } } });
+    expectError(res, 413, 'payload_too_large');
+    expect(res.error?.detail).toContain('262144');
+    expect(up.peer.seen.length).toBe(mark);
+  });
+
+  it('bounds the pattern work of one check: a heavy pattern on a long argument is refused, not matched', async () => {
+    // 553 RE2 instructions: on 20,000 characters, twice the work a check may do.
+    const heavy = await created(
+      lookupThenUpdate('heavy_pattern', {
+        input_schema: { ...ticketInput, properties: { ...ticketInput.properties, note: { type: 'string', pattern: '(a|aa|aaa|b|c|d|e|f){50}$' } } },
+      }),
+    );
+    const mark = up.peer.seen.length;
+    const refused = await alice.op('executeSyntheticTool', { params: { id: heavy.id }, body: { arguments: { ticket_id: 1, note: 'a'.repeat(20_000) } } });
+    expectError(refused, 400, 'invalid_tool_arguments');
+    expect(refused.error?.errors).toEqual([{ in: 'body', pointer: '/arguments', message: 'needs more pattern matching than a call may use' }]);
+    expect(up.peer.seen.length).toBe(mark);
+    // The same pattern on a value of ordinary length is checked, and the server goes on answering.
+    expect((await alice.op('executeSyntheticTool', { params: { id: heavy.id }, body: { arguments: { ticket_id: 1, note: 'a'.repeat(60) } } })).status).toBe(
+      200,
+    );
+  });
+
+  it('checks uniqueItems over a long array of objects, and names a duplicate', async () => {
+    const unique = await created(
+      lookupThenUpdate('unique_tags', {
+        input_schema: { ...ticketInput, properties: { ...ticketInput.properties, tags: { type: 'array', uniqueItems: true } } },
+      }),
+    );
+    const tags = Array.from({ length: 10_000 }, (_, i) => ({ t: i }));
+    expect((await alice.op('executeSyntheticTool', { params: { id: unique.id }, body: { arguments: { ticket_id: 1, tags } } })).status).toBe(200);
+    const dup = await alice.op('executeSyntheticTool', { params: { id: unique.id }, body: { arguments: { ticket_id: 1, tags: [...tags, { t: 7 }] } } });
+    expectError(dup, 400, 'invalid_tool_arguments');
+    expect(dup.error?.errors).toEqual([
+      { in: 'body', pointer: '/arguments/tags', message: 'must NOT have duplicate items (items ## 7 and 10000 are identical)' },
+    ]);
+  });
+
+  it('stops a mapping at 4 MiB of JSON: an output or a step’s arguments that would copy more fail the run, and the server answers the next call', async () => {
+    const bigInput = { type: 'object' as const, properties: { big: { type: 'string' } }, required: ['big'] };
+    const big = 'x'.repeat(200_000);
+    // 30 copies of a 200,000-character argument: 6 MB of output from a request of 200 KB.
+    const output = await created({
+      name: 'amplify_output',
+      description: 'Copies its argument many times into the output.',
+      input_schema: bigInput,
+      steps: [{ id: 'lookup', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: 1 } }],
+      output: { copies: Array.from({ length: 30 }, () => ({ $input: '/big' })) },
+    });
+    const refused = await alice.op('executeSyntheticTool', { params: { id: output.id }, body: { arguments: { big } } });
+    expect(refused.status).toBe(200);
+    expect(refused.body).toMatchObject({ is_error: true, result: null, error: { step_id: null, message: expect.stringContaining('4 MiB') } });
+    expect(refused.text.length).toBeLessThan(100_000);
+
+    const args = await created({
+      name: 'amplify_arguments',
+      description: 'Copies its argument many times into a step’s arguments.',
+      input_schema: bigInput,
+      steps: [{ id: 'update', tool: { connector_slug: crm, name: 'update' }, arguments: { id: 1, note: { $template: '{{input:/big}}'.repeat(30) } } }],
+    });
+    const mark = up.peer.seen.length;
+    const stopped = await alice.op('executeSyntheticTool', { params: { id: args.id }, body: { arguments: { big } } });
+    expect(stopped.body).toMatchObject({ is_error: true, error: { step_id: 'update', message: expect.stringContaining('4 MiB') } });
+    expect(stopped.body.steps[0]?.status).toBe('failed');
+    expect(seenSince(mark)).toHaveLength(0);
+
+    // Within the budget the same tools run.
+    expect((await alice.op('executeSyntheticTool', { params: { id: output.id }, body: { arguments: { big: 'small' } } })).body.result).toEqual({
+      copies: Array.from({ length: 30 }, () => 'small'),
+    });
+  });
+
   it('stops at the first failing step and names it; under continue the run goes on with defaults', async () => {
     const failing = await created({
       name: 'fails_first',

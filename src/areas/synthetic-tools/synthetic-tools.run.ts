@@ -9,7 +9,7 @@ import type { ConnectionContext } from '../../mcp/upstream/credentials';
 import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors';
 import { evaluate, MappingError, type Json } from './mapping';
 import { loadPolicy, policySubjectOf } from '../../access/policy';
-import { problemsOf, validatorFor } from './schemas';
+import { MAX_PATTERN_WORK, PatternWorkExceeded, problemsOf, runValidator, validatorFor } from './schemas';
 import * as repo from './synthetic-tools.repo';
 import { stepToolsOf } from './synthetic-tools.service';
 import type { Binding, SyntheticToolExecuteRequest, SyntheticToolExecution, SyntheticToolStepRun } from './synthetic-tools.types';
@@ -133,11 +133,39 @@ function errorTextOf(result: UpstreamCallResult): string {
   return clip(text || 'The tool answered with an error and no text.');
 }
 
-/** The arguments, checked against the tool's input schema with its defaults applied: 400 invalid_tool_arguments. */
+/**
+ * The most JSON text a run's arguments may take (256 KiB). Validation and mapping work grow
+ * with the arguments; this keeps one call's share of the event loop small whatever the schema.
+ */
+export const MAX_ARGUMENT_CHARS = 256 * 1024;
+
+/**
+ * The arguments, checked against the tool's input schema with its defaults applied: 413
+ * payload_too_large past MAX_ARGUMENT_CHARS, 400 invalid_tool_arguments when they do not match
+ * or would need more pattern matching than MAX_PATTERN_WORK.
+ */
 function checkedArguments(tool: repo.SyntheticToolRow, input: unknown): Record<string, unknown> {
+  const size = JSON.stringify(input ?? {}).length;
+  if (size > MAX_ARGUMENT_CHARS) {
+    throw new ApiError(
+      'payload_too_large',
+      `The arguments of ${tool.name} take ${size} characters of JSON; a synthetic tool takes at most ${MAX_ARGUMENT_CHARS} (256 KiB).`,
+    );
+  }
   const args = structuredClone(input ?? {}) as Record<string, unknown>;
   const validate = validatorFor(`${tool.id}:input:${tool.updated_at.toISOString()}`, tool.input_schema);
-  if (!validate(args)) {
+  let valid: boolean;
+  try {
+    valid = runValidator(validate, args);
+  } catch (err) {
+    if (!(err instanceof PatternWorkExceeded)) throw err;
+    throw new ApiError(
+      'invalid_tool_arguments',
+      `Checking the arguments against the patterns of ${tool.name}'s input schema would take more than the ${MAX_PATTERN_WORK} units a call may use (characters tested times pattern size); send shorter strings.`,
+      { errors: [{ in: 'body', pointer: '/arguments', message: 'needs more pattern matching than a call may use' }] },
+    );
+  }
+  if (!valid) {
     const errors: ValidationProblem[] = problemsOf(validate.errors, '/arguments').map((p) => ({ in: 'body', ...p }));
     throw new ApiError(
       'invalid_tool_arguments',
@@ -377,7 +405,14 @@ export async function runSyntheticTool(
   }
   if (tool.output_schema) {
     const validate = validatorFor(`${tool.id}:output:${tool.updated_at.toISOString()}`, tool.output_schema, false);
-    if (!validate(result)) {
+    let valid: boolean;
+    try {
+      valid = runValidator(validate, result);
+    } catch (err) {
+      if (!(err instanceof PatternWorkExceeded)) throw err;
+      return finish({ step_id: null, message: `Output: checking it against the patterns of output_schema would take more than a call may use.` }, null);
+    }
+    if (!valid) {
       const problems = problemsOf(validate.errors, '').map((p) => `${p.pointer || '(the output)'} ${p.message}`);
       return finish({ step_id: null, message: `Output: it does not match output_schema: ${problems.slice(0, 5).join('; ')}.` }, null);
     }
