@@ -3762,7 +3762,9 @@ export interface paths {
          *     unlock it); 404 `not_found`; 409 `connection_unavailable` (the detail names the
          *     connector; also when a step calls a tool of someone else's pinned connection that no
          *     toolbox entry shared with the caller selects, or when the upstream refused the
-         *     connection's credentials); 413 `payload_too_large` (the body, or arguments larger than
+         *     connection's credentials), `conflict` (the tool's `input_schema` or `output_schema` was
+         *     saved before schemas were limited in how far their references expand, and is past
+         *     that limit: update the tool); 413 `payload_too_large` (the body, or arguments larger than
          *     256 KiB of JSON); 415 `unsupported_media_type`; 429
          *     `rate_limited`; 502 `upstream_unavailable`.
          */
@@ -10379,7 +10381,11 @@ export interface components {
          *     work (characters tested times the compiled pattern's size in RE2 instructions, summed
          *     over every test; a 10-instruction pattern on 500,000 characters): a call past it is
          *     refused (400 `invalid_tool_arguments` for arguments) rather than checked. `uniqueItems`
-         *     is checked in time linear in the array.
+         *     is checked in time linear in the array. `$ref` (and `$dynamicRef`) must point into the
+         *     schema (`#`, `#/<pointer>`, `#<anchor>` or a `$id` of it), and the schema may expand to at
+         *     most 20,000 subschemas with every reference followed where it is used (a reference back
+         *     into what is being expanded, as in a recursive tree, counts once): each use of a `$ref`
+         *     checks its target again, and a schema past that is refused (400 `validation_failed`).
          * @example {
          *       "type": "object",
          *       "properties": {

@@ -553,6 +553,43 @@ describe('executing', () => {
     });
   });
 
+  it('refuses a schema whose $refs expand past 20,000 subschemas when saved, and will not check one stored before the limit', async () => {
+    /** Each definition uses the previous one twice: 2^depth subschemas walked per check, from a schema of a couple of kilobytes. */
+    const doubling = (depth: number) => {
+      const defs: Record<string, unknown> = { d0: { type: 'object' } };
+      for (let i = 1; i <= depth; i += 1) defs[`d${i}`] = { allOf: [{ $ref: `#/$defs/d${i - 1}` }, { $ref: `#/$defs/d${i - 1}` }] };
+      return { ...ticketInput, $defs: defs, allOf: [{ $ref: `#/$defs/d${depth}` }] };
+    };
+    const refused = await owner.op('createSyntheticTool', { body: lookupThenUpdate('doubling_refs', { input_schema: doubling(28) }) });
+    expectError(refused, 400, 'validation_failed');
+    expect(refused.error?.errors).toEqual([
+      { in: 'body', pointer: '/input_schema', message: expect.stringContaining('expands to more than 20000 subschemas') },
+    ]);
+
+    // A recursive schema (a tree) expands once: its cost grows with the value, not the schema.
+    const tree = {
+      ...ticketInput,
+      properties: { ...ticketInput.properties, node: { $ref: '#/$defs/node' } },
+      $defs: { node: { type: 'object', properties: { name: { type: 'string' }, children: { type: 'array', items: { $ref: '#/$defs/node' } } } } },
+    };
+    const recursive = await created(lookupThenUpdate('tree_refs', { input_schema: tree }));
+    const node = { name: 'a', children: [{ name: 'b', children: [{ name: 'c', children: [] }] }] };
+    expect((await alice.op('executeSyntheticTool', { params: { id: recursive.id }, body: { arguments: { ticket_id: 1, node } } })).status).toBe(200);
+
+    // One saved before the limit: no run checks against it, until its author updates it.
+    const old = await created(lookupThenUpdate('stored_doubling'));
+    await t.db
+      .updateTable('synthetic_tools')
+      .set({ input_schema: JSON.stringify(doubling(24)), updated_at: new Date() })
+      .where('id', '=', old.id)
+      .execute();
+    const mark = up.peer.seen.length;
+    const stale = await alice.op('executeSyntheticTool', { params: { id: old.id }, body: { arguments: { ticket_id: 1 } } });
+    expectError(stale, 409, 'conflict');
+    expect(stale.error?.detail).toContain(`PATCH /synthetic-tool/${old.id}`);
+    expect(up.peer.seen.length).toBe(mark);
+  });
+
   it('stops at the first failing step and names it; under continue the run goes on with defaults', async () => {
     const failing = await created({
       name: 'fails_first',

@@ -120,6 +120,108 @@ export function runValidator(validate: ValidateFunction, value: unknown): boolea
   }
 }
 
+/**
+ * The most subschemas one check may walk with every `$ref` followed where it points. A
+ * `$ref` runs its target again wherever it is used, so a schema of a few kilobytes whose
+ * definitions each use the previous one twice makes every check take 2^depth steps (28
+ * levels, 1.9 KB: three seconds of event loop per call). Counted when saved, and before a
+ * stored schema is compiled; a reference back into a schema being expanded (recursion) counts
+ * once, as its cost grows with the value, not the schema.
+ */
+export const MAX_EXPANDED_SUBSCHEMAS = 20_000;
+
+/** Members whose values are data, not subschemas. */
+const DATA_KEYWORDS = new Set(['enum', 'const', 'default', 'examples', 'example']);
+
+/**
+ * The subschemas a check walks with local references followed, counted up to `cap` + 1 (then
+ * it stops); `unresolved` lists references that do not point into the schema by `#`, a JSON
+ * pointer (`#/$defs/x`), an anchor (`#name`) or a `$id` of it.
+ */
+export function expandedSize(schema: unknown, cap = MAX_EXPANDED_SUBSCHEMAS): { count: number; unresolved: string[] } {
+  const ids = new Map<string, unknown>();
+  const anchors = new Map<string, unknown>();
+  const index = (node: unknown, depth: number): void => {
+    if (depth > 200 || node === null || typeof node !== 'object') return;
+    if (Array.isArray(node)) {
+      for (const item of node) index(item, depth + 1);
+      return;
+    }
+    const obj = node as Record<string, unknown>;
+    if (typeof obj.$id === 'string') ids.set(obj.$id.replace(/#$/, ''), obj);
+    if (typeof obj.$anchor === 'string') anchors.set(obj.$anchor, obj);
+    if (typeof obj.$dynamicAnchor === 'string') anchors.set(obj.$dynamicAnchor, obj);
+    for (const [k, v] of Object.entries(obj)) if (!DATA_KEYWORDS.has(k)) index(v, depth + 1);
+  };
+  index(schema, 0);
+
+  const resolve = (ref: string): unknown => {
+    const hash = ref.indexOf('#');
+    const base = hash < 0 ? ref : ref.slice(0, hash);
+    const fragment = hash < 0 ? '' : ref.slice(hash + 1);
+    const root = base === '' ? schema : ids.get(base);
+    if (root === undefined) return undefined;
+    if (fragment === '') return root;
+    if (!fragment.startsWith('/')) return anchors.get(fragment);
+    let current: unknown = root;
+    for (const raw of fragment.slice(1).split('/')) {
+      let token: string;
+      try {
+        token = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
+      } catch {
+        return undefined;
+      }
+      if (current === null || typeof current !== 'object' || !Object.prototype.hasOwnProperty.call(current, token)) return undefined;
+      current = (current as Record<string, unknown>)[token];
+    }
+    return current;
+  };
+
+  let count = 0;
+  const unresolved: string[] = [];
+  const expanding = new Set<unknown>();
+  const walk = (node: unknown, depth: number): void => {
+    if (count > cap || depth > 200 || node === null || typeof node !== 'object') return;
+    if (Array.isArray(node)) {
+      for (const item of node) walk(item, depth + 1);
+      return;
+    }
+    count += 1;
+    const obj = node as Record<string, unknown>;
+    for (const [k, v] of Object.entries(obj)) {
+      if (DATA_KEYWORDS.has(k)) continue;
+      if ((k === '$ref' || k === '$dynamicRef') && typeof v === 'string') {
+        const target = resolve(v);
+        if (target === undefined) unresolved.push(v);
+        else if (!expanding.has(target)) {
+          expanding.add(target);
+          walk(target, depth + 1);
+          expanding.delete(target);
+        }
+        continue;
+      }
+      walk(v, depth + 1);
+    }
+  };
+  expanding.add(schema);
+  walk(schema, 0);
+  return { count, unresolved };
+}
+
+/** The problem of a schema whose check would walk more than MAX_EXPANDED_SUBSCHEMAS subschemas, or null. */
+function expansionProblem(schema: unknown): string | null {
+  const { count, unresolved } = expandedSize(schema);
+  if (unresolved.length > 0) return `has a $ref that does not point into the schema ("${unresolved[0]}"): use "#", "#/<pointer>", "#<anchor>" or a $id of it`;
+  if (count > MAX_EXPANDED_SUBSCHEMAS)
+    return `expands to more than ${MAX_EXPANDED_SUBSCHEMAS} subschemas when its $refs are followed (each use of a $ref checks its target again); use each definition fewer times`;
+  return null;
+}
+
+/** A stored schema that expands past MAX_EXPANDED_SUBSCHEMAS (saved before the limit): it is not compiled. */
+export class SchemaTooComplex extends Error {
+  override readonly name = 'SchemaTooComplex';
+}
+
 const checker = newAjv();
 
 /** Problems of a schema written at `at`: size, meta-schema, type object, compiles. */
@@ -144,7 +246,9 @@ export function schemaProblems(schema: unknown, at: string): MappingProblem[] {
   } catch (err) {
     return [{ pointer: at, message: `does not compile: ${err instanceof Error ? err.message : String(err)}` }];
   }
-  return [];
+  // After compiling, which refuses references to anything outside the schema (nothing is fetched).
+  const expansion = expansionProblem(schema);
+  return expansion ? [{ pointer: at, message: expansion }] : [];
 }
 
 const compiled = new Map<string, ValidateFunction>();
@@ -153,11 +257,13 @@ const MAX_COMPILED = 500;
 /**
  * The validator of a stored schema, compiled once per `key` (tool id, which schema, and its
  * version). `applyDefaults`: fill in the schema's defaults (arguments), or leave the value as
- * it is (the output).
+ * it is (the output). Throws SchemaTooComplex for a schema past MAX_EXPANDED_SUBSCHEMAS.
  */
 export function validatorFor(key: string, schema: object, applyDefaults = true): ValidateFunction {
   let validate = compiled.get(key);
   if (!validate) {
+    const expansion = expansionProblem(schema);
+    if (expansion) throw new SchemaTooComplex(`The schema ${expansion}.`);
     validate = newAjv(applyDefaults).compile(schema);
     if (compiled.size >= MAX_COMPILED) compiled.delete(compiled.keys().next().value as string);
     compiled.set(key, validate);

@@ -9,7 +9,8 @@ import type { ConnectionContext } from '../../mcp/upstream/credentials';
 import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors';
 import { evaluate, MappingError, type Json } from './mapping';
 import { loadPolicy, policySubjectOf } from '../../access/policy';
-import { MAX_PATTERN_WORK, PatternWorkExceeded, problemsOf, runValidator, validatorFor } from './schemas';
+import type { ValidateFunction } from 'ajv/dist/2020';
+import { MAX_PATTERN_WORK, PatternWorkExceeded, problemsOf, runValidator, SchemaTooComplex, validatorFor } from './schemas';
 import * as repo from './synthetic-tools.repo';
 import { stepToolsOf } from './synthetic-tools.service';
 import type { Binding, SyntheticToolExecuteRequest, SyntheticToolExecution, SyntheticToolStepRun } from './synthetic-tools.types';
@@ -134,6 +135,24 @@ function errorTextOf(result: UpstreamCallResult): string {
 }
 
 /**
+ * The compiled validator of the tool's input or output schema: 409 conflict for a schema
+ * saved before schemas were limited in how far their references expand, which no run checks
+ * against (its author updates it).
+ */
+function storedValidator(tool: repo.SyntheticToolRow, which: 'input' | 'output'): ValidateFunction {
+  const schema = which === 'input' ? tool.input_schema : (tool.output_schema ?? {});
+  try {
+    return validatorFor(`${tool.id}:${which}:${tool.updated_at.toISOString()}`, schema, which === 'input');
+  } catch (err) {
+    if (!(err instanceof SchemaTooComplex)) throw err;
+    throw new ApiError(
+      'conflict',
+      `The ${which}_schema of ${tool.name} cannot be checked: ${err.message} Update the synthetic tool (PATCH /synthetic-tool/${tool.id}) before running it.`,
+    );
+  }
+}
+
+/**
  * The most JSON text a run's arguments may take (256 KiB). Validation and mapping work grow
  * with the arguments; this keeps one call's share of the event loop small whatever the schema.
  */
@@ -153,7 +172,7 @@ function checkedArguments(tool: repo.SyntheticToolRow, input: unknown): Record<s
     );
   }
   const args = structuredClone(input ?? {}) as Record<string, unknown>;
-  const validate = validatorFor(`${tool.id}:input:${tool.updated_at.toISOString()}`, tool.input_schema);
+  const validate = storedValidator(tool, 'input');
   let valid: boolean;
   try {
     valid = runValidator(validate, args);
@@ -280,6 +299,8 @@ export async function runSyntheticTool(
   options: RunOptions = {},
 ): Promise<SyntheticToolExecution> {
   const args = checkedArguments(tool, input);
+  // Compiled before any step runs: a schema that cannot be checked refuses the run, not its end.
+  const checkOutput = tool.output_schema ? storedValidator(tool, 'output') : null;
   await checkPolicy(deps, orgId, userId, tool);
   const bound = await checkedBindings(deps, orgId, userId, options.bindings ?? []);
   const connections = await resolveConnections(deps, orgId, userId, tool, bound);
@@ -403,8 +424,8 @@ export async function runSyntheticTool(
     if (!(err instanceof MappingError)) throw err;
     return finish({ step_id: null, message: `Output: ${err.message}` }, null);
   }
-  if (tool.output_schema) {
-    const validate = validatorFor(`${tool.id}:output:${tool.updated_at.toISOString()}`, tool.output_schema, false);
+  if (checkOutput) {
+    const validate = checkOutput;
     let valid: boolean;
     try {
       valid = runValidator(validate, result);
