@@ -478,7 +478,7 @@ export interface ToolCallRecords {
   error: string | null;
   id: Generated<number>;
   jsonrpc_id: string | null;
-  mcp_server_id: string;
+  mcp_server_id: string | null;
   org_id: string;
   outcome: string;
   request_id: string;
@@ -486,7 +486,7 @@ export interface ToolCallRecords {
   tool_name: string;
   upstream_tool: string | null;
   user_id: string;
-  user_toolbox_id: string;
+  user_toolbox_id: string | null;
 }
 
 export interface Users {

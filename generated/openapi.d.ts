@@ -3836,13 +3836,16 @@ export interface paths {
          * Execute a synthetic tool
          * @description Runs the synthetic tool once, as the caller, and answers with the result and a trace of
          *     every step; the same run an MCP client gets from `tools/call`. Before any step runs the
-         *     server checks, in this order: the arguments against `input_schema` (defaults applied);
+         *     server checks, in this order: the arguments against `input_schema` (defaults applied;
+         *     at most 256 KiB of JSON, and at most the pattern work a check may use, see
+         *     `SyntheticToolJsonSchema`, so that no call holds the server);
          *     the restrictions that apply to the caller, for the synthetic tool (restrictions naming
          *     it by `match.synthetic_tool_id`) and for every step's tool (by its connector and tool
          *     name), where a `deny` match, or a `require_approval` match the caller holds no approved
          *     access request for, refuses the whole run; and a usable connection for every step (a
          *     pinned connection the caller owns or reaches through a
-         *     toolbox shared with them; otherwise the connection named in `bindings`, or the caller's
+         *     toolbox shared with them, and then only for a tool those toolboxes' entries for it select;
+         *     otherwise the connection named in `bindings`, or the caller's
          *     oldest `active` connection of the connector). Steps then run one after the other with
          *     the connections' own credentials; the caller's credential is never sent upstream. Each
          *     step waits at most the configured step timeout (`SYNTHETIC_STEP_TIMEOUT_MS`, 30 seconds
@@ -3855,22 +3858,32 @@ export interface paths {
          *     A tool that answers with an error (a result with `isError`, or a JSON-RPC error such as
          *     an unknown tool) is an answer, not an HTTP error: under `on_error: fail`
          *     the run stops and answers 200 with `is_error: true` and the failing step in `error`.
+         *     So is a mapping that cannot be built, a missing reference or a value past the 4 MiB a
+         *     mapping may build (`SyntheticToolValue`): the step fails without its tool being
+         *     called, or the output fails after the steps ran.
          *     An upstream that cannot be reached, times out or does not answer as an MCP server is a
          *     502 under `on_error: fail` (a `failed` step under `continue`).
          *
          *     Needs `synthetic_tool:execute`. Changes nothing the organization owns, so it records no
-         *     audit entry (`x-audit: null`); like every tool call, the run is recorded as tool-call
-         *     records (one for the synthetic tool and one per step, linked by the synthetic tool's
-         *     id) that logging destinations export. Emits `connection.needs_reauth` only as said above.
+         *     audit entry (`x-audit: null`); like every tool call over MCP, the run is recorded as
+         *     tool-call records, the same ones a `tools/call` of it leaves (one for the synthetic tool,
+         *     with its outcome, also when the run is refused before any step, and one per step that
+         *     called its upstream, linked by the synthetic tool's id; no MCP server or user toolbox)
+         *     that logging destinations export. Emits `connection.needs_reauth` only as said above.
          *
          *     Errors: 400 `validation_failed` (the body), `unknown_reference` (a connection in
          *     `bindings` that does not exist in this organization), `invalid_tool_arguments` (the
-         *     arguments do not match `input_schema`; `errors` lists every problem under
-         *     `/arguments`), `organization_header_required`; 401 `unauthenticated`,
+         *     arguments do not match `input_schema`, or checking them would need more pattern work
+         *     than a call may use; `errors` lists every problem under `/arguments`), `organization_header_required`; 401 `unauthenticated`,
          *     `invalid_token`; 403 `not_a_member`, `mfa_setup_required`, `missing_permission`,
          *     `tool_restricted` (the detail names the tool and whether an access request can
          *     unlock it); 404 `not_found`; 409 `connection_unavailable` (the detail names the
-         *     connector; also when the upstream refused the connection's credentials); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
+         *     connector; also when a step calls a tool of someone else's pinned connection that no
+         *     toolbox entry shared with the caller selects, or when the upstream refused the
+         *     connection's credentials), `conflict` (the tool's `input_schema` or `output_schema` was
+         *     saved before schemas were limited in how far their references expand, and is past
+         *     that limit: update the tool); 413 `payload_too_large` (the body, or arguments larger than
+         *     256 KiB of JSON); 415 `unsupported_media_type`; 429
          *     `rate_limited`; 502 `upstream_unavailable`.
          */
         post: operations["executeSyntheticTool"];
@@ -3954,7 +3967,10 @@ export interface paths {
          *     `synthetic_tool:execute`, the permission `POST /synthetic-tool/{id}/execute` needs; with
          *     an MCP server token minted by an API token, within that token's permissions too.
          *     Restrictions apply to synthetic tools as there (one naming the synthetic tool, or
-         *     matching a tool one of its steps calls).
+         *     matching a tool one of its steps calls), and so do that operation's rules and limits
+         *     (pinned connections, arguments of at most 256 KiB of JSON and the pattern work a check
+         *     may use, 4 MiB per value a mapping builds): a run they refuse is a result with
+         *     `isError: true` whose text is that operation's `detail`.
          *     Tool names join the connector slug and the tool name, `<connector_slug>__<tool>`
          *     (see `McpTool`). Other methods get the JSON-RPC error -32601 (in a 200, or a 404 in
          *     2026-07-28). A tool that fails, is held for approval,
@@ -3968,7 +3984,10 @@ export interface paths {
          *     response, then the stream closes.
          *
          *     Every `tools/call` (succeeded, failed or refused) writes a tool-call record naming the
-         *     MCP server, user toolbox, connection, connector, tool, outcome and duration; it is not an
+         *     MCP server, user toolbox, connection, connector, tool, outcome and duration, and a
+         *     synthetic tool's run one more per step that called its upstream (its connection and
+         *     upstream tool, linked by the synthetic tool's id), as `POST
+         *     /synthetic-tool/{id}/execute` does; it is not an
          *     audit entry (`x-audit: null`), and no event is emitted. `last_used_at` of the server is
          *     updated at most once a minute.
          *
@@ -10528,7 +10547,15 @@ export interface components {
          *     checks the schema against the meta-schema on every write. At most 64 KiB. `pattern` and
          *     `patternProperties` are matched with RE2 (time linear in the value): lookaround and
          *     backreferences are not supported, and a schema using them is refused (400
-         *     `validation_failed`).
+         *     `validation_failed`). Checking one value may match at most 5,000,000 units of pattern
+         *     work (characters tested times the compiled pattern's size in RE2 instructions, summed
+         *     over every test; a 10-instruction pattern on 500,000 characters): a call past it is
+         *     refused (400 `invalid_tool_arguments` for arguments) rather than checked. `uniqueItems`
+         *     is checked in time linear in the array. `$ref` (and `$dynamicRef`) must point into the
+         *     schema (`#`, `#/<pointer>`, `#<anchor>` or a `$id` of it), and the schema may expand to at
+         *     most 20,000 subschemas with every reference followed where it is used (a reference back
+         *     into what is being expanded, as in a recursive tree, counts once): each use of a `$ref`
+         *     checks its target again, and a schema past that is refused (400 `validation_failed`).
          * @example {
          *       "type": "object",
          *       "properties": {
@@ -10650,7 +10677,11 @@ export interface components {
          *     as is, whose arrays and objects may contain such references at any depth. Object members
          *     of plain objects must not start with `$`. The schema checks the outermost level; the
          *     server checks nested values the same way on every write (400 `validation_failed` with a
-         *     pointer to the bad value). Nesting is limited to 20 levels.
+         *     pointer to the bad value). Nesting is limited to 20 levels. Each value a run builds (one
+         *     step's arguments, the output) holds at most 4 MiB (4,194,304 characters) of JSON: a
+         *     reference copies what it names in full, once per reference, so a run whose mapping would
+         *     build more stops there, as a failed step (its tool is not called) or a failed output
+         *     (`is_error: true`, the message naming the limit).
          * @example {
          *       "ticket": {
          *         "$step": "ticket"
@@ -10803,8 +10834,10 @@ export interface components {
          *     tool may pin only their own connections, or any member's when they also hold
          *     `connection:manage` (else 400 `unknown_reference`), since everyone who runs it then acts
          *     with that connection's credentials. At run time the caller must own the pinned connection
-         *     or reach it through a toolbox shared with them. A synthetic tool cannot call a synthetic
-         *     tool.
+         *     or reach it through a toolbox shared with them, and then the step may call only a tool
+         *     that those toolboxes' entries for the connection select (`all`, or a list naming it): a
+         *     member's connection acts only as its toolbox entries say, whoever runs the step. A
+         *     synthetic tool cannot call a synthetic tool.
          * @example {
          *       "connector_slug": "github",
          *       "name": "search_issues"
@@ -10894,7 +10927,7 @@ export interface components {
          */
         SyntheticToolExecuteRequest: {
             /**
-             * @description The tool's arguments, checked against its `input_schema` (defaults in that schema are applied).
+             * @description The tool's arguments, checked against its `input_schema` (defaults in that schema are applied); at most 256 KiB (262,144 characters) of JSON.
              * @default {}
              */
             arguments?: {

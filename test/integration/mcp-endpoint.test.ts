@@ -445,6 +445,56 @@ describe('synthetic tools', () => {
     }
   });
 
+  it('runs a synthetic tool under the rules of executeSyntheticTool: pinned steps only as the toolbox selects, bounded arguments, a record per step', async () => {
+    const admin = t.as({ token: org.token, org: org.orgId });
+    const bobConn = (
+      await t.db.selectFrom('connections').select('id').where('owner_user_id', '=', bobId).where('connector_slug', '=', crm).executeTakeFirstOrThrow()
+    ).id;
+    const pinned = async (name: string, tool: string) => {
+      const res = await admin.post('/synthetic-tool', {
+        name,
+        description: `${tool} through Bob's connection.`,
+        input_schema: { type: 'object', properties: { pad: { type: 'string' } } },
+        steps: [{ id: 'call', tool: { connector_slug: crm, connection_id: bobConn, name: tool } }],
+      });
+      expect(res.status).toBe(201);
+      return res.body.id as string;
+    };
+    const who = await pinned('bob_whoami', 'whoami');
+    const echo = await pinned('bob_echo', 'echo');
+    // Bob's connection is shared with Alice for whoami only.
+    const toolbox = await insertToolbox(t, org.orgId, {
+      entries: [{ connection_id: bobConn, tools: ['whoami'] }, { synthetic_tool_id: who }, { synthetic_tool_id: echo }],
+      principal: { type: 'user', id: aliceId },
+    });
+    const server = await mint(org.orgId, aliceId, `utbx_dyn_tbx_${toolbox.slice('tbx_'.length)}`, 'Alice through Bob');
+    const client = await connect(server);
+    try {
+      const refused = (await client.callTool({ name: 'bob_echo', arguments: {} })) as CallToolResult;
+      expect(refused.isError).toBe(true);
+      expect(textOf(refused)).toContain('offer only whoami');
+      const ran = (await client.callTool({ name: 'bob_whoami', arguments: {} })) as CallToolResult;
+      expect(ran.isError).toBe(false);
+      expect(ran.structuredContent).toMatchObject({ member: 'bob', credential: KEY_B });
+      const large = (await client.callTool({ name: 'bob_whoami', arguments: { pad: 'x'.repeat(300_000) } })) as CallToolResult;
+      expect(large.isError).toBe(true);
+      expect(textOf(large)).toContain('262144');
+    } finally {
+      await client.close();
+    }
+    const rows = await recordsOf(server.id, (r) => r.length >= 4);
+    expect(rows).toHaveLength(4);
+    expect(rows.map((r) => [r.tool_name, r.upstream_tool, r.connection_id, r.outcome])).toEqual(
+      expect.arrayContaining([
+        ['bob_echo', null, null, 'tool_error'],
+        ['bob_whoami', 'whoami', bobConn, 'succeeded'],
+        ['bob_whoami', null, null, 'succeeded'],
+        ['bob_whoami', null, null, 'tool_error'],
+      ]),
+    );
+    expect(rows.every((r) => r.synthetic_tool_id !== null && r.user_toolbox_id !== null)).toBe(true);
+  });
+
   it('lists a synthetic tool whose schema has boolean properties to SDK clients, as the objects they mean', async () => {
     const admin = t.as({ token: org.token, org: org.orgId });
     const created = await admin.post('/synthetic-tool', {

@@ -502,6 +502,118 @@ describe('executing', () => {
     expect(JSON.stringify(lookahead.error?.errors)).toContain('does not compile');
   });
 
+  it('refuses arguments over 256 KiB of JSON with 413 payload_too_large, before anything runs', async () => {
+    const mark = up.peer.seen.length;
+    const res = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 1, note: 'x'.repeat(300_000) } } });
+    expectError(res, 413, 'payload_too_large');
+    expect(res.error?.detail).toContain('262144');
+    expect(up.peer.seen.length).toBe(mark);
+  });
+
+  it('bounds the pattern work of one check: a heavy pattern on a long argument is refused, not matched', async () => {
+    // 553 RE2 instructions: on 20,000 characters, twice the work a check may do.
+    const heavy = await created(
+      lookupThenUpdate('heavy_pattern', {
+        input_schema: { ...ticketInput, properties: { ...ticketInput.properties, note: { type: 'string', pattern: '(a|aa|aaa|b|c|d|e|f){50}$' } } },
+      }),
+    );
+    const mark = up.peer.seen.length;
+    const refused = await alice.op('executeSyntheticTool', { params: { id: heavy.id }, body: { arguments: { ticket_id: 1, note: 'a'.repeat(20_000) } } });
+    expectError(refused, 400, 'invalid_tool_arguments');
+    expect(refused.error?.errors).toEqual([{ in: 'body', pointer: '/arguments', message: 'needs more pattern matching than a call may use' }]);
+    expect(up.peer.seen.length).toBe(mark);
+    // The same pattern on a value of ordinary length is checked, and the server goes on answering.
+    expect((await alice.op('executeSyntheticTool', { params: { id: heavy.id }, body: { arguments: { ticket_id: 1, note: 'a'.repeat(60) } } })).status).toBe(
+      200,
+    );
+  });
+
+  it('checks uniqueItems over a long array of objects, and names a duplicate', async () => {
+    const unique = await created(
+      lookupThenUpdate('unique_tags', {
+        input_schema: { ...ticketInput, properties: { ...ticketInput.properties, tags: { type: 'array', uniqueItems: true } } },
+      }),
+    );
+    const tags = Array.from({ length: 10_000 }, (_, i) => ({ t: i }));
+    expect((await alice.op('executeSyntheticTool', { params: { id: unique.id }, body: { arguments: { ticket_id: 1, tags } } })).status).toBe(200);
+    const dup = await alice.op('executeSyntheticTool', { params: { id: unique.id }, body: { arguments: { ticket_id: 1, tags: [...tags, { t: 7 }] } } });
+    expectError(dup, 400, 'invalid_tool_arguments');
+    expect(dup.error?.errors).toEqual([
+      { in: 'body', pointer: '/arguments/tags', message: 'must NOT have duplicate items (items ## 7 and 10000 are identical)' },
+    ]);
+  });
+
+  it('stops a mapping at 4 MiB of JSON: an output or a step’s arguments that would copy more fail the run, and the server answers the next call', async () => {
+    const bigInput = { type: 'object' as const, properties: { big: { type: 'string' } }, required: ['big'] };
+    const big = 'x'.repeat(200_000);
+    // 30 copies of a 200,000-character argument: 6 MB of output from a request of 200 KB.
+    const output = await created({
+      name: 'amplify_output',
+      description: 'Copies its argument many times into the output.',
+      input_schema: bigInput,
+      steps: [{ id: 'lookup', tool: { connector_slug: crm, name: 'lookup' }, arguments: { id: 1 } }],
+      output: { copies: Array.from({ length: 30 }, () => ({ $input: '/big' })) },
+    });
+    const refused = await alice.op('executeSyntheticTool', { params: { id: output.id }, body: { arguments: { big } } });
+    expect(refused.status).toBe(200);
+    expect(refused.body).toMatchObject({ is_error: true, result: null, error: { step_id: null, message: expect.stringContaining('4 MiB') } });
+    expect(refused.text.length).toBeLessThan(100_000);
+
+    const args = await created({
+      name: 'amplify_arguments',
+      description: 'Copies its argument many times into a step’s arguments.',
+      input_schema: bigInput,
+      steps: [{ id: 'update', tool: { connector_slug: crm, name: 'update' }, arguments: { id: 1, note: { $template: '{{input:/big}}'.repeat(30) } } }],
+    });
+    const mark = up.peer.seen.length;
+    const stopped = await alice.op('executeSyntheticTool', { params: { id: args.id }, body: { arguments: { big } } });
+    expect(stopped.body).toMatchObject({ is_error: true, error: { step_id: 'update', message: expect.stringContaining('4 MiB') } });
+    expect(stopped.body.steps[0]?.status).toBe('failed');
+    expect(seenSince(mark)).toHaveLength(0);
+
+    // Within the budget the same tools run.
+    expect((await alice.op('executeSyntheticTool', { params: { id: output.id }, body: { arguments: { big: 'small' } } })).body.result).toEqual({
+      copies: Array.from({ length: 30 }, () => 'small'),
+    });
+  });
+
+  it('refuses a schema whose $refs expand past 20,000 subschemas when saved, and will not check one stored before the limit', async () => {
+    /** Each definition uses the previous one twice: 2^depth subschemas walked per check, from a schema of a couple of kilobytes. */
+    const doubling = (depth: number) => {
+      const defs: Record<string, unknown> = { d0: { type: 'object' } };
+      for (let i = 1; i <= depth; i += 1) defs[`d${i}`] = { allOf: [{ $ref: `#/$defs/d${i - 1}` }, { $ref: `#/$defs/d${i - 1}` }] };
+      return { ...ticketInput, $defs: defs, allOf: [{ $ref: `#/$defs/d${depth}` }] };
+    };
+    const refused = await owner.op('createSyntheticTool', { body: lookupThenUpdate('doubling_refs', { input_schema: doubling(28) }) });
+    expectError(refused, 400, 'validation_failed');
+    expect(refused.error?.errors).toEqual([
+      { in: 'body', pointer: '/input_schema', message: expect.stringContaining('expands to more than 20000 subschemas') },
+    ]);
+
+    // A recursive schema (a tree) expands once: its cost grows with the value, not the schema.
+    const tree = {
+      ...ticketInput,
+      properties: { ...ticketInput.properties, node: { $ref: '#/$defs/node' } },
+      $defs: { node: { type: 'object', properties: { name: { type: 'string' }, children: { type: 'array', items: { $ref: '#/$defs/node' } } } } },
+    };
+    const recursive = await created(lookupThenUpdate('tree_refs', { input_schema: tree }));
+    const node = { name: 'a', children: [{ name: 'b', children: [{ name: 'c', children: [] }] }] };
+    expect((await alice.op('executeSyntheticTool', { params: { id: recursive.id }, body: { arguments: { ticket_id: 1, node } } })).status).toBe(200);
+
+    // One saved before the limit: no run checks against it, until its author updates it.
+    const old = await created(lookupThenUpdate('stored_doubling'));
+    await t.db
+      .updateTable('synthetic_tools')
+      .set({ input_schema: JSON.stringify(doubling(24)), updated_at: new Date() })
+      .where('id', '=', old.id)
+      .execute();
+    const mark = up.peer.seen.length;
+    const stale = await alice.op('executeSyntheticTool', { params: { id: old.id }, body: { arguments: { ticket_id: 1 } } });
+    expectError(stale, 409, 'conflict');
+    expect(stale.error?.detail).toContain(`PATCH /synthetic-tool/${old.id}`);
+    expect(up.peer.seen.length).toBe(mark);
+  });
+
   it('stops at the first failing step and names it; under continue the run goes on with defaults', async () => {
     const failing = await created({
       name: 'fails_first',
@@ -650,6 +762,99 @@ describe('executing', () => {
     expect(asBob.body.result).toEqual({ pinned: 'alice', own: 'bob' });
     expect(asBob.body.steps.map((s) => s.tool.connection_id)).toEqual([aliceConn, bobConn]);
     expect(seenSince(mark).map((c) => c.credential)).toEqual([KEY_A, KEY_B]);
+  });
+
+  it("calls through someone else's pinned connection only the tools its toolbox entries shared with the caller select", async () => {
+    // A toolbox shared with Carol alone offers Bob's connection for lookup only.
+    const toolboxId = newId('toolbox');
+    await t.db.insertInto('toolboxes').values({ id: toolboxId, org_id: org.orgId, name: 'Bob CRM lookups', created_by_user_id: org.ownerId }).execute();
+    await t.db
+      .insertInto('toolbox_entries')
+      .values({ toolbox_id: toolboxId, position: 0, type: 'connection', connection_id: bobConn, tools: JSON.stringify(['lookup']) })
+      .execute();
+    await shareResource(t.db, {
+      orgId: org.orgId,
+      resourceType: 'toolbox',
+      resourceId: toolboxId,
+      share: { principal: { type: 'user', id: carolId }, level: 'use' },
+      byUserId: null,
+    });
+    const pinnedStep = (name: string) => ({
+      name: `bob_${name}`,
+      description: `${name} through Bob's connection.`,
+      input_schema: ticketInput,
+      steps: [
+        {
+          id: 'call',
+          tool: { connector_slug: crm, connection_id: bobConn, name },
+          arguments: { id: { $input: '/ticket_id' }, status: { $literal: 'deleted' } },
+        },
+      ],
+    });
+    const lookup = await created(pinnedStep('lookup'));
+    const update = await created(pinnedStep('update'));
+
+    const mark = up.peer.seen.length;
+    const refused = await carol.op('executeSyntheticTool', { params: { id: update.id }, body: { arguments: { ticket_id: 9 } } });
+    expectError(refused, 409, 'connection_unavailable');
+    expect(refused.error?.detail).toContain('offer only lookup');
+    // Bob's key never went upstream for a tool he did not offer.
+    expect(seenSince(mark)).toHaveLength(0);
+
+    const allowed = await carol.op('executeSyntheticTool', { params: { id: lookup.id }, body: { arguments: { ticket_id: 9 } } });
+    expect(allowed.status).toBe(200);
+    expect(allowed.body.result).toMatchObject({ id: 9, member: 'bob', credential: KEY_B });
+    // Bob runs both through his own connection, whatever the toolboxes say.
+    expect((await bob.op('executeSyntheticTool', { params: { id: update.id }, body: { arguments: { ticket_id: 9 } } })).status).toBe(200);
+  });
+
+  it('leaves the tool-call records a run over MCP leaves: the synthetic tool’s and one per step called, refusals included', async () => {
+    const res = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { ticket_id: 31 } } });
+    expect(res.status).toBe(200);
+    const refused = await alice.op('executeSyntheticTool', { params: { id: tool.id }, body: { arguments: { note: 'no ticket' } } });
+    expectError(refused, 400, 'invalid_tool_arguments');
+    await t.deps.mcp.toolCalls.flush();
+    const recordsOf = (requestId: string | null | undefined) =>
+      t.db
+        .selectFrom('tool_call_records')
+        .select([
+          'org_id',
+          'mcp_server_id',
+          'user_id',
+          'user_toolbox_id',
+          'connection_id',
+          'connector_slug',
+          'synthetic_tool_id',
+          'tool_name',
+          'upstream_tool',
+          'outcome',
+          'error',
+          'jsonrpc_id',
+        ])
+        .where('request_id', '=', requestId ?? '')
+        .orderBy('id')
+        .execute();
+    const common = {
+      org_id: org.orgId,
+      mcp_server_id: null,
+      user_id: aliceId,
+      user_toolbox_id: null,
+      synthetic_tool_id: tool.id,
+      tool_name: tool.name,
+      jsonrpc_id: null,
+    };
+    const ran = await recordsOf(res.headers.get('x-request-id'));
+    expect(ran).toEqual(
+      expect.arrayContaining([
+        { ...common, connection_id: aliceConn, connector_slug: crm, upstream_tool: 'lookup', outcome: 'succeeded', error: null },
+        { ...common, connection_id: aliceConn, connector_slug: crm, upstream_tool: 'update', outcome: 'succeeded', error: null },
+        { ...common, connection_id: null, connector_slug: null, upstream_tool: null, outcome: 'succeeded', error: null },
+      ]),
+    );
+    expect(ran).toHaveLength(3);
+    expect(await recordsOf(refused.error?.request_id)).toEqual([
+      { ...common, connection_id: null, connector_slug: null, upstream_tool: null, outcome: 'tool_error', error: refused.error?.detail },
+    ]);
   });
 
   it("uses the connection named in bindings, and refuses ones that are not the caller's", async () => {

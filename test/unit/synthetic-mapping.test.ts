@@ -3,6 +3,7 @@
 // prototype or runs as code.
 import {
   checkValue,
+  MAX_BUILT_CHARS,
   evaluate,
   escapeToken,
   MappingError,
@@ -194,5 +195,25 @@ describe("a step's result", () => {
         ],
       }),
     ).toBe('one\ntwo');
+  });
+});
+
+describe('the budget of a built value', () => {
+  const big = { big: 'x'.repeat(100_000) };
+  const many = (n: number, ref: unknown) => Array.from({ length: n }, () => ref);
+
+  it('stops copying references once their JSON would pass MAX_BUILT_CHARS', () => {
+    const fits = Math.floor(MAX_BUILT_CHARS / 100_002) - 1;
+    expect((evaluate(many(fits, { $input: '/big' }), { input: big, results: new Map() }) as string[]).length).toBe(fits);
+    expect(() => evaluate(many(fits + 2, { $input: '/big' }), { input: big, results: new Map() })).toThrow(MappingError);
+  });
+
+  it('counts what templates and nested copies build, and each evaluation has its own budget', () => {
+    const template = { $template: '{{input:/big}}'.repeat(50) };
+    expect(() => evaluate(template, { input: big, results: new Map() })).toThrow(/4 MiB/);
+    const nested = { $input: '' };
+    expect(() => evaluate(many(50, nested), { input: big, results: new Map() })).toThrow(MappingError);
+    expect(evaluate({ one: { $input: '/big' } }, { input: big, results: new Map() })).toEqual({ one: big.big });
+    expect(evaluate({ two: { $input: '/big' } }, { input: big, results: new Map() })).toEqual({ two: big.big });
   });
 });

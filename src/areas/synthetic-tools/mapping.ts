@@ -222,15 +222,50 @@ export interface MappingScope {
   results: ReadonlyMap<string, unknown>;
 }
 
-/** A copy of a JSON value as plain data, members defined (never assigned), so no name reaches a prototype. */
-function copy(value: unknown, depth = 0): Json {
+/**
+ * The most one evaluation may build (a step's arguments, the output): about this many
+ * characters of JSON text. A mapping copies what a reference names in full, once per
+ * reference, so a small tool and a large argument could otherwise build hundreds of megabytes
+ * (and the JSON text of them, twice more, for the answer): the budget is spent as the value is
+ * built, and the evaluation stops where it runs out.
+ */
+export const MAX_BUILT_CHARS = 4 * 1024 * 1024;
+
+/** What is left of an evaluation's budget; spent before each part is built. */
+export class BuildBudget {
+  constructor(private remaining: number = MAX_BUILT_CHARS) {}
+
+  spend(chars: number): void {
+    this.remaining -= chars;
+    if (this.remaining < 0) {
+      throw new MappingError(
+        `The value would be larger than ${MAX_BUILT_CHARS} characters of JSON (4 MiB), the most a mapping may build; each reference copies what it names in full, so refer to less or send smaller arguments.`,
+      );
+    }
+  }
+}
+
+/**
+ * A copy of a JSON value as plain data, members defined (never assigned), so no name reaches a
+ * prototype, paid for from `budget` as it goes (a string counts its length; it is shared, not
+ * copied, but every answer writes it out).
+ */
+function copy(value: unknown, budget: BuildBudget, depth = 0): Json {
   if (depth > 64) throw new MappingError('A value nests too deeply to copy.');
-  if (value === null || typeof value === 'boolean' || typeof value === 'string') return value;
+  if (typeof value === 'string') {
+    budget.spend(value.length + 2);
+    return value;
+  }
+  budget.spend(8);
+  if (value === null || typeof value === 'boolean') return value;
   if (typeof value === 'number') return Number.isFinite(value) ? value : null;
-  if (Array.isArray(value)) return value.map((v) => copy(v, depth + 1));
+  if (Array.isArray(value)) return value.map((v) => copy(v, budget, depth + 1));
   if (typeof value === 'object') {
     const out: { [key: string]: Json } = {};
-    for (const k of Object.keys(value)) define(out, k, copy((value as Record<string, unknown>)[k], depth + 1));
+    for (const k of Object.keys(value)) {
+      budget.spend(k.length + 3);
+      define(out, k, copy((value as Record<string, unknown>)[k], budget, depth + 1));
+    }
     return out;
   }
   return null;
@@ -246,43 +281,60 @@ function stepValue(scope: MappingScope, id: string, pointer: string): { found: t
   return hit.found ? hit : { found: false, why: `the result of step "${id}" has nothing at "${pointer}"` };
 }
 
-/** A template's text: strings as they are, other values as JSON text, missing ones as "". */
-export function renderTemplate(template: string, scope: MappingScope): string {
+/** A template's text: strings as they are, other values as JSON text, missing ones as "". Paid for from `budget` before each part is added. */
+export function renderTemplate(template: string, scope: MappingScope, budget: BuildBudget = new BuildBudget()): string {
   let out = '';
   for (const part of parseTemplate(template)) {
     if ('text' in part) {
+      budget.spend(part.text.length);
       out += part.text;
       continue;
     }
     const hit = 'input' in part ? resolvePointer(scope.input, part.input) : stepValue(scope, part.step, part.pointer);
     if (!hit.found || hit.value === undefined) continue;
-    out += typeof hit.value === 'string' ? hit.value : JSON.stringify(copy(hit.value));
+    if (typeof hit.value === 'string') {
+      budget.spend(hit.value.length);
+      out += hit.value;
+    } else {
+      out += JSON.stringify(copy(hit.value, budget));
+    }
   }
   return out;
 }
 
-/** The value a mapping describes, built from the input and the steps' results. */
-export function evaluate(value: unknown, scope: MappingScope, depth = 0): Json {
+/** The value a mapping describes, built from the input and the steps' results, within one budget (MAX_BUILT_CHARS). */
+export function evaluate(value: unknown, scope: MappingScope, depth = 0, budget: BuildBudget = new BuildBudget()): Json {
   if (depth > MAX_DEPTH) throw new MappingError(`The mapping nests deeper than ${MAX_DEPTH} levels.`);
-  if (value === null || typeof value !== 'object') return copy(value);
-  if (Array.isArray(value)) return value.map((item) => evaluate(item, scope, depth + 1));
+  if (value === null || typeof value !== 'object') return copy(value, budget);
+  if (Array.isArray(value)) {
+    budget.spend(2);
+    return value.map((item) => evaluate(item, scope, depth + 1, budget));
+  }
   const obj = value as Record<string, unknown>;
-  if (hasOwn(obj, '$literal')) return copy(obj.$literal);
+  if (hasOwn(obj, '$literal')) return copy(obj.$literal, budget);
   if (hasOwn(obj, '$input')) {
     const hit = resolvePointer(scope.input, String(obj.$input));
-    if (hit.found) return copy(hit.value);
-    return hasOwn(obj, 'default') ? copy(obj.default) : null;
+    if (hit.found) return copy(hit.value, budget);
+    return hasOwn(obj, 'default') ? copy(obj.default, budget) : null;
   }
   if (hasOwn(obj, '$step')) {
     const hit = stepValue(scope, String(obj.$step), typeof obj.pointer === 'string' ? obj.pointer : '');
-    if (hit.found) return copy(hit.value);
-    if (hasOwn(obj, 'default')) return copy(obj.default);
+    if (hit.found) return copy(hit.value, budget);
+    if (hasOwn(obj, 'default')) return copy(obj.default, budget);
     throw new MappingError(
       `Cannot resolve {"$step": "${String(obj.$step)}"${typeof obj.pointer === 'string' && obj.pointer ? `, "pointer": "${obj.pointer}"` : ''}}: ${hit.why}, and it has no default.`,
     );
   }
-  if (hasOwn(obj, '$template')) return renderTemplate(String(obj.$template), scope);
+  if (hasOwn(obj, '$template')) {
+    const text = renderTemplate(String(obj.$template), scope, budget);
+    budget.spend(2);
+    return text;
+  }
+  budget.spend(2);
   const out: { [key: string]: Json } = {};
-  for (const k of Object.keys(obj)) define(out, k, evaluate(obj[k], scope, depth + 1));
+  for (const k of Object.keys(obj)) {
+    budget.spend(k.length + 3);
+    define(out, k, evaluate(obj[k], scope, depth + 1, budget));
+  }
   return out;
 }

@@ -1,8 +1,6 @@
 import { defineArea } from '../../http/area';
-import { notFound } from '../../http/errors';
 import { pageRequest } from '../../http/pagination';
-import { runSyntheticTool } from './synthetic-tools.run';
-import * as repo from './synthetic-tools.repo';
+import { executeSyntheticTool } from './synthetic-tools.run';
 import * as synthetic from './synthetic-tools.service';
 
 export default defineArea({
@@ -27,14 +25,7 @@ export default defineArea({
       return { status: 204 };
     },
     async executeSyntheticTool({ params, body }, ctx) {
-      const tool = await repo.findSyntheticTool(ctx.db, ctx.orgId, params.id);
-      if (!tool) throw notFound('synthetic tool', params.id);
-      const run = await runSyntheticTool(ctx.deps, ctx.orgId, ctx.user, tool, body.arguments ?? {}, ctx.signal, {
-        bindings: body.bindings,
-        context: ctx,
-        log: ctx.log,
-      });
-      return { status: 200, body: run };
+      return { status: 200, body: await executeSyntheticTool(ctx, params.id, body) };
     },
   },
 });

@@ -144,15 +144,27 @@ export function ownConnectionOf(db: Executor, orgId: string, userId: string, slu
     .executeTakeFirst();
 }
 
-/** Whether a toolbox shared with the user (directly, through a team, or the organization) lists the connection. */
-export async function reachesThroughToolbox(db: Executor, orgId: string, userId: string, connectionId: string): Promise<boolean> {
-  const hit = await db
+/**
+ * The tools of a connection the user reaches through the toolboxes shared with them (directly,
+ * through a team, or the organization): 'all' when an entry selecting the connection offers
+ * all its tools, else the names the entries select (empty: no such entry). Someone else's
+ * connection acts only as far as its entries say, so a step through it may call nothing more.
+ */
+export async function toolsReachedThroughToolboxes(db: Executor, orgId: string, userId: string, connectionId: string): Promise<'all' | Set<string>> {
+  const rows = await db
     .selectFrom('toolbox_entries as e')
     .innerJoin('toolboxes as t', 't.id', 'e.toolbox_id')
-    .select(['e.toolbox_id'])
+    .select(['e.tools'])
     .where('t.org_id', '=', orgId)
+    .where('e.type', '=', 'connection')
     .where('e.connection_id', '=', connectionId)
     .where('e.toolbox_id', 'in', sharedWithQuery(db, orgId, userId, 'toolbox'))
-    .executeTakeFirst();
-  return hit !== undefined;
+    .execute();
+  const names = new Set<string>();
+  for (const row of rows) {
+    const tools = row.tools as 'all' | string[] | null;
+    if (tools === 'all') return 'all';
+    for (const name of tools ?? []) names.add(name);
+  }
+  return names;
 }

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { appendEvents } from '../../events/outbox';
-import { WriteScope, type AppDeps } from '../../http/context';
-import { ApiError, type ValidationProblem } from '../../http/errors';
+import { WriteScope, type AppDeps, type RequestContext } from '../../http/context';
+import { ApiError, notFound, type ValidationProblem } from '../../http/errors';
 import { invokeTool } from '../../mcp/invoke';
 import type { UpstreamCallResult } from '../../mcp/upstream/client';
 import { ConnectionRow, findConnection } from '../connections';
@@ -9,10 +9,11 @@ import type { ConnectionContext } from '../../mcp/upstream/credentials';
 import { resolveConnector, seesConnector, type ResolvedConnector } from '../connectors';
 import { evaluate, MappingError, type Json } from './mapping';
 import { loadPolicy, policySubjectOf } from '../../access/policy';
-import { problemsOf, validatorFor } from './schemas';
+import type { ValidateFunction } from 'ajv/dist/2020';
+import { MAX_PATTERN_WORK, PatternWorkExceeded, problemsOf, runValidator, SchemaTooComplex, validatorFor } from './schemas';
 import * as repo from './synthetic-tools.repo';
 import { stepToolsOf } from './synthetic-tools.service';
-import type { Binding, SyntheticToolExecution, SyntheticToolStepRun } from './synthetic-tools.types';
+import type { Binding, SyntheticToolExecuteRequest, SyntheticToolExecution, SyntheticToolStepRun } from './synthetic-tools.types';
 
 /**
  * Runs a synthetic tool as a member: arguments checked against `input_schema` (defaults
@@ -33,6 +34,53 @@ export interface RunOptions {
   log?: Logger;
   /** Hears each step as it ends (the MCP endpoint relays them as `notifications/progress`). */
   onStep?: (done: number, total: number, message: string) => void;
+  /**
+   * Where the run came in, for the tool-call records of its steps (one per step called,
+   * linked by the synthetic tool's id). The synthetic tool's own record is written by the
+   * caller, which knows how the run ended (recordSyntheticRun).
+   */
+  trace?: RunTrace;
+}
+
+/** Where a run came in: over MCP (its server and user toolbox, the JSON-RPC id) or through executeSyntheticTool (none of them). */
+export interface RunTrace {
+  mcpServerId: string | null;
+  userToolboxId: string | null;
+  requestId: string;
+  jsonrpcId: string | null;
+}
+
+/** How a refused or broken run is recorded: an upstream out of reach is `unavailable`, any other refusal a `tool_error`. */
+export const refusalOutcome = (err: ApiError) => (err.code === 'upstream_unavailable' ? 'unavailable' : 'tool_error');
+
+/**
+ * The synthetic tool's own tool-call record of a run, written off the answer's path: the same
+ * whether the run came over MCP or through executeSyntheticTool, so that logging destinations
+ * see every run.
+ */
+export function recordSyntheticRun(
+  deps: AppDeps,
+  trace: RunTrace,
+  run: { orgId: string; userId: string; toolId: string; toolName: string; outcome: string; error: string | null; startedMs: number },
+): void {
+  const now = Date.now();
+  deps.mcp.toolCalls.record({
+    org_id: run.orgId,
+    mcp_server_id: trace.mcpServerId,
+    user_id: run.userId,
+    user_toolbox_id: trace.userToolboxId,
+    connection_id: null,
+    connector_slug: null,
+    synthetic_tool_id: run.toolId,
+    tool_name: run.toolName.slice(0, 512),
+    upstream_tool: null,
+    outcome: run.outcome,
+    error: run.error ? run.error.slice(0, 2000) : null,
+    duration_ms: Math.max(0, Math.round(now - run.startedMs)),
+    request_id: trace.requestId,
+    jsonrpc_id: trace.jsonrpcId,
+    created_at: new Date(now),
+  });
 }
 
 interface Resolved {
@@ -86,11 +134,57 @@ function errorTextOf(result: UpstreamCallResult): string {
   return clip(text || 'The tool answered with an error and no text.');
 }
 
-/** The arguments, checked against the tool's input schema with its defaults applied: 400 invalid_tool_arguments. */
+/**
+ * The compiled validator of the tool's input or output schema: 409 conflict for a schema
+ * saved before schemas were limited in how far their references expand, which no run checks
+ * against (its author updates it).
+ */
+function storedValidator(tool: repo.SyntheticToolRow, which: 'input' | 'output'): ValidateFunction {
+  const schema = which === 'input' ? tool.input_schema : (tool.output_schema ?? {});
+  try {
+    return validatorFor(`${tool.id}:${which}:${tool.updated_at.toISOString()}`, schema, which === 'input');
+  } catch (err) {
+    if (!(err instanceof SchemaTooComplex)) throw err;
+    throw new ApiError(
+      'conflict',
+      `The ${which}_schema of ${tool.name} cannot be checked: ${err.message} Update the synthetic tool (PATCH /synthetic-tool/${tool.id}) before running it.`,
+    );
+  }
+}
+
+/**
+ * The most JSON text a run's arguments may take (256 KiB). Validation and mapping work grow
+ * with the arguments; this keeps one call's share of the event loop small whatever the schema.
+ */
+export const MAX_ARGUMENT_CHARS = 256 * 1024;
+
+/**
+ * The arguments, checked against the tool's input schema with its defaults applied: 413
+ * payload_too_large past MAX_ARGUMENT_CHARS, 400 invalid_tool_arguments when they do not match
+ * or would need more pattern matching than MAX_PATTERN_WORK.
+ */
 function checkedArguments(tool: repo.SyntheticToolRow, input: unknown): Record<string, unknown> {
+  const size = JSON.stringify(input ?? {}).length;
+  if (size > MAX_ARGUMENT_CHARS) {
+    throw new ApiError(
+      'payload_too_large',
+      `The arguments of ${tool.name} take ${size} characters of JSON; a synthetic tool takes at most ${MAX_ARGUMENT_CHARS} (256 KiB).`,
+    );
+  }
   const args = structuredClone(input ?? {}) as Record<string, unknown>;
-  const validate = validatorFor(`${tool.id}:input:${tool.updated_at.toISOString()}`, tool.input_schema);
-  if (!validate(args)) {
+  const validate = storedValidator(tool, 'input');
+  let valid: boolean;
+  try {
+    valid = runValidator(validate, args);
+  } catch (err) {
+    if (!(err instanceof PatternWorkExceeded)) throw err;
+    throw new ApiError(
+      'invalid_tool_arguments',
+      `Checking the arguments against the patterns of ${tool.name}'s input schema would take more than the ${MAX_PATTERN_WORK} units a call may use (characters tested times pattern size); send shorter strings.`,
+      { errors: [{ in: 'body', pointer: '/arguments', message: 'needs more pattern matching than a call may use' }] },
+    );
+  }
+  if (!valid) {
     const errors: ValidationProblem[] = problemsOf(validate.errors, '/arguments').map((p) => ({ in: 'body', ...p }));
     throw new ApiError(
       'invalid_tool_arguments',
@@ -144,6 +238,8 @@ async function checkedBindings(deps: AppDeps, orgId: string, userId: string, bin
 /** Every step's connection, resolved before the first runs: 409 connection_unavailable naming the connector when one cannot be used. */
 async function resolveConnections(deps: AppDeps, orgId: string, userId: string, tool: repo.SyntheticToolRow, bound: Map<string, string>): Promise<Resolved[]> {
   const cache = new Map<string, Resolved>();
+  // Someone else's pinned connection: the tools of it the caller reaches through toolboxes.
+  const reached = new Map<string, 'all' | Set<string>>();
   const resolved: Resolved[] = [];
   for (const step of tool.steps) {
     const slug = step.tool.connector_slug;
@@ -156,8 +252,11 @@ async function resolveConnections(deps: AppDeps, orgId: string, userId: string, 
       if (!id) throw unavailable(`Step ${step.id} calls ${slug}, and you have no connection to it; connect it first (POST /connection).`);
       const row = await findConnection(deps.db, orgId, id);
       if (!row) throw unavailable(`Step ${step.id} runs through connection ${id} of ${slug}, which no longer exists.`);
-      if (pinned && row.owner_user_id !== userId && !(await repo.reachesThroughToolbox(deps.db, orgId, userId, pinned))) {
-        throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);
+      if (pinned && row.owner_user_id !== userId) {
+        const tools = await repo.toolsReachedThroughToolboxes(deps.db, orgId, userId, pinned);
+        if (tools !== 'all' && tools.size === 0)
+          throw unavailable(`Step ${step.id} runs through connection ${pinned} of ${slug}, which is neither yours nor in a toolbox shared with you.`);
+        reached.set(key, tools);
       }
       if (row.awaiting_acceptance) {
         throw unavailable(
@@ -175,6 +274,13 @@ async function resolveConnections(deps: AppDeps, orgId: string, userId: string, 
       if (!connector) throw unavailable(`Step ${step.id} calls ${slug}, which is no longer available to the owner of connection ${row.id}.`);
       hit = { row, connector };
       cache.set(key, hit);
+    }
+    // A step through someone else's connection calls only what its owner's toolbox entries offer the caller.
+    const tools = reached.get(key);
+    if (tools !== undefined && tools !== 'all' && !tools.has(step.tool.name)) {
+      throw unavailable(
+        `Step ${step.id} calls ${step.tool.name} through connection ${hit.row.id} of ${slug}, which is not yours; the toolboxes shared with you offer only ${[...tools].sort().join(', ')} of it.`,
+      );
     }
     resolved.push(hit);
   }
@@ -198,6 +304,8 @@ export async function runSyntheticTool(
   options: RunOptions = {},
 ): Promise<SyntheticToolExecution> {
   const args = checkedArguments(tool, input);
+  // Compiled before any step runs: a schema that cannot be checked refuses the run, not its end.
+  const checkOutput = tool.output_schema ? storedValidator(tool, 'output') : null;
   await checkPolicy(deps, orgId, userId, tool);
   const bound = await checkedBindings(deps, orgId, userId, options.bindings ?? []);
   const connections = await resolveConnections(deps, orgId, userId, tool, bound);
@@ -243,6 +351,10 @@ export async function runSyntheticTool(
     const timeoutMs = Math.min(stepTimeoutMs, runDeadline - at);
     let failure: string | null = null;
     let unreachable = false;
+    // The step's record outcome, when the upstream was called.
+    let called: 'succeeded' | 'tool_error' | 'unavailable' | 'cancelled' | null = null;
+    // The upstream refused the connection's credentials (it is needs_reauth now).
+    let refused = false;
     if (timeoutMs <= 0) {
       failure = `The run passed its overall deadline of ${runTimeoutMs} ms before this step.`;
       unreachable = true;
@@ -256,6 +368,8 @@ export async function runSyntheticTool(
         timeoutMs,
         label: `Synthetic tool ${tool.name}, step ${step.id}`,
       });
+      called =
+        invoked.outcome === 'answered' ? (invoked.result.isError ? 'tool_error' : 'succeeded') : invoked.outcome === 'cancelled' ? 'cancelled' : 'unavailable';
       if (invoked.outcome === 'answered') {
         if (invoked.result.isError) failure = errorTextOf(invoked.result);
         else results.set(step.id, resultOf(invoked.result));
@@ -270,11 +384,31 @@ export async function runSyntheticTool(
         if (invoked.outcome === 'unavailable')
           options.log?.info({ synthetic_tool_id: tool.id, step: step.id, reason: invoked.detail }, 'synthetic tool step: upstream unavailable');
       } else {
-        if (step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${invoked.message}`);
         failure = invoked.message;
+        refused = true;
       }
     }
     run.duration_ms = Math.max(0, Date.now() - at);
+    if (options.trace && called !== null) {
+      deps.mcp.toolCalls.record({
+        org_id: orgId,
+        mcp_server_id: options.trace.mcpServerId,
+        user_id: userId,
+        user_toolbox_id: options.trace.userToolboxId,
+        connection_id: row.id,
+        connector_slug: step.tool.connector_slug,
+        synthetic_tool_id: tool.id,
+        tool_name: tool.name,
+        upstream_tool: step.tool.name,
+        outcome: called,
+        error: failure ? failure.slice(0, 2000) : null,
+        duration_ms: run.duration_ms,
+        request_id: options.trace.requestId,
+        jsonrpc_id: options.trace.jsonrpcId,
+        created_at: new Date(),
+      });
+    }
+    if (refused && step.on_error === 'fail') throw unavailable(`Step ${step.id}: ${failure}`);
     options.onStep?.(i + 1, tool.steps.length, `Step ${step.id} ${failure === null ? 'done' : 'failed'}`);
     if (failure === null) {
       run.status = 'succeeded';
@@ -295,12 +429,46 @@ export async function runSyntheticTool(
     if (!(err instanceof MappingError)) throw err;
     return finish({ step_id: null, message: `Output: ${err.message}` }, null);
   }
-  if (tool.output_schema) {
-    const validate = validatorFor(`${tool.id}:output:${tool.updated_at.toISOString()}`, tool.output_schema, false);
-    if (!validate(result)) {
+  if (checkOutput) {
+    const validate = checkOutput;
+    let valid: boolean;
+    try {
+      valid = runValidator(validate, result);
+    } catch (err) {
+      if (!(err instanceof PatternWorkExceeded)) throw err;
+      return finish({ step_id: null, message: `Output: checking it against the patterns of output_schema would take more than a call may use.` }, null);
+    }
+    if (!valid) {
       const problems = problemsOf(validate.errors, '').map((p) => `${p.pointer || '(the output)'} ${p.message}`);
       return finish({ step_id: null, message: `Output: it does not match output_schema: ${problems.slice(0, 5).join('; ')}.` }, null);
     }
   }
   return finish(null, result);
+}
+
+/**
+ * executeSyntheticTool: one run as the caller, leaving the trace a run over MCP leaves (the
+ * synthetic tool's tool-call record and one per step called), whether it succeeded, failed or
+ * was refused before any step ran.
+ */
+export async function executeSyntheticTool(ctx: RequestContext, id: string, body: SyntheticToolExecuteRequest): Promise<SyntheticToolExecution> {
+  const tool = await repo.findSyntheticTool(ctx.db, ctx.orgId, id);
+  if (!tool) throw notFound('synthetic tool', id);
+  const trace: RunTrace = { mcpServerId: null, userToolboxId: null, requestId: ctx.requestId, jsonrpcId: null };
+  const startedMs = Date.now();
+  const recorded = (outcome: string, error: string | null) =>
+    recordSyntheticRun(ctx.deps, trace, { orgId: ctx.orgId, userId: ctx.user, toolId: tool.id, toolName: tool.name, outcome, error, startedMs });
+  try {
+    const run = await runSyntheticTool(ctx.deps, ctx.orgId, ctx.user, tool, body.arguments ?? {}, ctx.signal, {
+      bindings: body.bindings,
+      context: ctx,
+      log: ctx.log,
+      trace,
+    });
+    recorded(run.is_error ? 'tool_error' : 'succeeded', run.error?.message ?? null);
+    return run;
+  } catch (err) {
+    if (err instanceof ApiError) recorded(refusalOutcome(err), err.detail);
+    throw err;
+  }
 }

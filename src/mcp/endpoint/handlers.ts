@@ -22,7 +22,7 @@ import {
 } from './jsonrpc';
 import { DISCOVER_TTL_MS, eraOf, modernResponse, TOOLS_LIST_TTL_MS, withoutHeaderMirroring, type ServerInfo } from './revision-2026';
 import { invokeTool } from '../invoke';
-import { findSyntheticTool, runSyntheticTool } from '../../areas/synthetic-tools';
+import { findSyntheticTool, refusalOutcome, runSyntheticTool } from '../../areas/synthetic-tools';
 import type { OfferedTool } from '../../areas/user-toolboxes';
 import { ServedTools, type McpServerRow } from '../served-tools';
 
@@ -168,6 +168,7 @@ async function heldMessage(ctx: Ctx, tool: OfferedTool): Promise<string> {
 async function callOffered(
   ctx: Ctx,
   served: Served,
+  id: JsonRpcId,
   tool: OfferedTool,
   args: Record<string, unknown>,
   signal: AbortSignal,
@@ -184,6 +185,7 @@ async function callOffered(
     try {
       const run = await runSyntheticTool(ctx.deps, server.org_id, server.owner_user_id, row, args, signal, {
         log: ctx.log,
+        trace: { mcpServerId: server.id, userToolboxId: server.user_toolbox_id, requestId: ctx.requestId, jsonrpcId: String(id) },
         ...(onprogress ? { onStep: (done: number, total: number, message: string) => onprogress({ progress: done, total, message }) } : {}),
       });
       const result: CallToolResult = { content: run.content as CallToolResult['content'], isError: run.is_error };
@@ -191,8 +193,7 @@ async function callOffered(
         result.structuredContent = run.result as Record<string, unknown>;
       return { result, outcome: run.is_error ? 'tool_error' : 'succeeded', error: run.error?.message ?? null };
     } catch (err) {
-      if (err instanceof ApiError)
-        return { result: toolError(err.detail), outcome: err.code === 'upstream_unavailable' ? 'unavailable' : 'tool_error', error: err.detail };
+      if (err instanceof ApiError) return { result: toolError(err.detail), outcome: refusalOutcome(err), error: err.detail };
       throw err;
     }
   }
@@ -287,7 +288,7 @@ async function toolsCall(ctx: Ctx, served: Served, request: JsonRpcRequest, onpr
   const call = ctx.deps.mcp.inFlight.start(server.id, request.id);
   const stopListening = ctx.whenGone(() => call.abort());
   try {
-    const outcome = await callOffered(ctx, served, tool, args as Record<string, unknown>, call.signal, onprogress);
+    const outcome = await callOffered(ctx, served, request.id, tool, args as Record<string, unknown>, call.signal, onprogress);
     record(ctx, server, request.id, name, tool, outcome.outcome, outcome.error, started);
     return resultResponse(request.id, outcome.result as Record<string, unknown>);
   } finally {
