@@ -93,6 +93,7 @@ export interface Connections {
   oauth_client_enc: string | null;
   org_id: string;
   owner_user_id: string;
+  refresh_lease_until: Timestamp | null;
   scopes: Generated<string[]>;
   status: "pending" | "active" | "needs_reauth" | "disconnected";
   status_changed_at: Generated<Timestamp>;

@@ -367,6 +367,32 @@ describe('tokens over time', () => {
     }
   });
 
+  it('answers other requests of the app while a token refresh waits for the provider', async () => {
+    const id = await connected();
+    up.peer.expireAccessTokens();
+    await t.db.deleteFrom('connection_tools').where('connection_id', '=', id).execute();
+    const received = up.peer.tokenRequestsReceived;
+    const refreshesAnswered = () => up.peer.tokenRequests.filter((r) => r.grant_type === 'refresh_token').length;
+    const before = refreshesAnswered();
+    const order: string[] = [];
+    up.peer.tokenDelayMs = 1500;
+    try {
+      const refreshed = alice.tools(id).then((res) => (order.push('refreshed call'), res));
+      // The refresh token is being spent: the provider holds the request.
+      while (up.peer.tokenRequestsReceived === received && order.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      const other = await alice.list();
+      // Had the refresh held the database (the embedded one has one connection), the listing
+      // would have waited for the provider's answer, and come back after it.
+      if (refreshesAnswered() > before) order.push('provider answered the refresh');
+      order.push('listing');
+      expect(other.status).toBe(200);
+      expect((await refreshed).status).toBe(200);
+    } finally {
+      up.peer.tokenDelayMs = 0;
+    }
+    expect(order).toEqual(['listing', 'refreshed call']);
+  });
+
   it('makes the connection needs_reauth with an event when the provider refuses the refresh', async () => {
     const id = await connected();
     up.peer.revokeAll();

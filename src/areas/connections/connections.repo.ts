@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { Db, Executor } from '../../db/database';
 import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
@@ -140,15 +141,66 @@ export function recordError(db: Executor, id: string, error: string) {
   return db.updateTable('connections').set({ last_error: error }).where('id', '=', id).execute();
 }
 
-/** Replaces refreshed OAuth tokens, unless someone else replaced them first (then nothing changes). */
-export function replaceCredentials(db: Executor, id: string, expected: string | null, next: string) {
-  return db
+// ---------------------------------------------------------------------------------------
+// The refresh lease: one OAuth token refresh at a time per connection, across replicas
+// ---------------------------------------------------------------------------------------
+
+/**
+ * Takes the connection's refresh lease for `ms` milliseconds if no one holds it (none taken,
+ * or the last one ended), in one statement: of two refreshers, one gets it. Answers the row
+ * as it is now and the lease, which names it when it is given back; none when it is held (or
+ * the connection is gone). Times are the database's, the one clock all replicas share, kept
+ * to the millisecond so that the lease read back compares equal to the one stored.
+ */
+export async function takeRefreshLease(db: Executor, orgId: string, id: string, ms: number): Promise<{ row: ConnectionRow; lease: Date } | undefined> {
+  const taken = await db
     .updateTable('connections')
-    .set({ credentials_enc: next })
+    .set({ refresh_lease_until: sql<Date>`date_trunc('milliseconds', now()) + ${ms} * interval '1 millisecond'` })
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .where((eb) => eb.or([eb('refresh_lease_until', 'is', null), eb('refresh_lease_until', '<', sql<Date>`now()`)]))
+    .returning([...COLUMNS, 'refresh_lease_until'])
+    .executeTakeFirst();
+  if (!taken) return undefined;
+  const { refresh_lease_until: lease, ...row } = taken;
+  return { row, lease: lease as Date };
+}
+
+/** The connection as a refresher waiting for another one sees it, and whether the lease is free to take. */
+export async function findRefreshing(db: Executor, orgId: string, id: string): Promise<{ row: ConnectionRow; leaseFree: boolean } | undefined> {
+  const found = await db
+    .selectFrom('connections')
+    .select([...COLUMNS, sql<boolean>`refresh_lease_until is null or refresh_lease_until < now()`.as('lease_free')])
+    .where('org_id', '=', orgId)
+    .where('id', '=', id)
+    .executeTakeFirst();
+  if (!found) return undefined;
+  const { lease_free: leaseFree, ...row } = found;
+  return { row, leaseFree };
+}
+
+/**
+ * Stores refreshed OAuth tokens, unless other credentials were stored since `expected` was
+ * read (a reconnect, or a refresher whose lease ran out before ours was taken): those stay.
+ * Gives the lease back in the same statement. Answers whether the tokens were stored.
+ */
+export async function storeRefreshedCredentials(db: Executor, id: string, expected: string | null, next: string, lease: Date): Promise<boolean> {
+  const stored = await db
+    .updateTable('connections')
+    .set((eb) => ({
+      credentials_enc: next,
+      refresh_lease_until: eb.case().when('refresh_lease_until', '=', lease).then(null).else(eb.ref('refresh_lease_until')).end(),
+    }))
     .where('id', '=', id)
     .$if(expected === null, (q) => q.where('credentials_enc', 'is', null))
     .$if(expected !== null, (q) => q.where('credentials_enc', '=', expected as string))
     .executeTakeFirst();
+  return stored.numUpdatedRows > 0n;
+}
+
+/** Gives the refresh lease back, if it is still this one (one that ran out may have been taken by another). */
+export async function releaseRefreshLease(db: Executor, id: string, lease: Date): Promise<void> {
+  await db.updateTable('connections').set({ refresh_lease_until: null }).where('id', '=', id).where('refresh_lease_until', '=', lease).execute();
 }
 
 export function deleteConnection(db: Executor, orgId: string, id: string) {

@@ -3,8 +3,16 @@ import type { ResolvedConnector } from '../../areas/connectors';
 import type { RequestContext } from '../../http/context';
 import { ApiError } from '../../http/errors';
 import { listUpstreamTools, UpstreamRejected, UpstreamUnavailable, type UpstreamCredential, type UpstreamLimits, type UpstreamTool } from './client';
-import { OAuthFailure, refreshTokens, type OAuthClientCredentials, type ProviderEndpoints } from '../../protocols/oauth-client/client';
-import { ConnectionRow, findConnection, replaceCredentials, updateConnection } from '../../areas/connections';
+import { OAuthFailure, refreshTokens, type OAuthClientCredentials, type ProviderEndpoints, type TokenSet } from '../../protocols/oauth-client/client';
+import {
+  ConnectionRow,
+  findConnection,
+  findRefreshing,
+  releaseRefreshLease,
+  storeRefreshedCredentials,
+  takeRefreshLease,
+  updateConnection,
+} from '../../areas/connections';
 
 /**
  * A connection's credentials and how they reach the upstream: sealing, placing them as the
@@ -209,66 +217,115 @@ export async function markNeedsReauth(
 
 type OAuthTokens = Extract<StoredCredentials, { type: 'oauth2' }>;
 
-type RefreshOutcome = { kind: 'refreshed' | 'fresh'; tokens: OAuthTokens } | { kind: 'refused'; message: string } | { kind: 'unusable'; why: string };
+/**
+ * How long a refresher may hold a connection's refresh lease: the token request's own
+ * deadline (the outbound timeout covers it from start to end) and room for the writes around
+ * it. A lease left by a process that died ends by itself after that.
+ */
+const leaseMs = (ctx: ConnectionContext) => ctx.deps.config.outbound.timeoutMs + REFRESH_LEASE_MARGIN_MS;
+const REFRESH_LEASE_MARGIN_MS = 5_000;
+/** How often a refresher waiting for another one's lease looks at the connection again. */
+const REFRESH_POLL_MS = 100;
+
+/** What the stored connection says of the tokens `used`: take the stored ones, cannot be used, or spend its refresh token. */
+type Seen = { kind: 'fresh'; tokens: OAuthTokens } | { kind: 'unusable'; why: string } | { kind: 'spend'; stored: OAuthTokens };
+
+function see(ctx: ConnectionContext, current: ConnectionRow | undefined, used: OAuthTokens): Seen {
+  if (!current) return { kind: 'unusable', why: 'it is deleted.' };
+  if (current.status !== 'active') {
+    // Made needs_reauth by a refusal of its refresh token (another refresher's, while this one waited): answered as that refusal was.
+    const refused = current.status === 'needs_reauth' && current.status_reason === 'refresh_failed' && current.last_error;
+    return { kind: 'unusable', why: refused ? refused : `it is ${current.status}.` };
+  }
+  const stored = openCredentials(ctx, current);
+  if (stored?.type !== 'oauth2') return { kind: 'unusable', why: 'it holds no OAuth tokens.' };
+  if (stored.access_token !== used.access_token) return { kind: 'fresh', tokens: stored };
+  return { kind: 'spend', stored };
+}
 
 /**
  * New OAuth tokens in place of `used`, which stopped working or are about to. One refresh at
- * a time per connection, whichever replica asks: the connection's row is locked (SELECT … FOR
- * UPDATE) while its refresh token is spent and the new tokens stored. Whoever gets the lock
- * after another refresh finds other tokens stored than the ones it used and takes those:
- * spending the refresh token a rotation already replaced would be refused (invalid_grant) and
- * leave a working connection `needs_reauth`. A refusal of the stored refresh token makes the
- * connection `needs_reauth` (409).
+ * a time per connection, whichever replica asks: the refresher first takes the connection's
+ * refresh lease (one atomic UPDATE, bounded in time), and only the holder spends the refresh
+ * token. No transaction or connection is held while the provider answers: on the embedded
+ * database every other query of the server would wait for the token endpoint, and on
+ * PostgreSQL a slow provider would keep a pooled connection. The tokens are read again once
+ * the lease is held, and a caller that finds it held polls the row until other tokens are
+ * stored than the ones it used (it takes those) or the lease is given back or runs out (it
+ * takes it in turn). Spending a refresh token a rotation already replaced would be refused
+ * (invalid_grant) and leave a working connection `needs_reauth`. A refusal of the stored
+ * refresh token makes the connection `needs_reauth` (409), and so answers those who waited.
  */
 async function refresh(ctx: ConnectionContext, row: ConnectionRow, auth: OAuth2Auth, used: OAuthTokens, connectorUrl: string): Promise<OAuthTokens> {
-  const outcome = await ctx.db.transaction().execute(async (trx): Promise<RefreshOutcome> => {
-    const current = await findConnection(trx, row.org_id, row.id, true);
-    if (!current || current.status !== 'active') return { kind: 'unusable', why: `it is ${current?.status ?? 'deleted'}.` };
-    const stored = openCredentials(ctx, current);
-    if (stored?.type !== 'oauth2') return { kind: 'unusable', why: 'it holds no OAuth tokens.' };
-    if (stored.access_token !== used.access_token) return { kind: 'fresh', tokens: stored };
-    const provider = providerOf(auth, openOAuthClient(ctx, current));
+  let taken = await takeRefreshLease(ctx.db, row.org_id, row.id, leaseMs(ctx));
+  while (!taken) {
+    await new Promise((resolve) => setTimeout(resolve, REFRESH_POLL_MS));
+    const found = await findRefreshing(ctx.db, row.org_id, row.id);
+    const seen = see(ctx, found?.row, used);
+    if (seen.kind === 'fresh') return seen.tokens;
+    if (seen.kind === 'unusable') throw needsReauthError(row.id, seen.why);
+    if (found?.leaseFree) taken = await takeRefreshLease(ctx.db, row.org_id, row.id, leaseMs(ctx));
+  }
+  const { lease } = taken;
+  let held = true;
+  try {
+    const seen = see(ctx, taken.row, used);
+    if (seen.kind === 'fresh') return seen.tokens;
+    if (seen.kind === 'unusable') throw needsReauthError(row.id, seen.why);
+    const { stored } = seen;
+    const provider = providerOf(auth, openOAuthClient(ctx, taken.row));
     if (!stored.refresh_token || !provider.token_endpoint || !provider.client) {
-      return { kind: 'refused', message: 'The access token expired and there is no refresh token to renew it.' };
+      return await refused(ctx, row, 'The access token expired and there is no refresh token to renew it.');
     }
     // The connector may name another token endpoint than the one that issued the refresh token (it moved): not sent there.
     if (stored.token_origin !== undefined && stored.token_origin !== new URL(provider.token_endpoint).origin) {
-      return { kind: 'unusable', why: 'its tokens were issued by another token endpoint than the one its connector now names; reconnect to use it there.' };
+      throw needsReauthError(row.id, 'its tokens were issued by another token endpoint than the one its connector now names; reconnect to use it there.');
     }
+    let next: TokenSet;
     try {
-      const next = await refreshTokens(
+      next = await refreshTokens(
         { tokenEndpoint: provider.token_endpoint, client: provider.client, refreshToken: stored.refresh_token, resource: connectorUrl },
         { policy: ctx.deps.config.outbound, timeoutMs: ctx.deps.config.outbound.timeoutMs, maxBytes: UPSTREAM_MAX_BYTES },
       );
-      const tokens: OAuthTokens = {
-        type: 'oauth2',
-        access_token: next.access_token,
-        refresh_token: next.refresh_token,
-        expires_at: next.expires_at,
-        token_type: next.token_type,
-        token_origin: new URL(provider.token_endpoint).origin,
-      };
-      await replaceCredentials(trx, row.id, current.credentials_enc, sealCredentials(ctx, row.id, tokens, stored.origin ?? connectorUrl));
-      return { kind: 'refreshed', tokens };
     } catch (err) {
       if (!(err instanceof OAuthFailure)) throw err;
       if (err.kind === 'unreachable') throw new UpstreamUnavailable(err.message, err.detail);
-      return { kind: 'refused', message: err.message };
+      // Refused; unless tokens were stored meanwhile (a reconnect, or a refresher that took the lease after ours ran out).
+      const now = see(ctx, await findConnection(ctx.db, row.org_id, row.id), used);
+      if (now.kind === 'fresh') return now.tokens;
+      return await refused(ctx, row, err.message);
     }
-  });
-  switch (outcome.kind) {
-    case 'refreshed':
+    const tokens: OAuthTokens = {
+      type: 'oauth2',
+      access_token: next.access_token,
+      refresh_token: next.refresh_token,
+      expires_at: next.expires_at,
+      token_type: next.token_type,
+      token_origin: new URL(provider.token_endpoint).origin,
+    };
+    const sealed = sealCredentials(ctx, row.id, tokens, stored.origin ?? connectorUrl);
+    if (await storeRefreshedCredentials(ctx.db, row.id, taken.row.credentials_enc, sealed, lease)) {
+      held = false;
       // What this process remembers of the connection (the MCP endpoint's served tools) forgets the old tokens now.
       ctx.deps.afterCommit?.({ scope: row.org_id, tables: new Set(['connections']) });
-      return outcome.tokens;
-    case 'fresh':
-      return outcome.tokens;
-    case 'unusable':
-      throw needsReauthError(row.id, outcome.why);
-    case 'refused':
-      await markNeedsReauth(ctx, row, 'refresh_failed', outcome.message);
-      throw needsReauthError(row.id, outcome.message);
+    }
+    // Not stored when other credentials were stored meanwhile: those stay, and these, as new, serve this call.
+    return tokens;
+  } finally {
+    // Given back however this ended (the storing statement gave it back already). Should that
+    // fail, the lease ends by itself: what this call found out stands.
+    if (held) {
+      await releaseRefreshLease(ctx.db, row.id, lease).catch((err: unknown) =>
+        ctx.deps.logger.warn({ connection_id: row.id, err }, 'refresh lease not given back; it ends by itself'),
+      );
+    }
   }
+}
+
+/** The provider refused the stored refresh token (or there is none): `needs_reauth`, marked while the lease is still held so that whoever waits for it sees it. */
+async function refused(ctx: ConnectionContext, row: ConnectionRow, message: string): Promise<never> {
+  await markNeedsReauth(ctx, row, 'refresh_failed', message);
+  throw needsReauthError(row.id, message);
 }
 
 /**

@@ -109,6 +109,8 @@ export interface OAuthUpstream extends UpstreamPeer {
   revokeAll(): void;
   /** The token endpoint waits this long before answering (settable): concurrent refreshes overlap. */
   tokenDelayMs: number;
+  /** Token requests received so far, counted on arrival (tokenRequests records them once answered, after tokenDelayMs). */
+  tokenRequestsReceived: number;
   /** Registers a client directly (as if pre-registered by an administrator). */
   addClient(client: Partial<OAuthClientRecord> & { client_id: string; redirect_uris: string[] }): OAuthClientRecord;
   /** Issues tokens without the authorize dance (a shortcut for tests that need a token only). */
@@ -334,6 +336,7 @@ export async function startOAuthUpstream(options: OAuthUpstreamOptions = {}): Pr
 
   async function tokenEndpoint(req: IncomingMessage, res: ServerResponse) {
     const form = new URLSearchParams(await readBody(req));
+    peer.tokenRequestsReceived++;
     if (peer.tokenDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, peer.tokenDelayMs).unref());
     const params = Object.fromEntries(form.entries());
     const { client, id, how } = authenticateClient(req, form);
@@ -484,6 +487,7 @@ export async function startOAuthUpstream(options: OAuthUpstreamOptions = {}): Pr
     tokenRequests: [],
     authorizeRequests: [],
     tokenDelayMs: 0,
+    tokenRequestsReceived: 0,
     denyNext() {
       denyNext = true;
     },
