@@ -293,8 +293,14 @@ export interface paths {
          *     the link is opened. Always answers 202 with the same body, so it never reveals whether
          *     the address has an account: for an address that already has one, a sign-in link is
          *     emailed instead, and for a domain whose SSO connection is enforced, an email pointing
-         *     to SSO. Public: needs no credential. Not org-scoped. Records no audit entry.
-         *     Rate-limited per address and per client address. Emits no event.
+         *     to SSO. The email is sent after the answer, so its timing says nothing either. Public:
+         *     needs no credential. Not org-scoped. Records no audit entry. Rate-limited per address
+         *     (five links in 15 minutes, sign-in links included) and per client address. Emits no
+         *     event.
+         *
+         *     The web app's sign-up page posts the same members as a form
+         *     (`application/x-www-form-urlencoded`); a form gets 303 to the page
+         *     `/sign-up?sent=<email>` instead of the JSON answer.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`; 413 `payload_too_large`; 415
          *     `unsupported_media_type`; 429 `rate_limited`.
@@ -341,25 +347,40 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Activate signup from emailed link
-         * @description Browser flow; the link in the activation email. Creates the account with the verified
-         *     email (and the name given at signup), signs the person in and answers 302 with the
-         *     `__Host-cp_session` cookie, to the signup's `return_to` or the web app's onboarding. A link
-         *     works once; a used, unknown or expired link redirects to the sign-in page with the
-         *     reason (`link_invalid`, `link_expired`). Opening the link of an address that was
-         *     registered meanwhile (for example through social sign-in) just signs that account in.
-         *     Public: needs no credential. Not org-scoped.
-         *
-         *     When an organization has verified the email's domain and opened it to automatic
-         *     joining, the new account joins it with the domain's default role: that records the
-         *     audit action `member.joined` there and emits `member.joined`.
+         * Open a signup link
+         * @description Browser flow; the link in the activation email. Mail scanners open every link in a
+         *     message, so opening it creates nothing and uses nothing up: a link that still works
+         *     answers 302 to the web app's confirmation page `/sign-up/confirm?token=…`, whose button
+         *     posts the token to `POST /auth/signup/activate`. A used, unknown or expired link answers
+         *     302 to the sign-in page with the reason (`link_invalid`, `link_expired`). Public: needs
+         *     no credential. Not org-scoped. Records no audit entry.
          *
          *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
          *     Activation failures are redirects, see `Location`.
          */
         get: operations["activateSignup"];
         put?: never;
-        post?: never;
+        /**
+         * Activate a signup
+         * @description The confirmation page's button: uses the activation link's token up, creates the
+         *     account with the verified email (and the name given at signup), signs the person in
+         *     and answers 303 with the `__Host-cp_session` cookie, to the signup's `return_to` or the
+         *     web app's `/`. Opening the link of an address that was registered meanwhile (for
+         *     example through social sign-in) just signs that account in. A session this browser had
+         *     before is ended. A used, unknown or expired link answers 303 to the sign-in page with
+         *     the reason (`link_invalid`, `link_expired`). Public: needs no credential. Only pages of
+         *     this service may send it (`x-first-party`). Not org-scoped.
+         *
+         *     When an organization has verified the email's domain and opened it to automatic
+         *     joining, the new account joins it with the domain's default role: that records the
+         *     audit action `member.joined` there and emits `member.joined`.
+         *
+         *     Errors: 400 `validation_failed` (a missing or malformed `token`); 403
+         *     `insufficient_access` (sent from another site's page); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`. Activation failures are redirects, see
+         *     `Location`.
+         */
+        post: operations["confirmSignup"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7235,6 +7256,16 @@ export interface components {
             email: components["schemas"]["AuthEmail"];
         };
         /**
+         * @description The token of an emailed link, posted by the web app's confirmation page.
+         * @example {
+         *       "token": "eml_Qm9wT3JrZ1NtV0x4bFpjN2FkR3Q4c1Jq"
+         *     }
+         */
+        AuthEmailLinkConfirmation: {
+            /** @description The `token` of the emailed link. */
+            token: string;
+        };
+        /**
          * @description A request for a sign-in link.
          * @example {
          *       "email": "ada@acme.example",
@@ -7244,16 +7275,6 @@ export interface components {
         AuthMagicLinkRequest: {
             email: components["schemas"]["AuthEmail"];
             return_to?: components["schemas"]["AuthReturnTo"];
-        };
-        /**
-         * @description The token of an emailed link, posted by the web app's confirmation page.
-         * @example {
-         *       "token": "eml_Qm9wT3JrZ1NtV0x4bFpjN2FkR3Q4c1Jq"
-         *     }
-         */
-        AuthEmailLinkConfirmation: {
-            /** @description The `token` of the emailed link. */
-            token: string;
         };
         /**
          * @description The 6-digit code the authenticator app shows now (RFC 6238, 30-second steps; one step of clock drift is accepted). A code works once.
@@ -16901,10 +16922,18 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["AuthSignupRequest"];
+                /**
+                 * @example {
+                 *       "email": "ada@acme.example",
+                 *       "name": "Ada Lovelace"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["AuthSignupRequest"];
             };
         };
         responses: {
             202: components["responses"]["EmailAccepted"];
+            303: components["responses"]["PageRedirect"];
             400: components["responses"]["BadRequest"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -16950,8 +16979,35 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            302: components["responses"]["SignInRedirect"];
+            302: components["responses"]["PageRedirect"];
             400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    confirmSignup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "token": "eml_Qm9wT3JrZ1NtV0x4bFpjN2FkR3Q4c1Jq"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["AuthEmailLinkConfirmation"];
+            };
+        };
+        responses: {
+            303: components["responses"]["SignInRedirect"];
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -15,7 +15,7 @@ const FORM = 'application/x-www-form-urlencoded';
 /** The link in the email: the server's public address, at the operation that opens it. */
 const openLink = (ctx: RequestContext, token: string) => `${ctx.deps.config.baseUrl}/auth/magic-link/verify?token=${encodeURIComponent(token)}`;
 
-function sendSignInEmail(ctx: RequestContext, to: string, token: string, expiresAt: Date): void {
+export function sendSignInLink(ctx: RequestContext, to: string, token: string, expiresAt: Date): void {
   const text = [
     'Someone, hopefully you, asked to sign in to the MCP control plane with this address.',
     '',
@@ -52,7 +52,7 @@ export async function requestMagicLink({ body }: OperationInput<'requestMagicLin
   const link = await ctx.personalWrite((db) =>
     issueEmailLink(db, { purpose: 'sign_in', email, userId: user?.id ?? null, returnTo: body.return_to ?? null }, now),
   );
-  if (user) sendSignInEmail(ctx, user.email, link.token, link.expiresAt);
+  if (user) sendSignInLink(ctx, user.email, link.token, link.expiresAt);
   if (ctx.client.media === FORM) {
     const page = new URL(webAppPage(webApp(ctx), '/sign-in'));
     page.searchParams.set('sent', email);

@@ -36,8 +36,40 @@ const signInPage: Page = ({ query }) => {
       <input id="email" name="email" type="email" autocomplete="email" required maxlength="254" ${sent ? null : html`autofocus`} />
       ${next ? html`<input type="hidden" name="return_to" value="${next}" />` : null}
       <button type="submit">Email me a sign-in link</button>
-    </form>`;
+    </form>
+    <p>New here? <a href="/sign-up">Create an account</a>.</p>`;
   return { html: layout('Sign in', content) };
+};
+
+/** GET /sign-up: an email (and a name) for an activation link. */
+const signUpPage: Page = ({ query }) => {
+  const sent = query.get('sent');
+  const next = returnTo(query);
+  const content = html`<h1>Create an account</h1>
+    ${sent ? html`<p class="notice" role="status">A link to finish is on its way to ${sent}, if it can use it. It works once, for 24 hours.</p>` : null}
+    <form method="post" action="/auth/signup">
+      <label for="email">Email address</label>
+      <input id="email" name="email" type="email" autocomplete="email" required maxlength="254" />
+      <label for="name">Your name (optional)</label>
+      <input id="name" name="name" type="text" autocomplete="name" maxlength="200" />
+      ${next ? html`<input type="hidden" name="return_to" value="${next}" />` : null}
+      <button type="submit">Email me a link to finish</button>
+    </form>
+    <p>Have an account? <a href="/sign-in">Sign in</a>.</p>`;
+  return { html: layout('Create an account', content) };
+};
+
+/** GET /sign-up/confirm: where an activation link lands; only its button creates the account. */
+const confirmSignUpPage: Page = ({ query }) => {
+  const token = query.get('token');
+  if (!token || !/^[A-Za-z0-9_-]{20,200}$/.test(token)) return { redirect: '/sign-in?error=link_invalid' };
+  const content = html`<h1>Create your account</h1>
+    <p>Press the button to create your account and sign in on this device.</p>
+    <form method="post" action="/auth/signup/activate">
+      <input type="hidden" name="token" value="${token}" />
+      <button type="submit" autofocus>Create account</button>
+    </form>`;
+  return { html: layout('Confirm your account', content) };
 };
 
 /**
@@ -116,4 +148,6 @@ export const SIGN_IN_PAGES: Record<string, Page> = {
   '/sign-in': signInPage,
   '/sign-in/confirm': confirmPage,
   '/sign-in/second-factor': secondFactorPage,
+  '/sign-up': signUpPage,
+  '/sign-up/confirm': confirmSignUpPage,
 };

@@ -1,14 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import { domainToASCII } from 'node:url';
 import type { components } from '../../../generated/openapi';
-import { requireFeature } from '../../access/entitlements';
 import type { Executor } from '../../db/database';
+import { seatsInUse } from '../../access/seats';
+import { requireFeature, requireWithinLimit } from '../../access/entitlements';
+import { appendEvents } from '../../events/outbox';
 import type { RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError } from '../../http/errors';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import type { Usage } from '../../http/hooks';
 import { systemRoleId } from '../roles';
+import { addMember } from '../members';
 import { checkGrantable, resolveRoles } from '../invites';
 import { lookupTxt } from './dns';
 import * as repo from './org-domains.repo';
@@ -348,4 +351,57 @@ export async function joinableOrganizationsFor(db: Executor, email: string): Pro
 /** A domain's default role is what people joining through it get: deleting that role is refused while a domain names it (the roleUsage hook). */
 export async function roleUsage(db: Executor, orgId: string, roleId: string): Promise<Usage> {
   return { count: await repo.domainsWithDefaultRole(db, orgId, roleId), what: 'organization domains (as their default role)' };
+}
+
+/**
+ * Makes a new account a member of every organization that verified its email's domain and
+ * turned auto-join on, with the domain's default role (or Member): audit `member.joined`
+ * there, event `member.joined`. An organization with no seat left is skipped (the person
+ * can still be invited once one frees up). In the caller's transaction.
+ */
+export async function joinVerifiedDomains(
+  db: Executor,
+  user: { id: string; email: string; name: string | null },
+  client: { ip?: string | null; userAgent?: string | null; requestId?: string | null } = {},
+): Promise<string[]> {
+  const joined: string[] = [];
+  for (const org of await joinableOrganizationsFor(db, user.email)) {
+    const member = await db.selectFrom('memberships').select('status').where('org_id', '=', org.orgId).where('user_id', '=', user.id).executeTakeFirst();
+    if (member) continue;
+    try {
+      await requireWithinLimit(db, org.orgId, 'seats', () => seatsInUse(db, org.orgId, {}));
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'entitlement_exceeded') continue;
+      throw err;
+    }
+    await addMember(db, { orgId: org.orgId, userId: user.id, via: 'verified_domain', roleIds: [org.roleId] });
+    await db
+      .insertInto('audit_log')
+      .values({
+        id: newId('auditEvent'),
+        org_id: org.orgId,
+        actor_type: 'user',
+        actor_id: user.id,
+        actor_user_id: user.id,
+        action: 'member.joined',
+        target_type: 'member',
+        target_id: user.id,
+        changes: JSON.stringify({ via: 'verified_domain', domain: org.domain, role_ids: [org.roleId] }),
+        ip: client.ip ?? null,
+        user_agent: client.userAgent ?? null,
+        request_id: client.requestId ?? null,
+      })
+      .execute();
+    await appendEvents(
+      db,
+      org.orgId,
+      [{ type: 'member.joined', data: { member: { user_id: user.id, email: user.email, name: user.name }, via: 'verified_domain' } }],
+      {
+        actor_type: 'user',
+        actor_id: user.id,
+      },
+    );
+    joined.push(org.orgId);
+  }
+  return joined;
 }
