@@ -264,6 +264,9 @@ export interface paths {
          *     (a person); an API token is refused. Not org-scoped. Records no audit entry: it changes
          *     nothing an organization owns. Emits no event.
          *
+         *     A browser's log-out button (a form, which asks for `text/html`) gets 303 to the web
+         *     app's sign-in page instead of 204.
+         *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
          *     `invalid_token` (no session, or one that already ended); 403 `requires_person`,
          *     `insufficient_access` (sent from another site: a page elsewhere cannot log a person
@@ -16898,6 +16901,17 @@ export interface operations {
             /** @description The session ended. */
             204: {
                 headers: {
+                    "Set-Cookie": components["headers"]["ClearSessionCookie"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The session ended; to the sign-in page (a browser's form). */
+            303: {
+                headers: {
+                    /** @description The web app's sign-in page. */
+                    Location: string;
                     "Set-Cookie": components["headers"]["ClearSessionCookie"];
                     "X-Request-Id": components["headers"]["RequestId"];
                     [name: string]: unknown;

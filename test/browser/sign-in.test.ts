@@ -106,3 +106,26 @@ it('holds a person whose organization requires a second factor at the second-fac
   expect(allowed.status()).toBe(200);
   await context.close();
 });
+
+it('logs a person out with the button on the home page: the cookie is gone and the session ends', async () => {
+  const email = `lin.${Date.now()}@example.com`;
+  await t.factories.user({ email });
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(10_000);
+  await page.goto(`${t.url}/sign-in`);
+  await page.getByLabel('Email address').fill(email);
+  await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
+  await page.getByRole('status').waitFor();
+  await page.goto(await linkIn(email));
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByText('You are signed in as').waitFor();
+  const session = (await context.cookies()).find((c) => c.name === '__Host-cp_session')!.value;
+
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  expect(new URL(page.url()).pathname).toBe('/sign-in');
+  expect((await context.cookies()).some((c) => c.name === '__Host-cp_session')).toBe(false);
+  expect((await t.call('GET', '/user/me', undefined, { session })).status).toBe(401);
+  await context.close();
+});

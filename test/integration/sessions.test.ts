@@ -30,6 +30,16 @@ describe('logOut', () => {
     expect((await t.call('GET', '/user/me', undefined, { session: phone })).status).toBe(200);
   });
 
+  it('sends a browser’s log-out form (Accept: text/html) to the sign-in page with 303', async () => {
+    const { ownerId } = await t.factories.org();
+    const session = await t.factories.session(ownerId);
+    const res = await t.call('POST', '/auth/logout', undefined, { session, headers: { accept: 'text/html,application/xhtml+xml' } });
+    expect(res.status).toBe(303);
+    expect(res.headers.get('location')).toBe(`${t.url}/sign-in`);
+    expect(res.headers.get('set-cookie')).toBe('__Host-cp_session=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0');
+    expectError(await t.call('GET', '/user/me', undefined, { session }), 401, 'invalid_token');
+  });
+
   it('refuses an API token with 403 requires_person', async () => {
     const { token } = await t.factories.org();
     expectError(await t.call('POST', '/auth/logout', undefined, { token }), 403, 'requires_person');

@@ -138,7 +138,8 @@ const homePage: Page = async (request, deps) => {
     html: layout(
       'Signed in',
       html`<h1>Signed in</h1>
-        <p>You are signed in as <strong>${email}</strong>.</p>`,
+        <p>You are signed in as <strong>${email}</strong>.</p>
+        <form method="post" action="/auth/logout"><button type="submit">Log out</button></form>`,
     ),
   };
 };
