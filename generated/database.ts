@@ -375,6 +375,16 @@ export interface SecondFactorFailures {
   user_id: string;
 }
 
+export interface SecurityEvents {
+  created_at: Generated<Timestamp>;
+  id: string;
+  ip: string | null;
+  method: string | null;
+  type: "signed_in" | "second_factor_failed" | "factor_added" | "factor_removed" | "recovery_code_used" | "recovery_codes_regenerated";
+  user_agent: string | null;
+  user_id: string;
+}
+
 export interface Sessions {
   created_at: Generated<Timestamp>;
   expires_at: Timestamp;
@@ -552,6 +562,7 @@ export interface DB {
   role_assignments: RoleAssignments;
   roles: Roles;
   second_factor_failures: SecondFactorFailures;
+  security_events: SecurityEvents;
   sessions: Sessions;
   settings: Settings;
   shares: Shares;

@@ -21,6 +21,7 @@ export const ID_PREFIXES = {
   role: "role",
   scimGroup: "grp",
   scimToken: "scimtok",
+  securityEvent: "sev",
   session: "ses",
   share: "acl",
   ssoConnection: "sso",

@@ -1170,6 +1170,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/user/me/security-events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's security events
+         * @description What happened to the caller's account, newest first: sign-ins by method, wrong second
+         *     factors, factors added and removed, recovery codes used and regenerated. Kept 400
+         *     days. Needs a session (a person); an API token is refused. Not org-scoped. Reads
+         *     only: records no audit entry and emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`; 429 `rate_limited`. 404 is declared because
+         *     every endpoint may answer it (service description §7); this one does not today.
+         */
+        get: operations["listSecurityEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api-token": {
         parameters: {
             query?: never;
@@ -7988,6 +8015,58 @@ export interface components {
             /** @description Ten codes; each works once, with or without its dash. */
             recovery_codes: string[];
             generated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description A security event id (`sev_…`).
+         * @example sev_01jg3b7f0s1d5f9g3h7j2k6n4m
+         */
+        SecurityEventId: string;
+        /**
+         * @description What happened to the account: `signed_in` (by `method`), `second_factor_failed` (a wrong
+         *     code or assertion, by `method`), `factor_added` and `factor_removed` (`totp` or
+         *     `passkey`), `recovery_code_used`, `recovery_codes_regenerated`.
+         * @enum {string}
+         */
+        SecurityEventType: "signed_in" | "second_factor_failed" | "factor_added" | "factor_removed" | "recovery_code_used" | "recovery_codes_regenerated";
+        /**
+         * @description Something that happened to the caller's account and its protection. The same events are
+         *     recorded in the audit log of every organization the person is an active member of (action
+         *     `member.<type>`, target the member), where its administrators see them; adding or removing
+         *     a factor and new recovery codes also email the person.
+         * @example {
+         *       "id": "sev_01jg3b7f0s1d5f9g3h7j2k6n4m",
+         *       "type": "signed_in",
+         *       "method": "magic_link",
+         *       "ip": "203.0.113.24",
+         *       "user_agent": "Mozilla/5.0 (X11; Linux x86_64)",
+         *       "created_at": "2026-11-20T09:13:40.512Z"
+         *     }
+         */
+        SecurityEvent: {
+            id: components["schemas"]["SecurityEventId"];
+            type: components["schemas"]["SecurityEventType"];
+            /**
+             * @description How: for a sign-in `magic_link`, `signup`, `invite`, `passkey` or a social provider's key; for a factor `totp`, `recovery_code` or `passkey`; null when it does not apply.
+             * @example magic_link
+             */
+            method: string | null;
+            /**
+             * @description The client address the request came from, when known.
+             * @example 203.0.113.24
+             */
+            ip: string | null;
+            /**
+             * @description The client's User-Agent, when sent.
+             * @example Mozilla/5.0 (X11; Linux x86_64)
+             */
+            user_agent: string | null;
+            created_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of the caller's security events, newest first. */
+        SecurityEventList: {
+            /** @description The events on this page. */
+            data: components["schemas"]["SecurityEvent"][];
+            next_cursor: components["schemas"]["NextCursor"];
         };
         /**
          * @description `active`: the token works; `expired`: its `expires_at` has passed and it is refused with
@@ -18135,6 +18214,53 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSecurityEvents: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["PageCursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "sev_01jg3b7f0s1d5f9g3h7j2k6n4m",
+                     *           "type": "signed_in",
+                     *           "method": "magic_link",
+                     *           "ip": "203.0.113.24",
+                     *           "user_agent": "Mozilla/5.0 (X11; Linux x86_64)",
+                     *           "created_at": "2026-11-20T09:13:40.512Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SecurityEventList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

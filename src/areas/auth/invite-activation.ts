@@ -4,7 +4,8 @@ import type { RequestContext } from '../../http/context';
 import { isUniqueViolation } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';
 import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites';
-import { signInFailed, webApp } from './sign-in';
+import { clientOf, signInFailed, webApp } from './sign-in';
+import { recordSecurityEvent } from '../../identity/security-events';
 
 async function landOnOrganization(ctx: RequestContext, orgId: string, cookie?: string) {
   const org = await ctx.db.selectFrom('organizations').select('slug').where('id', '=', orgId).executeTakeFirst();
@@ -55,5 +56,6 @@ export async function activateInvite({ query }: OperationInput<'activateInvite'>
   const session = await startSession(ctx.db, { userId, ip: ctx.client.ip, userAgent: ctx.client.userAgent });
   const outcome = await accept(ctx, token, userId);
   if (!outcome.ok) return signInFailed(ctx, outcome.reason);
+  await ctx.personalWrite((db) => recordSecurityEvent(db, { userId, type: 'signed_in', method: 'invite', client: clientOf(ctx) }));
   return landOnOrganization(ctx, outcome.orgId, session.cookie);
 }

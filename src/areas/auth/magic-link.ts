@@ -80,6 +80,6 @@ export async function confirmMagicLink({ body }: OperationInput<'confirmMagicLin
     if (!state.ok) return signInFailed(ctx, state.reason, 303 as const);
     const account = state.link.userId ?? (await findUserByEmail(db, state.link.email))?.id;
     if (!account) return signInFailed(ctx, 'link_invalid', 303 as const);
-    return signIn(ctx, db, account, state.link.returnTo, 303 as const);
+    return signIn(ctx, db, account, state.link.returnTo, 'magic_link', 303 as const);
   });
 }

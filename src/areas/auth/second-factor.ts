@@ -4,7 +4,8 @@ import type { OperationInput } from '../../http/handler-types';
 import { checkCode, factorsOf, failureWait, recordFailure, sessionView, type SecondFactorMethod } from '../../identity/second-factors';
 import { renewSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
-import { webApp } from './sign-in';
+import { clientOf, webApp } from './sign-in';
+import { recordSecurityEvent } from '../../identity/security-events';
 
 type Proof = { method: 'totp' | 'recovery_code'; code: string } | { method: 'passkey'; credential: unknown };
 
@@ -41,6 +42,7 @@ async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promis
   const outcome = await ctx.personalWrite(async (db) => {
     const checked = await checkCode(db, ctx.deps.secrets, userId, proof, now);
     if (!checked.ok) return checked;
+    if (checked.method === 'recovery_code') await recordSecurityEvent(db, { userId, type: 'recovery_code_used', method: null, client: clientOf(ctx) }, now);
     const renewed = await renewSession(
       db,
       sessionId,
@@ -54,7 +56,10 @@ async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promis
   if (outcome.reason === 'not_enrolled') {
     return { ok: false, error: new ApiError('conflict', 'TOTP is off for this account, so there is no such code to check; use another factor.') };
   }
-  await ctx.personalWrite((db) => recordFailure(db, userId, now));
+  await ctx.personalWrite(async (db) => {
+    await recordFailure(db, userId, now);
+    await recordSecurityEvent(db, { userId, type: 'second_factor_failed', method: proof.method, client: clientOf(ctx) }, now);
+  });
   const what = proof.method === 'totp' ? 'code is wrong or was used already' : 'recovery code is wrong or was used already';
   return { ok: false, error: new ApiError('verification_failed', `That ${what}; try again with a current one.`) };
 }

@@ -2,11 +2,15 @@ import type { Transaction } from 'kysely';
 import type { Database } from '../../db/schema';
 import type { RequestContext } from '../../http/context';
 import { owesSecondFactor } from '../../identity/second-factors';
+import { recordSecurityEvent } from '../../identity/security-events';
 import { startSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
 
 /** The web app's address: WEB_APP_URL, or this server (which serves its pages) when unset. */
 export const webApp = (ctx: RequestContext): string => ctx.deps.config.webAppUrl ?? ctx.deps.config.baseUrl;
+
+/** What a security event or audit entry records of the request. */
+export const clientOf = (ctx: RequestContext) => ({ ip: ctx.client.ip, userAgent: ctx.client.userAgent, requestId: ctx.requestId });
 
 /** The sign-in page with the reason a flow failed (SignInLocation lists them). */
 export function signInFailed<S extends 302 | 303 = 302>(ctx: RequestContext, reason: string, status: S = 302 as S) {
@@ -25,9 +29,11 @@ export async function signIn<S extends 302 | 303 = 302>(
   db: Transaction<Database>,
   userId: string,
   returnTo: string | null,
+  method: string,
   status: S = 302 as S,
 ) {
   const pending = await owesSecondFactor(db, userId);
+  await recordSecurityEvent(db, { userId, type: 'signed_in', method, client: clientOf(ctx) });
   const session = await startSession(db, {
     userId,
     pending,

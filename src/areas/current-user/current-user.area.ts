@@ -1,6 +1,6 @@
 import type { ApiTokenCaller, SessionCaller } from '../../identity/credentials';
 import { defineArea } from '../../http/area';
-import { beginTotp, disableTotp, regenerateRecoveryCodes, verifyTotp } from './current-user.mfa';
+import { beginTotp, disableTotp, listSecurityEvents, regenerateRecoveryCodes, verifyTotp } from './current-user.mfa';
 import { currentUser } from './current-user.service';
 
 export default defineArea({
@@ -14,5 +14,6 @@ export default defineArea({
     verifyTotpEnrollment: verifyTotp,
     disableTotp,
     regenerateRecoveryCodes,
+    listSecurityEvents,
   },
 });

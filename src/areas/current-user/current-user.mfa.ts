@@ -11,7 +11,12 @@ import {
   replaceRecoveryCodes,
 } from '../../identity/second-factors';
 import { renewSession, steppedUp } from '../../identity/sessions';
+import { recordSecurityEvent, tellPerson } from '../../identity/security-events';
+import { pageRequest, toPage } from '../../http/pagination';
 import { blockedReason } from './current-user.service';
+
+/** What a security event records of the request. */
+const clientOf = (ctx: RequestContext) => ({ ip: ctx.client.ip, userAgent: ctx.client.userAgent, requestId: ctx.requestId });
 
 function personOf(ctx: RequestContext) {
   const caller = ctx.authenticated;
@@ -43,6 +48,7 @@ export async function verifyTotp({ body }: OperationInput<'verifyTotpEnrollment'
   const outcome = await ctx.personalWrite(async (db) => {
     const confirmed = await confirmTotpEnrollment(db, ctx.deps.secrets, caller.userId, body.code, now);
     if (!confirmed.ok) return confirmed;
+    await recordSecurityEvent(db, { userId: caller.userId, type: 'factor_added', method: 'totp', client: clientOf(ctx) }, now);
     // The code just shown is this session's second factor.
     const renewed = await renewSession(db, caller.sessionId, { secondFactorAt: now, secondFactorMethod: 'totp' }, now);
     return { ...confirmed, cookie: renewed?.cookie ?? null };
@@ -54,6 +60,7 @@ export async function verifyTotp({ body }: OperationInput<'verifyTotpEnrollment'
     await ctx.personalWrite((db) => recordFailure(db, caller.userId, now));
     throw new ApiError('verification_failed', 'That code does not match the new secret; check the app’s clock and try the current code.');
   }
+  void tellPerson(ctx.db, ctx.deps.mailer, ctx.log, { userId: caller.userId, type: 'factor_added', method: 'totp', client: clientOf(ctx) });
   return {
     status: 200 as const,
     headers: { 'Cache-Control': 'no-store' as const, ...(outcome.cookie ? { 'Set-Cookie': outcome.cookie } : {}) },
@@ -79,7 +86,12 @@ export async function disableTotp(_input: OperationInput<'disableTotp'>, ctx: Re
       .execute();
     if (requiring.length > 0) throw new ApiError('mfa_required_by_organization', blockedReason(requiring));
   }
-  await ctx.personalWrite((db) => removeTotp(db, caller.userId));
+  const event = { userId: caller.userId, type: 'factor_removed' as const, method: 'totp', client: clientOf(ctx) };
+  await ctx.personalWrite(async (db) => {
+    await removeTotp(db, caller.userId);
+    await recordSecurityEvent(db, event);
+  });
+  void tellPerson(ctx.db, ctx.deps.mailer, ctx.log, event);
   return { status: 204 as const };
 }
 
@@ -90,6 +102,29 @@ export async function regenerateRecoveryCodes(_input: OperationInput<'regenerate
   const factors = await factorsOf(ctx.db, caller.userId);
   if (!factors.totp) throw new ApiError('conflict', 'TOTP is off, so there are no recovery codes to replace.');
   const now = new Date();
-  const codes = await ctx.personalWrite((db) => replaceRecoveryCodes(db, caller.userId, now));
+  const event = { userId: caller.userId, type: 'recovery_codes_regenerated' as const, method: null, client: clientOf(ctx) };
+  const codes = await ctx.personalWrite(async (db) => {
+    await recordSecurityEvent(db, event, now);
+    return replaceRecoveryCodes(db, caller.userId, now);
+  });
+  void tellPerson(ctx.db, ctx.deps.mailer, ctx.log, event);
   return { status: 200 as const, headers: { 'Cache-Control': 'no-store' as const }, body: { recovery_codes: codes, generated_at: now.toISOString() } };
+}
+
+/** GET /user/me/security-events: newest first (the cursor is the last id of the previous page). */
+export async function listSecurityEvents({ query }: OperationInput<'listSecurityEvents'>, ctx: RequestContext) {
+  const caller = personOf(ctx);
+  const page = pageRequest(query, 'securityEvent');
+  let select = ctx.db
+    .selectFrom('security_events')
+    .select(['id', 'type', 'method', 'ip', 'user_agent', 'created_at'])
+    .where('user_id', '=', caller.userId)
+    .orderBy('id', 'desc')
+    .limit(page.limit + 1);
+  if (page.after) select = select.where('id', '<', page.after);
+  const rows = await select.execute();
+  return {
+    status: 200 as const,
+    body: toPage(rows, page, (r) => ({ id: r.id, type: r.type, method: r.method, ip: r.ip, user_agent: r.user_agent, created_at: r.created_at.toISOString() })),
+  };
 }
