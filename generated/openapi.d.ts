@@ -522,36 +522,49 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Activate invite from emailed link
-         * @description Browser flow; the link in an invite email. Reads the `__Host-cp_session` cookie when one is
-         *     sent.
+         * Open an invite link
+         * @description Browser flow; the link in an invite email. Mail scanners open every link in a message,
+         *     so opening it accepts nothing, creates nothing and uses nothing up: an invite that can
+         *     still be accepted answers 302 to the web app's page `/invite/accept?token=…`, which
+         *     names the organization and whose button posts the token to
+         *     `POST /auth/invite/activate`. A used, unknown, expired or revoked invite answers 302 to
+         *     the sign-in page with the reason (`link_invalid`, `link_expired`, `invite_revoked`).
+         *     Public: needs no credential. Not org-scoped. Records no audit entry.
+         *
+         *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
+         *     Invite failures are redirects, see `Location`.
+         */
+        get: operations["activateInvite"];
+        put?: never;
+        /**
+         * Accept an invite from its page
+         * @description The invite page's button. Reads the `__Host-cp_session` cookie when one is sent.
          *
          *     - Signed in as the invited email: accepts the invite at once. The person becomes an
          *       active member with the invite's roles and teams, and the browser lands on the
          *       organization in the web app.
-         *     - Not signed in, and no account has the invited email: creates the account (opening
-         *       the link proves the email), signs it in with a new `__Host-cp_session` cookie and accepts.
-         *     - Not signed in, and an account has the invited email: redirects to the web app's
-         *       sign-in page with this link as `return_to`, so the invite is accepted after sign-in.
-         *       When the organization enforces SSO for the email's domain, to that SSO connection.
+         *     - Not signed in, and no account has the invited email: creates the account (the link
+         *       proves the email), signs it in with a new `__Host-cp_session` cookie and accepts.
+         *     - Not signed in, and an account has the invited email: 303 to the web app's sign-in
+         *       page with the invite page as `return_to`, so the invite is accepted after sign-in.
          *
-         *     Accepting marks the invite `accepted`, records the audit action `invite.accepted` in
-         *     the inviting organization (actor: the new member; target: the invite) and emits
-         *     `member.joined`. An organization that requires a second factor still refuses the new
-         *     member's session with 403 `mfa_setup_required` until one is shown. Failures answer
-         *     302 to the sign-in page with the reason: `link_invalid`, `link_expired`,
-         *     `invite_revoked`, `invite_email_mismatch` (signed in as someone else; sign out
-         *     first). Public: the cookie is optional, and an unknown or expired cookie counts as
-         *     signed out. Not org-scoped.
+         *     When the organization requires a second factor and the session has not shown one, the
+         *     browser goes first to the second-factor page (the person holds a factor) or to the
+         *     account's security page to set one up (they hold none), with the organization as
+         *     `return_to`. Accepting marks the invite `accepted`, records the audit action
+         *     `invite.accepted` in the inviting organization (actor: the new member; target: the
+         *     invite) and emits `member.joined`. Failures answer 303 to the sign-in page with the
+         *     reason: `link_invalid`, `link_expired`, `invite_revoked`, `invite_email_mismatch`
+         *     (signed in as someone else; sign out first). Public: the cookie is optional, and an
+         *     unknown or expired cookie counts as signed out. Only pages of this service may send it
+         *     (`x-first-party`). Not org-scoped.
          *
-         *     Errors: 400 `validation_failed` (a missing or malformed `token`); 429 `rate_limited`.
-         *     401, 403 and 404 are declared because every endpoint may answer them (service
-         *     description §7); this one answers them with redirects instead. Invite failures are
-         *     redirects, see `Location`.
+         *     Errors: 400 `validation_failed` (a missing or malformed `token`); 403
+         *     `insufficient_access` (sent from another site's page); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`. Invite failures are redirects, see
+         *     `Location`.
          */
-        get: operations["activateInvite"];
-        put?: never;
-        post?: never;
+        post: operations["acceptInviteLink"];
         delete?: never;
         options?: never;
         head?: never;
@@ -17259,11 +17272,37 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            302: components["responses"]["SignInRedirect"];
+            302: components["responses"]["PageRedirect"];
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    acceptInviteLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "token": "cpinv_Qm9wT3JrZ1NtV0x4bFpjN2FkR3Q4c1Jq"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["AuthEmailLinkConfirmation"];
+            };
+        };
+        responses: {
+            303: components["responses"]["SignInRedirect"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -457,17 +457,40 @@ describe('events to a real receiver', () => {
   });
 });
 
-describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
+describe('activateInvite and acceptInviteLink (the emailed link, then the invite page’s button)', () => {
   const open = (link: string, session?: string) => t.call('GET', new URL(link).pathname + new URL(link).search, undefined, { session });
+  const accept = (token: string, session?: string, headers: Record<string, string> = {}) =>
+    t.call('POST', '/auth/invite/activate', undefined, {
+      session,
+      raw: new URLSearchParams({ token }).toString(),
+      headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+    });
   const slugOf = async (orgId: string) => (await t.db.selectFrom('organizations').select('slug').where('id', '=', orgId).executeTakeFirstOrThrow()).slug;
+
+  it('opening the link (as a mail scanner does) accepts nothing: it shows the invite page', async () => {
+    const email = address('scanned');
+    const created = await owner().post('/invite', { email });
+    const { link, token } = linkTo(email);
+    for (let i = 0; i < 2; i += 1) {
+      const res = await open(link);
+      expect(res.status).toBe(302);
+      expect(res.headers.get('location')).toBe(`${t.url}/invite/accept?token=${token}`);
+      expect(res.headers.get('set-cookie')).toBeNull();
+    }
+    expect((await owner().get(`/invite/${created.body.id}`)).body.status).toBe('pending');
+    expect(await t.db.selectFrom('users').select('id').where('email', '=', email).execute()).toEqual([]);
+    const page = await (await fetch(`${t.url}/invite/accept?token=${token}`)).text();
+    expect(page).toContain(`You were invited as <strong>${email}</strong>`);
+    expect(page).toContain('<form method="post" action="/auth/invite/activate">');
+  });
 
   it('signed in as the invited address: joins and lands on the organization in the web app', async () => {
     const email = address('signed-in');
     const created = await owner().post('/invite', { email });
     const userId = await t.factories.user({ email });
     const session = await t.factories.session(userId);
-    const res = await open(linkTo(email).link, session);
-    expect(res.status).toBe(302);
+    const res = await accept(linkTo(email).token, session);
+    expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe(`${t.url}/org/${await slugOf(org.orgId)}`);
     expect(res.headers.get('set-cookie')).toBeNull();
     expect((await owner().get(`/invite/${created.body.id}`)).body).toMatchObject({ status: 'accepted', accepted_by_user_id: userId });
@@ -479,15 +502,16 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
       request_id: res.headers.get('x-request-id'),
     });
     // Used up: the same link again is link_invalid.
-    const again = await open(linkTo(email).link, session);
+    const again = await accept(linkTo(email).token, session);
     expect(again.headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
+    expect((await open(linkTo(email).link)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
   });
 
   it('a new address: the account is made and signed in (the cookie works), then joins', async () => {
     const email = address('newcomer');
     await owner().post('/invite', { email });
-    const res = await open(linkTo(email).link);
-    expect(res.status).toBe(302);
+    const res = await accept(linkTo(email).token);
+    expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe(`${t.url}/org/${await slugOf(org.orgId)}`);
     const cookie = res.headers.get('set-cookie') ?? '';
     expect(cookie).toMatch(/^__Host-cp_session=cps_[A-Za-z0-9_-]+; Path=\/; HttpOnly; Secure; SameSite=Lax; Max-Age=2592000$/);
@@ -497,12 +521,22 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
     expect(me.body.organizations.find((o: any) => o.organization.id === org.orgId).member).toMatchObject({ via: 'invite', status: 'active' });
   });
 
-  it('a new address opening the link several times at once: one account, one membership, never a 5xx', async () => {
+  it('an organization that requires a second factor: a newcomer goes to set one up first, back to the organization after', async () => {
+    const strict = await t.factories.org({ requireMfa: true });
+    const email = address('strict');
+    await t.as({ token: strict.token, org: strict.orgId }).post('/invite', { email });
+    const res = await accept(linkTo(email).token);
+    const location = new URL(res.headers.get('location')!);
+    expect(location.pathname).toBe('/account/security');
+    expect(location.searchParams.get('return_to')).toBe(`/org/${await slugOf(strict.orgId)}`);
+  });
+
+  it('a new address accepting several times at once: one account, one membership, never a 5xx', async () => {
     const email = address('hurried');
     await owner().post('/invite', { email });
-    const { link } = linkTo(email);
-    const answers = await Promise.all([open(link), open(link), open(link)]);
-    expect(answers.map((a) => a.status)).toEqual([302, 302, 302]);
+    const { token } = linkTo(email);
+    const answers = await Promise.all([accept(token), accept(token), accept(token)]);
+    expect(answers.map((a) => a.status)).toEqual([303, 303, 303]);
     const landed = `${t.url}/org/${await slugOf(org.orgId)}`;
     expect(answers.filter((a) => a.headers.get('location') === landed)).toHaveLength(1);
     const accounts = await t.db.selectFrom('users').select('id').where('email', '=', email).execute();
@@ -511,23 +545,33 @@ describe('activateInvite (GET /auth/invite/activate, the emailed link)', () => {
     expect(memberships).toHaveLength(1);
   });
 
-  it('an address with an account but no session is sent to sign in, with the link as return_to; failures land on the sign-in page with the reason', async () => {
+  it('403 insufficient_access when another site’s page sends the button, and the invite still works from ours', async () => {
+    const email = address('csrf');
+    await owner().post('/invite', { email });
+    const { token } = linkTo(email);
+    const refused = await accept(token, undefined, { origin: 'https://evil.example' });
+    expect([refused.status, refused.body.code]).toEqual([403, 'insufficient_access']);
+    expect((await accept(token, undefined, { origin: new URL(t.url).origin })).status).toBe(303);
+  });
+
+  it('an address with an account but no session is sent to sign in, with the invite page as return_to; failures land on the sign-in page with the reason', async () => {
     const email = address('returning');
     await t.factories.user({ email });
     await owner().post('/invite', { email });
-    const { link } = linkTo(email);
-    const res = await open(link);
-    expect(res.status).toBe(302);
+    const { token } = linkTo(email);
+    const res = await accept(token);
+    expect(res.status).toBe(303);
     const location = new URL(res.headers.get('location')!);
     expect(location.pathname).toBe('/sign-in');
-    expect(location.searchParams.get('return_to')).toBe(new URL(link).pathname + new URL(link).search);
+    expect(location.searchParams.get('return_to')).toBe(`/invite/accept?token=${token}`);
     // A stale or unknown session cookie counts as signed out: the same redirect, not a 401.
-    const stale = await open(link, `cps_${'x'.repeat(43)}`);
-    expect([stale.status, stale.headers.get('location')]).toEqual([302, res.headers.get('location')]);
+    const stale = await accept(token, `cps_${'x'.repeat(43)}`);
+    expect([stale.status, stale.headers.get('location')]).toEqual([303, res.headers.get('location')]);
 
     const someoneElse = await t.factories.session(await t.factories.user());
-    expect((await open(link, someoneElse)).headers.get('location')).toBe(`${t.url}/sign-in?error=invite_email_mismatch`);
+    expect((await accept(token, someoneElse)).headers.get('location')).toBe(`${t.url}/sign-in?error=invite_email_mismatch`);
     expect((await open(`${t.url}/auth/invite/activate?token=cpinv_${'x'.repeat(43)}`)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
+    expect((await accept(`cpinv_${'x'.repeat(43)}`)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
     const revoked = await owner().post('/invite', { email: address() });
     const revokedLink = linkTo(revoked.body.email).link;
     await owner().post(`/invite/${revoked.body.id}/revoke`);

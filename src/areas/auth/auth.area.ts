@@ -1,5 +1,5 @@
 import { defineArea } from '../../http/area';
-import { activateInvite } from './invite-activation';
+import { acceptInviteLink, activateInvite } from './invite-activation';
 import { logOut } from './log-out';
 import { confirmMagicLink, requestMagicLink, verifyMagicLink } from './magic-link';
 import { SIGN_IN_PAGES } from './pages';
@@ -14,6 +14,7 @@ export default defineArea({
   tag: 'Auth',
   handlers: {
     activateInvite,
+    acceptInviteLink,
     logOut,
     requestMagicLink,
     verifyMagicLink,

@@ -1,6 +1,7 @@
 import type { AppDeps } from '../../http/context';
 import { html, layout, type Page, type PageRequest } from '../../http/pages';
 import { sessionAuthenticator } from '../../identity/credentials';
+import { peekInvite } from '../invites';
 
 /** What the sign-in page says for each `error` a flow sends it back with (SignInLocation). */
 const FAILURES: Record<string, string> = {
@@ -122,6 +123,25 @@ const secondFactorPage: Page = ({ query }) => {
   return { html: layout('Second factor', content) };
 };
 
+/**
+ * GET /invite/accept: where an invite link lands. Mail scanners open links but do not press
+ * buttons, so only this page's button (a POST) accepts the invite.
+ */
+const invitePage: Page = async ({ query }, deps) => {
+  const token = query.get('token');
+  if (!token || !/^[A-Za-z0-9_-]{20,200}$/.test(token)) return { redirect: '/sign-in?error=link_invalid' };
+  const invite = await peekInvite(deps.db, token);
+  if (!invite.ok) return { redirect: `/sign-in?error=${invite.reason}` };
+  const org = await deps.db.selectFrom('organizations').select('name').where('id', '=', invite.orgId).executeTakeFirst();
+  const content = html`<h1>Join ${org?.name ?? 'the organization'}</h1>
+    <p>You were invited as <strong>${invite.email}</strong>.</p>
+    <form method="post" action="/auth/invite/activate">
+      <input type="hidden" name="token" value="${token}" />
+      <button type="submit" autofocus>Accept the invitation</button>
+    </form>`;
+  return { html: layout('Invitation', content) };
+};
+
 async function signedInAs(request: PageRequest, deps: AppDeps): Promise<string | null> {
   if (!request.sessionCookie) return null;
   const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
@@ -151,4 +171,5 @@ export const SIGN_IN_PAGES: Record<string, Page> = {
   '/sign-in/second-factor': secondFactorPage,
   '/sign-up': signUpPage,
   '/sign-up/confirm': confirmSignUpPage,
+  '/invite/accept': invitePage,
 };
