@@ -3,6 +3,7 @@ import { activateInvite } from './invite-activation';
 import { logOut } from './log-out';
 import { confirmMagicLink, requestMagicLink, verifyMagicLink } from './magic-link';
 import { SIGN_IN_PAGES } from './pages';
+import * as passkeys from './passkeys';
 import { beginStepUp, verifyMfaChallenge, verifyStepUp } from './second-factor';
 
 /**
@@ -20,6 +21,13 @@ export default defineArea({
     verifyMfaChallenge,
     beginStepUp,
     verifyStepUp,
+    beginPasskeyRegistration: passkeys.beginPasskeyRegistration,
+    verifyPasskeyRegistration: passkeys.verifyPasskeyRegistration,
+    listPasskeys: passkeys.listPasskeys,
+    renamePasskey: passkeys.renamePasskey,
+    deletePasskey: passkeys.deletePasskey,
+    beginPasskeyAuthentication: passkeys.beginPasskeyAuthentication,
+    verifyPasskeyAuthentication: passkeys.verifyPasskeyAuthentication,
   },
   pages: SIGN_IN_PAGES,
 });
