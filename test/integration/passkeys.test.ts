@@ -1,5 +1,6 @@
 import { startTestApp, type TestApp } from '../support/app';
 import { expectError } from '../support/client';
+import { usePeers } from '../support/peers';
 import { SoftAuthenticator } from '../support/webauthn';
 
 /**
@@ -8,9 +9,10 @@ import { SoftAuthenticator } from '../support/webauthn';
  * signing in, the second factor and step-up, and each rule WebAuthn's clauses set (origin,
  * single-use challenges bound to a session, counter, user handle, ownership).
  */
+const peers = usePeers();
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({ env: { SMTP_URL: peers.smtp.url } });
 });
 afterAll(() => t.close());
 
@@ -168,6 +170,17 @@ describe('the person’s passkeys', () => {
     const stepped = await stepUp(mine, authenticator);
     expect((await t.call('DELETE', `/auth/passkey/${passkey.id}`, undefined, { session: stepped })).status).toBe(204);
     expectError(await t.call('DELETE', `/auth/passkey/${passkey.id}`, undefined, { session: stepped }), 404, 'not_found');
+  });
+
+  it('emails the person when a passkey is added and when one is deleted', async () => {
+    const { session, email } = await person();
+    const { passkey, session: mine, authenticator } = await register(session, new SoftAuthenticator(), 'Work laptop');
+    const stepped = await stepUp(mine, authenticator);
+    expect((await t.call('DELETE', `/auth/passkey/${passkey.id}`, undefined, { session: stepped })).status).toBe(204);
+    const subjects = async () => peers.smtp.messages.filter((m) => m.to.includes(email)).map((m) => /^Subject: (.*)$/m.exec(m.raw)?.[1]);
+    for (let waited = 0; (await subjects()).length < 2 && waited < 5000; waited += 50) await new Promise((r) => setTimeout(r, 50));
+    expect(await subjects()).toEqual(['A passkey was added to your account', 'A passkey was removed from your account']);
+    expect(peers.smtp.messages.filter((m) => m.to.includes(email)).at(-1)!.raw).toContain('Work laptop');
   });
 
   it('409 mfa_required_by_organization: the last factor of a person whose organization requires one', async () => {

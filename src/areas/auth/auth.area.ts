@@ -2,6 +2,7 @@ import { defineArea } from '../../http/area';
 import { activateInvite } from './invite-activation';
 import { logOut } from './log-out';
 import { confirmMagicLink, requestMagicLink, verifyMagicLink } from './magic-link';
+import { PASSKEY_PAGES } from './passkey-pages';
 import { SIGN_IN_PAGES } from './pages';
 import * as passkeys from './passkeys';
 import { beginStepUp, verifyMfaChallenge, verifyStepUp } from './second-factor';
@@ -29,5 +30,5 @@ export default defineArea({
     beginPasskeyAuthentication: passkeys.beginPasskeyAuthentication,
     verifyPasskeyAuthentication: passkeys.verifyPasskeyAuthentication,
   },
-  pages: SIGN_IN_PAGES,
+  pages: { ...SIGN_IN_PAGES, ...PASSKEY_PAGES },
 });

@@ -1,6 +1,7 @@
 import type { AppDeps } from '../../http/context';
 import { html, layout, type Page, type PageRequest } from '../../http/pages';
 import { sessionAuthenticator } from '../../identity/credentials';
+import { passkeySignIn } from './passkey-pages';
 
 /** What the sign-in page says for each `error` a flow sends it back with (SignInLocation). */
 const FAILURES: Record<string, string> = {
@@ -36,8 +37,9 @@ const signInPage: Page = ({ query }) => {
       <input id="email" name="email" type="email" autocomplete="email" required maxlength="254" ${sent ? null : html`autofocus`} />
       ${next ? html`<input type="hidden" name="return_to" value="${next}" />` : null}
       <button type="submit">Email me a sign-in link</button>
-    </form>`;
-  return { html: layout('Sign in', content) };
+    </form>
+    ${passkeySignIn(next)}`;
+  return { html: layout('Sign in', content), scripts: true };
 };
 
 /**

@@ -32,6 +32,23 @@ const stepUpFirst = (what: string) =>
 const challengeExpired = () =>
   new ApiError('challenge_expired', 'That passkey challenge expired, was used already, or was given to another session; ask for new options and try again.');
 
+/**
+ * Tells the person a factor changed, so a change they did not make (a stolen session's) does
+ * not go unseen. Sent after the answer; a mail failure is logged, the change stands.
+ */
+async function tellFactorChanged(ctx: RequestContext, userId: string, subject: string, what: string): Promise<void> {
+  const user = await ctx.db.selectFrom('users').select('email').where('id', '=', userId).executeTakeFirst();
+  if (!user) return;
+  const text = [
+    `${what} on your MCP control plane account (${user.email}) at ${new Date().toISOString()}.`,
+    '',
+    `If this was not you, sign in, review your passkeys at ${webAppPage(webApp(ctx), '/account/security')}, and tell your administrator.`,
+  ].join('\n');
+  ctx.deps.mailer.send({ to: [user.email], subject, text }).catch((err: unknown) => {
+    ctx.log.warn({ err: (err as Error).message }, 'factor change email not sent');
+  });
+}
+
 /** POST /auth/passkey/registration/options */
 export async function beginPasskeyRegistration(_input: OperationInput<'beginPasskeyRegistration'>, ctx: RequestContext) {
   const caller = personOf(ctx);
@@ -66,6 +83,7 @@ export async function verifyPasskeyRegistration({ body }: OperationInput<'verify
     if (outcome.reason === 'duplicate') throw new ApiError('conflict', 'This passkey is registered already.');
     throw new ApiError('verification_failed', 'The passkey could not be verified for this site; try again, or with another authenticator.');
   }
+  await tellFactorChanged(ctx, caller.userId, 'A passkey was added to your account', `A passkey ("${outcome.passkey.name}") was added`);
   return {
     status: 201 as const,
     headers: { Location: `/auth/passkey/${outcome.passkey.id}`, ...(outcome.cookie ? { 'Set-Cookie': outcome.cookie } : {}) },
@@ -107,7 +125,7 @@ export async function renamePasskey({ params, body }: OperationInput<'renamePass
 /** DELETE /auth/passkey/{id} */
 export async function deletePasskey({ params }: OperationInput<'deletePasskey'>, ctx: RequestContext) {
   const caller = personOf(ctx);
-  const own = await ctx.db.selectFrom('passkeys').select('id').where('id', '=', params.id).where('user_id', '=', caller.userId).executeTakeFirst();
+  const own = await ctx.db.selectFrom('passkeys').select(['id', 'name']).where('id', '=', params.id).where('user_id', '=', caller.userId).executeTakeFirst();
   if (!own) throw notFound();
   if (!steppedUp(caller)) throw stepUpFirst('Deleting a passkey');
   await ctx.personalWrite(async (db) => {
@@ -131,6 +149,7 @@ export async function deletePasskey({ params }: OperationInput<'deletePasskey'>,
     }
     await db.deleteFrom('passkeys').where('id', '=', params.id).where('user_id', '=', caller.userId).execute();
   });
+  await tellFactorChanged(ctx, caller.userId, 'A passkey was removed from your account', `A passkey ("${own.name}") was deleted`);
   return { status: 204 as const };
 }
 
