@@ -58,6 +58,16 @@ async function withAuthenticator(context: BrowserContext): Promise<{ page: Page;
   return { page, credentials: async () => (await cdp.send('WebAuthn.getCredentials', { authenticatorId })).credentials };
 }
 
+/** Signs in by emailed link on the sign-in page, as the person would. */
+async function signInByLink(page: Page, email: string): Promise<void> {
+  await page.goto(`${site}/sign-in`);
+  await page.getByLabel('Email address').fill(email);
+  await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
+  await page.getByRole('status').waitFor();
+  await page.goto(await linkIn(email));
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
 it('adds a passkey on the security page, signs in with it after signing out, and steps up with it to delete it', async () => {
   const email = `lin.${Date.now()}@example.com`;
   const userId = await t.factories.user({ email });
@@ -65,13 +75,7 @@ it('adds a passkey on the security page, signs in with it after signing out, and
   const { page, credentials } = await withAuthenticator(context);
   page.on('dialog', (dialog) => void dialog.accept());
 
-  // Signed in by emailed link.
-  await page.goto(`${site}/sign-in`);
-  await page.getByLabel('Email address').fill(email);
-  await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
-  await page.getByRole('status').waitFor();
-  await page.goto(await linkIn(email));
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await signInByLink(page, email);
   await page.getByText('You are signed in as').waitFor();
 
   // Adds a passkey: a discoverable credential now lives in the authenticator.
@@ -114,6 +118,32 @@ it('adds a passkey on the security page, signs in with it after signing out, and
     .executeTakeFirstOrThrow();
   expect(steppedUp.step_up_at).not.toBeNull();
   expect(await t.db.selectFrom('passkeys').select('id').where('user_id', '=', userId).execute()).toEqual([]);
+  await context.close();
+});
+
+it('holds a person whose organization requires a second factor at the second-factor page until their passkey answers', async () => {
+  const email = `kat.${Date.now()}@example.com`;
+  const userId = await t.factories.user({ email });
+  const { orgId } = await t.factories.org({ requireMfa: true });
+  await t.factories.member(orgId, { userId });
+  const context = await browser.newContext();
+  const { page } = await withAuthenticator(context);
+
+  await signInByLink(page, email);
+  await page.getByText('You are signed in as').waitFor();
+  await page.goto(`${site}/account/security`);
+  await page.getByRole('button', { name: 'Add a passkey' }).click();
+  await page.getByRole('list', { name: 'Your passkeys' }).waitFor();
+
+  await context.clearCookies();
+  await signInByLink(page, email);
+  await page.getByRole('heading', { name: 'Second factor' }).waitFor();
+  const held = await page.request.get(`${site}/organization/${orgId}`, { headers: { 'x-organization-id': orgId } });
+  expect(held.status()).toBe(403);
+  await page.getByRole('button', { name: 'Use a passkey' }).click();
+  await page.getByText('You are signed in as').waitFor();
+  const allowed = await page.request.get(`${site}/organization/${orgId}`, { headers: { 'x-organization-id': orgId } });
+  expect(allowed.status()).toBe(200);
   await context.close();
 });
 

@@ -1,7 +1,7 @@
 import type { AppDeps } from '../../http/context';
 import { html, layout, type Page, type PageRequest } from '../../http/pages';
 import { sessionAuthenticator } from '../../identity/credentials';
-import { passkeySignIn } from './passkey-pages';
+import { passkeySecondFactor, passkeySignIn } from './passkey-pages';
 
 /** What the sign-in page says for each `error` a flow sends it back with (SignInLocation). */
 const FAILURES: Record<string, string> = {
@@ -88,8 +88,9 @@ const secondFactorPage: Page = ({ query }) => {
       <label for="recovery">Or a recovery code</label>
       <input id="recovery" name="code" type="text" autocomplete="off" pattern="[A-Za-z0-9]{5}-?[A-Za-z0-9]{5}" required />
       <button type="submit">Use recovery code</button>
-    </form>`;
-  return { html: layout('Second factor', content) };
+    </form>
+    ${passkeySecondFactor(next)}`;
+  return { html: layout('Second factor', content), scripts: true };
 };
 
 async function signedInAs(request: PageRequest, deps: AppDeps): Promise<string | null> {

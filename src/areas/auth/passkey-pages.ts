@@ -67,6 +67,15 @@ const SCRIPT = `'use strict';
       if (res.status !== 200) return failed(res, 'Signing in with a passkey');
       window.location.assign(res.data.redirect_to);
     },
+    async 'second-factor'(button) {
+      const options = await post('/auth/passkey/authentication/options');
+      if (options.status !== 200) return failed(options, 'The passkey');
+      const res = await post('/auth/mfa/verify', { method: 'passkey', credential: await assertion(options.data) });
+      if (res.status !== 200) return failed(res, 'The passkey');
+      // Only a path of this site: the page's return_to came from a link anyone could craft.
+      const next = new URL(button.dataset.returnTo || '/', window.location.origin);
+      window.location.assign(next.origin === window.location.origin ? next.href : '/');
+    },
     async add() {
       const options = await withStepUp(() => post('/auth/passkey/registration/options'));
       if (!options) return;
@@ -107,6 +116,13 @@ const SCRIPT = `'use strict';
 export function passkeySignIn(returnTo: string | null): Html {
   return html`<p class="error" role="alert" id="passkey-error" hidden></p>
     <button type="button" data-passkey="sign-in" ${returnTo ? html`data-return-to="${returnTo}"` : null} hidden>Sign in with a passkey</button>
+    <script src="${PASSKEYS_SCRIPT_PATH}" defer></script>`;
+}
+
+/** The second-factor page's passkey button, for a person whose session owes its second factor. */
+export function passkeySecondFactor(returnTo: string | null): Html {
+  return html`<p class="error" role="alert" id="passkey-error" hidden></p>
+    <button type="button" data-passkey="second-factor" ${returnTo ? html`data-return-to="${returnTo}"` : null} hidden>Use a passkey</button>
     <script src="${PASSKEYS_SCRIPT_PATH}" defer></script>`;
 }
 
