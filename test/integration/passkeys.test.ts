@@ -278,6 +278,19 @@ describe('signing in with a passkey', () => {
     );
     expectError(res, 403, 'insufficient_access');
   });
+
+  it('403 insufficient_access: a sign-in posted from another site’s page by a browser that holds a session', async () => {
+    const { session } = await person();
+    const { session: mine, authenticator } = await register(session);
+    const credential = authenticator.get(await signInOptions(mine), t.url);
+    const res = await t.call(
+      'POST',
+      '/auth/passkey/authentication/verify',
+      { credential },
+      { session: mine, headers: { origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' } },
+    );
+    expectError(res, 403, 'insufficient_access');
+  });
 });
 
 describe('a passkey as the second factor and for step-up', () => {
