@@ -303,8 +303,10 @@ export interface Outbox {
 }
 
 export interface Passkeys {
+  aaguid: string | null;
   authenticator_name: string | null;
   backed_up: Generated<boolean>;
+  backup_eligible: Generated<boolean>;
   counter: Generated<number>;
   created_at: Generated<Timestamp>;
   credential_id: string;
@@ -314,6 +316,7 @@ export interface Passkeys {
   public_key: string;
   transports: Generated<string[]>;
   updated_at: Generated<Timestamp>;
+  user_handle: Generated<string>;
   user_id: string;
 }
 
@@ -533,6 +536,17 @@ export interface UserToolboxes {
   updated_at: Generated<Timestamp>;
 }
 
+export interface WebauthnChallenges {
+  challenge: string;
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  purpose: "registration" | "authentication" | "step_up";
+  session_id: string | null;
+  used_at: Timestamp | null;
+  user_handle: string | null;
+  user_id: string | null;
+}
+
 export interface DB {
   access_requests: AccessRequests;
   api_tokens: ApiTokens;
@@ -576,4 +590,5 @@ export interface DB {
   user_toolbox_bindings: UserToolboxBindings;
   user_toolboxes: UserToolboxes;
   users: Users;
+  webauthn_challenges: WebauthnChallenges;
 }

@@ -856,12 +856,15 @@ export interface paths {
          *     challenge bound to this session (valid `timeout` milliseconds), a discoverable
          *     credential with user verification, no attestation, and the user's existing passkeys
          *     in `excludeCredentials`. Pass them to `navigator.credentials.create()` and send the
-         *     result to `POST /auth/passkey/registration/verify`. Needs a session (a person); an API
-         *     token is refused. Not org-scoped. Records no audit entry. Emits no event.
+         *     result to `POST /auth/passkey/registration/verify`. Adding a factor is a change of
+         *     factors: once the person holds one (TOTP or a passkey), a step-up within the last 5
+         *     minutes is required. Needs a session (a person); an API token is refused. Not
+         *     org-scoped. Records no audit entry. Emits no event.
          *
          *     Errors: 400 `validation_failed` (a body was sent); 401 `unauthenticated`,
-         *     `invalid_token`; 403 `requires_person`; 429 `rate_limited`. 404 is declared because
-         *     every endpoint may answer it (service description §7); this one does not today.
+         *     `invalid_token`; 403 `requires_person`, `step_up_required`; 429 `rate_limited`. 404 is
+         *     declared because every endpoint may answer it (service description §7); this one does
+         *     not today.
          */
         post: operations["beginPasskeyRegistration"];
         delete?: never;
@@ -886,7 +889,7 @@ export interface paths {
          *     verification, supported algorithm) and stores the new passkey: its credential id,
          *     public key, counter and transports. The passkey counts as a second factor from now on
          *     (so `can_disable_mfa` may become true), and this session is recorded as having shown
-         *     one. Needs a session (a person); an API token is refused. Not org-scoped. Records no
+         *     one: its secret is replaced (a new cookie), as on every privilege change. Needs a session (a person); an API token is refused. Not org-scoped. Records no
          *     audit entry: passkeys belong to the person, not to an organization. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the response
@@ -947,11 +950,12 @@ export interface paths {
          * @description Deletes one of the caller's passkeys; it can no longer sign in or pass a check. The
          *     same rule as turning off TOTP applies: the last second factor of a user (no TOTP, no
          *     other passkey) cannot be deleted while an organization of the user requires one.
-         *     Needs a session (a person); an API token is refused. Not org-scoped. Records no audit
-         *     entry. Emits no event.
+         *     Removing a factor needs a step-up within the last 5 minutes. Needs a session (a
+         *     person); an API token is refused. Not org-scoped. Records no audit entry. Emits no
+         *     event.
          *
          *     Errors: 400 `validation_failed` (an id that is not `pkey_…`); 401 `unauthenticated`,
-         *     `invalid_token`; 403 `requires_person`; 404 `not_found` (also for another person's
+         *     `invalid_token`; 403 `requires_person`, `step_up_required`; 404 `not_found` (also for another person's
          *     passkey, or one already deleted); 409 `mfa_required_by_organization`; 429
          *     `rate_limited`.
          */
@@ -987,7 +991,8 @@ export interface paths {
          *     account is named or revealed. Pass them to `navigator.credentials.get()` and send the
          *     result to `POST /auth/passkey/authentication/verify` (to sign in) or to
          *     `POST /auth/mfa/verify` with `method: passkey` (to complete a second-factor
-         *     challenge). Public: needs no credential (service description §5.3). Not org-scoped.
+         *     challenge). The challenge is bound to the browser's session when it sends one (an
+         *     `mfa_pending` session showing its passkey) and only that session may answer it. Public: needs no credential (service description §5.3). Not org-scoped.
          *     Records no audit entry; stores only the challenge. Rate-limited per client address.
          *     Emits no event.
          *
@@ -1019,12 +1024,15 @@ export interface paths {
          *     starts `active` even where organizations require one. Public: the credential is the
          *     assertion. Not org-scoped. Records no audit entry: it changes nothing an organization
          *     owns. An unknown credential is a failed verification, so nothing reveals which
-         *     passkeys exist. Emits no event.
+         *     passkeys exist. Only pages of this service may send it (`x-first-party`), as every
+         *     sign-in. Emits no event.
          *
          *     Errors: 400 `validation_failed`, `malformed_json`, `verification_failed` (the
-         *     assertion does not verify or names no passkey), `challenge_expired` (the challenge
-         *     expired or was used); 403 `sso_required` (the account's email domain requires its
-         *     organization's SSO connection); 413; 415; 429 `rate_limited`.
+         *     assertion does not verify, names no passkey, or its user handle is not the passkey
+         *     owner's), `challenge_expired` (the challenge expired, was used, or was issued to
+         *     another session); 403 `sso_required` (the account's email domain requires its
+         *     organization's SSO connection), `insufficient_access` (sent from another site's
+         *     page); 413; 415; 429 `rate_limited`.
          */
         post: operations["verifyPasskeyAuthentication"];
         delete?: never;
@@ -17720,6 +17728,7 @@ export interface operations {
             /** @description The passkey was registered. */
             201: {
                 headers: {
+                    "Set-Cookie": components["headers"]["SessionCookie"];
                     /** @description The URL of the new passkey. */
                     Location?: string;
                     "X-Request-Id": components["headers"]["RequestId"];

@@ -49,6 +49,12 @@ export interface Config {
   notificationTestCooldownSeconds: number;
   /** The web app's address, where a connection's OAuth authorization sends the browser back to (its `return_to` path); null: BASE_URL. */
   webAppUrl: string | null;
+  /**
+   * Passkeys: the relying-party id (a domain: the web app's host, or a registrable suffix of
+   * it) and the page origins whose assertions are accepted. null and empty: derived from the
+   * web app's address when a request needs them (src/identity/passkeys.ts).
+   */
+  webauthn: { rpId: string | null; origins: readonly string[] };
   /** How long an upstream's tool list is answered from what was fetched before asking the upstream again. */
   connectionToolsTtlSeconds: number;
   /** New OAuth client registrations (RFC 7591) an organization's connections may make per hour. */
@@ -250,6 +256,16 @@ function webAppUrl(env: Env): string | null {
   return raw.replace(/\/+$/, '');
 }
 
+/** WEBAUTHN_RP_ID: a bare domain name (browsers refuse IP addresses, schemes and ports there). */
+function rpId(env: Env): string | null {
+  const raw = env.WEBAUTHN_RP_ID?.trim().toLowerCase();
+  if (!raw) return null;
+  if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(raw) || isIP(raw) !== 0) {
+    throw new ConfigError(`WEBAUTHN_RP_ID must be a domain name (example.com), without scheme or port; got "${env.WEBAUTHN_RP_ID}".`);
+  }
+  return raw;
+}
+
 /**
  * DNS_SERVERS: comma-separated IP addresses, each with an optional port (`10.0.0.2`,
  * `127.0.0.1:5353`, `[::1]:5353`), in the form dns.Resolver#setServers takes them.
@@ -335,6 +351,7 @@ export function loadConfig(env: Env = process.env): Config {
     credentialCacheSeconds: int(env, 'CREDENTIAL_CACHE_SECONDS', 60, 0, 3_600),
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
     webAppUrl: webAppUrl(env),
+    webauthn: { rpId: rpId(env), origins: originList(env, 'WEBAUTHN_ORIGINS') },
     connectionToolsTtlSeconds: int(env, 'CONNECTION_TOOLS_TTL_SECONDS', 300, 0, 86_400),
     oauthRegistrationsPerHour: int(env, 'OAUTH_REGISTRATIONS_PER_HOUR', 20, 1, 1_000_000),
     catalogDir: resolve(env.CATALOG_DIR || join(projectRoot, 'src', 'areas', 'connectors', 'catalog')),

@@ -161,7 +161,8 @@ function organizationFromHeader(req: Request, caller: Caller, deps: GuardDeps): 
  * rate limits are counted in this process; otherwise it answers with a promise.
  */
 export function guard(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Maybe<Admitted> {
-  if (meta.firstParty && credential?.scheme !== 'cookie') refuseForeignPage(req, deps);
+  // A session cookie is checked where it is authenticated; a public operation never reads it.
+  if (meta.firstParty && (credential?.scheme !== 'cookie' || meta.security.length === 0)) refuseForeignPage(req, deps);
   return chain(authenticate(meta, req, credential, deps), (caller) => {
     const org: Maybe<OrgAccess | null> =
       caller && meta.orgScoped ? organizationFromHeader(req, caller, deps) : caller && caller.kind !== 'session' ? caller.access : null;

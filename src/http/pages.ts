@@ -14,7 +14,12 @@ export interface PageRequest {
   sessionCookie: string | null;
 }
 
-export type PageAnswer = { html: string; status?: number } | { redirect: string };
+/**
+ * `scripts`: the page loads scripts of this server (WebAuthn has no form-only way); its CSP
+ * then allows `script-src 'self'` and `connect-src 'self'`, still nothing inline or foreign.
+ * `javascript`: the answer is such a script (an asset path registered as a page).
+ */
+export type PageAnswer = { html: string; status?: number; scripts?: boolean } | { redirect: string } | { javascript: string };
 
 /** Text for HTML: every character that could open markup or end an attribute is escaped. */
 export function escapeHtml(value: string): string {
@@ -76,6 +81,10 @@ const PAGE_HEADERS = {
   'Cache-Control': 'no-store',
   'Referrer-Policy': 'no-referrer',
 };
+const SCRIPT_PAGE_HEADERS = {
+  ...PAGE_HEADERS,
+  'Content-Security-Policy': `${PAGE_HEADERS['Content-Security-Policy']}; script-src 'self'; connect-src 'self'`,
+};
 
 /**
  * Serves the modules' pages (GET and HEAD of their exact paths) and their stylesheet; any
@@ -99,7 +108,12 @@ export function servePages(pages: ReadonlyMap<string, Page>, deps: AppDeps, sess
           res.end();
           return;
         }
-        res.writeHead(answer.status ?? 200, { ...PAGE_HEADERS, 'Content-Type': 'text/html; charset=utf-8' });
+        if ('javascript' in answer) {
+          res.writeHead(200, { ...PAGE_HEADERS, 'Content-Type': 'text/javascript; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
+          res.end(req.method === 'HEAD' ? undefined : answer.javascript);
+          return;
+        }
+        res.writeHead(answer.status ?? 200, { ...(answer.scripts ? SCRIPT_PAGE_HEADERS : PAGE_HEADERS), 'Content-Type': 'text/html; charset=utf-8' });
         res.end(req.method === 'HEAD' ? undefined : answer.html);
       },
       (err: unknown) => {

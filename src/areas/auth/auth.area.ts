@@ -2,7 +2,9 @@ import { defineArea } from '../../http/area';
 import { acceptInviteLink, activateInvite } from './invite-activation';
 import { logOut } from './log-out';
 import { confirmMagicLink, requestMagicLink, verifyMagicLink } from './magic-link';
+import { PASSKEY_PAGES } from './passkey-pages';
 import { SIGN_IN_PAGES } from './pages';
+import * as passkeys from './passkeys';
 import { beginStepUp, verifyMfaChallenge, verifyStepUp } from './second-factor';
 import { activateSignup, confirmSignup, resendSignupEmail, signUp } from './sign-up';
 
@@ -26,6 +28,13 @@ export default defineArea({
     resendSignupEmail,
     activateSignup,
     confirmSignup,
+    beginPasskeyRegistration: passkeys.beginPasskeyRegistration,
+    verifyPasskeyRegistration: passkeys.verifyPasskeyRegistration,
+    listPasskeys: passkeys.listPasskeys,
+    renamePasskey: passkeys.renamePasskey,
+    deletePasskey: passkeys.deletePasskey,
+    beginPasskeyAuthentication: passkeys.beginPasskeyAuthentication,
+    verifyPasskeyAuthentication: passkeys.verifyPasskeyAuthentication,
   },
-  pages: SIGN_IN_PAGES,
+  pages: { ...SIGN_IN_PAGES, ...PASSKEY_PAGES },
 });

@@ -2,6 +2,7 @@ import type { AppDeps } from '../../http/context';
 import { html, layout, type Page, type PageRequest } from '../../http/pages';
 import { sessionAuthenticator } from '../../identity/credentials';
 import { peekInvite } from '../invites';
+import { passkeySecondFactor, passkeySignIn } from './passkey-pages';
 
 /** What the sign-in page says for each `error` a flow sends it back with (SignInLocation). */
 const FAILURES: Record<string, string> = {
@@ -38,8 +39,9 @@ const signInPage: Page = ({ query }) => {
       ${next ? html`<input type="hidden" name="return_to" value="${next}" />` : null}
       <button type="submit">Email me a sign-in link</button>
     </form>
+    ${passkeySignIn(next)}
     <p>New here? <a href="/sign-up">Create an account</a>.</p>`;
-  return { html: layout('Sign in', content) };
+  return { html: layout('Sign in', content), scripts: true };
 };
 
 /** GET /sign-up: an email (and a name) for an activation link. */
@@ -119,8 +121,9 @@ const secondFactorPage: Page = ({ query }) => {
       <label for="recovery">Or a recovery code</label>
       <input id="recovery" name="code" type="text" autocomplete="off" pattern="[A-Za-z0-9]{5}-?[A-Za-z0-9]{5}" required />
       <button type="submit">Use recovery code</button>
-    </form>`;
-  return { html: layout('Second factor', content) };
+    </form>
+    ${passkeySecondFactor(next)}`;
+  return { html: layout('Second factor', content), scripts: true };
 };
 
 /**

@@ -2,10 +2,12 @@ import type { RequestContext } from '../../http/context';
 import { ApiError } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';
 import { checkCode, factorsOf, failureWait, recordFailure, sessionView, type SecondFactorMethod } from '../../identity/second-factors';
+import { checkAssertion, requestOptions } from '../../identity/passkeys';
 import { renewSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
 import { clientOf, webApp } from './sign-in';
 import { recordSecurityEvent } from '../../identity/security-events';
+import { relyingPartyOf } from './passkeys';
 
 type Proof = { method: 'totp' | 'recovery_code'; code: string } | { method: 'passkey'; credential: unknown };
 
@@ -34,11 +36,8 @@ async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promis
       error: new ApiError('rate_limited', `Too many wrong codes; try again in ${wait} seconds.`, { headers: { 'Retry-After': String(wait) } }),
     };
   }
-  if (proof.method === 'passkey') {
-    // Passkey assertions are checked once passkeys can be registered and used to sign in.
-    return { ok: false, error: new ApiError('conflict', 'Passkeys cannot be used as a second factor yet; use a TOTP or recovery code.') };
-  }
   const now = new Date();
+  if (proof.method === 'passkey') return provePasskey(ctx, proof.credential, stepUp, now);
   const outcome = await ctx.personalWrite(async (db) => {
     const checked = await checkCode(db, ctx.deps.secrets, userId, proof, now);
     if (!checked.ok) return checked;
@@ -62,6 +61,43 @@ async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promis
   });
   const what = proof.method === 'totp' ? 'code is wrong or was used already' : 'recovery code is wrong or was used already';
   return { ok: false, error: new ApiError('verification_failed', `That ${what}; try again with a current one.`) };
+}
+
+/**
+ * A passkey assertion as the second factor or step-up: it answers a challenge bound to this
+ * session (a step-up's, or for the second factor also the sign-in options this browser asked
+ * for while holding the session), once, and is one of the person's own passkeys.
+ */
+async function provePasskey(ctx: RequestContext, credential: unknown, stepUp: boolean, now: Date): Promise<Outcome> {
+  const { userId, sessionId } = sessionOf(ctx);
+  if ((await factorsOf(ctx.db, userId)).passkeys === 0) {
+    return { ok: false, error: new ApiError('conflict', 'This account has no passkey; use your authenticator app or a recovery code.') };
+  }
+  const outcome = await ctx.personalWrite(async (db) => {
+    const checked = await checkAssertion(
+      db,
+      relyingPartyOf(ctx),
+      { response: credential, purposes: stepUp ? ['step_up'] : ['step_up', 'authentication'], sessionId, userId },
+      (reason) => ctx.log.info({ reason }, 'passkey proof refused'),
+      now,
+    );
+    if (!checked.ok) return checked;
+    const renewed = await renewSession(db, sessionId, { secondFactorAt: now, secondFactorMethod: 'passkey', ...(stepUp ? { stepUpAt: now } : {}) }, now);
+    if (!renewed) return { ok: false as const, reason: 'challenge' as const };
+    return { ok: true as const, cookie: renewed.cookie, session: await sessionView(db, sessionId), left: (await factorsOf(db, userId)).recoveryCodesLeft };
+  });
+  if (outcome.ok) return { ok: true, session: outcome.session, cookie: outcome.cookie, recoveryCodesLeft: outcome.left };
+  if (outcome.reason === 'challenge') {
+    return {
+      ok: false,
+      error: new ApiError('challenge_expired', 'That passkey challenge expired, was used already, or belongs to another session; ask for new options.'),
+    };
+  }
+  await ctx.personalWrite(async (db) => {
+    await recordFailure(db, userId, now);
+    await recordSecurityEvent(db, { userId, type: 'second_factor_failed', method: 'passkey', client: clientOf(ctx) }, now);
+  });
+  return { ok: false, error: new ApiError('verification_failed', 'That passkey assertion did not verify, or the passkey is not yours; try again.') };
 }
 
 /** POST /auth/mfa/verify: JSON from the API, or the second-factor page's form. */
@@ -89,13 +125,19 @@ export async function verifyMfaChallenge({ body, query }: OperationInput<'verify
 
 /** POST /auth/step-up/options: what the person can step up with. */
 export async function beginStepUp(_input: OperationInput<'beginStepUp'>, ctx: RequestContext) {
-  const { userId } = sessionOf(ctx);
+  const { userId, sessionId } = sessionOf(ctx);
   const factors = await factorsOf(ctx.db, userId);
-  const methods: Array<'totp' | 'recovery_code'> = factors.totp ? ['totp', ...(factors.recoveryCodesLeft ? (['recovery_code'] as const) : [])] : [];
+  const methods: Array<'passkey' | 'totp' | 'recovery_code'> = [
+    ...(factors.passkeys > 0 ? (['passkey'] as const) : []),
+    ...(factors.totp ? (['totp'] as const) : []),
+    ...(factors.totp && factors.recoveryCodesLeft ? (['recovery_code'] as const) : []),
+  ];
   if (methods.length === 0) {
-    throw new ApiError('conflict', 'You hold no second factor to step up with; enroll TOTP (POST /user/me/mfa/totp) first.');
+    throw new ApiError('conflict', 'You hold no second factor to step up with; add a passkey or enroll TOTP (POST /user/me/mfa/totp) first.');
   }
-  return { status: 200 as const, body: { methods, passkey_options: null, valid_for_seconds: 300 } };
+  const passkeyOptions =
+    factors.passkeys > 0 ? await ctx.personalWrite((db) => requestOptions(db, relyingPartyOf(ctx), { purpose: 'step_up', userId, sessionId })) : null;
+  return { status: 200 as const, body: { methods, passkey_options: passkeyOptions, valid_for_seconds: 300 } };
 }
 
 /** POST /auth/step-up/verify */

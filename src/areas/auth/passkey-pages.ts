@@ -1,0 +1,185 @@
+import type { AppDeps } from '../../http/context';
+import { html, layout, type Html, type Page, type PageRequest } from '../../http/pages';
+import { sessionAuthenticator } from '../../identity/credentials';
+
+export const PASSKEYS_SCRIPT_PATH = '/assets/passkeys.js';
+
+/**
+ * The only script the web app's pages load: WebAuthn is a browser API with no form to post.
+ * It uses the Level 3 JSON helpers (`parseCreationOptionsFromJSON`,
+ * `parseRequestOptionsFromJSON`, `toJSON()`), which current browsers have, so no bundle. It
+ * acts on elements marked `data-passkey`, and says what went wrong in the page's alert.
+ */
+const SCRIPT = `'use strict';
+(() => {
+  const alertBox = document.getElementById('passkey-error');
+  const say = (text) => { if (alertBox) { alertBox.textContent = text; alertBox.hidden = false; } };
+  const post = async (path, body, method = 'POST') => {
+    const res = await fetch(path, {
+      method,
+      credentials: 'same-origin',
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const data = res.status === 204 ? null : await res.json().catch(() => null);
+    return { status: res.status, data };
+  };
+  const supported = () => typeof PublicKeyCredential !== 'undefined' && typeof PublicKeyCredential.parseRequestOptionsFromJSON === 'function';
+  const assertion = async (options) => {
+    const credential = await navigator.credentials.get({ publicKey: PublicKeyCredential.parseRequestOptionsFromJSON(options) });
+    return credential.toJSON();
+  };
+  const failed = (res, what) => say((res.data && res.data.detail) || what + ' did not work; try again.');
+
+  /** A fresh second factor before changing factors: the passkey, or else a code from the app. */
+  async function stepUp() {
+    const begun = await post('/auth/step-up/options');
+    if (begun.status !== 200) return failed(begun, 'The check'), false;
+    let proof;
+    if (begun.data.passkey_options) proof = { method: 'passkey', credential: await assertion(begun.data.passkey_options) };
+    else {
+      const code = window.prompt('Enter the code from your authenticator app');
+      if (!code) return false;
+      proof = { method: 'totp', code: code.trim() };
+    }
+    const done = await post('/auth/step-up/verify', proof);
+    if (done.status !== 200) return failed(done, 'The check'), false;
+    return true;
+  }
+  /** Runs a change; when it needs a step-up, steps up and runs it once more. */
+  async function withStepUp(change) {
+    let res = await change();
+    if (res.status === 403 && res.data && res.data.code === 'step_up_required') {
+      if (!(await stepUp())) return null;
+      res = await change();
+    }
+    return res;
+  }
+
+  const handlers = {
+    async 'sign-in'(button) {
+      const options = await post('/auth/passkey/authentication/options');
+      if (options.status !== 200) return failed(options, 'Signing in with a passkey');
+      const res = await post('/auth/passkey/authentication/verify', {
+        credential: await assertion(options.data),
+        ...(button.dataset.returnTo ? { return_to: button.dataset.returnTo } : {}),
+      });
+      if (res.status !== 200) return failed(res, 'Signing in with a passkey');
+      window.location.assign(res.data.redirect_to);
+    },
+    async 'second-factor'(button) {
+      const options = await post('/auth/passkey/authentication/options');
+      if (options.status !== 200) return failed(options, 'The passkey');
+      const res = await post('/auth/mfa/verify', { method: 'passkey', credential: await assertion(options.data) });
+      if (res.status !== 200) return failed(res, 'The passkey');
+      // Only a path of this site: the page's return_to came from a link anyone could craft.
+      const next = new URL(button.dataset.returnTo || '/', window.location.origin);
+      window.location.assign(next.origin === window.location.origin ? next.href : '/');
+    },
+    async add() {
+      const options = await withStepUp(() => post('/auth/passkey/registration/options'));
+      if (!options) return;
+      if (options.status !== 200) return failed(options, 'Adding a passkey');
+      const credential = await navigator.credentials.create({ publicKey: PublicKeyCredential.parseCreationOptionsFromJSON(options.data) });
+      const res = await post('/auth/passkey/registration/verify', { credential: credential.toJSON() });
+      if (res.status !== 201) return failed(res, 'Adding a passkey');
+      window.location.reload();
+    },
+    async rename(button) {
+      const input = document.getElementById('name-' + button.dataset.id);
+      const res = await post('/auth/passkey/' + encodeURIComponent(button.dataset.id), { name: input.value.trim() }, 'PATCH');
+      if (res.status !== 200) return failed(res, 'Renaming the passkey');
+      window.location.reload();
+    },
+    async delete(button) {
+      if (!window.confirm('Delete the passkey "' + button.dataset.name + '"? It will no longer sign you in.')) return;
+      const res = await withStepUp(() => post('/auth/passkey/' + encodeURIComponent(button.dataset.id), undefined, 'DELETE'));
+      if (!res) return;
+      if (res.status !== 204) return failed(res, 'Deleting the passkey');
+      window.location.reload();
+    },
+  };
+
+  for (const button of document.querySelectorAll('[data-passkey]')) {
+    if (!supported()) { button.disabled = true; continue; }
+    button.hidden = false;
+    button.addEventListener('click', (event) => {
+      event.preventDefault();
+      if (alertBox) alertBox.hidden = true;
+      handlers[button.dataset.passkey](button).catch((err) => say(err && err.name === 'NotAllowedError' ? 'The passkey request was cancelled or timed out.' : 'That did not work: ' + (err && err.message)));
+    });
+  }
+})();
+`;
+
+/** The sign-in page's passkey button (shown once the script finds WebAuthn), and its script. */
+export function passkeySignIn(returnTo: string | null): Html {
+  return html`<p class="error" role="alert" id="passkey-error" hidden></p>
+    <button type="button" data-passkey="sign-in" ${returnTo ? html`data-return-to="${returnTo}"` : null} hidden>Sign in with a passkey</button>
+    <script src="${PASSKEYS_SCRIPT_PATH}" defer></script>`;
+}
+
+/** The second-factor page's passkey button, for a person whose session owes its second factor. */
+export function passkeySecondFactor(returnTo: string | null): Html {
+  return html`<p class="error" role="alert" id="passkey-error" hidden></p>
+    <button type="button" data-passkey="second-factor" ${returnTo ? html`data-return-to="${returnTo}"` : null} hidden>Use a passkey</button>
+    <script src="${PASSKEYS_SCRIPT_PATH}" defer></script>`;
+}
+
+async function signedIn(request: PageRequest, deps: AppDeps): Promise<{ userId: string; email: string } | null> {
+  if (!request.sessionCookie) return null;
+  const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
+  if (result.status !== 'ok' || result.caller.kind !== 'session') return null;
+  const user = await deps.db.selectFrom('users').select(['id', 'email']).where('id', '=', result.caller.userId).executeTakeFirst();
+  return user ? { userId: user.id, email: user.email } : null;
+}
+
+const day = (d: Date) => d.toISOString().slice(0, 10);
+
+/**
+ * GET /account/security: the person's passkeys (rename, delete, add). Adding and deleting
+ * ask for a step-up first once the person holds a factor; the script does it with a passkey.
+ */
+const securityPage: Page = async (request, deps) => {
+  const me = await signedIn(request, deps);
+  if (!me) return { redirect: `/sign-in?${new URLSearchParams({ return_to: '/account/security' }).toString()}` };
+  const passkeys = await deps.db
+    .selectFrom('passkeys')
+    .select(['id', 'name', 'authenticator_name', 'backed_up', 'created_at', 'last_used_at'])
+    .where('user_id', '=', me.userId)
+    .orderBy('id')
+    .execute();
+  const rows = passkeys.map(
+    (p) =>
+      html`<li>
+        <label for="name-${p.id}">Name</label>
+        <input id="name-${p.id}" type="text" value="${p.name}" maxlength="100" required />
+        <p>
+          ${p.authenticator_name ?? 'Passkey'}${p.backed_up ? ' · synced' : ''} · added ${day(p.created_at)} ·
+          ${p.last_used_at ? `last used ${day(p.last_used_at)}` : 'never used'}
+        </p>
+        <button type="button" data-passkey="rename" data-id="${p.id}" hidden>Rename</button>
+        <button type="button" data-passkey="delete" data-id="${p.id}" data-name="${p.name}" hidden>Delete ${p.name}</button>
+      </li>`,
+  );
+  const content = html`<h1>Security</h1>
+    <p>Signed in as <strong>${me.email}</strong>.</p>
+    <h2>Passkeys</h2>
+    <p class="error" role="alert" id="passkey-error" hidden></p>
+    ${
+      passkeys.length > 0
+        ? html`<ul aria-label="Your passkeys">
+            ${rows}
+          </ul>`
+        : html`<p>You have no passkey yet.</p>`
+    }
+    <button type="button" data-passkey="add" hidden>Add a passkey</button>
+    <noscript><p>Passkeys need JavaScript in this browser.</p></noscript>
+    <script src="${PASSKEYS_SCRIPT_PATH}" defer></script>`;
+  return { html: layout('Security', content), scripts: true };
+};
+
+export const PASSKEY_PAGES: Record<string, Page> = {
+  '/account/security': securityPage,
+  [PASSKEYS_SCRIPT_PATH]: () => ({ javascript: SCRIPT }),
+};
