@@ -77,6 +77,22 @@ export interface Config {
    * system's when empty; and how long one lookup may take in all.
    */
   dns: { servers: readonly string[]; timeoutMs: number };
+  /** Social sign-in providers (SOCIAL_PROVIDERS), in the order the sign-in page shows them. */
+  socialProviders: readonly SocialProvider[];
+}
+
+/** A social sign-in provider: an OpenID Connect issuer this server is a client of. */
+export interface SocialProvider {
+  /** Its key in URLs (`/auth/sso/<key>`) and in the accounts linked to it. */
+  key: string;
+  /** The button's label. */
+  name: string;
+  /** The OpenID Connect issuer: its discovery document is at `<issuer>/.well-known/openid-configuration`. */
+  issuer: string;
+  clientId: string;
+  clientSecret: string | null;
+  /** What is asked for: `openid email profile` unless configured. */
+  scope: string;
 }
 
 export class ConfigError extends Error {
@@ -276,6 +292,81 @@ function dnsServers(env: Env): readonly string[] {
     });
 }
 
+/** What is known of the well-known providers; any other key is an OpenID Connect issuer named in full. */
+const KNOWN_PROVIDERS: Record<string, { name: string; issuer: (env: Env, prefix: string) => string | null }> = {
+  google: { name: 'Google', issuer: () => 'https://accounts.google.com' },
+  microsoft: {
+    name: 'Microsoft',
+    // Entra's multi-tenant endpoints (`common`, `organizations`) issue ID tokens whose `iss`
+    // names the person's own tenant, never the discovered one: only a tenant's issuer checks.
+    issuer: (env, prefix) => {
+      const tenant = env[`${prefix}TENANT`]?.trim();
+      if (!tenant) return null;
+      if (['common', 'organizations', 'consumers'].includes(tenant.toLowerCase()) || !/^[A-Za-z0-9.-]{1,253}$/.test(tenant)) {
+        throw new ConfigError(
+          `${prefix}TENANT must be your Entra tenant's id (a GUID) or domain; got "${tenant}". The multi-tenant endpoints (common, organizations, consumers) issue tokens whose issuer cannot be checked.`,
+        );
+      }
+      return `https://login.microsoftonline.com/${tenant}/v2.0`;
+    },
+  },
+};
+
+/**
+ * SOCIAL_PROVIDERS lists the keys of the social sign-in providers, in the order the sign-in
+ * page shows them (`google,microsoft,corp`); each key's settings are SOCIAL_<KEY>_… (the key
+ * upper-cased, `-` as `_`): CLIENT_ID (required), CLIENT_SECRET, ISSUER (required but for
+ * google, and for microsoft when TENANT is given), NAME, SCOPES.
+ */
+function socialProviders(env: Env): SocialProvider[] {
+  const raw = env.SOCIAL_PROVIDERS?.trim();
+  if (!raw) return [];
+  const keys = raw
+    .split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
+  const seen = new Set<string>();
+  return keys.map((key) => {
+    if (!/^[a-z][a-z0-9-]{0,31}$/.test(key)) throw new ConfigError(`SOCIAL_PROVIDERS must list keys of lowercase letters, digits and -; got "${key}".`);
+    if (seen.has(key)) throw new ConfigError(`SOCIAL_PROVIDERS names ${key} twice.`);
+    seen.add(key);
+    if (key === 'github') {
+      throw new ConfigError('SOCIAL_PROVIDERS: github is not supported yet (GitHub speaks OAuth 2 without OpenID Connect). Use an OpenID Connect provider.');
+    }
+    const prefix = `SOCIAL_${key.toUpperCase().replace(/-/g, '_')}_`;
+    const known = KNOWN_PROVIDERS[key];
+    const clientId = env[`${prefix}CLIENT_ID`]?.trim();
+    if (!clientId) throw new ConfigError(`${prefix}CLIENT_ID is required for the social provider ${key} (SOCIAL_PROVIDERS).`);
+    const issuerRaw = env[`${prefix}ISSUER`]?.trim() || known?.issuer(env, prefix) || null;
+    if (!issuerRaw) {
+      throw new ConfigError(
+        key === 'microsoft'
+          ? `${prefix}TENANT (your Entra tenant's id or domain) or ${prefix}ISSUER is required for the social provider microsoft.`
+          : `${prefix}ISSUER (the OpenID Connect issuer, https://…) is required for the social provider ${key}.`,
+      );
+    }
+    let issuer: URL;
+    try {
+      issuer = new URL(issuerRaw);
+    } catch {
+      throw new ConfigError(`${prefix}ISSUER must be an absolute URL; got "${issuerRaw}".`);
+    }
+    // Plain http only to this machine (a provider run for development or tests): anywhere
+    // else it would hand codes and tokens to whoever is on the path.
+    const local = ['localhost', '127.0.0.1', '[::1]'].includes(issuer.hostname);
+    if (issuer.protocol !== 'https:' && !(issuer.protocol === 'http:' && local)) {
+      throw new ConfigError(`${prefix}ISSUER must be an https URL; got "${issuerRaw}".`);
+    }
+    if (issuer.search !== '' || issuer.hash !== '' || issuer.username !== '')
+      throw new ConfigError(`${prefix}ISSUER must have no query, fragment or user; got "${issuerRaw}".`);
+    const scope = env[`${prefix}SCOPES`]?.trim() || 'openid email profile';
+    if (!scope.split(/\s+/).includes('openid')) throw new ConfigError(`${prefix}SCOPES must include openid; got "${scope}".`);
+    const name = env[`${prefix}NAME`]?.trim() || known?.name || key;
+    if (name.length > 64) throw new ConfigError(`${prefix}NAME must be at most 64 characters.`);
+    return { key, name, issuer: issuerRaw, clientId, clientSecret: env[`${prefix}CLIENT_SECRET`] || null, scope };
+  });
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -352,5 +443,6 @@ export function loadConfig(env: Env = process.env): Config {
     },
     stripe: { secretKey: env.STRIPE_SECRET_KEY?.trim() || null, apiBaseUrl: stripeApiBaseUrl(env), prices: stripePrices(env) },
     dns: { servers: dnsServers(env), timeoutMs: int(env, 'DNS_TIMEOUT_MS', 5_000, 100, 60_000) },
+    socialProviders: socialProviders(env),
   };
 }

@@ -4,6 +4,7 @@ import { logOut } from './log-out';
 import { confirmMagicLink, requestMagicLink, verifyMagicLink } from './magic-link';
 import { SIGN_IN_PAGES } from './pages';
 import { beginStepUp, verifyMfaChallenge, verifyStepUp } from './second-factor';
+import { completeSocialLogin, listAuthProviders, startSocialLogin } from './social-login';
 
 /**
  * The Auth tag: sessions (logOut) and the invite link (activateInvite, on the invites area's
@@ -20,6 +21,9 @@ export default defineArea({
     verifyMfaChallenge,
     beginStepUp,
     verifyStepUp,
+    listAuthProviders,
+    startSocialLogin,
+    completeSocialLogin,
   },
   pages: SIGN_IN_PAGES,
 });

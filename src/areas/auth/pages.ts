@@ -1,6 +1,7 @@
 import type { AppDeps } from '../../http/context';
 import { html, layout, type Page, type PageRequest } from '../../http/pages';
 import { sessionAuthenticator } from '../../identity/credentials';
+import { socialSignInLinks } from './social-pages';
 
 /** What the sign-in page says for each `error` a flow sends it back with (SignInLocation). */
 const FAILURES: Record<string, string> = {
@@ -10,6 +11,7 @@ const FAILURES: Record<string, string> = {
   invalid_state: 'That sign-in took too long or was started in another browser. Start again below.',
   provider_error: 'The sign-in provider answered with an error. Try again, or sign in another way.',
   email_unverified: 'The sign-in provider does not vouch for that email address. Sign in another way.',
+  account_not_linked: 'An account with that email address exists but was never linked to this provider. Sign in with an emailed link instead.',
   sso_required: 'Your organization signs you in through its single sign-on.',
   not_provisioned: 'Your organization’s single sign-on does not let you in yet; ask an administrator.',
   account_suspended: 'This account is suspended.',
@@ -24,7 +26,7 @@ function returnTo(query: URLSearchParams): string | null {
 }
 
 /** GET /sign-in: an email for a link; what happened last, when a flow sent the person back. */
-const signInPage: Page = ({ query }) => {
+const signInPage: Page = ({ query }, deps) => {
   const sent = query.get('sent');
   const error = query.get('error');
   const next = returnTo(query);
@@ -36,7 +38,8 @@ const signInPage: Page = ({ query }) => {
       <input id="email" name="email" type="email" autocomplete="email" required maxlength="254" ${sent ? null : html`autofocus`} />
       ${next ? html`<input type="hidden" name="return_to" value="${next}" />` : null}
       <button type="submit">Email me a sign-in link</button>
-    </form>`;
+    </form>
+    ${socialSignInLinks(deps, next)}`;
   return { html: layout('Sign in', content) };
 };
 
