@@ -168,9 +168,11 @@ function describe(err: unknown): string {
     const causeText =
       cause instanceof OutboundRefused
         ? `; ${cause.detail}`
-        : cause && typeof cause === 'object' && 'error' in cause
-          ? `; ${String((cause as { error: unknown }).error)}`
-          : '';
+        : cause instanceof Error
+          ? `; ${cause.message}`
+          : cause && typeof cause === 'object' && 'error' in cause
+            ? `; ${String((cause as { error: unknown }).error)}`
+            : '';
     return `${typeof code === 'string' ? `${code}: ` : ''}${err.message}${causeText}`.slice(0, 1000);
   }
   return String(err).slice(0, 1000);
