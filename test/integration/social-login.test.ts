@@ -1,20 +1,27 @@
 import { startTestApp, type TestApp, type TestResponse } from '../support/app';
 import { expectError } from '../support/client';
+import { startGithubPeer, type GithubAccount, type GithubPeer } from '../support/github-peer';
 import { startOidcIdp, type OidcIdp } from '../support/oidc-idp';
 
 /**
- * Social sign-in against a real OpenID Connect provider on loopback (oidc-provider): the
- * browser's whole path, followed redirect by redirect (the app, the provider's pages and its
- * cookies, the callback), and each way it must refuse.
+ * Social sign-in against a real OpenID Connect provider on loopback (oidc-provider), and a
+ * GitHub-shaped OAuth 2 server: the browser's whole path, followed redirect by redirect (the
+ * app, the provider's pages and its cookies, the callback), and each way it must refuse.
  */
 let idp: OidcIdp;
+let github: GithubPeer;
 let t: TestApp;
 const KEY = 'acme-id';
 beforeAll(async () => {
   idp = await startOidcIdp();
+  github = await startGithubPeer();
   t = await startTestApp({
     env: {
-      SOCIAL_PROVIDERS: KEY,
+      SOCIAL_PROVIDERS: `${KEY},github`,
+      SOCIAL_GITHUB_CLIENT_ID: github.clientId,
+      SOCIAL_GITHUB_CLIENT_SECRET: github.clientSecret,
+      SOCIAL_GITHUB_URL: github.url,
+      SOCIAL_GITHUB_API_URL: github.apiUrl,
       SOCIAL_ACME_ID_ISSUER: idp.issuer,
       SOCIAL_ACME_ID_CLIENT_ID: idp.clientId,
       SOCIAL_ACME_ID_CLIENT_SECRET: idp.clientSecret,
@@ -26,6 +33,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await t.close();
   await idp.close();
+  await github.close();
 });
 
 let n = 0;
@@ -95,7 +103,12 @@ describe('listAuthProviders', () => {
   it('lists the configured providers with where their sign-in starts', async () => {
     const res = await t.op('listAuthProviders');
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ data: [{ key: KEY, name: 'Acme ID', login_url: `/auth/sso/${KEY}` }] });
+    expect(res.body).toEqual({
+      data: [
+        { key: KEY, name: 'Acme ID', login_url: `/auth/sso/${KEY}` },
+        { key: 'github', name: 'GitHub', login_url: '/auth/sso/github' },
+      ],
+    });
   });
 
   it('shows each provider on the sign-in page as a plain link, carrying return_to', async () => {
@@ -243,5 +256,98 @@ describe('completeSocialLogin', () => {
 
   it('answers 404 for a provider that is not configured', async () => {
     expectError(await t.call('GET', '/auth/sso/nobody/callback?code=x&state=y'), 404, 'not_found');
+  });
+});
+
+describe('completeSocialLogin with GitHub (OAuth 2 and its REST API)', () => {
+  let ids = 1000;
+  const account = (emails: GithubAccount['emails'], extra: Partial<GithubAccount> = {}): GithubAccount => ({
+    id: (ids += 1),
+    login: unique('octo'),
+    emails,
+    ...extra,
+  });
+
+  /** GitHub approves at once (the person approved the app before) and sends the browser back. */
+  async function throughGithub(who: GithubAccount | 'deny') {
+    if (who === 'deny') github.deny();
+    else github.signInAs(who);
+    const res = await t.call('GET', '/auth/sso/github');
+    expect(res.status).toBe(302);
+    const authorize = new URL(res.headers.get('location') as string);
+    expect(`${authorize.origin}${authorize.pathname}`).toBe(`${github.url}/login/oauth/authorize`);
+    expect(authorize.searchParams.get('code_challenge_method')).toBe('S256');
+    expect(authorize.searchParams.get('scope')).toBe('read:user user:email');
+    const atGithub = await fetch(authorize, { redirect: 'manual' });
+    return callback(new URL(atGithub.headers.get('location') as string), cookieIn(res, 'cp_auth_flow') as string);
+  }
+
+  it('creates the account from the verified primary email, never the profile email, and links the numeric id', async () => {
+    const primary = address('Octo');
+    const who = account(
+      [
+        { email: address('Other'), primary: false, verified: true },
+        { email: primary, primary: true, verified: true },
+      ],
+      { email: address('Public'), name: 'Octo Cat' },
+    );
+    const res = await throughGithub(who);
+    expect(res.status).toBe(302);
+    expect(res.headers.get('location')).toBe(`${t.url}/`);
+    const me = await t.call('GET', '/user/me', undefined, { session: cookieIn(res, '__Host-cp_session') });
+    expect(me.body.email).toBe(primary);
+    expect(me.body.name).toBe('Octo Cat');
+    const link = await t.db
+      .selectFrom('social_identities')
+      .selectAll()
+      .where('provider', '=', 'github')
+      .where('subject', '=', String(who.id))
+      .executeTakeFirstOrThrow();
+    expect(link).toMatchObject({ issuer: github.url, user_id: me.body.id, email: primary });
+    expect(github.apiRequests.filter((r) => r.authorization?.startsWith('Bearer gho_')).map((r) => r.path)).toEqual(
+      expect.arrayContaining(['/user', '/user/emails']),
+    );
+  });
+
+  it('finds a returning person by the account id after the login and emails changed', async () => {
+    const first = account([{ email: address('Before'), primary: true, verified: true }]);
+    const before = await throughGithub(first);
+    const userId = (await t.call('GET', '/user/me', undefined, { session: cookieIn(before, '__Host-cp_session') })).body.id;
+    const again = await throughGithub({ ...first, login: unique('renamed'), emails: [{ email: address('After'), primary: true, verified: false }] });
+    expect((await t.call('GET', '/user/me', undefined, { session: cookieIn(again, '__Host-cp_session') })).body.id).toBe(userId);
+  });
+
+  it('trusts only a verified primary email (email_unverified otherwise)', async () => {
+    const email = address('Unverified.gh');
+    failedWith(
+      await throughGithub(
+        account([
+          { email, primary: true, verified: false },
+          { email: address('Verified.secondary'), primary: false, verified: true },
+        ]),
+      ),
+      'email_unverified',
+    );
+    failedWith(await throughGithub(account([], { email: address('Public.only') })), 'email_unverified');
+    expect(await userByEmail(email)).toBeUndefined();
+  });
+
+  it('never adopts an existing account with the primary email (account_not_linked)', async () => {
+    const email = address('Taken');
+    await t.factories.user({ email });
+    failedWith(await throughGithub(account([{ email, primary: true, verified: true }])), 'account_not_linked');
+  });
+
+  it('refuses a code used a second time: GitHub says so in a 200 answer (provider_error)', async () => {
+    github.signInAs(account([{ email: address('Replay.gh'), primary: true, verified: true }]));
+    const res = await t.call('GET', '/auth/sso/github');
+    const flow = cookieIn(res, 'cp_auth_flow') as string;
+    const back = new URL((await fetch(res.headers.get('location') as string, { redirect: 'manual' })).headers.get('location') as string);
+    expect((await callback(back, flow)).headers.get('location')).toBe(`${t.url}/`);
+    failedWith(await callback(back, flow), 'provider_error');
+  });
+
+  it('sends a person who denied the app back with access_denied', async () => {
+    failedWith(await throughGithub('deny'), 'access_denied');
   });
 });

@@ -21,16 +21,36 @@ describe('social sign-in settings', () => {
       SOCIAL_CORP_SSO_SCOPES: 'openid email',
     }).socialProviders;
     expect(providers).toEqual([
-      { key: 'google', name: 'Google', issuer: 'https://accounts.google.com', clientId: 'g-id', clientSecret: 'g-secret', scope: 'openid email profile' },
+      {
+        key: 'google',
+        kind: 'oidc',
+        name: 'Google',
+        issuer: 'https://accounts.google.com',
+        apiUrl: null,
+        clientId: 'g-id',
+        clientSecret: 'g-secret',
+        scope: 'openid email profile',
+      },
       {
         key: 'microsoft',
+        kind: 'oidc',
         name: 'Microsoft',
         issuer: 'https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0',
+        apiUrl: null,
         clientId: 'm-id',
         clientSecret: null,
         scope: 'openid email profile',
       },
-      { key: 'corp-sso', name: 'Corp', issuer: 'https://id.corp.example/realms/main', clientId: 'c-id', clientSecret: null, scope: 'openid email' },
+      {
+        key: 'corp-sso',
+        kind: 'oidc',
+        name: 'Corp',
+        issuer: 'https://id.corp.example/realms/main',
+        apiUrl: null,
+        clientId: 'c-id',
+        clientSecret: null,
+        scope: 'openid email',
+      },
     ]);
   });
 
@@ -47,8 +67,27 @@ describe('social sign-in settings', () => {
       { SOCIAL_PROVIDERS: 'microsoft', SOCIAL_MICROSOFT_CLIENT_ID: 'x' },
       { SOCIAL_PROVIDERS: 'microsoft', SOCIAL_MICROSOFT_CLIENT_ID: 'x', SOCIAL_MICROSOFT_TENANT: 'common' },
       { SOCIAL_PROVIDERS: 'github', SOCIAL_GITHUB_CLIENT_ID: 'x' },
+      { SOCIAL_PROVIDERS: 'github', SOCIAL_GITHUB_CLIENT_ID: 'x', SOCIAL_GITHUB_CLIENT_SECRET: 'y', SOCIAL_GITHUB_URL: 'http://ghe.corp.example' },
     ];
     for (const env of refused) expect(() => load(env)).toThrow(ConfigError);
+  });
+
+  it('knows GitHub, and a GitHub Enterprise Server by its address', () => {
+    const base = { SOCIAL_PROVIDERS: 'github', SOCIAL_GITHUB_CLIENT_ID: 'gh-id', SOCIAL_GITHUB_CLIENT_SECRET: 'gh-secret' };
+    expect(load(base).socialProviders).toEqual([
+      {
+        key: 'github',
+        kind: 'github',
+        name: 'GitHub',
+        issuer: 'https://github.com',
+        apiUrl: 'https://api.github.com',
+        clientId: 'gh-id',
+        clientSecret: 'gh-secret',
+        scope: 'read:user user:email',
+      },
+    ]);
+    const [ghe] = load({ ...base, SOCIAL_GITHUB_URL: 'https://ghe.corp.example/' }).socialProviders;
+    expect(ghe).toMatchObject({ issuer: 'https://ghe.corp.example', apiUrl: 'https://ghe.corp.example/api/v3' });
   });
 
   it('allows plain http only for an issuer on this machine', () => {

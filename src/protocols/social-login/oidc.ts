@@ -70,6 +70,23 @@ async function discover(provider: SocialProvider, outbound: OutboundPolicy & { t
   const oidc = await load();
   const issuer = new URL(provider.issuer);
   const insecure = issuer.protocol === 'http:';
+  if (provider.kind === 'github') {
+    // GitHub publishes no discovery document: its endpoints are fixed under its web address.
+    // It takes the client secret in the form (its documentation's way) and never sends `iss`.
+    const config = new oidc.Configuration(
+      {
+        issuer: provider.issuer,
+        authorization_endpoint: `${provider.issuer}/login/oauth/authorize`,
+        token_endpoint: `${provider.issuer}/login/oauth/access_token`,
+      },
+      provider.clientId,
+      undefined,
+      oidc.ClientSecretPost(provider.clientSecret ?? ''),
+    );
+    config[oidc.customFetch] = guardedFetch(outbound, outbound.timeoutMs);
+    if (insecure || new URL(provider.apiUrl ?? provider.issuer).protocol === 'http:') oidc.allowInsecureRequests(config);
+    return { provider, config };
+  }
   let config: Configuration;
   try {
     config = await oidc.discovery(
@@ -141,6 +158,7 @@ export interface SocialIdentity {
  */
 export async function exchangeCode(rp: RelyingParty, callbackUrl: URL, secrets: FlowSecrets): Promise<SocialIdentity> {
   const oidc = await load();
+  if (rp.provider.kind === 'github') return githubIdentity(oidc, rp, callbackUrl, secrets);
   let claims: ReturnType<Awaited<ReturnType<OpenId['authorizationCodeGrant']>>['claims']>;
   try {
     const tokens = await oidc.authorizationCodeGrant(rp.config, callbackUrl, {
@@ -157,6 +175,47 @@ export async function exchangeCode(rp: RelyingParty, callbackUrl: URL, secrets: 
   const email = typeof claims.email === 'string' && claims.email.length <= 254 && claims.email.includes('@') ? claims.email : null;
   const name = typeof claims.name === 'string' ? claims.name.slice(0, 200) : null;
   return { issuer: claims.iss, subject: claims.sub, email, emailVerified: claims.email_verified === true, name };
+}
+
+/**
+ * GitHub: the code exchanged (state and PKCE checked, no ID token), then who signed in from
+ * its REST API: the numeric account id as the subject (the login can be renamed and reused),
+ * and the email only if it is the account's primary one and GitHub verified it. The profile's
+ * public `email` is whatever the person typed and is never used.
+ */
+async function githubIdentity(oidc: OpenId, rp: RelyingParty, callbackUrl: URL, secrets: FlowSecrets): Promise<SocialIdentity> {
+  const api = rp.provider.apiUrl as string;
+  try {
+    const tokens = await oidc.authorizationCodeGrant(rp.config, callbackUrl, {
+      pkceCodeVerifier: secrets.verifier,
+      expectedState: secrets.state,
+      idTokenExpected: false,
+    });
+    const read = async (path: string): Promise<unknown> => {
+      const headers = new Headers({ accept: 'application/vnd.github+json', 'x-github-api-version': '2022-11-28' });
+      const response = await oidc.fetchProtectedResource(rp.config, tokens.access_token, new URL(`${api}${path}`), 'GET', undefined, headers);
+      if (response.status !== 200) throw new SocialLoginFailure(`github: ${path} answered ${response.status}`);
+      return response.json();
+    };
+    const user = (await read('/user')) as { id?: unknown; login?: unknown; name?: unknown };
+    if (typeof user.id !== 'number' && typeof user.id !== 'string') throw new SocialLoginFailure('github: /user names no account id');
+    const emails = await read('/user/emails');
+    const primary = Array.isArray(emails)
+      ? (emails as { email?: unknown; primary?: unknown; verified?: unknown }[]).find((e) => e.primary === true && typeof e.email === 'string')
+      : undefined;
+    const email = typeof primary?.email === 'string' && primary.email.length <= 254 && primary.email.includes('@') ? primary.email : null;
+    const name = typeof user.name === 'string' && user.name !== '' ? user.name : typeof user.login === 'string' ? user.login : null;
+    return {
+      issuer: rp.provider.issuer,
+      subject: String(user.id),
+      email,
+      emailVerified: email !== null && primary?.verified === true,
+      name: name?.slice(0, 200) ?? null,
+    };
+  } catch (err) {
+    if (err instanceof SocialLoginFailure) throw err;
+    throw new SocialLoginFailure(`github: ${describe(err)}`);
+  }
 }
 
 /** An error from openid-client or the guard, for the log: its code and message, never a token. */
