@@ -1,3 +1,4 @@
+import { generate } from 'otplib';
 import { startTestApp, type TestApp, type TestResponse } from '../support/app';
 import { expectError } from '../support/client';
 import { startGithubPeer, type GithubAccount, type GithubPeer } from '../support/github-peer';
@@ -170,6 +171,25 @@ describe('completeSocialLogin', () => {
     const me = await t.call('GET', '/user/me', undefined, { session: cookieIn(again, '__Host-cp_session') });
     expect(me.body.id).toBe(first?.id);
     expect(me.body.email).toBe(email);
+  });
+
+  it('holds a person whose organization requires a second factor they hold at the second-factor page (mfa_pending)', async () => {
+    const email = address('Held');
+    const subject = unique('sub');
+    const first = await signInThrough(subject, { email, email_verified: true });
+    const session = cookieIn(first, '__Host-cp_session') as string;
+    const userId = (await t.call('GET', '/user/me', undefined, { session })).body.id as string;
+    const { orgId } = await t.factories.org({ requireMfa: true });
+    await t.factories.member(orgId, { userId });
+    const begun = await t.call('POST', '/user/me/mfa/totp', undefined, { session });
+    expect((await t.call('POST', '/user/me/mfa/totp/verify', { code: await generate({ secret: begun.body.secret }) }, { session })).status).toBe(200);
+
+    const again = await signInThrough(subject, { email, email_verified: true }, '/org/acme');
+    expect(again.status).toBe(302);
+    expect(again.headers.get('location')).toBe(`${t.url}/sign-in/second-factor?return_to=%2Forg%2Facme`);
+    const pending = cookieIn(again, '__Host-cp_session');
+    const held = await t.call('GET', `/organization/${orgId}`, undefined, { session: pending, org: orgId });
+    expect(held.status).toBe(403);
   });
 
   it('keeps return_to on the web app, and lands a foreign one on the home page', async () => {
