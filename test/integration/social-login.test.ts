@@ -18,7 +18,10 @@ beforeAll(async () => {
   github = await startGithubPeer();
   t = await startTestApp({
     env: {
-      SOCIAL_PROVIDERS: `${KEY},github`,
+      SOCIAL_PROVIDERS: `${KEY},github,down`,
+      // A provider that is not there: nothing listens on port 9 of this machine.
+      SOCIAL_DOWN_ISSUER: 'http://127.0.0.1:9',
+      SOCIAL_DOWN_CLIENT_ID: 'down',
       SOCIAL_GITHUB_CLIENT_ID: github.clientId,
       SOCIAL_GITHUB_CLIENT_SECRET: github.clientSecret,
       SOCIAL_GITHUB_URL: github.url,
@@ -108,6 +111,7 @@ describe('listAuthProviders', () => {
       data: [
         { key: KEY, name: 'Acme ID', login_url: `/auth/sso/${KEY}` },
         { key: 'github', name: 'GitHub', login_url: '/auth/sso/github' },
+        { key: 'down', name: 'down', login_url: '/auth/sso/down' },
       ],
     });
   });
@@ -139,6 +143,13 @@ describe('startSocialLogin', () => {
 
   it('answers 404 for a provider that is not configured', async () => {
     expectError(await t.call('GET', '/auth/sso/nobody'), 404, 'not_found');
+  });
+
+  it('sends the browser back to the sign-in page with provider_error when the provider cannot be reached', async () => {
+    const res = await t.call('GET', '/auth/sso/down');
+    expect(res.status).toBe(302);
+    expect(res.headers.get('location')).toBe(`${t.url}/sign-in?error=provider_error`);
+    expect(cookieIn(res, 'cp_auth_flow')).toBeUndefined();
   });
 });
 
