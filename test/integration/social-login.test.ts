@@ -203,6 +203,19 @@ describe('completeSocialLogin', () => {
     expect(held.status).toBe(403);
   });
 
+  it('creates one account when two first sign-ins of one person arrive at once', async () => {
+    const email = address('Twice');
+    idp.signInAs(unique('sub'), { email, email_verified: true });
+    const flows = await Promise.all([start(), start()]);
+    const backs = await Promise.all(flows.map((f) => atProvider(f.authorize)));
+    const answers = await Promise.all(backs.map((back, i) => callback(back, flows[i]?.flow as string)));
+    for (const res of answers) expect(res.headers.get('location')).toBe(`${t.url}/`);
+    const ids = await Promise.all(
+      answers.map(async (res) => (await t.call('GET', '/user/me', undefined, { session: cookieIn(res, '__Host-cp_session') })).body.id),
+    );
+    expect(ids[0]).toBe(ids[1]);
+  });
+
   it('keeps return_to on the web app, and lands a foreign one on the home page', async () => {
     const kept = await signInThrough(unique('sub'), { email: address('Ret'), email_verified: true }, '/org/acme/toolboxes?tab=2');
     expect(kept.headers.get('location')).toBe(`${t.url}/org/acme/toolboxes?tab=2`);

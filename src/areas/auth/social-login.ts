@@ -1,4 +1,4 @@
-import type { Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
 import type { SocialProvider } from '../../config';
 import type { Database } from '../../db/schema';
 import type { RequestContext } from '../../http/context';
@@ -126,6 +126,9 @@ export async function completeSocialLogin(input: ProtocolInput<OperationInput<'c
  * address at a provider would take the account over): the reason is returned instead.
  */
 async function accountOf(db: Transaction<Database>, provider: string, identity: SocialIdentity): Promise<{ userId: string } | { reason: string }> {
+  // Two callbacks of one person at once (two tabs, a double click) would both find no link
+  // and both create the account: the second would fail on the unique email. One at a time.
+  await sql`select pg_advisory_xact_lock(hashtext(${`social:${provider}:${identity.subject}`}))`.execute(db);
   const linked = await db
     .updateTable('social_identities')
     .set({ email: identity.email, last_sign_in_at: new Date() })
