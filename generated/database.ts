@@ -422,6 +422,16 @@ export interface Shares {
   updated_at: Generated<Timestamp>;
 }
 
+export interface SocialIdentities {
+  created_at: Generated<Timestamp>;
+  email: string | null;
+  issuer: string;
+  last_sign_in_at: Generated<Timestamp>;
+  provider: string;
+  subject: string;
+  user_id: string;
+}
+
 export interface SyntheticTools {
   created_at: Generated<Timestamp>;
   created_by_user_id: string | null;
@@ -580,6 +590,7 @@ export interface DB {
   sessions: Sessions;
   settings: Settings;
   shares: Shares;
+  social_identities: SocialIdentities;
   synthetic_tools: SyntheticTools;
   team_members: TeamMembers;
   teams: Teams;

@@ -221,9 +221,14 @@ export interface paths {
         /**
          * Social OAuth callback
          * @description Browser flow; the provider redirects here. Checks `state` against the `cp_auth_flow`
-         *     cookie, exchanges `code` for the provider's tokens, and reads the person's verified
-         *     email. The person is signed in to the account with that email, which is created on
-         *     first sign-in (social sign-in doubles as sign-up). Answers 302 with the new `__Host-cp_session`
+         *     cookie, exchanges `code` for the provider's tokens (PKCE, `nonce` and the ID token
+         *     checked; `iss` must name the provider's issuer when sent, RFC 9207), and reads who the
+         *     provider says the person is. An account is linked to the provider's subject, not to an
+         *     email: the linked account is signed in even when the email at the provider changed. A
+         *     first sign-in with the provider creates an account with the email the provider vouches
+         *     for (social sign-in doubles as sign-up); it never takes over an account that already
+         *     has that email (reason `account_not_linked`): email addresses at providers can be
+         *     unverified or reassigned. Answers 302 with the new `__Host-cp_session`
          *     cookie; the session starts `mfa_pending` when an organization of the user requires a
          *     second factor the user has enrolled, and the browser is then sent to the web app's
          *     second-factor page. Every failure, including an `error` from the provider, also
@@ -16696,7 +16701,8 @@ export interface components {
          *       unknown or already used emailed link), `link_expired`, `provider_error` (the
          *       provider or identity provider answered with an error or an invalid response:
          *       signature, audience, issuer, expiry), `email_unverified` (the provider does not
-         *       vouch for the email), `sso_required` (the email's domain must sign in through its
+         *       vouch for the email), `account_not_linked` (an account with the provider's email
+         *       exists but was never linked to this provider: sign in another way), `sso_required` (the email's domain must sign in through its
          *       organization's SSO connection), `not_provisioned` (the SSO connection does not
          *       create members and the person is not one), `account_suspended`,
          *       `invite_revoked`, `invite_email_mismatch`.

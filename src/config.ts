@@ -83,6 +83,28 @@ export interface Config {
    * system's when empty; and how long one lookup may take in all.
    */
   dns: { servers: readonly string[]; timeoutMs: number };
+  /** Social sign-in providers (SOCIAL_PROVIDERS), in the order the sign-in page shows them. */
+  socialProviders: readonly SocialProvider[];
+}
+
+/** A social sign-in provider: an OpenID Connect issuer, or GitHub (OAuth 2 and its REST API), this server is a client of. */
+export interface SocialProvider {
+  /** Its key in URLs (`/auth/sso/<key>`) and in the accounts linked to it. */
+  key: string;
+  kind: 'oidc' | 'github';
+  /** The button's label. */
+  name: string;
+  /**
+   * The OpenID Connect issuer: its discovery document is at `<issuer>/.well-known/openid-configuration`.
+   * GitHub's: its web address (`https://github.com`, or a GitHub Enterprise Server's).
+   */
+  issuer: string;
+  /** GitHub's REST API (`https://api.github.com`, `https://ghe.example/api/v3`); null for OpenID Connect. */
+  apiUrl: string | null;
+  clientId: string;
+  clientSecret: string | null;
+  /** What is asked for: `openid email profile` unless configured. */
+  scope: string;
 }
 
 export class ConfigError extends Error {
@@ -292,6 +314,116 @@ function dnsServers(env: Env): readonly string[] {
     });
 }
 
+/** What is known of the well-known providers; any other key is an OpenID Connect issuer named in full. */
+const KNOWN_PROVIDERS: Record<string, { name: string; issuer: (env: Env, prefix: string) => string | null }> = {
+  google: { name: 'Google', issuer: () => 'https://accounts.google.com' },
+  microsoft: {
+    name: 'Microsoft',
+    // Entra's multi-tenant endpoints (`common`, `organizations`) issue ID tokens whose `iss`
+    // names the person's own tenant, never the discovered one: only a tenant's issuer checks.
+    issuer: (env, prefix) => {
+      const tenant = env[`${prefix}TENANT`]?.trim();
+      if (!tenant) return null;
+      if (['common', 'organizations', 'consumers'].includes(tenant.toLowerCase()) || !/^[A-Za-z0-9.-]{1,253}$/.test(tenant)) {
+        throw new ConfigError(
+          `${prefix}TENANT must be your Entra tenant's id (a GUID) or domain; got "${tenant}". The multi-tenant endpoints (common, organizations, consumers) issue tokens whose issuer cannot be checked.`,
+        );
+      }
+      return `https://login.microsoftonline.com/${tenant}/v2.0`;
+    },
+  },
+};
+
+/**
+ * SOCIAL_PROVIDERS lists the keys of the social sign-in providers, in the order the sign-in
+ * page shows them (`google,microsoft,corp`); each key's settings are SOCIAL_<KEY>_… (the key
+ * upper-cased, `-` as `_`): CLIENT_ID (required), CLIENT_SECRET, ISSUER (required but for
+ * google, and for microsoft when TENANT is given), NAME, SCOPES.
+ */
+function socialProviders(env: Env): SocialProvider[] {
+  const raw = env.SOCIAL_PROVIDERS?.trim();
+  if (!raw) return [];
+  const keys = raw
+    .split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
+  const seen = new Set<string>();
+  return keys.map((key) => {
+    if (!/^[a-z][a-z0-9-]{0,31}$/.test(key)) throw new ConfigError(`SOCIAL_PROVIDERS must list keys of lowercase letters, digits and -; got "${key}".`);
+    if (seen.has(key)) throw new ConfigError(`SOCIAL_PROVIDERS names ${key} twice.`);
+    seen.add(key);
+    const prefix = `SOCIAL_${key.toUpperCase().replace(/-/g, '_')}_`;
+    if (key === 'github') return githubProvider(env, prefix);
+    const known = KNOWN_PROVIDERS[key];
+    const clientId = env[`${prefix}CLIENT_ID`]?.trim();
+    if (!clientId) throw new ConfigError(`${prefix}CLIENT_ID is required for the social provider ${key} (SOCIAL_PROVIDERS).`);
+    const issuerRaw = env[`${prefix}ISSUER`]?.trim() || known?.issuer(env, prefix) || null;
+    if (!issuerRaw) {
+      throw new ConfigError(
+        key === 'microsoft'
+          ? `${prefix}TENANT (your Entra tenant's id or domain) or ${prefix}ISSUER is required for the social provider microsoft.`
+          : `${prefix}ISSUER (the OpenID Connect issuer, https://…) is required for the social provider ${key}.`,
+      );
+    }
+    let issuer: URL;
+    try {
+      issuer = new URL(issuerRaw);
+    } catch {
+      throw new ConfigError(`${prefix}ISSUER must be an absolute URL; got "${issuerRaw}".`);
+    }
+    if (!secureOrLocal(issuer)) throw new ConfigError(`${prefix}ISSUER must be an https URL; got "${issuerRaw}".`);
+    if (issuer.search !== '' || issuer.hash !== '' || issuer.username !== '')
+      throw new ConfigError(`${prefix}ISSUER must have no query, fragment or user; got "${issuerRaw}".`);
+    const scope = env[`${prefix}SCOPES`]?.trim() || 'openid email profile';
+    if (!scope.split(/\s+/).includes('openid')) throw new ConfigError(`${prefix}SCOPES must include openid; got "${scope}".`);
+    const name = env[`${prefix}NAME`]?.trim() || known?.name || key;
+    if (name.length > 64) throw new ConfigError(`${prefix}NAME must be at most 64 characters.`);
+    return { key, kind: 'oidc' as const, name, issuer: issuerRaw, apiUrl: null, clientId, clientSecret: env[`${prefix}CLIENT_SECRET`] || null, scope };
+  });
+}
+
+/** Plain http only to this machine (a provider run for development or tests): anywhere else it would hand codes and tokens to whoever is on the path. */
+function secureOrLocal(url: URL): boolean {
+  return url.protocol === 'https:' || (url.protocol === 'http:' && ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname));
+}
+
+/**
+ * GitHub speaks OAuth 2 without OpenID Connect: who signed in comes from its REST API.
+ * SOCIAL_GITHUB_URL and SOCIAL_GITHUB_API_URL name a GitHub Enterprise Server instead of
+ * github.com.
+ */
+function githubProvider(env: Env, prefix: string): SocialProvider {
+  const origin = (name: string, raw: string): string => {
+    let url: URL;
+    try {
+      url = new URL(raw);
+    } catch {
+      throw new ConfigError(`${name} must be an absolute URL; got "${raw}".`);
+    }
+    if (!secureOrLocal(url)) throw new ConfigError(`${name} must be an https URL; got "${raw}".`);
+    if (url.search !== '' || url.hash !== '' || url.username !== '') throw new ConfigError(`${name} must have no query, fragment or user; got "${raw}".`);
+    return url.href.replace(/\/+$/, '');
+  };
+  const clientId = env[`${prefix}CLIENT_ID`]?.trim();
+  const clientSecret = env[`${prefix}CLIENT_SECRET`]?.trim();
+  if (!clientId || !clientSecret)
+    throw new ConfigError(`${prefix}CLIENT_ID and ${prefix}CLIENT_SECRET (a GitHub OAuth app's) are required for the social provider github.`);
+  const web = origin(`${prefix}URL`, env[`${prefix}URL`]?.trim() || 'https://github.com');
+  const api = origin(`${prefix}API_URL`, env[`${prefix}API_URL`]?.trim() || (web === 'https://github.com' ? 'https://api.github.com' : `${web}/api/v3`));
+  const name = env[`${prefix}NAME`]?.trim() || 'GitHub';
+  if (name.length > 64) throw new ConfigError(`${prefix}NAME must be at most 64 characters.`);
+  return {
+    key: 'github',
+    kind: 'github',
+    name,
+    issuer: web,
+    apiUrl: api,
+    clientId,
+    clientSecret,
+    scope: env[`${prefix}SCOPES`]?.trim() || 'read:user user:email',
+  };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -369,5 +501,6 @@ export function loadConfig(env: Env = process.env): Config {
     },
     stripe: { secretKey: env.STRIPE_SECRET_KEY?.trim() || null, apiBaseUrl: stripeApiBaseUrl(env), prices: stripePrices(env) },
     dns: { servers: dnsServers(env), timeoutMs: int(env, 'DNS_TIMEOUT_MS', 5_000, 100, 60_000) },
+    socialProviders: socialProviders(env),
   };
 }

@@ -179,6 +179,8 @@ export class RequestContext {
       media?: string | null;
       /** The session cookie as sent, authenticated or not: a sign-in ends the session this browser had. */
       sessionCookie?: string | null;
+      /** The Cookie header as sent (a sign-in flow's own cookie, `cp_auth_flow`, is read from it). */
+      cookies?: string | null;
     },
     private readonly presence: ClientPresence,
   ) {

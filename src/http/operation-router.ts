@@ -222,6 +222,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         accept: typeof req.headers.accept === 'string' ? req.headers.accept : null,
         media: typeof req.headers['content-type'] === 'string' ? (req.headers['content-type'].split(';')[0]?.trim().toLowerCase() ?? null) : null,
         sessionCookie: state.credential?.scheme === 'cookie' ? state.credential.secret : null,
+        cookies: typeof req.headers.cookie === 'string' ? req.headers.cookie : null,
       },
       presence,
     );

@@ -7,6 +7,7 @@ import { SIGN_IN_PAGES } from './pages';
 import * as passkeys from './passkeys';
 import { beginStepUp, verifyMfaChallenge, verifyStepUp } from './second-factor';
 import { activateSignup, confirmSignup, resendSignupEmail, signUp } from './sign-up';
+import { completeSocialLogin, listAuthProviders, startSocialLogin } from './social-login';
 
 /**
  * The Auth tag: sessions (logOut) and the invite link (activateInvite, on the invites area's
@@ -35,6 +36,9 @@ export default defineArea({
     deletePasskey: passkeys.deletePasskey,
     beginPasskeyAuthentication: passkeys.beginPasskeyAuthentication,
     verifyPasskeyAuthentication: passkeys.verifyPasskeyAuthentication,
+    listAuthProviders,
+    startSocialLogin,
+    completeSocialLogin,
   },
   pages: { ...SIGN_IN_PAGES, ...PASSKEY_PAGES },
 });

@@ -3,6 +3,7 @@ import { html, layout, type Page, type PageRequest } from '../../http/pages';
 import { sessionAuthenticator } from '../../identity/credentials';
 import { peekInvite } from '../invites';
 import { passkeySecondFactor, passkeySignIn } from './passkey-pages';
+import { socialSignInLinks } from './social-pages';
 
 /** What the sign-in page says for each `error` a flow sends it back with (SignInLocation). */
 const FAILURES: Record<string, string> = {
@@ -12,6 +13,7 @@ const FAILURES: Record<string, string> = {
   invalid_state: 'That sign-in took too long or was started in another browser. Start again below.',
   provider_error: 'The sign-in provider answered with an error. Try again, or sign in another way.',
   email_unverified: 'The sign-in provider does not vouch for that email address. Sign in another way.',
+  account_not_linked: 'An account with that email address exists but was never linked to this provider. Sign in with an emailed link instead.',
   sso_required: 'Your organization signs you in through its single sign-on.',
   not_provisioned: 'Your organization’s single sign-on does not let you in yet; ask an administrator.',
   account_suspended: 'This account is suspended.',
@@ -26,7 +28,7 @@ function returnTo(query: URLSearchParams): string | null {
 }
 
 /** GET /sign-in: an email for a link; what happened last, when a flow sent the person back. */
-const signInPage: Page = ({ query }) => {
+const signInPage: Page = ({ query }, deps) => {
   const sent = query.get('sent');
   const error = query.get('error');
   const next = returnTo(query);
@@ -39,7 +41,7 @@ const signInPage: Page = ({ query }) => {
       ${next ? html`<input type="hidden" name="return_to" value="${next}" />` : null}
       <button type="submit">Email me a sign-in link</button>
     </form>
-    ${passkeySignIn(next)}
+    ${passkeySignIn(next)} ${socialSignInLinks(deps, next)}
     <p>New here? <a href="/sign-up">Create an account</a>.</p>`;
   return { html: layout('Sign in', content), scripts: true };
 };
