@@ -129,3 +129,58 @@ it('logs a person out with the button on the home page: the cookie is gone and t
   expect((await t.call('GET', '/user/me', undefined, { session })).status).toBe(401);
   await context.close();
 });
+
+it('signs a person up: the sign-up page, the emailed link, the button that creates the account', async () => {
+  const email = `new.${Date.now()}@example.com`;
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(10_000);
+  await page.goto(`${t.url}/sign-in`);
+  await page.getByRole('link', { name: 'Create an account' }).click();
+  await page.getByLabel('Email address').fill(email);
+  await page.getByLabel('Your name (optional)').fill('New Person');
+  await page.getByRole('button', { name: 'Email me a link to finish' }).click();
+  await page.getByRole('status').waitFor();
+  let link = '';
+  for (let waited = 0; waited < 10_000 && !link; waited += 50) {
+    const mail = peers.smtp.messages.filter((m) => m.to.includes(email)).at(-1);
+    const raw = mail?.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+    link = (raw && /(http:\/\/[^\s]+\/auth\/signup\/activate\?token=[A-Za-z0-9_-]+)/.exec(raw)?.[1]) || '';
+    if (!link) await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  await page.goto(link);
+  await page.getByRole('button', { name: 'Create account' }).click();
+  await page.getByText('You are signed in as').waitFor();
+  expect(await page.locator('strong').textContent()).toBe(email);
+  const me = await page.request.get(`${t.url}/user/me`);
+  expect((await me.json()).name).toBe('New Person');
+  await context.close();
+});
+
+it('sets up an authenticator app on the security page: the secret, a code from it, the recovery codes shown once', async () => {
+  const email = `totp.${Date.now()}@example.com`;
+  await t.factories.user({ email });
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(10_000);
+  await page.goto(`${t.url}/sign-in?return_to=/account/security`);
+  await page.getByLabel('Email address').fill(email);
+  await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
+  await page.getByRole('status').waitFor();
+  await page.goto(await linkIn(email));
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Security' }).waitFor();
+
+  await page.getByRole('button', { name: 'Set up an authenticator app' }).click();
+  const secret = (await page.locator('#totp-secret').textContent())!;
+  expect(secret).toMatch(/^[A-Z2-7]{32}$/);
+  await page.getByLabel('Code from the app').fill(await generate({ secret }));
+  await page.getByRole('button', { name: 'Turn on' }).click();
+  await page.getByRole('list', { name: 'Recovery codes' }).waitFor();
+  expect(await page.getByRole('list', { name: 'Recovery codes' }).getByRole('listitem').count()).toBe(10);
+  const me = await page.request.get(`${t.url}/user/me`);
+  expect((await me.json()).mfa_enabled).toBe(true);
+  await page.reload();
+  await page.getByText('recovery codes left').waitFor();
+  await context.close();
+});

@@ -100,6 +100,55 @@ const SCRIPT = `'use strict';
     },
   };
 
+  const show = (id, visible) => { const el = document.getElementById(id); if (el) el.hidden = !visible; };
+  const showCodes = (codes) => {
+    const list = document.getElementById('recovery-codes');
+    list.replaceChildren(...codes.map((code) => { const li = document.createElement('li'); li.textContent = code; return li; }));
+    show('recovery', true);
+  };
+  /** The authenticator app: set up (secret, then a code to confirm), new recovery codes, turn off. */
+  const totp = {
+    async begin() {
+      const res = await withStepUp(() => post('/user/me/mfa/totp'));
+      if (!res) return;
+      if (res.status !== 200) return failed(res, 'Setting up the app');
+      document.getElementById('totp-secret').textContent = res.data.secret;
+      const link = document.getElementById('totp-uri');
+      link.href = res.data.otpauth_uri;
+      show('totp-setup', true);
+      document.getElementById('totp-code').focus();
+    },
+    async confirm() {
+      const code = document.getElementById('totp-code').value.trim();
+      const res = await post('/user/me/mfa/totp/verify', { code });
+      if (res.status !== 200) return failed(res, 'Confirming the code');
+      show('totp-setup', false);
+      show('totp-begin-row', false);
+      showCodes(res.data.recovery_codes);
+    },
+    async regenerate() {
+      const res = await withStepUp(() => post('/user/me/mfa/recovery-codes/regenerate'));
+      if (!res) return;
+      if (res.status !== 200) return failed(res, 'Making new recovery codes');
+      showCodes(res.data.recovery_codes);
+    },
+    async off() {
+      if (!window.confirm('Turn off the authenticator app? Its recovery codes stop working too.')) return;
+      const res = await withStepUp(() => post('/user/me/mfa/totp', undefined, 'DELETE'));
+      if (!res) return;
+      if (res.status !== 204) return failed(res, 'Turning the app off');
+      window.location.reload();
+    },
+  };
+  for (const button of document.querySelectorAll('[data-totp]')) {
+    button.hidden = false;
+    button.addEventListener('click', (event) => {
+      event.preventDefault();
+      if (alertBox) alertBox.hidden = true;
+      totp[button.dataset.totp]().catch((err) => say('That did not work: ' + (err && err.message)));
+    });
+  }
+
   for (const button of document.querySelectorAll('[data-passkey]')) {
     if (!supported()) { button.disabled = true; continue; }
     button.hidden = false;
@@ -137,8 +186,9 @@ async function signedIn(request: PageRequest, deps: AppDeps): Promise<{ userId: 
 const day = (d: Date) => d.toISOString().slice(0, 10);
 
 /**
- * GET /account/security: the person's passkeys (rename, delete, add). Adding and deleting
- * ask for a step-up first once the person holds a factor; the script does it with a passkey.
+ * GET /account/security: the person's passkeys (rename, delete, add) and authenticator app
+ * (set up, new recovery codes, turn off). Changes ask for a step-up first once the person
+ * holds a factor; the script does it with a passkey, or a code from the app.
  */
 const securityPage: Page = async (request, deps) => {
   const me = await signedIn(request, deps);
@@ -149,6 +199,14 @@ const securityPage: Page = async (request, deps) => {
     .where('user_id', '=', me.userId)
     .orderBy('id')
     .execute();
+  const totp = await deps.db.selectFrom('users').select('totp_enabled_at').where('id', '=', me.userId).executeTakeFirstOrThrow();
+  const codes = await deps.db
+    .selectFrom('recovery_codes')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('user_id', '=', me.userId)
+    .where('used_at', 'is', null)
+    .executeTakeFirstOrThrow();
+  const codesLeft = Number(codes.n);
   const rows = passkeys.map(
     (p) =>
       html`<li>
@@ -174,7 +232,26 @@ const securityPage: Page = async (request, deps) => {
         : html`<p>You have no passkey yet.</p>`
     }
     <button type="button" data-passkey="add" hidden>Add a passkey</button>
-    <noscript><p>Passkeys need JavaScript in this browser.</p></noscript>
+    <h2>Authenticator app</h2>
+    ${
+      totp.totp_enabled_at
+        ? html`<p>On since ${day(totp.totp_enabled_at)} · ${String(codesLeft)} recovery codes left.</p>
+            <button type="button" data-totp="regenerate" hidden>New recovery codes</button>
+            <button type="button" data-totp="off" hidden>Turn off the app</button>`
+        : html`<p id="totp-begin-row">Not set up. <button type="button" data-totp="begin" hidden>Set up an authenticator app</button></p>
+            <div id="totp-setup" hidden>
+              <p>Add this secret to your authenticator app: <code id="totp-secret"></code> (or <a id="totp-uri" href="#">open it in the app</a>).</p>
+              <label for="totp-code">Code from the app</label>
+              <input id="totp-code" type="text" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" />
+              <button type="button" data-totp="confirm" hidden>Turn on</button>
+            </div>`
+    }
+    <div id="recovery" hidden>
+      <h2>Recovery codes</h2>
+      <p>Keep them somewhere safe: each signs you in once if you lose your devices, and they are shown only now.</p>
+      <ul id="recovery-codes" aria-label="Recovery codes"></ul>
+    </div>
+    <noscript><p>Passkeys and the authenticator app need JavaScript in this browser.</p></noscript>
     <script src="${PASSKEYS_SCRIPT_PATH}" defer></script>`;
   return { html: layout('Security', content), scripts: true };
 };
