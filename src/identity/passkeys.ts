@@ -259,12 +259,10 @@ export async function registerPasskey(
     log((err as Error).message);
     return { ok: false, reason: 'verification' };
   }
-  const existing = await db.selectFrom('passkeys').select('id').where('credential_id', '=', info.credential.id).executeTakeFirst();
-  if (existing) return { ok: false, reason: 'duplicate' };
   const aaguid = info.aaguid === '00000000-0000-0000-0000-000000000000' ? null : info.aaguid;
   const known = authenticatorName(aaguid);
   const id = newId('passkey');
-  await db
+  const inserted = await db
     .insertInto('passkeys')
     .values({
       id,
@@ -283,7 +281,11 @@ export async function registerPasskey(
       created_at: now,
       updated_at: now,
     })
-    .execute();
+    // The same authenticator registered twice at once: one insert wins, the other is told.
+    .onConflict((oc) => oc.column('credential_id').doNothing())
+    .returning('id')
+    .executeTakeFirst();
+  if (!inserted) return { ok: false, reason: 'duplicate' };
   return { ok: true, passkeyId: id };
 }
 
