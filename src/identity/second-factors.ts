@@ -121,8 +121,8 @@ export async function beginTotpEnrollment(db: Executor, secrets: SecretBox, user
   };
 }
 
-/** The time step a code matches (this one, or one either side for clock drift), or null. */
-async function matchingStep(secret: string, code: string, now: Date): Promise<number | null> {
+/** The time step a code matches (this one, or one either side for clock drift), or null. Exported for the RFC 6238 vectors. */
+export async function matchingStep(secret: string, code: string, now: Date): Promise<number | null> {
   const result = await verify({ secret, token: code, epoch: Math.floor(now.getTime() / 1000), epochTolerance: TOTP_PERIOD_S, period: TOTP_PERIOD_S });
   if (!result.valid) return null;
   return Math.floor(now.getTime() / 1000 / TOTP_PERIOD_S) + result.delta;
