@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Transaction } from 'kysely';
-import type { Caller, OrgAccess } from '../identity/credentials';
+import type { Caller, OrgAccess, SessionCaller } from '../identity/credentials';
 import type { Config } from '../config';
 import type { Db } from '../db/database';
 import type { ActorType, Database, EventActorType } from '../db/schema';
@@ -12,6 +12,7 @@ import type { SecretBox } from '../lib/crypto';
 import { newId } from '../lib/ids';
 import { WrittenTables, type CommittedChange } from '../db/written-tables';
 import type { OperationMeta } from '../spec/operations';
+import { ApiError } from './errors';
 import type { Hooks } from './hooks';
 
 /** Long-lived collaborators the process hands the app (main.ts, the test harness). */
@@ -237,6 +238,21 @@ export class RequestContext {
   get authenticated(): Caller {
     if (!this.caller) throw new Error(`${this.operationId} has no authenticated caller.`);
     return this.caller;
+  }
+
+  /**
+   * The signed-in person of an operation for people only (its security takes a session):
+   * anything else is 403 requires_person.
+   */
+  get person(): SessionCaller {
+    const caller = this.authenticated;
+    if (caller.kind !== 'session') throw new ApiError('requires_person', 'This is for a person signed in to the web app.');
+    return caller;
+  }
+
+  /** What an audit entry or security event records of the request. */
+  get trace(): { ip: string | null; userAgent: string | null; requestId: string } {
+    return { ip: this.client.ip, userAgent: this.client.userAgent, requestId: this.requestId };
   }
 
   /** The person the caller acts for. */

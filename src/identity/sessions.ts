@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { Executor } from '../db/database';
 import { hashSecret, randomSecret } from '../lib/crypto';
 import { newId } from '../lib/ids';
+import { ApiError } from '../http/errors';
 import { SESSION_COOKIE, SESSION_PREFIX } from './credentials';
 
 /** …and this long after sign-in, however much it is used: a stolen cookie does not live forever. */
@@ -10,6 +11,16 @@ export const SESSION_LIFETIME_MS = 30 * 24 * 3600_000;
 export const PENDING_SESSION_MS = 10 * 60_000;
 /** A step-up allows sensitive actions for this long (the spec's `step_up_expires_at`). */
 export const STEP_UP_WINDOW_MS = 5 * 60_000;
+
+/** 403 step_up_required unless the caller's session passed a step-up in the last 5 minutes; `what` names the action. */
+export function requireStepUp(caller: { kind: string; stepUpAt?: Date | null }, what: string): void {
+  if (!steppedUp(caller)) {
+    throw new ApiError(
+      'step_up_required',
+      `${what} needs a step-up within the last 5 minutes: POST /auth/step-up/options, then /auth/step-up/verify, and retry.`,
+    );
+  }
+}
 
 /** Whether the caller's session passed a step-up recently enough for a sensitive action. */
 export function steppedUp(caller: { kind: string; stepUpAt?: Date | null }, now = new Date()): boolean {

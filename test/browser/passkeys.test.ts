@@ -4,7 +4,7 @@
 // step up with it before deleting it.
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { startTestApp, type TestApp } from '../support/app';
-import { usePeers } from '../support/peers';
+import { emailedLink, usePeers } from '../support/peers';
 import { CHROMIUM_OPTIONS } from './chromium';
 
 const peers = usePeers();
@@ -25,19 +25,6 @@ afterAll(async () => {
   await browser?.close();
   await t?.close();
 });
-
-async function linkIn(to: string): Promise<string> {
-  for (let waited = 0; waited < 10_000; waited += 50) {
-    const mail = peers.smtp.messages.filter((m) => m.to.includes(to)).at(-1);
-    if (mail) {
-      const raw = mail.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
-      const link = /(http:\/\/[^\s]+\/auth\/magic-link\/verify\?token=[A-Za-z0-9_-]+)/.exec(raw)?.[1];
-      if (link) return link;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  throw new Error(`no sign-in link was emailed to ${to}`);
-}
 
 /** A browser tab with a platform authenticator that holds passkeys and verifies its user. */
 async function withAuthenticator(context: BrowserContext): Promise<{ page: Page; credentials: () => Promise<unknown[]> }> {
@@ -60,11 +47,13 @@ async function withAuthenticator(context: BrowserContext): Promise<{ page: Page;
 
 /** Signs in by emailed link on the sign-in page, as the person would. */
 async function signInByLink(page: Page, email: string): Promise<void> {
+  // Only a link sent from now on: an earlier sign-in's link is used up.
+  const earlier = peers.smtp.messages.length;
   await page.goto(`${site}/sign-in`);
   await page.getByLabel('Email address').fill(email);
   await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
   await page.getByRole('status').waitFor();
-  await page.goto(await linkIn(email));
+  await page.goto((await emailedLink(peers.smtp, email, '/auth/magic-link/verify', { after: earlier })).link);
   await page.getByRole('button', { name: 'Sign in' }).click();
 }
 

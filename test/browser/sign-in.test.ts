@@ -4,7 +4,7 @@
 import { generate } from 'otplib';
 import { chromium, type Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../support/app';
-import { usePeers } from '../support/peers';
+import { emailedLink, usePeers } from '../support/peers';
 import { CHROMIUM_OPTIONS } from './chromium';
 
 const peers = usePeers();
@@ -18,19 +18,6 @@ afterAll(async () => {
   await browser?.close();
   await t?.close();
 });
-
-async function linkIn(to: string): Promise<string> {
-  for (let waited = 0; waited < 10_000; waited += 50) {
-    const mail = peers.smtp.messages.filter((m) => m.to.includes(to)).at(-1);
-    if (mail) {
-      const raw = mail.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
-      const link = /(http:\/\/[^\s]+\/auth\/magic-link\/verify\?token=[A-Za-z0-9_-]+)/.exec(raw)?.[1];
-      if (link) return link;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  throw new Error(`no sign-in link was emailed to ${to}`);
-}
 
 it('signs a person in by emailed link: ask on the sign-in page, open the link, press the button', async () => {
   const email = `ada.${Date.now()}@example.com`;
@@ -47,7 +34,7 @@ it('signs a person in by emailed link: ask on the sign-in page, open the link, p
   expect(await page.getByRole('status').textContent()).toContain(`If ${email} has an account, a sign-in link is on its way.`);
 
   // The link a mail scanner would open too: it shows a button and signs nobody in.
-  await page.goto(await linkIn(email));
+  await page.goto((await emailedLink(peers.smtp, email, '/auth/magic-link/verify')).link);
   expect(new URL(page.url()).pathname).toBe('/sign-in/confirm');
   expect((await context.cookies()).some((c) => c.name === '__Host-cp_session')).toBe(false);
 
@@ -84,7 +71,7 @@ it('holds a person whose organization requires a second factor at the second-fac
   await page.getByLabel('Email address').fill(email);
   await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
   await page.getByRole('status').waitFor();
-  await page.goto(await linkIn(email));
+  await page.goto((await emailedLink(peers.smtp, email, '/auth/magic-link/verify')).link);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { name: 'Second factor' }).waitFor();
   expect(new URL(page.url()).pathname).toBe('/sign-in/second-factor');
@@ -117,7 +104,7 @@ it('logs a person out with the button on the home page: the cookie is gone and t
   await page.getByLabel('Email address').fill(email);
   await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
   await page.getByRole('status').waitFor();
-  await page.goto(await linkIn(email));
+  await page.goto((await emailedLink(peers.smtp, email, '/auth/magic-link/verify')).link);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByText('You are signed in as').waitFor();
   const session = (await context.cookies()).find((c) => c.name === '__Host-cp_session')!.value;
@@ -141,13 +128,7 @@ it('signs a person up: the sign-up page, the emailed link, the button that creat
   await page.getByLabel('Your name (optional)').fill('New Person');
   await page.getByRole('button', { name: 'Email me a link to finish' }).click();
   await page.getByRole('status').waitFor();
-  let link = '';
-  for (let waited = 0; waited < 10_000 && !link; waited += 50) {
-    const mail = peers.smtp.messages.filter((m) => m.to.includes(email)).at(-1);
-    const raw = mail?.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
-    link = (raw && /(http:\/\/[^\s]+\/auth\/signup\/activate\?token=[A-Za-z0-9_-]+)/.exec(raw)?.[1]) || '';
-    if (!link) await new Promise((resolve) => setTimeout(resolve, 50));
-  }
+  const { link } = await emailedLink(peers.smtp, email, '/auth/signup/activate');
   await page.goto(link);
   await page.getByRole('button', { name: 'Create account' }).click();
   await page.getByText('You are signed in as').waitFor();
@@ -167,7 +148,7 @@ it('sets up an authenticator app on the security page: the secret, a code from i
   await page.getByLabel('Email address').fill(email);
   await page.getByRole('button', { name: 'Email me a sign-in link' }).click();
   await page.getByRole('status').waitFor();
-  await page.goto(await linkIn(email));
+  await page.goto((await emailedLink(peers.smtp, email, '/auth/magic-link/verify')).link);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { name: 'Security' }).waitFor();
 

@@ -1,7 +1,7 @@
 import { hashSecret } from '../../src/lib/crypto';
 import { startTestApp, type TestApp } from '../support/app';
 import { expectError } from '../support/client';
-import { usePeers } from '../support/peers';
+import { emailedLink, usePeers } from '../support/peers';
 
 /**
  * Signing in with an emailed link: the request (JSON and the sign-in page's form), the link
@@ -19,21 +19,6 @@ let n = 0;
 const address = (name: string) => `${name.toLowerCase()}.${Date.now()}.${(n += 1)}@example.com`;
 const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
 const form = (fields: Record<string, string>) => new URLSearchParams(fields).toString();
-
-/** The sign-in link of the `nth` email to `to` (1-based), once it has arrived: the mail leaves after the answer. */
-async function linkIn(to: string, nth = 1): Promise<{ link: string; token: string }> {
-  for (let waited = 0; waited < 5000; waited += 25) {
-    const mail = peers.smtp.messages.filter((m) => m.to.includes(to))[nth - 1];
-    if (mail) {
-      const raw = mail.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
-      const link = /(http:\/\/127\.0\.0\.1:\d+\/auth\/magic-link\/verify\?token=[A-Za-z0-9_-]+)/.exec(raw)?.[1];
-      if (!link) throw new Error(`no sign-in link in the email to ${to}:\n${raw}`);
-      return { link, token: new URL(link).searchParams.get('token') as string };
-    }
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  throw new Error(`no email to ${to}`);
-}
 
 async function person(name: string) {
   const email = address(name);
@@ -54,7 +39,7 @@ describe('requestMagicLink', () => {
     expect(res.status).toBe(202);
     expect(res.body).toEqual({ email, message: `If ${email} can use it, a link is on its way. It works once and expires in 15 minutes.` });
 
-    const { token } = await linkIn(email);
+    const { token } = await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
     expect(token).toMatch(/^eml_[A-Za-z0-9_-]{43}$/);
     const row = await t.db.selectFrom('email_links').selectAll().where('token_hash', '=', hashSecret(token)).executeTakeFirstOrThrow();
     expect(JSON.stringify(row)).not.toContain(token);
@@ -81,7 +66,7 @@ describe('requestMagicLink', () => {
     expect(res.body).toEqual({ email: unknown, message: `If ${unknown} can use it, a link is on its way. It works once and expires in 15 minutes.` });
     // Mail leaves in order: once a later email has arrived, none went to the unknown address.
     await ask(known);
-    await linkIn(known);
+    await emailedLink(peers.smtp, known, '/auth/magic-link/verify');
     expect(peers.smtp.messages.some((m) => m.to.includes(unknown))).toBe(false);
     expect(await t.db.selectFrom('email_links').select('user_id').where('email', '=', unknown).execute()).toEqual([{ user_id: null }]);
   });
@@ -89,9 +74,9 @@ describe('requestMagicLink', () => {
   it('ends the earlier unused links of an address when a new one is asked for', async () => {
     const { email } = await person('Grace');
     await ask(email);
-    const first = await linkIn(email, 1);
+    const first = await emailedLink(peers.smtp, email, '/auth/magic-link/verify', 1);
     await ask(email);
-    const second = await linkIn(email, 2);
+    const second = await emailedLink(peers.smtp, email, '/auth/magic-link/verify', 2);
     expect((await confirm(first.token)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
     expect((await confirm(second.token)).headers.get('set-cookie')).toMatch(/^__Host-cp_session=/);
   });
@@ -101,7 +86,7 @@ describe('requestMagicLink', () => {
     const res = await t.call('POST', '/auth/magic-link', undefined, { raw: form({ email, return_to: '/org/x' }), headers: FORM });
     expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe(`${t.url}/sign-in?sent=${encodeURIComponent(email)}`);
-    await linkIn(email);
+    await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
   });
 
   it('429 rate_limited after five links in 15 minutes, for an address with an account or without alike', async () => {
@@ -124,7 +109,7 @@ describe('verifyMagicLink (opening the emailed link)', () => {
   it('uses nothing up: a mail scanner opening it twice leaves the person their sign-in', async () => {
     const { email } = await person('Scanned');
     await ask(email);
-    const { token } = await linkIn(email);
+    const { token } = await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
     for (let i = 0; i < 2; i += 1) {
       const opened = await t.call('GET', `/auth/magic-link/verify?token=${token}`);
       expect(opened.status).toBe(302);
@@ -139,7 +124,7 @@ describe('verifyMagicLink (opening the emailed link)', () => {
   it('sends an expired or unknown link to the sign-in page with the reason', async () => {
     const { email } = await person('Late');
     await ask(email);
-    const { token } = await linkIn(email);
+    const { token } = await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
     await t.db
       .updateTable('email_links')
       .set({ expires_at: new Date(Date.now() - 1000) })
@@ -156,7 +141,7 @@ describe('confirmMagicLink (the confirmation page’s button)', () => {
   it('403 insufficient_access from another site’s page, and the link still works from ours', async () => {
     const { email } = await person('Csrf');
     await ask(email);
-    const { token } = await linkIn(email);
+    const { token } = await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
     expectError(await confirm(token, { origin: 'https://evil.example' }), 403, 'insufficient_access');
     expectError(await confirm(token, { 'sec-fetch-site': 'cross-site' }), 403, 'insufficient_access');
     const ours = await confirm(token, { origin: new URL(t.url).origin, 'sec-fetch-site': 'same-origin' });
@@ -167,7 +152,7 @@ describe('confirmMagicLink (the confirmation page’s button)', () => {
     const { email, userId } = await person('Twice');
     const before = await t.factories.session(userId);
     await ask(email);
-    const { token } = await linkIn(email);
+    const { token } = await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
     const res = await confirm(token, { cookie: `__Host-cp_session=${before}` });
     expect(sessionIn(res)).toBeDefined();
     expectError(await t.call('GET', '/user/me', undefined, { session: before }), 401, 'invalid_token');
@@ -179,7 +164,7 @@ describe('confirmMagicLink (the confirmation page’s button)', () => {
     await t.factories.passkey(userId);
     await t.db.updateTable('organizations').set({ require_mfa: true }).where('id', '=', orgId).execute();
     await ask(email, '/org/acme');
-    const { token } = await linkIn(email);
+    const { token } = await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
     const res = await confirm(token);
     expect(res.headers.get('location')).toBe(`${t.url}/sign-in/second-factor?return_to=%2Forg%2Facme`);
     const session = sessionIn(res)!;
@@ -197,7 +182,7 @@ describe('confirmMagicLink (the confirmation page’s button)', () => {
   it('never sends the person to another site, whatever return_to the link carries', async () => {
     const { email } = await person('Redirected');
     await ask(email, '/\t/evil.example');
-    const { token } = await linkIn(email);
+    const { token } = await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
     const location = (await confirm(token)).headers.get('location')!;
     expect(new URL(location).origin).toBe(new URL(t.url).origin);
   });

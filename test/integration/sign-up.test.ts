@@ -1,7 +1,7 @@
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { expectError } from '../support/client';
-import { usePeers } from '../support/peers';
+import { emailedLink, usePeers } from '../support/peers';
 
 /**
  * Passwordless sign-up: the request (JSON and the sign-up page's form), the emailed link that
@@ -20,21 +20,6 @@ const address = (name: string, domain = 'example.com') => `${name.toLowerCase()}
 const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
 const form = (fields: Record<string, string>) => new URLSearchParams(fields).toString();
 
-/** The link of the `nth` email to `to` at `path`, once it has arrived (mail leaves after the answer). */
-async function linkIn(to: string, path: string, nth = 1): Promise<string> {
-  for (let waited = 0; waited < 5000; waited += 25) {
-    const mail = peers.smtp.messages.filter((m) => m.to.includes(to))[nth - 1];
-    if (mail) {
-      const raw = mail.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
-      const link = new RegExp(`(http://127\\.0\\.0\\.1:\\d+${path.replace(/\//g, '\\/')}\\?token=[A-Za-z0-9_-]+)`).exec(raw)?.[1];
-      if (!link) throw new Error(`no ${path} link in the email to ${to}:\n${raw}`);
-      return new URL(link).searchParams.get('token') as string;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  throw new Error(`no email to ${to}`);
-}
-
 const confirm = (token: string, headers: Record<string, string> = {}) =>
   t.call('POST', '/auth/signup/activate', undefined, { raw: form({ token }), headers: { ...FORM, ...headers } });
 const sessionIn = (res: { headers: Headers }) => /^__Host-cp_session=([^;]+);/.exec(res.headers.get('set-cookie') ?? '')?.[1];
@@ -46,7 +31,7 @@ describe('signUp and confirmSignup', () => {
     const res = await t.call('POST', '/auth/signup', { email, name: 'Ada Lovelace', return_to: '/onboarding' });
     expect(res.status).toBe(202);
     expect(res.body).toEqual({ email, message: `If ${email} can use it, a link is on its way. It works once and expires soon.` });
-    const token = await linkIn(email, '/auth/signup/activate');
+    const token = (await emailedLink(peers.smtp, email, '/auth/signup/activate')).token;
 
     // A mail scanner opens the link: it shows the confirmation page and creates nothing.
     for (let i = 0; i < 2; i += 1) {
@@ -72,7 +57,7 @@ describe('signUp and confirmSignup', () => {
     await t.factories.user({ email });
     const res = await t.call('POST', '/auth/signup', { email });
     expect(res.body).toEqual({ email, message: `If ${email} can use it, a link is on its way. It works once and expires soon.` });
-    await linkIn(email, '/auth/magic-link/verify');
+    await emailedLink(peers.smtp, email, '/auth/magic-link/verify');
   });
 
   it('answers the sign-up page’s form with 303 to the page saying a link was sent', async () => {
@@ -80,13 +65,13 @@ describe('signUp and confirmSignup', () => {
     const res = await t.call('POST', '/auth/signup', undefined, { raw: form({ email, name: 'Form' }), headers: FORM });
     expect(res.status).toBe(303);
     expect(res.headers.get('location')).toBe(`${t.url}/sign-up?sent=${encodeURIComponent(email)}`);
-    await linkIn(email, '/auth/signup/activate');
+    await emailedLink(peers.smtp, email, '/auth/signup/activate');
   });
 
   it('signs in the account registered meanwhile instead of making a second one', async () => {
     const email = address('Meanwhile');
     await t.call('POST', '/auth/signup', { email });
-    const token = await linkIn(email, '/auth/signup/activate');
+    const token = (await emailedLink(peers.smtp, email, '/auth/signup/activate')).token;
     const userId = await t.factories.user({ email });
     const res = await confirm(token);
     expect((await t.call('GET', '/user/me', undefined, { session: sessionIn(res) })).body.id).toBe(userId);
@@ -116,7 +101,7 @@ describe('signUp and confirmSignup', () => {
 
     const email = address('Joiner', domain);
     await t.call('POST', '/auth/signup', { email, name: 'Joiner' });
-    const res = await confirm(await linkIn(email, '/auth/signup/activate'));
+    const res = await confirm((await emailedLink(peers.smtp, email, '/auth/signup/activate')).token);
     const me = await t.call('GET', '/user/me', undefined, { session: sessionIn(res) });
     expect(me.body.organizations.map((o: any) => [o.organization.id, o.member.via])).toEqual([[orgId, 'verified_domain']]);
 
@@ -134,7 +119,7 @@ describe('signUp and confirmSignup', () => {
   it('403 insufficient_access for a confirmation sent from another site, and the link still works from ours', async () => {
     const email = address('Csrf');
     await t.call('POST', '/auth/signup', { email });
-    const token = await linkIn(email, '/auth/signup/activate');
+    const token = (await emailedLink(peers.smtp, email, '/auth/signup/activate')).token;
     expectError(await confirm(token, { origin: 'https://evil.example' }), 403, 'insufficient_access');
     expect(await usersWith(email)).toBe(0);
     expect(sessionIn(await confirm(token, { origin: new URL(t.url).origin }))).toBeDefined();
@@ -150,7 +135,7 @@ describe('resendSignupEmail', () => {
   it('sends a fresh link at most once a minute; the earlier link stops working', async () => {
     const email = address('Resend');
     await t.call('POST', '/auth/signup', { email, name: 'Resent' });
-    const first = await linkIn(email, '/auth/signup/activate', 1);
+    const first = (await emailedLink(peers.smtp, email, '/auth/signup/activate', 1)).token;
     const tooSoon = await t.call('POST', '/auth/signup/resend', { email });
     expectError(tooSoon, 429, 'rate_limited');
     expect(tooSoon.headers.get('retry-after')).toBe('60');
@@ -161,7 +146,7 @@ describe('resendSignupEmail', () => {
       .where('email', '=', email)
       .execute();
     expect((await t.call('POST', '/auth/signup/resend', { email })).status).toBe(202);
-    const second = await linkIn(email, '/auth/signup/activate', 2);
+    const second = (await emailedLink(peers.smtp, email, '/auth/signup/activate', 2)).token;
     expect((await confirm(first)).headers.get('location')).toBe(`${t.url}/sign-in?error=link_invalid`);
     const res = await confirm(second);
     expect((await t.call('GET', '/user/me', undefined, { session: sessionIn(res) })).body.name).toBe('Resent');
@@ -174,7 +159,7 @@ describe('resendSignupEmail', () => {
     expect(res.body).toEqual({ email, message: `If ${email} can use it, a link is on its way. It works once and expires soon.` });
     const known = address('After');
     await t.call('POST', '/auth/signup', { email: known });
-    await linkIn(known, '/auth/signup/activate');
+    await emailedLink(peers.smtp, known, '/auth/signup/activate');
     expect(peers.smtp.messages.some((m) => m.to.includes(email))).toBe(false);
   });
 });

@@ -42,6 +42,37 @@ export async function startSmtpServer(options: { reject?: boolean } = {}) {
   };
 }
 
+/** An email's text as written: quoted-printable soft line breaks joined, escaped bytes decoded. */
+export function decodedText(mail: ReceivedEmail): string {
+  return mail.raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+}
+
+/**
+ * The link to `path` (`/auth/magic-link/verify`, …) in the `nth` email to `to` that has one
+ * (1-based; the latest when omitted), among the messages from index `after` on, once it has
+ * arrived: sign-in mail leaves after the answer.
+ */
+export async function emailedLink(
+  smtp: { messages: ReceivedEmail[] },
+  to: string,
+  path: string,
+  which: number | { nth?: number; after?: number } = {},
+): Promise<{ link: string; token: string }> {
+  const { nth, after = 0 } = typeof which === 'number' ? { nth: which } : which;
+  const pattern = new RegExp(`(https?://[^\\s]+${path.replace(/[/.?]/g, (c) => `\\${c}`)}\\?token=[A-Za-z0-9_-]+)`);
+  for (let waited = 0; waited < 10_000; waited += 25) {
+    const links = smtp.messages
+      .slice(after)
+      .filter((m) => m.to.includes(to))
+      .map((m) => pattern.exec(decodedText(m))?.[1])
+      .filter((link): link is string => link !== undefined);
+    const link = nth === undefined ? links.at(-1) : links[nth - 1];
+    if (link) return { link, token: new URL(link).searchParams.get('token') as string };
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error(`no email to ${to} with a ${path} link`);
+}
+
 export interface ReceivedRequest {
   method: string;
   path: string;

@@ -7,7 +7,7 @@ import { startSession } from '../../identity/sessions';
 import { createUser, findUserByEmail } from '../../identity/users';
 import { webAppPage } from '../../lib/web-app';
 import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites';
-import { clientOf, signInFailed, webApp } from './sign-in';
+import { signInFailed, webApp } from './sign-in';
 
 /**
  * Where the browser goes once the invite is accepted: the organization, unless it requires a
@@ -30,7 +30,7 @@ async function landOnOrganization(ctx: RequestContext, orgId: string, who: { use
 }
 
 async function accept(ctx: RequestContext, token: string, userId: string): Promise<AcceptOutcome> {
-  const outcome = await acceptInvite(ctx.db, token, userId, clientOf(ctx));
+  const outcome = await acceptInvite(ctx.db, token, userId, ctx.trace);
   if (outcome.ok) {
     // A membership was made: remembered credentials are forgotten, as after any write.
     ctx.deps.afterCommit?.();
@@ -82,6 +82,6 @@ export async function acceptInviteLink({ body }: OperationInput<'acceptInviteLin
   );
   const outcome = await accept(ctx, token, userId);
   if (!outcome.ok) return signInFailed(ctx, outcome.reason, 303 as const);
-  await ctx.personalWrite((db) => recordSecurityEvent(db, { userId, type: 'signed_in', method: 'invite', client: clientOf(ctx) }));
+  await ctx.personalWrite((db) => recordSecurityEvent(db, { userId, type: 'signed_in', method: 'invite', client: ctx.trace }));
   return landOnOrganization(ctx, outcome.orgId, { userId, secondFactorAt: null }, session.cookie);
 }

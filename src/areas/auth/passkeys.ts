@@ -14,21 +14,12 @@ import {
   type RelyingParty,
 } from '../../identity/passkeys';
 import { factorsOf, sessionView } from '../../identity/second-factors';
-import { renewSession, startSession, steppedUp } from '../../identity/sessions';
+import { renewSession, requireStepUp, startSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
-import { clientOf, webApp } from './sign-in';
+import { webApp } from './sign-in';
 import { recordSecurityEvent } from '../../identity/security-events';
 
 export const relyingPartyOf = (ctx: RequestContext): RelyingParty => relyingParty(ctx.deps.config.webauthn, webApp(ctx));
-
-function personOf(ctx: RequestContext) {
-  const caller = ctx.authenticated;
-  if (caller.kind !== 'session') throw new ApiError('requires_person', 'This is for a person signed in to the web app.');
-  return caller;
-}
-
-const stepUpFirst = (what: string) =>
-  new ApiError('step_up_required', `${what} needs a step-up within the last 5 minutes: POST /auth/step-up/options, then /auth/step-up/verify, and retry.`);
 
 const challengeExpired = () =>
   new ApiError('challenge_expired', 'That passkey challenge expired, was used already, or was given to another session; ask for new options and try again.');
@@ -52,10 +43,10 @@ async function tellFactorChanged(ctx: RequestContext, userId: string, subject: s
 
 /** POST /auth/passkey/registration/options */
 export async function beginPasskeyRegistration(_input: OperationInput<'beginPasskeyRegistration'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const factors = await factorsOf(ctx.db, caller.userId);
   // With a stolen cookie alone, nobody may add their own passkey to the account.
-  if ((factors.totp || factors.passkeys > 0) && !steppedUp(caller)) throw stepUpFirst('Adding a passkey');
+  if (factors.totp || factors.passkeys > 0) requireStepUp(caller, 'Adding a passkey');
   const user = await ctx.db.selectFrom('users').select(['id', 'email', 'name']).where('id', '=', caller.userId).executeTakeFirstOrThrow();
   const options = await ctx.personalWrite((db) => creationOptions(db, relyingPartyOf(ctx), user, caller.sessionId));
   return { status: 200 as const, body: options };
@@ -63,7 +54,7 @@ export async function beginPasskeyRegistration(_input: OperationInput<'beginPass
 
 /** POST /auth/passkey/registration/verify */
 export async function verifyPasskeyRegistration({ body }: OperationInput<'verifyPasskeyRegistration'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const now = new Date();
   const outcome = await ctx.personalWrite(async (db) => {
     const registered = await registerPasskey(
@@ -74,7 +65,7 @@ export async function verifyPasskeyRegistration({ body }: OperationInput<'verify
       now,
     );
     if (!registered.ok) return registered;
-    await recordSecurityEvent(db, { userId: caller.userId, type: 'factor_added', method: 'passkey', client: clientOf(ctx) }, now);
+    await recordSecurityEvent(db, { userId: caller.userId, type: 'factor_added', method: 'passkey', client: ctx.trace }, now);
     // The authenticator just verified the person: this session has shown a second factor.
     const renewed = await renewSession(db, caller.sessionId, { secondFactorAt: now, secondFactorMethod: 'passkey' }, now);
     const row = await db.selectFrom('passkeys').select(PASSKEY_COLUMNS).where('id', '=', registered.passkeyId).executeTakeFirstOrThrow();
@@ -95,7 +86,7 @@ export async function verifyPasskeyRegistration({ body }: OperationInput<'verify
 
 /** GET /auth/passkey */
 export async function listPasskeys({ query }: OperationInput<'listPasskeys'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const page = pageRequest(query, 'passkey');
   let select = ctx.db.selectFrom('passkeys').select(PASSKEY_COLUMNS).where('user_id', '=', caller.userId);
   if (page.after) select = select.where('id', '>', page.after);
@@ -110,7 +101,7 @@ const notFound = () => new ApiError('not_found', 'You have no passkey with that 
 
 /** PATCH /auth/passkey/{id} */
 export async function renamePasskey({ params, body }: OperationInput<'renamePasskey'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const row = await ctx.personalWrite((db) =>
     db
       .updateTable('passkeys')
@@ -126,10 +117,10 @@ export async function renamePasskey({ params, body }: OperationInput<'renamePass
 
 /** DELETE /auth/passkey/{id} */
 export async function deletePasskey({ params }: OperationInput<'deletePasskey'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const own = await ctx.db.selectFrom('passkeys').select(['id', 'name']).where('id', '=', params.id).where('user_id', '=', caller.userId).executeTakeFirst();
   if (!own) throw notFound();
-  if (!steppedUp(caller)) throw stepUpFirst('Deleting a passkey');
+  requireStepUp(caller, 'Deleting a passkey');
   await ctx.personalWrite(async (db) => {
     const factors = await factorsOf(db, caller.userId);
     if (!factors.totp && factors.passkeys <= 1) {
@@ -150,7 +141,7 @@ export async function deletePasskey({ params }: OperationInput<'deletePasskey'>,
       }
     }
     await db.deleteFrom('passkeys').where('id', '=', params.id).where('user_id', '=', caller.userId).execute();
-    await recordSecurityEvent(db, { userId: caller.userId, type: 'factor_removed', method: 'passkey', client: clientOf(ctx) });
+    await recordSecurityEvent(db, { userId: caller.userId, type: 'factor_removed', method: 'passkey', client: ctx.trace });
   });
   await tellFactorChanged(ctx, caller.userId, 'A passkey was removed from your account', `A passkey ("${own.name}") was deleted`);
   return { status: 204 as const };
@@ -187,7 +178,7 @@ export async function verifyPasskeyAuthentication({ body }: OperationInput<'veri
       now,
     );
     await db.updateTable('sessions').set({ second_factor_method: 'passkey' }).where('id', '=', session.id).execute();
-    await recordSecurityEvent(db, { userId: checked.userId, type: 'signed_in', method: 'passkey', client: clientOf(ctx) }, now);
+    await recordSecurityEvent(db, { userId: checked.userId, type: 'signed_in', method: 'passkey', client: ctx.trace }, now);
     return { ok: true as const, cookie: session.cookie, session: await sessionView(db, session.id) };
   });
   if (!outcome.ok) {

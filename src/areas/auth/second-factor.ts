@@ -5,7 +5,7 @@ import { checkCode, factorsOf, failureWait, recordFailure, sessionView, type Sec
 import { checkAssertion, requestOptions } from '../../identity/passkeys';
 import { renewSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
-import { clientOf, webApp } from './sign-in';
+import { webApp } from './sign-in';
 import { recordSecurityEvent } from '../../identity/security-events';
 import { relyingPartyOf } from './passkeys';
 
@@ -16,19 +16,13 @@ type Outcome =
 
 const FORM = 'application/x-www-form-urlencoded';
 
-function sessionOf(ctx: RequestContext): { userId: string; sessionId: string } {
-  const caller = ctx.authenticated;
-  if (caller.kind !== 'session') throw new ApiError('requires_person', 'This is for a person signed in to the web app.');
-  return { userId: caller.userId, sessionId: caller.sessionId };
-}
-
 /**
  * Checks a second factor for the caller's session and, when it holds, records it (and, for a
  * step-up, the step-up) under a new session secret. A wrong code counts against the person
  * (5 in 15 minutes, then 429), recorded in its own transaction so the refusal cannot undo it.
  */
 async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promise<Outcome> {
-  const { userId, sessionId } = sessionOf(ctx);
+  const { userId, sessionId } = ctx.person;
   const wait = await failureWait(ctx.db, userId);
   if (wait !== null) {
     return {
@@ -41,7 +35,7 @@ async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promis
   const outcome = await ctx.personalWrite(async (db) => {
     const checked = await checkCode(db, ctx.deps.secrets, userId, proof, now);
     if (!checked.ok) return checked;
-    if (checked.method === 'recovery_code') await recordSecurityEvent(db, { userId, type: 'recovery_code_used', method: null, client: clientOf(ctx) }, now);
+    if (checked.method === 'recovery_code') await recordSecurityEvent(db, { userId, type: 'recovery_code_used', method: null, client: ctx.trace }, now);
     const renewed = await renewSession(
       db,
       sessionId,
@@ -57,7 +51,7 @@ async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promis
   }
   await ctx.personalWrite(async (db) => {
     await recordFailure(db, userId, now);
-    await recordSecurityEvent(db, { userId, type: 'second_factor_failed', method: proof.method, client: clientOf(ctx) }, now);
+    await recordSecurityEvent(db, { userId, type: 'second_factor_failed', method: proof.method, client: ctx.trace }, now);
   });
   const what = proof.method === 'totp' ? 'code is wrong or was used already' : 'recovery code is wrong or was used already';
   return { ok: false, error: new ApiError('verification_failed', `That ${what}; try again with a current one.`) };
@@ -69,7 +63,7 @@ async function prove(ctx: RequestContext, proof: Proof, stepUp: boolean): Promis
  * for while holding the session), once, and is one of the person's own passkeys.
  */
 async function provePasskey(ctx: RequestContext, credential: unknown, stepUp: boolean, now: Date): Promise<Outcome> {
-  const { userId, sessionId } = sessionOf(ctx);
+  const { userId, sessionId } = ctx.person;
   if ((await factorsOf(ctx.db, userId)).passkeys === 0) {
     return { ok: false, error: new ApiError('conflict', 'This account has no passkey; use your authenticator app or a recovery code.') };
   }
@@ -95,7 +89,7 @@ async function provePasskey(ctx: RequestContext, credential: unknown, stepUp: bo
   }
   await ctx.personalWrite(async (db) => {
     await recordFailure(db, userId, now);
-    await recordSecurityEvent(db, { userId, type: 'second_factor_failed', method: 'passkey', client: clientOf(ctx) }, now);
+    await recordSecurityEvent(db, { userId, type: 'second_factor_failed', method: 'passkey', client: ctx.trace }, now);
   });
   return { ok: false, error: new ApiError('verification_failed', 'That passkey assertion did not verify, or the passkey is not yours; try again.') };
 }
@@ -125,7 +119,7 @@ export async function verifyMfaChallenge({ body, query }: OperationInput<'verify
 
 /** POST /auth/step-up/options: what the person can step up with. */
 export async function beginStepUp(_input: OperationInput<'beginStepUp'>, ctx: RequestContext) {
-  const { userId, sessionId } = sessionOf(ctx);
+  const { userId, sessionId } = ctx.person;
   const factors = await factorsOf(ctx.db, userId);
   const methods: Array<'passkey' | 'totp' | 'recovery_code'> = [
     ...(factors.passkeys > 0 ? (['passkey'] as const) : []),

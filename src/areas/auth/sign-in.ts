@@ -9,9 +9,6 @@ import { webAppPage } from '../../lib/web-app';
 /** The web app's address: WEB_APP_URL, or this server (which serves its pages) when unset. */
 export const webApp = (ctx: RequestContext): string => ctx.deps.config.webAppUrl ?? ctx.deps.config.baseUrl;
 
-/** What a security event or audit entry records of the request. */
-export const clientOf = (ctx: RequestContext) => ({ ip: ctx.client.ip, userAgent: ctx.client.userAgent, requestId: ctx.requestId });
-
 /** The sign-in page with the reason a flow failed (SignInLocation lists them). */
 export function signInFailed<S extends 302 | 303 = 302>(ctx: RequestContext, reason: string, status: S = 302 as S) {
   const url = new URL(webAppPage(webApp(ctx), '/sign-in'));
@@ -33,7 +30,7 @@ export async function signIn<S extends 302 | 303 = 302>(
   status: S = 302 as S,
 ) {
   const pending = await owesSecondFactor(db, userId);
-  await recordSecurityEvent(db, { userId, type: 'signed_in', method, client: clientOf(ctx) });
+  await recordSecurityEvent(db, { userId, type: 'signed_in', method, client: ctx.trace });
   const session = await startSession(db, {
     userId,
     pending,

@@ -6,7 +6,7 @@ import { createUser, findUserByEmail } from '../../identity/users';
 import { webAppPage } from '../../lib/web-app';
 import { joinVerifiedDomains } from '../org-domains';
 import { sendSignInLink } from './magic-link';
-import { clientOf, signIn, signInFailed, webApp } from './sign-in';
+import { signIn, signInFailed, webApp } from './sign-in';
 
 /** Links (sign-up and sign-in alike) an address may be sent in LINK_WINDOW_MS. */
 const LINKS_PER_WINDOW = 5;
@@ -126,7 +126,7 @@ export async function confirmSignup({ body }: OperationInput<'confirmSignup'>, c
       const existing = await findUserByEmail(db, state.link.email);
       const userId = existing?.id ?? (await createUser(db, { email: state.link.email, name: state.link.name }));
       if (!existing) {
-        const organizations = await joinVerifiedDomains(db, { id: userId, email: state.link.email, name: state.link.name }, clientOf(ctx));
+        const organizations = await joinVerifiedDomains(db, { id: userId, email: state.link.email, name: state.link.name }, ctx.trace);
         joined = organizations.length;
       }
       return signIn(ctx, db, userId, state.link.returnTo, existing ? 'magic_link' : 'signup', 303 as const);

@@ -8,7 +8,7 @@ import { refuseProblems } from '../../http/protocol';
 import { createUser, findUserByEmail } from '../../identity/users';
 import { authorizationUrl, exchangeCode, relyingParty, SocialLoginFailure, type FlowSecrets, type SocialIdentity } from '../../protocols/social-login/oidc';
 import { joinVerifiedDomains } from '../org-domains';
-import { clientOf, signIn, signInFailed } from './sign-in';
+import { signIn, signInFailed } from './sign-in';
 
 /** The flow cookie: only the browser that started a sign-in may finish it, and within ten minutes. */
 const FLOW_COOKIE = 'cp_auth_flow';
@@ -118,7 +118,7 @@ export async function completeSocialLogin(input: ProtocolInput<OperationInput<'c
     if ('reason' in account) return failed(ctx, account.reason);
     if (account.created) {
       // A first sign-in is a sign-up: the organizations that verified the email's domain take the person in.
-      joined = (await joinVerifiedDomains(db, { id: account.userId, email: identity.email!, name: identity.name }, clientOf(ctx))).length;
+      joined = (await joinVerifiedDomains(db, { id: account.userId, email: identity.email!, name: identity.name }, ctx.trace)).length;
     }
     const signedIn = await signIn(ctx, db, account.userId, flow.returnTo, provider.key);
     return { ...signedIn, headers: { ...signedIn.headers, 'Set-Cookie': [signedIn.headers['Set-Cookie'], CLEARED_FLOW_COOKIE] } };

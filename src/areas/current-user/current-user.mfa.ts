@@ -10,30 +10,18 @@ import {
   removeTotp,
   replaceRecoveryCodes,
 } from '../../identity/second-factors';
-import { renewSession, steppedUp } from '../../identity/sessions';
+import { renewSession, requireStepUp } from '../../identity/sessions';
 import { recordSecurityEvent, tellPerson } from '../../identity/security-events';
 import { pageRequest, toPage } from '../../http/pagination';
 import { blockedReason } from './current-user.service';
 
-/** What a security event records of the request. */
-const clientOf = (ctx: RequestContext) => ({ ip: ctx.client.ip, userAgent: ctx.client.userAgent, requestId: ctx.requestId });
-
-function personOf(ctx: RequestContext) {
-  const caller = ctx.authenticated;
-  if (caller.kind !== 'session') throw new ApiError('requires_person', 'This is for a person signed in to the web app.');
-  return caller;
-}
-
-const stepUpFirst = (what: string) =>
-  new ApiError('step_up_required', `${what} needs a step-up within the last 5 minutes: POST /auth/step-up/options, then /auth/step-up/verify, and retry.`);
-
 /** POST /user/me/mfa/totp */
 export async function beginTotp(_input: OperationInput<'beginTotpEnrollment'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const factors = await factorsOf(ctx.db, caller.userId);
   if (factors.totp) throw new ApiError('conflict', 'TOTP is on already; turn it off (DELETE /user/me/mfa/totp) to change authenticator.');
   // Adding a factor when one is held is a change of factors: the person proves it is them.
-  if (factors.passkeys > 0 && !steppedUp(caller)) throw stepUpFirst('Adding an authenticator app');
+  if (factors.passkeys > 0) requireStepUp(caller, 'Adding an authenticator app');
   const user = await ctx.db.selectFrom('users').select(['id', 'email']).where('id', '=', caller.userId).executeTakeFirstOrThrow();
   const enrollment = await ctx.personalWrite((db) => beginTotpEnrollment(db, ctx.deps.secrets, user));
   return { status: 200 as const, headers: { 'Cache-Control': 'no-store' as const }, body: enrollment };
@@ -41,14 +29,14 @@ export async function beginTotp(_input: OperationInput<'beginTotpEnrollment'>, c
 
 /** POST /user/me/mfa/totp/verify */
 export async function verifyTotp({ body }: OperationInput<'verifyTotpEnrollment'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const wait = await failureWait(ctx.db, caller.userId);
   if (wait !== null) throw new ApiError('rate_limited', `Too many wrong codes; try again in ${wait} seconds.`, { headers: { 'Retry-After': String(wait) } });
   const now = new Date();
   const outcome = await ctx.personalWrite(async (db) => {
     const confirmed = await confirmTotpEnrollment(db, ctx.deps.secrets, caller.userId, body.code, now);
     if (!confirmed.ok) return confirmed;
-    await recordSecurityEvent(db, { userId: caller.userId, type: 'factor_added', method: 'totp', client: clientOf(ctx) }, now);
+    await recordSecurityEvent(db, { userId: caller.userId, type: 'factor_added', method: 'totp', client: ctx.trace }, now);
     // The code just shown is this session's second factor.
     const renewed = await renewSession(db, caller.sessionId, { secondFactorAt: now, secondFactorMethod: 'totp' }, now);
     return { ...confirmed, cookie: renewed?.cookie ?? null };
@@ -60,7 +48,7 @@ export async function verifyTotp({ body }: OperationInput<'verifyTotpEnrollment'
     await ctx.personalWrite((db) => recordFailure(db, caller.userId, now));
     throw new ApiError('verification_failed', 'That code does not match the new secret; check the app’s clock and try the current code.');
   }
-  void tellPerson(ctx.db, ctx.deps.mailer, ctx.log, { userId: caller.userId, type: 'factor_added', method: 'totp', client: clientOf(ctx) });
+  void tellPerson(ctx.db, ctx.deps.mailer, ctx.log, { userId: caller.userId, type: 'factor_added', method: 'totp', client: ctx.trace });
   return {
     status: 200 as const,
     headers: { 'Cache-Control': 'no-store' as const, ...(outcome.cookie ? { 'Set-Cookie': outcome.cookie } : {}) },
@@ -70,8 +58,8 @@ export async function verifyTotp({ body }: OperationInput<'verifyTotpEnrollment'
 
 /** DELETE /user/me/mfa/totp */
 export async function disableTotp(_input: OperationInput<'disableTotp'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
-  if (!steppedUp(caller)) throw stepUpFirst('Turning off TOTP');
+  const caller = ctx.person;
+  requireStepUp(caller, 'Turning off TOTP');
   const factors = await factorsOf(ctx.db, caller.userId);
   if (!factors.totp) throw new ApiError('not_found', 'TOTP is not on.');
   if (factors.passkeys === 0) {
@@ -86,7 +74,7 @@ export async function disableTotp(_input: OperationInput<'disableTotp'>, ctx: Re
       .execute();
     if (requiring.length > 0) throw new ApiError('mfa_required_by_organization', blockedReason(requiring));
   }
-  const event = { userId: caller.userId, type: 'factor_removed' as const, method: 'totp', client: clientOf(ctx) };
+  const event = { userId: caller.userId, type: 'factor_removed' as const, method: 'totp', client: ctx.trace };
   await ctx.personalWrite(async (db) => {
     await removeTotp(db, caller.userId);
     await recordSecurityEvent(db, event);
@@ -97,12 +85,12 @@ export async function disableTotp(_input: OperationInput<'disableTotp'>, ctx: Re
 
 /** POST /user/me/mfa/recovery-codes/regenerate */
 export async function regenerateRecoveryCodes(_input: OperationInput<'regenerateRecoveryCodes'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
-  if (!steppedUp(caller)) throw stepUpFirst('New recovery codes');
+  const caller = ctx.person;
+  requireStepUp(caller, 'New recovery codes');
   const factors = await factorsOf(ctx.db, caller.userId);
   if (!factors.totp) throw new ApiError('conflict', 'TOTP is off, so there are no recovery codes to replace.');
   const now = new Date();
-  const event = { userId: caller.userId, type: 'recovery_codes_regenerated' as const, method: null, client: clientOf(ctx) };
+  const event = { userId: caller.userId, type: 'recovery_codes_regenerated' as const, method: null, client: ctx.trace };
   const codes = await ctx.personalWrite(async (db) => {
     await recordSecurityEvent(db, event, now);
     return replaceRecoveryCodes(db, caller.userId, now);
@@ -113,7 +101,7 @@ export async function regenerateRecoveryCodes(_input: OperationInput<'regenerate
 
 /** GET /user/me/security-events: newest first (the cursor is the last id of the previous page). */
 export async function listSecurityEvents({ query }: OperationInput<'listSecurityEvents'>, ctx: RequestContext) {
-  const caller = personOf(ctx);
+  const caller = ctx.person;
   const page = pageRequest(query, 'securityEvent');
   let select = ctx.db
     .selectFrom('security_events')
