@@ -225,6 +225,20 @@ describe('the sign-in pages', () => {
     expect(bad.headers.get('location')).toBe('/sign-in?error=link_invalid');
   });
 
+  it('shows a plain error page for a known reason, and never what else the URL says', async () => {
+    const known = await fetch(`${t.url}/error?reason=link_expired`);
+    expect(known.status).toBe(400);
+    expect(known.headers.get('content-security-policy')).toContain("default-src 'none'");
+    const page = await known.text();
+    expect(page).toContain('That sign-in link has expired.');
+    expect(page).toContain('<a href="/sign-in">Go to the sign-in page</a>');
+    const unknown = await fetch(`${t.url}/error?reason=${encodeURIComponent('<script>alert(1)</script>')}`);
+    expect(unknown.status).toBe(404);
+    const text = await unknown.text();
+    expect(text).toContain('Something went wrong on the way.');
+    expect(text).not.toContain('alert(1)');
+  });
+
   it('sends a visitor who is not signed in from / to the sign-in page, and greets one who is', async () => {
     const anonymous = await fetch(`${t.url}/`, { redirect: 'manual' });
     expect(anonymous.status).toBe(303);

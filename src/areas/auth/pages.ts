@@ -147,6 +147,20 @@ const invitePage: Page = async ({ query }, deps) => {
   return { html: layout('Invitation', content) };
 };
 
+/**
+ * GET /error: a plain page for a browser whose flow cannot go on, saying what happened
+ * (`reason`, one of SignInLocation's) and where to go from here. Nothing of the URL but a known
+ * reason is shown.
+ */
+const errorPage: Page = ({ query }) => {
+  const reason = query.get('reason');
+  const message = (reason && FAILURES[reason]) || 'Something went wrong on the way.';
+  const content = html`<h1>That did not work</h1>
+    <p role="alert">${message}</p>
+    <p><a href="/sign-in">Go to the sign-in page</a> or <a href="/">the home page</a>.</p>`;
+  return { html: layout('Error', content), status: reason && FAILURES[reason] ? 400 : 404 };
+};
+
 async function signedInAs(request: PageRequest, deps: AppDeps): Promise<string | null> {
   if (!request.sessionCookie) return null;
   const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
@@ -177,4 +191,5 @@ export const SIGN_IN_PAGES: Record<string, Page> = {
   '/sign-up': signUpPage,
   '/sign-up/confirm': confirmSignUpPage,
   '/invite/accept': invitePage,
+  '/error': errorPage,
 };
