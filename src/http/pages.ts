@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { sessionAuthenticator } from '../identity/credentials';
 import type { AppDeps } from './context';
 
 /**
@@ -20,6 +21,15 @@ export interface PageRequest {
  * `javascript`: the answer is such a script (an asset path registered as a page).
  */
 export type PageAnswer = { html: string; status?: number; scripts?: boolean } | { redirect: string } | { javascript: string };
+
+/** The person a page's session cookie signs in, or null (no cookie, or one that ended). */
+export async function signedInPerson(request: PageRequest, deps: AppDeps): Promise<{ userId: string; email: string } | null> {
+  if (!request.sessionCookie) return null;
+  const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
+  if (result.status !== 'ok' || result.caller.kind !== 'session') return null;
+  const user = await deps.db.selectFrom('users').select(['id', 'email']).where('id', '=', result.caller.userId).executeTakeFirst();
+  return user ? { userId: user.id, email: user.email } : null;
+}
 
 /** Text for HTML: every character that could open markup or end an attribute is escaped. */
 export function escapeHtml(value: string): string {
@@ -93,7 +103,12 @@ const SCRIPT_PAGE_HEADERS = {
 export function servePages(pages: ReadonlyMap<string, Page>, deps: AppDeps, sessionCookie: (req: IncomingMessage) => string | null) {
   return (req: IncomingMessage, res: ServerResponse, next: () => void): void => {
     if (req.method !== 'GET' && req.method !== 'HEAD') return next();
-    const url = new URL(req.url ?? '/', 'http://page');
+    // Every API request passes here: only a page's own path is worth parsing.
+    const raw = req.url ?? '/';
+    const end = raw.indexOf('?');
+    const path = end === -1 ? raw : raw.slice(0, end);
+    if (path !== STYLESHEET_PATH && !pages.has(path)) return next();
+    const url = new URL(raw, 'http://page');
     if (url.pathname === STYLESHEET_PATH && pages.size > 0) {
       res.writeHead(200, { 'Content-Type': 'text/css; charset=utf-8', 'Cache-Control': 'public, max-age=3600' });
       res.end(req.method === 'HEAD' ? undefined : STYLESHEET);

@@ -20,13 +20,17 @@ export interface EmailLink {
   expiresAt: Date;
 }
 
-/** How many links of one purpose an address asked for since `since` (the per-address limit). */
-export async function linksRequestedSince(db: Executor, purpose: EmailLinkPurpose, email: string, since: Date): Promise<number> {
+/** Links an address may be sent in LINK_WINDOW_MS, whatever their purposes (the spec's descriptions). */
+export const LINKS_PER_WINDOW = 5;
+export const LINK_WINDOW_MS = 15 * 60_000;
+
+/** How many links of these purposes an address asked for since `since` (the per-address limits). */
+export async function linksRequestedSince(db: Executor, purposes: readonly EmailLinkPurpose[], email: string, since: Date): Promise<number> {
   const row = await db
     .selectFrom('email_links')
     .select((eb) => eb.fn.countAll<string>().as('n'))
     .where((eb) => eb(eb.fn('lower', ['email']), '=', email.toLowerCase()))
-    .where('purpose', '=', purpose)
+    .where('purpose', 'in', purposes)
     .where('created_at', '>', since)
     .executeTakeFirstOrThrow();
   return Number(row.n);

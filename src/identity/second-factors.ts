@@ -73,6 +73,19 @@ export async function owesSecondFactor(db: Executor, userId: string): Promise<bo
   return Boolean(row?.has_factor && row.required);
 }
 
+/** The organizations, by name, that require a second factor of this active member: turning off their last factor is refused. */
+export function organizationsRequiringSecondFactor(db: Executor, userId: string): Promise<{ name: string }[]> {
+  return db
+    .selectFrom('memberships as m')
+    .innerJoin('organizations as o', 'o.id', 'm.org_id')
+    .select('o.name')
+    .where('m.user_id', '=', userId)
+    .where('m.status', '=', 'active')
+    .where('o.require_mfa', '=', true)
+    .orderBy('o.name')
+    .execute();
+}
+
 /** The session as the API shows it (AuthSession), with its state computed from the person's factors and organizations. */
 export async function sessionView(db: Executor, sessionId: string) {
   const row = await db

@@ -1,16 +1,9 @@
 import type { RequestContext } from '../../http/context';
-import { ApiError } from '../../http/errors';
 import type { OperationInput } from '../../http/handler-types';
-import { consumeEmailLink, issueEmailLink, linksRequestedSince, peekEmailLink } from '../../identity/email-links';
+import { consumeEmailLink, issueEmailLink, peekEmailLink } from '../../identity/email-links';
 import { findUserByEmail } from '../../identity/users';
 import { webAppPage } from '../../lib/web-app';
-import { signIn, signInFailed, webApp } from './sign-in';
-
-/** An address may ask for this many sign-in links in LINK_WINDOW_MS (the spec's description). */
-const LINKS_PER_WINDOW = 5;
-const LINK_WINDOW_MS = 15 * 60_000;
-
-const FORM = 'application/x-www-form-urlencoded';
+import { linkSent, refuseTooManyLinks, signIn, signInFailed, webApp } from './sign-in';
 
 /** The link in the email: the server's public address, at the operation that opens it. */
 const openLink = (ctx: RequestContext, token: string) => `${ctx.deps.config.baseUrl}/auth/magic-link/verify?token=${encodeURIComponent(token)}`;
@@ -38,30 +31,13 @@ export function sendSignInLink(ctx: RequestContext, to: string, token: string, e
 export async function requestMagicLink({ body }: OperationInput<'requestMagicLink'>, ctx: RequestContext) {
   const email = body.email;
   const now = new Date();
-  const asked = await linksRequestedSince(ctx.db, 'sign_in', email, new Date(now.getTime() - LINK_WINDOW_MS));
-  if (asked >= LINKS_PER_WINDOW) {
-    throw new ApiError(
-      'rate_limited',
-      `Sign-in links for this address were asked for ${LINKS_PER_WINDOW} times in 15 minutes; use the newest one or try again later.`,
-      {
-        headers: { 'Retry-After': String(LINK_WINDOW_MS / 1000) },
-      },
-    );
-  }
+  await refuseTooManyLinks(ctx, email, ['sign_in'], 'Sign-in links', now);
   const user = await findUserByEmail(ctx.db, email);
   const link = await ctx.personalWrite((db) =>
     issueEmailLink(db, { purpose: 'sign_in', email, userId: user?.id ?? null, returnTo: body.return_to ?? null }, now),
   );
   if (user) sendSignInLink(ctx, user.email, link.token, link.expiresAt);
-  if (ctx.client.media === FORM) {
-    const page = new URL(webAppPage(webApp(ctx), '/sign-in'));
-    page.searchParams.set('sent', email);
-    return { status: 303 as const, headers: { Location: page.href } };
-  }
-  return {
-    status: 202 as const,
-    body: { email, message: `If ${email} can use it, a link is on its way. It works once and expires in 15 minutes.` },
-  };
+  return linkSent(ctx, '/sign-in', email, `If ${email} can use it, a link is on its way. It works once and expires in 15 minutes.`);
 }
 
 /** GET /auth/magic-link/verify: the emailed link. Uses nothing up (mail scanners open it too). */

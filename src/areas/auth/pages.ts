@@ -1,6 +1,4 @@
-import type { AppDeps } from '../../http/context';
-import { html, layout, type Page, type PageRequest } from '../../http/pages';
-import { sessionAuthenticator } from '../../identity/credentials';
+import { html, layout, signedInPerson, type Html, type Page, type PageAnswer } from '../../http/pages';
 import { peekInvite } from '../invites';
 import { passkeySecondFactor, passkeySignIn } from './passkey-pages';
 import { socialSignInLinks } from './social-pages';
@@ -64,34 +62,47 @@ const signUpPage: Page = ({ query }) => {
   return { html: layout('Create an account', content) };
 };
 
-/** GET /sign-up/confirm: where an activation link lands; only its button creates the account. */
-const confirmSignUpPage: Page = ({ query }) => {
+/** An emailed link's token from the page's URL, when it has the shape of one. */
+function linkToken(query: URLSearchParams): string | null {
   const token = query.get('token');
-  if (!token || !/^[A-Za-z0-9_-]{20,200}$/.test(token)) return { redirect: '/sign-in?error=link_invalid' };
-  const content = html`<h1>Create your account</h1>
-    <p>Press the button to create your account and sign in on this device.</p>
-    <form method="post" action="/auth/signup/activate">
-      <input type="hidden" name="token" value="${token}" />
-      <button type="submit" autofocus>Create account</button>
-    </form>`;
-  return { html: layout('Confirm your account', content) };
-};
+  return token && /^[A-Za-z0-9_-]{20,200}$/.test(token) ? token : null;
+}
 
 /**
- * GET /sign-in/confirm: where an emailed link lands. Mail scanners open links but do not
- * press buttons, so only this page's button (a POST) uses the link up and signs in.
+ * Where an emailed link lands. Mail scanners open links but do not press buttons, so only the
+ * page's button (a POST of the token to `action`) uses the link up.
  */
-const confirmPage: Page = ({ query }) => {
-  const token = query.get('token');
-  if (!token || !/^[A-Za-z0-9_-]{20,200}$/.test(token)) return { redirect: '/sign-in?error=link_invalid' };
-  const content = html`<h1>Sign in</h1>
-    <p>Press the button to finish signing in on this device.</p>
-    <form method="post" action="/auth/magic-link/verify">
+function linkConfirmation(query: URLSearchParams, page: { title: string; heading: Html; text: Html; action: string; button: string }): PageAnswer {
+  const token = linkToken(query);
+  if (!token) return { redirect: '/sign-in?error=link_invalid' };
+  const content = html`<h1>${page.heading}</h1>
+    ${page.text}
+    <form method="post" action="${page.action}">
       <input type="hidden" name="token" value="${token}" />
-      <button type="submit" autofocus>Sign in</button>
+      <button type="submit" autofocus>${page.button}</button>
     </form>`;
-  return { html: layout('Confirm sign-in', content) };
-};
+  return { html: layout(page.title, content) };
+}
+
+/** GET /sign-up/confirm: only its button creates the account. */
+const confirmSignUpPage: Page = ({ query }) =>
+  linkConfirmation(query, {
+    title: 'Confirm your account',
+    heading: html`Create your account`,
+    text: html`<p>Press the button to create your account and sign in on this device.</p>`,
+    action: '/auth/signup/activate',
+    button: 'Create account',
+  });
+
+/** GET /sign-in/confirm: only its button uses the link up and signs in. */
+const confirmPage: Page = ({ query }) =>
+  linkConfirmation(query, {
+    title: 'Confirm sign-in',
+    heading: html`Sign in`,
+    text: html`<p>Press the button to finish signing in on this device.</p>`,
+    action: '/auth/magic-link/verify',
+    button: 'Sign in',
+  });
 
 const CODE_FAILURES: Record<string, string> = {
   verification_failed: 'That code did not work: it is wrong, or it was used already. Try the current one.',
@@ -133,18 +144,18 @@ const secondFactorPage: Page = ({ query }) => {
  * buttons, so only this page's button (a POST) accepts the invite.
  */
 const invitePage: Page = async ({ query }, deps) => {
-  const token = query.get('token');
-  if (!token || !/^[A-Za-z0-9_-]{20,200}$/.test(token)) return { redirect: '/sign-in?error=link_invalid' };
+  const token = linkToken(query);
+  if (!token) return { redirect: '/sign-in?error=link_invalid' };
   const invite = await peekInvite(deps.db, token);
   if (!invite.ok) return { redirect: `/sign-in?error=${invite.reason}` };
   const org = await deps.db.selectFrom('organizations').select('name').where('id', '=', invite.orgId).executeTakeFirst();
-  const content = html`<h1>Join ${org?.name ?? 'the organization'}</h1>
-    <p>You were invited as <strong>${invite.email}</strong>.</p>
-    <form method="post" action="/auth/invite/activate">
-      <input type="hidden" name="token" value="${token}" />
-      <button type="submit" autofocus>Accept the invitation</button>
-    </form>`;
-  return { html: layout('Invitation', content) };
+  return linkConfirmation(query, {
+    title: 'Invitation',
+    heading: html`Join ${org?.name ?? 'the organization'}`,
+    text: html`<p>You were invited as <strong>${invite.email}</strong>.</p>`,
+    action: '/auth/invite/activate',
+    button: 'Accept the invitation',
+  });
 };
 
 /**
@@ -161,17 +172,9 @@ const errorPage: Page = ({ query }) => {
   return { html: layout('Error', content), status: reason && FAILURES[reason] ? 400 : 404 };
 };
 
-async function signedInAs(request: PageRequest, deps: AppDeps): Promise<string | null> {
-  if (!request.sessionCookie) return null;
-  const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
-  if (result.status !== 'ok') return null;
-  const user = await deps.db.selectFrom('users').select('email').where('id', '=', result.caller.userId).executeTakeFirst();
-  return user?.email ?? null;
-}
-
 /** GET /: who is signed in, or the sign-in page. */
 const homePage: Page = async (request, deps) => {
-  const email = await signedInAs(request, deps);
+  const email = (await signedInPerson(request, deps))?.email;
   if (!email) return { redirect: '/sign-in' };
   return {
     html: layout(

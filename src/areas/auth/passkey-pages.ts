@@ -1,6 +1,4 @@
-import type { AppDeps } from '../../http/context';
-import { html, layout, type Html, type Page, type PageRequest } from '../../http/pages';
-import { sessionAuthenticator } from '../../identity/credentials';
+import { html, layout, signedInPerson, type Html, type Page } from '../../http/pages';
 
 export const PASSKEYS_SCRIPT_PATH = '/assets/passkeys.js';
 
@@ -175,14 +173,6 @@ export function passkeySecondFactor(returnTo: string | null): Html {
     <script src="${PASSKEYS_SCRIPT_PATH}" defer></script>`;
 }
 
-async function signedIn(request: PageRequest, deps: AppDeps): Promise<{ userId: string; email: string } | null> {
-  if (!request.sessionCookie) return null;
-  const result = await sessionAuthenticator.authenticate({ scheme: 'cookie', secret: request.sessionCookie }, deps.db);
-  if (result.status !== 'ok' || result.caller.kind !== 'session') return null;
-  const user = await deps.db.selectFrom('users').select(['id', 'email']).where('id', '=', result.caller.userId).executeTakeFirst();
-  return user ? { userId: user.id, email: user.email } : null;
-}
-
 const day = (d: Date) => d.toISOString().slice(0, 10);
 
 /**
@@ -191,7 +181,7 @@ const day = (d: Date) => d.toISOString().slice(0, 10);
  * holds a factor; the script does it with a passkey, or a code from the app.
  */
 const securityPage: Page = async (request, deps) => {
-  const me = await signedIn(request, deps);
+  const me = await signedInPerson(request, deps);
   if (!me) return { redirect: `/sign-in?${new URLSearchParams({ return_to: '/account/security' }).toString()}` };
   const passkeys = await deps.db
     .selectFrom('passkeys')

@@ -13,7 +13,7 @@ import {
   sessionOfCookie,
   type RelyingParty,
 } from '../../identity/passkeys';
-import { factorsOf, sessionView } from '../../identity/second-factors';
+import { factorsOf, organizationsRequiringSecondFactor, sessionView } from '../../identity/second-factors';
 import { renewSession, requireStepUp, startSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
 import { webApp } from './sign-in';
@@ -124,15 +124,7 @@ export async function deletePasskey({ params }: OperationInput<'deletePasskey'>,
   await ctx.personalWrite(async (db) => {
     const factors = await factorsOf(db, caller.userId);
     if (!factors.totp && factors.passkeys <= 1) {
-      const requiring = await db
-        .selectFrom('memberships as m')
-        .innerJoin('organizations as o', 'o.id', 'm.org_id')
-        .select('o.name')
-        .where('m.user_id', '=', caller.userId)
-        .where('m.status', '=', 'active')
-        .where('o.require_mfa', '=', true)
-        .orderBy('o.name')
-        .execute();
+      const requiring = await organizationsRequiringSecondFactor(db, caller.userId);
       if (requiring.length > 0) {
         throw new ApiError(
           'mfa_required_by_organization',

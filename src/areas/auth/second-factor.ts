@@ -5,7 +5,7 @@ import { checkCode, factorsOf, failureWait, recordFailure, sessionView, type Sec
 import { checkAssertion, requestOptions } from '../../identity/passkeys';
 import { renewSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
-import { webApp } from './sign-in';
+import { postedByPage, webApp } from './sign-in';
 import { recordSecurityEvent } from '../../identity/security-events';
 import { relyingPartyOf } from './passkeys';
 
@@ -13,8 +13,6 @@ type Proof = { method: 'totp' | 'recovery_code'; code: string } | { method: 'pas
 
 type Outcome =
   { ok: true; session: Awaited<ReturnType<typeof sessionView>>; cookie: string; recoveryCodesLeft: number | null } | { ok: false; error: ApiError };
-
-const FORM = 'application/x-www-form-urlencoded';
 
 /**
  * Checks a second factor for the caller's session and, when it holds, records it (and, for a
@@ -96,7 +94,7 @@ async function provePasskey(ctx: RequestContext, credential: unknown, stepUp: bo
 
 /** POST /auth/mfa/verify: JSON from the API, or the second-factor page's form. */
 export async function verifyMfaChallenge({ body, query }: OperationInput<'verifyMfaChallenge'>, ctx: RequestContext) {
-  const form = ctx.client.media === FORM;
+  const form = postedByPage(ctx);
   const proof = body as Proof;
   const outcome = await prove(ctx, proof, false);
   if (form) {

@@ -5,9 +5,39 @@ import { owesSecondFactor } from '../../identity/second-factors';
 import { recordSecurityEvent } from '../../identity/security-events';
 import { startSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
+import { ApiError } from '../../http/errors';
+import { LINK_WINDOW_MS, LINKS_PER_WINDOW, linksRequestedSince, type EmailLinkPurpose } from '../../identity/email-links';
 
 /** The web app's address: WEB_APP_URL, or this server (which serves its pages) when unset. */
 export const webApp = (ctx: RequestContext): string => ctx.deps.config.webAppUrl ?? ctx.deps.config.baseUrl;
+
+/** Whether the request is a form a web app page posted (it is answered with a page to go to, not JSON). */
+export const postedByPage = (ctx: RequestContext): boolean => ctx.client.media === 'application/x-www-form-urlencoded';
+
+/** 429 when the address was sent LINKS_PER_WINDOW links of these purposes lately; `what` names them. */
+export async function refuseTooManyLinks(ctx: RequestContext, email: string, purposes: readonly EmailLinkPurpose[], what: string, now: Date): Promise<void> {
+  if ((await linksRequestedSince(ctx.db, purposes, email, new Date(now.getTime() - LINK_WINDOW_MS))) < LINKS_PER_WINDOW) return;
+  throw new ApiError(
+    'rate_limited',
+    `${what} for this address were asked for ${LINKS_PER_WINDOW} times in 15 minutes; use the newest one or try again later.`,
+    {
+      headers: { 'Retry-After': String(LINK_WINDOW_MS / 1000) },
+    },
+  );
+}
+
+/**
+ * The answer to a request for an emailed link, the same whatever became of the address: 202
+ * with `message`, or, to a page's form, 303 back to that page saying a link was sent.
+ */
+export function linkSent(ctx: RequestContext, page: string, email: string, message: string) {
+  if (postedByPage(ctx)) {
+    const location = new URL(webAppPage(webApp(ctx), page));
+    location.searchParams.set('sent', email);
+    return { status: 303 as const, headers: { Location: location.href } };
+  }
+  return { status: 202 as const, body: { email, message } };
+}
 
 /** The sign-in page with the reason a flow failed (SignInLocation lists them). */
 export function signInFailed<S extends 302 | 303 = 302>(ctx: RequestContext, reason: string, status: S = 302 as S) {

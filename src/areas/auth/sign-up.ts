@@ -6,14 +6,10 @@ import { createUser, findUserByEmail } from '../../identity/users';
 import { webAppPage } from '../../lib/web-app';
 import { joinVerifiedDomains } from '../org-domains';
 import { sendSignInLink } from './magic-link';
-import { signIn, signInFailed, webApp } from './sign-in';
+import { linkSent, refuseTooManyLinks, signIn, signInFailed, webApp } from './sign-in';
 
-/** Links (sign-up and sign-in alike) an address may be sent in LINK_WINDOW_MS. */
-const LINKS_PER_WINDOW = 5;
-const LINK_WINDOW_MS = 15 * 60_000;
 /** A resend waits this long after the previous link (the spec's resendSignupEmail). */
 const RESEND_INTERVAL_MS = 60_000;
-const FORM = 'application/x-www-form-urlencoded';
 
 const activationLink = (ctx: RequestContext, token: string) => `${ctx.deps.config.baseUrl}/auth/signup/activate?token=${encodeURIComponent(token)}`;
 
@@ -31,31 +27,7 @@ function sendActivation(ctx: RequestContext, to: string, token: string, expiresA
   });
 }
 
-async function refuseOverLimit(ctx: RequestContext, email: string, now: Date): Promise<void> {
-  const since = new Date(now.getTime() - LINK_WINDOW_MS);
-  const asked = (await linksRequestedSince(ctx.db, 'sign_up', email, since)) + (await linksRequestedSince(ctx.db, 'sign_in', email, since));
-  if (asked >= LINKS_PER_WINDOW) {
-    throw new ApiError(
-      'rate_limited',
-      `Links for this address were asked for ${LINKS_PER_WINDOW} times in 15 minutes; use the newest one or try again later.`,
-      {
-        headers: { 'Retry-After': String(LINK_WINDOW_MS / 1000) },
-      },
-    );
-  }
-}
-
-function accepted(ctx: RequestContext, email: string) {
-  if (ctx.client.media === FORM) {
-    const page = new URL(webAppPage(webApp(ctx), '/sign-up'));
-    page.searchParams.set('sent', email);
-    return { status: 303 as const, headers: { Location: page.href } };
-  }
-  return {
-    status: 202 as const,
-    body: { email, message: `If ${email} can use it, a link is on its way. It works once and expires soon.` },
-  };
-}
+const SENT = (email: string) => `If ${email} can use it, a link is on its way. It works once and expires soon.`;
 
 /**
  * POST /auth/signup. Nothing is created until the emailed link is confirmed. An address with
@@ -64,7 +36,7 @@ function accepted(ctx: RequestContext, email: string) {
 export async function signUp({ body }: OperationInput<'signUp'>, ctx: RequestContext) {
   const email = body.email;
   const now = new Date();
-  await refuseOverLimit(ctx, email, now);
+  await refuseTooManyLinks(ctx, email, ['sign_up', 'sign_in'], 'Links', now);
   const existing = await findUserByEmail(ctx.db, email);
   if (existing) {
     const link = await ctx.personalWrite((db) => issueEmailLink(db, { purpose: 'sign_in', email, userId: existing.id, returnTo: body.return_to ?? null }, now));
@@ -75,20 +47,20 @@ export async function signUp({ body }: OperationInput<'signUp'>, ctx: RequestCon
     );
     sendActivation(ctx, email, link.token, link.expiresAt);
   }
-  return accepted(ctx, email);
+  return linkSent(ctx, '/sign-up', email, SENT(email));
 }
 
 /** POST /auth/signup/resend: a fresh link for a registration still waiting; the earlier one stops working. */
 export async function resendSignupEmail({ body }: OperationInput<'resendSignupEmail'>, ctx: RequestContext) {
   const email = body.email;
   const now = new Date();
-  const recent = await linksRequestedSince(ctx.db, 'sign_up', email, new Date(now.getTime() - RESEND_INTERVAL_MS));
+  const recent = await linksRequestedSince(ctx.db, ['sign_up'], email, new Date(now.getTime() - RESEND_INTERVAL_MS));
   if (recent > 0) {
     throw new ApiError('rate_limited', 'An activation email went to this address less than a minute ago; wait a moment before asking again.', {
       headers: { 'Retry-After': String(RESEND_INTERVAL_MS / 1000) },
     });
   }
-  await refuseOverLimit(ctx, email, now);
+  await refuseTooManyLinks(ctx, email, ['sign_up', 'sign_in'], 'Links', now);
   const pending = await ctx.db
     .selectFrom('email_links')
     .select(['name', 'return_to'])
@@ -103,7 +75,7 @@ export async function resendSignupEmail({ body }: OperationInput<'resendSignupEm
     issueEmailLink(db, { purpose: 'sign_up', email, userId: null, name: pending?.name ?? null, returnTo: pending?.return_to ?? null }, now),
   );
   if (pending && !registered) sendActivation(ctx, email, link.token, link.expiresAt);
-  return { status: 202 as const, body: { email, message: `If ${email} can use it, a link is on its way. It works once and expires soon.` } };
+  return { status: 202 as const, body: { email, message: SENT(email) } };
 }
 
 /** GET /auth/signup/activate: the emailed link. Creates nothing (mail scanners open it too). */

@@ -5,6 +5,7 @@ import {
   beginTotpEnrollment,
   confirmTotpEnrollment,
   factorsOf,
+  organizationsRequiringSecondFactor,
   failureWait,
   recordFailure,
   removeTotp,
@@ -63,15 +64,7 @@ export async function disableTotp(_input: OperationInput<'disableTotp'>, ctx: Re
   const factors = await factorsOf(ctx.db, caller.userId);
   if (!factors.totp) throw new ApiError('not_found', 'TOTP is not on.');
   if (factors.passkeys === 0) {
-    const requiring = await ctx.db
-      .selectFrom('memberships as m')
-      .innerJoin('organizations as o', 'o.id', 'm.org_id')
-      .select('o.name')
-      .where('m.user_id', '=', caller.userId)
-      .where('m.status', '=', 'active')
-      .where('o.require_mfa', '=', true)
-      .orderBy('o.name')
-      .execute();
+    const requiring = await organizationsRequiringSecondFactor(ctx.db, caller.userId);
     if (requiring.length > 0) throw new ApiError('mfa_required_by_organization', blockedReason(requiring));
   }
   const event = { userId: caller.userId, type: 'factor_removed' as const, method: 'totp', client: ctx.trace };
