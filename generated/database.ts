@@ -231,12 +231,93 @@ export interface NotificationDestinations {
   webhook_url_enc: string | null;
 }
 
+export interface OauthAccessTokens {
+  code_hash: string | null;
+  expires_at: Timestamp;
+  grant_id: string;
+  jti: string;
+  revoked_at: Timestamp | null;
+  scope: string;
+}
+
+export interface OauthAuthorizationRequests {
+  auth_time: Timestamp;
+  client_id: string;
+  code_challenge: string;
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  id: string;
+  mcp_server_id: string;
+  nonce: string | null;
+  redirect_uri: string;
+  redirect_uri_named: boolean;
+  scope: string;
+  state: string | null;
+  user_id: string;
+}
+
 export interface OauthClientRegistrations {
   client_enc: string;
   created_at: Generated<Timestamp>;
   issuer: string;
   org_id: string;
   redirect_uri: string;
+}
+
+export interface OauthClients {
+  created_at: Generated<Timestamp>;
+  fresh_until: Timestamp | null;
+  id: string;
+  kind: "registered" | "metadata_document";
+  last_authorized_at: Timestamp | null;
+  metadata: Json;
+  registered_ip: string | null;
+  secret_hash: string | null;
+}
+
+export interface OauthCodes {
+  auth_time: Timestamp;
+  code_challenge: string;
+  code_hash: string;
+  expires_at: Timestamp;
+  grant_id: string;
+  nonce: string | null;
+  redirect_uri: string;
+  redirect_uri_named: boolean;
+  scope: string;
+  used_at: Timestamp | null;
+}
+
+export interface OauthGrants {
+  client_id: string;
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  id: string;
+  last_used_at: Timestamp | null;
+  mcp_server_id: string;
+  org_id: string;
+  revoked_at: Timestamp | null;
+  scope: string;
+  user_id: string;
+}
+
+export interface OauthRefreshTokens {
+  code_hash: string | null;
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  grant_id: string;
+  rotated_at: Timestamp | null;
+  scope: string;
+  successor_enc: string | null;
+  token_hash: string;
+}
+
+export interface OauthSigningKeys {
+  created_at: Generated<Timestamp>;
+  kid: string;
+  private_jwk_enc: string;
+  public_jwk: Json;
+  retired_at: Timestamp | null;
 }
 
 export interface OrganizationBilling {
@@ -574,7 +655,14 @@ export interface DB {
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;
   notification_destinations: NotificationDestinations;
+  oauth_access_tokens: OauthAccessTokens;
+  oauth_authorization_requests: OauthAuthorizationRequests;
   oauth_client_registrations: OauthClientRegistrations;
+  oauth_clients: OauthClients;
+  oauth_codes: OauthCodes;
+  oauth_grants: OauthGrants;
+  oauth_refresh_tokens: OauthRefreshTokens;
+  oauth_signing_keys: OauthSigningKeys;
   org_domains: OrgDomains;
   organization_billing: OrganizationBilling;
   organizations: Organizations;

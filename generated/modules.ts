@@ -26,6 +26,7 @@ import templatesArea from '../src/areas/templates/templates.area';
 import toolboxesArea from '../src/areas/toolboxes/toolboxes.area';
 import userToolboxesArea from '../src/areas/user-toolboxes/user-toolboxes.area';
 import endpointModule from '../src/mcp/endpoint/endpoint.module';
+import oauthServerModule from '../src/protocols/oauth-server/oauth-server.module';
 
 /** Every module of the app, in path order: hooks run and modules start in this order. */
 export const MODULES: readonly Module[] = [
@@ -54,4 +55,5 @@ export const MODULES: readonly Module[] = [
   toolboxesArea,
   userToolboxesArea,
   endpointModule,
+  oauthServerModule,
 ];

@@ -4459,17 +4459,20 @@ export interface paths {
          * @description Browser flow: the authorization endpoint (RFC 6749 §4.1, OAuth 2.1) MCP clients send
          *     the person to. Authorization code only, PKCE with S256 required, and `resource`
          *     (RFC 8707) required: it must be the endpoint of an MCP server the signed-in person
-         *     owns, `{base_url}/mcp/{mcpId}`, and the tokens issued are for that server only.
+         *     owns, `{base_url}/mcp/{mcpId}` (scheme and host compared case-insensitively), and the
+         *     tokens issued are for that server only. The client is one registered at
+         *     `/oauth/register` or one identified by its Client ID Metadata Document's URL.
          *     Parameters this server does not know are ignored (RFC 6749 §3.1), not refused. Reads
          *     the `__Host-cp_session` cookie; an unknown or expired one counts as signed out. Answers 302:
          *
          *     - Not signed in: to the web app's sign-in page, coming back here afterwards. A
          *       session that an organization refuses for lack of a second factor goes to the web
          *       app's second-factor page first.
-         *     - Signed in: to the web app's consent screen (outside this interface), which shows the
-         *       client's self-declared name, its redirect host, the MCP server and the scopes. The
-         *       screen is skipped only when the person already granted this client the same scopes
-         *       on the same MCP server. On approval the browser lands on `redirect_uri` with `code`,
+         *     - Signed in: to the consent page (`/oauth/consent?request=oar_…`, served by this
+         *       server; its form posts to `decideOAuthConsent`), which shows the client's
+         *       self-declared name, its redirect host, the MCP server and the scopes. The page is
+         *       skipped only when the person already granted this client the same scopes on the same
+         *       MCP server and the grant holds. On approval the browser lands on `redirect_uri` with `code`,
          *       `state` and `iss` (RFC 9207); on refusal with `error=access_denied`.
          *     - A problem once `client_id` and `redirect_uri` are known to be good: back to
          *       `redirect_uri` with `error` (`invalid_request`, `unsupported_response_type`,
@@ -4481,7 +4484,8 @@ export interface paths {
          *     sees what is wrong. Not org-scoped. Records no audit entry.
          *
          *     Errors: 400 `validation_failed` (unknown client, unregistered or missing
-         *     `redirect_uri`, a malformed `client_id`); 429 `rate_limited`. 401, 403 and 404 are
+         *     `redirect_uri`, a malformed `client_id`, a Client ID Metadata Document that cannot be
+         *     fetched or is not valid); 429 `rate_limited`. 401, 403 and 404 are
          *     declared because every endpoint may answer them (service description §7); this one
          *     answers them with redirects instead. Authorization errors are redirects, see
          *     `Location`.
@@ -4512,17 +4516,23 @@ export interface paths {
          *     error_description}`, not the Error object. Grants:
          *
          *     - `authorization_code` with its `code_verifier` (PKCE S256) and the same
-         *       `redirect_uri`; `resource` must be the MCP server authorized.
-         *     - `refresh_token`: the refresh token is rotated on every use; a rotated one presented
-         *       again revokes the whole grant.
+         *       `redirect_uri` when the authorization request named one; `resource` must be the MCP
+         *       server authorized. A code works once: presenting it again revokes every token issued
+         *       from it.
+         *     - `refresh_token`: the refresh token is rotated on every use. A rotated one presented
+         *       again within 60 seconds (parallel sessions of one client racing a refresh) gets a new
+         *       access token and the same successor; later it revokes the whole grant. Each refresh
+         *       records `oauth_grant.refreshed` (actor the MCP client) in the MCP server's
+         *       organization; a replay that revokes the grant records `oauth_grant.revoked`.
          *
          *     A confidential client authenticates with HTTP Basic (`client_secret_basic`) or with
          *     `client_id` and `client_secret` in the form (`client_secret_post`), as it registered;
          *     a public client (`none`) sends only `client_id`. The access token (one hour) acts as
          *     the consenting person on that one MCP server, within the granted scopes, and stops
          *     working when revoked, when the person loses access to the MCP server, or when it is
-         *     deleted. Served with `Access-Control-Allow-Origin: *`. Not org-scoped. Records no
-         *     audit entry. Emits no event.
+         *     deleted, or its token is rotated. A refresh token goes to every client registered for
+         *     the `refresh_token` grant, whether or not it asked for `offline_access`. Served with
+         *     `Access-Control-Allow-Origin: *`. Not org-scoped. Emits no event.
          *
          *     Errors (OAuth format): 400 `invalid_request`, `invalid_grant`, `unauthorized_client`,
          *     `unsupported_grant_type`, `invalid_scope`, `invalid_target`; 401 `invalid_client`.
@@ -4553,8 +4563,9 @@ export interface paths {
          *     access tokens issued from it too); revoking an access token revokes that token. Answers
          *     200 with an empty body whether or not the token was known, valid, or issued to this
          *     client, so it reveals nothing; a token of another client is left alone. Clients
-         *     authenticate as at `/oauth/token`. Served with `Access-Control-Allow-Origin: *`. Not
-         *     org-scoped. Records no audit entry. Emits no event.
+         *     authenticate as at `/oauth/token`. Revoking a refresh token records
+         *     `oauth_grant.revoked` (actor the MCP client) in the MCP server's organization. Served
+         *     with `Access-Control-Allow-Origin: *`. Not org-scoped. Emits no event.
          *
          *     Errors (OAuth format): 400 `invalid_request`, `unsupported_token_type`; 401
          *     `invalid_client`. Errors (Error object): 413 `payload_too_large`; 415
@@ -4578,8 +4589,8 @@ export interface paths {
          * UserInfo endpoint (OIDC Core section 5.3)
          * @description The UserInfo endpoint (OpenID Connect Core §5.3): claims about the person who
          *     consented, for an access token from `/oauth/token` whose scope includes `openid`
-         *     (whatever its `resource`). `name` needs `profile`; `email` and `email_verified` need
-         *     `email`. The token goes in the `Authorization: Bearer` header only. OAuth wire format:
+         *     (whatever its `resource`). `name` needs `profile` and is left out when the person has
+         *     none; `email` and `email_verified` need `email`. The token goes in the `Authorization: Bearer` header only. OAuth wire format:
          *     errors are RFC 6750 bearer errors, in the `WWW-Authenticate` header and repeated as
          *     `{error, error_description}` in the body, not the Error object. Served with
          *     `Access-Control-Allow-Origin: *`. Not org-scoped. Changes nothing.
@@ -4605,6 +4616,153 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/oauth/consent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve or deny an MCP client's authorization (consent page)
+         * @description The consent page's form (`GET /oauth/consent?request=oar_…`, served by this server)
+         *     posts the signed-in person's decision on a pending authorization request here. The page
+         *     shows the client's self-declared name, its redirect URI's host plainly, a warning when
+         *     the redirect goes only to this computer (a loopback address: whoever runs a program
+         *     there receives the access), the MCP server, its organization and the scopes.
+         *
+         *     `approve` grants the client the page's scopes on that MCP server (replacing an earlier
+         *     grant of the same client there) and answers 303 to the client's `redirect_uri` with a
+         *     single-use `code` (60 seconds), `state` and `iss` (RFC 9207); records
+         *     `oauth_grant.created` in the MCP server's organization. `deny` answers 303 there with
+         *     `error=access_denied`, `state` and `iss`, and changes nothing. The request must be the
+         *     caller's own, pending, and younger than 10 minutes; the person must still own the MCP
+         *     server and be an active member of its organization. Needs a session (a person); only
+         *     pages of this service may send it (`x-first-party`). Not org-scoped: it acts in the MCP
+         *     server's organization.
+         *
+         *     Errors: 400 `validation_failed`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `requires_person`, `insufficient_access` (posted by another site), `not_a_member`;
+         *     404 `not_found` (no pending request of the caller's with that id: unknown, decided,
+         *     expired, another person's); 429 `rate_limited`.
+         */
+        post: operations["decideOAuthConsent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/me/oauth-grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The MCP clients the caller authorized
+         * @description The MCP clients the caller gave access to their MCP servers through OAuth, newest first,
+         *     in every organization, while the grant holds (withdrawn and expired grants are not
+         *     listed). Needs a session (a person); an API token is refused. Not org-scoped. Reads
+         *     only.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`; 401 `unauthenticated`,
+         *     `invalid_token`; 403 `requires_person`; 429 `rate_limited`. 404 is declared because
+         *     every endpoint may answer it (service description §7); this one does not today.
+         */
+        get: operations["listMyOAuthGrants"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/me/oauth-grants/{grantId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Withdraw an MCP client's access
+         * @description Withdraws the caller's consent: every access and refresh token of the grant stops
+         *     working at once, and the client must ask again (the consent page is shown again).
+         *     Records `oauth_grant.revoked` in the MCP server's organization. Needs a session (a
+         *     person). Not org-scoped.
+         *
+         *     Errors: 400 `validation_failed`; 401 `unauthenticated`, `invalid_token`; 403
+         *     `requires_person`, `insufficient_access` (sent by another site); 404 `not_found` (no
+         *     live grant of the caller's with that id); 429 `rate_limited`.
+         */
+        delete: operations["revokeMyOAuthGrant"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth-grant": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The MCP clients holding access in the organization
+         * @description Every live OAuth grant on the organization's MCP servers, newest first: which person
+         *     let which MCP client use which server, with what scope, and when it was last used.
+         *     Filter by `user_id` or `mcp_server_id`. Needs `member:view`. Reads only.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`;
+         *     401 `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`; 429 `rate_limited`.
+         */
+        get: operations["listOAuthGrants"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth-grant/{grantId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Withdraw a member's MCP client access
+         * @description An administrator withdraws a grant on one of the organization's MCP servers: every
+         *     access and refresh token of it stops at once. Needs `member:manage`, and the grant's
+         *     person must be one the caller may manage (no higher role than the caller's own, as for
+         *     suspending them). Records `oauth_grant.revoked`.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `missing_permission`, `insufficient_access` (the person outranks the caller); 404
+         *     `not_found`; 429 `rate_limited`.
+         */
+        delete: operations["revokeOAuthGrant"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/.well-known/oauth-authorization-server": {
         parameters: {
             query?: never;
@@ -4618,7 +4776,8 @@ export interface paths {
          *     protected-resource metadata names `{base_url}` as the authorization server: the
          *     endpoints of `/oauth/*`, the scopes, PKCE `S256` (listed, because MCP clients refuse a
          *     server that does not), the client authentication methods and RFC 9207 `iss` support.
-         *     Dynamic registration is offered; Client ID Metadata Documents are not (yet). Every URL
+         *     Clients identify themselves by a Client ID Metadata Document's URL or register
+         *     dynamically (RFC 7591). Every URL
          *     is derived from the configured `BASE_URL`. Public: needs no credential. Served with
          *     `Access-Control-Allow-Origin: *` and cacheable for an hour. Not org-scoped. Changes
          *     nothing.
@@ -9287,7 +9446,10 @@ export interface components {
         /**
          * @description What was done, `resource.action` in snake_case; the `x-audit` value of the operation that
          *     did it, or, for a change the service records on its own account while serving one (actor
-         *     `system`, such as `billing.updated`), the action that operation's description names.
+         *     `system`, such as `billing.updated`), the action that operation's description names. The
+         *     OAuth token and revocation endpoints record their MCP client's changes to its grant
+         *     (`oauth_grant.refreshed`, `oauth_grant.revoked`, actor `mcp_client`) in the MCP server's
+         *     organization.
          * @example team.member_added
          */
         AuditAction: string;
@@ -12322,8 +12484,9 @@ export interface components {
         /**
          * Format: uri
          * @description A redirect URI: `https`, or `http` on a loopback host (`localhost`, `127.0.0.1`, `[::1]`,
-         *     any port) for native clients, or a private-use scheme such as `vscode://`. No fragment.
-         *     Matched exactly (a loopback URI's port may differ, RFC 8252 §7.3).
+         *     any port) for native clients, or a private-use scheme such as `vscode://` or `cursor://`.
+         *     No fragment, no user information; `javascript:`, `data:`, `file:`, `blob:`, `about:` and
+         *     `vbscript:` are refused. Matched exactly (a loopback URI's port may differ, RFC 8252 §7.3).
          * @example http://127.0.0.1:33418/callback
          */
         McpOAuthRedirectUri: string;
@@ -12341,9 +12504,12 @@ export interface components {
         McpOAuthGrantType: "authorization_code" | "refresh_token";
         /**
          * @description Space-separated scopes (RFC 6749 §3.3): `mcp` (call the tools of the MCP server named by
-         *     `resource`), `offline_access` (receive a refresh token), and `openid`, `profile`, `email`
-         *     (read the user at `/oauth/userinfo`). Unknown scopes are refused with `invalid_scope`.
-         * @example mcp offline_access
+         *     `resource`), `openid` (an ID token, and the user at `/oauth/userinfo`), `profile`, `email`
+         *     (the user's name and email there), and `offline_access`, accepted and changing nothing: a
+         *     client registered for the `refresh_token` grant gets a refresh token whether or not it
+         *     asks (MCP clients ask for the scope of the 401's challenge, `mcp`). Unknown scopes are
+         *     refused with `invalid_scope`.
+         * @example mcp
          */
         McpOAuthScope: string;
         /**
@@ -12556,6 +12722,17 @@ export interface components {
             error_description: string;
         };
         /**
+         * @description A client's `client_id`: the `oac_…` id `/oauth/register` gave it, or the https URL of its
+         *     Client ID Metadata Document (draft-ietf-oauth-client-id-metadata-document; MCP 2025-11-25
+         *     and later), which this server fetches (public addresses only, at most 5 KiB, cached as
+         *     its HTTP caching headers say, between 5 minutes and a day). The document's `client_id`
+         *     must be that URL; its `redirect_uris` are the client's; such a client is public
+         *     (`token_endpoint_auth_method: none`).
+         * @example oac_01jg3b7f1dd3e7f1g5h9j3k7m1
+         * @example https://vscode.dev/oauth/client-metadata.json
+         */
+        McpOAuthClientIdentifier: string;
+        /**
          * Format: uri
          * @description The protected resource the token is for (RFC 8707): an MCP server's endpoint URL exactly as
          *     its protected-resource metadata names it, `{base_url}/mcp/{mcpId}`, without a trailing
@@ -12579,8 +12756,11 @@ export interface components {
              * @example oacd_T4bN8wL1zY6pH3dJ5sA0cE
              */
             code: string;
-            /** @description The same redirect URI the authorization request used. */
-            redirect_uri: components["schemas"]["McpOAuthRedirectUri"];
+            /**
+             * @description The same redirect URI the authorization request named; required when it named one
+             *     (RFC 6749 §4.1.3), and then compared exactly.
+             */
+            redirect_uri?: components["schemas"]["McpOAuthRedirectUri"];
             /**
              * @description The PKCE verifier whose S256 hash was the `code_challenge`.
              * @example dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk
@@ -12589,7 +12769,7 @@ export interface components {
             /** @description The MCP server the token is for; must be the one authorized. Taken from the authorization when left out. */
             resource?: components["schemas"]["McpOAuthResource"];
             /** @description The client's id; required unless the client authenticates with HTTP Basic. */
-            client_id?: components["schemas"]["OAuthClientId"];
+            client_id?: components["schemas"]["McpOAuthClientIdentifier"];
             /** @description The client secret, for `client_secret_post` clients only. */
             client_secret?: string;
         } & {
@@ -12598,7 +12778,10 @@ export interface components {
         /**
          * @description Exchange a refresh token for a new access token (RFC 6749 §6). The refresh token is
          *     rotated: the answer carries a new one and the old one stops working. Presenting a rotated
-         *     refresh token again revokes the whole grant (replay detection).
+         *     refresh token again within 60 seconds of its rotation (the same client's parallel
+         *     sessions racing one refresh) answers a fresh access token and the same successor refresh
+         *     token; later, it is a replay and revokes the whole grant (RFC 9700 §4.14.2), and the
+         *     answer is `invalid_grant`.
          */
         McpOAuthRefreshTokenGrant: {
             /**
@@ -12616,7 +12799,7 @@ export interface components {
             /** @description The MCP server the grant is for; must be the granted one. */
             resource?: components["schemas"]["McpOAuthResource"];
             /** @description The client's id; required unless the client authenticates with HTTP Basic. */
-            client_id?: components["schemas"]["OAuthClientId"];
+            client_id?: components["schemas"]["McpOAuthClientIdentifier"];
             /** @description The client secret, for `client_secret_post` clients only. */
             client_secret?: string;
         } & {
@@ -12632,14 +12815,15 @@ export interface components {
          *     `typ: at+jwt`) signed with a key of `/oauth/jwks`, whose `aud` is the `resource`, `sub`
          *     the consenting user, `client_id` the client and `scope` the granted scopes; it is also
          *     checked against revocation on every use, so treat it as opaque. `refresh_token` is
-         *     present when the granted scope includes `offline_access` and the client registered the
-         *     `refresh_token` grant.
+         *     present when the client registered the `refresh_token` grant (every Client ID Metadata
+         *     Document client, and registered clients by default), whether or not `offline_access` was
+         *     asked for. `id_token` is present when the granted scope includes `openid`.
          * @example {
          *       "access_token": "eyJhbGciOiJFUzI1NiIsInR5cCI6ImF0K2p3dCIsImtpZCI6ImsxIn0.eyJpc3MiOiJodHRwczovL2FwaS5tY3BjcC5leGFtcGxlIn0.c2ln",
          *       "token_type": "Bearer",
          *       "expires_in": 3600,
          *       "refresh_token": "mcprt_Hq7cY2pL9sD4fJk1mW8xV3bN6tR0zA5e",
-         *       "scope": "mcp offline_access"
+         *       "scope": "mcp"
          *     }
          */
         McpOAuthTokenResponse: {
@@ -12665,6 +12849,12 @@ export interface components {
             refresh_token?: string;
             /** @description The scopes granted, which may be fewer than asked for. */
             scope: components["schemas"]["McpOAuthScope"];
+            /**
+             * @description An OpenID Connect ID token (ES256, a key of `/oauth/jwks`): `iss`, `sub` (the same as
+             *     userinfo's), `aud` (the `client_id`), `exp`, `iat`, `auth_time`, and `nonce` when the
+             *     authorization request sent one. Only when the granted scope includes `openid`.
+             */
+            id_token?: string;
         };
         /**
          * @description A token endpoint error (RFC 6749 §5.2, RFC 8707 §2).
@@ -12712,7 +12902,7 @@ export interface components {
              */
             token_type_hint?: "access_token" | "refresh_token";
             /** @description The client's id; required unless the client authenticates with HTTP Basic. */
-            client_id?: components["schemas"]["OAuthClientId"];
+            client_id?: components["schemas"]["McpOAuthClientIdentifier"];
             /** @description The client secret, for `client_secret_post` clients only. */
             client_secret?: string;
         } & {
@@ -12754,10 +12944,10 @@ export interface components {
             /** @description The user's id, stable for the life of the account. */
             sub: components["schemas"]["UserId"];
             /**
-             * @description The user's display name, or null when not given.
+             * @description The user's display name; left out when they have none (OpenID Connect Core §5.3.2).
              * @example Ada Lovelace
              */
-            name?: string | null;
+            name?: string;
             /**
              * Format: email
              * @description The user's email address.
@@ -12789,6 +12979,79 @@ export interface components {
              * @example The access token expired.
              */
             error_description: string;
+        };
+        /**
+         * @description A pending authorization request (`oar_…`), waiting for the person's decision on the consent page for 10 minutes.
+         * @example oar_01jg3b7f1gg5h9j3k7m1n5p9r3
+         */
+        OAuthAuthorizationRequestId: string;
+        /** @description The person's answer on the consent page, posted by its form. */
+        McpOAuthConsentDecision: {
+            request: components["schemas"]["OAuthAuthorizationRequestId"];
+            /**
+             * @description `approve` grants the client what the page showed; `deny` sends it back with `access_denied`.
+             * @enum {string}
+             */
+            decision: "approve" | "deny";
+        };
+        /**
+         * @description An OAuth grant id (`ogr_…`): one person's consent to one MCP client for one MCP server.
+         * @example ogr_01jg3b7f1ff1g5h9j3k7m1n5p9
+         */
+        OAuthGrantId: string;
+        /** @description The client a grant was given to, as it describes itself (self-declared, not verified). */
+        McpOAuthGrantClient: {
+            client_id: components["schemas"]["McpOAuthClientIdentifier"];
+            /**
+             * @description The client's self-declared name (or its redirect host when it gave none).
+             * @example Claude Code
+             */
+            name: string;
+            /**
+             * @description `registered` through `/oauth/register`, or identified by its Client ID Metadata Document's URL.
+             * @enum {string}
+             */
+            kind: "registered" | "metadata_document";
+        };
+        /**
+         * @description One person's consent to one MCP client for one of their MCP servers, and the tokens that
+         *     came from it. Withdrawing it stops every access and refresh token issued under it at once.
+         * @example {
+         *       "id": "ogr_01jg3b7f1ff1g5h9j3k7m1n5p9",
+         *       "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+         *       "mcp_server_id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+         *       "client": {
+         *         "client_id": "oac_01jg3b7f1dd3e7f1g5h9j3k7m1",
+         *         "name": "Claude Code",
+         *         "kind": "registered"
+         *       },
+         *       "scope": "mcp",
+         *       "created_at": "2026-11-27T09:14:03Z",
+         *       "last_used_at": "2026-11-27T10:14:07Z",
+         *       "expires_at": "2027-02-25T09:14:03Z"
+         *     }
+         */
+        McpOAuthGrant: {
+            id: components["schemas"]["OAuthGrantId"];
+            /** @description The person who consented. */
+            user_id: components["schemas"]["UserId"];
+            /** @description The MCP server the tokens are for. */
+            mcp_server_id: components["schemas"]["McpServerId"];
+            client: components["schemas"]["McpOAuthGrantClient"];
+            /** @description The scopes granted. */
+            scope: components["schemas"]["McpOAuthScope"];
+            /** @description When the person consented. */
+            created_at: components["schemas"]["Timestamp"];
+            /** @description When a token of this grant was last issued or refreshed, or null. */
+            last_used_at: components["schemas"]["Timestamp"] | null;
+            /** @description When the grant's refresh tokens stop at the latest (90 days after consent), whatever their use. */
+            expires_at: components["schemas"]["Timestamp"];
+        };
+        /** @description A page of OAuth grants, newest first. */
+        McpOAuthGrantList: {
+            /** @description The grants on this page. */
+            data: components["schemas"]["McpOAuthGrant"][];
+            next_cursor: components["schemas"]["NextCursor"];
         };
         /**
          * @description Authorization-server metadata (RFC 8414 §2). `issuer` is `{base_url}` exactly (no trailing
@@ -12832,6 +13095,7 @@ export interface components {
          *         "client_secret_post"
          *       ],
          *       "authorization_response_iss_parameter_supported": true,
+         *       "client_id_metadata_document_supported": true,
          *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json"
          *     }
          */
@@ -12907,6 +13171,13 @@ export interface components {
              */
             authorization_response_iss_parameter_supported: true;
             /**
+             * @description A client may use the https URL of its Client ID Metadata Document as its `client_id`
+             *     instead of registering (draft-ietf-oauth-client-id-metadata-document; what MCP
+             *     2025-11-25 and later prefer).
+             * @enum {boolean}
+             */
+            client_id_metadata_document_supported: true;
+            /**
              * Format: uri
              * @description This API's description, for developers.
              * @example https://api.mcpcp.example/schema/openapi.json
@@ -12959,6 +13230,7 @@ export interface components {
          *         "client_secret_post"
          *       ],
          *       "authorization_response_iss_parameter_supported": true,
+         *       "client_id_metadata_document_supported": true,
          *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json",
          *       "subject_types_supported": [
          *         "public"
@@ -13052,6 +13324,13 @@ export interface components {
              */
             authorization_response_iss_parameter_supported: true;
             /**
+             * @description A client may use the https URL of its Client ID Metadata Document as its `client_id`
+             *     instead of registering (draft-ietf-oauth-client-id-metadata-document; what MCP
+             *     2025-11-25 and later prefer).
+             * @enum {boolean}
+             */
+            client_id_metadata_document_supported: true;
+            /**
              * Format: uri
              * @description This API's description, for developers.
              * @example https://api.mcpcp.example/schema/openapi.json
@@ -13087,8 +13366,7 @@ export interface components {
          *         "https://api.mcpcp.example"
          *       ],
          *       "scopes_supported": [
-         *         "mcp",
-         *         "offline_access"
+         *         "mcp"
          *       ],
          *       "bearer_methods_supported": [
          *         "header"
@@ -13112,10 +13390,10 @@ export interface components {
              */
             authorization_servers: string[];
             /**
-             * @description The scopes to ask for to use this resource.
+             * @description The scopes to ask for to use this resource: `mcp`. `offline_access` is not listed
+             *     (MCP 2026-07-28): refresh tokens come with the `refresh_token` grant, unasked.
              * @example [
-             *       "mcp",
-             *       "offline_access"
+             *       "mcp"
              *     ]
              */
             scopes_supported: string[];
@@ -25297,8 +25575,8 @@ export interface operations {
             query: {
                 /** @description Must be `code`; anything else is redirected back with `unsupported_response_type`. */
                 response_type?: string;
-                /** @description The client's id from `/oauth/register`. */
-                client_id: components["schemas"]["OAuthClientId"];
+                /** @description The client's id from `/oauth/register`, or its Client ID Metadata Document's https URL. */
+                client_id: components["schemas"]["McpOAuthClientIdentifier"];
                 /** @description One of the client's registered redirect URIs; may be left out only when the client registered exactly one. */
                 redirect_uri?: components["schemas"]["McpOAuthRedirectUri"];
                 /** @description The PKCE challenge, `BASE64URL(SHA256(code_verifier))`. Required; missing is redirected back with `invalid_request`. */
@@ -25307,8 +25585,16 @@ export interface operations {
                 code_challenge_method?: string;
                 /** @description An opaque value the client gets back unchanged, against CSRF. */
                 state?: string;
-                /** @description The scopes asked for; `mcp offline_access` when left out. */
+                /** @description The scopes asked for; `mcp` when left out. */
                 scope?: components["schemas"]["McpOAuthScope"];
+                /** @description With `openid`, a value the ID token carries back unchanged (OpenID Connect Core §3.1.2.1). */
+                nonce?: string;
+                /**
+                 * @description `consent` shows the consent page even when this client was granted the same before;
+                 *     `none` answers `login_required` or `consent_required` instead of showing a page;
+                 *     other values change nothing.
+                 */
+                prompt?: string;
                 /**
                  * @description The MCP server the tokens are for (RFC 8707), `{base_url}/mcp/{mcpId}`. Required;
                  *     missing, or not an MCP server of the signed-in person, is redirected back with
@@ -25371,7 +25657,7 @@ export interface operations {
                      *       "token_type": "Bearer",
                      *       "expires_in": 3600,
                      *       "refresh_token": "mcprt_Vb8nK3pQ6wT1yR9mZ4cX7dF2hJ5sL0aE",
-                     *       "scope": "mcp offline_access"
+                     *       "scope": "mcp"
                      *     }
                      */
                     "application/json": components["schemas"]["McpOAuthTokenResponse"];
@@ -25515,6 +25801,182 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    decideOAuthConsent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "request": "oar_01jg3b7f1gg5h9j3k7m1n5p9r3",
+                 *       "decision": "approve"
+                 *     }
+                 */
+                "application/x-www-form-urlencoded": components["schemas"]["McpOAuthConsentDecision"];
+            };
+        };
+        responses: {
+            /** @description Back to the client's redirect URI with the code, or with `access_denied`. */
+            303: {
+                headers: {
+                    /** @description The client's `redirect_uri` with `code`, `state` and `iss`, or `error=access_denied`, `state` and `iss`. */
+                    Location: string;
+                    "Cache-Control": components["headers"]["NoStore"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listMyOAuthGrants: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["PageCursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of grants. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpOAuthGrantList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    revokeMyOAuthGrant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The grant. */
+                grantId: components["schemas"]["OAuthGrantId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Withdrawn. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listOAuthGrants: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["PageCursor"];
+                /** @description Only this person's grants. */
+                user_id?: components["schemas"]["UserId"];
+                /** @description Only the grants on this MCP server. */
+                mcp_server_id?: components["schemas"]["McpServerId"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of grants. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpOAuthGrantList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    revokeOAuthGrant: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The grant. */
+                grantId: components["schemas"]["OAuthGrantId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Withdrawn. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getOAuthAuthorizationServerMetadata: {
         parameters: {
             query?: never;
@@ -25572,6 +26034,7 @@ export interface operations {
                      *         "client_secret_post"
                      *       ],
                      *       "authorization_response_iss_parameter_supported": true,
+                     *       "client_id_metadata_document_supported": true,
                      *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json"
                      *     }
                      */
@@ -25640,6 +26103,7 @@ export interface operations {
                      *         "client_secret_post"
                      *       ],
                      *       "authorization_response_iss_parameter_supported": true,
+                     *       "client_id_metadata_document_supported": true,
                      *       "service_documentation": "https://api.mcpcp.example/schema/openapi.json",
                      *       "subject_types_supported": [
                      *         "public"
@@ -25693,8 +26157,7 @@ export interface operations {
                      *         "https://api.mcpcp.example"
                      *       ],
                      *       "scopes_supported": [
-                     *         "mcp",
-                     *         "offline_access"
+                     *         "mcp"
                      *       ],
                      *       "bearer_methods_supported": [
                      *         "header"
@@ -25738,8 +26201,7 @@ export interface operations {
                      *         "https://api.mcpcp.example"
                      *       ],
                      *       "scopes_supported": [
-                     *         "mcp",
-                     *         "offline_access"
+                     *         "mcp"
                      *       ],
                      *       "bearer_methods_supported": [
                      *         "header"

@@ -115,6 +115,8 @@ function auditActor(caller: Caller | null): { actor_type: ActorType; actor_id: s
       return { actor_type: 'scim', actor_id: caller.tokenId, actor_user_id: null };
     case 'mcp_client':
       return { actor_type: 'mcp_client', actor_id: caller.clientId ?? caller.mcpServerId, actor_user_id: caller.userId };
+    case 'oauth_client':
+      return { actor_type: 'mcp_client', actor_id: caller.clientId, actor_user_id: null };
   }
 }
 

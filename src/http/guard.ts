@@ -133,7 +133,7 @@ function organizationFromHeader(req: Request, caller: Caller, deps: GuardDeps): 
   const found =
     caller.kind === 'session'
       ? deps.credentials.memberAccess(caller.userId, header, () => loadMemberAccess(db, caller.userId, header))
-      : caller.orgId === header
+      : caller.kind !== 'oauth_client' && caller.orgId === header
         ? caller.access
         : null;
   return chain(found, (org) => {
@@ -165,7 +165,11 @@ export function guard(meta: OperationMeta, req: Request, credential: PresentedCr
   if (meta.firstParty && (credential?.scheme !== 'cookie' || meta.security.length === 0)) refuseForeignPage(req, deps);
   return chain(authenticate(meta, req, credential, deps), (caller) => {
     const org: Maybe<OrgAccess | null> =
-      caller && meta.orgScoped ? organizationFromHeader(req, caller, deps) : caller && caller.kind !== 'session' ? caller.access : null;
+      caller && meta.orgScoped
+        ? organizationFromHeader(req, caller, deps)
+        : caller && caller.kind !== 'session' && caller.kind !== 'oauth_client'
+          ? caller.access
+          : null;
     return chain(org, (acting) => {
       if (meta.personOnly && caller && caller.kind !== 'session') throw requiresPerson();
       if (meta.permission && !acting?.permissions.has(meta.permission)) {

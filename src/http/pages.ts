@@ -20,7 +20,24 @@ export interface PageRequest {
  * then allows `script-src 'self'` and `connect-src 'self'`, still nothing inline or foreign.
  * `javascript`: the answer is such a script (an asset path registered as a page).
  */
-export type PageAnswer = { html: string; status?: number; scripts?: boolean } | { redirect: string } | { javascript: string };
+export type PageAnswer = { html: string; status?: number; scripts?: boolean; formTargets?: readonly string[] } | { redirect: string } | { javascript: string };
+
+/**
+ * The CSP `form-action` sources that let a page's form land where its answer redirects:
+ * browsers (Chrome) apply `form-action` to the redirects that follow a submit, so a consent
+ * form whose answer sends the browser back to an MCP client (`http://127.0.0.1:33418`,
+ * `cursor:`) must name it. Null for a target that cannot be named safely.
+ */
+export function formActionSource(target: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(target);
+  } catch {
+    return null;
+  }
+  if (url.protocol === 'http:' || url.protocol === 'https:') return url.origin;
+  return /^[a-z][a-z0-9+.-]*:$/.test(url.protocol) ? url.protocol : null;
+}
 
 /** The person a page's session cookie signs in, or null (no cookie, or one that ended). */
 export async function signedInPerson(request: PageRequest, deps: AppDeps): Promise<{ userId: string; email: string } | null> {
@@ -128,7 +145,10 @@ export function servePages(pages: ReadonlyMap<string, Page>, deps: AppDeps, sess
           res.end(req.method === 'HEAD' ? undefined : answer.javascript);
           return;
         }
-        res.writeHead(answer.status ?? 200, { ...(answer.scripts ? SCRIPT_PAGE_HEADERS : PAGE_HEADERS), 'Content-Type': 'text/html; charset=utf-8' });
+        const headers: Record<string, string> = { ...(answer.scripts ? SCRIPT_PAGE_HEADERS : PAGE_HEADERS), 'Content-Type': 'text/html; charset=utf-8' };
+        const targets = (answer.formTargets ?? []).map(formActionSource).filter((source): source is string => source !== null);
+        if (targets.length > 0) headers['Content-Security-Policy'] = headers['Content-Security-Policy']!.replace("form-action 'self'", `form-action 'self' ${targets.join(' ')}`);
+        res.writeHead(answer.status ?? 200, headers);
         res.end(req.method === 'HEAD' ? undefined : answer.html);
       },
       (err: unknown) => {

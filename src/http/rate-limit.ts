@@ -109,6 +109,8 @@ function callerKey(caller: Caller): string {
       return `session:${caller.sessionId}`;
     case 'mcp_client':
       return `mcp:${caller.mcpServerId}:${caller.clientId ?? 'token'}`;
+    case 'oauth_client':
+      return `oauth_client:${caller.clientId}`;
   }
 }
 

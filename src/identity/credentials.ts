@@ -59,9 +59,20 @@ export interface McpClientCaller {
   access: OrgAccess | null;
   /** When the credential stops working (the MCP server's `expires_at`, an access token's expiry), or null for never. */
   expiresAt?: Date | null;
+  /** An OAuth access token's granted scopes (an MCP server's own token has none: it may do what its minter may). */
+  scopes?: readonly string[];
+  /** The OAuth grant the access token was issued under. */
+  grantId?: string;
 }
 
-export type Caller = ApiTokenCaller | SessionCaller | ScimTokenCaller | McpClientCaller;
+/** A confidential OAuth client authenticated by its secret (HTTP Basic) at the token and revocation endpoints: acts for no person. */
+export interface OAuthClientCaller {
+  kind: 'oauth_client';
+  userId: null;
+  clientId: string;
+}
+
+export type Caller = ApiTokenCaller | SessionCaller | ScimTokenCaller | McpClientCaller | OAuthClientCaller;
 
 /** What a request presents, before any lookup: enough to choose a scheme and key rate limits without the database. */
 export interface PresentedCredential {

@@ -5,6 +5,7 @@ import type { RequestContext } from '../../http/context';
 import { refuseProblems } from '../../http/protocol';
 import type { ServerSentEvent } from '../../http/handler-types';
 import {
+  challenge,
   classify,
   errorResponse,
   HANDSHAKE_VERSIONS,
@@ -69,6 +70,14 @@ async function admit(ctx: Ctx, mcpId: string): Promise<Served | NotFound> {
   // not valid here, a 401 whose challenge names this server's metadata so that the client gets
   // one for it. Checked before the server is looked up, so it says nothing about this one.
   if (caller.mcpServerId !== mcpId) throw new ApiError('invalid_token', 'The token was issued for another MCP server; get a token for this one.');
+  // An OAuth token granted only other scopes (openid, profile, email) may not call tools: the
+  // scope challenge tells the client what to ask for (MCP authorization, scope step-up).
+  if (caller.via === 'oauth' && !(caller.scopes ?? []).includes('mcp')) {
+    const description = 'This access token was not granted the mcp scope; authorize again asking for it.';
+    throw new ApiError('insufficient_access', description, {
+      headers: { 'WWW-Authenticate': challenge(ctx.deps.config.baseUrl, mcpId, { code: 'insufficient_scope', description }) },
+    });
+  }
   const served = await ctx.deps.mcp.servedTools.get(ctx.deps, mcpId);
   if (!served.server) return raw(404, null, SERVER_ERROR, `Not Found: no MCP server ${mcpId}`, ctx.requestId);
   return served as Served;
