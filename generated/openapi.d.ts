@@ -4616,7 +4616,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/oauth/consent": {
+    "/oauth/consent/decision": {
         parameters: {
             query?: never;
             header?: never;

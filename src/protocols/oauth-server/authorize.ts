@@ -220,7 +220,7 @@ export const consentPage: Page = async (request, deps) => {
         <ul>
           ${scopes.map((s) => html`<li>${SCOPE_WORDS[s]!}</li>`)}
         </ul>
-        <form method="post" action="/oauth/consent">
+        <form method="post" action="/oauth/consent/decision">
           <input type="hidden" name="request" value="${pending.id}" />
           <button type="submit" name="decision" value="approve">Allow</button>
           <button type="submit" name="decision" value="deny">Deny</button>

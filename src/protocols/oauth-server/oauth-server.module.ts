@@ -14,7 +14,8 @@ const BEARER_REALM = 'mcp-control-plane';
 const USERINFO = new Set(['getOAuthUserInfo', 'postOAuthUserInfo']);
 const CLIENT_AUTHENTICATED = new Set(['issueOAuthToken', 'revokeOAuthToken']);
 
-const quoted = (text: string) => text.replace(/["\\]/g, "'");
+// A header value is visible ASCII (RFC 6750 §3's error_description), without the quote that ends it.
+const quoted = (text: string) => text.replace(/[\u2018\u2019]/g, "'").replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?');
 
 /**
  * The OAuth authorization server MCP clients use (`/oauth/*`): registration (RFC 7591) or a
