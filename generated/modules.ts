@@ -14,6 +14,7 @@ import invitesArea from '../src/areas/invites/invites.area';
 import membersArea from '../src/areas/members/members.area';
 import notificationDestinationsArea from '../src/areas/notification-destinations/notification-destinations.area';
 import oauthDiscoveryArea from '../src/areas/oauth-discovery/oauth-discovery.area';
+import oauthGrantsArea from '../src/areas/oauth-grants/oauth-grants.area';
 import orgDomainsArea from '../src/areas/org-domains/org-domains.area';
 import organizationsArea from '../src/areas/organizations/organizations.area';
 import permissionsArea from '../src/areas/permissions/permissions.area';
@@ -43,6 +44,7 @@ export const MODULES: readonly Module[] = [
   membersArea,
   notificationDestinationsArea,
   oauthDiscoveryArea,
+  oauthGrantsArea,
   orgDomainsArea,
   organizationsArea,
   permissionsArea,

@@ -4748,13 +4748,12 @@ export interface paths {
         /**
          * Withdraw a member's MCP client access
          * @description An administrator withdraws a grant on one of the organization's MCP servers: every
-         *     access and refresh token of it stops at once. Needs `member:manage`, and the grant's
-         *     person must be one the caller may manage (no higher role than the caller's own, as for
-         *     suspending them). Records `oauth_grant.revoked`.
+         *     access and refresh token of it stops at once. Needs `member:manage`; an Owner's grant
+         *     only an Owner may withdraw, as for suspending them. Records `oauth_grant.revoked`.
          *
          *     Errors: 400 `validation_failed`, `organization_header_required`; 401
          *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
-         *     `missing_permission`, `insufficient_access` (the person outranks the caller); 404
+         *     `missing_permission`, `permission_escalation` (the person is an Owner and the caller is not); 404
          *     `not_found`; 429 `rate_limited`.
          */
         delete: operations["revokeOAuthGrant"];

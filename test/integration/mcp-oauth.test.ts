@@ -358,3 +358,39 @@ describe('revocation and loss of access', () => {
     expect(refreshed.body.error).toBe('invalid_grant');
   });
 });
+
+describe('grants: what a person authorized, and what administrators see', () => {
+  it('lists the person’s grants and withdraws one: its tokens stop, and it is audited', async () => {
+    const p = await person();
+    const client = await register({ client_name: 'Claude Code' });
+    const issued = await tokens(client.client_id, p);
+    const mine = await t.as({ session: p.session }).op('listMyOAuthGrants', {});
+    expect(mine.status).toBe(200);
+    expect(mine.body.data).toEqual([expect.objectContaining({ mcp_server_id: p.server.id, scope: 'mcp', client: { client_id: client.client_id, name: 'Claude Code', kind: 'registered' } })]);
+    const grantId = mine.body.data[0]!.id;
+    const stranger = await person();
+    expectError(await t.as({ session: stranger.session }).op('revokeMyOAuthGrant', { params: { grantId } }), 404, 'not_found');
+    expect((await t.as({ session: p.session }).op('revokeMyOAuthGrant', { params: { grantId } })).status).toBe(204);
+    expect((await mcpInitialize(p.resource, issued.access_token)).status).toBe(401);
+    expect((await t.as({ session: p.session }).op('listMyOAuthGrants', {})).body.data).toEqual([]);
+    const entry = await t.db.selectFrom('audit_log').select(['action', 'actor_id']).where('target_id', '=', grantId).where('action', '=', 'oauth_grant.revoked').executeTakeFirst();
+    expect(entry).toEqual({ action: 'oauth_grant.revoked', actor_id: p.userId });
+  });
+
+  it('shows administrators the grants in their organization; an Owner’s only an Owner withdraws', async () => {
+    const p = await person();
+    const client = await register();
+    await tokens(client.client_id, p);
+    const admin = await t.factories.member(p.orgId, { roles: ['admin'] });
+    const adminToken = await t.factories.token(p.orgId, admin);
+    const listed = await t.as({ orgId: p.orgId, token: adminToken }).op('listOAuthGrants', { query: { user_id: p.userId } });
+    expect(listed.status).toBe(200);
+    expect(listed.body.data).toHaveLength(1);
+    const other = await person();
+    expect((await t.as({ orgId: other.orgId, token: other.token }).op('listOAuthGrants', {})).body.data).toEqual([]);
+    const grantId = listed.body.data[0]!.id;
+    expectError(await t.as({ orgId: other.orgId, token: other.token }).op('revokeOAuthGrant', { params: { grantId } }), 404, 'not_found');
+    expectError(await t.as({ orgId: p.orgId, token: adminToken }).op('revokeOAuthGrant', { params: { grantId } }), 403, 'permission_escalation');
+    expect((await t.as({ orgId: p.orgId, token: p.token }).op('revokeOAuthGrant', { params: { grantId } })).status).toBe(204);
+  });
+});

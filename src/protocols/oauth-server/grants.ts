@@ -3,7 +3,7 @@ import type { Executor } from '../../db/database';
 import { hashSecret, randomSecret, type SecretBox } from '../../lib/crypto';
 import { newId } from '../../lib/ids';
 import type { ClientInformation, OAuthClient } from './clients';
-import { signJwt, type SigningKeys } from './keys';
+import { signJwt, type SigningKey } from './keys';
 
 /** How long each thing lives. */
 export const ACCESS_TOKEN_SECONDS = 3600;
@@ -116,17 +116,18 @@ export interface Issuance {
 }
 
 /**
- * Signs an access token for the grant (RFC 9068; its `jti` is stored, and checked on every use),
+ * Signs (with a key read before the caller's transaction: one connection must not wait on
+ * another) an access token for the grant (RFC 9068; its `jti` is stored, and checked on every use),
  * a refresh token when the client may refresh (stored hashed), and an ID token when `openid`
  * was granted.
  */
 export async function issueTokens(
   db: Executor,
-  deps: { keys: SigningKeys; baseUrl: string },
+  deps: { key: SigningKey; baseUrl: string },
   issuance: Issuance,
   now = new Date(),
 ): Promise<TokenResponse> {
-  const key = await deps.keys.signing();
+  const { key } = deps;
   const jti = randomSecret('at').slice(3);
   const iat = Math.floor(now.getTime() / 1000);
   const exp = iat + ACCESS_TOKEN_SECONDS;

@@ -93,7 +93,8 @@ export async function issueToken(input: ProtocolInput<{ body: unknown }>, ctx: R
   return grantType === 'authorization_code' ? exchangeCode(form, client, ctx) : refresh(form, client, ctx);
 }
 
-const deps = (ctx: RequestContext) => ({ keys: signingKeysOf(ctx.deps), baseUrl: ctx.deps.config.baseUrl });
+/** What signing needs, read before any transaction (the embedded database has one connection). */
+const signer = async (ctx: RequestContext) => ({ key: await signingKeysOf(ctx.deps).signing(), baseUrl: ctx.deps.config.baseUrl });
 
 async function exchangeCode(form: Record<string, string | undefined>, client: OAuthClient, ctx: RequestContext) {
   if (!form.code) return oauthError('invalid_request', 'code is required.');
@@ -128,12 +129,13 @@ async function exchangeCode(form: Record<string, string | undefined>, client: OA
   }
   const standing = await grantStanding(ctx.db, code.grant_id, now);
   if (!standing.live) return oauthError('invalid_grant', standing.detail);
+  const signing = await signer(ctx);
   const tokens = await ctx.personalWrite(async (db) => {
     const used = await db.updateTable('oauth_codes').set({ used_at: now }).where('code_hash', '=', codeHash).where('used_at', 'is', null).executeTakeFirst();
     if (Number(used.numUpdatedRows) === 0) return null;
     return issueTokens(
       db,
-      deps(ctx),
+      signing,
       {
         grant: { id: code.grant_id, user_id: code.user_id, mcp_server_id: code.mcp_server_id },
         client,
@@ -173,6 +175,7 @@ async function refresh(form: Record<string, string | undefined>, client: OAuthCl
   const grant = { id: stored.grant_id, user_id: stored.user_id, mcp_server_id: stored.mcp_server_id };
   const scope = scopeString(requested);
 
+  const signing = await signer(ctx);
   const answer = await ctx.personalWrite(async (db) => {
     // Rotate: only one request can take the token (a conditional update); a racing one finds it rotated.
     const successor = mayRefresh(client.info) ? await newRefreshToken(db, stored.grant_id, stored.scope, stored.code_hash, now) : null;
@@ -184,14 +187,14 @@ async function refresh(form: Record<string, string | undefined>, client: OAuthCl
       .executeTakeFirst();
     if (Number(taken.numUpdatedRows) === 1) {
       await auditGrant(db, { orgId: stored.org_id, action: 'oauth_grant.refreshed', grantId: stored.grant_id, actor, trace }, now);
-      return issueTokens(db, deps(ctx), { grant, client, scope, codeHash: stored.code_hash, refreshToken: successor ? { reuse: successor } : 'none', idToken: null }, now);
+      return issueTokens(db, signing, { grant, client, scope, codeHash: stored.code_hash, refreshToken: successor ? { reuse: successor } : 'none', idToken: null }, now);
     }
     if (successor) await db.deleteFrom('oauth_refresh_tokens').where('token_hash', '=', hashSecret(successor)).execute();
     const rotated = await db.selectFrom('oauth_refresh_tokens').select(['rotated_at', 'successor_enc']).where('token_hash', '=', tokenHash).executeTakeFirst();
     if (rotated?.rotated_at && now.getTime() - rotated.rotated_at.getTime() <= REFRESH_GRACE_MS) {
       // The same client's parallel sessions racing one refresh: the successor they will all share.
       const shared = rotated.successor_enc ? ctx.deps.secrets.open(rotated.successor_enc, successorContext(tokenHash)) : null;
-      return issueTokens(db, deps(ctx), { grant, client, scope, codeHash: stored.code_hash, refreshToken: shared ? { reuse: shared } : 'none', idToken: null }, now);
+      return issueTokens(db, signing, { grant, client, scope, codeHash: stored.code_hash, refreshToken: shared ? { reuse: shared } : 'none', idToken: null }, now);
     }
     // Presented again after the window: whoever holds it is not the client that rotated it (RFC 9700 §4.14.2).
     if (await revokeGrant(db, stored.grant_id, now)) {
