@@ -394,3 +394,41 @@ describe('grants: what a person authorized, and what administrators see', () => 
     expect((await t.as({ orgId: p.orgId, token: p.token }).op('revokeOAuthGrant', { params: { grantId } })).status).toBe(204);
   });
 });
+
+describe('Client ID Metadata Documents', () => {
+  async function serveDocument(document: (url: string) => unknown) {
+    const { createServer } = await import('node:http');
+    const server = createServer((req, res) => {
+      const url = `http://127.0.0.1:${(server.address() as { port: number }).port}${req.url}`;
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=600' });
+      res.end(JSON.stringify(document(url)));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}/client.json`, close: () => new Promise((r) => server.close(r)) };
+  }
+
+  it('takes a client by its metadata document’s URL: fetched, checked, public, with refresh', async () => {
+    const doc = await serveDocument((url) => ({ client_id: url, client_name: 'Doc client', redirect_uris: [REDIRECT], token_endpoint_auth_method: 'none' }));
+    try {
+      const p = await person();
+      const issued = await tokens(doc.url, p);
+      expect(issued.refresh_token).toMatch(/^mcprt_/);
+      expect((await mcpInitialize(p.resource, issued.access_token)).status).toBe(200);
+      const grants = await t.as({ session: p.session }).op('listMyOAuthGrants', {});
+      expect(grants.body.data[0]!.client).toEqual({ client_id: doc.url, name: 'Doc client', kind: 'metadata_document' });
+    } finally {
+      await doc.close();
+    }
+  });
+
+  it('refuses a document whose client_id is not its URL, and a document on a private address, without redirecting', async () => {
+    const doc = await serveDocument(() => ({ client_id: 'https://someone-else.example/client.json', redirect_uris: [REDIRECT] }));
+    try {
+      const p = await person();
+      expectError(await t.call('GET', authorizeUrl(doc.url, p, pkce().challenge), undefined, { session: p.session }), 400, 'validation_failed');
+      expectError(await t.call('GET', authorizeUrl('http://10.1.2.3/client.json', p, pkce().challenge), undefined, { session: p.session }), 400, 'validation_failed');
+    } finally {
+      await doc.close();
+    }
+  });
+});

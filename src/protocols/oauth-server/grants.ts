@@ -224,3 +224,44 @@ export async function auditGrant(
     })
     .execute();
 }
+
+/** Registrations never used to complete an authorization are deleted after this long. */
+export const UNUSED_CLIENT_MS = 30 * 24 * 3600_000;
+const SWEEP_BATCH = 200;
+
+/**
+ * Deletes a bounded batch of what can no longer be used: expired authorization requests,
+ * codes and access tokens, refresh tokens past their life, grants withdrawn or expired a day
+ * ago (their tokens go with them), and registrations never used within 30 days. Run
+ * opportunistically by the endpoints that add rows, so the tables stay the size of what is
+ * live without a scheduler.
+ */
+export async function sweepExpired(db: Executor, now = new Date()): Promise<void> {
+  const dayAgo = new Date(now.getTime() - 24 * 3600_000);
+  await db.deleteFrom('oauth_authorization_requests').where('id', 'in', (eb) => eb.selectFrom('oauth_authorization_requests').select('id').where('expires_at', '<', now).limit(SWEEP_BATCH)).execute();
+  await db.deleteFrom('oauth_codes').where('code_hash', 'in', (eb) => eb.selectFrom('oauth_codes').select('code_hash').where('expires_at', '<', dayAgo).limit(SWEEP_BATCH)).execute();
+  await db.deleteFrom('oauth_access_tokens').where('jti', 'in', (eb) => eb.selectFrom('oauth_access_tokens').select('jti').where('expires_at', '<', dayAgo).limit(SWEEP_BATCH)).execute();
+  await db.deleteFrom('oauth_refresh_tokens').where('token_hash', 'in', (eb) => eb.selectFrom('oauth_refresh_tokens').select('token_hash').where('expires_at', '<', now).limit(SWEEP_BATCH)).execute();
+  await db
+    .deleteFrom('oauth_grants')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('oauth_grants')
+        .select('id')
+        .where((w) => w.or([w('revoked_at', '<', dayAgo), w('expires_at', '<', dayAgo)]))
+        .limit(SWEEP_BATCH),
+    )
+    .execute();
+  await db
+    .deleteFrom('oauth_clients')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('oauth_clients')
+        .select('id')
+        .where('kind', '=', 'registered')
+        .where('last_authorized_at', 'is', null)
+        .where('created_at', '<', new Date(now.getTime() - UNUSED_CLIENT_MS))
+        .limit(SWEEP_BATCH),
+    )
+    .execute();
+}

@@ -6,6 +6,7 @@ import { newId } from '../../lib/ids';
 import { oauthAccessTokenAuthenticator, oauthClientAuthenticator } from './authenticators';
 import { consentPage, decideConsent, startAuthorization } from './authorize';
 import { clientInformation, type ClientInformation } from './clients';
+import { sweepExpired } from './grants';
 import { issueToken, revokeToken } from './token';
 
 /** Registrations one address may make per hour (open registration is a known abuse target). */
@@ -55,6 +56,7 @@ export default defineModule({
           throw new ApiError('rate_limited', `At most ${REGISTRATIONS_PER_ADDRESS_PER_HOUR} client registrations an hour from one address.`, { headers: { 'Retry-After': '3600' } });
         }
       }
+      await sweepExpired(ctx.db);
       const id = newId('oauthClient');
       const secret = info.token_endpoint_auth_method === 'none' ? null : randomSecret('ocs');
       const now = new Date();

@@ -16,6 +16,7 @@ import {
   scopesOf,
   scopeString,
   sealSuccessor,
+  sweepExpired,
   successorContext,
 } from './grants';
 import { signingKeysOf, verifiedJwt } from './keys';
@@ -90,6 +91,7 @@ export async function issueToken(input: ProtocolInput<{ body: unknown }>, ctx: R
   const client = await requestingClient(ctx, form);
   if ('status' in client) return client;
   if (!client.info.grant_types.includes(grantType)) return oauthError('unauthorized_client', `The client did not register the ${grantType} grant.`);
+  await sweepExpired(ctx.db);
   return grantType === 'authorization_code' ? exchangeCode(form, client, ctx) : refresh(form, client, ctx);
 }
 
