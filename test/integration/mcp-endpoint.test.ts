@@ -532,7 +532,7 @@ describe('the transport, raw', () => {
     expect(await doc.json()).toEqual({
       resource: `${t.deps.config.baseUrl}/mcp/${serverA.id}`,
       authorization_servers: [t.deps.config.baseUrl],
-      scopes_supported: ['mcp', 'offline_access'],
+      scopes_supported: ['mcp'],
       bearer_methods_supported: ['header'],
       resource_name: 'MCP control plane',
       resource_documentation: `${t.deps.config.baseUrl}/schema/openapi.json`,
