@@ -4646,7 +4646,8 @@ export interface paths {
          *     Errors: 400 `validation_failed`; 401 `unauthenticated`, `invalid_token`; 403
          *     `requires_person`, `insufficient_access` (posted by another site), `not_a_member`;
          *     404 `not_found` (no pending request of the caller's with that id: unknown, decided,
-         *     expired, another person's); 429 `rate_limited`.
+         *     expired, another person's); 413 `payload_too_large`; 415 `unsupported_media_type`;
+         *     429 `rate_limited`.
          */
         post: operations["decideOAuthConsent"];
         delete?: never;
@@ -25834,6 +25835,8 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -25859,6 +25862,27 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "ogr_01jg3b7f1ff1g5h9j3k7m1n5p9",
+                     *           "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "mcp_server_id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "client": {
+                     *             "client_id": "oac_01jg3b7f1dd3e7f1g5h9j3k7m1",
+                     *             "name": "Claude Code",
+                     *             "kind": "registered"
+                     *           },
+                     *           "scope": "mcp",
+                     *           "created_at": "2026-11-27T09:14:03.000Z",
+                     *           "last_used_at": "2026-11-27T10:14:07.000Z",
+                     *           "expires_at": "2027-02-25T09:14:03.000Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["McpOAuthGrantList"];
                 };
             };
@@ -25930,6 +25954,27 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "ogr_01jg3b7f1ff1g5h9j3k7m1n5p9",
+                     *           "user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "mcp_server_id": "mcp_01jg3b7f11q5r9s3t7v1w5x9y3",
+                     *           "client": {
+                     *             "client_id": "oac_01jg3b7f1dd3e7f1g5h9j3k7m1",
+                     *             "name": "Claude Code",
+                     *             "kind": "registered"
+                     *           },
+                     *           "scope": "mcp",
+                     *           "created_at": "2026-11-27T09:14:03.000Z",
+                     *           "last_used_at": "2026-11-27T10:14:07.000Z",
+                     *           "expires_at": "2027-02-25T09:14:03.000Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["McpOAuthGrantList"];
                 };
             };

@@ -69,8 +69,12 @@ function rowOf(id: string, meta: OperationMeta): Row {
 const built = Object.entries(operations)
   .filter(([id, meta]) => !registry.notImplemented.has(id) && !meta.engine && meta.security.length > 0)
   .map(([id, meta]) => rowOf(id, meta));
-/** Operations the shared credentials can call (protocol schemes are their areas' to test). */
-const callable = built.filter((r) => r.meta.security.includes('apiToken') || r.meta.security.includes('session'));
+/**
+ * Operations the shared credentials can call (protocol schemes are their areas' to test, and so
+ * are protocol operations a session may call, such as the OAuth authorization endpoint: they
+ * answer in their protocol's form).
+ */
+const callable = built.filter((r) => !r.meta.protocol && (r.meta.security.includes('apiToken') || r.meta.security.includes('session')));
 /** A describe block per operation; none at all while no built operation qualifies (Jest refuses an empty table). */
 function forEach(rows: Row[], title: string, body: (row: Row) => void): void {
   if (rows.length > 0) describe.each(rows.map((r) => [r.id, r] as const))(title, (_id, row) => body(row));
