@@ -29,7 +29,10 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('max_file_bytes', 'bigint', (c) => c.notNull().check(sql`max_file_bytes > 0`))
     .addColumn('max_files', 'integer', (c) => c.notNull().check(sql`max_files between 1 and 100`))
     .addColumn('status', 'text', (c) =>
-      c.notNull().defaultTo('open').check(sql`status in ('open', 'confirmed', 'expired', 'cancelled', 'declined')`),
+      c
+        .notNull()
+        .defaultTo('open')
+        .check(sql`status in ('open', 'confirmed', 'expired', 'cancelled', 'declined')`),
     )
     .addColumn('expires_at', 'timestamptz', (c) => c.notNull())
     .addColumn('confirmed_at', 'timestamptz')
