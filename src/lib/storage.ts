@@ -67,14 +67,15 @@ function checkKey(key: string): void {
 /** Counts and hashes the bytes going through. */
 class Digesting extends Transform {
   private readonly hash = createHash('sha256');
-  size = 0;
+  // Not `size`: lib-storage reads a body's `size` as its length.
+  private counted = 0;
   override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
-    this.size += chunk.length;
+    this.counted += chunk.length;
     this.hash.update(chunk);
     done(null, chunk);
   }
   result(): StoredBytes {
-    return { size: this.size, sha256: this.hash.digest('hex') };
+    return { size: this.counted, sha256: this.hash.digest('hex') };
   }
 }
 
@@ -83,15 +84,20 @@ class Digesting extends Transform {
  * that a failed store reports why the bytes were refused (413, a size mismatch) rather than
  * how the writer noticed (a closed stream, an aborted request).
  */
-function digest(source: Readable): { through: Digesting; sourceError: () => unknown } {
+function digest(source: Readable): { through: Digesting; sourceError: () => unknown; aborted: AbortSignal } {
   const through = new Digesting();
+  const abort = new AbortController();
   let failed: unknown;
-  source.once('error', (err) => {
+  source.on('error', (err) => {
     failed ??= err;
+    // A writer that reads `through` (an HTTP request body) may not notice it ending early: told here.
+    abort.abort(err);
     through.destroy(err);
   });
+  // The source's error is the one reported (sourceError); the writer learns of it by the abort or its own pipe.
+  through.on('error', () => undefined);
   source.pipe(through);
-  return { through, sourceError: () => failed };
+  return { through, sourceError: () => failed, aborted: abort.signal };
 }
 
 /**
@@ -122,14 +128,18 @@ export class DiskStorage implements Storage {
   }
 
   async putStream(key: string, source: Readable): Promise<StoredBytes> {
-    const { path, temporary } = await this.temporary(key);
+    // Listening before anything is awaited: a source that fails meanwhile is heard.
     const { through, sourceError } = digest(source);
+    let temporary: string | null = null;
     try {
+      const place = await this.temporary(key);
+      temporary = place.temporary;
+      const path = place.path;
       await pipeline(through, createWriteStream(temporary, { mode: 0o600 }));
       await rename(temporary, path);
       return through.result();
     } catch (err) {
-      await rm(temporary, { force: true });
+      if (temporary) await rm(temporary, { force: true });
       throw sourceError() ?? err;
     }
   }
@@ -152,7 +162,7 @@ export class DiskStorage implements Storage {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
       throw err;
     }
-    return createReadStream('', { fd: handle.fd, autoClose: true, highWaterMark: 64 * 1024 });
+    return createReadStream('', { fd: handle, autoClose: true, highWaterMark: 64 * 1024 });
   }
 
   async delete(key: string): Promise<void> {
@@ -208,14 +218,20 @@ export class S3Storage implements Storage {
 
   async putStream(key: string, source: Readable, options: { size?: number } = {}): Promise<StoredBytes> {
     const objectKey = this.key(key);
-    const { through, sourceError } = digest(source);
+    const { through, sourceError, aborted } = digest(source);
     try {
       if (options.size !== undefined) {
-        await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: objectKey, Body: through, ContentLength: options.size }));
+        await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: objectKey, Body: through, ContentLength: options.size }), {
+          abortSignal: aborted,
+        });
       } else {
-        await new Upload({ client: this.client, params: { Bucket: this.bucket, Key: objectKey, Body: through }, queueSize: 1, partSize: PART_BYTES }).done();
+        const upload = new Upload({ client: this.client, params: { Bucket: this.bucket, Key: objectKey, Body: through }, queueSize: 1, partSize: PART_BYTES });
+        aborted.addEventListener('abort', () => void upload.abort().catch(() => undefined));
+        await upload.done();
       }
     } catch (err) {
+      // Not every S3-compatible server drops a PUT whose body stopped short.
+      await this.delete(key).catch(() => undefined);
       throw sourceError() ?? err;
     }
     // A source that failed after its last byte was sent: what was stored is not what was meant.

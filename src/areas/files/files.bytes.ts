@@ -79,19 +79,27 @@ export class Intake extends Transform {
   }
 }
 
+/** `source` piped into `intake`, its errors (an aborted request, 413 from the body reader) passed on rather than lost. */
+export function checked(source: Readable, intake: Intake): Intake {
+  source.on('error', (err) => intake.destroy(err));
+  return source.pipe(intake);
+}
+
 /**
  * Stores bytes under a new key, noting the key first (due after FILE_ORPHAN_GRACE_SECONDS)
  * so that it is swept if no transaction ever records it; the recording transaction calls
- * `recorded`. A failure deletes what was stored and rethrows the source's error.
+ * `recorded`. A failure deletes what was stored and rethrows the source's error. `source`
+ * is called once storage is ready to read it.
  */
-export async function storeBytes(deps: AppDeps, key: string, source: Readable, size?: number): Promise<StoredBytes> {
+export async function storeBytes(deps: AppDeps, key: string, source: () => Readable, size?: number): Promise<StoredBytes> {
   const grace = deps.config.files.orphanGraceSeconds;
   await deps.db
     .insertInto('storage_sweeps')
     .values({ key, delete_after: sql<Date>`now() + make_interval(secs => ${grace})` })
     .execute();
   try {
-    return await storageOf(deps.config).putStream(key, source, size === undefined ? {} : { size });
+    // Opened only now: a stream that flows before storage listens would fail unheard.
+    return await storageOf(deps.config).putStream(key, source(), size === undefined ? {} : { size });
   } catch (err) {
     await forget(deps, [key]);
     throw err;

@@ -9,7 +9,7 @@ import type { UploadedFile } from '../../http/handler-types';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { storageOf } from '../../lib/storage';
-import { collect, fileKey, Intake, recorded, storeBytes } from './files.bytes';
+import { checked, collect, fileKey, Intake, recorded, storeBytes } from './files.bytes';
 import * as repo from './files.repo';
 
 type ToolFile = components['schemas']['ToolFile'];
@@ -114,7 +114,7 @@ export async function upload(ctx: RequestContext, body: { file: UploadedFile; na
   await requireRoom(ctx.db, ctx.orgId, size);
   const id = newId('file');
   const key = fileKey(ctx.orgId, id);
-  const stored = await storeBytes(ctx.deps, key, body.file.open().pipe(new Intake({ exact: size })), size);
+  const stored = await storeBytes(ctx.deps, key, () => checked(body.file.open(), new Intake({ exact: size })), size);
   try {
     const row = await ctx.write(async (w) => {
       await requireRoom(w.db, ctx.orgId, stored.size);

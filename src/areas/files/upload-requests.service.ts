@@ -6,7 +6,7 @@ import type { UploadStream } from '../../http/handler-types';
 import { newId } from '../../lib/ids';
 import { inRange } from '../../lib/sniff';
 import { storageOf } from '../../lib/storage';
-import { collect, fileKey, Intake, recorded, storeBytes } from './files.bytes';
+import { checked, collect, fileKey, Intake, recorded, storeBytes } from './files.bytes';
 import * as repo from './files.repo';
 import { requireRoom, validName } from './files.service';
 
@@ -243,7 +243,7 @@ export async function put(ctx: RequestContext, id: string, fileId: string, body:
     throw new ApiError('file_size_mismatch', `The body is ${body.declaredLength} bytes; file ${fileId} was reserved for exactly ${size}.`);
   }
   const key = fileKey(ctx.orgId, fileId);
-  const stored = await storeBytes(ctx.deps, key, body.pipe(new Intake({ exact: size, accepted: request.accepted_content_types })), size);
+  const stored = await storeBytes(ctx.deps, key, () => checked(body, new Intake({ exact: size, accepted: request.accepted_content_types })), size);
   let replaced: string | null = null;
   try {
     const row = await ctx.write(async (w) => {
