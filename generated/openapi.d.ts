@@ -5199,8 +5199,9 @@ export interface paths {
          *     next (`PUT`). Only the assignee may call it; the operation declares no permission
          *     because the upload request grants exactly this to that person (see
          *     `getUploadRequest`). The declared size counts against the plan limit
-         *     `file_storage_bytes`. Records the audit action `upload_request.file_reserved`; emits
-         *     no event.
+         *     `file_storage_bytes`; a place whose bytes have not arrived within a day (the
+         *     operator's `FILE_RESERVATION_TTL_SECONDS`) is removed. Records the audit action
+         *     `upload_request.file_reserved`; emits no event.
          *
          *     Errors: 400 `validation_failed` (a media type the request does not accept, a size
          *     above its `max_file_bytes`), `organization_header_required`; 401 `unauthenticated`,

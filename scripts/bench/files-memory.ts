@@ -6,7 +6,7 @@
 //
 // The client streams too (bytes generated a 64 KiB block at a time, the download hashed as
 // it arrives), so what grows is the server's. The heap, external memory and RSS are sampled
-// every 20 ms during each transfer, each time after a full GC when --expose-gc is given (so
+// every 100 ms during each transfer, each time after a full GC when --expose-gc is given (so
 // the figure is what the transfer holds live, not garbage a GC has not reached yet); the
 // figure is the peak above the level just before it. A 1 MiB round runs first, unreported,
 // so that loading and compiling the code paths is not counted. The S3-compatible server (s3rver) runs in a child
@@ -92,7 +92,7 @@ async function sampled(transfer: () => Promise<void>): Promise<Peak> {
     peak.external = Math.max(peak.external, now.external - start.external);
     peak.rss = Math.max(peak.rss, now.rss - start.rss);
   };
-  const timer = setInterval(sample, 20);
+  const timer = setInterval(sample, 100);
   try {
     await transfer();
   } finally {
