@@ -513,6 +513,12 @@ export interface SocialIdentities {
   user_id: string;
 }
 
+export interface StorageSweeps {
+  created_at: Generated<Timestamp>;
+  delete_after: Timestamp;
+  key: string;
+}
+
 export interface SyntheticTools {
   created_at: Generated<Timestamp>;
   created_by_user_id: string | null;
@@ -592,6 +598,40 @@ export interface ToolCallRecords {
   upstream_tool: string | null;
   user_id: string;
   user_toolbox_id: string | null;
+}
+
+export interface ToolFiles {
+  content_type: string;
+  created_at: Generated<Timestamp>;
+  id: string;
+  name: string;
+  org_id: string;
+  owner_user_id: string;
+  sha256: string | null;
+  size_bytes: number;
+  source: "uploaded" | "upload_request" | "tool_output";
+  state: "reserved" | "uploaded" | "stored";
+  storage_key: string | null;
+  updated_at: Generated<Timestamp>;
+  upload_request_id: string | null;
+  uploaded_at: Timestamp | null;
+}
+
+export interface UploadRequests {
+  accepted_content_types: Generated<Json>;
+  assignee_email: string;
+  assignee_user_id: string;
+  confirmed_at: Timestamp | null;
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  id: string;
+  max_file_bytes: number;
+  max_files: number;
+  message: string | null;
+  org_id: string;
+  requester_user_id: string;
+  status: Generated<"open" | "confirmed" | "expired" | "cancelled" | "declined">;
+  updated_at: Generated<Timestamp>;
 }
 
 export interface Users {
@@ -679,13 +719,16 @@ export interface DB {
   settings: Settings;
   shares: Shares;
   social_identities: SocialIdentities;
+  storage_sweeps: StorageSweeps;
   synthetic_tools: SyntheticTools;
   team_members: TeamMembers;
   teams: Teams;
   templates: Templates;
   tool_call_records: ToolCallRecords;
+  tool_files: ToolFiles;
   toolbox_entries: ToolboxEntries;
   toolboxes: Toolboxes;
+  upload_requests: UploadRequests;
   user_toolbox_bindings: UserToolboxBindings;
   user_toolboxes: UserToolboxes;
   users: Users;

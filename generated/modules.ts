@@ -9,6 +9,7 @@ import connectorsArea from '../src/areas/connectors/connectors.area';
 import customConnectorsArea from '../src/areas/connectors/custom-connectors.area';
 import currentUserArea from '../src/areas/current-user/current-user.area';
 import entitlementsArea from '../src/areas/entitlements/entitlements.area';
+import filesArea from '../src/areas/files/files.area';
 import healthArea from '../src/areas/health/health.area';
 import invitesArea from '../src/areas/invites/invites.area';
 import membersArea from '../src/areas/members/members.area';
@@ -39,6 +40,7 @@ export const MODULES: readonly Module[] = [
   customConnectorsArea,
   currentUserArea,
   entitlementsArea,
+  filesArea,
   healthArea,
   invitesArea,
   membersArea,

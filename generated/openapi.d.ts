@@ -5358,8 +5358,9 @@ export interface paths {
          *     next (`PUT`). Only the assignee may call it; the operation declares no permission
          *     because the upload request grants exactly this to that person (see
          *     `getUploadRequest`). The declared size counts against the plan limit
-         *     `file_storage_bytes`. Records the audit action `upload_request.file_reserved`; emits
-         *     no event.
+         *     `file_storage_bytes`; a place whose bytes have not arrived within a day (the
+         *     operator's `FILE_RESERVATION_TTL_SECONDS`) is removed. Records the audit action
+         *     `upload_request.file_reserved`; emits no event.
          *
          *     Errors: 400 `validation_failed` (a media type the request does not accept, a size
          *     above its `max_file_bytes`), `organization_header_required`; 401 `unauthenticated`,
@@ -5403,11 +5404,14 @@ export interface paths {
          *     generated clients simple). Exactly `size_bytes` bytes must arrive: more is refused
          *     with 413 as soon as the excess arrives, fewer with 400 `file_size_mismatch`; either
          *     way nothing is kept. The server computes the SHA-256 and the file becomes `uploaded`.
+         *     The declared media type is not trusted: when the request accepts only some types and
+         *     the bytes are recognisably of another (a PNG sent for `application/pdf`, an HTML page
+         *     for `image/*`), they are refused with 400 `file_type_mismatch` and nothing is kept.
          *     Sending again while the request is open replaces the bytes (PUT is idempotent). Only
          *     the assignee may call it (see `getUploadRequest` for why no permission is declared).
          *     Records the audit action `upload_request.file_uploaded`; emits no event.
          *
-         *     Errors: 400 `validation_failed`, `file_size_mismatch`,
+         *     Errors: 400 `validation_failed`, `file_size_mismatch`, `file_type_mismatch`,
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `insufficient_access` (not the assignee); 404
          *     `not_found` (also a file id not staged in this request); 409 `invalid_transition`
@@ -5472,6 +5476,87 @@ export interface paths {
          *     429 `rate_limited`.
          */
         post: operations["confirmUploadRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/upload-request/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Withdraw an upload request
+         * @description The requester withdraws an open upload request: it becomes `cancelled`, the assignee
+         *     can no longer add or send files, and every staged file is removed with its bytes (its
+         *     place no longer counts against `file_storage_bytes`). Only the requester may call it;
+         *     like `getUploadRequest`, the operation declares no permission because the request is
+         *     what ties that person to it. Takes no body. Records the audit action
+         *     `upload_request.cancelled`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `insufficient_access` (the assignee, who declines instead); 404 `not_found` (also
+         *     when the caller is neither requester nor assignee); 409 `invalid_transition` (the
+         *     request is not open); 429 `rate_limited`.
+         */
+        post: operations["cancelUploadRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/file/upload-request/{id}/decline": {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Decline an upload request
+         * @description The assignee declines an open upload request (they do not have the files, or should
+         *     not send them): it becomes `declined`, every staged file is removed with its bytes,
+         *     and the requester is told by email. Only the assignee may call it (see
+         *     `getUploadRequest` for why no permission is declared). Takes no body. Records the
+         *     audit action `upload_request.declined`; emits no event.
+         *
+         *     Errors: 400 `validation_failed`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`,
+         *     `insufficient_access` (the requester, who cancels instead); 404 `not_found` (also
+         *     when the caller is neither requester nor assignee); 409 `invalid_transition` (the
+         *     request is not open); 429 `rate_limited`.
+         */
+        post: operations["declineUploadRequest"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6773,7 +6858,7 @@ export interface components {
          *     codes may be added, so clients should treat unknown codes by their HTTP status.
          * @enum {string}
          */
-        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "domain_not_allowed" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "permission_escalation" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "system_role_immutable" | "role_in_use" | "team_in_use" | "already_member" | "invite_pending" | "domain_taken" | "domain_in_use" | "subscription_active" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable" | "payment_provider_unavailable";
+        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "file_type_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "domain_not_allowed" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "permission_escalation" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "system_role_immutable" | "role_in_use" | "team_in_use" | "already_member" | "invite_pending" | "domain_taken" | "domain_in_use" | "subscription_active" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable" | "payment_provider_unavailable";
         /** @description One problem with one part of a request. */
         ValidationProblem: {
             in: components["schemas"]["ValidationProblemLocation"];
@@ -14023,11 +14108,13 @@ export interface components {
         /**
          * @description `open`: the assignee may reserve places, send bytes and remove files; `confirmed`: the
          *     assignee confirmed and the files are tool files of the requester; `expired`:
-         *     `expires_at` passed while open (staged bytes are deleted); `cancelled`: the requester or
-         *     the assignee stopped being an active member while it was open.
+         *     `expires_at` passed while open (staged bytes are deleted); `cancelled`: the requester
+         *     withdrew it (`POST …/cancel`), or the requester or the assignee stopped being an active
+         *     member while it was open; `declined`: the assignee declined it (`POST …/decline`).
+         *     Staged files are deleted with their bytes in every state but `open` and `confirmed`.
          * @enum {string}
          */
-        UploadRequestStatus: "open" | "confirmed" | "expired" | "cancelled";
+        UploadRequestStatus: "open" | "confirmed" | "expired" | "cancelled" | "declined";
         /**
          * @description `reserved`: a place is held but no bytes arrived yet; `uploaded`: the bytes arrived and were checked.
          * @enum {string}
@@ -27423,6 +27510,122 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    cancelUploadRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The upload request as it now is, `cancelled`, without files. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+                     *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "assignee_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *       "assignee_email": "grace@acme.example",
+                     *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+                     *       "accepted_content_types": [
+                     *         "application/pdf"
+                     *       ],
+                     *       "max_file_bytes": 10485760,
+                     *       "max_files": 5,
+                     *       "status": "cancelled",
+                     *       "files": [],
+                     *       "expires_at": "2026-11-27T14:00:00.000Z",
+                     *       "confirmed_at": null,
+                     *       "created_at": "2026-11-20T14:00:00.000Z",
+                     *       "updated_at": "2026-11-21T09:12:40.511Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    declineUploadRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path: {
+                /** @description The upload request's id. */
+                id: components["schemas"]["UploadRequestId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The upload request as it now is, `declined`, without files. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+                     *       "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *       "assignee_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *       "assignee_email": "grace@acme.example",
+                     *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+                     *       "accepted_content_types": [
+                     *         "application/pdf"
+                     *       ],
+                     *       "max_file_bytes": 10485760,
+                     *       "max_files": 5,
+                     *       "status": "declined",
+                     *       "files": [],
+                     *       "expires_at": "2026-11-27T14:00:00.000Z",
+                     *       "confirmed_at": null,
+                     *       "created_at": "2026-11-20T14:00:00.000Z",
+                     *       "updated_at": "2026-11-21T09:12:40.511Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequest"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getFile: {
         parameters: {
             query?: never;
@@ -27711,6 +27914,8 @@ export interface operations {
                     "Accept-Ranges"?: "none";
                     /** @description Always `nosniff`. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Always `sandbox; default-src 'none'`, so that a browser opening the URL directly runs no script and loads nothing from it (an SVG or HTML file is inert). */
+                    "Content-Security-Policy"?: "sandbox; default-src 'none'";
                     /** @description Always `private, no-cache`; shared caches must not keep it. */
                     "Cache-Control"?: "private, no-cache";
                     "X-Request-Id": components["headers"]["RequestId"];

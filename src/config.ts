@@ -2,7 +2,20 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
+import type { StorageConfig } from './lib/storage';
 import { projectRoot } from './spec';
+
+export interface FilesConfig {
+  /** The largest tool file (uploadFile, an upload request's file): 413 beyond, as the bytes arrive. */
+  maxFileBytes: number;
+  storage: StorageConfig;
+  /** How often the sweeper expires upload requests and deletes unreferenced bytes; 0 turns it off in this process. */
+  sweepIntervalMs: number;
+  /** How long a reserved place may wait for its bytes before the sweeper removes it. */
+  reservationTtlSeconds: number;
+  /** How long bytes being stored may stay unrecorded before they count as orphaned (the longest upload). */
+  orphanGraceSeconds: number;
+}
 
 /** Every setting, read from the environment once and validated. README lists them. */
 export interface Config {
@@ -20,6 +33,8 @@ export interface Config {
   bodyLimitBytes: number;
   /** Raw uploads and multipart files, which are streamed rather than parsed in memory. */
   uploadLimitBytes: number;
+  /** Tool files (src/areas/files): where their bytes live, how large one may be, and the sweeper. */
+  files: FilesConfig;
   rateLimit: { points: number; durationSeconds: number; store: 'memory' | 'postgres' | 'redis'; authFailures: number };
   /** Redis for shared rate-limit counters (RATE_LIMIT_STORE=redis). */
   redisUrl: string | null;
@@ -424,6 +439,49 @@ function githubProvider(env: Env, prefix: string): SocialProvider {
   };
 }
 
+function storageConfig(env: Env): StorageConfig {
+  const backend = oneOf(env, 'STORAGE_BACKEND', ['disk', 's3'] as const, 'disk');
+  if (backend === 'disk') return { backend };
+  const bucket = env.S3_BUCKET?.trim();
+  if (!bucket) throw new ConfigError('S3_BUCKET is required with STORAGE_BACKEND=s3.');
+  let endpoint: string | null = null;
+  if (env.S3_ENDPOINT?.trim()) {
+    let url: URL;
+    try {
+      url = new URL(env.S3_ENDPOINT.trim());
+    } catch {
+      throw new ConfigError(`S3_ENDPOINT must be an absolute URL; got "${env.S3_ENDPOINT}".`);
+    }
+    if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new ConfigError(`S3_ENDPOINT must be an http or https URL; got "${env.S3_ENDPOINT}".`);
+    endpoint = url.href.replace(/\/+$/, '');
+  }
+  const accessKeyId = env.S3_ACCESS_KEY_ID?.trim();
+  const secretAccessKey = env.S3_SECRET_ACCESS_KEY?.trim();
+  if (!!accessKeyId !== !!secretAccessKey) throw new ConfigError('S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY go together.');
+  const prefix = (env.S3_PREFIX ?? '').trim().replace(/^\/+|\/+$/g, '');
+  if (prefix !== '' && !/^[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)*$/.test(prefix))
+    throw new ConfigError(`S3_PREFIX must be a path of plain segments; got "${env.S3_PREFIX}".`);
+  return {
+    backend,
+    bucket,
+    endpoint,
+    region: env.S3_REGION?.trim() || 'us-east-1',
+    credentials: accessKeyId && secretAccessKey ? { accessKeyId, secretAccessKey } : null,
+    forcePathStyle: bool(env, 'S3_FORCE_PATH_STYLE', endpoint !== null),
+    prefix,
+  };
+}
+
+function filesConfig(env: Env): FilesConfig {
+  return {
+    maxFileBytes: int(env, 'FILE_MAX_BYTES', 26_214_400, 1, 10_737_418_240),
+    storage: storageConfig(env),
+    sweepIntervalMs: int(env, 'FILE_SWEEP_INTERVAL_MS', 60_000, 0, 86_400_000),
+    reservationTtlSeconds: int(env, 'FILE_RESERVATION_TTL_SECONDS', 86_400, 60, 30 * 86_400),
+    orphanGraceSeconds: int(env, 'FILE_ORPHAN_GRACE_SECONDS', 21_600, 60, 7 * 86_400),
+  };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -457,6 +515,7 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: oneOf(env, 'LOG_LEVEL', ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const, 'info'),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 1_048_576, 1024, 104_857_600),
     uploadLimitBytes: int(env, 'UPLOAD_LIMIT_BYTES', 52_428_800, 1024, 10_737_418_240),
+    files: filesConfig(env),
     rateLimit: {
       points: int(env, 'RATE_LIMIT_REQUESTS', 600, 1, 10_000_000),
       durationSeconds: int(env, 'RATE_LIMIT_WINDOW_SECONDS', 60, 1, 86_400),

@@ -156,3 +156,19 @@ export async function requireWithinLimit(db: Executor, orgId: string, limit: Lim
   }
   throw new ApiError('entitlement_exceeded', `The ${name} plan allows ${max} ${limit.replace(/_/g, ' ')}; ${used} exist. Delete some or change the plan.`);
 }
+
+/**
+ * 403 `entitlement_exceeded` unless `adding` more of a quantity measured in bytes fits:
+ * `used()` (what is stored now) plus `adding` at most the limit. Under the organization's
+ * lock in a write's transaction, as requireWithinLimit.
+ */
+export async function requireBytesWithin(db: Executor, orgId: string, limit: LimitKey, adding: number, used: () => Promise<number>): Promise<void> {
+  if (db.isTransaction) await db.selectFrom('organizations').select('id').where('id', '=', orgId).forNoKeyUpdate().executeTakeFirst();
+  const [{ name, limits }, now] = await Promise.all([limitsOf(db, orgId), used()]);
+  const max = limits[limit];
+  if (max === null || now + adding <= max) return;
+  throw new ApiError(
+    'entitlement_exceeded',
+    `The ${name} plan allows ${max} bytes of ${limit.replace(/_bytes$/, '').replace(/_/g, ' ')}; ${now} are used, and ${adding} more would pass it. Delete some files or change the plan.`,
+  );
+}

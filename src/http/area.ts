@@ -67,6 +67,13 @@ export interface Module {
    * the CORS preflight (OPTIONS) of an `x-cors` path too, as the operation of that path.
    */
   beforeAuthentication?: (operationId: string, headers: IncomingHttpHeaders, deps: AppDeps) => void;
+  /**
+   * The largest body one of this module's operations takes, when a setting rather than the
+   * spec decides it (the per-file limit of tool files, FILE_MAX_BYTES): refused with 413 as
+   * the bytes arrive. For multipart bodies it caps each file part. null: `x-max-body-bytes`
+   * or the server's limit.
+   */
+  bodyLimit?: (operationId: string, deps: AppDeps) => number | null;
   /** Runs when the app closes: releases what `start` opened (kept upstream sessions, timers). */
   stop?: (deps: AppDeps) => Promise<void>;
   /**

@@ -298,7 +298,10 @@ export function absentBody(req: Request, meta: OperationMeta): ReadBody | null {
   return nothing;
 }
 
-export async function readBody(req: Request, res: Response, meta: OperationMeta, limits: BodyLimits): Promise<ReadBody> {
+/** What a multipart body may carry besides its file parts (boundaries, part headers, text fields) before its Content-Length alone is refused. */
+const MULTIPART_OVERHEAD_BYTES = 1024 * 1024;
+
+export async function readBody(req: Request, res: Response, meta: OperationMeta, limits: BodyLimits, override: number | null = null): Promise<ReadBody> {
   const absent = absentBody(req, meta);
   if (absent) return absent;
   if (meta.bodyMedia.length === 0) {
@@ -310,9 +313,10 @@ export async function readBody(req: Request, res: Response, meta: OperationMeta,
     throw new ApiError('unsupported_media_type', `Send the body as ${meta.bodyMedia.join(' or ')}${type ? `, not ${type}` : ''}.`);
   }
   const kind = kindOf(declared);
-  const cap = meta.maxBodyBytes ?? (kind === 'json' || kind === 'form' ? limits.parsedBytes : limits.uploadBytes);
+  const cap = override ?? meta.maxBodyBytes ?? (kind === 'json' || kind === 'form' ? limits.parsedBytes : limits.uploadBytes);
   const declaredLength = Number(req.headers['content-length'] ?? 0);
-  if (declaredLength > cap) throw tooLarge(cap);
+  // A multipart cap is each file's: the body around a file of exactly the cap is a little longer.
+  if (declaredLength > cap + (kind === 'multipart' ? MULTIPART_OVERHEAD_BYTES : 0)) throw tooLarge(cap);
   switch (kind) {
     case 'json': {
       const body = plainUtf8(req) ? await readJson(req, cap) : await parseWith(express.json({ limit: cap, type: () => true, strict: false }), req, res);

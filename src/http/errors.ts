@@ -20,6 +20,7 @@ export const ERROR_CATALOG: { readonly [C in ErrorCode]: { status: number; title
   dynamic_toolbox_immutable: { status: 400, title: 'Dynamic toolbox cannot change' },
   unknown_reference: { status: 400, title: 'Reference not found' },
   file_size_mismatch: { status: 400, title: 'File size does not match' },
+  file_type_mismatch: { status: 400, title: 'File type not accepted' },
   invalid_tool_arguments: { status: 400, title: 'Tool arguments not valid' },
   verification_failed: { status: 400, title: 'Verification failed' },
   challenge_expired: { status: 400, title: 'Challenge expired' },

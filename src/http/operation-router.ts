@@ -298,7 +298,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
         const admitted = guarded instanceof Promise ? await guarded : guarded;
         // A credential on an operation that takes none was never looked up: its address is what counts.
         if (credential && !admitted.caller) await limits.address(clientIp(req));
-        body = absentBody(req, route.meta) ?? (await readBody(req, res, route.meta, bodyLimits));
+        body = absentBody(req, route.meta) ?? (await readBody(req, res, route.meta, bodyLimits, registry.bodyLimit(route.operationId, deps)));
         const input = validate(route, req, body);
         const result = await dispatch(route, req, res, admitted, input);
         if (!req.complete) await settleUnread(req, res);

@@ -27,6 +27,8 @@ export interface Registry {
   renderError(operationId: string, error: ApiError, requestId: string, path: string, deps: AppDeps): RenderedError | null;
   /** The serving module's checks before authentication (Module.beforeAuthentication); throws to refuse. */
   beforeAuthentication(operationId: string, headers: IncomingHttpHeaders, deps: AppDeps): void;
+  /** The serving module's cap on the operation's body when a setting decides it (Module.bodyLimit); null: the spec's or the server's. */
+  bodyLimit(operationId: string, deps: AppDeps): number | null;
   /** Every module's outbox consumers, for the outbox worker. */
   consumers(deps: AppDeps): OutboxConsumer[];
   /** Every column of sealed secrets, for re-sealing after a key rotation. */
@@ -107,6 +109,9 @@ export function buildRegistry(modules: readonly Module[], operations: Readonly<R
     },
     beforeAuthentication(operationId, headers, deps) {
       servedBy.get(operationId)?.beforeAuthentication?.(operationId, headers, deps);
+    },
+    bodyLimit(operationId, deps) {
+      return servedBy.get(operationId)?.bodyLimit?.(operationId, deps) ?? null;
     },
     consumers: (deps) => modules.flatMap((module) => module.consumers?.(deps) ?? []),
     sealed: modules.flatMap((module) => module.sealed ?? []),

@@ -122,9 +122,11 @@ function requiredQuery(row: Row): string {
 async function call(row: Row, path: string, body: unknown, options: CallOptions): Promise<TestResponse> {
   const query = requiredQuery(row);
   const withQuery = query === '' ? path : `${path}${path.includes('?') ? '&' : '?'}${query}`;
-  const image = row.meta.bodyMedia.find((m) => m === 'image/png');
-  if (body === undefined && image && options.raw === undefined) {
-    return t.call(row.meta.method.toUpperCase(), withQuery, undefined, { ...options, raw: TINY_PNG, headers: { ...options.headers, 'content-type': image } });
+  // Raw bodies have no JSON example: a tiny image, or a few bytes.
+  const raw = row.meta.bodyMedia.find((m) => m === 'image/png' || m === 'application/octet-stream');
+  if (body === undefined && raw && options.raw === undefined) {
+    const bytes = raw === 'image/png' ? TINY_PNG : Buffer.from('a few bytes');
+    return t.call(row.meta.method.toUpperCase(), withQuery, undefined, { ...options, raw: bytes, headers: { ...options.headers, 'content-type': raw } });
   }
   return t.call(row.meta.method.toUpperCase(), withQuery, body, options);
 }

@@ -107,11 +107,15 @@ export class SpecChecker {
       if (body !== undefined && body !== '' && body !== null) problems.push(`${operation.operationId} ${status} declares no body but sent one`);
       return problems;
     }
-    if (!content[contentType]) {
+    // An exact media type first, then a range (`*/*` for a file's bytes, whatever their type).
+    const media = content[contentType]
+      ? contentType
+      : Object.keys(content).find((m) => contentType !== '' && (m === '*/*' || (m.endsWith('/*') && contentType.startsWith(m.slice(0, -1)))));
+    if (!media) {
       problems.push(`${operation.operationId} ${status} answered ${contentType || 'no content type'}; the spec declares ${Object.keys(content).join(', ')}`);
       return problems;
     }
-    const schemaPointer = `${response.pointer}/content/${escape(contentType)}/schema`;
+    const schemaPointer = `${response.pointer}/content/${escape(media)}/schema`;
     this.checkSchema(schemaPointer, body, problems, `${operation.operationId} ${status}`);
     for (const [name, header] of Object.entries<Record<string, any>>(response.node.headers ?? {})) {
       const resolved = this.resolve(header, '');

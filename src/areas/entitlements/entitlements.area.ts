@@ -3,6 +3,7 @@ import { limitsOf, type LimitKey } from '../../access/entitlements';
 import type { Executor } from '../../db/database';
 import { defineArea } from '../../http/area';
 import { seatsInUse } from '../../access/seats';
+import { fileStorageUsed } from '../files';
 
 type Entitlements = components['schemas']['Entitlements'];
 
@@ -19,13 +20,14 @@ async function usage(db: Executor, orgId: string): Promise<Record<LimitKey, numb
         .executeTakeFirst()
         .then((r) => r && { count: Number(r.count) }),
     );
-  const [seats, connections, mcpServers, customConnectors, toolboxes, syntheticTools] = await Promise.all([
+  const [seats, connections, mcpServers, customConnectors, toolboxes, syntheticTools, fileBytes] = await Promise.all([
     seatsInUse(db, orgId),
     rows('connections'),
     rows('mcp_servers'),
     rows('connectors'),
     rows('toolboxes'),
     rows('synthetic_tools'),
+    fileStorageUsed(db, orgId),
   ]);
   return {
     seats,
@@ -34,8 +36,8 @@ async function usage(db: Executor, orgId: string): Promise<Record<LimitKey, numb
     custom_connectors: customConnectors,
     toolboxes,
     synthetic_tools: syntheticTools,
-    // Tool files are not stored yet (Files): nothing counts against the quota.
-    file_storage_bytes: 0,
+    // Staged files of open upload requests count too (a reservation by its declared size).
+    file_storage_bytes: fileBytes,
   };
 }
 
