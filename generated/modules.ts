@@ -11,6 +11,7 @@ import currentUserArea from '../src/areas/current-user/current-user.area';
 import entitlementsArea from '../src/areas/entitlements/entitlements.area';
 import healthArea from '../src/areas/health/health.area';
 import invitesArea from '../src/areas/invites/invites.area';
+import loggingDestinationsArea from '../src/areas/logging-destinations/logging-destinations.area';
 import membersArea from '../src/areas/members/members.area';
 import notificationDestinationsArea from '../src/areas/notification-destinations/notification-destinations.area';
 import oauthDiscoveryArea from '../src/areas/oauth-discovery/oauth-discovery.area';
@@ -39,6 +40,7 @@ export const MODULES: readonly Module[] = [
   entitlementsArea,
   healthArea,
   invitesArea,
+  loggingDestinationsArea,
   membersArea,
   notificationDestinationsArea,
   oauthDiscoveryArea,

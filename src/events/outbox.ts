@@ -36,8 +36,8 @@ export function eventBody(row: OutboxEvent) {
 }
 
 /**
- * What reads the outbox besides the core: notification destinations today, logging
- * destinations next. An area brings its consumer in its area definition (`consumers`).
+ * What reads the outbox: notification destinations (events) and logging destinations (audit
+ * entries and tool-call records). An area brings its consumer in its area definition (`consumers`).
  */
 export interface OutboxConsumer {
   /** Names the consumer in logs and round results. */
@@ -50,6 +50,8 @@ export interface OutboxConsumer {
   fanOut(trx: Transaction<Database>, events: readonly OutboxEvent[], now: Date): Promise<void>;
   /** Outside any transaction: deliver what is due, and say how it went. */
   deliver(now: Date): Promise<Record<string, number>>;
+  /** When the worker stops: a consumer that sends in the background finishes what it started. */
+  stop?(): Promise<void>;
 }
 
 export interface OutboxOptions {
@@ -132,6 +134,7 @@ export class OutboxDispatcher {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.running;
+    for (const consumer of this.consumers) await consumer.stop?.();
   }
 
   private async fanOut(now: Date): Promise<number> {
