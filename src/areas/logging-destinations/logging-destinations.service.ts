@@ -255,14 +255,10 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
         if (misplaced.length > 0) throw validationError(misplaced);
         const { api_key: apiKey, hec_token: hecToken, headers: headerChanges, ...settings } = body.config;
         const secrets = openSecrets(ctx, row);
-        const headers: Record<string, string> = { ...secrets.headers };
+        let headers: Record<string, string> = { ...secrets.headers };
         requireSecretsForNewPlace(row, body.config, headers);
         if (headerChanges) {
-          for (const [name, value] of Object.entries(headerChanges)) {
-            // Names are case-insensitive: a change replaces the stored header however it was spelled.
-            for (const stored of Object.keys(headers)) if (stored.toLowerCase() === name.toLowerCase()) delete headers[stored];
-            if (typeof value === 'string') headers[name] = value;
-          }
+          headers = mergeHeaders(headers, headerChanges);
           checkHeaderNames(Object.keys(headers));
           if (Object.keys(headers).length > 20) {
             throw validationError([{ in: 'body', pointer: '/config/headers', message: 'a destination takes at most 20 headers' }]);
@@ -314,6 +310,20 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
       return toDestination(updated);
     }),
   );
+}
+
+/** Headers merged by name (case-insensitive, as HTTP has them): a value sets or replaces in place, null removes, the rest stay in order. */
+function mergeHeaders(stored: Record<string, string>, changes: Record<string, string | null>): Record<string, string> {
+  const pending = new Map(Object.entries(changes).map(([name, value]) => [name.toLowerCase(), { name, value }]));
+  const merged: Record<string, string> = {};
+  for (const [name, value] of Object.entries(stored)) {
+    const change = pending.get(name.toLowerCase());
+    if (!change) merged[name] = value;
+    else if (change.value !== null) merged[change.name] = change.value;
+    pending.delete(name.toLowerCase());
+  }
+  for (const { name, value } of pending.values()) if (value !== null) merged[name] = value;
+  return merged;
 }
 
 function canonical(config: StoredConfig): string {
