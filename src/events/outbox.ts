@@ -116,15 +116,19 @@ export class OutboxDispatcher {
   start(pollMs: number): void {
     if (pollMs <= 0 || this.timer) return;
     const tick = () => {
+      let backlog = false;
       this.running = this.runOnce()
         .then((r) => {
           const busy = r.fannedOut > 0 || Object.values(r.totals).some((n) => n > 0);
           if (busy) this.logger.info({ outbox: { fannedOut: r.fannedOut, ...r.consumers } }, 'outbox round');
+          // A full batch means more is waiting (a burst of tool-call records): go on at once
+          // rather than hand out one batch per poll.
+          backlog = r.fannedOut >= this.options.batchSize;
         })
         .catch((err) => this.logger.error({ err }, 'outbox round failed'))
         .finally(() => {
           this.running = null;
-          if (this.timer) this.timer = setTimeout(tick, pollMs);
+          if (this.timer) this.timer = setTimeout(tick, backlog ? 0 : pollMs);
         });
     };
     this.timer = setTimeout(tick, pollMs);
