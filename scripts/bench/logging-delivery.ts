@@ -18,6 +18,8 @@ import { createScratchDatabase, type ScratchDatabase } from './scratch-database'
 import { startBenchApp } from './support';
 
 const RECORDS = Math.min(1_000_000, Math.max(100, Number(process.env.BENCH_RECORDS ?? 20_000)));
+/** Events the outbox hands over per round (`BENCH_OUTBOX_BATCH`, default the server's). */
+const OUTBOX_BATCH = Math.max(1, Number(process.env.BENCH_OUTBOX_BATCH ?? DEFAULT_OUTBOX_OPTIONS.batchSize));
 const TYPES: DestinationType[] = ['http', 'datadog', 'splunk_hec', 'otlp_http'];
 const SECRET = 'bench-secret-0123456789abcdef';
 
@@ -78,7 +80,7 @@ async function main() {
       const writeMs = performance.now() - writeStart;
 
       const consumer = loggingDeliveries(deps, DEFAULT_LOGGING_DELIVERY);
-      const dispatcher = new OutboxDispatcher(db, [consumer], deps.logger, DEFAULT_OUTBOX_OPTIONS);
+      const dispatcher = new OutboxDispatcher(db, [consumer], deps.logger, { ...DEFAULT_OUTBOX_OPTIONS, batchSize: OUTBOX_BATCH });
       const expected = RECORDS * types.length;
       const start = performance.now();
       for (let round = 0; received() - before < expected; round++) {
@@ -99,7 +101,9 @@ async function main() {
       );
       console.log(results.at(-1));
     };
-    console.log(`${RECORDS} tool-call records per destination, ${process.env.DATABASE_URL ? 'PostgreSQL at DATABASE_URL' : 'embedded PostgreSQL'}`);
+    console.log(
+      `${RECORDS} tool-call records per destination, outbox batches of ${OUTBOX_BATCH}, ${process.env.DATABASE_URL ? 'PostgreSQL at DATABASE_URL' : 'embedded PostgreSQL'}`,
+    );
     for (const type of TYPES) await run(type, [type]);
     await run('all four at once', TYPES);
   } finally {

@@ -61,7 +61,10 @@ export interface OutboxOptions {
   retentionMs: number;
 }
 
-export const DEFAULT_OUTBOX_OPTIONS: OutboxOptions = { batchSize: 50, retentionMs: 30 * 24 * 3_600_000 };
+// 500: audit entries and tool-call records come in bursts; handed over 50 at a time, logging
+// destinations delivered about 1,400 records/s on PostgreSQL, 500 at a time about 5,500/s
+// per destination (scripts/bench/logging-delivery.ts).
+export const DEFAULT_OUTBOX_OPTIONS: OutboxOptions = { batchSize: 500, retentionMs: 30 * 24 * 3_600_000 };
 
 export interface RoundResult {
   fannedOut: number;
