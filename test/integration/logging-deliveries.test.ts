@@ -8,6 +8,11 @@ import type { ToolCallRecord } from '../../src/mcp/tool-call-records';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { startLogBackend, splitConcatenatedJson, type LogBackend } from '../support/log-receivers';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { customConnector } from '../fixtures/connections';
+import { connectMember, mintMcpServer } from '../support/mcp';
+import { startApiKeyUpstream, useUpstream } from '../support/upstream-mcp';
 
 /*
  * Audit entries and tool-call records on their way out: written with the change (or by the
@@ -23,6 +28,9 @@ const HEC_TOKEN = 'c0ffee00-1d4e-4f8a-b7c5-2e0d9a6f1b3c';
 const DD_KEY = 'dd0c1f5e7a9b2d4c6e8f0a1b3c5d7e9f';
 /** Something a tool was called with: it must never leave the server. */
 const ARGUMENT_SECRET = 'arg-value-that-must-not-leave';
+
+const UPSTREAM_KEY = 'key-logging-Lg7Qw2';
+const upstream = useUpstream(() => startApiKeyUpstream({ keys: { [UPSTREAM_KEY]: 'alice' } }));
 
 let t: TestApp;
 let splunk: LogBackend;
@@ -516,3 +524,48 @@ async function startLogBackendOn(port: number) {
       }),
   };
 }
+
+describe('end to end', () => {
+  it('a tools/call over MCP and the audit entries of the API reach the collector, never the call’s arguments', async () => {
+    const org = await newOrg();
+    const path = `/v1/logs/${unique()}`;
+    await create(org, { name: 'Collector', type: 'otlp_http', config: { url: `${otlp.url}${path}` }, record_types: ['audit', 'tool_call'] });
+    const slug = await customConnector(t, org.orgId, {
+      slug: `crm-${unique()}`,
+      mcp_url: `${new URL(upstream.peer.url).origin}/mcp`,
+      auth: { type: 'api_key', placement: 'header', name: 'Authorization', value_prefix: 'Bearer ' },
+    });
+    const who = { token: org.token, org: org.orgId };
+    const connectionId = await connectMember(t, who, slug, UPSTREAM_KEY);
+    const server = await mintMcpServer(t, who);
+    const client = new Client({ name: 'logging-test', version: '1.0.0' }, { capabilities: {} });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${t.url}/mcp/${server.id}`), { requestInit: { headers: { Authorization: `Bearer ${server.token}` } } }),
+    );
+    try {
+      const result = await client.callTool({ name: `${slug}__echo`, arguments: { text: ARGUMENT_SECRET } });
+      expect(result.isError).toBeFalsy();
+    } finally {
+      await client.close();
+    }
+    await t.deps.mcp.toolCalls.flush();
+    await worker().deliver();
+
+    const requests = otlp.requests.filter((r) => r.path === path);
+    expect(requests.every((r) => r.status === 200)).toBe(true);
+    expect(requests.map((r) => r.text).join('')).not.toContain(ARGUMENT_SECRET);
+    const logs = requests.flatMap((r) => r.records);
+    const attrs = logs.map((l: any) => Object.fromEntries(l.attributes.map((a: any) => [a.key, Object.values(a.value)[0]])));
+    const call = attrs.find((a) => a['mcp.method.name'] === 'tools/call');
+    expect(call).toMatchObject({
+      'gen_ai.tool.name': `${slug}__echo`,
+      'gen_ai.operation.name': 'execute_tool',
+      'mcp_control_plane.tool_call.outcome': 'succeeded',
+      'mcp_control_plane.mcp_server.id': server.id,
+      'mcp_control_plane.connection.id': connectionId,
+      'mcp_control_plane.upstream_tool.name': 'echo',
+    });
+    const actions = attrs.map((a) => a['mcp_control_plane.audit.action']).filter(Boolean);
+    expect(actions).toEqual(expect.arrayContaining(['logging_destination.created', 'connection.created', 'mcp_server.created']));
+  });
+});
