@@ -228,6 +228,18 @@ describe('wire formats', () => {
     expect(await get(org, dest.id)).toMatchObject({ pending_records: 0, last_delivery_error: null });
   });
 
+  it('Datadog: records older than 18 hours are dropped rather than sent (the intake refuses them)', async () => {
+    const org = await newOrg();
+    const dest = await create(org, { name: 'DD old', type: 'datadog', config: { site: 'datadoghq.eu', api_key: DD_KEY }, record_types: ['tool_call'] });
+    const before = datadog.requests.length;
+    await toolCalls(org, 2, { created_at: new Date(Date.now() - 19 * 3_600_000), tool_name: 'crm__stale' });
+    await toolCalls(org, 1, { tool_name: 'crm__fresh' });
+    await worker().deliver();
+    const entries = datadog.requests.slice(before).flatMap((r) => r.records);
+    expect(entries.map((e) => e.tool_name)).toEqual(['crm__fresh']);
+    expect(await get(org, dest.id)).toMatchObject({ pending_records: 0 });
+  });
+
   it('OTLP/HTTP JSON: hex trace ids, 64-bit integers as strings, enums as integers, MCP semantic-convention attributes', async () => {
     const org = await newOrg();
     const path = `/v1/logs/${unique()}`;
