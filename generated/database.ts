@@ -172,6 +172,33 @@ export interface InviteTeams {
   team_id: string;
 }
 
+export interface LoggingDeliveries {
+  destination_id: string;
+  event_id: string;
+}
+
+export interface LoggingDestinations {
+  config: Json;
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  delivery_attempts: Generated<number>;
+  delivery_lease_until: Timestamp | null;
+  id: string;
+  is_active: boolean;
+  last_delivery_at: Timestamp | null;
+  last_delivery_error: string | null;
+  last_test_at: Timestamp | null;
+  last_test_error: string | null;
+  last_test_status: "ok" | "failed" | null;
+  name: string;
+  next_delivery_at: Timestamp | null;
+  org_id: string;
+  record_types: string[];
+  secrets_enc: string | null;
+  type: "http" | "datadog" | "splunk_hec" | "otlp_http";
+  updated_at: Generated<Timestamp>;
+}
+
 export interface McpServers {
   created_at: Generated<Timestamp>;
   expires_at: Timestamp | null;
@@ -691,6 +718,8 @@ export interface DB {
   invite_roles: InviteRoles;
   invite_teams: InviteTeams;
   invites: Invites;
+  logging_deliveries: LoggingDeliveries;
+  logging_destinations: LoggingDestinations;
   mcp_servers: McpServers;
   memberships: Memberships;
   notification_deliveries: NotificationDeliveries;

@@ -12,6 +12,7 @@ import entitlementsArea from '../src/areas/entitlements/entitlements.area';
 import filesArea from '../src/areas/files/files.area';
 import healthArea from '../src/areas/health/health.area';
 import invitesArea from '../src/areas/invites/invites.area';
+import loggingDestinationsArea from '../src/areas/logging-destinations/logging-destinations.area';
 import membersArea from '../src/areas/members/members.area';
 import notificationDestinationsArea from '../src/areas/notification-destinations/notification-destinations.area';
 import oauthDiscoveryArea from '../src/areas/oauth-discovery/oauth-discovery.area';
@@ -43,6 +44,7 @@ export const MODULES: readonly Module[] = [
   filesArea,
   healthArea,
   invitesArea,
+  loggingDestinationsArea,
   membersArea,
   notificationDestinationsArea,
   oauthDiscoveryArea,

@@ -5833,12 +5833,18 @@ export interface paths {
          * Update a logging destination
          * @description Changes the members sent: rename, change the endpoint or credentials, set or remove
          *     extra headers, export other record types, pause (`is_active: false`) or resume.
-         *     `type` is immutable. Resuming needs the plan feature `audit_log_export`. Needs
-         *     `observability:manage`. Records the audit action `logging_destination.updated` with the
-         *     names of the changed members (never secret values); emits no event.
+         *     `type` is immutable. Resuming needs the plan feature `audit_log_export`. Stored secrets
+         *     are never sent somewhere new: moving `config.url` to another origin (scheme, host or
+         *     port) needs the HEC token (`splunk_hec`) or a value for every stored header (`http`,
+         *     `otlp_http`) in the same request, and changing a Datadog `site` needs the `api_key`;
+         *     otherwise 400 `secret_required`. Changing the endpoint or credentials retries waiting
+         *     records at once. Needs `observability:manage`. Records the audit action
+         *     `logging_destination.updated` with the names of the changed members (never secret
+         *     values); emits no event.
          *
          *     Errors: 400 `validation_failed` (including a `config` member that does not apply to
-         *     the destination's type), `immutable_field`, `outbound_url_not_allowed`,
+         *     the destination's type, or a reserved header name), `immutable_field`,
+         *     `outbound_url_not_allowed`, `secret_required`,
          *     `organization_header_required`; 401 `unauthenticated`, `invalid_token`; 403
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `entitlement_exceeded`
          *     (resuming without `audit_log_export`); 404 `not_found`; 409 `name_taken`; 413
@@ -6858,7 +6864,7 @@ export interface components {
          *     codes may be added, so clients should treat unknown codes by their HTTP status.
          * @enum {string}
          */
-        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "file_type_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "domain_not_allowed" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "permission_escalation" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "system_role_immutable" | "role_in_use" | "team_in_use" | "already_member" | "invite_pending" | "domain_taken" | "domain_in_use" | "subscription_active" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable" | "payment_provider_unavailable";
+        ErrorCode: "validation_failed" | "malformed_json" | "invalid_cursor" | "organization_header_required" | "immutable_field" | "outbound_url_not_allowed" | "secret_required" | "upstream_credentials_rejected" | "idp_metadata_invalid" | "dynamic_toolbox_immutable" | "unknown_reference" | "file_size_mismatch" | "file_type_mismatch" | "invalid_tool_arguments" | "verification_failed" | "challenge_expired" | "domain_not_allowed" | "unauthenticated" | "invalid_token" | "missing_permission" | "not_a_member" | "mfa_setup_required" | "requires_person" | "step_up_required" | "not_connection_owner" | "sso_required" | "entitlement_exceeded" | "insufficient_access" | "cannot_resolve_own_request" | "tool_restricted" | "permission_escalation" | "not_found" | "method_not_allowed" | "conflict" | "name_taken" | "last_owner" | "slug_taken" | "built_in_connector_read_only" | "connector_in_use" | "connector_not_forked" | "upstream_connector_missing" | "upstream_changed" | "connection_needs_reauth" | "mfa_required_by_organization" | "invalid_transition" | "access_request_exists" | "restriction_not_requestable" | "upload_request_full" | "upload_incomplete" | "connection_unavailable" | "domain_not_verified" | "sso_connection_incomplete" | "system_role_immutable" | "role_in_use" | "team_in_use" | "already_member" | "invite_pending" | "domain_taken" | "domain_in_use" | "subscription_active" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "internal_error" | "not_implemented" | "upstream_unavailable" | "service_unavailable" | "payment_provider_unavailable";
         /** @description One problem with one part of a request. */
         ValidationProblem: {
             in: components["schemas"]["ValidationProblemLocation"];
@@ -14242,10 +14248,18 @@ export interface components {
         };
         /**
          * @description The backend and its wire format. Immutable after creation.
-         *     `http`: a generic HTTPS endpoint receiving a JSON array of records per POST;
-         *     `datadog`: the Datadog logs intake (HTTP API v2) of a Datadog site;
-         *     `splunk_hec`: a Splunk HTTP Event Collector;
-         *     `otlp_http`: an OpenTelemetry collector's OTLP/HTTP logs endpoint (JSON encoding).
+         *     `http`: a generic HTTPS endpoint receiving a JSON array of records per POST (at most 500
+         *     records or 1 MB a request), each record an object with `type` (`audit`, `tool_call` or
+         *     `test`), `id`, `organization_id`, `occurred_at` and the record's own members;
+         *     `datadog`: the Datadog logs intake (HTTP API v2) of a Datadog site, gzip-compressed, at
+         *     most 1000 entries and 5 MB (uncompressed) a request, each entry under 1 MB (a larger
+         *     `changes` or `error` is replaced by a note that it was cut), records older than 18 hours
+         *     dropped (Datadog refuses them);
+         *     `splunk_hec`: a Splunk HTTP Event Collector, events concatenated one after another
+         *     (`{"time":…,"host":…,"source":…,"sourcetype":…,"index":…,"event":{…}}`);
+         *     `otlp_http`: an OpenTelemetry collector's OTLP/HTTP logs endpoint (JSON encoding), with
+         *     the MCP semantic-convention attributes (`mcp.method.name`, `gen_ai.tool.name`,
+         *     `gen_ai.operation.name`, `jsonrpc.request.id`, …) and the request id as the trace id.
          * @enum {string}
          */
         LoggingDestinationType: "http" | "datadog" | "splunk_hec" | "otlp_http";
@@ -14268,7 +14282,7 @@ export interface components {
          * @description The Datadog site the organization's account lives on; logs go to `https://http-intake.logs.<site>/api/v2/logs`.
          * @enum {string}
          */
-        DatadogSite: "datadoghq.com" | "us3.datadoghq.com" | "us5.datadoghq.com" | "datadoghq.eu" | "ap1.datadoghq.com" | "ap2.datadoghq.com" | "ddog-gov.com";
+        DatadogSite: "datadoghq.com" | "us3.datadoghq.com" | "us5.datadoghq.com" | "datadoghq.eu" | "ap1.datadoghq.com" | "ap2.datadoghq.com" | "uk1.datadoghq.com" | "ddog-gov.com" | "us2.ddog-gov.com";
         /**
          * @description The Splunk index events are written to, or null for the HEC token's default index.
          * @example mcp_audit
@@ -14284,6 +14298,14 @@ export interface components {
          * @example mcp:audit
          */
         SplunkSourcetype: string | null;
+        /**
+         * Format: uuid
+         * @description A GUID sent as the `X-Splunk-Request-Channel` header with every request, or null to send
+         *     none. Splunk refuses events without a channel (400) when the HEC token has indexer
+         *     acknowledgment turned on; set one for such a token.
+         * @example 0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0
+         */
+        SplunkRequestChannel: string | null;
         /**
          * @description The service name the records carry (Datadog `service`, OTLP resource attribute `service.name`), or null for the default `mcp-control-plane`.
          * @example acme-mcp
@@ -14316,6 +14338,8 @@ export interface components {
             source: components["schemas"]["LoggingSource"];
             /** @description The Splunk sourcetype (`splunk_hec` only), or null for the default. */
             sourcetype: components["schemas"]["SplunkSourcetype"];
+            /** @description The channel sent as `X-Splunk-Request-Channel` (`splunk_hec` only), or null when none is sent. */
+            request_channel: components["schemas"]["SplunkRequestChannel"];
             /** @description The service name (`datadog`, `otlp_http`), or null for the default. */
             service: components["schemas"]["LoggingService"];
             /** @description The names of the extra headers sent with every request (`http`, `otlp_http`), in alphabetical order; their values are secret. */
@@ -14329,9 +14353,12 @@ export interface components {
         };
         /**
          * @description Where the organization's audit entries and tool-call records are exported. Records are
-         *     delivered in batches, at least once, in order per record type, with retries and backoff;
-         *     a paused destination (`is_active: false`) keeps its settings and exports nothing, and the
-         *     records of the pause are not sent later. Secrets are never included.
+         *     delivered in batches, at least once, in the order they were written (per destination),
+         *     with retries and backoff on 408, 429, 5xx and network failures (an answer that refuses
+         *     the credentials, 401 or 403, is retried too, so that fixing them loses nothing; any other
+         *     4xx drops the batch and says so in `last_delivery_error`). A paused destination
+         *     (`is_active: false`) keeps its settings and exports nothing, and the records of the pause
+         *     are not sent later. Tool arguments and results are never included, nor secrets.
          * @example {
          *       "id": "obsd_01jg3b7f17x9y3z7a1b5c9d3e7",
          *       "name": "Datadog audit",
@@ -14342,6 +14369,7 @@ export interface components {
          *         "index": null,
          *         "source": null,
          *         "sourcetype": null,
+         *         "request_channel": null,
          *         "service": "acme-mcp",
          *         "header_names": [],
          *         "has_api_key": true,
@@ -14360,7 +14388,9 @@ export interface components {
          *       "last_test_status": "ok",
          *       "last_test_error": null,
          *       "last_delivery_at": "2026-11-21T16:02:44.810Z",
-         *       "last_delivery_error": null
+         *       "last_delivery_error": null,
+         *       "pending_records": 0,
+         *       "next_delivery_attempt_at": null
          *     }
          */
         LoggingDestination: {
@@ -14397,6 +14427,13 @@ export interface components {
              * @example The endpoint answered 503 Service Unavailable; retrying in 60 seconds.
              */
             last_delivery_error: string | null;
+            /** @description Records waiting to be delivered to this destination (0 when it has caught up). */
+            pending_records: number;
+            /**
+             * @description When the waiting records are tried again after a failed attempt (backoff), or null when
+             *     nothing is being retried.
+             */
+            next_delivery_attempt_at: components["schemas"]["Timestamp"] | null;
         };
         /** @description A page of logging destinations, oldest first. */
         LoggingDestinationList: {
@@ -14503,6 +14540,7 @@ export interface components {
             index?: components["schemas"]["SplunkIndex"];
             source?: components["schemas"]["LoggingSource"];
             sourcetype?: components["schemas"]["SplunkSourcetype"];
+            request_channel?: components["schemas"]["SplunkRequestChannel"];
         };
         /** @description A new Splunk HEC destination. */
         SplunkHecLoggingDestinationCreate: {
@@ -14572,6 +14610,7 @@ export interface components {
                 index?: components["schemas"]["SplunkIndex"];
                 source?: components["schemas"]["LoggingSource"];
                 sourcetype?: components["schemas"]["SplunkSourcetype"];
+                request_channel?: components["schemas"]["SplunkRequestChannel"];
                 service?: components["schemas"]["LoggingService"];
                 /** @description Headers to set (a value) or remove (`null`), by name (`http`, `otlp_http`); others keep theirs. */
                 headers?: {
@@ -14597,6 +14636,7 @@ export interface components {
          *           "index": "mcp_audit",
          *           "source": null,
          *           "sourcetype": null,
+         *           "request_channel": null,
          *           "service": null,
          *           "header_names": [],
          *           "has_api_key": false,
@@ -14614,7 +14654,9 @@ export interface components {
          *         "last_test_status": "failed",
          *         "last_test_error": "Splunk answered 403 Forbidden: Invalid token.",
          *         "last_delivery_at": null,
-         *         "last_delivery_error": null
+         *         "last_delivery_error": null,
+         *         "pending_records": 0,
+         *         "next_delivery_attempt_at": null
          *       }
          *     }
          */
@@ -27980,6 +28022,7 @@ export interface operations {
                      *             "index": null,
                      *             "source": null,
                      *             "sourcetype": null,
+                     *             "request_channel": null,
                      *             "service": "acme-mcp",
                      *             "header_names": [],
                      *             "has_api_key": true,
@@ -27998,7 +28041,9 @@ export interface operations {
                      *           "last_test_status": "ok",
                      *           "last_test_error": null,
                      *           "last_delivery_at": "2026-11-21T16:02:44.810Z",
-                     *           "last_delivery_error": null
+                     *           "last_delivery_error": null,
+                     *           "pending_records": 0,
+                     *           "next_delivery_attempt_at": null
                      *         },
                      *         {
                      *           "id": "obsd_01jg3b8k2m4n6p8q0r2s4t6v8w",
@@ -28010,6 +28055,7 @@ export interface operations {
                      *             "index": null,
                      *             "source": null,
                      *             "sourcetype": null,
+                     *             "request_channel": null,
                      *             "service": null,
                      *             "header_names": [
                      *               "Authorization"
@@ -28029,7 +28075,9 @@ export interface operations {
                      *           "last_test_status": "ok",
                      *           "last_test_error": null,
                      *           "last_delivery_at": "2026-11-23T08:14:09.236Z",
-                     *           "last_delivery_error": "The endpoint answered 503 Service Unavailable; retrying in 60 seconds."
+                     *           "last_delivery_error": "The endpoint answered 503 Service Unavailable; retrying in 60 seconds.",
+                     *           "pending_records": 120,
+                     *           "next_delivery_attempt_at": "2026-11-23T08:15:09.236Z"
                      *         }
                      *       ],
                      *       "next_cursor": null
@@ -28086,6 +28134,7 @@ export interface operations {
                      *         "index": null,
                      *         "source": null,
                      *         "sourcetype": null,
+                     *         "request_channel": null,
                      *         "service": "acme-mcp",
                      *         "header_names": [],
                      *         "has_api_key": true,
@@ -28104,7 +28153,9 @@ export interface operations {
                      *       "last_test_status": null,
                      *       "last_test_error": null,
                      *       "last_delivery_at": null,
-                     *       "last_delivery_error": null
+                     *       "last_delivery_error": null,
+                     *       "pending_records": 0,
+                     *       "next_delivery_attempt_at": null
                      *     }
                      */
                     "application/json": components["schemas"]["LoggingDestination"];
@@ -28158,6 +28209,7 @@ export interface operations {
                      *         "index": null,
                      *         "source": null,
                      *         "sourcetype": null,
+                     *         "request_channel": null,
                      *         "service": null,
                      *         "header_names": [
                      *           "Authorization"
@@ -28177,7 +28229,9 @@ export interface operations {
                      *       "last_test_status": "ok",
                      *       "last_test_error": null,
                      *       "last_delivery_at": "2026-11-23T08:14:09.236Z",
-                     *       "last_delivery_error": null
+                     *       "last_delivery_error": null,
+                     *       "pending_records": 0,
+                     *       "next_delivery_attempt_at": null
                      *     }
                      */
                     "application/json": components["schemas"]["LoggingDestination"];
@@ -28267,6 +28321,7 @@ export interface operations {
                      *         "index": null,
                      *         "source": null,
                      *         "sourcetype": null,
+                     *         "request_channel": null,
                      *         "service": null,
                      *         "header_names": [
                      *           "Authorization",
@@ -28287,7 +28342,9 @@ export interface operations {
                      *       "last_test_status": "ok",
                      *       "last_test_error": null,
                      *       "last_delivery_at": "2026-11-23T08:14:09.236Z",
-                     *       "last_delivery_error": null
+                     *       "last_delivery_error": null,
+                     *       "pending_records": 0,
+                     *       "next_delivery_attempt_at": null
                      *     }
                      */
                     "application/json": components["schemas"]["LoggingDestination"];
@@ -28344,6 +28401,7 @@ export interface operations {
                      *           "index": null,
                      *           "source": null,
                      *           "sourcetype": null,
+                     *           "request_channel": null,
                      *           "service": "acme-mcp",
                      *           "header_names": [],
                      *           "has_api_key": true,
@@ -28362,7 +28420,9 @@ export interface operations {
                      *         "last_test_status": "ok",
                      *         "last_test_error": null,
                      *         "last_delivery_at": "2026-11-21T16:02:44.810Z",
-                     *         "last_delivery_error": null
+                     *         "last_delivery_error": null,
+                     *         "pending_records": 0,
+                     *         "next_delivery_attempt_at": null
                      *       }
                      *     }
                      */

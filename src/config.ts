@@ -62,6 +62,11 @@ export interface Config {
   credentialCacheSeconds: number;
   /** The least time between two test messages to one notification destination (they mail real people). */
   notificationTestCooldownSeconds: number;
+  /**
+   * Where Datadog logging destinations post, `{site}` standing for the destination's site:
+   * Datadog's own intake, or a proxy the operator runs in front of it (the tests' receiver).
+   */
+  datadogIntakeUrl: string;
   /** The web app's address, where a connection's OAuth authorization sends the browser back to (its `return_to` path); null: BASE_URL. */
   webAppUrl: string | null;
   /**
@@ -261,6 +266,20 @@ function stripeApiBaseUrl(env: Env): string | null {
     throw new ConfigError(`STRIPE_API_BASE_URL must be an http or https origin without a path; got "${raw}".`);
   }
   return url.origin;
+}
+
+/** DATADOG_LOGS_INTAKE_URL: an absolute http(s) URL with `{site}` in it. */
+function datadogIntakeUrl(env: Env): string {
+  const raw = env.DATADOG_LOGS_INTAKE_URL?.trim() || 'https://http-intake.logs.{site}/api/v2/logs';
+  let valid = raw.includes('{site}');
+  try {
+    const url = new URL(raw.replace('{site}', 'datadoghq.com'));
+    valid &&= url.protocol === 'https:' || url.protocol === 'http:';
+  } catch {
+    valid = false;
+  }
+  if (!valid) throw new ConfigError(`DATADOG_LOGS_INTAKE_URL must be an absolute http(s) URL containing {site}; got "${raw}".`);
+  return raw;
 }
 
 /** STRIPE_PRICES: `plan:interval=price_id` pairs, comma-separated (`team:month=price_1,team:year=price_2`). */
@@ -541,6 +560,7 @@ export function loadConfig(env: Env = process.env): Config {
     outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
     credentialCacheSeconds: int(env, 'CREDENTIAL_CACHE_SECONDS', 60, 0, 3_600),
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
+    datadogIntakeUrl: datadogIntakeUrl(env),
     webAppUrl: webAppUrl(env),
     webauthn: { rpId: rpId(env), origins: originList(env, 'WEBAUTHN_ORIGINS') },
     connectionToolsTtlSeconds: int(env, 'CONNECTION_TOOLS_TTL_SECONDS', 300, 0, 86_400),

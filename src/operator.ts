@@ -11,6 +11,7 @@ import { newId } from './lib/ids';
 import { isUniqueViolation } from './http/errors';
 import { SecretBox } from './lib/crypto';
 import type { SealedColumn } from './http/area';
+import { insertAuditEntries } from './events/records';
 
 /**
  * What the operator does from the command line (scripts/cli.ts) for what the API refuses to
@@ -23,23 +24,20 @@ export class OperatorError extends Error {
 }
 
 async function audit(trx: Transaction<Database>, orgId: string, action: string, targetType: string, targetId: string, changes: Record<string, unknown>) {
-  await trx
-    .insertInto('audit_log')
-    .values({
-      id: newId('auditEvent'),
-      org_id: orgId,
-      actor_type: 'operator',
-      actor_id: null,
-      actor_user_id: null,
-      action,
-      target_type: targetType,
-      target_id: targetId,
-      changes: JSON.stringify(changes),
-      ip: null,
-      user_agent: null,
-      request_id: null,
-    })
-    .execute();
+  await insertAuditEntries(trx, {
+    id: newId('auditEvent'),
+    org_id: orgId,
+    actor_type: 'operator',
+    actor_id: null,
+    actor_user_id: null,
+    action,
+    target_type: targetType,
+    target_id: targetId,
+    changes: JSON.stringify(changes),
+    ip: null,
+    user_agent: null,
+    request_id: null,
+  });
 }
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;

@@ -36,6 +36,11 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = {
   maxBackoffMs: 3_600_000,
 };
 
+/** The wait after the `attempts`-th failed attempt: doubling from the base, capped. */
+export function backoffMs(policy: Pick<RetryPolicy, 'baseBackoffMs' | 'maxBackoffMs'>, attempts: number): number {
+  return Math.min(policy.baseBackoffMs * 2 ** Math.max(0, attempts - 1), policy.maxBackoffMs);
+}
+
 /** Tables with the columns a delivery queue reads and writes. */
 export type DeliveryTable = {
   [T in keyof Database]: Database[T] extends {
@@ -119,7 +124,7 @@ export async function deliverDue<Claimed extends { id: string; attempts: number 
       await update.set({ status: 'failed', next_attempt_at: null, last_error: outcome.error }).execute();
       counts.failed += 1;
     } else {
-      const backoff = Math.min(policy.baseBackoffMs * 2 ** (delivery.attempts - 1), policy.maxBackoffMs);
+      const backoff = backoffMs(policy, delivery.attempts);
       await update.set({ next_attempt_at: new Date(now.getTime() + backoff), last_error: outcome.error }).execute();
       counts.retrying += 1;
     }

@@ -14,6 +14,7 @@ import { WrittenTables, type CommittedChange } from '../db/written-tables';
 import type { OperationMeta } from '../spec/operations';
 import { ApiError } from './errors';
 import type { Hooks } from './hooks';
+import { insertAuditEntries } from '../events/records';
 
 /** Long-lived collaborators the process hands the app (main.ts, the test harness). */
 export interface ProcessDeps {
@@ -282,21 +283,18 @@ export class RequestContext {
   }
 
   private async appendAudit(trx: Transaction<Database>, action: string, actor: ReturnType<typeof auditActor>, details: AuditDetails): Promise<void> {
-    await trx
-      .insertInto('audit_log')
-      .values({
-        id: newId('auditEvent'),
-        org_id: this.org?.orgId ?? null,
-        ...actor,
-        action,
-        target_type: details.targetType ?? action.slice(0, action.indexOf('.')),
-        target_id: details.targetId,
-        changes: JSON.stringify(details.changes ?? {}),
-        ip: this.client.ip,
-        user_agent: this.client.userAgent,
-        request_id: this.requestId,
-      })
-      .execute();
+    await insertAuditEntries(trx, {
+      id: newId('auditEvent'),
+      org_id: this.org?.orgId ?? null,
+      ...actor,
+      action,
+      target_type: details.targetType ?? action.slice(0, action.indexOf('.')),
+      target_id: details.targetId,
+      changes: JSON.stringify(details.changes ?? {}),
+      ip: this.client.ip,
+      user_agent: this.client.userAgent,
+      request_id: this.requestId,
+    });
   }
 
   /**

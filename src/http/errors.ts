@@ -15,6 +15,7 @@ export const ERROR_CATALOG: { readonly [C in ErrorCode]: { status: number; title
   organization_header_required: { status: 400, title: 'Organization header required' },
   immutable_field: { status: 400, title: 'Member cannot change' },
   outbound_url_not_allowed: { status: 400, title: 'URL not allowed' },
+  secret_required: { status: 400, title: 'Secret required' },
   upstream_credentials_rejected: { status: 400, title: 'Upstream refused the credentials' },
   idp_metadata_invalid: { status: 400, title: 'Identity provider settings not usable' },
   dynamic_toolbox_immutable: { status: 400, title: 'Dynamic toolbox cannot change' },

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Executor } from '../db/database';
 import type { Mailer } from '../events/email';
 import { newId } from '../lib/ids';
+import { insertAuditEntries } from '../events/records';
 
 export type SecurityEventType = 'signed_in' | 'second_factor_failed' | 'factor_added' | 'factor_removed' | 'recovery_code_used' | 'recovery_codes_regenerated';
 
@@ -45,26 +46,24 @@ export async function recordSecurityEvent(db: Executor, event: SecurityEventInpu
     .execute();
   const organizations = await db.selectFrom('memberships').select('org_id').where('user_id', '=', event.userId).where('status', '=', 'active').execute();
   if (organizations.length === 0) return;
-  await db
-    .insertInto('audit_log')
-    .values(
-      organizations.map(({ org_id }) => ({
-        id: newId('auditEvent'),
-        org_id,
-        actor_type: 'user' as const,
-        actor_id: event.userId,
-        actor_user_id: event.userId,
-        action: `member.${event.type}`,
-        target_type: 'member',
-        target_id: event.userId,
-        changes: JSON.stringify(method ? { method } : {}),
-        ip: event.client.ip ?? null,
-        user_agent: event.client.userAgent ?? null,
-        request_id: event.client.requestId ?? null,
-        created_at: now,
-      })),
-    )
-    .execute();
+  await insertAuditEntries(
+    db,
+    organizations.map(({ org_id }) => ({
+      id: newId('auditEvent'),
+      org_id,
+      actor_type: 'user' as const,
+      actor_id: event.userId,
+      actor_user_id: event.userId,
+      action: `member.${event.type}`,
+      target_type: 'member',
+      target_id: event.userId,
+      changes: JSON.stringify(method ? { method } : {}),
+      ip: event.client.ip ?? null,
+      user_agent: event.client.userAgent ?? null,
+      request_id: event.client.requestId ?? null,
+      created_at: now,
+    })),
+  );
 }
 
 /**

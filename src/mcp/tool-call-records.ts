@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Db } from '../db/database';
 import { storableText } from '../db/unstorable';
+import { insertToolCallRecords } from '../events/records';
 import type { NewRow } from '../db/schema';
 
 /**
@@ -47,10 +48,7 @@ export class ToolCallRecords {
     this.timer = null;
     const rows = this.rows.splice(0, this.rows.length);
     if (rows.length === 0) return;
-    const done: Promise<void> = this.db
-      .insertInto('tool_call_records')
-      .values(rows)
-      .execute()
+    const done: Promise<void> = insertToolCallRecords(this.db, rows)
       .then(
         () => undefined,
         (err: unknown) =>

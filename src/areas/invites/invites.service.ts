@@ -14,6 +14,7 @@ import type { Usage } from '../../http/hooks';
 import { systemRoleId } from '../roles';
 import { addTeamMember } from '../teams';
 import * as repo from './invites.repo';
+import { insertAuditEntries } from '../../events/records';
 
 type Invite = components['schemas']['Invite'];
 type InviteCreate = components['schemas']['InviteCreate'];
@@ -371,23 +372,20 @@ export async function acceptInvite(
       for (const teamId of teamIds) await addTeamMember(trx, { teamId, orgId, userId, addedByUserId: invite.invited_by_user_id });
     }
     await repo.updateInvite(trx, orgId, invite.id, { status: 'accepted', accepted_at: now, accepted_by_user_id: userId });
-    await trx
-      .insertInto('audit_log')
-      .values({
-        id: newId('auditEvent'),
-        org_id: orgId,
-        actor_type: 'user',
-        actor_id: userId,
-        actor_user_id: userId,
-        action: 'invite.accepted',
-        target_type: 'invite',
-        target_id: invite.id,
-        changes: JSON.stringify({ email: invite.email, joined, role_ids: joined ? roleIds : [], team_ids: joined ? teamIds : [] }),
-        ip: client.ip ?? null,
-        user_agent: client.userAgent ?? null,
-        request_id: client.requestId ?? null,
-      })
-      .execute();
+    await insertAuditEntries(trx, {
+      id: newId('auditEvent'),
+      org_id: orgId,
+      actor_type: 'user',
+      actor_id: userId,
+      actor_user_id: userId,
+      action: 'invite.accepted',
+      target_type: 'invite',
+      target_id: invite.id,
+      changes: JSON.stringify({ email: invite.email, joined, role_ids: joined ? roleIds : [], team_ids: joined ? teamIds : [] }),
+      ip: client.ip ?? null,
+      user_agent: client.userAgent ?? null,
+      request_id: client.requestId ?? null,
+    });
     if (joined) {
       await appendEvents(trx, orgId, [{ type: 'member.joined', data: { member: { user_id: userId, email: user.email, name: user.name }, via: 'invite' } }], {
         actor_type: 'user',

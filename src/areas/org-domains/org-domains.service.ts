@@ -15,6 +15,7 @@ import { addMember } from '../members';
 import { checkGrantable, resolveRoles } from '../invites';
 import { lookupTxt } from './dns';
 import * as repo from './org-domains.repo';
+import { insertAuditEntries } from '../../events/records';
 
 type OrgDomain = components['schemas']['OrgDomain'];
 type Create = components['schemas']['OrgDomainCreate'];
@@ -375,23 +376,20 @@ export async function joinVerifiedDomains(
       throw err;
     }
     await addMember(db, { orgId: org.orgId, userId: user.id, via: 'verified_domain', roleIds: [org.roleId] });
-    await db
-      .insertInto('audit_log')
-      .values({
-        id: newId('auditEvent'),
-        org_id: org.orgId,
-        actor_type: 'user',
-        actor_id: user.id,
-        actor_user_id: user.id,
-        action: 'member.joined',
-        target_type: 'member',
-        target_id: user.id,
-        changes: JSON.stringify({ via: 'verified_domain', domain: org.domain, role_ids: [org.roleId] }),
-        ip: client.ip ?? null,
-        user_agent: client.userAgent ?? null,
-        request_id: client.requestId ?? null,
-      })
-      .execute();
+    await insertAuditEntries(db, {
+      id: newId('auditEvent'),
+      org_id: org.orgId,
+      actor_type: 'user',
+      actor_id: user.id,
+      actor_user_id: user.id,
+      action: 'member.joined',
+      target_type: 'member',
+      target_id: user.id,
+      changes: JSON.stringify({ via: 'verified_domain', domain: org.domain, role_ids: [org.roleId] }),
+      ip: client.ip ?? null,
+      user_agent: client.userAgent ?? null,
+      request_id: client.requestId ?? null,
+    });
     await appendEvents(
       db,
       org.orgId,
