@@ -147,7 +147,8 @@ export function servePages(pages: ReadonlyMap<string, Page>, deps: AppDeps, sess
         }
         const headers: Record<string, string> = { ...(answer.scripts ? SCRIPT_PAGE_HEADERS : PAGE_HEADERS), 'Content-Type': 'text/html; charset=utf-8' };
         const targets = (answer.formTargets ?? []).map(formActionSource).filter((source): source is string => source !== null);
-        if (targets.length > 0) headers['Content-Security-Policy'] = headers['Content-Security-Policy']!.replace("form-action 'self'", `form-action 'self' ${targets.join(' ')}`);
+        if (targets.length > 0)
+          headers['Content-Security-Policy'] = headers['Content-Security-Policy']!.replace("form-action 'self'", `form-action 'self' ${targets.join(' ')}`);
         res.writeHead(answer.status ?? 200, headers);
         res.end(req.method === 'HEAD' ? undefined : answer.html);
       },

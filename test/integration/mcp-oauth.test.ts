@@ -10,14 +10,22 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 const REDIRECT = 'http://127.0.0.1:33418/callback';
-const form = (values: Record<string, string>) => ({ raw: new URLSearchParams(values).toString(), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+const form = (values: Record<string, string>) => ({
+  raw: new URLSearchParams(values).toString(),
+  headers: { 'content-type': 'application/x-www-form-urlencoded' },
+});
 const pkce = () => {
   const verifier = randomBytes(32).toString('base64url');
   return { verifier, challenge: createHash('sha256').update(verifier).digest('base64url') };
 };
 
 async function register(metadata: Record<string, unknown> = {}) {
-  const res = await t.call('POST', '/oauth/register', { redirect_uris: [REDIRECT], token_endpoint_auth_method: 'none', client_name: 'Test client', ...metadata });
+  const res = await t.call('POST', '/oauth/register', {
+    redirect_uris: [REDIRECT],
+    token_endpoint_auth_method: 'none',
+    client_name: 'Test client',
+    ...metadata,
+  });
   expect(res.status).toBe(201);
   return res.body as { client_id: string; client_secret?: string };
 }
@@ -56,7 +64,10 @@ async function authorize(clientId: string, p: Person, challenge: string, extra: 
     const page = await fetch(`${t.url}${location.pathname}${location.search}`, { headers: { cookie: `__Host-cp_session=${p.session}` } });
     expect(page.status).toBe(200);
     const request = location.searchParams.get('request')!;
-    const decided = await t.call('POST', '/oauth/consent/decision', undefined, { ...form({ request, decision: 'approve' }), headers: { ...form({}).headers, ...sameOrigin(p.session) } });
+    const decided = await t.call('POST', '/oauth/consent/decision', undefined, {
+      ...form({ request, decision: 'approve' }),
+      headers: { ...form({}).headers, ...sameOrigin(p.session) },
+    });
     expect(decided.status).toBe(303);
     location = new URL(decided.headers.get('location')!);
   }
@@ -69,7 +80,12 @@ async function tokens(clientId: string, p: Person, extra: Record<string, string>
   expect(back.searchParams.get('iss')).toBe(t.url);
   expect(back.searchParams.get('state')).toBe('st4te');
   const code = back.searchParams.get('code')!;
-  const res = await t.call('POST', '/oauth/token', undefined, form({ grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: REDIRECT, client_id: clientId, resource: p.resource }));
+  const res = await t.call(
+    'POST',
+    '/oauth/token',
+    undefined,
+    form({ grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: REDIRECT, client_id: clientId, resource: p.resource }),
+  );
   expect(res.status).toBe(200);
   return { ...(res.body as { access_token: string; refresh_token?: string; scope: string; id_token?: string }), code, verifier };
 }
@@ -78,7 +94,12 @@ const mcpInitialize = (resource: string, accessToken: string) =>
   fetch(resource, {
     method: 'POST',
     headers: { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }),
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } },
+    }),
   });
 
 describe('discovery', () => {
@@ -99,7 +120,11 @@ describe('discovery', () => {
 
 describe('registration (RFC 7591)', () => {
   it('registers public and confidential clients, refresh by default, and refuses script schemes and unknown grants', async () => {
-    const pub = await t.call('POST', '/oauth/register', { redirect_uris: ['cursor://anysphere.cursor-retrieval/oauth/callback'], token_endpoint_auth_method: 'none', unknown_member: 1 });
+    const pub = await t.call('POST', '/oauth/register', {
+      redirect_uris: ['cursor://anysphere.cursor-retrieval/oauth/callback'],
+      token_endpoint_auth_method: 'none',
+      unknown_member: 1,
+    });
     expect(pub.status).toBe(201);
     expect(pub.body.grant_types).toEqual(['authorization_code', 'refresh_token']);
     expect(pub.body.client_secret).toBeUndefined();
@@ -107,7 +132,14 @@ describe('registration (RFC 7591)', () => {
     expect(conf.status).toBe(201);
     expect(conf.body.client_secret).toMatch(/^ocs_/);
     expect(conf.body.client_secret_expires_at).toBe(0);
-    for (const uri of ['javascript:alert(1)', 'JavaScript:alert(1)', 'data:text/html,x', 'file:///etc/passwd', 'http://evil.example/cb', 'https://a.example/cb#frag']) {
+    for (const uri of [
+      'javascript:alert(1)',
+      'JavaScript:alert(1)',
+      'data:text/html,x',
+      'file:///etc/passwd',
+      'http://evil.example/cb',
+      'https://a.example/cb#frag',
+    ]) {
       const res = await t.call('POST', '/oauth/register', { redirect_uris: [uri] });
       expect(res.status).toBe(400);
       expect(res.body.error).toBe('invalid_redirect_uri');
@@ -133,7 +165,11 @@ describe('authorization', () => {
   it('answers an unknown client or an unregistered redirect here, never by redirect', async () => {
     const p = await person();
     const client = await register();
-    expectError(await t.call('GET', authorizeUrl('oac_01jg3b7f1dd3e7f1g5h9j3k7m1', p, pkce().challenge), undefined, { session: p.session }), 400, 'validation_failed');
+    expectError(
+      await t.call('GET', authorizeUrl('oac_01jg3b7f1dd3e7f1g5h9j3k7m1', p, pkce().challenge), undefined, { session: p.session }),
+      400,
+      'validation_failed',
+    );
     const other = authorizeUrl(client.client_id, p, pkce().challenge).replace(encodeURIComponent(REDIRECT), encodeURIComponent('http://127.0.0.1:33418/other'));
     expectError(await t.call('GET', other, undefined, { session: p.session }), 400, 'validation_failed');
   });
@@ -198,11 +234,21 @@ describe('authorization', () => {
     const client = await register();
     const res = await t.call('GET', authorizeUrl(client.client_id, p, pkce().challenge), undefined, { session: p.session });
     const request = new URL(res.headers.get('location')!).searchParams.get('request')!;
-    const denied = await t.call('POST', '/oauth/consent/decision', undefined, { ...form({ request, decision: 'deny' }), headers: { ...form({}).headers, ...sameOrigin(p.session) } });
+    const denied = await t.call('POST', '/oauth/consent/decision', undefined, {
+      ...form({ request, decision: 'deny' }),
+      headers: { ...form({}).headers, ...sameOrigin(p.session) },
+    });
     expect(denied.status).toBe(303);
     expect(new URL(denied.headers.get('location')!).searchParams.get('error')).toBe('access_denied');
     expect(await t.db.selectFrom('oauth_grants').select('id').where('user_id', '=', p.userId).execute()).toEqual([]);
-    expectError(await t.call('POST', '/oauth/consent/decision', undefined, { ...form({ request, decision: 'approve' }), headers: { ...form({}).headers, ...sameOrigin(p.session) } }), 404, 'not_found');
+    expectError(
+      await t.call('POST', '/oauth/consent/decision', undefined, {
+        ...form({ request, decision: 'approve' }),
+        headers: { ...form({}).headers, ...sameOrigin(p.session) },
+      }),
+      404,
+      'not_found',
+    );
   });
 });
 
@@ -219,7 +265,12 @@ describe('tokens', () => {
     expect(elsewhere.status).toBe(401);
     expect(elsewhere.headers.get('www-authenticate')).toContain(`resource_metadata="${t.url}/.well-known/oauth-protected-resource/mcp/${other.id}"`);
 
-    const replay = await t.call('POST', '/oauth/token', undefined, form({ grant_type: 'authorization_code', code: issued.code, code_verifier: issued.verifier, redirect_uri: REDIRECT, client_id: client.client_id }));
+    const replay = await t.call(
+      'POST',
+      '/oauth/token',
+      undefined,
+      form({ grant_type: 'authorization_code', code: issued.code, code_verifier: issued.verifier, redirect_uri: REDIRECT, client_id: client.client_id }),
+    );
     expect(replay.status).toBe(400);
     expect(replay.body.error).toBe('invalid_grant');
     expect((await mcpInitialize(p.resource, issued.access_token)).status).toBe(401);
@@ -241,7 +292,12 @@ describe('tokens', () => {
     expect(noVerifier.body.error).toBe('invalid_request');
     const unsupported = await t.call('POST', '/oauth/token', undefined, form({ grant_type: 'client_credentials', client_id: client.client_id }));
     expect(unsupported.body.error).toBe('unsupported_grant_type');
-    const unknownClient = await t.call('POST', '/oauth/token', undefined, form({ ...base, client_id: 'oac_01jg3b7f1dd3e7f1g5h9j3k7m1', code_verifier: pkce().verifier }));
+    const unknownClient = await t.call(
+      'POST',
+      '/oauth/token',
+      undefined,
+      form({ ...base, client_id: 'oac_01jg3b7f1dd3e7f1g5h9j3k7m1', code_verifier: pkce().verifier }),
+    );
     expect(unknownClient.status).toBe(401);
     expect(unknownClient.body.error).toBe('invalid_client');
   });
@@ -250,7 +306,8 @@ describe('tokens', () => {
     const p = await person();
     const client = await register();
     const issued = await tokens(client.client_id, p);
-    const refresh = (token: string) => t.call('POST', '/oauth/token', undefined, form({ grant_type: 'refresh_token', refresh_token: token, client_id: client.client_id }));
+    const refresh = (token: string) =>
+      t.call('POST', '/oauth/token', undefined, form({ grant_type: 'refresh_token', refresh_token: token, client_id: client.client_id }));
     const first = await refresh(issued.refresh_token!);
     expect(first.status).toBe(200);
     expect(first.body.refresh_token).not.toBe(issued.refresh_token);
@@ -260,7 +317,11 @@ describe('tokens', () => {
     expect((await mcpInitialize(p.resource, racing.body.access_token)).status).toBe(200);
 
     // Past the window, the rotated token is a replay: the grant goes, every token with it.
-    await t.db.updateTable('oauth_refresh_tokens').set({ rotated_at: new Date(Date.now() - 120_000) }).where('rotated_at', 'is not', null).execute();
+    await t.db
+      .updateTable('oauth_refresh_tokens')
+      .set({ rotated_at: new Date(Date.now() - 120_000) })
+      .where('rotated_at', 'is not', null)
+      .execute();
     const late = await refresh(issued.refresh_token!);
     expect(late.body.error).toBe('invalid_grant');
     expect((await mcpInitialize(p.resource, first.body.access_token)).status).toBe(401);
@@ -323,7 +384,10 @@ describe('tokens', () => {
     expect(wrong.headers.get('www-authenticate')).toContain('Basic');
     const ok = await t.call('POST', '/oauth/token', undefined, {
       ...form({ grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: REDIRECT }),
-      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${Buffer.from(`${basic.client_id}:${encodeURIComponent(basic.client_secret!)}`).toString('base64')}` },
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: `Basic ${Buffer.from(`${basic.client_id}:${encodeURIComponent(basic.client_secret!)}`).toString('base64')}`,
+      },
     });
     expect(ok.status).toBe(200);
   });
@@ -339,7 +403,12 @@ describe('revocation and loss of access', () => {
     expect((await revoke(issued.access_token)).status).toBe(200);
     expect((await mcpInitialize(p.resource, issued.access_token)).status).toBe(401);
     expect((await revoke(issued.refresh_token!)).status).toBe(200);
-    const refreshed = await t.call('POST', '/oauth/token', undefined, form({ grant_type: 'refresh_token', refresh_token: issued.refresh_token!, client_id: client.client_id }));
+    const refreshed = await t.call(
+      'POST',
+      '/oauth/token',
+      undefined,
+      form({ grant_type: 'refresh_token', refresh_token: issued.refresh_token!, client_id: client.client_id }),
+    );
     expect(refreshed.body.error).toBe('invalid_grant');
   });
 
@@ -354,7 +423,12 @@ describe('revocation and loss of access', () => {
     const again = await tokens(client.client_id, q);
     await t.db.updateTable('memberships').set({ status: 'suspended' }).where('user_id', '=', q.userId).execute();
     expect((await mcpInitialize(q.resource, again.access_token)).status).toBe(401);
-    const refreshed = await t.call('POST', '/oauth/token', undefined, form({ grant_type: 'refresh_token', refresh_token: again.refresh_token!, client_id: client.client_id }));
+    const refreshed = await t.call(
+      'POST',
+      '/oauth/token',
+      undefined,
+      form({ grant_type: 'refresh_token', refresh_token: again.refresh_token!, client_id: client.client_id }),
+    );
     expect(refreshed.body.error).toBe('invalid_grant');
   });
 });
@@ -366,14 +440,21 @@ describe('grants: what a person authorized, and what administrators see', () => 
     const issued = await tokens(client.client_id, p);
     const mine = await t.as({ session: p.session }).op('listMyOAuthGrants', {});
     expect(mine.status).toBe(200);
-    expect(mine.body.data).toEqual([expect.objectContaining({ mcp_server_id: p.server.id, scope: 'mcp', client: { client_id: client.client_id, name: 'Claude Code', kind: 'registered' } })]);
+    expect(mine.body.data).toEqual([
+      expect.objectContaining({ mcp_server_id: p.server.id, scope: 'mcp', client: { client_id: client.client_id, name: 'Claude Code', kind: 'registered' } }),
+    ]);
     const grantId = mine.body.data[0]!.id;
     const stranger = await person();
     expectError(await t.as({ session: stranger.session }).op('revokeMyOAuthGrant', { params: { grantId } }), 404, 'not_found');
     expect((await t.as({ session: p.session }).op('revokeMyOAuthGrant', { params: { grantId } })).status).toBe(204);
     expect((await mcpInitialize(p.resource, issued.access_token)).status).toBe(401);
     expect((await t.as({ session: p.session }).op('listMyOAuthGrants', {})).body.data).toEqual([]);
-    const entry = await t.db.selectFrom('audit_log').select(['action', 'actor_id']).where('target_id', '=', grantId).where('action', '=', 'oauth_grant.revoked').executeTakeFirst();
+    const entry = await t.db
+      .selectFrom('audit_log')
+      .select(['action', 'actor_id'])
+      .where('target_id', '=', grantId)
+      .where('action', '=', 'oauth_grant.revoked')
+      .executeTakeFirst();
     expect(entry).toEqual({ action: 'oauth_grant.revoked', actor_id: p.userId });
   });
 
@@ -426,7 +507,11 @@ describe('Client ID Metadata Documents', () => {
     try {
       const p = await person();
       expectError(await t.call('GET', authorizeUrl(doc.url, p, pkce().challenge), undefined, { session: p.session }), 400, 'validation_failed');
-      expectError(await t.call('GET', authorizeUrl('http://10.1.2.3/client.json', p, pkce().challenge), undefined, { session: p.session }), 400, 'validation_failed');
+      expectError(
+        await t.call('GET', authorizeUrl('http://10.1.2.3/client.json', p, pkce().challenge), undefined, { session: p.session }),
+        400,
+        'validation_failed',
+      );
     } finally {
       await doc.close();
     }

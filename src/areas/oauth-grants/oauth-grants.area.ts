@@ -16,7 +16,19 @@ function liveGrants(db: Executor, now = new Date()) {
   return db
     .selectFrom('oauth_grants as g')
     .innerJoin('oauth_clients as c', 'c.id', 'g.client_id')
-    .select(['g.id', 'g.org_id', 'g.user_id', 'g.mcp_server_id', 'g.client_id', 'g.scope', 'g.created_at', 'g.last_used_at', 'g.expires_at', 'c.kind', 'c.metadata'])
+    .select([
+      'g.id',
+      'g.org_id',
+      'g.user_id',
+      'g.mcp_server_id',
+      'g.client_id',
+      'g.scope',
+      'g.created_at',
+      'g.last_used_at',
+      'g.expires_at',
+      'c.kind',
+      'c.metadata',
+    ])
     .where('g.revoked_at', 'is', null)
     .where('g.expires_at', '>', now);
 }
@@ -50,7 +62,10 @@ export default defineArea({
   handlers: {
     async listMyOAuthGrants({ query }, ctx) {
       const page = pageRequest(query, 'oauthGrant');
-      let select = liveGrants(ctx.db).where('g.user_id', '=', ctx.person.userId).orderBy('g.id', 'desc').limit(page.limit + 1);
+      let select = liveGrants(ctx.db)
+        .where('g.user_id', '=', ctx.person.userId)
+        .orderBy('g.id', 'desc')
+        .limit(page.limit + 1);
       if (page.after) select = select.where('g.id', '<', page.after);
       return { status: 200, body: toPage(await select.execute(), page, toGrant) };
     },
@@ -67,7 +82,10 @@ export default defineArea({
     async listOAuthGrants({ query }, ctx) {
       const filters = { user_id: query.user_id, mcp_server_id: query.mcp_server_id };
       const page = filteredPageRequest(query, 'oauthGrant', filters);
-      let select = liveGrants(ctx.db).where('g.org_id', '=', ctx.orgId).orderBy('g.id', 'desc').limit(page.limit + 1);
+      let select = liveGrants(ctx.db)
+        .where('g.org_id', '=', ctx.orgId)
+        .orderBy('g.id', 'desc')
+        .limit(page.limit + 1);
       if (query.user_id) select = select.where('g.user_id', '=', query.user_id);
       if (query.mcp_server_id) select = select.where('g.mcp_server_id', '=', query.mcp_server_id);
       if (page.after) select = select.where('g.id', '<', page.after);

@@ -23,7 +23,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('created_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
     .addColumn('last_authorized_at', 'timestamptz')
     .execute();
-  await db.schema.createIndex('oauth_clients_unused_idx').on('oauth_clients').columns(['created_at']).where(sql.ref('last_authorized_at'), 'is', null).execute();
+  await db.schema
+    .createIndex('oauth_clients_unused_idx')
+    .on('oauth_clients')
+    .columns(['created_at'])
+    .where(sql.ref('last_authorized_at'), 'is', null)
+    .execute();
   await db.schema.createIndex('oauth_clients_registered_ip_idx').on('oauth_clients').columns(['registered_ip', 'created_at']).execute();
 
   await db.schema
@@ -124,7 +129,15 @@ export async function up(db: Kysely<any>): Promise<void> {
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
-  for (const table of ['oauth_signing_keys', 'oauth_access_tokens', 'oauth_refresh_tokens', 'oauth_codes', 'oauth_grants', 'oauth_authorization_requests', 'oauth_clients']) {
+  for (const table of [
+    'oauth_signing_keys',
+    'oauth_access_tokens',
+    'oauth_refresh_tokens',
+    'oauth_codes',
+    'oauth_grants',
+    'oauth_authorization_requests',
+    'oauth_clients',
+  ]) {
     await db.schema.dropTable(table).execute();
   }
 }

@@ -84,7 +84,11 @@ export function challenge(baseUrl: string, mcpId: string, error?: { code: string
   let value = `Bearer resource_metadata="${metadata}", scope="mcp"`;
   // A header value is visible ASCII: quotes and backslashes would end the quoted-string, and a
   // typographic apostrophe (or any other non-ASCII character) is refused by Node outright.
-  if (error) value += `, error="${error.code}", error_description="${error.description.replace(/[\u2018\u2019]/g, "'").replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?')}"`;
+  if (error)
+    value += `, error="${error.code}", error_description="${error.description
+      .replace(/[\u2018\u2019]/g, "'")
+      .replace(/["\\]/g, "'")
+      .replace(/[^\x20-\x7e]/g, '?')}"`;
   return value;
 }
 

@@ -50,7 +50,11 @@ export const oauthAccessTokenAuthenticator: Authenticator = {
   async authenticate(credential, db, now = new Date()) {
     const claims = await verifiedJwt(db, credential.secret, 'at+jwt');
     if (!claims || typeof claims.jti !== 'string') return { status: 'invalid', detail: 'The access token is not one this server issued.' };
-    const token = await db.selectFrom('oauth_access_tokens').select(['grant_id', 'scope', 'expires_at', 'revoked_at']).where('jti', '=', claims.jti).executeTakeFirst();
+    const token = await db
+      .selectFrom('oauth_access_tokens')
+      .select(['grant_id', 'scope', 'expires_at', 'revoked_at'])
+      .where('jti', '=', claims.jti)
+      .executeTakeFirst();
     if (!token || token.revoked_at) return { status: 'invalid', detail: 'The access token was revoked.' };
     if (token.expires_at <= now) return { status: 'invalid', detail: 'The access token expired; refresh it.' };
     const standing = await grantStanding(db, token.grant_id, now);

@@ -10,7 +10,18 @@ import { webAppPage } from '../../lib/web-app';
 import { ClientLookupError, findClient, isLoopbackRedirect, matchRedirectUri, SUPPORTED_SCOPES, type OAuthClient } from './clients';
 import { AUTHORIZATION_REQUEST_MS, GRANT_MS, issueCode, liveGrant, resourceServerId, scopesOf, scopeString } from './grants';
 
-const PARAMETERS = ['response_type', 'client_id', 'redirect_uri', 'code_challenge', 'code_challenge_method', 'state', 'scope', 'resource', 'nonce', 'prompt'] as const;
+const PARAMETERS = [
+  'response_type',
+  'client_id',
+  'redirect_uri',
+  'code_challenge',
+  'code_challenge_method',
+  'state',
+  'scope',
+  'resource',
+  'nonce',
+  'prompt',
+] as const;
 type Parameter = (typeof PARAMETERS)[number];
 
 /** The request's parameters as sent: a repeated one (RFC 6749 §3.1: "MUST NOT be included more than once") is `repeated`. */
@@ -63,12 +74,16 @@ export async function startAuthorization(input: ProtocolInput<{ query: unknown }
     if (err instanceof ClientLookupError) throw validationError([problem('client_id', err.message)]);
     throw err;
   }
-  if (!client) throw validationError([problem('client_id', 'names no client of this server: register at /oauth/register, or use a Client ID Metadata Document URL')]);
+  if (!client)
+    throw validationError([problem('client_id', 'names no client of this server: register at /oauth/register, or use a Client ID Metadata Document URL')]);
   const registered = client.info.redirect_uris;
   const redirectUri = params.redirect_uri !== undefined ? matchRedirectUri(registered, params.redirect_uri) : registered.length === 1 ? registered[0]! : null;
   if (!redirectUri) {
     throw validationError([
-      problem('redirect_uri', params.redirect_uri === undefined ? 'is required: the client registered more than one' : 'is not one of the redirect URIs the client registered'),
+      problem(
+        'redirect_uri',
+        params.redirect_uri === undefined ? 'is required: the client registered more than one' : 'is not one of the redirect URIs the client registered',
+      ),
     ]);
   }
   const back = { uri: redirectUri, state: params.state, iss: base };
@@ -102,7 +117,11 @@ export async function startAuthorization(input: ProtocolInput<{ query: unknown }
     page.searchParams.set('return_to', authorizePath(params));
     return { status: 302 as const, headers: { Location: page.href, 'Cache-Control': 'no-store' } };
   }
-  const server = await ctx.db.selectFrom('mcp_servers').select(['id', 'org_id', 'owner_user_id', 'expires_at']).where('id', '=', mcpServerId).executeTakeFirst();
+  const server = await ctx.db
+    .selectFrom('mcp_servers')
+    .select(['id', 'org_id', 'owner_user_id', 'expires_at'])
+    .where('id', '=', mcpServerId)
+    .executeTakeFirst();
   // Another person's server reads as no server: nothing about it is revealed.
   if (!server || server.owner_user_id !== caller.userId) return refuse('invalid_target', 'resource is not one of your MCP servers.');
   if (server.expires_at && server.expires_at <= new Date()) return refuse('invalid_target', 'The MCP server has expired.');
@@ -164,7 +183,18 @@ function pendingRequest(ctx: { db: RequestContext['db'] }, requestId: string, us
     .innerJoin('oauth_clients as c', 'c.id', 'r.client_id')
     .innerJoin('mcp_servers as s', 's.id', 'r.mcp_server_id')
     .innerJoin('organizations as o', 'o.id', 's.org_id')
-    .select(['r.id', 'r.client_id', 'r.mcp_server_id', 'r.redirect_uri', 'r.redirect_uri_named', 'r.state', 'r.code_challenge', 'r.scope', 'r.nonce', 'r.auth_time'])
+    .select([
+      'r.id',
+      'r.client_id',
+      'r.mcp_server_id',
+      'r.redirect_uri',
+      'r.redirect_uri_named',
+      'r.state',
+      'r.code_challenge',
+      'r.scope',
+      'r.nonce',
+      'r.auth_time',
+    ])
     .select(['c.kind as client_kind', 'c.metadata as client_metadata', 's.name as server_name', 's.org_id', 's.owner_user_id', 'o.name as org_name'])
     .where('r.id', '=', requestId)
     .where('r.user_id', '=', userId)
@@ -191,7 +221,9 @@ export const consentPage: Page = async (request, deps) => {
       html: layout(
         'Authorization expired',
         html`<h1>This authorization is no longer waiting</h1>
-          <p class="error">It was already answered, it expired (after 10 minutes), or it was started by someone else. Go back to your MCP client and connect again.</p>`,
+          <p class="error">
+            It was already answered, it expired (after 10 minutes), or it was started by someone else. Go back to your MCP client and connect again.
+          </p>`,
       ),
     };
   }
@@ -206,16 +238,19 @@ export const consentPage: Page = async (request, deps) => {
       'Authorize an MCP client',
       html`<h1>Allow ${metadata.client_name ?? host} to use your MCP server?</h1>
         <p>
-          <strong>${metadata.client_name ?? host}</strong> (the name the client gave itself${pending.client_kind === 'metadata_document' ? html`, published at ${pending.client_id}` : ''}) asks to act as
-          <strong>${me.email}</strong> on the MCP server <strong>${pending.server_name}</strong> of <strong>${pending.org_name}</strong>.
+          <strong>${metadata.client_name ?? host}</strong> (the name the client gave
+          itself${pending.client_kind === 'metadata_document' ? html`, published at ${pending.client_id}` : ''}) asks to act as <strong>${me.email}</strong> on
+          the MCP server <strong>${pending.server_name}</strong> of <strong>${pending.org_name}</strong>.
         </p>
         <p>After you answer, your browser goes to <strong>${host}</strong>.</p>
-        ${loopback
-          ? html`<p class="notice">
-              That address is on this computer: whatever program is listening there receives the access. Allow it only if you just started connecting from
-              an application on this computer.
-            </p>`
-          : null}
+        ${
+          loopback
+            ? html`<p class="notice">
+                That address is on this computer: whatever program is listening there receives the access. Allow it only if you just started connecting from an
+                application on this computer.
+              </p>`
+            : null
+        }
         <p>It will be able to:</p>
         <ul>
           ${scopes.map((s) => html`<li>${SCOPE_WORDS[s]!}</li>`)}
@@ -253,7 +288,8 @@ export async function decideConsent(body: { request: string; decision: 'approve'
   ctx.actIn(access);
   const code = await ctx.write(async (w) => {
     const taken = await w.db.deleteFrom('oauth_authorization_requests').where('id', '=', pending.id).executeTakeFirst();
-    if (Number(taken.numDeletedRows) === 0) throw new ApiError('not_found', `No pending authorization request ${body.request} of yours; it was answered, expired, or is not yours.`);
+    if (Number(taken.numDeletedRows) === 0)
+      throw new ApiError('not_found', `No pending authorization request ${body.request} of yours; it was answered, expired, or is not yours.`);
     const existing = await liveGrant(w.db, person.userId, pending.mcp_server_id, pending.client_id, now);
     let grantId: string;
     let scope: string;
@@ -279,16 +315,20 @@ export async function decideConsent(body: { request: string; decision: 'approve'
         .execute();
     }
     w.audit({ targetId: grantId, changes: { client_id: pending.client_id, mcp_server_id: pending.mcp_server_id, scope } });
-    return issueCode(w.db, {
-      grantId,
-      clientId: pending.client_id,
-      redirectUri: pending.redirect_uri,
-      redirectUriNamed: pending.redirect_uri_named,
-      codeChallenge: pending.code_challenge,
-      scope: pending.scope,
-      nonce: pending.nonce,
-      authTime: pending.auth_time,
-    }, now);
+    return issueCode(
+      w.db,
+      {
+        grantId,
+        clientId: pending.client_id,
+        redirectUri: pending.redirect_uri,
+        redirectUriNamed: pending.redirect_uri_named,
+        codeChallenge: pending.code_challenge,
+        scope: pending.scope,
+        nonce: pending.nonce,
+        authTime: pending.auth_time,
+      },
+      now,
+    );
   });
   return { status: 303 as const, headers: headers(back({ code, state, iss: base })) };
 }

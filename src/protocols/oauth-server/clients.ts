@@ -55,7 +55,8 @@ export function redirectUriProblem(raw: string): string | null {
   if (SCRIPT_SCHEMES.has(scheme)) return `uses ${scheme.slice(0, -1)}:, which is never a redirect target`;
   if (raw.includes('#')) return 'has a fragment';
   if (url.username || url.password) return 'carries user information';
-  if (scheme === 'http:' && !LOOPBACK_HOSTS.has(url.hostname.toLowerCase())) return 'must use https, or http on a loopback address (localhost, 127.0.0.1, [::1])';
+  if (scheme === 'http:' && !LOOPBACK_HOSTS.has(url.hostname.toLowerCase()))
+    return 'must use https, or http on a loopback address (localhost, 127.0.0.1, [::1])';
   if (scheme !== 'https:' && scheme !== 'http:' && !/^[a-z][a-z0-9+.-]*:$/.test(scheme)) return 'has a scheme that is not valid';
   return null;
 }
@@ -104,10 +105,16 @@ export function clientInformation(metadata: Record<string, unknown>, options: { 
   }
   const method = (metadata.token_endpoint_auth_method ?? (options.publicOnly ? 'none' : 'client_secret_basic')) as string;
   if (!(AUTH_METHODS as readonly string[]).includes(method)) {
-    return { error: 'invalid_client_metadata', error_description: `token_endpoint_auth_method "${method}" is not supported; use none, client_secret_basic or client_secret_post.` };
+    return {
+      error: 'invalid_client_metadata',
+      error_description: `token_endpoint_auth_method "${method}" is not supported; use none, client_secret_basic or client_secret_post.`,
+    };
   }
   if (options.publicOnly && method !== 'none') {
-    return { error: 'invalid_client_metadata', error_description: 'A client identified by its metadata document is public: token_endpoint_auth_method must be none.' };
+    return {
+      error: 'invalid_client_metadata',
+      error_description: 'A client identified by its metadata document is public: token_endpoint_auth_method must be none.',
+    };
   }
   const grants = (metadata.grant_types ?? [...GRANT_TYPES]) as unknown[];
   const unknownGrant = grants.find((g) => !(GRANT_TYPES as readonly unknown[]).includes(g));
@@ -129,14 +136,16 @@ export function clientInformation(metadata: Record<string, unknown>, options: { 
     token_endpoint_auth_method: method as AuthMethod,
     grant_types: [...new Set(grants)] as GrantType[],
     response_types: ['code'],
-    client_name: typeof metadata.client_name === 'string' && metadata.client_name.trim() !== '' ? metadata.client_name.trim().slice(0, 200) : hostOf(redirects[0]!),
+    client_name:
+      typeof metadata.client_name === 'string' && metadata.client_name.trim() !== '' ? metadata.client_name.trim().slice(0, 200) : hostOf(redirects[0]!),
     scope: (asked.length > 0 ? [...new Set(asked)] : SUPPORTED_SCOPES).join(' '),
     application_type: applicationType,
   };
   for (const name of OPTIONAL_URIS) {
     const value = metadata[name];
     if (value === undefined) continue;
-    if (typeof value !== 'string' || !/^https:\/\//i.test(value)) return { error: 'invalid_client_metadata', error_description: `${name} must be an https URL.` };
+    if (typeof value !== 'string' || !/^https:\/\//i.test(value))
+      return { error: 'invalid_client_metadata', error_description: `${name} must be an https URL.` };
     info[name] = value;
   }
   if (Array.isArray(metadata.contacts)) info.contacts = metadata.contacts.filter((c): c is string => typeof c === 'string').slice(0, 10);
@@ -229,10 +238,15 @@ export async function fetchMetadataDocument(url: string, policy: OutboundPolicy)
   } finally {
     session.close();
   }
-  if (typeof document !== 'object' || document === null || Array.isArray(document)) throw new ClientLookupError(`The client's metadata document (${url}) is not a JSON object.`);
+  if (typeof document !== 'object' || document === null || Array.isArray(document))
+    throw new ClientLookupError(`The client's metadata document (${url}) is not a JSON object.`);
   const metadata = document as Record<string, unknown>;
-  if (metadata.client_id !== url) throw new ClientLookupError(`The client's metadata document names client_id ${JSON.stringify(metadata.client_id)}, not the URL it was fetched from (${url}).`);
-  if ('client_secret' in metadata || 'client_secret_expires_at' in metadata) throw new ClientLookupError('A client metadata document must not carry a client secret.');
+  if (metadata.client_id !== url)
+    throw new ClientLookupError(
+      `The client's metadata document names client_id ${JSON.stringify(metadata.client_id)}, not the URL it was fetched from (${url}).`,
+    );
+  if ('client_secret' in metadata || 'client_secret_expires_at' in metadata)
+    throw new ClientLookupError('A client metadata document must not carry a client secret.');
   const info = clientInformation(metadata, { publicOnly: true });
   if ('error' in info) throw new ClientLookupError(`The client's metadata document is not acceptable: ${info.error_description}`);
   return { info, freshMs: freshFor(cacheControl) };
@@ -240,7 +254,11 @@ export async function fetchMetadataDocument(url: string, policy: OutboundPolicy)
 
 /** The client a `client_id` names: a registered one, or the one a metadata document describes (fetched when not fresh). Null for none. */
 export async function findClient(db: Db, clientId: string, policy: OutboundPolicy, now = new Date()): Promise<OAuthClient | null> {
-  const row = await db.selectFrom('oauth_clients').select(['id', 'kind', 'secret_hash', 'metadata', 'fresh_until']).where('id', '=', clientId).executeTakeFirst();
+  const row = await db
+    .selectFrom('oauth_clients')
+    .select(['id', 'kind', 'secret_hash', 'metadata', 'fresh_until'])
+    .where('id', '=', clientId)
+    .executeTakeFirst();
   if (row && (row.kind === 'registered' || (row.fresh_until && row.fresh_until > now))) {
     return { id: row.id, kind: row.kind as OAuthClient['kind'], secretHash: row.secret_hash, info: row.metadata as unknown as ClientInformation };
   }

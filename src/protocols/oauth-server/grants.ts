@@ -121,12 +121,7 @@ export interface Issuance {
  * a refresh token when the client may refresh (stored hashed), and an ID token when `openid`
  * was granted.
  */
-export async function issueTokens(
-  db: Executor,
-  deps: { key: SigningKey; baseUrl: string },
-  issuance: Issuance,
-  now = new Date(),
-): Promise<TokenResponse> {
+export async function issueTokens(db: Executor, deps: { key: SigningKey; baseUrl: string }, issuance: Issuance, now = new Date()): Promise<TokenResponse> {
   const { key } = deps;
   const jti = randomSecret('at').slice(3);
   const iat = Math.floor(now.getTime() / 1000);
@@ -238,10 +233,22 @@ const SWEEP_BATCH = 200;
  */
 export async function sweepExpired(db: Executor, now = new Date()): Promise<void> {
   const dayAgo = new Date(now.getTime() - 24 * 3600_000);
-  await db.deleteFrom('oauth_authorization_requests').where('id', 'in', (eb) => eb.selectFrom('oauth_authorization_requests').select('id').where('expires_at', '<', now).limit(SWEEP_BATCH)).execute();
-  await db.deleteFrom('oauth_codes').where('code_hash', 'in', (eb) => eb.selectFrom('oauth_codes').select('code_hash').where('expires_at', '<', dayAgo).limit(SWEEP_BATCH)).execute();
-  await db.deleteFrom('oauth_access_tokens').where('jti', 'in', (eb) => eb.selectFrom('oauth_access_tokens').select('jti').where('expires_at', '<', dayAgo).limit(SWEEP_BATCH)).execute();
-  await db.deleteFrom('oauth_refresh_tokens').where('token_hash', 'in', (eb) => eb.selectFrom('oauth_refresh_tokens').select('token_hash').where('expires_at', '<', now).limit(SWEEP_BATCH)).execute();
+  await db
+    .deleteFrom('oauth_authorization_requests')
+    .where('id', 'in', (eb) => eb.selectFrom('oauth_authorization_requests').select('id').where('expires_at', '<', now).limit(SWEEP_BATCH))
+    .execute();
+  await db
+    .deleteFrom('oauth_codes')
+    .where('code_hash', 'in', (eb) => eb.selectFrom('oauth_codes').select('code_hash').where('expires_at', '<', dayAgo).limit(SWEEP_BATCH))
+    .execute();
+  await db
+    .deleteFrom('oauth_access_tokens')
+    .where('jti', 'in', (eb) => eb.selectFrom('oauth_access_tokens').select('jti').where('expires_at', '<', dayAgo).limit(SWEEP_BATCH))
+    .execute();
+  await db
+    .deleteFrom('oauth_refresh_tokens')
+    .where('token_hash', 'in', (eb) => eb.selectFrom('oauth_refresh_tokens').select('token_hash').where('expires_at', '<', now).limit(SWEEP_BATCH))
+    .execute();
   await db
     .deleteFrom('oauth_grants')
     .where('id', 'in', (eb) =>

@@ -45,8 +45,17 @@ export class SigningKeys {
   }
 
   private async loadOrCreate(): Promise<SigningKey> {
-    const found = await this.db.selectFrom('oauth_signing_keys').select(['kid', 'private_jwk_enc']).where('retired_at', 'is', null).orderBy('created_at', 'desc').executeTakeFirst();
-    if (found) return { kid: found.kid, privateKey: createPrivateKey({ key: JSON.parse(this.secrets.open(found.private_jwk_enc, sealContext(found.kid))) as JsonWebKey, format: 'jwk' }) };
+    const found = await this.db
+      .selectFrom('oauth_signing_keys')
+      .select(['kid', 'private_jwk_enc'])
+      .where('retired_at', 'is', null)
+      .orderBy('created_at', 'desc')
+      .executeTakeFirst();
+    if (found)
+      return {
+        kid: found.kid,
+        privateKey: createPrivateKey({ key: JSON.parse(this.secrets.open(found.private_jwk_enc, sealContext(found.kid))) as JsonWebKey, format: 'jwk' }),
+      };
     const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
     const kid = `k_${new Date().toISOString().slice(0, 10)}_${randomBytes(4).toString('hex')}`;
     await this.db
@@ -75,7 +84,6 @@ export class SigningKeys {
       return { kty: 'EC', crv: 'P-256', x: String(jwk.x), y: String(jwk.y), kid: row.kid, use: 'sig', alg: 'ES256' };
     });
   }
-
 }
 
 // A key id names one key for ever (they are random), so what was read once is kept.

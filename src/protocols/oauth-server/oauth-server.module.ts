@@ -16,7 +16,11 @@ const USERINFO = new Set(['getOAuthUserInfo', 'postOAuthUserInfo']);
 const CLIENT_AUTHENTICATED = new Set(['issueOAuthToken', 'revokeOAuthToken']);
 
 // A header value is visible ASCII (RFC 6750 §3's error_description), without the quote that ends it.
-const quoted = (text: string) => text.replace(/[\u2018\u2019]/g, "'").replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?');
+const quoted = (text: string) =>
+  text
+    .replace(/[\u2018\u2019]/g, "'")
+    .replace(/["\\]/g, "'")
+    .replace(/[^\x20-\x7e]/g, '?');
 
 /**
  * The OAuth authorization server MCP clients use (`/oauth/*`): registration (RFC 7591) or a
@@ -39,7 +43,10 @@ export default defineModule({
         const first = input.problems[0]!;
         return {
           status: 400,
-          body: { error: redirect ? 'invalid_redirect_uri' : 'invalid_client_metadata', error_description: `${first.pointer.slice(1) || 'body'} ${first.message}.` },
+          body: {
+            error: redirect ? 'invalid_redirect_uri' : 'invalid_client_metadata',
+            error_description: `${first.pointer.slice(1) || 'body'} ${first.message}.`,
+          },
         };
       }
       const info = clientInformation(body as Record<string, unknown>);
@@ -53,7 +60,9 @@ export default defineModule({
           .where('created_at', '>', new Date(Date.now() - 3600_000))
           .executeTakeFirstOrThrow();
         if (Number(recent.count) >= REGISTRATIONS_PER_ADDRESS_PER_HOUR) {
-          throw new ApiError('rate_limited', `At most ${REGISTRATIONS_PER_ADDRESS_PER_HOUR} client registrations an hour from one address.`, { headers: { 'Retry-After': '3600' } });
+          throw new ApiError('rate_limited', `At most ${REGISTRATIONS_PER_ADDRESS_PER_HOUR} client registrations an hour from one address.`, {
+            headers: { 'Retry-After': '3600' },
+          });
         }
       }
       await sweepExpired(ctx.db);
@@ -63,7 +72,14 @@ export default defineModule({
       await ctx.personalWrite((db) =>
         db
           .insertInto('oauth_clients')
-          .values({ id, kind: 'registered', secret_hash: secret ? hashSecret(secret) : null, metadata: JSON.stringify(info), registered_ip: ip, created_at: now })
+          .values({
+            id,
+            kind: 'registered',
+            secret_hash: secret ? hashSecret(secret) : null,
+            metadata: JSON.stringify(info),
+            registered_ip: ip,
+            created_at: now,
+          })
           .execute(),
       );
       const answer: ClientInformation & { client_id: string; client_id_issued_at: number; client_secret?: string; client_secret_expires_at?: 0 } = {
@@ -90,7 +106,12 @@ export default defineModule({
       const challenge = sent
         ? `Bearer realm="${BEARER_REALM}", error="${code}", error_description="${quoted(error.detail)}"${code === 'insufficient_scope' ? ', scope="openid"' : ''}`
         : `Bearer realm="${BEARER_REALM}"`;
-      return { status: error.status, contentType: 'application/json', body: { error: code, error_description: error.detail }, headers: { 'WWW-Authenticate': challenge, 'Cache-Control': 'no-store' } };
+      return {
+        status: error.status,
+        contentType: 'application/json',
+        body: { error: code, error_description: error.detail },
+        headers: { 'WWW-Authenticate': challenge, 'Cache-Control': 'no-store' },
+      };
     }
     if (CLIENT_AUTHENTICATED.has(operationId) && error.status === 401) {
       return {

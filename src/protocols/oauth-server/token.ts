@@ -52,7 +52,8 @@ async function requestingClient(ctx: RequestContext, form: Record<string, string
   const caller = ctx.caller;
   if (caller?.kind === 'oauth_client') {
     if (form.client_secret !== undefined) return oauthError('invalid_request', 'Authenticate one way only: HTTP Basic or client_secret in the form, not both.');
-    if (form.client_id !== undefined && form.client_id !== caller.clientId) return oauthError('invalid_client', 'client_id differs from the HTTP Basic client.', 401, true);
+    if (form.client_id !== undefined && form.client_id !== caller.clientId)
+      return oauthError('invalid_client', 'client_id differs from the HTTP Basic client.', 401, true);
     const client = await findClient(ctx.db, caller.clientId, ctx.deps.config.outbound);
     if (!client) return oauthError('invalid_client', 'The client is unknown.', 401, true);
     if (client.info.token_endpoint_auth_method !== 'client_secret_basic') {
@@ -73,7 +74,9 @@ async function requestingClient(ctx: RequestContext, form: Record<string, string
     case 'none':
       return client;
     case 'client_secret_post':
-      return form.client_secret !== undefined && secretMatches(client, form.client_secret) ? client : oauthError('invalid_client', 'The client secret does not match.', 401);
+      return form.client_secret !== undefined && secretMatches(client, form.client_secret)
+        ? client
+        : oauthError('invalid_client', 'The client secret does not match.', 401);
     case 'client_secret_basic':
       return oauthError('invalid_client', 'The client registered client_secret_basic: send its credentials with HTTP Basic.', 401, true);
   }
@@ -101,7 +104,8 @@ const signer = async (ctx: RequestContext) => ({ key: await signingKeysOf(ctx.de
 async function exchangeCode(form: Record<string, string | undefined>, client: OAuthClient, ctx: RequestContext) {
   if (!form.code) return oauthError('invalid_request', 'code is required.');
   if (!form.code_verifier) return oauthError('invalid_request', 'code_verifier is required (PKCE).');
-  if (!/^[A-Za-z0-9._~-]{43,128}$/.test(form.code_verifier)) return oauthError('invalid_request', 'code_verifier must be 43 to 128 unreserved characters (RFC 7636 §4.1).');
+  if (!/^[A-Za-z0-9._~-]{43,128}$/.test(form.code_verifier))
+    return oauthError('invalid_request', 'code_verifier must be 43 to 128 unreserved characters (RFC 7636 §4.1).');
   const now = new Date();
   const codeHash = hashSecret(form.code);
   const code = await ctx.db
@@ -160,7 +164,18 @@ async function refresh(form: Record<string, string | undefined>, client: OAuthCl
   const stored = await ctx.db
     .selectFrom('oauth_refresh_tokens as r')
     .innerJoin('oauth_grants as g', 'g.id', 'r.grant_id')
-    .select(['r.grant_id', 'r.scope', 'r.code_hash', 'r.expires_at', 'r.rotated_at', 'r.successor_enc', 'g.client_id', 'g.user_id', 'g.mcp_server_id', 'g.org_id'])
+    .select([
+      'r.grant_id',
+      'r.scope',
+      'r.code_hash',
+      'r.expires_at',
+      'r.rotated_at',
+      'r.successor_enc',
+      'g.client_id',
+      'g.user_id',
+      'g.mcp_server_id',
+      'g.org_id',
+    ])
     .where('r.token_hash', '=', tokenHash)
     .executeTakeFirst();
   if (!stored || stored.client_id !== client.id) return oauthError('invalid_grant', 'The refresh token is unknown, revoked, or was issued to another client.');
@@ -189,18 +204,32 @@ async function refresh(form: Record<string, string | undefined>, client: OAuthCl
       .executeTakeFirst();
     if (Number(taken.numUpdatedRows) === 1) {
       await auditGrant(db, { orgId: stored.org_id, action: 'oauth_grant.refreshed', grantId: stored.grant_id, actor, trace }, now);
-      return issueTokens(db, signing, { grant, client, scope, codeHash: stored.code_hash, refreshToken: successor ? { reuse: successor } : 'none', idToken: null }, now);
+      return issueTokens(
+        db,
+        signing,
+        { grant, client, scope, codeHash: stored.code_hash, refreshToken: successor ? { reuse: successor } : 'none', idToken: null },
+        now,
+      );
     }
     if (successor) await db.deleteFrom('oauth_refresh_tokens').where('token_hash', '=', hashSecret(successor)).execute();
     const rotated = await db.selectFrom('oauth_refresh_tokens').select(['rotated_at', 'successor_enc']).where('token_hash', '=', tokenHash).executeTakeFirst();
     if (rotated?.rotated_at && now.getTime() - rotated.rotated_at.getTime() <= REFRESH_GRACE_MS) {
       // The same client's parallel sessions racing one refresh: the successor they will all share.
       const shared = rotated.successor_enc ? ctx.deps.secrets.open(rotated.successor_enc, successorContext(tokenHash)) : null;
-      return issueTokens(db, signing, { grant, client, scope, codeHash: stored.code_hash, refreshToken: shared ? { reuse: shared } : 'none', idToken: null }, now);
+      return issueTokens(
+        db,
+        signing,
+        { grant, client, scope, codeHash: stored.code_hash, refreshToken: shared ? { reuse: shared } : 'none', idToken: null },
+        now,
+      );
     }
     // Presented again after the window: whoever holds it is not the client that rotated it (RFC 9700 §4.14.2).
     if (await revokeGrant(db, stored.grant_id, now)) {
-      await auditGrant(db, { orgId: stored.org_id, action: 'oauth_grant.revoked', grantId: stored.grant_id, actor, changes: { reason: 'refresh_token_replayed' }, trace }, now);
+      await auditGrant(
+        db,
+        { orgId: stored.org_id, action: 'oauth_grant.revoked', grantId: stored.grant_id, actor, changes: { reason: 'refresh_token_replayed' }, trace },
+        now,
+      );
     }
     return null;
   });
@@ -235,16 +264,26 @@ export async function revokeToken(input: ProtocolInput<{ body: unknown }>, ctx: 
       await ctx.personalWrite(async (db) => {
         if (await revokeGrant(db, stored.id, now)) {
           const actor = { type: 'mcp_client' as const, id: client.id, userId: stored.user_id };
-          await auditGrant(db, { orgId: stored.org_id, action: 'oauth_grant.revoked', grantId: stored.id, actor, changes: { reason: 'revoked_by_client' }, trace: ctx.trace }, now);
+          await auditGrant(
+            db,
+            { orgId: stored.org_id, action: 'oauth_grant.revoked', grantId: stored.id, actor, changes: { reason: 'revoked_by_client' }, trace: ctx.trace },
+            now,
+          );
         }
       });
     }
   } else {
     const claims = await verifiedJwt(ctx.db, token, 'at+jwt');
     if (claims && typeof claims.jti === 'string' && claims.client_id === client.id) {
-      await ctx.personalWrite((db) => db.updateTable('oauth_access_tokens').set({ revoked_at: now }).where('jti', '=', claims.jti as string).where('revoked_at', 'is', null).execute());
+      await ctx.personalWrite((db) =>
+        db
+          .updateTable('oauth_access_tokens')
+          .set({ revoked_at: now })
+          .where('jti', '=', claims.jti as string)
+          .where('revoked_at', 'is', null)
+          .execute(),
+      );
     }
   }
   return { status: 200 as const, headers: { 'Cache-Control': 'no-store' } };
 }
-
