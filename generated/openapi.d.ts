@@ -14354,9 +14354,9 @@ export interface components {
         /**
          * @description Where the organization's audit entries and tool-call records are exported. Records are
          *     delivered in batches, at least once, in the order they were written (per destination),
-         *     with retries and backoff on 408, 429, 5xx and network failures (an answer that refuses
-         *     the credentials, 401 or 403, is retried too, so that fixing them loses nothing; any other
-         *     4xx drops the batch and says so in `last_delivery_error`). A paused destination
+         *     with retries and backoff on 408, 429, 5xx and network failures (401, 403 and 404, which
+         *     say the credentials or the URL are wrong, are retried too, so that fixing them loses
+         *     nothing; any other 4xx drops the batch and says so in `last_delivery_error`). A paused destination
          *     (`is_active: false`) keeps its settings and exports nothing, and the records of the pause
          *     are not sent later. Tool arguments and results are never included, nor secrets.
          * @example {

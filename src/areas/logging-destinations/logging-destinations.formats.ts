@@ -360,7 +360,7 @@ const VENDOR: Readonly<Record<DestinationType, string>> = { http: 'The endpoint'
 
 export type Verdict =
   | { kind: 'ok'; warning: string | null }
-  /** Worth sending again later: the backend is busy or down, or refuses the credentials (which a person may fix). */
+  /** Worth sending again later: the backend is busy or down, or refuses the credentials or has no such endpoint (which a person may fix). */
   | { kind: 'retry'; error: string; retryAfterMs: number | null }
   /** The backend refuses these records for good: sending them again would not help. */
   | { kind: 'drop'; error: string };
@@ -419,7 +419,8 @@ export function verdictOf(
     const message = typeof partial?.errorMessage === 'string' && partial.errorMessage ? `: ${partial.errorMessage.slice(0, 200)}` : '';
     return { kind: 'ok', warning: `The collector rejected ${rejected} of ${sent} records${message}.` };
   }
-  if (status === 408 || status === 429 || status >= 500 || status === 401 || status === 403) {
+  // 401, 403 and 404 say the settings are wrong (credentials, path), which a person fixes: the records wait for that.
+  if (status === 408 || status === 429 || status >= 500 || status === 401 || status === 403 || status === 404) {
     return { kind: 'retry', error: said, retryAfterMs: retryAfterMs(headers['retry-after']) };
   }
   return { kind: 'drop', error: said };

@@ -232,8 +232,6 @@ export async function create(ctx: RequestContext, body: Create): Promise<Destina
 }
 
 export async function update(ctx: RequestContext, id: string, body: Update): Promise<Destination> {
-  if (body.is_active === true) await requireFeature(ctx.db, ctx.orgId, 'audit_log_export');
-  if (body.config?.url !== undefined) checkUrl(ctx, body.config.url);
   return guardName(body.name, () =>
     ctx.write(async (w) => {
       const row = await repo.findDestination(w.db, ctx.orgId, id, true);
@@ -243,6 +241,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
           errors: [{ in: 'body', pointer: '/type', message: `must be ${row.type}` }],
         });
       }
+      if (body.is_active === true && !row.is_active) await requireFeature(w.db, ctx.orgId, 'audit_log_export');
       const changes: Parameters<typeof repo.updateDestination>[3] = {};
       const before: Record<string, unknown> = { name: row.name, record_types: row.record_types, is_active: row.is_active, config: row.config };
       const after: Record<string, unknown> = {};
@@ -253,6 +252,7 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
           .filter((key) => !MEMBERS[row.type].has(key))
           .map((key) => ({ in: 'body', pointer: `/config/${key}`, message: `does not apply to ${row.type} destinations` }));
         if (misplaced.length > 0) throw validationError(misplaced);
+        if (body.config.url !== undefined) checkUrl(ctx, body.config.url);
         const { api_key: apiKey, hec_token: hecToken, headers: headerChanges, ...settings } = body.config;
         const secrets = openSecrets(ctx, row);
         let headers: Record<string, string> = { ...secrets.headers };
