@@ -555,6 +555,16 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       expect(await t.db.selectFrom('storage_sweeps').select('key').where('delete_after', '<=', new Date()).execute()).toEqual([]);
     });
 
+    it('sweeps the bytes of an organization that is deleted, whatever deleted its rows', async () => {
+      const gone = await t.factories.org();
+      const file = await uploaded({ token: gone.token, org: gone.orgId }, 'short-lived');
+      const key = (await keyOf(file.id)) as string;
+      await t.db.deleteFrom('organizations').where('id', '=', gone.orgId).execute();
+      expect(await storage().has(key)).toBe(true);
+      await sweep(t.deps);
+      expect(await storage().has(key)).toBe(false);
+    });
+
     it('cancels the open requests of a member who is removed', async () => {
       const carolId = await t.factories.member(org.orgId);
       const request = (await ask({ assignee_user_id: carolId })).body;
