@@ -218,6 +218,7 @@ export interface McpServers {
 
 export interface Memberships {
   created_at: Generated<Timestamp>;
+  external_id: string | null;
   joined_at: Generated<Timestamp>;
   org_id: string;
   status: "active" | "suspended" | "removed";
