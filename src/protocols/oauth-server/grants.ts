@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Executor } from '../../db/database';
 import { hashSecret, randomSecret, type SecretBox } from '../../lib/crypto';
+import { insertAuditEntries } from '../../events/records';
 import { newId } from '../../lib/ids';
 import type { ClientInformation, OAuthClient } from './clients';
 import { signJwt, type SigningKey } from './keys';
@@ -200,24 +201,21 @@ export async function auditGrant(
   },
   now = new Date(),
 ): Promise<void> {
-  await db
-    .insertInto('audit_log')
-    .values({
-      id: newId('auditEvent'),
-      org_id: entry.orgId,
-      actor_type: entry.actor.type,
-      actor_id: entry.actor.id,
-      actor_user_id: entry.actor.userId,
-      action: entry.action,
-      target_type: 'oauth_grant',
-      target_id: entry.grantId,
-      changes: JSON.stringify(entry.changes ?? {}),
-      ip: entry.trace.ip,
-      user_agent: entry.trace.userAgent,
-      request_id: entry.trace.requestId,
-      created_at: now,
-    })
-    .execute();
+  await insertAuditEntries(db, {
+    id: newId('auditEvent'),
+    org_id: entry.orgId,
+    actor_type: entry.actor.type,
+    actor_id: entry.actor.id,
+    actor_user_id: entry.actor.userId,
+    action: entry.action,
+    target_type: 'oauth_grant',
+    target_id: entry.grantId,
+    changes: JSON.stringify(entry.changes ?? {}),
+    ip: entry.trace.ip,
+    user_agent: entry.trace.userAgent,
+    request_id: entry.trace.requestId,
+    created_at: now,
+  });
 }
 
 /** Registrations never used to complete an authorization are deleted after this long. */
