@@ -4,6 +4,7 @@ import { ConfigError, loadConfig } from '../src/config';
 import { DatabaseInUseError, migrateToLatest, openDatabase, type DatabaseHandle } from '../src/db/database';
 import { serviceRegistry } from '../src/modules';
 import { secretBoxOf } from '../src/lib/crypto';
+import { retireSigningKeys } from '../src/protocols/oauth-server/keys';
 import { bootstrap, createOrganization, createToken, OperatorError, resealSecrets, revokeToken, writeBootstrapFile } from '../src/operator';
 
 const HELP = `Usage: npm run cli -- <command> [options]
@@ -23,12 +24,16 @@ Commands:
       After a new key was put first in ENCRYPTION_KEYS (older ones after it): seals every
       stored secret with it. Then the old keys can be dropped. Safe to repeat, and to run
       while the server runs.
+  oauth-keys rotate
+      Retires the keys the MCP OAuth server signs tokens with: new tokens get a new key
+      (running servers switch within 5 minutes); the retired keys stay in /oauth/jwks for a
+      day, so tokens they signed keep verifying until they expire. Safe while the server runs.
 
 Options:
   --json   print the result as JSON
 The database is the server's: DATABASE_URL, or the embedded one in DATA_DIR (stop the server first).`;
 
-const COMMANDS = new Set(['bootstrap', 'org create', 'token create', 'token revoke', 'secrets reseal']);
+const COMMANDS = new Set(['bootstrap', 'org create', 'token create', 'token revoke', 'secrets reseal', 'oauth-keys rotate']);
 
 type Flags = Record<string, string | boolean | undefined>;
 
@@ -138,6 +143,17 @@ async function main(): Promise<number> {
         }`,
       );
       return report.unreadable.length > 0 ? 1 : 0;
+    }
+    if (key === 'oauth-keys rotate') {
+      const retired = await retireSigningKeys(db);
+      print(
+        { retired },
+        json,
+        retired.length > 0
+          ? `Retired ${retired.join(', ')}; the next token is signed with a new key.`
+          : 'No key was signing yet; the first token will make one.',
+      );
+      return 0;
     }
     throw new OperatorError(`Unknown command "${key}". See: npm run cli -- help`);
   } finally {

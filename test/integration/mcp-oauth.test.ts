@@ -517,3 +517,23 @@ describe('Client ID Metadata Documents', () => {
     }
   });
 });
+
+describe('signing keys', () => {
+  it('rotates (cli oauth-keys rotate): new tokens get the new key, tokens of the retired one still work, both are published', async () => {
+    const { retireSigningKeys, signingKeysOf } = await import('../../src/protocols/oauth-server/keys');
+    const kidOf = (jwt: string) => JSON.parse(Buffer.from(jwt.split('.')[0]!, 'base64url').toString()).kid as string;
+    const p = await person();
+    const client = await register();
+    const before = await tokens(client.client_id, p);
+    const retired = await retireSigningKeys(t.db);
+    expect(retired).toContain(kidOf(before.access_token));
+    // A running server looks again within minutes; here, at once.
+    await signingKeysOf(t.deps).signing(Date.now() + 10 * 60_000);
+    const after = await tokens(client.client_id, p);
+    expect(kidOf(after.access_token)).not.toBe(kidOf(before.access_token));
+    expect((await mcpInitialize(p.resource, before.access_token)).status).toBe(200);
+    expect((await mcpInitialize(p.resource, after.access_token)).status).toBe(200);
+    const kids = (await t.call('GET', '/oauth/jwks')).body.keys.map((k: { kid: string }) => k.kid);
+    expect(kids).toEqual(expect.arrayContaining([kidOf(before.access_token), kidOf(after.access_token)]));
+  });
+});

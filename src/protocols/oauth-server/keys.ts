@@ -13,7 +13,7 @@ export interface SigningKey {
   privateKey: KeyObject;
 }
 
-const sealContext = (kid: string) => `oauth-signing-key:${kid}`;
+export const signingKeyContext = (kid: string) => `oauth-signing-key:${kid}`;
 /** A retired key is published this long after it stopped signing: longer than any token it signed lives. */
 const RETIRED_KEY_PUBLISHED_MS = 24 * 3600_000;
 
@@ -27,8 +27,12 @@ export interface PublishedJwk {
   alg: 'ES256';
 }
 
+/** How long a replica signs with the key it read before looking again (an operator may have rotated it). */
+const CURRENT_KEY_TTL_MS = 5 * 60_000;
+
 export class SigningKeys {
   private current: Promise<SigningKey> | null = null;
+  private readAt = 0;
 
   constructor(
     private readonly db: Db,
@@ -36,7 +40,9 @@ export class SigningKeys {
   ) {}
 
   /** The key that signs now: the newest unretired one, made on first use. */
-  signing(): Promise<SigningKey> {
+  signing(now = Date.now()): Promise<SigningKey> {
+    if (this.current && now - this.readAt > CURRENT_KEY_TTL_MS) this.current = null;
+    if (!this.current) this.readAt = now;
     this.current ??= this.loadOrCreate().catch((err: unknown) => {
       this.current = null;
       throw err;
@@ -54,7 +60,7 @@ export class SigningKeys {
     if (found)
       return {
         kid: found.kid,
-        privateKey: createPrivateKey({ key: JSON.parse(this.secrets.open(found.private_jwk_enc, sealContext(found.kid))) as JsonWebKey, format: 'jwk' }),
+        privateKey: createPrivateKey({ key: JSON.parse(this.secrets.open(found.private_jwk_enc, signingKeyContext(found.kid))) as JsonWebKey, format: 'jwk' }),
       };
     const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
     const kid = `k_${new Date().toISOString().slice(0, 10)}_${randomBytes(4).toString('hex')}`;
@@ -62,7 +68,7 @@ export class SigningKeys {
       .insertInto('oauth_signing_keys')
       .values({
         kid,
-        private_jwk_enc: this.secrets.seal(JSON.stringify(privateKey.export({ format: 'jwk' })), sealContext(kid)),
+        private_jwk_enc: this.secrets.seal(JSON.stringify(privateKey.export({ format: 'jwk' })), signingKeyContext(kid)),
         public_jwk: JSON.stringify(publicKey.export({ format: 'jwk' })),
       })
       .execute();
@@ -143,4 +149,14 @@ export function signingKeysOf(deps: { db: Db; secrets: SecretBox }): SigningKeys
     perApp.set(deps, keys);
   }
   return keys;
+}
+
+/**
+ * Retires the signing keys in use: the next token is signed with a new key (each replica picks
+ * it up within CURRENT_KEY_TTL_MS), and the retired ones stay published for a day so that
+ * tokens they signed still verify elsewhere. Answers the retired key ids.
+ */
+export async function retireSigningKeys(db: Db, now = new Date()): Promise<string[]> {
+  const retired = await db.updateTable('oauth_signing_keys').set({ retired_at: now }).where('retired_at', 'is', null).returning('kid').execute();
+  return retired.map((row) => row.kid);
 }

@@ -6,7 +6,8 @@ import { newId } from '../../lib/ids';
 import { oauthAccessTokenAuthenticator, oauthClientAuthenticator } from './authenticators';
 import { consentPage, decideConsent, startAuthorization } from './authorize';
 import { clientInformation, type ClientInformation } from './clients';
-import { sweepExpired } from './grants';
+import { successorContext, sweepExpired } from './grants';
+import { signingKeyContext } from './keys';
 import { issueToken, revokeToken } from './token';
 
 /** Registrations one address may make per hour (open registration is a known abuse target). */
@@ -32,6 +33,10 @@ export default defineModule({
   name: 'MCP OAuth server',
   authenticators: { mcpOAuth: oauthAccessTokenAuthenticator, oauthClient: oauthClientAuthenticator },
   pages: { '/oauth/consent': consentPage },
+  sealed: [
+    { table: 'oauth_signing_keys', column: 'private_jwk_enc', key: ['kid'], context: signingKeyContext },
+    { table: 'oauth_refresh_tokens', column: 'successor_enc', key: ['token_hash'], context: successorContext },
+  ],
   handlers: {
     async registerOAuthClient(input, ctx) {
       const body = (input.valid ? input.value.body : input.raw.body) as unknown;
