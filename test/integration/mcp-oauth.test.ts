@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { startTestApp, type TestApp } from '../support/app';
 import { expectError } from '../support/client';
+import { retireSigningKeys, signingKeysOf } from '../../src/protocols/oauth-server/keys';
 import { mintMcpServer } from '../support/mcp';
 
 let t: TestApp;
@@ -412,12 +413,32 @@ describe('revocation and loss of access', () => {
     expect(refreshed.body.error).toBe('invalid_grant');
   });
 
-  it('stops tokens when the member is suspended and when the MCP server token is rotated', async () => {
+  it('stops tokens when the member is suspended, and when the MCP server token is rotated or the server deleted', async () => {
     const p = await person();
     const client = await register();
     const issued = await tokens(client.client_id, p);
-    await t.db.updateTable('mcp_servers').set({ token_rotated_at: new Date() }).where('id', '=', p.server.id).execute();
+    const rotated = await t
+      .as({ orgId: p.orgId, token: p.token })
+      .op('rotateMcpServerToken', { params: { id: p.server.server.user_toolbox_id, mcpId: p.server.id } });
+    expect(rotated.status).toBe(200);
     expect((await mcpInitialize(p.resource, issued.access_token)).status).toBe(401);
+    // The client asks again: the consent page comes back, and the new grant works.
+    const reauthorized = await tokens(client.client_id, p);
+    expect((await mcpInitialize(p.resource, reauthorized.access_token)).status).toBe(200);
+
+    const d = await person();
+    const doomed = await tokens(client.client_id, d);
+    expect(
+      (await t.as({ orgId: d.orgId, token: d.token }).op('deleteMcpServer', { params: { id: d.server.server.user_toolbox_id, mcpId: d.server.id } })).status,
+    ).toBe(204);
+    expect((await mcpInitialize(d.resource, doomed.access_token)).status).toBe(401);
+    const refreshedAfterDelete = await t.call(
+      'POST',
+      '/oauth/token',
+      undefined,
+      form({ grant_type: 'refresh_token', refresh_token: doomed.refresh_token!, client_id: client.client_id }),
+    );
+    expect(refreshedAfterDelete.body.error).toBe('invalid_grant');
 
     const q = await person();
     const again = await tokens(client.client_id, q);
@@ -520,7 +541,6 @@ describe('Client ID Metadata Documents', () => {
 
 describe('signing keys', () => {
   it('rotates (cli oauth-keys rotate): new tokens get the new key, tokens of the retired one still work, both are published', async () => {
-    const { retireSigningKeys, signingKeysOf } = await import('../../src/protocols/oauth-server/keys');
     const kidOf = (jwt: string) => JSON.parse(Buffer.from(jwt.split('.')[0]!, 'base64url').toString()).kid as string;
     const p = await person();
     const client = await register();

@@ -298,6 +298,15 @@ export async function decideConsent(body: { request: string; decision: 'approve'
       scope = scopeString([...scopesOf(existing.scope), ...scopesOf(pending.scope)]);
       await w.db.updateTable('oauth_grants').set({ scope }).where('id', '=', grantId).execute();
     } else {
+      // A grant the server's token rotation (or its expiry) ended is closed for good before the new one.
+      await w.db
+        .updateTable('oauth_grants')
+        .set({ revoked_at: now })
+        .where('user_id', '=', person.userId)
+        .where('mcp_server_id', '=', pending.mcp_server_id)
+        .where('client_id', '=', pending.client_id)
+        .where('revoked_at', 'is', null)
+        .execute();
       grantId = newId('oauthGrant');
       scope = pending.scope;
       await w.db

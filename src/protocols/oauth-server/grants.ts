@@ -50,16 +50,22 @@ export const scopesOf = (scope: string): string[] => scope.split(' ').filter((s)
 /** Scopes in one canonical order, so that equal sets read equal. */
 export const scopeString = (scopes: Iterable<string>): string => [...new Set(scopes)].sort().join(' ');
 
-/** A live grant of the person, client and server, or undefined. */
+/**
+ * A live grant of the person, client and server, or undefined: not withdrawn, not expired, and
+ * younger than the server's last token rotation (rotating an MCP server's token ends what was
+ * granted on it).
+ */
 export function liveGrant(db: Executor, userId: string, mcpServerId: string, clientId: string, now = new Date()) {
   return db
-    .selectFrom('oauth_grants')
-    .select(['id', 'org_id', 'scope', 'created_at', 'expires_at'])
-    .where('user_id', '=', userId)
-    .where('mcp_server_id', '=', mcpServerId)
-    .where('client_id', '=', clientId)
-    .where('revoked_at', 'is', null)
-    .where('expires_at', '>', now)
+    .selectFrom('oauth_grants as g')
+    .innerJoin('mcp_servers as s', 's.id', 'g.mcp_server_id')
+    .select(['g.id', 'g.org_id', 'g.scope', 'g.created_at', 'g.expires_at'])
+    .where('g.user_id', '=', userId)
+    .where('g.mcp_server_id', '=', mcpServerId)
+    .where('g.client_id', '=', clientId)
+    .where('g.revoked_at', 'is', null)
+    .where('g.expires_at', '>', now)
+    .where((eb) => eb.or([eb('s.token_rotated_at', 'is', null), eb('s.token_rotated_at', '<', eb.ref('g.created_at'))]))
     .executeTakeFirst();
 }
 
