@@ -19,6 +19,8 @@ export const CREDENTIAL_TABLES: ReadonlySet<string> = new Set([
   'role_assignments',
   'organizations',
   'mcp_servers',
+  'oauth_access_tokens',
+  'oauth_grants',
 ]);
 
 // A credential's last use is written at most this often, as the authenticators do themselves.

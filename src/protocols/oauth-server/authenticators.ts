@@ -9,15 +9,24 @@ import { verifiedJwt } from './keys';
  * their next use. Read with the token itself, so an access token and a refresh both see it.
  */
 export async function grantStanding(db: Db, grantId: string, now = new Date()) {
-  const row = await db
+  const row = await standingQuery(db).where('g.id', '=', grantId).executeTakeFirst();
+  return standingOf(row, now);
+}
+
+/** The grant, its MCP server, and the person's membership there: what decides whether the grant holds. */
+function standingQuery(db: Db) {
+  return db
     .selectFrom('oauth_grants as g')
     .innerJoin('mcp_servers as s', 's.id', 'g.mcp_server_id')
     .leftJoin('memberships as m', (join) => join.onRef('m.org_id', '=', 's.org_id').onRef('m.user_id', '=', 'g.user_id'))
     .leftJoin('organizations as o', 'o.id', 's.org_id')
     .select(['g.id', 'g.user_id', 'g.client_id', 'g.mcp_server_id', 'g.scope', 'g.created_at', 'g.expires_at', 'g.revoked_at', 's.org_id', 's.owner_user_id'])
-    .select(['s.expires_at as server_expires_at', 's.token_rotated_at', 'm.status', 'o.require_mfa', ...rolesHeld('m')])
-    .where('g.id', '=', grantId)
-    .executeTakeFirst();
+    .select(['s.expires_at as server_expires_at', 's.token_rotated_at', 'm.status', 'o.require_mfa', ...rolesHeld('m')]);
+}
+
+type StandingRow = Awaited<ReturnType<ReturnType<typeof standingQuery>['executeTakeFirst']>>;
+
+function standingOf<R extends NonNullable<StandingRow>>(row: R | undefined, now: Date) {
   if (!row) return { live: false as const, detail: 'The grant was withdrawn, or its MCP server was deleted.' };
   const detail =
     row.revoked_at !== null
@@ -40,26 +49,31 @@ const looksLikeJwt = (secret: string) => /^eyJ[\w-]*\.[\w-]+\.[\w-]+$/.test(secr
 
 /**
  * The `mcpOAuth` scheme: an access token from /oauth/token (a JWT this server signed, `typ`
- * at+jwt). Its id is looked up on every use, so a revoked token, a withdrawn grant or a person
- * who lost access stops at once; never remembered by the credential cache.
+ * at+jwt) whose id is stored. Remembered by the credential cache until it expires: every table
+ * read here notifies on change (the token and grant since 2026_11_27_151000), so a revoked
+ * token, a withdrawn grant or a person who lost access stops at once on every server.
  */
 export const oauthAccessTokenAuthenticator: Authenticator = {
   describes: 'an OAuth access token',
+  // Nothing to note per use: the grant's last use is when a token was last issued for it.
+  cache: { recordUse: () => undefined },
   howToSend: 'send an OAuth access token from /oauth/token as "Authorization: Bearer …"',
   recognizes: (credential) => credential.scheme === 'bearer' && looksLikeJwt(credential.secret),
   async authenticate(credential, db, now = new Date()) {
     const claims = await verifiedJwt(db, credential.secret, 'at+jwt');
     if (!claims || typeof claims.jti !== 'string') return { status: 'invalid', detail: 'The access token is not one this server issued.' };
-    const token = await db
-      .selectFrom('oauth_access_tokens')
-      .select(['grant_id', 'scope', 'expires_at', 'revoked_at'])
-      .where('jti', '=', claims.jti)
+    // One query per use: the token, its grant, the server and the membership together.
+    const found = await standingQuery(db)
+      .innerJoin('oauth_access_tokens as t', 't.grant_id', 'g.id')
+      .select(['t.scope as token_scope', 't.expires_at as token_expires_at', 't.revoked_at as token_revoked_at'])
+      .where('t.jti', '=', claims.jti)
       .executeTakeFirst();
-    if (!token || token.revoked_at) return { status: 'invalid', detail: 'The access token was revoked.' };
-    if (token.expires_at <= now) return { status: 'invalid', detail: 'The access token expired; refresh it.' };
-    const standing = await grantStanding(db, token.grant_id, now);
+    if (!found || found.token_revoked_at) return { status: 'invalid', detail: 'The access token was revoked, or its grant withdrawn.' };
+    if (found.token_expires_at <= now) return { status: 'invalid', detail: 'The access token expired; refresh it.' };
+    const standing = standingOf(found, now);
     if (!standing.live) return { status: 'invalid', detail: standing.detail };
     const { row } = standing;
+    const token = { scope: row.token_scope, expires_at: row.token_expires_at };
     // The audience is the grant's server; a token whose claim says otherwise was not minted here.
     if (typeof claims.aud !== 'string' || !claims.aud.endsWith(`/mcp/${row.mcp_server_id}`)) {
       return { status: 'invalid', detail: 'The access token is not one this server issued.' };
