@@ -101,7 +101,7 @@ export async function storeBytes(deps: AppDeps, key: string, source: () => Reada
     // Opened only now: a stream that flows before storage listens would fail unheard.
     return await storageOf(deps.config).putStream(key, source(), size === undefined ? {} : { size });
   } catch (err) {
-    await forget(deps, [key]);
+    await discard(deps, [key]);
     throw err;
   }
 }
@@ -111,8 +111,8 @@ export async function recorded(db: Executor, key: string): Promise<void> {
   await db.deleteFrom('storage_sweeps').where('key', '=', key).execute();
 }
 
-/** Deletes these keys' bytes and their notes now (bytes never recorded, or no longer named). */
-async function forget(deps: AppDeps, keys: readonly string[]): Promise<void> {
+/** Deletes these keys' bytes and their notes now: bytes whose recording failed go at once rather than after the grace period. */
+export async function discard(deps: AppDeps, keys: readonly string[]): Promise<void> {
   const storage = storageOf(deps.config);
   for (const key of keys) {
     try {

@@ -5,8 +5,7 @@ import { ApiError, notFound, validationError } from '../../http/errors';
 import type { UploadStream } from '../../http/handler-types';
 import { newId } from '../../lib/ids';
 import { inRange } from '../../lib/sniff';
-import { storageOf } from '../../lib/storage';
-import { checked, collect, fileKey, Intake, recorded, storeBytes } from './files.bytes';
+import { checked, collect, discard, fileKey, Intake, recorded, storeBytes } from './files.bytes';
 import * as repo from './files.repo';
 import { requireRoom, validName } from './files.service';
 
@@ -259,10 +258,7 @@ export async function put(ctx: RequestContext, id: string, fileId: string, body:
     if (replaced) await collect(ctx.deps, [replaced]);
     return toFile(row, true);
   } catch (err) {
-    await storageOf(ctx.deps.config)
-      .delete(key)
-      .then(() => ctx.deps.db.deleteFrom('storage_sweeps').where('key', '=', key).execute())
-      .catch(() => undefined);
+    await discard(ctx.deps, [key]);
     throw err;
   }
 }
