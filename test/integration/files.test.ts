@@ -440,6 +440,32 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       ]);
     });
 
+    it('holds a streamed body (no Content-Length) to the reserved size as it arrives: longer is 413, shorter file_size_mismatch', async () => {
+      const request = (await ask({ assignee_user_id: aliceId })).body;
+      const staged = (await reserve(alice, request.id, { name: 'streamed.bin', content_type: 'application/octet-stream', size_bytes: 64 * KiB })).body;
+      const chunked = async (chunks: Buffer[]) => {
+        const body = new ReadableStream<Uint8Array>({
+          start(controller) {
+            for (const chunk of chunks) controller.enqueue(chunk);
+            controller.close();
+          },
+        });
+        const res = await fetch(`${t.url}${staged.upload_url}`, {
+          method: 'PUT',
+          headers: { authorization: `Bearer ${alice.token}`, 'x-organization-id': alice.org, 'content-type': 'application/octet-stream' },
+          body,
+          duplex: 'half',
+        } as RequestInit);
+        return { status: res.status, headers: res.headers, body: (await res.json()) as unknown };
+      };
+      expectError(await chunked([randomBytes(32 * KiB), randomBytes(32 * KiB), randomBytes(32 * KiB)]), 413, 'payload_too_large');
+      expectError(await chunked([randomBytes(32 * KiB)]), 400, 'file_size_mismatch');
+      expect(await keyOf(staged.id)).toBeNull();
+      const exact = [randomBytes(32 * KiB), randomBytes(32 * KiB)];
+      const sent = await chunked(exact);
+      expect([sent.status, (sent.body as { sha256: string }).sha256]).toEqual([200, sha256(Buffer.concat(exact))]);
+    });
+
     it('holds at most max_files, counts reservations against the quota, and needs at least one file to confirm', async () => {
       const request = (await ask({ assignee_user_id: aliceId, max_files: 1 })).body;
       expectError(await t.as(alice).op('confirmUploadRequest', { params: { id: request.id } }), 409, 'upload_incomplete');
