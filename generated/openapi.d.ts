@@ -5248,7 +5248,8 @@ export interface paths {
          *     The declared media type is not trusted: when the request accepts only some types and
          *     the bytes are recognisably of another (a PNG sent for `application/pdf`, an HTML page
          *     for `image/*`), they are refused with 400 `file_type_mismatch` and nothing is kept.
-         *     Sending again while the request is open replaces the bytes (PUT is idempotent). Only
+         *     With a `Content-Digest` header (RFC 9530) the SHA-256 is also checked against the
+         *     client's. Sending again while the request is open replaces the bytes (PUT is idempotent). Only
          *     the assignee may call it (see `getUploadRequest` for why no permission is declared).
          *     Records the audit action `upload_request.file_uploaded`; emits no event.
          *
@@ -26845,6 +26846,14 @@ export interface operations {
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
                 "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+                /**
+                 * @description The bytes' digest (RFC 9530), to have the server check that what it stored is what
+                 *     was sent: `sha-256=:<base64>:`, among others if the client likes. The SHA-256 member
+                 *     is compared with the digest of the bytes received; a mismatch (or a `sha-256` that
+                 *     is not 32 bytes of base64) is 400 `validation_failed` and nothing is kept. Other
+                 *     algorithms are ignored.
+                 */
+                "Content-Digest"?: string;
             };
             path: {
                 /** @description The upload request's id. */

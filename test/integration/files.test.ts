@@ -393,6 +393,16 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       expectError(await put(owner, staged.upload_url, PDF), 403, 'insufficient_access');
       expect(await keyOf(staged.id)).toBeNull();
 
+      // A Content-Digest (RFC 9530) that is not the bytes': refused, nothing kept; a right one is checked and passes.
+      const digest = (bytes: Buffer) => `sha-256=:${createHash('sha256').update(bytes).digest('base64')}:`;
+      const withDigest = (data: Buffer, header: string) =>
+        t
+          .as(alice)
+          .put(staged.upload_url as string, undefined, { raw: data, headers: { 'content-type': 'application/octet-stream', 'content-digest': header } });
+      expectError(await withDigest(PDF, digest(Buffer.from('other bytes'))), 400, 'validation_failed');
+      expectError(await withDigest(PDF, 'sha-256=:bm90IDMyIGJ5dGVz:'), 400, 'validation_failed');
+      expect(await keyOf(staged.id)).toBeNull();
+      expect((await withDigest(PDF, `sha-512=:AAAA:, ${digest(PDF)}`)).status).toBe(200);
       const sent = await put(alice, staged.upload_url, PDF);
       expect(sent.status).toBe(200);
       expect(sent.body).toMatchObject({ status: 'uploaded', sha256: sha256(PDF), size_bytes: PDF.length });
@@ -432,6 +442,7 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       expect(actions).toEqual([
         'upload_request.created',
         'upload_request.file_reserved',
+        'upload_request.file_uploaded',
         'upload_request.file_uploaded',
         'upload_request.file_uploaded',
         'upload_request.file_reserved',

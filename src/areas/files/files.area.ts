@@ -84,8 +84,8 @@ export default defineArea({
       const file = await uploadRequests.reserve(ctx, params.id, body);
       return { status: 201, body: file, headers: { Location: file.upload_url as string } };
     },
-    async putUploadRequestFile({ params, body }, ctx) {
-      return { status: 200, body: await uploadRequests.put(ctx, params.id, params.file_id, body) };
+    async putUploadRequestFile({ params, headers, body }, ctx) {
+      return { status: 200, body: await uploadRequests.put(ctx, params.id, params.file_id, body, headers['Content-Digest']) };
     },
     async deleteUploadRequestFile({ params }, ctx) {
       await uploadRequests.removeFile(ctx, params.id, params.file_id);

@@ -231,7 +231,27 @@ export async function reserve(ctx: RequestContext, id: string, body: Reserve): P
  * accepts. Recorded, with the previous version's key handed to the sweeper, only once
  * they are all stored.
  */
-export async function put(ctx: RequestContext, id: string, fileId: string, body: UploadStream): Promise<UploadRequestFile> {
+const digestProblem = (message: string) => validationError([{ in: 'header', pointer: '/Content-Digest', message }]);
+
+/**
+ * The SHA-256 (hex) a `Content-Digest` header (RFC 9530, a structured-field dictionary of
+ * byte sequences) gives, or null when it names none; 400 for a `sha-256` that is not one.
+ */
+function claimedSha256(header: string | undefined): string | null {
+  if (header === undefined) return null;
+  const member = header
+    .split(',')
+    .map((m) => m.trim())
+    .find((m) => /^sha-256\s*=/i.test(m));
+  if (!member) return null;
+  const value = /^sha-256\s*=\s*:([A-Za-z0-9+/]*={0,2}):$/i.exec(member)?.[1];
+  const bytes = value === undefined ? null : Buffer.from(value, 'base64');
+  if (!bytes || bytes.length !== 32) throw digestProblem('has a sha-256 member that is not 32 bytes of base64 between colons');
+  return bytes.toString('hex');
+}
+
+export async function put(ctx: RequestContext, id: string, fileId: string, body: UploadStream, contentDigest?: string): Promise<UploadRequestFile> {
+  const claimed = claimedSha256(contentDigest);
   const request = await acting(ctx.db, ctx, id, 'assignee');
   const file = await stagedFile(ctx.db, ctx, request, fileId);
   const size = Number(file.size_bytes);
@@ -245,6 +265,7 @@ export async function put(ctx: RequestContext, id: string, fileId: string, body:
   const stored = await storeBytes(ctx.deps, key, () => checked(body, new Intake({ exact: size, accepted: request.accepted_content_types })), size);
   let replaced: string | null = null;
   try {
+    if (claimed !== null && claimed !== stored.sha256) throw digestProblem(`says sha-256 ${claimed}; the bytes received have ${stored.sha256}`);
     const row = await ctx.write(async (w) => {
       // Checked again under the lock: the request may have closed, or the file gone, while the bytes came.
       const current = await acting(w.db, ctx, id, 'assignee', true);
