@@ -602,6 +602,38 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       expect(await storage().has(key)).toBe(false);
     });
 
+    it('lists the requests the caller made or was asked in, by role and status, a page at a time; nobody else’s', async () => {
+      const fresh = await t.factories.org();
+      const requester = { token: fresh.token, org: fresh.orgId };
+      const askedId = await t.factories.member(fresh.orgId);
+      const asked = { token: await t.factories.token(fresh.orgId, askedId), org: fresh.orgId };
+      const outsider = { token: await t.factories.token(fresh.orgId, await t.factories.member(fresh.orgId)), org: fresh.orgId };
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i += 1) ids.push((await t.as(requester).op('createUploadRequest', { body: { assignee_user_id: askedId } })).body.id);
+      await t.as(requester).op('cancelUploadRequest', { params: { id: ids[0] as string } });
+      await t.db
+        .updateTable('upload_requests')
+        .set({ expires_at: new Date(Date.now() - 1000) })
+        .where('id', '=', ids[1] as string)
+        .execute();
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await t.as(asked).op('listUploadRequests', { query: { limit: 2, ...(cursor ? { cursor } : {}) } });
+        seen.push(...page.body.data.map((r: { id: string }) => r.id));
+        cursor = page.body.next_cursor ?? undefined;
+      } while (cursor);
+      expect(seen).toEqual(ids);
+      const ofStatus = async (who: Caller, query: Record<string, string>) =>
+        (await t.as(who).op('listUploadRequests', { query: query as never })).body.data.map((r: { id: string; status: string }) => [r.id, r.status]);
+      expect(await ofStatus(asked, { status: 'open' })).toEqual([[ids[2], 'open']]);
+      expect(await ofStatus(asked, { status: 'expired' })).toEqual([[ids[1], 'expired']]);
+      expect(await ofStatus(requester, { role: 'requester', status: 'cancelled' })).toEqual([[ids[0], 'cancelled']]);
+      expect(await ofStatus(requester, { role: 'assignee' })).toEqual([]);
+      expect(await ofStatus(outsider, {})).toEqual([]);
+      expectError(await t.as(asked).op('listUploadRequests', { query: { role: 'owner' as never } }), 400, 'validation_failed');
+    });
+
     it('cancels the open requests of a member who is removed', async () => {
       const carolId = await t.factories.member(org.orgId);
       const request = (await ask({ assignee_user_id: carolId })).body;

@@ -73,6 +73,10 @@ export default defineArea({
       await files.revokeFileShare(ctx, params.id, params.aclId);
       return { status: 204 };
     },
+    async listUploadRequests({ query }, ctx) {
+      const page = pageRequest(query, 'uploadRequest');
+      return { status: 200, body: await uploadRequests.list(ctx, page, { role: query.role, status: query.status }) };
+    },
     async createUploadRequest({ body }, ctx) {
       const created = await uploadRequests.create(ctx, body);
       return { status: 201, body: created, headers: { Location: `/file/upload-request/${created.id}` } };

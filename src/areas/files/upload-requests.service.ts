@@ -3,6 +3,7 @@ import type { Executor } from '../../db/database';
 import type { AppDeps, RequestContext, WriteScope } from '../../http/context';
 import { ApiError, notFound, validationError } from '../../http/errors';
 import type { UploadStream } from '../../http/handler-types';
+import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { inRange } from '../../lib/sniff';
 import { checked, collect, discard, fileKey, Intake, recorded, storeBytes } from './files.bytes';
@@ -42,9 +43,13 @@ function toFile(row: repo.FileRow, open: boolean): UploadRequestFile {
 }
 
 async function present(db: Executor, row: repo.UploadRequestRow, now = new Date()): Promise<UploadRequest> {
+  return toUploadRequest(row, await repo.filesOf(db, row.id), now);
+}
+
+function toUploadRequest(row: repo.UploadRequestRow, staged: readonly repo.FileRow[], now: Date): UploadRequest {
   const status = statusOf(row, now);
   // Staged files of a request that ended unconfirmed are gone (or about to be: the sweeper).
-  const files = status === 'open' || status === 'confirmed' ? await repo.filesOf(db, row.id) : [];
+  const files = status === 'open' || status === 'confirmed' ? staged : [];
   return {
     id: row.id,
     requester_user_id: row.requester_user_id,
@@ -181,6 +186,20 @@ export async function create(ctx: RequestContext, body: Create): Promise<UploadR
     'upload request',
   );
   return present(ctx.db, row, now);
+}
+
+export async function list(
+  ctx: RequestContext,
+  page: PageRequest,
+  filter: { role?: 'requester' | 'assignee'; status?: UploadRequest['status'] },
+): Promise<Page<UploadRequest>> {
+  const now = new Date();
+  const rows = await repo.listUploadRequestsOf(ctx.db, ctx.orgId, ctx.user, page, filter, now);
+  const files = await repo.filesOfMany(
+    ctx.db,
+    rows.slice(0, page.limit).map((r) => r.id),
+  );
+  return toPage(rows, page, (row) => toUploadRequest(row, files.get(row.id) ?? [], now));
 }
 
 export async function get(ctx: RequestContext, id: string): Promise<UploadRequest> {
