@@ -13976,7 +13976,7 @@ export interface components {
             name: components["schemas"]["ToolFileName"];
             content_type: components["schemas"]["ToolFileMediaType"];
             /**
-             * @description The exact size of the bytes that will be sent.
+             * @description The exact size of the bytes that will be sent; at least one byte, since a PUT must carry a body.
              * @example 482133
              */
             size_bytes: number;
