@@ -172,7 +172,8 @@ export interface SweepOutcome {
 /**
  * The periodic clean-up: open upload requests past `expires_at` become `expired` and lose
  * their staged files; places reserved longer than FILE_RESERVATION_TTL_SECONDS without bytes
- * are removed (they hold quota); then the bytes no row names are deleted.
+ * are removed (they hold quota), as are staged files whose request is gone; then the bytes no
+ * row names are deleted.
  */
 export async function sweep(deps: AppDeps): Promise<SweepOutcome> {
   const ttl = deps.config.files.reservationTtlSeconds;
@@ -190,8 +191,13 @@ export async function sweep(deps: AppDeps): Promise<SweepOutcome> {
     );
     const stale = await trx
       .deleteFrom('tool_files')
-      .where('state', '=', 'reserved')
-      .where('created_at', '<=', sql<Date>`now() - make_interval(secs => ${ttl})`)
+      .where((eb) =>
+        eb.or([
+          eb.and([eb('state', '=', 'reserved'), eb('created_at', '<=', sql<Date>`now() - make_interval(secs => ${ttl})`)]),
+          // Staged in a request that is gone (deleted with its requester or assignee).
+          eb.and([eb('state', '!=', 'stored'), eb('upload_request_id', 'is', null)]),
+        ]),
+      )
       .executeTakeFirst();
     return { expired: ended.length, reservationsRemoved: Number(stale.numDeletedRows) };
   });
