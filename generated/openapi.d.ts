@@ -5268,7 +5268,19 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List the caller's upload requests
+         * @description Lists the upload requests the caller made or was asked in, oldest first, a page at a
+         *     time: the requester's outstanding asks and the assignee's inbox. Nobody else's are
+         *     listed, whatever the caller's permissions; like `getUploadRequest`, the operation
+         *     declares no permission because being requester or assignee is what shows a request.
+         *     Changes nothing.
+         *
+         *     Errors: 400 `validation_failed`, `invalid_cursor`, `organization_header_required`; 401
+         *     `unauthenticated`, `invalid_token`; 403 `not_a_member`, `mfa_setup_required`; 429
+         *     `rate_limited`.
+         */
+        get: operations["listUploadRequests"];
         put?: never;
         /**
          * Ask a person for files
@@ -5407,7 +5419,8 @@ export interface paths {
          *     The declared media type is not trusted: when the request accepts only some types and
          *     the bytes are recognisably of another (a PNG sent for `application/pdf`, an HTML page
          *     for `image/*`), they are refused with 400 `file_type_mismatch` and nothing is kept.
-         *     Sending again while the request is open replaces the bytes (PUT is idempotent). Only
+         *     With a `Content-Digest` header (RFC 9530) the SHA-256 is also checked against the
+         *     client's. Sending again while the request is open replaces the bytes (PUT is idempotent). Only
          *     the assignee may call it (see `getUploadRequest` for why no permission is declared).
          *     Records the audit action `upload_request.file_uploaded`; emits no event.
          *
@@ -14058,60 +14071,6 @@ export interface components {
             name?: components["schemas"]["ToolFileName"];
         };
         /**
-         * @description A lowercase media type without parameters, or a range of one type's subtypes (`image/*`).
-         * @example application/pdf
-         * @example image/*
-         */
-        UploadRequestMediaTypeRange: string;
-        /**
-         * @description Ask one active member of the organization for files: name them by exactly one of
-         *     `assignee_user_id` or `assignee_email` (400 `validation_failed` for both or neither;
-         *     400 `unknown_reference` when no active member matches).
-         * @example {
-         *       "assignee_email": "grace@acme.example",
-         *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
-         *       "accepted_content_types": [
-         *         "application/pdf"
-         *       ],
-         *       "max_file_bytes": 10485760,
-         *       "max_files": 5,
-         *       "expires_at": "2026-11-27T14:00:00.000Z"
-         *     }
-         */
-        UploadRequestCreate: {
-            /** @description The active member to ask, by id. */
-            assignee_user_id?: components["schemas"]["UserId"];
-            /**
-             * Format: email
-             * @description The assignee's email address (matched case-insensitively among active members).
-             * @example grace@acme.example
-             */
-            assignee_email?: string;
-            /**
-             * @description What is asked for and why, shown to the assignee and in the email.
-             * @example Please upload the signed Q3 reports so the finance agent can reconcile them.
-             */
-            message?: string | null;
-            /**
-             * @description The media types or ranges (`image/*`) accepted; empty or left out accepts any.
-             * @default []
-             */
-            accepted_content_types?: components["schemas"]["UploadRequestMediaTypeRange"][];
-            /**
-             * @description The largest size one file may have; at most, and by default, the deployment's
-             *     per-file limit (25 MiB unless the operator sets another).
-             * @example 10485760
-             */
-            max_file_bytes?: number;
-            /**
-             * @description How many files the assignee may stage at most.
-             * @default 10
-             */
-            max_files?: number;
-            /** @description When the request expires; in the future and at most 30 days away. Default 7 days after creation. */
-            expires_at?: components["schemas"]["Timestamp"];
-        };
-        /**
          * @description `open`: the assignee may reserve places, send bytes and remove files; `confirmed`: the
          *     assignee confirmed and the files are tool files of the requester; `expired`:
          *     `expires_at` passed while open (staged bytes are deleted); `cancelled`: the requester
@@ -14121,6 +14080,12 @@ export interface components {
          * @enum {string}
          */
         UploadRequestStatus: "open" | "confirmed" | "expired" | "cancelled" | "declined";
+        /**
+         * @description A lowercase media type without parameters, or a range of one type's subtypes (`image/*`).
+         * @example application/pdf
+         * @example image/*
+         */
+        UploadRequestMediaTypeRange: string;
         /**
          * @description `reserved`: a place is held but no bytes arrived yet; `uploaded`: the bytes arrived and were checked.
          * @enum {string}
@@ -14228,6 +14193,60 @@ export interface components {
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
         };
+        /** @description A page of upload requests, oldest first. */
+        UploadRequestList: {
+            /** @description The upload requests on this page, each with its staged files. */
+            data: components["schemas"]["UploadRequest"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        /**
+         * @description Ask one active member of the organization for files: name them by exactly one of
+         *     `assignee_user_id` or `assignee_email` (400 `validation_failed` for both or neither;
+         *     400 `unknown_reference` when no active member matches).
+         * @example {
+         *       "assignee_email": "grace@acme.example",
+         *       "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+         *       "accepted_content_types": [
+         *         "application/pdf"
+         *       ],
+         *       "max_file_bytes": 10485760,
+         *       "max_files": 5,
+         *       "expires_at": "2026-11-27T14:00:00.000Z"
+         *     }
+         */
+        UploadRequestCreate: {
+            /** @description The active member to ask, by id. */
+            assignee_user_id?: components["schemas"]["UserId"];
+            /**
+             * Format: email
+             * @description The assignee's email address (matched case-insensitively among active members).
+             * @example grace@acme.example
+             */
+            assignee_email?: string;
+            /**
+             * @description What is asked for and why, shown to the assignee and in the email.
+             * @example Please upload the signed Q3 reports so the finance agent can reconcile them.
+             */
+            message?: string | null;
+            /**
+             * @description The media types or ranges (`image/*`) accepted; empty or left out accepts any.
+             * @default []
+             */
+            accepted_content_types?: components["schemas"]["UploadRequestMediaTypeRange"][];
+            /**
+             * @description The largest size one file may have; at most, and by default, the deployment's
+             *     per-file limit (25 MiB unless the operator sets another).
+             * @example 10485760
+             */
+            max_file_bytes?: number;
+            /**
+             * @description How many files the assignee may stage at most.
+             * @default 10
+             */
+            max_files?: number;
+            /** @description When the request expires; in the future and at most 30 days away. Default 7 days after creation. */
+            expires_at?: components["schemas"]["Timestamp"];
+        };
         /**
          * @description A place for one file. `content_type` must be one the request accepts and `size_bytes`
          *     at most its `max_file_bytes` (400 `validation_failed` otherwise).
@@ -14241,7 +14260,7 @@ export interface components {
             name: components["schemas"]["ToolFileName"];
             content_type: components["schemas"]["ToolFileMediaType"];
             /**
-             * @description The exact size of the bytes that will be sent.
+             * @description The exact size of the bytes that will be sent; at least one byte, since a PUT must carry a body.
              * @example 482133
              */
             size_bytes: number;
@@ -27172,6 +27191,74 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listUploadRequests: {
+        parameters: {
+            query?: {
+                /** @description How many items one page holds at most. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description Where the page starts; the `next_cursor` of the previous page. Omit it for the first page. */
+                cursor?: components["parameters"]["PageCursor"];
+                /** @description Only the requests the caller made (`requester`) or was asked in (`assignee`); both when left out. */
+                role?: "requester" | "assignee";
+                /** @description Only requests in this status (`expired` includes open ones whose `expires_at` has passed). */
+                status?: components["schemas"]["UploadRequestStatus"];
+            };
+            header: {
+                /**
+                 * @description The organization this request acts in. The caller must be an active member of it; an
+                 *     API token only works in its own organization. Missing: 400
+                 *     `organization_header_required`; not a member: 403 `not_a_member`.
+                 */
+                "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of upload requests. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "upreq_01jg3b7f16w5x9y3z7a1b5c9d3",
+                     *           "requester_user_id": "usr_01jg3b7f0m5x2c8v4n6b9t1r3e",
+                     *           "assignee_user_id": "usr_01jg3b7f0q6r0s4t8v2w6x0y4z",
+                     *           "assignee_email": "grace@acme.example",
+                     *           "message": "Please upload the signed Q3 reports so the finance agent can reconcile them.",
+                     *           "accepted_content_types": [
+                     *             "application/pdf"
+                     *           ],
+                     *           "max_file_bytes": 10485760,
+                     *           "max_files": 5,
+                     *           "status": "open",
+                     *           "files": [],
+                     *           "expires_at": "2026-11-27T14:00:00.000Z",
+                     *           "confirmed_at": null,
+                     *           "created_at": "2026-11-20T14:00:00.000Z",
+                     *           "updated_at": "2026-11-20T14:00:00.000Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UploadRequestList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     createUploadRequest: {
         parameters: {
             query?: never;
@@ -27393,6 +27480,14 @@ export interface operations {
                  *     `organization_header_required`; not a member: 403 `not_a_member`.
                  */
                 "X-Organization-Id": components["parameters"]["OrganizationHeader"];
+                /**
+                 * @description The bytes' digest (RFC 9530), to have the server check that what it stored is what
+                 *     was sent: `sha-256=:<base64>:`, among others if the client likes. The SHA-256 member
+                 *     is compared with the digest of the bytes received; a mismatch (or a `sha-256` that
+                 *     is not 32 bytes of base64) is 400 `validation_failed` and nothing is kept. Other
+                 *     algorithms are ignored.
+                 */
+                "Content-Digest"?: string;
             };
             path: {
                 /** @description The upload request's id. */

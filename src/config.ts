@@ -478,7 +478,7 @@ function storageConfig(env: Env): StorageConfig {
   const secretAccessKey = env.S3_SECRET_ACCESS_KEY?.trim();
   if (!!accessKeyId !== !!secretAccessKey) throw new ConfigError('S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY go together.');
   const prefix = (env.S3_PREFIX ?? '').trim().replace(/^\/+|\/+$/g, '');
-  if (prefix !== '' && !/^[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)*$/.test(prefix))
+  if (prefix !== '' && (!/^[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+)*$/.test(prefix) || prefix.split('/').some((segment) => segment === '.' || segment === '..')))
     throw new ConfigError(`S3_PREFIX must be a path of plain segments; got "${env.S3_PREFIX}".`);
   return {
     backend,

@@ -11,6 +11,7 @@
 // figure is the peak above the level just before it. A 1 MiB round runs first, unreported,
 // so that loading and compiling the code paths is not counted. The S3-compatible server (s3rver) runs in a child
 // process, so its memory is not counted. BENCH_SIZES_MIB overrides the sizes (`1,20,50`).
+// A control row reads the same bytes whole (Storage.get, a Buffer): what buffering would cost.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
@@ -18,6 +19,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
+import { storageOf } from '../../src/lib/storage';
 import { startBenchApp, type BenchApp } from './support';
 
 const MiB = 1024 * 1024;
@@ -198,10 +200,20 @@ async function run(backend: 'disk' | 's3'): Promise<void> {
       if ((got as Answer | null)?.sha256 !== sha || (got as Answer | null)?.bytes !== size) throw new Error('the download is not the bytes uploaded');
 
       if (!report) continue;
+      // The control: the same bytes read whole (the Buffer method organization logos use), as a buffering server would.
+      const key = (await app.database.db.selectFrom('tool_files').select('storage_key').where('id', '=', file.id).executeTakeFirstOrThrow())
+        .storage_key as string;
+      let whole: Buffer | null = null;
+      const buffered = await sampled(async () => {
+        whole = await storageOf(app!.deps.config).get(key);
+      });
+      if ((whole as Buffer | null)?.length !== size) throw new Error('the control read the wrong bytes');
+      whole = null;
       for (const [what, peak] of [
         ['upload (multipart)', up],
         ['staged PUT (raw)', raw],
         ['download', down],
+        ['control: read whole', buffered],
       ] as const) {
         console.log(`  ${String(size / MiB).padStart(3)} MiB ${what.padEnd(19)} heap ${mib(peak.heap)}  external ${mib(peak.external)}  RSS ${mib(peak.rss)}`);
       }

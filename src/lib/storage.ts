@@ -4,8 +4,17 @@ import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/prom
 import { dirname, join, resolve, sep } from 'node:path';
 import { Readable, Transform, type TransformCallback } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import { Upload } from '@aws-sdk/lib-storage';
+import type * as ClientS3 from '@aws-sdk/client-s3';
+import type * as LibStorage from '@aws-sdk/lib-storage';
+
+/**
+ * The AWS SDK, loaded on first use: it takes most of a second to load, which a deployment
+ * keeping its files on the disk (and every test of it) never needs to spend.
+ */
+/* eslint-disable @typescript-eslint/no-require-imports */
+const s3Sdk = () => require('@aws-sdk/client-s3') as typeof ClientS3;
+const uploads = () => require('@aws-sdk/lib-storage') as typeof LibStorage;
+/* eslint-enable @typescript-eslint/no-require-imports */
 
 /** Where stored bytes (tool files, logos) live: a folder under DATA_DIR, or an S3-compatible bucket shared by every replica. */
 export type StorageConfig =
@@ -187,12 +196,12 @@ const PART_BYTES = 5 * 1024 * 1024;
  * memory); of unknown length, as a multipart upload a part at a time.
  */
 export class S3Storage implements Storage {
-  readonly client: S3Client;
+  readonly client: ClientS3.S3Client;
   private readonly bucket: string;
   private readonly prefix: string;
 
   constructor(config: Extract<StorageConfig, { backend: 's3' }>) {
-    this.client = new S3Client({
+    this.client = new (s3Sdk().S3Client)({
       region: config.region,
       ...(config.endpoint ? { endpoint: config.endpoint } : {}),
       forcePathStyle: config.forcePathStyle,
@@ -213,7 +222,7 @@ export class S3Storage implements Storage {
   }
 
   async put(key: string, bytes: Buffer): Promise<void> {
-    await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: this.key(key), Body: bytes, ContentLength: bytes.length }));
+    await this.client.send(new (s3Sdk().PutObjectCommand)({ Bucket: this.bucket, Key: this.key(key), Body: bytes, ContentLength: bytes.length }));
   }
 
   async putStream(key: string, source: Readable, options: { size?: number } = {}): Promise<StoredBytes> {
@@ -221,11 +230,16 @@ export class S3Storage implements Storage {
     const { through, sourceError, aborted } = digest(source);
     try {
       if (options.size !== undefined) {
-        await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: objectKey, Body: through, ContentLength: options.size }), {
+        await this.client.send(new (s3Sdk().PutObjectCommand)({ Bucket: this.bucket, Key: objectKey, Body: through, ContentLength: options.size }), {
           abortSignal: aborted,
         });
       } else {
-        const upload = new Upload({ client: this.client, params: { Bucket: this.bucket, Key: objectKey, Body: through }, queueSize: 1, partSize: PART_BYTES });
+        const upload = new (uploads().Upload)({
+          client: this.client,
+          params: { Bucket: this.bucket, Key: objectKey, Body: through },
+          queueSize: 1,
+          partSize: PART_BYTES,
+        });
         aborted.addEventListener('abort', () => void upload.abort().catch(() => undefined));
         await upload.done();
       }
@@ -253,7 +267,7 @@ export class S3Storage implements Storage {
 
   async getStream(key: string): Promise<Readable | null> {
     try {
-      const answer = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.key(key) }));
+      const answer = await this.client.send(new (s3Sdk().GetObjectCommand)({ Bucket: this.bucket, Key: this.key(key) }));
       return answer.Body instanceof Readable ? answer.Body : null;
     } catch (err) {
       if (missing(err)) return null;
@@ -262,12 +276,12 @@ export class S3Storage implements Storage {
   }
 
   async delete(key: string): Promise<void> {
-    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.key(key) }));
+    await this.client.send(new (s3Sdk().DeleteObjectCommand)({ Bucket: this.bucket, Key: this.key(key) }));
   }
 
   async has(key: string): Promise<boolean> {
     try {
-      await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(key) }));
+      await this.client.send(new (s3Sdk().HeadObjectCommand)({ Bucket: this.bucket, Key: this.key(key) }));
       return true;
     } catch (err) {
       if (missing(err)) return false;

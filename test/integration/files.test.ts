@@ -393,6 +393,16 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       expectError(await put(owner, staged.upload_url, PDF), 403, 'insufficient_access');
       expect(await keyOf(staged.id)).toBeNull();
 
+      // A Content-Digest (RFC 9530) that is not the bytes': refused, nothing kept; a right one is checked and passes.
+      const digest = (bytes: Buffer) => `sha-256=:${createHash('sha256').update(bytes).digest('base64')}:`;
+      const withDigest = (data: Buffer, header: string) =>
+        t
+          .as(alice)
+          .put(staged.upload_url as string, undefined, { raw: data, headers: { 'content-type': 'application/octet-stream', 'content-digest': header } });
+      expectError(await withDigest(PDF, digest(Buffer.from('other bytes'))), 400, 'validation_failed');
+      expectError(await withDigest(PDF, 'sha-256=:bm90IDMyIGJ5dGVz:'), 400, 'validation_failed');
+      expect(await keyOf(staged.id)).toBeNull();
+      expect((await withDigest(PDF, `sha-512=:AAAA:, ${digest(PDF)}`)).status).toBe(200);
       const sent = await put(alice, staged.upload_url, PDF);
       expect(sent.status).toBe(200);
       expect(sent.body).toMatchObject({ status: 'uploaded', sha256: sha256(PDF), size_bytes: PDF.length });
@@ -434,10 +444,37 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
         'upload_request.file_reserved',
         'upload_request.file_uploaded',
         'upload_request.file_uploaded',
+        'upload_request.file_uploaded',
         'upload_request.file_reserved',
         'upload_request.file_removed',
         'upload_request.confirmed',
       ]);
+    });
+
+    it('holds a streamed body (no Content-Length) to the reserved size as it arrives: longer is 413, shorter file_size_mismatch', async () => {
+      const request = (await ask({ assignee_user_id: aliceId })).body;
+      const staged = (await reserve(alice, request.id, { name: 'streamed.bin', content_type: 'application/octet-stream', size_bytes: 64 * KiB })).body;
+      const chunked = async (chunks: Buffer[]) => {
+        const body = new ReadableStream<Uint8Array>({
+          start(controller) {
+            for (const chunk of chunks) controller.enqueue(chunk);
+            controller.close();
+          },
+        });
+        const res = await fetch(`${t.url}${staged.upload_url}`, {
+          method: 'PUT',
+          headers: { authorization: `Bearer ${alice.token}`, 'x-organization-id': alice.org, 'content-type': 'application/octet-stream' },
+          body,
+          duplex: 'half',
+        } as RequestInit);
+        return { status: res.status, headers: res.headers, body: (await res.json()) as unknown };
+      };
+      expectError(await chunked([randomBytes(32 * KiB), randomBytes(32 * KiB), randomBytes(32 * KiB)]), 413, 'payload_too_large');
+      expectError(await chunked([randomBytes(32 * KiB)]), 400, 'file_size_mismatch');
+      expect(await keyOf(staged.id)).toBeNull();
+      const exact = [randomBytes(32 * KiB), randomBytes(32 * KiB)];
+      const sent = await chunked(exact);
+      expect([sent.status, (sent.body as { sha256: string }).sha256]).toEqual([200, sha256(Buffer.concat(exact))]);
     });
 
     it('holds at most max_files, counts reservations against the quota, and needs at least one file to confirm', async () => {
@@ -563,6 +600,38 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       expect(await storage().has(key)).toBe(true);
       await sweep(t.deps);
       expect(await storage().has(key)).toBe(false);
+    });
+
+    it('lists the requests the caller made or was asked in, by role and status, a page at a time; nobody else’s', async () => {
+      const fresh = await t.factories.org();
+      const requester = { token: fresh.token, org: fresh.orgId };
+      const askedId = await t.factories.member(fresh.orgId);
+      const asked = { token: await t.factories.token(fresh.orgId, askedId), org: fresh.orgId };
+      const outsider = { token: await t.factories.token(fresh.orgId, await t.factories.member(fresh.orgId)), org: fresh.orgId };
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i += 1) ids.push((await t.as(requester).op('createUploadRequest', { body: { assignee_user_id: askedId } })).body.id);
+      await t.as(requester).op('cancelUploadRequest', { params: { id: ids[0] as string } });
+      await t.db
+        .updateTable('upload_requests')
+        .set({ expires_at: new Date(Date.now() - 1000) })
+        .where('id', '=', ids[1] as string)
+        .execute();
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await t.as(asked).op('listUploadRequests', { query: { limit: 2, ...(cursor ? { cursor } : {}) } });
+        seen.push(...page.body.data.map((r: { id: string }) => r.id));
+        cursor = page.body.next_cursor ?? undefined;
+      } while (cursor);
+      expect(seen).toEqual(ids);
+      const ofStatus = async (who: Caller, query: Record<string, string>) =>
+        (await t.as(who).op('listUploadRequests', { query: query as never })).body.data.map((r: { id: string; status: string }) => [r.id, r.status]);
+      expect(await ofStatus(asked, { status: 'open' })).toEqual([[ids[2], 'open']]);
+      expect(await ofStatus(asked, { status: 'expired' })).toEqual([[ids[1], 'expired']]);
+      expect(await ofStatus(requester, { role: 'requester', status: 'cancelled' })).toEqual([[ids[0], 'cancelled']]);
+      expect(await ofStatus(requester, { role: 'assignee' })).toEqual([]);
+      expect(await ofStatus(outsider, {})).toEqual([]);
+      expectError(await t.as(asked).op('listUploadRequests', { query: { role: 'owner' as never } }), 400, 'validation_failed');
     });
 
     it('cancels the open requests of a member who is removed', async () => {

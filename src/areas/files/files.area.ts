@@ -73,6 +73,10 @@ export default defineArea({
       await files.revokeFileShare(ctx, params.id, params.aclId);
       return { status: 204 };
     },
+    async listUploadRequests({ query }, ctx) {
+      const page = pageRequest(query, 'uploadRequest');
+      return { status: 200, body: await uploadRequests.list(ctx, page, { role: query.role, status: query.status }) };
+    },
     async createUploadRequest({ body }, ctx) {
       const created = await uploadRequests.create(ctx, body);
       return { status: 201, body: created, headers: { Location: `/file/upload-request/${created.id}` } };
@@ -84,8 +88,8 @@ export default defineArea({
       const file = await uploadRequests.reserve(ctx, params.id, body);
       return { status: 201, body: file, headers: { Location: file.upload_url as string } };
     },
-    async putUploadRequestFile({ params, body }, ctx) {
-      return { status: 200, body: await uploadRequests.put(ctx, params.id, params.file_id, body) };
+    async putUploadRequestFile({ params, headers, body }, ctx) {
+      return { status: 200, body: await uploadRequests.put(ctx, params.id, params.file_id, body, headers['Content-Digest']) };
     },
     async deleteUploadRequestFile({ params }, ctx) {
       await uploadRequests.removeFile(ctx, params.id, params.file_id);

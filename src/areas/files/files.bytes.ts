@@ -101,7 +101,7 @@ export async function storeBytes(deps: AppDeps, key: string, source: () => Reada
     // Opened only now: a stream that flows before storage listens would fail unheard.
     return await storageOf(deps.config).putStream(key, source(), size === undefined ? {} : { size });
   } catch (err) {
-    await forget(deps, [key]);
+    await discard(deps, [key]);
     throw err;
   }
 }
@@ -111,8 +111,8 @@ export async function recorded(db: Executor, key: string): Promise<void> {
   await db.deleteFrom('storage_sweeps').where('key', '=', key).execute();
 }
 
-/** Deletes these keys' bytes and their notes now (bytes never recorded, or no longer named). */
-async function forget(deps: AppDeps, keys: readonly string[]): Promise<void> {
+/** Deletes these keys' bytes and their notes now: bytes whose recording failed go at once rather than after the grace period. */
+export async function discard(deps: AppDeps, keys: readonly string[]): Promise<void> {
   const storage = storageOf(deps.config);
   for (const key of keys) {
     try {
@@ -172,7 +172,8 @@ export interface SweepOutcome {
 /**
  * The periodic clean-up: open upload requests past `expires_at` become `expired` and lose
  * their staged files; places reserved longer than FILE_RESERVATION_TTL_SECONDS without bytes
- * are removed (they hold quota); then the bytes no row names are deleted.
+ * are removed (they hold quota), as are staged files whose request is gone; then the bytes no
+ * row names are deleted.
  */
 export async function sweep(deps: AppDeps): Promise<SweepOutcome> {
   const ttl = deps.config.files.reservationTtlSeconds;
@@ -190,8 +191,13 @@ export async function sweep(deps: AppDeps): Promise<SweepOutcome> {
     );
     const stale = await trx
       .deleteFrom('tool_files')
-      .where('state', '=', 'reserved')
-      .where('created_at', '<=', sql<Date>`now() - make_interval(secs => ${ttl})`)
+      .where((eb) =>
+        eb.or([
+          eb.and([eb('state', '=', 'reserved'), eb('created_at', '<=', sql<Date>`now() - make_interval(secs => ${ttl})`)]),
+          // Staged in a request that is gone (deleted with its requester or assignee).
+          eb.and([eb('state', '!=', 'stored'), eb('upload_request_id', 'is', null)]),
+        ]),
+      )
       .executeTakeFirst();
     return { expired: ended.length, reservationsRemoved: Number(stale.numDeletedRows) };
   });

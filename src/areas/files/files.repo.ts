@@ -176,3 +176,56 @@ export async function deleteStagedFiles(db: Executor, uploadRequestIds: readonly
 export function uploadRequestExists(db: Executor, orgId: string, id: string): Promise<{ id: string } | undefined> {
   return db.selectFrom('upload_requests').select('id').where('org_id', '=', orgId).where('id', '=', id).executeTakeFirst();
 }
+
+/** The upload requests a member made or was asked in, oldest first, a page at a time. */
+export async function listUploadRequestsOf(
+  db: Executor,
+  orgId: string,
+  userId: string,
+  page: PageRequest,
+  filter: { role?: 'requester' | 'assignee'; status?: UploadRequestRow['status'] },
+  now: Date,
+): Promise<UploadRequestRow[]> {
+  const rows = await db
+    .selectFrom('upload_requests')
+    .selectAll()
+    .where('org_id', '=', orgId)
+    .where((eb) =>
+      filter.role === 'requester'
+        ? eb('requester_user_id', '=', userId)
+        : filter.role === 'assignee'
+          ? eb('assignee_user_id', '=', userId)
+          : eb.or([eb('requester_user_id', '=', userId), eb('assignee_user_id', '=', userId)]),
+    )
+    // `expired` is also what an open request past its expiry is, before the sweeper records it.
+    .$if(filter.status === 'open', (q) => q.where('status', '=', 'open').where('expires_at', '>', now))
+    .$if(filter.status === 'expired', (q) =>
+      q.where((eb) => eb.or([eb('status', '=', 'expired'), eb.and([eb('status', '=', 'open'), eb('expires_at', '<=', now)])])),
+    )
+    .$if(filter.status !== undefined && filter.status !== 'open' && filter.status !== 'expired', (q) =>
+      q.where('status', '=', filter.status as UploadRequestRow['status']),
+    )
+    .$if(page.after !== undefined, (q) => q.where('id', '>', page.after as string))
+    .orderBy('id')
+    .limit(page.limit + 1)
+    .execute();
+  return rows.map(asRequest);
+}
+
+/** The files of several upload requests, each request's in the order their places were reserved. */
+export async function filesOfMany(db: Executor, uploadRequestIds: readonly string[]): Promise<Map<string, FileRow[]>> {
+  const byRequest = new Map<string, FileRow[]>();
+  if (uploadRequestIds.length === 0) return byRequest;
+  const rows = await db
+    .selectFrom('tool_files')
+    .selectAll()
+    .where('upload_request_id', 'in', [...uploadRequestIds])
+    .orderBy('id')
+    .execute();
+  for (const row of rows) {
+    const list = byRequest.get(row.upload_request_id as string) ?? [];
+    list.push(row);
+    byRequest.set(row.upload_request_id as string, list);
+  }
+  return byRequest;
+}

@@ -9,7 +9,7 @@ import type { UploadedFile } from '../../http/handler-types';
 import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { storageOf } from '../../lib/storage';
-import { checked, collect, fileKey, Intake, recorded, storeBytes } from './files.bytes';
+import { checked, collect, discard, fileKey, Intake, recorded, storeBytes } from './files.bytes';
 import * as repo from './files.repo';
 
 type ToolFile = components['schemas']['ToolFile'];
@@ -139,10 +139,7 @@ export async function upload(ctx: RequestContext, body: { file: UploadedFile; na
     return toToolFile(row, 'owner');
   } catch (err) {
     // Not recorded: the bytes go now rather than at the sweep after the grace period.
-    await storageOf(ctx.deps.config)
-      .delete(key)
-      .then(() => ctx.deps.db.deleteFrom('storage_sweeps').where('key', '=', key).execute())
-      .catch(() => undefined);
+    await discard(ctx.deps, [key]);
     throw err;
   }
 }

@@ -3,10 +3,10 @@ import type { Executor } from '../../db/database';
 import type { AppDeps, RequestContext, WriteScope } from '../../http/context';
 import { ApiError, notFound, validationError } from '../../http/errors';
 import type { UploadStream } from '../../http/handler-types';
+import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { inRange } from '../../lib/sniff';
-import { storageOf } from '../../lib/storage';
-import { checked, collect, fileKey, Intake, recorded, storeBytes } from './files.bytes';
+import { checked, collect, discard, fileKey, Intake, recorded, storeBytes } from './files.bytes';
 import * as repo from './files.repo';
 import { requireRoom, validName } from './files.service';
 
@@ -43,9 +43,13 @@ function toFile(row: repo.FileRow, open: boolean): UploadRequestFile {
 }
 
 async function present(db: Executor, row: repo.UploadRequestRow, now = new Date()): Promise<UploadRequest> {
+  return toUploadRequest(row, await repo.filesOf(db, row.id), now);
+}
+
+function toUploadRequest(row: repo.UploadRequestRow, staged: readonly repo.FileRow[], now: Date): UploadRequest {
   const status = statusOf(row, now);
   // Staged files of a request that ended unconfirmed are gone (or about to be: the sweeper).
-  const files = status === 'open' || status === 'confirmed' ? await repo.filesOf(db, row.id) : [];
+  const files = status === 'open' || status === 'confirmed' ? staged : [];
   return {
     id: row.id,
     requester_user_id: row.requester_user_id,
@@ -184,6 +188,20 @@ export async function create(ctx: RequestContext, body: Create): Promise<UploadR
   return present(ctx.db, row, now);
 }
 
+export async function list(
+  ctx: RequestContext,
+  page: PageRequest,
+  filter: { role?: 'requester' | 'assignee'; status?: UploadRequest['status'] },
+): Promise<Page<UploadRequest>> {
+  const now = new Date();
+  const rows = await repo.listUploadRequestsOf(ctx.db, ctx.orgId, ctx.user, page, filter, now);
+  const files = await repo.filesOfMany(
+    ctx.db,
+    rows.slice(0, page.limit).map((r) => r.id),
+  );
+  return toPage(rows, page, (row) => toUploadRequest(row, files.get(row.id) ?? [], now));
+}
+
 export async function get(ctx: RequestContext, id: string): Promise<UploadRequest> {
   return present(ctx.db, await acting(ctx.db, ctx, id, null));
 }
@@ -232,7 +250,27 @@ export async function reserve(ctx: RequestContext, id: string, body: Reserve): P
  * accepts. Recorded, with the previous version's key handed to the sweeper, only once
  * they are all stored.
  */
-export async function put(ctx: RequestContext, id: string, fileId: string, body: UploadStream): Promise<UploadRequestFile> {
+const digestProblem = (message: string) => validationError([{ in: 'header', pointer: '/Content-Digest', message }]);
+
+/**
+ * The SHA-256 (hex) a `Content-Digest` header (RFC 9530, a structured-field dictionary of
+ * byte sequences) gives, or null when it names none; 400 for a `sha-256` that is not one.
+ */
+function claimedSha256(header: string | undefined): string | null {
+  if (header === undefined) return null;
+  const member = header
+    .split(',')
+    .map((m) => m.trim())
+    .find((m) => /^sha-256\s*=/i.test(m));
+  if (!member) return null;
+  const value = /^sha-256\s*=\s*:([A-Za-z0-9+/]*={0,2}):$/i.exec(member)?.[1];
+  const bytes = value === undefined ? null : Buffer.from(value, 'base64');
+  if (!bytes || bytes.length !== 32) throw digestProblem('has a sha-256 member that is not 32 bytes of base64 between colons');
+  return bytes.toString('hex');
+}
+
+export async function put(ctx: RequestContext, id: string, fileId: string, body: UploadStream, contentDigest?: string): Promise<UploadRequestFile> {
+  const claimed = claimedSha256(contentDigest);
   const request = await acting(ctx.db, ctx, id, 'assignee');
   const file = await stagedFile(ctx.db, ctx, request, fileId);
   const size = Number(file.size_bytes);
@@ -246,6 +284,7 @@ export async function put(ctx: RequestContext, id: string, fileId: string, body:
   const stored = await storeBytes(ctx.deps, key, () => checked(body, new Intake({ exact: size, accepted: request.accepted_content_types })), size);
   let replaced: string | null = null;
   try {
+    if (claimed !== null && claimed !== stored.sha256) throw digestProblem(`says sha-256 ${claimed}; the bytes received have ${stored.sha256}`);
     const row = await ctx.write(async (w) => {
       // Checked again under the lock: the request may have closed, or the file gone, while the bytes came.
       const current = await acting(w.db, ctx, id, 'assignee', true);
@@ -259,10 +298,7 @@ export async function put(ctx: RequestContext, id: string, fileId: string, body:
     if (replaced) await collect(ctx.deps, [replaced]);
     return toFile(row, true);
   } catch (err) {
-    await storageOf(ctx.deps.config)
-      .delete(key)
-      .then(() => ctx.deps.db.deleteFrom('storage_sweeps').where('key', '=', key).execute())
-      .catch(() => undefined);
+    await discard(ctx.deps, [key]);
     throw err;
   }
 }

@@ -56,7 +56,9 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('sha256', 'text')
     .addColumn('storage_key', 'text', (c) => c.unique())
     .addColumn('source', 'text', (c) => c.notNull().check(sql`source in ('uploaded', 'upload_request', 'tool_output')`))
-    .addColumn('upload_request_id', reference, (c) => c.references('upload_requests.id').onDelete('cascade'))
+    // Set null, not cascade: a confirmed file outlives its request (deleted with a person who
+    // was its assignee); a staged file left without one is removed by the sweeper.
+    .addColumn('upload_request_id', reference, (c) => c.references('upload_requests.id').onDelete('set null'))
     .addColumn('state', 'text', (c) => c.notNull().check(sql`state in ('reserved', 'uploaded', 'stored')`))
     .addColumn('uploaded_at', 'timestamptz')
     .addColumn('created_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
