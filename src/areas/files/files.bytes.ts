@@ -10,7 +10,7 @@ import { deleteStagedFiles } from './files.repo';
 
 /**
  * The bytes of tool files in storage, and the bookkeeping that keeps storage and the
- * database agreeing (see the migration 2026_11_27_140000_tool_files): every key is written
+ * database agreeing (see the migration 2026_11_27_140100_tool_files): every key is written
  * to `storage_sweeps` before its bytes are stored and struck off in the transaction that
  * records them, so bytes whose transaction never committed are found and deleted; keys no
  * row names any more are added there by the table's trigger.
