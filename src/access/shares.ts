@@ -90,8 +90,17 @@ export async function checkPrincipal(db: Executor, orgId: string, principal: Sha
 export async function shareResource(
   db: Executor,
   input: { orgId: string; resourceType: ShareResourceType; resourceId: string; share: ShareCreate; byUserId: string | null },
-): Promise<{ share: Share; created: boolean }> {
+): Promise<{ share: Share; created: boolean; previousLevel: ShareCreate['level'] | null }> {
   await checkPrincipal(db, input.orgId, input.share.principal);
+  const previous = await db
+    .selectFrom('shares')
+    .select('level')
+    .where('org_id', '=', input.orgId)
+    .where('resource_type', '=', input.resourceType)
+    .where('resource_id', '=', input.resourceId)
+    .where('principal_type', '=', input.share.principal.type)
+    .where('principal_id', '=', input.share.principal.id)
+    .executeTakeFirst();
   const row = await db
     .insertInto('shares')
     .values({
@@ -111,7 +120,12 @@ export async function shareResource(
     .returning(sql<boolean>`xmax = 0`.as('inserted'))
     .executeTakeFirstOrThrow();
   const { inserted, ...share } = row;
-  return { share: toShare(share), created: inserted };
+  return { share: toShare(share), created: inserted, previousLevel: (previous?.level as ShareCreate['level'] | undefined) ?? null };
+}
+
+/** What a share's audit entry records: the share, whom it names, and its level before and after. */
+export function shareAuditChanges(result: { share: Share; created: boolean; previousLevel: string | null }, body: ShareCreate): Record<string, unknown> {
+  return { share_id: result.share.id, principal: body.principal, level: { from: result.previousLevel, to: body.level }, created: result.created };
 }
 
 /** Removes one share of the resource; undefined when there is no such share (of it). */

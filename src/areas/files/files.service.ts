@@ -1,7 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { components } from '../../../generated/openapi';
 import { requireBytesWithin } from '../../access/entitlements';
-import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../access/shares';
+import { deleteSharesOf, listShares, revokeShare, shareResource, shareAuditChanges, type Share } from '../../access/shares';
 import type { Executor } from '../../db/database';
 import type { RequestContext } from '../../http/context';
 import { ApiError, notFound, validationError, type ValidationProblem } from '../../http/errors';
@@ -166,20 +166,8 @@ export async function share(ctx: RequestContext, id: string, body: ShareCreate):
   return ctx.write(async (w) => {
     const { access } = await reachable(w.db, ctx, id);
     requireEdit(access, id);
-    const previous = await w.db
-      .selectFrom('shares')
-      .select('level')
-      .where('org_id', '=', ctx.orgId)
-      .where('resource_type', '=', 'file')
-      .where('resource_id', '=', id)
-      .where('principal_type', '=', body.principal.type)
-      .where('principal_id', '=', body.principal.id)
-      .executeTakeFirst();
     const result = await shareResource(w.db, { orgId: ctx.orgId, resourceType: 'file', resourceId: id, share: body, byUserId: ctx.user });
-    w.audit({
-      targetId: id,
-      changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created },
-    });
+    w.audit({ targetId: id, changes: shareAuditChanges(result, body) });
     return result;
   });
 }

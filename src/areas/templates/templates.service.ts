@@ -1,5 +1,5 @@
 import type { components } from '../../../generated/openapi';
-import { listShares, revokeShare, shareResource, deleteSharesOf, type Share } from '../../access/shares';
+import { listShares, revokeShare, shareResource, shareAuditChanges, deleteSharesOf, type Share } from '../../access/shares';
 import type { Executor } from '../../db/database';
 import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
@@ -185,20 +185,8 @@ export async function listTemplateShares(ctx: RequestContext, id: string, page: 
 export async function share(ctx: RequestContext, id: string, body: ShareCreate): Promise<{ share: Share; created: boolean }> {
   return ctx.write(async (w) => {
     if (!(await repo.findTemplate(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
-    const previous = await w.db
-      .selectFrom('shares')
-      .select('level')
-      .where('org_id', '=', ctx.orgId)
-      .where('resource_type', '=', 'template')
-      .where('resource_id', '=', id)
-      .where('principal_type', '=', body.principal.type)
-      .where('principal_id', '=', body.principal.id)
-      .executeTakeFirst();
     const result = await shareResource(w.db, { orgId: ctx.orgId, resourceType: 'template', resourceId: id, share: body, byUserId: ctx.user });
-    w.audit({
-      targetId: id,
-      changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created },
-    });
+    w.audit({ targetId: id, changes: shareAuditChanges(result, body) });
     return result;
   });
 }

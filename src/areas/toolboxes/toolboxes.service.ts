@@ -1,6 +1,6 @@
 import type { components } from '../../../generated/openapi';
 import { requireWithinLimit } from '../../access/entitlements';
-import { deleteSharesOf, listShares, revokeShare, shareResource, type Share } from '../../access/shares';
+import { deleteSharesOf, listShares, revokeShare, shareResource, shareAuditChanges, type Share } from '../../access/shares';
 import type { Executor } from '../../db/database';
 import { changedMembers, type RequestContext } from '../../http/context';
 import { ApiError, conflictOnUnique, notFound, validationError, type ValidationProblem } from '../../http/errors';
@@ -288,22 +288,10 @@ export async function share(ctx: RequestContext, id: string, body: ShareCreate):
   return ctx.write(async (w) => {
     if (!(await repo.findToolbox(w.db, ctx.orgId, id, true))) throw notFound(WHAT, id);
     await checkMayShareConnections(w.db, ctx, id);
-    const previous = await w.db
-      .selectFrom('shares')
-      .select('level')
-      .where('org_id', '=', ctx.orgId)
-      .where('resource_type', '=', 'toolbox')
-      .where('resource_id', '=', id)
-      .where('principal_type', '=', body.principal.type)
-      .where('principal_id', '=', body.principal.id)
-      .executeTakeFirst();
     const result = await shareResource(w.db, { orgId: ctx.orgId, resourceType: 'toolbox', resourceId: id, share: body, byUserId: ctx.user });
     // People it reaches again get back what a revoked share had taken (their MCP servers for it).
     await ctx.deps.hooks.run('toolboxAccessChanged', w, ctx.orgId, id);
-    w.audit({
-      targetId: id,
-      changes: { share_id: result.share.id, principal: body.principal, level: { from: previous?.level ?? null, to: body.level }, created: result.created },
-    });
+    w.audit({ targetId: id, changes: shareAuditChanges(result, body) });
     return result;
   });
 }
