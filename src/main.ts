@@ -7,9 +7,12 @@ import { OutboxDispatcher } from './events/outbox';
 import { createMailer } from './events/email';
 import { secretBoxOf } from './lib/crypto';
 import { createLogger } from './lib/logger';
+import { unsupportedNode } from './lib/node-lines';
 import { bootstrap, writeBootstrapFile } from './operator';
 
 async function main(): Promise<void> {
+  const unsupported = unsupportedNode();
+  if (unsupported) throw new ConfigError(unsupported);
   // DATA_DIR holds the embedded database, the generated key and the bootstrap token: whatever
   // this process creates is its owner's alone.
   process.umask(0o077);
