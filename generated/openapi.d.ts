@@ -4644,8 +4644,9 @@ export interface paths {
          *     server's organization.
          *
          *     Errors: 400 `validation_failed`; 401 `unauthenticated`, `invalid_token`; 403
-         *     `requires_person`, `insufficient_access` (posted by another site), `not_a_member`;
-         *     404 `not_found` (no pending request of the caller's with that id: unknown, decided,
+         *     `requires_person`, `insufficient_access` (posted by another site), `not_a_member`,
+         *     `mfa_setup_required` (the organization requires a second factor this session has not
+         *     shown); 404 `not_found` (no pending request of the caller's with that id: unknown, decided,
          *     expired, another person's); 413 `payload_too_large`; 415 `unsupported_media_type`;
          *     429 `rate_limited`.
          */

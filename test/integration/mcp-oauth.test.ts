@@ -557,3 +557,21 @@ describe('signing keys', () => {
     expect(kids).toEqual(expect.arrayContaining([kidOf(before.access_token), kidOf(after.access_token)]));
   });
 });
+
+describe('organizations that require a second factor', () => {
+  it('refuses the consent decision of a session that has not shown one (403 mfa_setup_required)', async () => {
+    const p = await person({ requireMfa: true });
+    const client = await register();
+    const res = await t.call('GET', authorizeUrl(client.client_id, p, pkce().challenge), undefined, { session: p.session });
+    const request = new URL(res.headers.get('location')!).searchParams.get('request')!;
+    const weak = await t.factories.session(p.userId);
+    expectError(
+      await t.call('POST', '/oauth/consent/decision', undefined, {
+        ...form({ request, decision: 'approve' }),
+        headers: { ...form({}).headers, ...sameOrigin(weak) },
+      }),
+      403,
+      'mfa_setup_required',
+    );
+  });
+});

@@ -285,6 +285,9 @@ export async function decideConsent(body: { request: string; decision: 'approve'
   }
   const access = pending.owner_user_id === person.userId ? await loadMemberAccess(ctx.db, person.userId, pending.org_id) : null;
   if (!access) throw new ApiError('not_a_member', 'The MCP server is no longer yours, or you are no longer an active member of its organization.');
+  if (access.requireMfa && !person.secondFactorAt) {
+    throw new ApiError('mfa_setup_required', 'The MCP server’s organization requires a second factor: verify one (or add one on Account security) first.');
+  }
   ctx.actIn(access);
   const code = await ctx.write(async (w) => {
     const taken = await w.db.deleteFrom('oauth_authorization_requests').where('id', '=', pending.id).executeTakeFirst();
