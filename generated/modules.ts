@@ -23,6 +23,7 @@ import permissionsArea from '../src/areas/permissions/permissions.area';
 import restrictionsArea from '../src/areas/restrictions/restrictions.area';
 import rolesArea from '../src/areas/roles/roles.area';
 import schemaArea from '../src/areas/schema/schema.area';
+import scimTokensArea from '../src/areas/scim-tokens/scim-tokens.area';
 import syntheticToolsArea from '../src/areas/synthetic-tools/synthetic-tools.area';
 import teamsArea from '../src/areas/teams/teams.area';
 import templatesArea from '../src/areas/templates/templates.area';
@@ -30,6 +31,7 @@ import toolboxesArea from '../src/areas/toolboxes/toolboxes.area';
 import userToolboxesArea from '../src/areas/user-toolboxes/user-toolboxes.area';
 import endpointModule from '../src/mcp/endpoint/endpoint.module';
 import oauthServerModule from '../src/protocols/oauth-server/oauth-server.module';
+import scimModule from '../src/protocols/scim/scim.module';
 
 /** Every module of the app, in path order: hooks run and modules start in this order. */
 export const MODULES: readonly Module[] = [
@@ -55,6 +57,7 @@ export const MODULES: readonly Module[] = [
   restrictionsArea,
   rolesArea,
   schemaArea,
+  scimTokensArea,
   syntheticToolsArea,
   teamsArea,
   templatesArea,
@@ -62,4 +65,5 @@ export const MODULES: readonly Module[] = [
   userToolboxesArea,
   endpointModule,
   oauthServerModule,
+  scimModule,
 ];
