@@ -143,6 +143,23 @@ export interface EmailLinks {
   user_id: string | null;
 }
 
+export interface GroupMappingGrants {
+  mapping_id: string;
+  org_id: string;
+  user_id: string;
+}
+
+export interface GroupMappings {
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  id: string;
+  org_id: string;
+  role_id: string | null;
+  scim_group_id: string;
+  team_id: string | null;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface InviteRoles {
   invite_id: string;
   role_id: string;
@@ -467,6 +484,7 @@ export interface RoleAssignments {
   org_id: string;
   role_id: string;
   user_id: string;
+  via_mapping: Generated<boolean>;
 }
 
 export interface Roles {
@@ -598,6 +616,7 @@ export interface TeamMembers {
   org_id: string;
   team_id: string;
   user_id: string;
+  via_mapping: Generated<boolean>;
 }
 
 export interface Teams {
@@ -747,6 +766,8 @@ export interface DB {
   connector_versions: ConnectorVersions;
   connectors: Connectors;
   email_links: EmailLinks;
+  group_mapping_grants: GroupMappingGrants;
+  group_mappings: GroupMappings;
   invite_roles: InviteRoles;
   invite_teams: InviteTeams;
   invites: Invites;

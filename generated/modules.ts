@@ -23,6 +23,7 @@ import permissionsArea from '../src/areas/permissions/permissions.area';
 import restrictionsArea from '../src/areas/restrictions/restrictions.area';
 import rolesArea from '../src/areas/roles/roles.area';
 import schemaArea from '../src/areas/schema/schema.area';
+import scimGroupsArea from '../src/areas/scim-groups/scim-groups.area';
 import scimTokensArea from '../src/areas/scim-tokens/scim-tokens.area';
 import syntheticToolsArea from '../src/areas/synthetic-tools/synthetic-tools.area';
 import teamsArea from '../src/areas/teams/teams.area';
@@ -57,6 +58,7 @@ export const MODULES: readonly Module[] = [
   restrictionsArea,
   rolesArea,
   schemaArea,
+  scimGroupsArea,
   scimTokensArea,
   syntheticToolsArea,
   teamsArea,

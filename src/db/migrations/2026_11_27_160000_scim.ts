@@ -53,9 +53,53 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addForeignKeyConstraint('scim_group_members_membership_fkey', ['org_id', 'user_id'], 'memberships', ['org_id', 'user_id'], (c) => c.onDelete('cascade'))
     .execute();
   await db.schema.createIndex('scim_group_members_user_idx').on('scim_group_members').columns(['org_id', 'user_id']).execute();
+
+  // Group mappings: a SCIM group's members hold a role, belong to a team, or both.
+  await db.schema
+    .createTable('group_mappings')
+    .addColumn('id', idColumn('gmap'))
+    .addColumn('org_id', reference, (c) => c.notNull().references('organizations.id').onDelete('cascade'))
+    .addColumn('scim_group_id', reference, (c) => c.notNull().references('scim_groups.id').onDelete('cascade'))
+    // Deleting a role or team a mapping names is refused (roleUsage, teamUsage), so no cascade.
+    .addColumn('role_id', reference, (c) => c.references('roles.id'))
+    .addColumn('team_id', reference, (c) => c.references('teams.id'))
+    .addColumn('created_by_user_id', reference, (c) => c.references('users.id').onDelete('set null'))
+    .addColumn('created_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+    .addColumn('updated_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+    .addCheckConstraint('group_mappings_grants_something', sql`role_id is not null or team_id is not null`)
+    .execute();
+  await sql`create unique index group_mappings_grant_key on group_mappings (scim_group_id, coalesce(role_id, ''), coalesce(team_id, ''))`.execute(db);
+  await touchUpdatedAt(db, 'group_mappings');
+
+  // Grants by source: a role or team a mapping gave a person is recorded here, one row per
+  // mapping, so that withdrawing one mapping (or one group membership) takes away only what no
+  // other mapping still gives and what was not given directly (via_mapping below).
+  await db.schema
+    .createTable('group_mapping_grants')
+    .addColumn('mapping_id', reference, (c) => c.notNull().references('group_mappings.id').onDelete('cascade'))
+    .addColumn('org_id', reference, (c) => c.notNull())
+    .addColumn('user_id', reference, (c) => c.notNull())
+    .addPrimaryKeyConstraint('group_mapping_grants_pkey', ['mapping_id', 'user_id'])
+    .addForeignKeyConstraint('group_mapping_grants_membership_fkey', ['org_id', 'user_id'], 'memberships', ['org_id', 'user_id'], (c) => c.onDelete('cascade'))
+    .execute();
+  await db.schema.createIndex('group_mapping_grants_user_idx').on('group_mapping_grants').columns(['org_id', 'user_id']).execute();
+  // True while an assignment exists only because a mapping made it; a direct grant is false.
+  await db.schema
+    .alterTable('role_assignments')
+    .addColumn('via_mapping', 'boolean', (c) => c.notNull().defaultTo(false))
+    .execute();
+  await db.schema
+    .alterTable('team_members')
+    .addColumn('via_mapping', 'boolean', (c) => c.notNull().defaultTo(false))
+    .execute();
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
+  await db.schema.alterTable('team_members').dropColumn('via_mapping').execute();
+  await db.schema.alterTable('role_assignments').dropColumn('via_mapping').execute();
+  await db.schema.dropTable('group_mapping_grants').execute();
+  await dropTouchUpdatedAt(db, 'group_mappings');
+  await db.schema.dropTable('group_mappings').execute();
   await db.schema.dropTable('scim_group_members').execute();
   await dropTouchUpdatedAt(db, 'scim_groups');
   await db.schema.dropTable('scim_groups').execute();
