@@ -143,12 +143,6 @@ export interface EmailLinks {
   user_id: string | null;
 }
 
-export interface GroupMappingGrants {
-  mapping_id: string;
-  org_id: string;
-  user_id: string;
-}
-
 export interface GroupMappings {
   created_at: Generated<Timestamp>;
   created_by_user_id: string | null;
@@ -766,7 +760,6 @@ export interface DB {
   connector_versions: ConnectorVersions;
   connectors: Connectors;
   email_links: EmailLinks;
-  group_mapping_grants: GroupMappingGrants;
   group_mappings: GroupMappings;
   invite_roles: InviteRoles;
   invite_teams: InviteTeams;

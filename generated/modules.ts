@@ -10,6 +10,7 @@ import customConnectorsArea from '../src/areas/connectors/custom-connectors.area
 import currentUserArea from '../src/areas/current-user/current-user.area';
 import entitlementsArea from '../src/areas/entitlements/entitlements.area';
 import filesArea from '../src/areas/files/files.area';
+import groupMappingsArea from '../src/areas/group-mappings/group-mappings.area';
 import healthArea from '../src/areas/health/health.area';
 import invitesArea from '../src/areas/invites/invites.area';
 import loggingDestinationsArea from '../src/areas/logging-destinations/logging-destinations.area';
@@ -45,6 +46,7 @@ export const MODULES: readonly Module[] = [
   currentUserArea,
   entitlementsArea,
   filesArea,
+  groupMappingsArea,
   healthArea,
   invitesArea,
   loggingDestinationsArea,

@@ -71,19 +71,9 @@ export async function up(db: Kysely<any>): Promise<void> {
   await sql`create unique index group_mappings_grant_key on group_mappings (scim_group_id, coalesce(role_id, ''), coalesce(team_id, ''))`.execute(db);
   await touchUpdatedAt(db, 'group_mappings');
 
-  // Grants by source: a role or team a mapping gave a person is recorded here, one row per
-  // mapping, so that withdrawing one mapping (or one group membership) takes away only what no
-  // other mapping still gives and what was not given directly (via_mapping below).
-  await db.schema
-    .createTable('group_mapping_grants')
-    .addColumn('mapping_id', reference, (c) => c.notNull().references('group_mappings.id').onDelete('cascade'))
-    .addColumn('org_id', reference, (c) => c.notNull())
-    .addColumn('user_id', reference, (c) => c.notNull())
-    .addPrimaryKeyConstraint('group_mapping_grants_pkey', ['mapping_id', 'user_id'])
-    .addForeignKeyConstraint('group_mapping_grants_membership_fkey', ['org_id', 'user_id'], 'memberships', ['org_id', 'user_id'], (c) => c.onDelete('cascade'))
-    .execute();
-  await db.schema.createIndex('group_mapping_grants_user_idx').on('group_mapping_grants').columns(['org_id', 'user_id']).execute();
-  // True while an assignment exists only because a mapping made it; a direct grant is false.
+  // Grants by source: a role or team membership a mapping made is marked via_mapping, so that
+  // withdrawing a mapping (or a group membership) takes away only what no other mapping still
+  // gives, never what was given directly (via_mapping false: the default of every other insert).
   await db.schema
     .alterTable('role_assignments')
     .addColumn('via_mapping', 'boolean', (c) => c.notNull().defaultTo(false))
@@ -97,7 +87,6 @@ export async function up(db: Kysely<any>): Promise<void> {
 export async function down(db: Kysely<any>): Promise<void> {
   await db.schema.alterTable('team_members').dropColumn('via_mapping').execute();
   await db.schema.alterTable('role_assignments').dropColumn('via_mapping').execute();
-  await db.schema.dropTable('group_mapping_grants').execute();
   await dropTouchUpdatedAt(db, 'group_mappings');
   await db.schema.dropTable('group_mappings').execute();
   await db.schema.dropTable('scim_group_members').execute();

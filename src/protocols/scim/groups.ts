@@ -1,6 +1,7 @@
 // /scim/v2/Groups: the groups the identity provider keeps in the organization, of people who
 // are its members. Group mappings (src/areas/group-mappings) turn membership into roles and teams.
 import { sql } from 'kysely';
+import { reconcileMappedGrants } from '../../areas/group-mappings';
 import type { Executor } from '../../db/database';
 import type { RequestContext, WriteScope } from '../../http/context';
 import { isUniqueViolation } from '../../http/errors';
@@ -203,6 +204,7 @@ export async function create(ctx: RequestContext, body: Resource): Promise<ScimG
       .execute()
       .catch((err) => uniqueness(err, state));
     await syncMembers(w, orgId, id, state.members);
+    // A new group has no mappings yet: nothing to grant.
     w.audit({ targetId: id, changes: { display_name: state.displayName, external_id: state.externalId ?? null, members_added: state.members.length } });
   });
   return (await loadGroup(ctx, ctx.db, id)).group;
@@ -233,6 +235,7 @@ async function update(ctx: RequestContext, id: string, ifMatch: string | undefin
         .catch((err) => uniqueness(err, after));
     }
     const { added, removed } = await syncMembers(w, orgId, id, after.members);
+    await reconcileMappedGrants(w, ctx.deps.hooks, orgId, [...added, ...removed]);
     // The group's version covers its members: a change of membership is a change of the group.
     if (added.length > 0 || removed.length > 0) await w.db.updateTable('scim_groups').set({ updated_at: new Date() }).where('id', '=', id).execute();
     const changes: Record<string, unknown> = { members_added: added, members_removed: removed };
@@ -261,6 +264,13 @@ export async function remove(ctx: RequestContext, id: string, ifMatch: string | 
     const { row, group, members } = await loadGroup(ctx, w.db, id, true);
     checkIfMatch(ifMatch, group.meta.version);
     await w.db.deleteFrom('scim_groups').where('id', '=', id).execute();
+    // Its mappings went with it (cascade): its members lose what only they gave.
+    await reconcileMappedGrants(
+      w,
+      ctx.deps.hooks,
+      ctx.orgId,
+      members.map((m) => m.value),
+    );
     w.audit({ targetId: id, changes: { display_name: row.display_name, members_removed: members.length } });
   });
 }
