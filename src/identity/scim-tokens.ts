@@ -58,7 +58,9 @@ export async function mintScimToken(
 /**
  * The `scimToken` security scheme: an organization's identity provider on /scim/v2/*. It is
  * bound to its organization and acts for no person, so it carries no permissions: the SCIM
- * operations need none (`x-permission: null`) and no other operation accepts it.
+ * operations need none (`x-permission: null`) and no other operation accepts it. Not remembered
+ * by the credential cache (no `cache`): every request reads the token, so a revocation holds on
+ * every replica from the next request, and an identity provider's request rate is low.
  */
 export const scimTokenAuthenticator: Authenticator = {
   describes: 'a SCIM token',

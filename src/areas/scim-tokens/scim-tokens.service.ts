@@ -70,7 +70,7 @@ export async function create(ctx: RequestContext, body: ScimTokenCreate): Promis
   );
 }
 
-/** Revokes at once: the trigger on scim_tokens tells every server, so the next request with it is 401. */
+/** Revokes at once: the SCIM token is read on every request (never cached), so the next request with it is 401. */
 export async function revoke(ctx: RequestContext, id: string): Promise<void> {
   await ctx.write(async (w) => {
     const row = await w.db

@@ -2,7 +2,7 @@
 // /scim/v2/*, and the groups it pushes with their members. SCIM users are memberships
 // (memberships.external_id), so they need no table of their own.
 import { sql, type Kysely } from 'kysely';
-import { dropNotifyCredentialChanges, dropTouchUpdatedAt, idColumn, notifyCredentialChanges, reference, touchUpdatedAt } from '../migration-helpers';
+import { dropTouchUpdatedAt, idColumn, reference, touchUpdatedAt } from '../migration-helpers';
 
 export async function up(db: Kysely<any>): Promise<void> {
   // What the identity provider said of a member it provisions (userName, name, displayName,
@@ -26,7 +26,6 @@ export async function up(db: Kysely<any>): Promise<void> {
   // Names tell live tokens apart; a revoked token's name may be reused.
   await sql`create unique index scim_tokens_org_id_name_key on scim_tokens (org_id, name) where revoked_at is null`.execute(db);
   await touchUpdatedAt(db, 'scim_tokens', ['last_used_at']);
-  await notifyCredentialChanges(db, 'scim_tokens', 'update of revoked_at, expires_at, org_id or delete');
 
   await db.schema
     .createTable('scim_groups')
@@ -92,7 +91,6 @@ export async function down(db: Kysely<any>): Promise<void> {
   await db.schema.dropTable('scim_group_members').execute();
   await dropTouchUpdatedAt(db, 'scim_groups');
   await db.schema.dropTable('scim_groups').execute();
-  await dropNotifyCredentialChanges(db, 'scim_tokens');
   await dropTouchUpdatedAt(db, 'scim_tokens');
   await db.schema.dropTable('scim_tokens').execute();
   await db.schema.alterTable('memberships').dropColumn('scim_profile').execute();
