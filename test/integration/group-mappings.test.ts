@@ -142,4 +142,42 @@ describe('group mappings', () => {
     expectError(await asA.delete(`/group-mapping/${mapping}`), 409, 'last_owner');
     expect(await rolesOf(a)).toContain(org.roleIds.owner);
   });
+
+  it('needs group_mapping permissions and a credential; walks every page once; emits member.roles_updated and the SCIM events', async () => {
+    const { org, group, role, team, admin } = await setup();
+    const plain = t.as({
+      token: await t.factories.token(org.orgId, await t.factories.member(org.orgId, { roles: ['member'] }), ['organization:view']),
+      org: org.orgId,
+    });
+    expectError(await plain.post('/group-mapping', { scim_group_id: group, role_id: role }), 403, 'missing_permission');
+    expectError(await plain.get('/group-mapping'), 403, 'missing_permission');
+    expectError(await plain.get('/scim-group'), 403, 'missing_permission');
+    expectError(await t.call('GET', '/group-mapping', undefined, { org: org.orgId }), 401, 'unauthenticated');
+
+    const ids = [
+      (await admin.post('/group-mapping', { scim_group_id: group, role_id: role })).body.id,
+      (await admin.post('/group-mapping', { scim_group_id: group, team_id: team })).body.id,
+      (await admin.post('/group-mapping', { scim_group_id: group, role_id: role, team_id: team })).body.id,
+    ];
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page = await admin.get(`/group-mapping?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      seen.push(...page.body.data.map((m: { id: string }) => m.id));
+      cursor = page.body.next_cursor;
+    } while (cursor);
+    expect(seen).toEqual(ids);
+
+    const events = async (type: string) =>
+      (await t.db.selectFrom('outbox').select('payload').where('org_id', '=', org.orgId).where('event_type', '=', type).execute()).map(
+        (e) => e.payload as Record<string, unknown>,
+      );
+    // Two SCIM-created people joined; both got the role through the first mapping.
+    expect(await events('member.joined')).toHaveLength(2);
+    const updated = await events('member.roles_updated');
+    expect(updated).toHaveLength(2);
+    expect(updated[0]).toMatchObject({ role_ids: expect.arrayContaining([role]), previous_role_ids: [org.roleIds.member] });
+    const [entry] = await t.factories.auditEntries(org.orgId, 'group_mapping.created');
+    expect(entry).toMatchObject({ actor_type: 'api_token', target_type: 'group_mapping' });
+  });
 });
