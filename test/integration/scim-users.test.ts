@@ -422,4 +422,31 @@ describe('the SCIM wire', () => {
     expect(refused.status).toBe(403);
     expect(refused.body).toMatchObject({ schemas: [ERROR], status: '403' });
   });
+
+  it('refuses bodies in SCIM form and changes nothing: missing userName, no usable email, malformed JSON, another media type, a different id on PUT', async () => {
+    const { org, idp, token } = await provisioned();
+    const count = async () => (await t.db.selectFrom('memberships').select('user_id').where('org_id', '=', org.orgId).execute()).length;
+    const before = await count();
+    const missing = await idp.send('POST', '/scim/v2/Users', { schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'], active: true });
+    expect(missing.status).toBe(400);
+    expect(missing.body).toMatchObject({ schemas: [ERROR], status: '400', scimType: 'invalidValue' });
+    const noEmail = await idp.send('POST', '/scim/v2/Users', { schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'], userName: 'ada_lovelace' });
+    expect(noEmail.body).toMatchObject({ status: '400', scimType: 'invalidValue' });
+    const malformed = await t.call('POST', '/scim/v2/Users', undefined, {
+      raw: '{"schemas": [',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/scim+json' },
+    });
+    expect(malformed.status).toBe(400);
+    expect(malformed.body).toMatchObject({ schemas: [ERROR], status: '400', scimType: 'invalidSyntax' });
+    const text = await t.call('POST', '/scim/v2/Users', undefined, {
+      raw: 'userName=x',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'text/plain' },
+    });
+    expect(text.status).toBe(415);
+    expect(text.body).toMatchObject({ schemas: [ERROR], status: '415' });
+    expect(await count()).toBe(before);
+    const created = (await idp.send('POST', '/scim/v2/Users', okta.create(person()))).body;
+    const otherId = await idp.send('PUT', `/scim/v2/Users/${created.id}`, { ...okta.create(person()), id: org.ownerId });
+    expect(otherId.body).toMatchObject({ status: '400', scimType: 'mutability' });
+  });
 });
