@@ -162,8 +162,10 @@ describe('group mappings', () => {
     const seen: string[] = [];
     let cursor: string | null = null;
     do {
-      const page = await admin.get(`/group-mapping?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
-      seen.push(...page.body.data.map((m: { id: string }) => m.id));
+      const page: { body: { data: { id: string }[]; next_cursor: string | null } } = await admin.get(
+        `/group-mapping?limit=2${cursor ? `&cursor=${cursor}` : ''}`,
+      );
+      seen.push(...page.body.data.map((m) => m.id));
       cursor = page.body.next_cursor;
     } while (cursor);
     expect(seen).toEqual(ids);
