@@ -29,10 +29,12 @@ const LAYERS = {
   db: { paths: ['src/db'], may: ['lib', 'generated'], forbidPackages: ['express'] },
   // the SSRF-guarded outbound HTTP client
   outbound: { paths: ['src/outbound'], may: ['lib'] },
-  // wire protocols apart from REST areas: oauth-client now; oauth-server, saml, oidc, scim later
+  // wire protocols apart from REST areas: oauth-client now; oauth-server, saml, oidc, scim later.
+  // Areas through their index.ts: SCIM provisions members, and must end a membership exactly
+  // as the Members area does (its locks, guards and member-removed hooks), not a copy of it.
   protocols: {
     paths: ['src/protocols'],
-    may: ['lib', 'generated', 'config', 'spec', 'outbound', 'db', 'events', 'http', 'identity', 'access'],
+    may: ['lib', 'generated', 'config', 'spec', 'outbound', 'db', 'events', 'http', 'identity', 'access', 'area-entry'],
   },
   // the pages a browser needs (sign-in, consent, second factor): like protocols, plus areas' index.ts
   web: {

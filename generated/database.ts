@@ -143,6 +143,17 @@ export interface EmailLinks {
   user_id: string | null;
 }
 
+export interface GroupMappings {
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  id: string;
+  org_id: string;
+  role_id: string | null;
+  scim_group_id: string;
+  team_id: string | null;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface InviteRoles {
   invite_id: string;
   role_id: string;
@@ -221,6 +232,7 @@ export interface Memberships {
   external_id: string | null;
   joined_at: Generated<Timestamp>;
   org_id: string;
+  scim_profile: Json | null;
   status: "active" | "suspended" | "removed";
   status_reason: "left" | "removed" | "suspended" | "scim_deactivated" | "scim_deprovisioned" | null;
   updated_at: Generated<Timestamp>;
@@ -466,6 +478,7 @@ export interface RoleAssignments {
   org_id: string;
   role_id: string;
   user_id: string;
+  via_mapping: Generated<boolean>;
 }
 
 export interface Roles {
@@ -479,6 +492,36 @@ export interface Roles {
   permissions: string[];
   seat_class: "billable" | "free_admin";
   system_key: "owner" | "admin" | "member" | "billing_admin" | "auditor" | null;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface ScimGroupMembers {
+  created_at: Generated<Timestamp>;
+  group_id: string;
+  org_id: string;
+  user_id: string;
+}
+
+export interface ScimGroups {
+  created_at: Generated<Timestamp>;
+  display_name: string;
+  external_id: string | null;
+  id: string;
+  org_id: string;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface ScimTokens {
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  expires_at: Timestamp | null;
+  id: string;
+  last_used_at: Timestamp | null;
+  name: string;
+  org_id: string;
+  revoked_at: Timestamp | null;
+  token_hash: string;
+  token_hint: string;
   updated_at: Generated<Timestamp>;
 }
 
@@ -567,6 +610,7 @@ export interface TeamMembers {
   org_id: string;
   team_id: string;
   user_id: string;
+  via_mapping: Generated<boolean>;
 }
 
 export interface Teams {
@@ -716,6 +760,7 @@ export interface DB {
   connector_versions: ConnectorVersions;
   connectors: Connectors;
   email_links: EmailLinks;
+  group_mappings: GroupMappings;
   invite_roles: InviteRoles;
   invite_teams: InviteTeams;
   invites: Invites;
@@ -743,6 +788,9 @@ export interface DB {
   restrictions: Restrictions;
   role_assignments: RoleAssignments;
   roles: Roles;
+  scim_group_members: ScimGroupMembers;
+  scim_groups: ScimGroups;
+  scim_tokens: ScimTokens;
   second_factor_failures: SecondFactorFailures;
   security_events: SecurityEvents;
   sessions: Sessions;

@@ -10,6 +10,7 @@ import customConnectorsArea from '../src/areas/connectors/custom-connectors.area
 import currentUserArea from '../src/areas/current-user/current-user.area';
 import entitlementsArea from '../src/areas/entitlements/entitlements.area';
 import filesArea from '../src/areas/files/files.area';
+import groupMappingsArea from '../src/areas/group-mappings/group-mappings.area';
 import healthArea from '../src/areas/health/health.area';
 import invitesArea from '../src/areas/invites/invites.area';
 import loggingDestinationsArea from '../src/areas/logging-destinations/logging-destinations.area';
@@ -23,6 +24,8 @@ import permissionsArea from '../src/areas/permissions/permissions.area';
 import restrictionsArea from '../src/areas/restrictions/restrictions.area';
 import rolesArea from '../src/areas/roles/roles.area';
 import schemaArea from '../src/areas/schema/schema.area';
+import scimGroupsArea from '../src/areas/scim-groups/scim-groups.area';
+import scimTokensArea from '../src/areas/scim-tokens/scim-tokens.area';
 import syntheticToolsArea from '../src/areas/synthetic-tools/synthetic-tools.area';
 import teamsArea from '../src/areas/teams/teams.area';
 import templatesArea from '../src/areas/templates/templates.area';
@@ -30,6 +33,7 @@ import toolboxesArea from '../src/areas/toolboxes/toolboxes.area';
 import userToolboxesArea from '../src/areas/user-toolboxes/user-toolboxes.area';
 import endpointModule from '../src/mcp/endpoint/endpoint.module';
 import oauthServerModule from '../src/protocols/oauth-server/oauth-server.module';
+import scimModule from '../src/protocols/scim/scim.module';
 
 /** Every module of the app, in path order: hooks run and modules start in this order. */
 export const MODULES: readonly Module[] = [
@@ -42,6 +46,7 @@ export const MODULES: readonly Module[] = [
   currentUserArea,
   entitlementsArea,
   filesArea,
+  groupMappingsArea,
   healthArea,
   invitesArea,
   loggingDestinationsArea,
@@ -55,6 +60,8 @@ export const MODULES: readonly Module[] = [
   restrictionsArea,
   rolesArea,
   schemaArea,
+  scimGroupsArea,
+  scimTokensArea,
   syntheticToolsArea,
   teamsArea,
   templatesArea,
@@ -62,4 +69,5 @@ export const MODULES: readonly Module[] = [
   userToolboxesArea,
   endpointModule,
   oauthServerModule,
+  scimModule,
 ];

@@ -5,7 +5,7 @@ import { DatabaseInUseError, migrateToLatest, openDatabase, type DatabaseHandle 
 import { serviceRegistry } from '../src/modules';
 import { secretBoxOf } from '../src/lib/crypto';
 import { retireSigningKeys } from '../src/protocols/oauth-server/keys';
-import { bootstrap, createOrganization, createToken, OperatorError, resealSecrets, revokeToken, writeBootstrapFile } from '../src/operator';
+import { bootstrap, createOrganization, createScimToken, createToken, OperatorError, resealSecrets, revokeToken, writeBootstrapFile } from '../src/operator';
 
 const HELP = `Usage: npm run cli -- <command> [options]
 
@@ -20,6 +20,9 @@ Commands:
       An API token for an active member; printed once.
   token revoke TOKEN_ID
       Revokes a token at once.
+  scim-token create --org ORG_ID [--name N] [--expires-in-days D]
+      A SCIM token for the organization's identity provider (base URL: BASE_URL/scim/v2);
+      printed once. People revoke it in the web app (DELETE /scim-token/{id}).
   secrets reseal
       After a new key was put first in ENCRYPTION_KEYS (older ones after it): seals every
       stored secret with it. Then the old keys can be dropped. Safe to repeat, and to run
@@ -33,7 +36,7 @@ Options:
   --json   print the result as JSON
 The database is the server's: DATABASE_URL, or the embedded one in DATA_DIR (stop the server first).`;
 
-const COMMANDS = new Set(['bootstrap', 'org create', 'token create', 'token revoke', 'secrets reseal', 'oauth-keys rotate']);
+const COMMANDS = new Set(['bootstrap', 'org create', 'token create', 'token revoke', 'scim-token create', 'secrets reseal', 'oauth-keys rotate']);
 
 type Flags = Record<string, string | boolean | undefined>;
 
@@ -123,6 +126,18 @@ async function main(): Promise<number> {
         expiresInDays: days,
       });
       print({ ...result }, json, `Token ${result.token_id} for ${result.user_id} in ${result.organization_id} (shown once):\n${result.api_token}`);
+      return 0;
+    }
+    if (key === 'scim-token create') {
+      const days = values['expires-in-days'] === undefined ? null : Number(values['expires-in-days']);
+      if (days !== null && (!Number.isInteger(days) || days < 1 || days > 731))
+        throw new OperatorError('--expires-in-days must be a whole number of days, 1 to 731.');
+      const result = await createScimToken(db, { orgId: required(values, 'org'), name: (values.name as string) || 'cli', expiresInDays: days });
+      print(
+        { ...result, scim_base_url: `${config.baseUrl.replace(/\/$/, '')}/scim/v2` },
+        json,
+        `SCIM token ${result.token_id} for ${result.organization_id} (shown once; SCIM base URL ${config.baseUrl.replace(/\/$/, '')}/scim/v2):\n${result.scim_token}`,
+      );
       return 0;
     }
     if (key === 'token revoke') {

@@ -2,6 +2,7 @@ import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { mintApiToken, revokeApiToken } from './identity/api-tokens';
+import { mintScimToken } from './identity/scim-tokens';
 import { findOrCreateUser } from './identity/users';
 import type { Db } from './db/database';
 import type { Database } from './db/schema';
@@ -128,6 +129,34 @@ export async function revokeToken(db: Db, tokenId: string): Promise<{ token_id: 
     if (!revoked) throw new OperatorError(`No active API token ${tokenId}.`);
     await audit(trx, revoked.org_id, 'api_token.revoked', 'api_token', tokenId, {});
     return { token_id: tokenId, organization_id: revoked.org_id };
+  });
+}
+
+export interface CreatedScimToken {
+  token_id: string;
+  scim_token: string;
+  organization_id: string;
+  expires_at: string | null;
+}
+
+/**
+ * A SCIM token for an organization's identity provider, for setup scripts that configure the
+ * IdP without a person in the web app. The plan's `scim` feature is not checked: the operator
+ * decides, as for organizations.
+ */
+export async function createScimToken(db: Db, input: { orgId: string; name: string; expiresInDays?: number | null }): Promise<CreatedScimToken> {
+  if (!input.name.trim()) throw new OperatorError('The token needs a name.');
+  return db.transaction().execute(async (trx) => {
+    const org = await trx.selectFrom('organizations').select('id').where('id', '=', input.orgId).executeTakeFirst();
+    if (!org) throw new OperatorError(`No organization ${input.orgId}.`);
+    const expiresAt = input.expiresInDays ? new Date(Date.now() + input.expiresInDays * 86_400_000) : null;
+    const minted = await mintScimToken(trx, { orgId: input.orgId, name: input.name, expiresAt, createdBy: null }).catch((err) => {
+      if (isUniqueViolation(err, 'scim_tokens_org_id_name_key'))
+        throw new OperatorError(`${input.orgId} already has a SCIM token named "${input.name}"; choose another --name or revoke that one.`);
+      throw err;
+    });
+    await audit(trx, input.orgId, 'scim_token.created', 'scim_token', minted.id, { name: input.name, expires_at: expiresAt?.toISOString() ?? null });
+    return { token_id: minted.id, scim_token: minted.token, organization_id: input.orgId, expires_at: expiresAt?.toISOString() ?? null };
   });
 }
 
