@@ -203,6 +203,17 @@ describe('operator CLI', () => {
   );
 
   test(
+    'oauth-keys rotate retires the MCP OAuth signing keys (none yet: the first token makes one)',
+    async () => {
+      const result = await cli('oauth-keys', 'rotate', '--json');
+      expect(result.code).toBe(0);
+      expect(json(result)).toEqual({ retired: [] });
+      expect((await cli('oauth-keys', 'rotate')).stdout).toContain('No key was signing yet');
+    },
+    2 * SPAWN,
+  );
+
+  test(
     'an unknown command exits 2 and points to help',
     async () => {
       expectRefusal(await cli('frobnicate'), /Unknown command "frobnicate"\. See: npm run cli -- help/);
