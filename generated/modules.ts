@@ -23,6 +23,7 @@ import permissionsArea from '../src/areas/permissions/permissions.area';
 import restrictionsArea from '../src/areas/restrictions/restrictions.area';
 import rolesArea from '../src/areas/roles/roles.area';
 import schemaArea from '../src/areas/schema/schema.area';
+import ssoConnectionsArea from '../src/areas/sso-connections/sso-connections.area';
 import syntheticToolsArea from '../src/areas/synthetic-tools/synthetic-tools.area';
 import teamsArea from '../src/areas/teams/teams.area';
 import templatesArea from '../src/areas/templates/templates.area';
@@ -55,6 +56,7 @@ export const MODULES: readonly Module[] = [
   restrictionsArea,
   rolesArea,
   schemaArea,
+  ssoConnectionsArea,
   syntheticToolsArea,
   teamsArea,
   templatesArea,

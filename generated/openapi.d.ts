@@ -6081,7 +6081,9 @@ export interface paths {
          *     connection created with complete settings is `active` at once (or `inactive` when asked).
          *     IdP metadata or the OIDC discovery document is fetched during the request. The OIDC
          *     client secret is stored encrypted and never returned. Needs the plan feature `sso` and
-         *     `sso:manage`. Records the audit action `sso_connection.created`; emits no event.
+         *     `sso:manage`. Records the audit action `sso_connection.created`; emits no event. `enforce: true` is refused on creation:
+         *     nobody has signed in through the new connection yet, and enforcing an untried connection
+         *     locks its domains out.
          *
          *     Errors: 400 `validation_failed` (including settings that do not fit `type`, or mixed
          *     ways of giving SAML settings), `unknown_reference` (a default role that does not
@@ -6090,8 +6092,8 @@ export interface paths {
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation` (a default role
          *     carrying permissions the caller lacks), `entitlement_exceeded` (the plan has no
          *     `sso`); 409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served
-         *     by another connection); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
-         *     `rate_limited`.
+         *     by another connection, or `enforce: true`); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createSsoConnection"];
         delete?: never;
@@ -6152,7 +6154,9 @@ export interface paths {
          *     inactive`) or reactivate. A draft whose settings become complete turns `active` unless
          *     the same request sends `status: inactive`. `type` is immutable. Turning `enforce` on
          *     ends the sessions of people of the domains that did not come through this connection,
-         *     and from then on their other sign-in methods are refused (`sso_required`). Needs `sso:manage`. Records the audit action
+         *     and from then on their other sign-in methods are refused (`sso_required`); it is refused
+         *     while nobody has signed in through the connection (`last_sign_in_at` null), which would
+         *     lock the domains out. Needs `sso:manage`. Records the audit action
          *     `sso_connection.updated` with the names of the changed members (never the client
          *     secret); emits no event.
          *
@@ -6163,7 +6167,8 @@ export interface paths {
          *     `permission_escalation` (a default role carrying permissions the caller lacks),
          *     `entitlement_exceeded` (activating without the plan feature `sso`); 404 `not_found`;
          *     409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served by
-         *     another connection), `sso_connection_incomplete` (`status: active` on a draft); 413
+         *     another connection, or `enforce: true` before anyone signed in through it),
+         *     `sso_connection_incomplete` (`status: active` on a draft); 413
          *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         patch: operations["updateSsoConnection"];

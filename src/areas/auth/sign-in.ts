@@ -56,9 +56,11 @@ export async function signIn<S extends 302 | 303 = 302>(
   db: Transaction<Database>,
   userId: string,
   returnTo: string | null,
-  method: string,
+  how: string | { method: 'sso'; ssoConnectionId: string },
   status: S = 302 as S,
 ) {
+  // The session keeps how it began: enforcing an SSO connection ends the ones that did not come through it.
+  const { method, ssoConnectionId } = typeof how === 'string' ? { method: how, ssoConnectionId: null } : how;
   const pending = await owesSecondFactor(db, userId);
   await recordSecurityEvent(db, { userId, type: 'signed_in', method, client: ctx.trace });
   const session = await startSession(db, {
@@ -67,6 +69,8 @@ export async function signIn<S extends 302 | 303 = 302>(
     replacing: ctx.client.sessionCookie ?? null,
     ip: ctx.client.ip,
     userAgent: ctx.client.userAgent,
+    method,
+    ssoConnectionId,
   });
   const landing = webAppPage(webApp(ctx), returnTo);
   const next = pending ? new URL(webAppPage(webApp(ctx), '/sign-in/second-factor')) : null;

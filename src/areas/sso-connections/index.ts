@@ -1,0 +1,14 @@
+/** What other parts of the app use of this area; nothing else of it is reached from outside. */
+export { connectionServing } from './sso-connections.service';
+export { clientSecretContext, samlUrls, oidcUrls } from './sso-connections.service';
+export {
+  connectionForEmail,
+  emailDomain,
+  refuseUnlessSsoOptional,
+  ssoAccount,
+  ssoRequired,
+  usableConnection,
+  type SsoConnectionRow,
+  type SsoIdentity,
+  type SsoOutcome,
+} from './sso-sign-in';
