@@ -29,10 +29,12 @@ const LAYERS = {
   db: { paths: ['src/db'], may: ['lib', 'generated'], forbidPackages: ['express'] },
   // the SSRF-guarded outbound HTTP client
   outbound: { paths: ['src/outbound'], may: ['lib'] },
-  // wire protocols apart from REST areas: oauth-client now; oauth-server, saml, oidc, scim later
+  // wire protocols apart from REST areas: oauth-client, oauth-server, saml, oidc, scim; areas
+  // through their index.ts (DESIGN: areas' index.ts ← mcp, protocols), as SSO sign-in ends in
+  // the auth area's sessions and the SSO connections area's accounts
   protocols: {
     paths: ['src/protocols'],
-    may: ['lib', 'generated', 'config', 'spec', 'outbound', 'db', 'events', 'http', 'identity', 'access'],
+    may: ['lib', 'generated', 'config', 'spec', 'outbound', 'db', 'events', 'http', 'identity', 'access', 'area-entry'],
   },
   // the pages a browser needs (sign-in, consent, second factor): like protocols, plus areas' index.ts
   web: {

@@ -31,6 +31,7 @@ import toolboxesArea from '../src/areas/toolboxes/toolboxes.area';
 import userToolboxesArea from '../src/areas/user-toolboxes/user-toolboxes.area';
 import endpointModule from '../src/mcp/endpoint/endpoint.module';
 import oauthServerModule from '../src/protocols/oauth-server/oauth-server.module';
+import oidcModule from '../src/protocols/oidc/oidc.module';
 
 /** Every module of the app, in path order: hooks run and modules start in this order. */
 export const MODULES: readonly Module[] = [
@@ -64,4 +65,5 @@ export const MODULES: readonly Module[] = [
   userToolboxesArea,
   endpointModule,
   oauthServerModule,
+  oidcModule,
 ];

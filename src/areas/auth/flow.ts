@@ -59,3 +59,9 @@ export function secretsOf(flow: Flow): FlowSecrets | null {
   const { state, nonce, verifier } = flow;
   return typeof state === 'string' && typeof nonce === 'string' && typeof verifier === 'string' ? { state, nonce, verifier } : null;
 }
+
+/** A flow's final answer, with the flow cookie cleared beside whatever cookie it sets (the session's). */
+export function withClearedFlow<A extends { headers: { Location: string; 'Set-Cookie'?: string } }>(answer: A) {
+  const cookies = answer.headers['Set-Cookie'] === undefined ? [] : [answer.headers['Set-Cookie']];
+  return { ...answer, headers: { ...answer.headers, 'Set-Cookie': [...cookies, CLEARED_FLOW_COOKIE] } };
+}

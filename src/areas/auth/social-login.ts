@@ -8,7 +8,7 @@ import { refuseProblems } from '../../http/protocol';
 import { createUser, findUserByEmail } from '../../identity/users';
 import { authorizationUrl, exchangeCode, relyingParty, SocialLoginFailure, type SocialIdentity } from '../../protocols/social-login/oidc';
 import { joinVerifiedDomains } from '../org-domains';
-import { CLEARED_FLOW_COOKIE, flowCookie, flowFailed, flowOf, secretsOf } from './flow';
+import { flowCookie, flowFailed, flowOf, secretsOf, withClearedFlow } from './flow';
 import { signIn, signInFailed } from './sign-in';
 
 function providerOf(ctx: RequestContext, key: string): SocialProvider {
@@ -83,7 +83,7 @@ export async function completeSocialLogin(input: ProtocolInput<OperationInput<'c
       joined = (await joinVerifiedDomains(db, { id: account.userId, email: identity.email!, name: identity.name }, ctx.trace)).length;
     }
     const signedIn = await signIn(ctx, db, account.userId, flow.returnTo, provider.key);
-    return { ...signedIn, headers: { ...signedIn.headers, 'Set-Cookie': [signedIn.headers['Set-Cookie'], CLEARED_FLOW_COOKIE] } };
+    return withClearedFlow(signedIn);
   });
   for (let i = 0; i < joined; i += 1) ctx.deps.onEvent?.(ctx.operationId, 'member.joined');
   return answer;
