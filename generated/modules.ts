@@ -32,6 +32,7 @@ import userToolboxesArea from '../src/areas/user-toolboxes/user-toolboxes.area';
 import endpointModule from '../src/mcp/endpoint/endpoint.module';
 import oauthServerModule from '../src/protocols/oauth-server/oauth-server.module';
 import oidcModule from '../src/protocols/oidc/oidc.module';
+import samlModule from '../src/protocols/saml/saml.module';
 
 /** Every module of the app, in path order: hooks run and modules start in this order. */
 export const MODULES: readonly Module[] = [
@@ -66,4 +67,5 @@ export const MODULES: readonly Module[] = [
   endpointModule,
   oauthServerModule,
   oidcModule,
+  samlModule,
 ];

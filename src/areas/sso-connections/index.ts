@@ -12,3 +12,4 @@ export {
   type SsoIdentity,
   type SsoOutcome,
 } from './sso-sign-in';
+export { findConnectionById as connectionById } from './sso-connections.repo';
