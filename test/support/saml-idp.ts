@@ -39,9 +39,8 @@ export interface SamlIdp {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export function startSamlIdp(): SamlIdp {
+export function startSamlIdp(ssoUrl = 'https://idp.test/sso/saml'): SamlIdp {
   const entityId = `http://idp.test/${randomBytes(4).toString('hex')}`;
-  const ssoUrl = 'https://idp.test/sso/saml';
   const keys = makeKeyPair('test-saml-idp');
   const metadata = idpMetadata(entityId, ssoUrl, [keys.certBody]);
 
