@@ -131,6 +131,35 @@ describe('createSsoConnection', () => {
     expect((await row(res.body.id)).saml_metadata_refreshed_at).not.toBeNull();
   });
 
+  it('fetches metadata by URL again once a day, when a sign-in starts, following a certificate rollover', async () => {
+    const { client } = await newOrg();
+    const path = `/metadata/${unique()}`;
+    served.set(path, { status: 200, body: idpMetadata('http://idp.example/rolling', 'https://idp.example/sso', [current.certBody]) });
+    const conn = (await client.op('createSsoConnection', { body: { name: 'Rolling', type: 'saml', saml: { metadata_url: `${metadataUrl}${path}` } } })).body;
+    served.set(path, { status: 200, body: idpMetadata('http://idp.example/rolling', 'https://idp.example/sso', [next.certBody, current.certBody]) });
+    // Within the day: not fetched again.
+    expect((await t.call('GET', `/auth/saml/${conn.id}/login`)).status).toBe(302);
+    expect((await row(conn.id)).saml_idp_certificates).toHaveLength(1);
+    await t.db
+      .updateTable('sso_connections')
+      .set({ saml_metadata_refreshed_at: new Date(Date.now() - 25 * 3600_000) })
+      .where('id', '=', conn.id)
+      .execute();
+    expect((await t.call('GET', `/auth/saml/${conn.id}/login`)).status).toBe(302);
+    expect((await row(conn.id)).saml_idp_certificates).toHaveLength(2);
+    const got = await client.op('getSsoConnection', { params: { id: conn.id } });
+    expect(got.body.saml!.idp_certificate_fingerprint_sha256).toBe(new X509Certificate(next.cert).fingerprint256);
+    // A failed refresh keeps the settings.
+    served.set(path, { status: 500, body: 'down' });
+    await t.db
+      .updateTable('sso_connections')
+      .set({ saml_metadata_refreshed_at: new Date(Date.now() - 25 * 3600_000) })
+      .where('id', '=', conn.id)
+      .execute();
+    expect((await t.call('GET', `/auth/saml/${conn.id}/login`)).status).toBe(302);
+    expect((await row(conn.id)).saml_idp_certificates).toHaveLength(2);
+  });
+
   it('refuses metadata that cannot be used, and writes nothing', async () => {
     const { client, orgId } = await newOrg();
     const cases: Record<string, unknown>[] = [

@@ -1,6 +1,6 @@
 /** What other parts of the app use of this area; nothing else of it is reached from outside. */
 export { connectionServing } from './sso-connections.service';
-export { clientSecretContext, samlUrls, oidcUrls } from './sso-connections.service';
+export { clientSecretContext, samlUrls, oidcUrls, refreshSamlMetadata } from './sso-connections.service';
 export {
   connectionForEmail,
   emailDomain,

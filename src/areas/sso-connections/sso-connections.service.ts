@@ -463,3 +463,51 @@ export async function connectionServing(db: Executor, orgId: string, domain: str
   const row = await repo.connectionForDomain(db, domain);
   return row && row.org_id === orgId ? { id: row.id, name: row.name } : null;
 }
+
+/**
+ * Follows an IdP's certificate rollover: metadata imported by URL is fetched again once a day,
+ * when a sign-in through the connection starts (no scheduler needed; an idle connection has
+ * nothing to follow). The turn is claimed by a conditional update, so one replica fetches.
+ * The new metadata lists every certificate the IdP signs with, the next one published before
+ * the switch. A failed fetch keeps the settings and is logged; it is tried again the next day.
+ */
+export async function refreshSamlMetadata(
+  write: <T>(change: (db: Executor) => Promise<T>) => Promise<T>,
+  connection: repo.ConnectionRow,
+  policy: RequestContext['deps']['config']['outbound'],
+  log: RequestContext['log'],
+  now = new Date(),
+): Promise<repo.ConnectionRow> {
+  const url = connection.saml_idp_metadata_url;
+  if (!url || (connection.saml_metadata_refreshed_at && connection.saml_metadata_refreshed_at.getTime() > now.getTime() - METADATA_REFRESH_MS))
+    return connection;
+  const claimed = await write((db) =>
+    db
+      .updateTable('sso_connections')
+      .set({ saml_metadata_refreshed_at: now })
+      .where('id', '=', connection.id)
+      .where((eb) =>
+        eb.or([eb('saml_metadata_refreshed_at', 'is', null), eb('saml_metadata_refreshed_at', '<=', new Date(now.getTime() - METADATA_REFRESH_MS))]),
+      )
+      .returning('id')
+      .executeTakeFirst(),
+  );
+  if (!claimed) return connection;
+  try {
+    if (refuseUrl(url, policy)) throw new SamlMetadataInvalid('the metadata URL is no longer allowed');
+    const settings = parseIdpMetadata(await fetchMetadata(policy, url));
+    // Fetched outside any transaction; the settings written in one of their own.
+    const updated = await write((db) =>
+      db
+        .updateTable('sso_connections')
+        .set({ saml_idp_entity_id: settings.entityId.slice(0, 1024), saml_idp_sso_url: settings.ssoUrl, saml_idp_certificates: settings.certificates })
+        .where('id', '=', connection.id)
+        .returningAll()
+        .executeTakeFirst(),
+    );
+    return updated ?? connection;
+  } catch (err) {
+    log.warn({ sso_connection_id: connection.id, problem: (err as Error).message }, 'SAML metadata refresh failed; the previous settings stay');
+    return connection;
+  }
+}

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { CacheProvider } from '@node-saml/node-saml';
 import { flowCookie, flowFailed, flowOf, signIn, withClearedFlow } from '../../areas/auth';
-import { connectionById, samlUrls, ssoAccount, usableConnection, type SsoConnectionRow } from '../../areas/sso-connections';
+import { connectionById, refreshSamlMetadata, samlUrls, ssoAccount, usableConnection, type SsoConnectionRow } from '../../areas/sso-connections';
 import type { Executor } from '../../db/database';
 import { defineModule } from '../../http/area';
 import type { RequestContext } from '../../http/context';
@@ -84,7 +84,12 @@ export default defineModule({
 
     /** GET /auth/saml/{connectionId}/login */
     async startSamlLogin({ params, query }: OperationInput<'startSamlLogin'>, ctx: RequestContext) {
-      const connection = await connectionOf(ctx, params.connectionId);
+      const connection = await refreshSamlMetadata(
+        (change) => ctx.personalWrite(change),
+        await connectionOf(ctx, params.connectionId),
+        ctx.deps.config.outbound,
+        ctx.log,
+      );
       const relayState = `lr_${randomBytes(18).toString('base64url')}`;
       let requestId: string | null = null;
       const location = await ctx.personalWrite(async (db) => {
