@@ -12,6 +12,7 @@ import { startOidcIdp, type OidcIdp } from '../support/oidc-idp';
  * connection, issuer and subject; SCIM's externalId; an existing account never by email alone).
  */
 let idp: OidcIdp;
+let social: OidcIdp;
 let t: TestApp;
 let orgId: string;
 let domain: string;
@@ -31,7 +32,16 @@ async function verifiedDomain(org: string): Promise<string> {
 
 beforeAll(async () => {
   idp = await startOidcIdp();
-  t = await startTestApp();
+  social = await startOidcIdp();
+  t = await startTestApp({
+    env: {
+      SOCIAL_PROVIDERS: 'acme-id',
+      SOCIAL_ACME_ID_ISSUER: social.issuer,
+      SOCIAL_ACME_ID_CLIENT_ID: social.clientId,
+      SOCIAL_ACME_ID_CLIENT_SECRET: social.clientSecret,
+    },
+  });
+  await social.configure(`${t.url}/auth/sso/acme-id/callback`);
   const org = await t.factories.org();
   orgId = org.orgId;
   await t.db.updateTable('organizations').set({ plan: 'enterprise' }).where('id', '=', orgId).execute();
@@ -50,6 +60,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await t.close();
   await idp.close();
+  await social.close();
 });
 
 const cookieIn = (res: { headers: Headers }, name: string) =>
@@ -66,7 +77,7 @@ async function start(query = ''): Promise<{ res: TestResponse; authorize: URL; f
 }
 
 /** The browser at the provider: its sign-in page's button (or Cancel), then its redirects until one leads back to the app. */
-async function atProvider(authorize: URL, choice: 'sign-in' | 'cancel' = 'sign-in'): Promise<URL> {
+async function atProvider(authorize: URL, choice: 'sign-in' | 'cancel' = 'sign-in', provider: OidcIdp = idp): Promise<URL> {
   const jar = new Map<string, string>();
   const go = async (url: URL, method = 'GET') => {
     const res = await fetch(url, { method, redirect: 'manual', headers: { cookie: [...jar].map(([k, v]) => `${k}=${v}`).join('; ') } });
@@ -80,12 +91,12 @@ async function atProvider(authorize: URL, choice: 'sign-in' | 'cancel' = 'sign-i
     return res;
   };
   const page = await go(authorize);
-  const interaction = new URL(page.headers.get('location') as string, idp.issuer);
-  let res = await go(new URL(`${interaction.pathname}${choice === 'cancel' ? '/cancel' : ''}`, idp.issuer), 'POST');
-  let next = new URL(res.headers.get('location') as string, idp.issuer);
-  while (next.origin === idp.issuer) {
+  const interaction = new URL(page.headers.get('location') as string, provider.issuer);
+  let res = await go(new URL(`${interaction.pathname}${choice === 'cancel' ? '/cancel' : ''}`, provider.issuer), 'POST');
+  let next = new URL(res.headers.get('location') as string, provider.issuer);
+  while (next.origin === provider.issuer) {
     res = await go(next);
-    next = new URL(res.headers.get('location') as string, idp.issuer);
+    next = new URL(res.headers.get('location') as string, provider.issuer);
   }
   return next;
 }
@@ -257,6 +268,13 @@ describe('completeOidcLogin', () => {
       });
       expect(confirmed.status).toBe(303);
       expect(confirmed.headers.get('location')).toBe(`${t.url}/sign-in?error=sso_required`);
+      // Social sign-in with an address of the domain, before any account is made for it.
+      const newcomer = `social-${unique()}@${domain}`;
+      social.signInAs(`sub-${unique()}`, { email: newcomer, email_verified: true });
+      const started = await t.call('GET', '/auth/sso/acme-id');
+      const back = await atProvider(new URL(started.headers.get('location') as string), 'sign-in', social);
+      failedWith(await callback(back, cookieIn(started, 'cp_auth_flow') as string), 'sso_required');
+      expect(await t.db.selectFrom('users').select('id').where('email', '=', newcomer).execute()).toEqual([]);
       // The SSO sign-in itself still works.
       expect((await signInThrough(`sub-${unique()}`, { email: `again-${unique()}@${domain}` })).headers.get('location')).toBe(`${t.url}/`);
     } finally {

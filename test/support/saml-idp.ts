@@ -57,6 +57,7 @@ export function startSamlIdp(ssoUrl = 'https://idp.test/sso/saml'): SamlIdp {
         privateKey: signing.key,
         wantAuthnRequestsSigned: false,
         singleSignOnService: [{ Binding: 'urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect', Location: ssoUrl }],
+        singleLogoutService: [{ Binding: 'urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect', Location: `${ssoUrl}/logout` }],
         loginResponseTemplate: {
           context: samlify.SamlLib.defaultLoginResponseTemplate.context,
           attributes: Object.keys(user.attributes ?? {}).map((name, i) => ({

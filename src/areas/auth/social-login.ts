@@ -8,6 +8,7 @@ import { refuseProblems } from '../../http/protocol';
 import { createUser, findUserByEmail } from '../../identity/users';
 import { authorizationUrl, exchangeCode, relyingParty, SocialLoginFailure, type SocialIdentity } from '../../protocols/social-login/oidc';
 import { joinVerifiedDomains } from '../org-domains';
+import { ssoRequired } from '../sso-connections';
 import { flowCookie, flowFailed, flowOf, secretsOf, withClearedFlow } from './flow';
 import { signIn, signInFailed } from './sign-in';
 
@@ -74,6 +75,9 @@ export async function completeSocialLogin(input: ProtocolInput<OperationInput<'c
     ctx.log.warn({ provider: provider.key, problem: err.detail }, 'social sign-in refused');
     return flowFailed(ctx, 'provider_error');
   }
+  // An address whose organization enforces its SSO connection signs in there, not here; asked
+  // before any account is made for it.
+  if (identity.email && (await ssoRequired(ctx.db, identity.email))) return flowFailed(ctx, 'sso_required');
   let joined = 0;
   const answer = await ctx.personalWrite(async (db) => {
     const account = await accountOf(db, provider.key, identity);

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { CacheProvider } from '@node-saml/node-saml';
-import { flowCookie, flowFailed, flowOf, signIn, withClearedFlow } from '../../areas/auth';
+import { flowCookie, flowFailed, flowOf, signIn, signInFailed, withClearedFlow } from '../../areas/auth';
 import { connectionById, refreshSamlMetadata, samlUrls, ssoAccount, usableConnection, type SsoConnectionRow } from '../../areas/sso-connections';
 import type { Executor } from '../../db/database';
 import { defineModule } from '../../http/area';
@@ -8,6 +8,7 @@ import type { RequestContext } from '../../http/context';
 import { ApiError } from '../../http/errors';
 import type { OperationInput, ProtocolInput } from '../../http/handler-types';
 import { refuseProblems } from '../../http/protocol';
+import { describeCertificate } from './metadata';
 import { checkResponse, identityOf, REQUEST_LIFETIME_MS, serviceProvider, spMetadata, type SamlIdentity } from './service-provider';
 
 /**
@@ -34,7 +35,9 @@ function spOf(ctx: RequestContext, connection: SsoConnectionRow) {
     acsUrl: urls.acs_url,
     idpEntityId: connection.saml_idp_entity_id as string,
     idpSsoUrl: connection.saml_idp_sso_url as string,
-    idpCertificates: connection.saml_idp_certificates ?? [],
+    // As the contract says, sign-in fails once a certificate has expired (node-saml does not
+    // look at dates): of a rollover's pair, the one still valid signs.
+    idpCertificates: (connection.saml_idp_certificates ?? []).filter((pem) => describeCertificate(pem).notAfter.getTime() > Date.now()),
   };
 }
 
@@ -90,6 +93,10 @@ export default defineModule({
         ctx.deps.config.outbound,
         ctx.log,
       );
+      if (spOf(ctx, connection).idpCertificates.length === 0) {
+        ctx.log.warn({ sso_connection_id: connection.id }, 'every IdP certificate of the SAML connection has expired');
+        return signInFailed(ctx, 'provider_error');
+      }
       const relayState = `lr_${randomBytes(18).toString('base64url')}`;
       let requestId: string | null = null;
       const location = await ctx.personalWrite(async (db) => {
