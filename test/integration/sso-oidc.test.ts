@@ -235,6 +235,14 @@ describe('completeOidcLogin', () => {
       const email = `late-${unique()}@${domain}`;
       failedWith(await signInThrough(`sub-${unique()}`, { email }), 'not_provisioned');
       expect(await t.db.selectFrom('users').select('id').where('email', '=', email).execute()).toEqual([]);
+      // Someone the organization invited signs in, not yet a member: accepting the invite makes them one.
+      const invited = `invited-late-${unique()}@${domain}`;
+      expect((await client.post('/invite', { email: invited })).status).toBe(201);
+      const res = await signInThrough(`sub-${unique()}`, { email: invited });
+      expect(res.headers.get('location')).toBe(`${t.url}/`);
+      const user = await me(res);
+      expect(user.email).toBe(invited);
+      expect(await membership(user.id)).toBeUndefined();
     } finally {
       await client.op('updateSsoConnection', { params: { id: connectionId }, body: { jit_provisioning: { enabled: true } } });
     }

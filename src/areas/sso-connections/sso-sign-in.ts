@@ -35,6 +35,18 @@ export interface SsoIdentity {
 
 export type SsoOutcome = { userId: string; joined: boolean } | { reason: 'not_provisioned' | 'account_not_linked' | 'account_suspended' | 'email_unverified' };
 
+async function pendingInvite(db: Executor, orgId: string, email: string): Promise<boolean> {
+  const row = await db
+    .selectFrom('invites')
+    .select('id')
+    .where('org_id', '=', orgId)
+    .where((eb) => eb(eb.fn('lower', ['email']), '=', email.toLowerCase()))
+    .where('status', '=', 'pending')
+    .where('expires_at', '>', new Date())
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
 /** The connection a sign-in endpoint serves: one that exists, of this protocol, turned on and complete. */
 export async function usableConnection(db: Executor, id: string, type: 'saml' | 'oidc'): Promise<SsoConnectionRow | null> {
   const row = await repo.findConnectionById(db, id);
@@ -84,11 +96,12 @@ export async function ssoRequired(db: Executor, email: string): Promise<boolean>
  * 2. the member whose SCIM `externalId` is the subject (or Entra object id): provisioning
  *    and sign-in converge on one person;
  * 3. otherwise the email, only when its domain is one the connection serves (verified by the
- *    organization): an existing account is adopted only when it is already a member of the
- *    organization (the organization vouched for it); any other existing account is never
+ *    organization): an existing account is adopted only when the organization vouched for
+ *    it (a member, or a pending invite to the address); any other existing account is never
  *    taken over (`account_not_linked`); a new address gets a new account.
  * Someone not a member joins with the connection's default role when it provisions just in
- * time (audit and event `member.joined`), else the reason is `not_provisioned`.
+ * time (audit and event `member.joined`); an invited person signs in and accepts the invite
+ * next; anyone else's reason is `not_provisioned`.
  */
 export async function ssoAccount(
   db: Transaction<Database>,
@@ -119,7 +132,7 @@ export async function ssoAccount(
       .executeTakeFirst();
     userId = provisioned?.user_id ?? null;
   }
-  let created = false;
+  let invited: boolean | null = null;
   if (!userId) {
     const domain = identity.email ? emailDomain(identity.email) : null;
     const served = domain
@@ -132,14 +145,15 @@ export async function ssoAccount(
       : undefined;
     if (!identity.email || !served) return { reason: 'email_unverified' };
     const existing = await findUserByEmail(db, identity.email);
+    invited = await pendingInvite(db, orgId, identity.email);
     if (existing) {
+      // The organization vouches for an existing account by its membership or an invite to the address.
       const member = await db.selectFrom('memberships').select('status').where('org_id', '=', orgId).where('user_id', '=', existing.id).executeTakeFirst();
-      if (!member) return { reason: 'account_not_linked' };
+      if (!member && !invited) return { reason: 'account_not_linked' };
       userId = existing.id;
     } else {
-      if (!connection.jit_enabled) return { reason: 'not_provisioned' };
+      if (!connection.jit_enabled && !invited) return { reason: 'not_provisioned' };
       userId = await createUser(db, { email: identity.email, name: identity.name });
-      created = true;
     }
   }
   if (!linked) {
@@ -161,7 +175,11 @@ export async function ssoAccount(
   if (membership && membership.status !== 'active') return { reason: 'account_suspended' };
   if (!membership) {
     if (!connection.jit_enabled) {
-      if (created) throw new Error('unreachable: an account is created only to be provisioned');
+      // Invited: signed in without a membership yet; accepting the invite makes one.
+      if (invited ?? (identity.email ? await pendingInvite(db, orgId, identity.email) : false)) {
+        await db.updateTable('sso_connections').set({ last_sign_in_at: now }).where('id', '=', connection.id).execute();
+        return { userId, joined: false };
+      }
       return { reason: 'not_provisioned' };
     }
     try {
