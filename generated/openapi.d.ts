@@ -664,8 +664,10 @@ export interface paths {
          *     nothing. Identities are linked by (connection, issuer, subject), never by email
          *     alone: a first sign-in links to the member whose SCIM `externalId` is the subject (or
          *     Microsoft Entra's `oid`), else to the account of the email, which must be of a domain
-         *     the connection serves (else `email_unverified`), only when that account is already a
-         *     member of the organization (else `account_not_linked`).
+         *     the connection serves (else `email_unverified`), only when the organization vouches for
+         *     that account, as a member or with a pending invite to the address (else
+         *     `account_not_linked`). Without just-in-time provisioning, a person with a pending
+         *     invite is signed in without a membership, to accept the invite next.
          *
          *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, a malformed
          *     query); 404 `not_found` (no such OIDC connection); 429 `rate_limited`. Sign-in
