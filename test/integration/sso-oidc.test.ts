@@ -4,6 +4,7 @@ import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp, type TestResponse } from '../support/app';
 import { expectError } from '../support/client';
 import { startOidcIdp, type OidcIdp } from '../support/oidc-idp';
+import { SoftAuthenticator } from '../support/webauthn';
 
 /**
  * Enterprise sign-in through an organization's OpenID Connect connection, against a real
@@ -263,6 +264,14 @@ describe('completeOidcLogin', () => {
   it('once enforced, resolve says so and the other sign-in paths refuse the domain (sso_required)', async () => {
     const email = `enforced-${unique()}@${domain}`;
     await signInThrough(`sub-${unique()}`, { email });
+    // A person of the domain with a passkey, registered before enforcement.
+    const withPasskey = await t.factories.user({ email: `passkey-${unique()}@${domain}` });
+    const session = await t.factories.session(withPasskey);
+    const authenticator = new SoftAuthenticator();
+    const options = await t.call('POST', '/auth/passkey/registration/options', undefined, { session });
+    expect((await t.call('POST', '/auth/passkey/registration/verify', { credential: authenticator.create(options.body, t.url) }, { session })).status).toBe(
+      201,
+    );
     const res = await client.op('updateSsoConnection', { params: { id: connectionId }, body: { enforce: true } });
     expect(res.body.enforce).toBe(true);
     try {
@@ -276,6 +285,8 @@ describe('completeOidcLogin', () => {
       });
       expect(confirmed.status).toBe(303);
       expect(confirmed.headers.get('location')).toBe(`${t.url}/sign-in?error=sso_required`);
+      const challenge = await t.call('POST', '/auth/passkey/authentication/options');
+      expectError(await t.call('POST', '/auth/passkey/authentication/verify', { credential: authenticator.get(challenge.body, t.url) }), 403, 'sso_required');
       // Social sign-in with an address of the domain, before any account is made for it.
       const newcomer = `social-${unique()}@${domain}`;
       social.signInAs(`sub-${unique()}`, { email: newcomer, email_verified: true });
