@@ -434,6 +434,22 @@ describe('updateSsoConnection', () => {
   });
 });
 
+describe('permissions', () => {
+  it('needs sso:view to read and sso:manage to change, and a credential for all', async () => {
+    const { client, orgId, ownerId } = await newOrg();
+    const conn = (await client.op('createSsoConnection', { body: { name: 'P', type: 'saml' } })).body;
+    const none = t.as({ token: await t.factories.token(orgId, ownerId, ['organization:view']), org: orgId });
+    const viewer = t.as({ token: await t.factories.token(orgId, ownerId, ['sso:view']), org: orgId });
+    expectError(await none.op('listSsoConnections', {}), 403, 'missing_permission');
+    expectError(await none.op('getSsoConnection', { params: { id: conn.id } }), 403, 'missing_permission');
+    expect((await viewer.op('getSsoConnection', { params: { id: conn.id } })).status).toBe(200);
+    expectError(await viewer.op('updateSsoConnection', { params: { id: conn.id }, body: { name: 'Q' } }), 403, 'missing_permission');
+    expectError(await viewer.op('deleteSsoConnection', { params: { id: conn.id } }), 403, 'missing_permission');
+    expectError(await t.as({ org: orgId }).get(`/sso-connection/${conn.id}`), 401, 'unauthenticated');
+    expect((await row(conn.id)).name).toBe('P');
+  });
+});
+
 describe('deleteSsoConnection', () => {
   it('deletes, then 404; a domain it served can be deleted only after', async () => {
     const { client, orgId } = await newOrg();

@@ -100,6 +100,8 @@ export default defineModule({
       const relayState = `lr_${randomBytes(18).toString('base64url')}`;
       let requestId: string | null = null;
       const location = await ctx.personalWrite(async (db) => {
+        // Requests never answered go after their ten minutes, so public starts cannot pile rows up.
+        await db.deleteFrom('saml_requests').where('expires_at', '<', new Date()).execute();
         const store = requestStore(db, connection.id, { relayState, returnTo: query.return_to ?? null });
         const saml = serviceProvider(spOf(ctx, connection), ctx.deps.config.samlSp, {
           ...store,
