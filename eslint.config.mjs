@@ -29,9 +29,9 @@ const LAYERS = {
   db: { paths: ['src/db'], may: ['lib', 'generated'], forbidPackages: ['express'] },
   // the SSRF-guarded outbound HTTP client
   outbound: { paths: ['src/outbound'], may: ['lib'] },
-  // wire protocols apart from REST areas: oauth-client now; oauth-server, saml, oidc, scim later.
-  // Areas through their index.ts: SCIM provisions members, and must end a membership exactly
-  // as the Members area does (its locks, guards and member-removed hooks), not a copy of it.
+  // wire protocols apart from REST areas: oauth-client, oauth-server, saml, oidc, scim; areas
+  // through their index.ts (DESIGN: areas' index.ts <- mcp, protocols): SCIM ends a membership
+  // exactly as the Members area does, SSO sign-in ends in the auth area's sessions.
   protocols: {
     paths: ['src/protocols'],
     may: ['lib', 'generated', 'config', 'spec', 'outbound', 'db', 'events', 'http', 'identity', 'access', 'area-entry'],

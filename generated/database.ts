@@ -495,6 +495,21 @@ export interface Roles {
   updated_at: Generated<Timestamp>;
 }
 
+export interface SamlRequests {
+  browser_hash: string | null;
+  connection_id: string;
+  expires_at: Timestamp;
+  id: string;
+  relay_state: string;
+  return_to: string | null;
+}
+
+export interface SamlUsedAssertions {
+  assertion_id: string;
+  connection_id: string;
+  expires_at: Timestamp;
+}
+
 export interface ScimGroupMembers {
   created_at: Generated<Timestamp>;
   group_id: string;
@@ -546,9 +561,11 @@ export interface Sessions {
   id: string;
   ip: string | null;
   last_seen_at: Timestamp | null;
+  method: string | null;
   revoked_at: Timestamp | null;
   second_factor_at: Timestamp | null;
   second_factor_method: "totp" | "recovery_code" | "passkey" | null;
+  sso_connection_id: string | null;
   step_up_at: Timestamp | null;
   token_hash: string;
   user_agent: string | null;
@@ -580,6 +597,50 @@ export interface SocialIdentities {
   issuer: string;
   last_sign_in_at: Generated<Timestamp>;
   provider: string;
+  subject: string;
+  user_id: string;
+}
+
+export interface SsoConnectionDomains {
+  connection_id: string;
+  domain: string;
+  org_id: string;
+}
+
+export interface SsoConnections {
+  created_at: Generated<Timestamp>;
+  created_by_user_id: string | null;
+  enforce: Generated<boolean>;
+  id: string;
+  jit_default_role_id: string | null;
+  jit_enabled: Generated<boolean>;
+  last_sign_in_at: Timestamp | null;
+  name: string;
+  oidc_authorization_endpoint: string | null;
+  oidc_client_id: string | null;
+  oidc_client_secret_enc: string | null;
+  oidc_issuer: string | null;
+  oidc_jwks_uri: string | null;
+  oidc_scopes: string[] | null;
+  oidc_token_auth_method: "client_secret_basic" | "client_secret_post" | null;
+  oidc_token_endpoint: string | null;
+  org_id: string;
+  saml_idp_certificates: string[] | null;
+  saml_idp_entity_id: string | null;
+  saml_idp_metadata_url: string | null;
+  saml_idp_sso_url: string | null;
+  saml_metadata_refreshed_at: Timestamp | null;
+  status: "draft" | "active" | "inactive";
+  type: "saml" | "oidc";
+  updated_at: Generated<Timestamp>;
+}
+
+export interface SsoIdentities {
+  connection_id: string;
+  created_at: Generated<Timestamp>;
+  email: string | null;
+  issuer: string;
+  last_sign_in_at: Timestamp | null;
   subject: string;
   user_id: string;
 }
@@ -788,6 +849,8 @@ export interface DB {
   restrictions: Restrictions;
   role_assignments: RoleAssignments;
   roles: Roles;
+  saml_requests: SamlRequests;
+  saml_used_assertions: SamlUsedAssertions;
   scim_group_members: ScimGroupMembers;
   scim_groups: ScimGroups;
   scim_tokens: ScimTokens;
@@ -797,6 +860,9 @@ export interface DB {
   settings: Settings;
   shares: Shares;
   social_identities: SocialIdentities;
+  sso_connection_domains: SsoConnectionDomains;
+  sso_connections: SsoConnections;
+  sso_identities: SsoIdentities;
   storage_sweeps: StorageSweeps;
   synthetic_tools: SyntheticTools;
   team_members: TeamMembers;

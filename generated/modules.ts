@@ -26,6 +26,7 @@ import rolesArea from '../src/areas/roles/roles.area';
 import schemaArea from '../src/areas/schema/schema.area';
 import scimGroupsArea from '../src/areas/scim-groups/scim-groups.area';
 import scimTokensArea from '../src/areas/scim-tokens/scim-tokens.area';
+import ssoConnectionsArea from '../src/areas/sso-connections/sso-connections.area';
 import syntheticToolsArea from '../src/areas/synthetic-tools/synthetic-tools.area';
 import teamsArea from '../src/areas/teams/teams.area';
 import templatesArea from '../src/areas/templates/templates.area';
@@ -33,6 +34,8 @@ import toolboxesArea from '../src/areas/toolboxes/toolboxes.area';
 import userToolboxesArea from '../src/areas/user-toolboxes/user-toolboxes.area';
 import endpointModule from '../src/mcp/endpoint/endpoint.module';
 import oauthServerModule from '../src/protocols/oauth-server/oauth-server.module';
+import oidcModule from '../src/protocols/oidc/oidc.module';
+import samlModule from '../src/protocols/saml/saml.module';
 import scimModule from '../src/protocols/scim/scim.module';
 
 /** Every module of the app, in path order: hooks run and modules start in this order. */
@@ -62,6 +65,7 @@ export const MODULES: readonly Module[] = [
   schemaArea,
   scimGroupsArea,
   scimTokensArea,
+  ssoConnectionsArea,
   syntheticToolsArea,
   teamsArea,
   templatesArea,
@@ -69,5 +73,7 @@ export const MODULES: readonly Module[] = [
   userToolboxesArea,
   endpointModule,
   oauthServerModule,
+  oidcModule,
+  samlModule,
   scimModule,
 ];

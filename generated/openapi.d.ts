@@ -661,7 +661,13 @@ export interface paths {
          *     with the connection's default role, which records the audit action `member.joined`
          *     in that organization and emits `member.joined`. When the connection does not
          *     provision, the reason is `not_provisioned`. A returning member's sign-in records
-         *     nothing.
+         *     nothing. Identities are linked by (connection, issuer, subject), never by email
+         *     alone: a first sign-in links to the member whose SCIM `externalId` is the subject (or
+         *     Microsoft Entra's `oid`), else to the account of the email, which must be of a domain
+         *     the connection serves (else `email_unverified`), only when the organization vouches for
+         *     that account, as a member or with a pending invite to the address (else
+         *     `account_not_linked`). Without just-in-time provisioning, a person with a pending
+         *     invite is signed in without a membership, to accept the invite next.
          *
          *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, a malformed
          *     query); 404 `not_found` (no such OIDC connection); 429 `rate_limited`. Sign-in
@@ -691,10 +697,16 @@ export interface paths {
          * @description Browser flow. Records a pending sign-in (10 minutes) and redirects to the SAML
          *     connection's identity provider with a signed `AuthnRequest` (HTTP-Redirect binding)
          *     and a `RelayState` naming the pending sign-in. The identity provider posts the answer
-         *     to `POST /auth/saml/{connectionId}/acs`. Because that post comes from the identity
-         *     provider's site, the flow is tied to the pending sign-in through `RelayState` and the
-         *     response's `InResponseTo`, not through a cookie. Public: needs no credential. Not
-         *     org-scoped.
+         *     to `POST /auth/saml/{connectionId}/acs`. The flow is tied to the pending sign-in through
+         *     `RelayState` and the response's `InResponseTo`, and to this browser through the
+         *     `cp_auth_flow` cookie, set `SameSite=None` because the identity provider's post is
+         *     cross-site: where the browser sends it, an answer to another browser's request is
+         *     refused (login CSRF); where it blocks third-party cookies, the first two checks remain.
+         *     The request is signed (RSA-SHA256) with the deployment's SAML key when one is
+         *     configured, carries no `RequestedAuthnContext` and no NameID policy, and `login_hint`
+         *     travels as a query parameter of the redirect (Entra and Okta read it). Metadata imported
+         *     by URL is fetched again first when a day has passed since the last fetch. Public: needs
+         *     no credential. Not org-scoped.
          *
          *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, a bad
          *     `return_to`); 404 `not_found` (no such connection, an OIDC connection, or one that is
@@ -737,7 +749,13 @@ export interface paths {
          *     allows it: the account is created if needed and joins the connection's organization
          *     with the connection's default role, which records the audit action `member.joined`
          *     in that organization and emits `member.joined`. A returning member's sign-in records
-         *     nothing.
+         *     nothing. Identities are linked as for `GET /auth/oidc/{connectionId}/callback`, with
+         *     the NameID as the subject; the email comes from the usual attribute names (`email`,
+         *     `mail`, Entra's and ADFS's `…/claims/emailaddress`, Shibboleth's
+         *     `urn:oid:0.9.2342.19200300.100.1.3`) or an email-shaped NameID. Failures: `invalid_state`
+         *     (no pending request of this connection for the `RelayState`, or another browser's),
+         *     `provider_error` (signature, issuer, audience, recipient, destination, validity window,
+         *     `InResponseTo`, status, or an assertion id seen before).
          *
          *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`, no
          *     `SAMLResponse`); 404 `not_found` (no such SAML connection); 413 `payload_too_large`;
@@ -767,8 +785,13 @@ export interface paths {
          *     connection created with `POST /sso-connection`, to give the identity provider's
          *     administrator: the SP entity id, the assertion consumer service URL
          *     (`/auth/saml/{connectionId}/acs`, HTTP-POST binding), the NameID format (email) and the
-         *     certificate this server signs its requests with. Public: needs no credential. Not
-         *     org-scoped. Changes nothing.
+         *     certificate this server signs its requests with. The signing key is the deployment's,
+         *     the same for every connection (`SAML_SP_PRIVATE_KEY`, `SAML_SP_CERTIFICATE`); during a
+         *     rotation the next certificate (`SAML_SP_NEXT_CERTIFICATE`) is listed too, so identity
+         *     providers that read the metadata learn it before the key switches. Without a key,
+         *     requests go unsigned and the metadata says `AuthnRequestsSigned="false"`. A draft's
+         *     metadata is served too: the administrator needs it before the connection is complete.
+         *     Public: needs no credential. Not org-scoped. Changes nothing.
          *
          *     Errors: 400 `validation_failed` (a `connectionId` that is not `sso_…`); 404
          *     `not_found` (no such connection, or an OIDC one); 429 `rate_limited`.
@@ -6095,7 +6118,9 @@ export interface paths {
          *     connection created with complete settings is `active` at once (or `inactive` when asked).
          *     IdP metadata or the OIDC discovery document is fetched during the request. The OIDC
          *     client secret is stored encrypted and never returned. Needs the plan feature `sso` and
-         *     `sso:manage`. Records the audit action `sso_connection.created`; emits no event.
+         *     `sso:manage`. Records the audit action `sso_connection.created`; emits no event. `enforce: true` is refused on creation:
+         *     nobody has signed in through the new connection yet, and enforcing an untried connection
+         *     locks its domains out.
          *
          *     Errors: 400 `validation_failed` (including settings that do not fit `type`, or mixed
          *     ways of giving SAML settings), `unknown_reference` (a default role that does not
@@ -6104,8 +6129,8 @@ export interface paths {
          *     `not_a_member`, `mfa_setup_required`, `missing_permission`, `permission_escalation` (a default role
          *     carrying permissions the caller lacks), `entitlement_exceeded` (the plan has no
          *     `sso`); 409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served
-         *     by another connection); 413 `payload_too_large`; 415 `unsupported_media_type`; 429
-         *     `rate_limited`.
+         *     by another connection, or `enforce: true`); 413 `payload_too_large`; 415
+         *     `unsupported_media_type`; 429 `rate_limited`.
          */
         post: operations["createSsoConnection"];
         delete?: never;
@@ -6166,7 +6191,9 @@ export interface paths {
          *     inactive`) or reactivate. A draft whose settings become complete turns `active` unless
          *     the same request sends `status: inactive`. `type` is immutable. Turning `enforce` on
          *     ends the sessions of people of the domains that did not come through this connection,
-         *     and from then on their other sign-in methods are refused (`sso_required`). Needs `sso:manage`. Records the audit action
+         *     and from then on their other sign-in methods are refused (`sso_required`); it is refused
+         *     while nobody has signed in through the connection (`last_sign_in_at` null), which would
+         *     lock the domains out. Needs `sso:manage`. Records the audit action
          *     `sso_connection.updated` with the names of the changed members (never the client
          *     secret); emits no event.
          *
@@ -6177,7 +6204,8 @@ export interface paths {
          *     `permission_escalation` (a default role carrying permissions the caller lacks),
          *     `entitlement_exceeded` (activating without the plan feature `sso`); 404 `not_found`;
          *     409 `name_taken`, `domain_not_verified`, `conflict` (a domain already served by
-         *     another connection), `sso_connection_incomplete` (`status: active` on a draft); 413
+         *     another connection, or `enforce: true` before anyone signed in through it),
+         *     `sso_connection_incomplete` (`status: active` on a draft); 413
          *     `payload_too_large`; 415 `unsupported_media_type`; 429 `rate_limited`.
          */
         patch: operations["updateSsoConnection"];
@@ -17838,7 +17866,7 @@ export interface operations {
             query?: {
                 /** @description Where in the web app to land after signing in; defaults to `/`. */
                 return_to?: components["schemas"]["AuthReturnTo"];
-                /** @description The email address, sent to the identity provider as the `Subject` of the request. */
+                /** @description The email address, passed to the identity provider as the `login_hint` query parameter of the redirect to preselect the account. */
                 login_hint?: components["schemas"]["AuthEmail"];
             };
             header?: never;

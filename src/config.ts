@@ -105,6 +105,13 @@ export interface Config {
   dns: { servers: readonly string[]; timeoutMs: number };
   /** Social sign-in providers (SOCIAL_PROVIDERS), in the order the sign-in page shows them. */
   socialProviders: readonly SocialProvider[];
+  /**
+   * The key this deployment signs its SAML AuthnRequests with (one for every SSO connection:
+   * identity providers pin it from the SP metadata), its certificate, and the next
+   * certificate during a rotation: the metadata publishes both so that IdPs learn the next
+   * one before the key switches. Unset: requests go unsigned (AuthnRequestsSigned="false").
+   */
+  samlSp: { privateKey: string | null; certificate: string | null; nextCertificate: string | null };
 }
 
 /** A social sign-in provider: an OpenID Connect issuer, or GitHub (OAuth 2 and its REST API), this server is a client of. */
@@ -581,5 +588,15 @@ export function loadConfig(env: Env = process.env): Config {
     stripe: { secretKey: env.STRIPE_SECRET_KEY?.trim() || null, apiBaseUrl: stripeApiBaseUrl(env), prices: stripePrices(env) },
     dns: { servers: dnsServers(env), timeoutMs: int(env, 'DNS_TIMEOUT_MS', 5_000, 100, 60_000) },
     socialProviders: socialProviders(env),
+    samlSp: samlSp(env),
   };
+}
+
+/** SAML_SP_PRIVATE_KEY, SAML_SP_CERTIFICATE, SAML_SP_NEXT_CERTIFICATE: PEM, `\\n` accepted for newlines; key and certificate together or neither. */
+function samlSp(env: Env): Config['samlSp'] {
+  const pem = (name: string) => env[name]?.trim().replace(/\\n/g, '\n') || null;
+  const privateKey = pem('SAML_SP_PRIVATE_KEY');
+  const certificate = pem('SAML_SP_CERTIFICATE');
+  if ((privateKey === null) !== (certificate === null)) throw new ConfigError('SAML_SP_PRIVATE_KEY and SAML_SP_CERTIFICATE are set together, or neither.');
+  return { privateKey, certificate, nextCertificate: pem('SAML_SP_NEXT_CERTIFICATE') };
 }

@@ -64,6 +64,9 @@ export async function startSession(
     replacing?: string | null;
     ip?: string | null;
     userAgent?: string | null;
+    /** How the person signed in (`magic_link`, `passkey`, a social provider's key, `sso`), and through which SSO connection. */
+    method?: string | null;
+    ssoConnectionId?: string | null;
   },
   now = new Date(),
 ): Promise<StartedSession> {
@@ -82,6 +85,8 @@ export async function startSession(
       ip: input.ip ?? null,
       user_agent: input.userAgent ?? null,
       last_seen_at: now,
+      method: input.method ?? null,
+      sso_connection_id: input.ssoConnectionId ?? null,
     })
     .execute();
   return { id, secret, expiresAt, cookie: sessionCookie(secret, expiresAt, now) };

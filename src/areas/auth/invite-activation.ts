@@ -7,6 +7,7 @@ import { startSession } from '../../identity/sessions';
 import { createUser, findUserByEmail } from '../../identity/users';
 import { webAppPage } from '../../lib/web-app';
 import { acceptInvite, peekInvite, type AcceptOutcome } from '../invites';
+import { ssoRequired } from '../sso-connections';
 import { signInFailed, webApp } from './sign-in';
 
 /**
@@ -68,6 +69,8 @@ export async function acceptInviteLink({ body }: OperationInput<'acceptInviteLin
     return { status: 303 as const, headers: { Location: url.href } };
   };
   if (await findUserByEmail(ctx.db, invite.email)) return signInFirst();
+  // Where the organization of the address's domain enforces SSO, the person signs in there first.
+  if (await ssoRequired(ctx.db, invite.email)) return signInFailed(ctx, 'sso_required', 303 as const);
   // The invite's link proves the address: the account is made and signed in.
   let userId: string;
   try {
@@ -78,7 +81,7 @@ export async function acceptInviteLink({ body }: OperationInput<'acceptInviteLin
     throw err;
   }
   const session = await ctx.personalWrite((db) =>
-    startSession(db, { userId, replacing: ctx.client.sessionCookie ?? null, ip: ctx.client.ip, userAgent: ctx.client.userAgent }),
+    startSession(db, { userId, replacing: ctx.client.sessionCookie ?? null, ip: ctx.client.ip, userAgent: ctx.client.userAgent, method: 'invite' }),
   );
   const outcome = await accept(ctx, token, userId);
   if (!outcome.ok) return signInFailed(ctx, outcome.reason, 303 as const);

@@ -15,6 +15,7 @@ import {
 } from '../../identity/passkeys';
 import { factorsOf, organizationsRequiringSecondFactor, sessionView } from '../../identity/second-factors';
 import { renewSession, requireStepUp, startSession } from '../../identity/sessions';
+import { refuseUnlessSsoOptional } from '../sso-connections';
 import { webAppPage } from '../../lib/web-app';
 import { webApp } from './sign-in';
 import { recordSecurityEvent } from '../../identity/security-events';
@@ -164,9 +165,18 @@ export async function verifyPasskeyAuthentication({ body }: OperationInput<'veri
       now,
     );
     if (!checked.ok) return checked;
+    const { email } = await db.selectFrom('users').select('email').where('id', '=', checked.userId).executeTakeFirstOrThrow();
+    await refuseUnlessSsoOptional(db, email);
     const session = await startSession(
       db,
-      { userId: checked.userId, secondFactorAt: now, replacing: ctx.client.sessionCookie ?? null, ip: ctx.client.ip, userAgent: ctx.client.userAgent },
+      {
+        userId: checked.userId,
+        secondFactorAt: now,
+        replacing: ctx.client.sessionCookie ?? null,
+        ip: ctx.client.ip,
+        userAgent: ctx.client.userAgent,
+        method: 'passkey',
+      },
       now,
     );
     await db.updateTable('sessions').set({ second_factor_method: 'passkey' }).where('id', '=', session.id).execute();

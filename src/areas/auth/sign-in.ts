@@ -6,6 +6,7 @@ import { recordSecurityEvent } from '../../identity/security-events';
 import { startSession } from '../../identity/sessions';
 import { webAppPage } from '../../lib/web-app';
 import { ApiError } from '../../http/errors';
+import { ssoRequired } from '../sso-connections';
 import { LINK_WINDOW_MS, LINKS_PER_WINDOW, linksRequestedSince, type EmailLinkPurpose } from '../../identity/email-links';
 
 /** The web app's address: WEB_APP_URL, or this server (which serves its pages) when unset. */
@@ -56,9 +57,16 @@ export async function signIn<S extends 302 | 303 = 302>(
   db: Transaction<Database>,
   userId: string,
   returnTo: string | null,
-  method: string,
+  how: string | { method: 'sso'; ssoConnectionId: string },
   status: S = 302 as S,
 ) {
+  // The session keeps how it began: enforcing an SSO connection ends the ones that did not come through it.
+  const { method, ssoConnectionId } = typeof how === 'string' ? { method: how, ssoConnectionId: null } : how;
+  if (ssoConnectionId === null) {
+    // The other ways in close for an address whose organization enforces its SSO connection.
+    const user = await db.selectFrom('users').select('email').where('id', '=', userId).executeTakeFirst();
+    if (user && (await ssoRequired(db, user.email))) return signInFailed(ctx, 'sso_required', status);
+  }
   const pending = await owesSecondFactor(db, userId);
   await recordSecurityEvent(db, { userId, type: 'signed_in', method, client: ctx.trace });
   const session = await startSession(db, {
@@ -67,6 +75,8 @@ export async function signIn<S extends 302 | 303 = 302>(
     replacing: ctx.client.sessionCookie ?? null,
     ip: ctx.client.ip,
     userAgent: ctx.client.userAgent,
+    method,
+    ssoConnectionId,
   });
   const landing = webAppPage(webApp(ctx), returnTo);
   const next = pending ? new URL(webAppPage(webApp(ctx), '/sign-in/second-factor')) : null;

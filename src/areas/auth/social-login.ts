@@ -6,21 +6,11 @@ import { ApiError } from '../../http/errors';
 import type { OperationInput, ProtocolInput } from '../../http/handler-types';
 import { refuseProblems } from '../../http/protocol';
 import { createUser, findUserByEmail } from '../../identity/users';
-import { authorizationUrl, exchangeCode, relyingParty, SocialLoginFailure, type FlowSecrets, type SocialIdentity } from '../../protocols/social-login/oidc';
+import { authorizationUrl, exchangeCode, relyingParty, SocialLoginFailure, type SocialIdentity } from '../../protocols/social-login/oidc';
 import { joinVerifiedDomains } from '../org-domains';
+import { ssoRequired } from '../sso-connections';
+import { flowCookie, flowFailed, flowOf, secretsOf, withClearedFlow } from './flow';
 import { signIn, signInFailed } from './sign-in';
-
-/** The flow cookie: only the browser that started a sign-in may finish it, and within ten minutes. */
-const FLOW_COOKIE = 'cp_auth_flow';
-const FLOW_MS = 10 * 60_000;
-const CLEARED_FLOW_COOKIE = `${FLOW_COOKIE}=; Path=/auth; HttpOnly; Secure; SameSite=Lax; Max-Age=0`;
-
-/** What the flow cookie holds, sealed: the provider's key, the flow's secrets, where to land, and its end. */
-interface Flow extends FlowSecrets {
-  provider: string;
-  returnTo: string | null;
-  expiresAt: number;
-}
 
 function providerOf(ctx: RequestContext, key: string): SocialProvider {
   const provider = ctx.deps.config.socialProviders.find((p) => p.key === key);
@@ -51,38 +41,10 @@ export async function startSocialLogin({ params, query }: OperationInput<'startS
     ctx.log.warn({ provider: provider.key, problem: err.detail }, 'social sign-in provider unavailable');
     return signInFailed(ctx, 'provider_error');
   }
-  const flow: Flow = { provider: provider.key, ...started.secrets, returnTo: query.return_to ?? null, expiresAt: Date.now() + FLOW_MS };
-  const sealed = ctx.deps.secrets.seal(JSON.stringify(flow), FLOW_COOKIE);
   return {
     status: 302 as const,
-    headers: {
-      Location: started.url,
-      'Set-Cookie': `${FLOW_COOKIE}=${sealed}; Path=/auth; HttpOnly; Secure; SameSite=Lax; Max-Age=${FLOW_MS / 1000}`,
-    },
+    headers: { Location: started.url, 'Set-Cookie': flowCookie(ctx, { provider: provider.key, ...started.secrets, returnTo: query.return_to ?? null }) },
   };
-}
-
-/** The flow this browser started, if its cookie opens, is this provider's and is not over. */
-function flowOf(ctx: RequestContext, provider: string): Flow | null {
-  const value = ctx.client.cookies
-    ?.split(';')
-    .map((part) => part.trim())
-    .find((part) => part.startsWith(`${FLOW_COOKIE}=`))
-    ?.slice(FLOW_COOKIE.length + 1);
-  if (!value) return null;
-  let flow: Flow;
-  try {
-    flow = JSON.parse(ctx.deps.secrets.open(value, FLOW_COOKIE)) as Flow;
-  } catch {
-    return null;
-  }
-  return flow.provider === provider && typeof flow.expiresAt === 'number' && flow.expiresAt > Date.now() ? flow : null;
-}
-
-/** A failed flow: to the sign-in page with the reason, the flow cookie cleared (it is used up). */
-function failed(ctx: RequestContext, reason: string) {
-  const answer = signInFailed(ctx, reason);
-  return { ...answer, headers: { ...answer.headers, 'Set-Cookie': CLEARED_FLOW_COOKIE } };
 }
 
 /** GET /auth/sso/{provider}/callback */
@@ -91,12 +53,13 @@ export async function completeSocialLogin(input: ProtocolInput<OperationInput<'c
   const { params, query } = input.value;
   const provider = providerOf(ctx, params.provider);
   const flow = flowOf(ctx, provider.key);
+  const secrets = flow && secretsOf(flow);
   // Checked before anything else the provider says: without this browser's own flow, the
   // answer may be an attacker's, replayed here to sign the victim in to the attacker's account.
-  if (!flow || typeof query.state !== 'string' || query.state !== flow.state) return failed(ctx, 'invalid_state');
+  if (!flow || !secrets || typeof query.state !== 'string' || query.state !== secrets.state) return flowFailed(ctx, 'invalid_state');
   if (query.error !== undefined) {
     ctx.log.info({ provider: provider.key, error: query.error, description: query.error_description }, 'social sign-in provider answered an error');
-    return failed(ctx, query.error === 'access_denied' ? 'access_denied' : 'provider_error');
+    return flowFailed(ctx, query.error === 'access_denied' ? 'access_denied' : 'provider_error');
   }
   // The callback as the browser reached it, for openid-client's checks of `state`, `iss` and `code`.
   const current = new URL(callbackUrl(ctx, provider.key));
@@ -106,22 +69,25 @@ export async function completeSocialLogin(input: ProtocolInput<OperationInput<'c
   }
   let identity: SocialIdentity;
   try {
-    identity = await exchangeCode(await relyingParty(provider, outbound(ctx)), current, flow);
+    identity = await exchangeCode(await relyingParty(provider, outbound(ctx)), current, secrets);
   } catch (err) {
     if (!(err instanceof SocialLoginFailure)) throw err;
     ctx.log.warn({ provider: provider.key, problem: err.detail }, 'social sign-in refused');
-    return failed(ctx, 'provider_error');
+    return flowFailed(ctx, 'provider_error');
   }
+  // An address whose organization enforces its SSO connection signs in there, not here; asked
+  // before any account is made for it.
+  if (identity.email && (await ssoRequired(ctx.db, identity.email))) return flowFailed(ctx, 'sso_required');
   let joined = 0;
   const answer = await ctx.personalWrite(async (db) => {
     const account = await accountOf(db, provider.key, identity);
-    if ('reason' in account) return failed(ctx, account.reason);
+    if ('reason' in account) return flowFailed(ctx, account.reason);
     if (account.created) {
       // A first sign-in is a sign-up: the organizations that verified the email's domain take the person in.
       joined = (await joinVerifiedDomains(db, { id: account.userId, email: identity.email!, name: identity.name }, ctx.trace)).length;
     }
     const signedIn = await signIn(ctx, db, account.userId, flow.returnTo, provider.key);
-    return { ...signedIn, headers: { ...signedIn.headers, 'Set-Cookie': [signedIn.headers['Set-Cookie'], CLEARED_FLOW_COOKIE] } };
+    return withClearedFlow(signedIn);
   });
   for (let i = 0; i < joined; i += 1) ctx.deps.onEvent?.(ctx.operationId, 'member.joined');
   return answer;

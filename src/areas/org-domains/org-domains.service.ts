@@ -12,6 +12,7 @@ import { newId } from '../../lib/ids';
 import type { Usage } from '../../http/hooks';
 import { systemRoleId } from '../roles';
 import { addMember } from '../members';
+import { connectionServing } from '../sso-connections';
 import { checkGrantable, resolveRoles } from '../invites';
 import { lookupTxt } from './dns';
 import * as repo from './org-domains.repo';
@@ -243,9 +244,17 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
 }
 
 export async function remove(ctx: RequestContext, id: string): Promise<void> {
-  // No SSO connection can serve a domain yet: when SSO connections land, refuse here with
-  // 409 domain_in_use while one still names it.
   await ctx.write(async (w) => {
+    const current = await repo.findDomain(w.db, ctx.orgId, id, true);
+    if (!current) throw notFound(WHAT, id);
+    // The people of a domain an SSO connection serves sign in through it: the connection lets it go first.
+    const serving = await connectionServing(w.db, ctx.orgId, current.domain);
+    if (serving) {
+      throw new ApiError(
+        'domain_in_use',
+        `${current.domain} is served by the SSO connection ${serving.name} (${serving.id}); remove it from that connection's domains first.`,
+      );
+    }
     const deleted = await repo.deleteDomain(w.db, ctx.orgId, id);
     if (!deleted) throw notFound(WHAT, id);
     w.audit({ targetId: id, changes: { domain: deleted.domain, status: deleted.status } });

@@ -50,10 +50,20 @@ function guardedFetch(policy: OutboundPolicy, timeoutMs: number) {
 export interface RelyingParty {
   provider: SocialProvider;
   config: Configuration;
+  /** How the client authenticates at the token endpoint, chosen from the provider's metadata (null: a public client, or GitHub's fixed form). */
+  tokenAuthMethod: 'client_secret_basic' | 'client_secret_post' | null;
 }
 
 /** Discovered providers, per configured provider (a failed discovery is tried again on the next sign-in). */
 const discovered = new WeakMap<SocialProvider, Promise<RelyingParty>>();
+
+/**
+ * Discovers a provider afresh, without the per-process memory: an SSO connection's issuer is
+ * checked when it is set, and its settings may change between sign-ins.
+ */
+export function discoverRelyingParty(provider: SocialProvider, outbound: OutboundPolicy & { timeoutMs: number }): Promise<RelyingParty> {
+  return discover(provider, outbound);
+}
 
 /** The provider's configuration, from its discovery document (fetched once per process). */
 export function relyingParty(provider: SocialProvider, outbound: OutboundPolicy & { timeoutMs: number }): Promise<RelyingParty> {
@@ -85,7 +95,7 @@ async function discover(provider: SocialProvider, outbound: OutboundPolicy & { t
     );
     config[oidc.customFetch] = guardedFetch(outbound, outbound.timeoutMs);
     if (insecure || new URL(provider.apiUrl ?? provider.issuer).protocol === 'http:') oidc.allowInsecureRequests(config);
-    return { provider, config };
+    return { provider, config, tokenAuthMethod: 'client_secret_post' };
   }
   let config: Configuration;
   try {
@@ -104,18 +114,30 @@ async function discover(provider: SocialProvider, outbound: OutboundPolicy & { t
   } catch (err) {
     throw new SocialLoginFailure(`discovery of ${provider.issuer} failed: ${describe(err)}`);
   }
+  let tokenAuthMethod: RelyingParty['tokenAuthMethod'] = null;
   if (provider.clientSecret !== null) {
     // Some providers accept only one of the two (IBM's only client_secret_basic): the one the
     // provider lists first wins; `client_secret_basic` is the standard's default when none is listed.
-    const methods = config.serverMetadata().token_endpoint_auth_methods_supported ?? ['client_secret_basic'];
-    const method = methods.find((m) => m === 'client_secret_basic' || m === 'client_secret_post') ?? 'client_secret_basic';
+    const method = tokenAuthMethodOf(config.serverMetadata());
+    tokenAuthMethod = method;
     const auth = method === 'client_secret_post' ? oidc.ClientSecretPost(provider.clientSecret) : oidc.ClientSecretBasic(provider.clientSecret);
     const metadata = config.serverMetadata();
     config = new oidc.Configuration(metadata, provider.clientId, undefined, auth);
     config[oidc.customFetch] = guardedFetch(outbound, outbound.timeoutMs);
     if (insecure) oidc.allowInsecureRequests(config);
   }
-  return { provider, config };
+  return { provider, config, tokenAuthMethod };
+}
+
+/**
+ * The client authentication a provider takes at its token endpoint: the first of the secret
+ * methods it lists (IBM's only `client_secret_basic`, some only `client_secret_post`), or
+ * `client_secret_basic`, the standard's default, when it lists none.
+ */
+export function tokenAuthMethodOf(metadata: { token_endpoint_auth_methods_supported?: string[] }): 'client_secret_basic' | 'client_secret_post' {
+  const methods = metadata.token_endpoint_auth_methods_supported ?? ['client_secret_basic'];
+  const found = methods.find((m) => m === 'client_secret_basic' || m === 'client_secret_post');
+  return found === 'client_secret_post' ? 'client_secret_post' : 'client_secret_basic';
 }
 
 /** What a sign-in flow keeps in the browser's flow cookie to finish at the callback. */
@@ -149,6 +171,8 @@ export interface SocialIdentity {
   /** Only `email_verified: true` counts: absent (Microsoft, many others) is not vouching. */
   emailVerified: boolean;
   name: string | null;
+  /** Microsoft Entra's object id (`oid`), stable across its apps and also SCIM's `externalId`; null elsewhere. */
+  objectId: string | null;
 }
 
 /**
@@ -174,7 +198,8 @@ export async function exchangeCode(rp: RelyingParty, callbackUrl: URL, secrets: 
   if (!claims || typeof claims.sub !== 'string' || claims.sub === '') throw new SocialLoginFailure(`${rp.provider.key}: the ID token names no subject`);
   const email = typeof claims.email === 'string' && claims.email.length <= 254 && claims.email.includes('@') ? claims.email : null;
   const name = typeof claims.name === 'string' ? claims.name.slice(0, 200) : null;
-  return { issuer: claims.iss, subject: claims.sub, email, emailVerified: claims.email_verified === true, name };
+  const objectId = typeof claims.oid === 'string' && claims.oid !== '' ? claims.oid : null;
+  return { issuer: claims.iss, subject: claims.sub, email, emailVerified: claims.email_verified === true, name, objectId };
 }
 
 /**
@@ -211,6 +236,7 @@ async function githubIdentity(oidc: OpenId, rp: RelyingParty, callbackUrl: URL, 
       email,
       emailVerified: email !== null && primary?.verified === true,
       name: name?.slice(0, 200) ?? null,
+      objectId: null,
     };
   } catch (err) {
     if (err instanceof SocialLoginFailure) throw err;
@@ -219,7 +245,7 @@ async function githubIdentity(oidc: OpenId, rp: RelyingParty, callbackUrl: URL, 
 }
 
 /** An error from openid-client or the guard, for the log: its code and message, never a token. */
-function describe(err: unknown): string {
+export function describe(err: unknown): string {
   if (err instanceof OutboundRefused) return err.detail;
   if (err instanceof Error) {
     const code = (err as { code?: unknown }).code;
