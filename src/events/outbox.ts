@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Db, Executor } from '../db/database';
 import type { Database, EventActorType, Row } from '../db/schema';
 import { newId } from '../lib/ids';
+import type { Metrics } from '../lib/metrics';
 
 /** An event as written to the outbox by the change that caused it. */
 export type OutboxEvent = Pick<Row<'outbox'>, 'id' | 'org_id' | 'event_type' | 'payload' | 'created_at' | 'actor_type' | 'actor_id'>;
@@ -92,6 +93,8 @@ export class OutboxDispatcher {
     private readonly consumers: readonly OutboxConsumer[],
     private readonly logger: Logger,
     private readonly options: OutboxOptions = DEFAULT_OUTBOX_OPTIONS,
+    /** Where each consumer's round counts go (the app's metrics). */
+    private readonly metrics?: Pick<Metrics, 'outboxRound'>,
   ) {}
 
   async runOnce(now = new Date()): Promise<RoundResult> {
@@ -100,6 +103,7 @@ export class OutboxDispatcher {
       try {
         const counts = await consumer.deliver(now);
         result.consumers[consumer.name] = counts;
+        this.metrics?.outboxRound(consumer.name, counts);
         for (const [name, count] of Object.entries(counts)) result.totals[name] = (result.totals[name] ?? 0) + count;
       } catch (err) {
         this.logger.error({ err, consumer: consumer.name }, 'outbox consumer failed its delivery round');

@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Caller } from '../identity/credentials';
 import { ApiError } from './errors';
+import type { RateLimitBudget } from '../lib/metrics';
 
 /** Where the counters live: this process, or a store every replica shares. */
 export type CounterStore = { kind: 'memory' } | { kind: 'postgres'; pool: pg.Pool } | { kind: 'redis'; client: Redis };
@@ -14,6 +15,8 @@ export interface RateLimitSettings {
   /** Failed authentications per client address per window. */
   authFailures: number;
   store: CounterStore;
+  /** Told of every refusal, by budget (the app's metrics). */
+  onRefused?: (budget: RateLimitBudget) => void;
 }
 
 function limiter(store: CounterStore, keyPrefix: string, points: number, duration: number): RateLimiterAbstract {
@@ -133,9 +136,11 @@ export class RateLimits {
   private readonly memory: { perCaller: MemoryWindows; perAddress: MemoryWindows; failures: MemoryWindows } | null;
   private readonly window: string;
   private readonly addressWindow: string;
+  private readonly onRefused: ((budget: RateLimitBudget) => void) | undefined;
 
   constructor(settings: RateLimitSettings) {
     const { store, points, durationSeconds, authFailures } = settings;
+    this.onRefused = settings.onRefused;
     if (store.kind === 'memory') {
       const ms = durationSeconds * 1000;
       this.memory = { perCaller: new MemoryWindows(points, ms), perAddress: new MemoryWindows(points, ms), failures: new MemoryWindows(authFailures, ms) };
@@ -153,29 +158,53 @@ export class RateLimits {
   }
 
   caller(caller: Caller): Checked {
-    if (this.memory) return take(this.memory.perCaller, callerKey(caller), this.window);
-    return consume(this.shared!.perCaller, callerKey(caller), this.window);
+    if (this.memory) return this.counted('caller', () => take(this.memory!.perCaller, callerKey(caller), this.window));
+    return this.counted('caller', () => consume(this.shared!.perCaller, callerKey(caller), this.window));
   }
 
   address(ip: string | undefined): Checked {
-    if (this.memory) return take(this.memory.perAddress, ip ?? 'unknown', this.addressWindow);
-    return consume(this.shared!.perAddress, ip ?? 'unknown', this.addressWindow);
+    if (this.memory) return this.counted('address', () => take(this.memory!.perAddress, ip ?? 'unknown', this.addressWindow));
+    return this.counted('address', () => consume(this.shared!.perAddress, ip ?? 'unknown', this.addressWindow));
   }
 
   /** Before a credential is looked up: refused when this address has used up its failures. */
   mayAuthenticate(ip: string | undefined): Checked {
     if (this.memory) {
       const wait = this.memory.failures.exhausted(ip ?? 'unknown');
-      if (wait !== null) throw refusal(FAILURES, wait);
+      if (wait !== null) {
+        this.onRefused?.('auth_failures');
+        throw refusal(FAILURES, wait);
+      }
       return;
     }
-    return this.shared!.failures.get(ip ?? 'unknown').then((used) => {
-      if (used && used.remainingPoints <= 0) throw tooMany(FAILURES, used);
-    });
+    return this.counted('auth_failures', () =>
+      this.shared!.failures.get(ip ?? 'unknown').then((used) => {
+        if (used && used.remainingPoints <= 0) throw tooMany(FAILURES, used);
+      }),
+    );
   }
 
   failedAuthentication(ip: string | undefined): Checked {
-    if (this.memory) return take(this.memory.failures, ip ?? 'unknown', FAILURES);
-    return consume(this.shared!.failures, ip ?? 'unknown', FAILURES);
+    if (this.memory) return this.counted('auth_failures', () => take(this.memory!.failures, ip ?? 'unknown', FAILURES));
+    return this.counted('auth_failures', () => consume(this.shared!.failures, ip ?? 'unknown', FAILURES));
+  }
+
+  /** Runs a check, telling onRefused of a 429 it throws or rejects with (counted once, here, whatever the store). */
+  private counted(budget: RateLimitBudget, check: () => Checked): Checked {
+    const onRefused = this.onRefused;
+    if (!onRefused) return check();
+    const isRefusal = (err: unknown) => err instanceof ApiError && err.code === 'rate_limited';
+    let checked: Checked;
+    try {
+      checked = check();
+    } catch (err) {
+      if (isRefusal(err)) onRefused(budget);
+      throw err;
+    }
+    if (!checked) return;
+    return checked.catch((err: unknown) => {
+      if (isRefusal(err)) onRefused(budget);
+      throw err;
+    });
   }
 }
