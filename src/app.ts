@@ -26,6 +26,7 @@ import { describeOperations } from './spec/operations';
 import { sql } from 'kysely';
 import type { Db } from './db/database';
 import { Metrics } from './lib/metrics';
+import { outboxLagSeconds } from './events/outbox';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
@@ -69,7 +70,7 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   if (problems.length > 0) throw new Error(`The spec breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
   const modules = options.modules ?? MODULES;
   const registry = buildRegistry(modules, operations, Object.keys(spec.components?.securitySchemes ?? {}));
-  const metrics = new Metrics({ db: deps.db, pool: deps.pool });
+  const metrics = new Metrics({ outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS), pool: deps.pool });
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store, onRefused: (budget) => metrics.refused(budget) });
   // Remembered only while this process hears every change (see CredentialCache); its own
@@ -245,7 +246,7 @@ function metricsListener(metrics: Metrics, ready: { db: Db; logger: Logger; drai
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 405, { status: 'method_not_allowed' });
     if (path === '/metrics') {
-      metrics.scrape().then(
+      void metrics.scrape().then(
         ({ body, contentType }) => answer(res, 200, contentType, body),
         (err: unknown) => {
           ready.logger.error({ err }, 'metrics scrape failed');
@@ -256,24 +257,26 @@ function metricsListener(metrics: Metrics, ready: { db: Db; logger: Logger; drai
     }
     if (path === '/ready') {
       if (ready.draining()) return json(res, 503, { status: 'draining' });
-      databaseAnswers(ready.db, READY_DEADLINE_MS).then((ok) => json(res, ok ? 200 : 503, { status: ok ? 'ready' : 'database_unavailable' }));
+      void within(sql`select 1`.execute(ready.db), READY_DEADLINE_MS).then((answered) =>
+        answered ? json(res, 200, { status: 'ready' }) : json(res, 503, { status: 'database_unavailable' }),
+      );
       return;
     }
     json(res, 404, { status: 'not_found' });
   };
 }
 
-/** Whether the database answers `select 1` within the deadline (never rejects). */
-function databaseAnswers(db: Db, deadlineMs: number): Promise<boolean> {
+/** What `work` resolves to, or null when it fails or takes longer than `deadlineMs` (never rejects). */
+function within<T>(work: Promise<T>, deadlineMs: number): Promise<T | null> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), deadlineMs);
+  const late = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), deadlineMs);
   });
-  const asked = sql`select 1`.execute(db).then(
-    () => true,
-    () => false,
+  const settled = work.then(
+    (value) => value,
+    () => null,
   );
-  return Promise.race([asked, late]).finally(() => clearTimeout(timer));
+  return Promise.race([settled, late]).finally(() => clearTimeout(timer));
 }
 
 /** The rate limits' counters: in this process, or shared by the replicas in PostgreSQL or Redis. */

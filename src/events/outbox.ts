@@ -24,6 +24,17 @@ export async function appendEvents(
   return rows.map((r) => r.id);
 }
 
+/**
+ * How long the oldest due event has waited for the outbox worker, in seconds (0: none due),
+ * by the database's clock: the worker's lag, whichever process runs it. One row off the
+ * pending index.
+ */
+export async function outboxLagSeconds(db: Db): Promise<number> {
+  const { rows } = await sql<{ lag: number | null }>`
+    select extract(epoch from now() - min(available_at))::float8 as lag from outbox where delivered_at is null and available_at <= now()`.execute(db);
+  return Math.max(0, rows[0]?.lag ?? 0);
+}
+
 /** The event as the API shows it (the `Event` schema): envelope plus the type's data. */
 export function eventBody(row: OutboxEvent) {
   return {

@@ -1,7 +1,5 @@
-import { sql } from 'kysely';
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Db } from '../db/database';
 
 /**
  * What an operator scrapes (`/metrics` on METRICS_PORT), one registry per app: the tests run
@@ -19,7 +17,12 @@ export class Metrics {
   private readonly rateLimited: Counter<'budget'>;
   private readonly credentialLookups: Counter<'cache' | 'result'>;
 
-  constructor(sources: { db: Db; pool?: pg.Pool | null }) {
+  /**
+   * `outboxLagSeconds` is asked at every scrape (events/outbox.ts reads it from the database);
+   * null when the database could not say in time, shown as NaN so that the rest of the scrape
+   * still arrives while the database is away, which is when it is wanted most.
+   */
+  constructor(sources: { outboxLagSeconds: () => Promise<number | null>; pool?: pg.Pool | null }) {
     const registers = [this.registry];
     this.requests = new Counter({
       name: 'cp_http_requests_total',
@@ -67,12 +70,10 @@ export class Metrics {
     });
     new Gauge({
       name: 'cp_outbox_lag_seconds',
-      help: 'Age of the oldest outbox event not yet handed to its consumers (0: none waiting); read from the database at scrape.',
+      help: 'How long the oldest due outbox event has waited to be handed to its consumers (0: none waiting; NaN: the database did not answer); read at each scrape.',
       registers,
       async collect() {
-        const row = await sql<{ oldest: Date | null }>`select min(created_at) as oldest from outbox where delivered_at is null`.execute(sources.db);
-        const oldest = row.rows[0]?.oldest;
-        this.set(oldest ? Math.max(0, (Date.now() - new Date(oldest).getTime()) / 1000) : 0);
+        this.set((await sources.outboxLagSeconds()) ?? Number.NaN);
       },
     });
     const pool = sources.pool;

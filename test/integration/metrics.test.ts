@@ -204,6 +204,10 @@ describe('/ready on the metrics port', () => {
       const notReady = await fetch(`${app.metricsUrl}/ready`);
       expect(notReady.status).toBe(503);
       expect(await notReady.json()).toEqual({ status: 'database_unavailable' });
+      // The metrics still arrive, the lag that needs the database as NaN.
+      const scraped = await scrape(app);
+      expect(total(scraped, 'cp_outbox_lag_seconds')).toBeNaN();
+      expect(scraped.types.get('cp_http_requests_total')).toBe('counter');
       // Liveness is not readiness: the process is alive, and restarting it would not bring the database back.
       expect((await app.call('GET', '/health')).status).toBe(200);
     } finally {
