@@ -125,8 +125,11 @@ export class Metrics {
 
 export type RateLimitBudget = 'caller' | 'address' | 'auth_failures';
 
-/** 2xx, 4xx…: statuses grouped, so a series per status class rather than per code; 429 kept apart (the rate limit). */
+/**
+ * 2xx, 4xx…: statuses grouped, a series per class rather than per code; kept apart, 429 (the
+ * rate limit) and 501 (the contract's answer for an operation not built, not a failure).
+ */
 function statusClass(status: number): string {
-  if (status === 429) return '429';
+  if (status === 429 || status === 501) return String(status);
   return `${Math.floor(status / 100)}xx`;
 }
