@@ -88,20 +88,6 @@ const refusal = (what: string, msBeforeNext: number) => {
   return new ApiError('rate_limited', `${what}; retry in ${seconds} seconds.`, { headers: { 'Retry-After': String(seconds) } });
 };
 
-function take(windows: MemoryWindows, key: string, what: string): void {
-  const wait = windows.take(key);
-  if (wait !== null) throw refusal(what, wait);
-}
-
-async function consume(l: RateLimiterAbstract, key: string, what: string): Promise<void> {
-  try {
-    await l.consume(key);
-  } catch (rejection) {
-    if (rejection instanceof RateLimiterRes) throw tooMany(what, rejection);
-    throw rejection;
-  }
-}
-
 /** The identity a credential's requests are counted under, once it has authenticated. */
 function callerKey(caller: Caller): string {
   switch (caller.kind) {
@@ -158,13 +144,13 @@ export class RateLimits {
   }
 
   caller(caller: Caller): Checked {
-    if (this.memory) return this.counted('caller', () => take(this.memory!.perCaller, callerKey(caller), this.window));
-    return this.counted('caller', () => consume(this.shared!.perCaller, callerKey(caller), this.window));
+    if (this.memory) return this.take(this.memory.perCaller, callerKey(caller), this.window, 'caller');
+    return this.consume(this.shared!.perCaller, callerKey(caller), this.window, 'caller');
   }
 
   address(ip: string | undefined): Checked {
-    if (this.memory) return this.counted('address', () => take(this.memory!.perAddress, ip ?? 'unknown', this.addressWindow));
-    return this.counted('address', () => consume(this.shared!.perAddress, ip ?? 'unknown', this.addressWindow));
+    if (this.memory) return this.take(this.memory.perAddress, ip ?? 'unknown', this.addressWindow, 'address');
+    return this.consume(this.shared!.perAddress, ip ?? 'unknown', this.addressWindow, 'address');
   }
 
   /** Before a credential is looked up: refused when this address has used up its failures. */
@@ -177,34 +163,33 @@ export class RateLimits {
       }
       return;
     }
-    return this.counted('auth_failures', () =>
-      this.shared!.failures.get(ip ?? 'unknown').then((used) => {
-        if (used && used.remainingPoints <= 0) throw tooMany(FAILURES, used);
-      }),
-    );
+    return this.shared!.failures.get(ip ?? 'unknown').then((used) => {
+      if (used && used.remainingPoints <= 0) {
+        this.onRefused?.('auth_failures');
+        throw tooMany(FAILURES, used);
+      }
+    });
   }
 
   failedAuthentication(ip: string | undefined): Checked {
-    if (this.memory) return this.counted('auth_failures', () => take(this.memory!.failures, ip ?? 'unknown', FAILURES));
-    return this.counted('auth_failures', () => consume(this.shared!.failures, ip ?? 'unknown', FAILURES));
+    if (this.memory) return this.take(this.memory.failures, ip ?? 'unknown', FAILURES, 'auth_failures');
+    return this.consume(this.shared!.failures, ip ?? 'unknown', FAILURES, 'auth_failures');
   }
 
-  /** Runs a check, telling onRefused of a 429 it throws or rejects with (counted once, here, whatever the store). */
-  private counted(budget: RateLimitBudget, check: () => Checked): Checked {
-    const onRefused = this.onRefused;
-    if (!onRefused) return check();
-    const isRefusal = (err: unknown) => err instanceof ApiError && err.code === 'rate_limited';
-    let checked: Checked;
+  private take(windows: MemoryWindows, key: string, what: string, budget: RateLimitBudget): void {
+    const wait = windows.take(key);
+    if (wait === null) return;
+    this.onRefused?.(budget);
+    throw refusal(what, wait);
+  }
+
+  private async consume(l: RateLimiterAbstract, key: string, what: string, budget: RateLimitBudget): Promise<void> {
     try {
-      checked = check();
-    } catch (err) {
-      if (isRefusal(err)) onRefused(budget);
-      throw err;
+      await l.consume(key);
+    } catch (rejection) {
+      if (!(rejection instanceof RateLimiterRes)) throw rejection;
+      this.onRefused?.(budget);
+      throw tooMany(what, rejection);
     }
-    if (!checked) return;
-    return checked.catch((err: unknown) => {
-      if (isRefusal(err)) onRefused(budget);
-      throw err;
-    });
   }
 }

@@ -16,6 +16,7 @@ export class Metrics {
   private readonly deliveries: Counter<'consumer' | 'outcome'>;
   private readonly rateLimited: Counter<'budget'>;
   private readonly credentialLookups: Counter<'cache' | 'result'>;
+  private readonly perOperation = new Map<string, { seconds: Histogram.Internal<'operation'>; byStatus: Map<string, Counter.Internal> }>();
 
   /**
    * `outboxLagSeconds` is asked at every scrape (events/outbox.ts reads it from the database);
@@ -95,8 +96,14 @@ export class Metrics {
 
   request(operation: string | undefined, status: number, aborted: boolean, seconds: number): void {
     const op = operation ?? 'none';
-    this.requests.inc({ operation: op, status: aborted ? 'aborted' : statusClass(status) });
-    this.requestSeconds.observe({ operation: op }, seconds);
+    const cls = aborted ? 'aborted' : statusClass(status);
+    // prom-client hashes the labels on every call; the children are looked up once per series.
+    let series = this.perOperation.get(op);
+    if (!series) this.perOperation.set(op, (series = { seconds: this.requestSeconds.labels({ operation: op }), byStatus: new Map() }));
+    let counter = series.byStatus.get(cls);
+    if (!counter) series.byStatus.set(cls, (counter = this.requests.labels({ operation: op, status: cls })));
+    counter.inc();
+    series.seconds.observe(seconds);
   }
 
   toolCall(connector: string | null | undefined, outcome: string, durationMs: number): void {
