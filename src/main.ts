@@ -89,7 +89,7 @@ async function main(): Promise<void> {
     const timer = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);
     await closed;
     clearTimeout(timer);
-    // Readiness answered 503 throughout the drain; the metrics server goes last but for the database.
+    // Readiness answered 503 throughout the drain, so balancers stopped sending here; metrics stay scrapeable until the requests are done.
     metricsServer?.closeAllConnections();
     await new Promise<void>((resolve) => (metricsServer ? metricsServer.close(() => resolve()) : resolve()));
     await dispatcher.stop();

@@ -40,7 +40,7 @@ export class Metrics {
     });
     this.toolCalls = new Counter({
       name: 'cp_mcp_tool_calls_total',
-      help: 'MCP tools/call answered, by connector slug (synthetic: a synthetic tool) and outcome (succeeded, tool_error, refused, held, unavailable, cancelled).',
+      help: 'MCP tools/call answered, by connector slug (synthetic: a synthetic tool; none: no tool served by that name) and outcome (succeeded, tool_error, refused, held, unavailable, cancelled).',
       labelNames: ['connector', 'outcome'],
       registers,
     });
@@ -106,10 +106,10 @@ export class Metrics {
     series.seconds.observe(seconds);
   }
 
-  toolCall(connector: string | null | undefined, outcome: string, durationMs: number): void {
-    const slug = connector ?? 'synthetic';
-    this.toolCalls.inc({ connector: slug, outcome });
-    this.toolCallSeconds.observe({ connector: slug }, durationMs / 1000);
+  /** `connector`: the slug, `synthetic` for a synthetic tool, `none` for a call that named no tool served. */
+  toolCall(connector: string, outcome: string, durationMs: number): void {
+    this.toolCalls.inc({ connector, outcome });
+    this.toolCallSeconds.observe({ connector }, durationMs / 1000);
   }
 
   outboxRound(consumer: string, counts: Record<string, number>): void {

@@ -34,7 +34,7 @@ export class ToolCallRecords {
   /** Buffers one record; its `created_at` is when the call ended, not when the batch is written. */
   record(row: ToolCallRecord): void {
     // Every tool call, over MCP or a synthetic tool's run, is recorded here: the one place to count them.
-    this.metrics?.toolCall(row.connector_slug, row.outcome, row.duration_ms);
+    this.metrics?.toolCall(row.connector_slug ?? (row.synthetic_tool_id ? 'synthetic' : 'none'), row.outcome, row.duration_ms);
     // One row PostgreSQL refuses would lose the whole batch: a client's tool name with a NUL in it included.
     this.rows.push(storable(row));
     if (this.rows.length >= BATCH_MAX) this.write();

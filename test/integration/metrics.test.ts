@@ -127,6 +127,9 @@ describe('/metrics on the metrics port', () => {
     expect(after.types.get('cp_mcp_tool_call_duration_seconds')).toBe('histogram');
     const moved = (name: string, labels: Record<string, string>) => total(after, name, labels) - total(before, name, labels);
     expect(moved('cp_mcp_tool_calls_total', { connector: 'metered', outcome: 'succeeded' })).toBe(1);
+    // A name no tool answers to has no connector: counted apart, under a fixed label, not under the name the client sent.
+    expect(moved('cp_mcp_tool_calls_total', { connector: 'none', outcome: 'refused' })).toBe(1);
+    expect(after.samples.some((s) => s.name.startsWith('cp_mcp_') && Object.values(s.labels).some((v) => v.includes('nope')))).toBe(false);
     expect(moved('cp_mcp_tool_call_duration_seconds_count', { connector: 'metered' })).toBeGreaterThanOrEqual(1);
     // The MCP endpoint's requests are counted as its operation too.
     expect(moved('cp_http_requests_total', { operation: 'postMcpMessage', status: '2xx' })).toBeGreaterThanOrEqual(2);
