@@ -23,6 +23,10 @@ import { newRequestId } from './lib/ids';
 import { docsAssets } from './areas/schema';
 import { loadSpec, type OpenApiDocument } from './spec';
 import { describeOperations } from './spec/operations';
+import { sql } from 'kysely';
+import type { Db } from './db/database';
+import { Metrics } from './lib/metrics';
+import { outboxLagSeconds } from './events/outbox';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
@@ -40,6 +44,11 @@ export interface App {
   listen(port: number, host: string): Promise<Server>;
   /** Answers every request from now on with 503 and `Connection: close` (shutting down). */
   drain(): void;
+  /**
+   * Serves `/metrics` (Prometheus text format) and `/ready` (readiness) on a server of their
+   * own, apart from the API's port (METRICS_PORT); resolves once it listens.
+   */
+  listenMetrics(port: number, host: string): Promise<Server>;
   /** What the modules brought: handlers, authenticators, engines, outbox consumers, and what is not built. */
   registry: Registry;
   /** What every request of this app uses: the process's collaborators, the modules' hooks, the MCP runtime. */
@@ -61,11 +70,12 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   if (problems.length > 0) throw new Error(`The spec breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
   const modules = options.modules ?? MODULES;
   const registry = buildRegistry(modules, operations, Object.keys(spec.components?.securitySchemes ?? {}));
+  const metrics = new Metrics({ outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS), pool: deps.pool });
   const counters = counterStore(deps);
-  const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store });
+  const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store, onRefused: (budget) => metrics.refused(budget) });
   // Remembered only while this process hears every change (see CredentialCache); its own
   // writes clear it before their response leaves, so a revocation is never one request late here.
-  const credentials = new CredentialCache({ maxAgeMs: deps.config.credentialCacheSeconds * 1000 });
+  const credentials = new CredentialCache({ maxAgeMs: deps.config.credentialCacheSeconds * 1000, metrics });
   const stopFollowing = deps.listen && deps.config.credentialCacheSeconds > 0 ? await credentials.follow(deps.listen, deps.logger) : async () => undefined;
   const afterCommit = deps.afterCommit;
   const forget = (change: CommittedChange = ANY_CHANGE) => {
@@ -79,7 +89,8 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
       afterCommit?.(change);
     },
     hooks: new Hooks(modules),
-    mcp: new McpRuntime(deps),
+    metrics,
+    mcp: new McpRuntime(deps, metrics),
   };
   await registry.start(appDeps);
   const router = await createOperationRouter(appDeps, { spec, operations, registry, limits, credentials });
@@ -154,7 +165,7 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
       res.end(req.method === 'HEAD' ? undefined : healthBody);
       return;
     }
-    logRequest(deps.logger, req, res, requestId);
+    logRequest(deps.logger, req, res, requestId, metrics);
     // Without a credential the address is what the rate limit counts (with one, the router counts the caller).
     if (credential) return route(req, res);
     let counted: void | Promise<void>;
@@ -195,6 +206,15 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
     drain: () => {
       draining = true;
     },
+    listenMetrics: (port, host) =>
+      new Promise((resolve, reject) => {
+        const server = createServer(metricsListener(metrics, { db: deps.db, logger: deps.logger, draining: () => draining }));
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          resolve(server);
+        });
+      }),
     registry,
     deps: appDeps,
     credentials,
@@ -205,6 +225,58 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
       await registry.stop(appDeps);
     },
   };
+}
+
+/** How long readiness waits for the database's answer to a trivial query before it says not ready. */
+const READY_DEADLINE_MS = 2_000;
+
+/**
+ * The metrics port's requests: `/metrics` for Prometheus, `/ready` for a load balancer or an
+ * orchestrator deciding whether to send traffic here (the database answers and the server is
+ * not shutting down). `/health`, on the API port, stays liveness only: a replica whose
+ * database is away is alive, and restarting it would not bring the database back.
+ */
+function metricsListener(metrics: Metrics, ready: { db: Db; logger: Logger; draining: () => boolean }) {
+  const answer = (res: ServerResponse, status: number, contentType: string, body: string) => {
+    res.writeHead(status, { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body), 'Cache-Control': 'no-store' });
+    res.end(body);
+  };
+  const json = (res: ServerResponse, status: number, body: unknown) => answer(res, status, 'application/json; charset=utf-8', JSON.stringify(body));
+  return (req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 405, { status: 'method_not_allowed' });
+    if (path === '/metrics') {
+      void metrics.scrape().then(
+        ({ body, contentType }) => answer(res, 200, contentType, body),
+        (err: unknown) => {
+          ready.logger.error({ err }, 'metrics scrape failed');
+          answer(res, 500, 'text/plain; charset=utf-8', 'metrics could not be collected\n');
+        },
+      );
+      return;
+    }
+    if (path === '/ready') {
+      if (ready.draining()) return json(res, 503, { status: 'draining' });
+      void within(sql`select 1`.execute(ready.db), READY_DEADLINE_MS).then((answered) =>
+        answered ? json(res, 200, { status: 'ready' }) : json(res, 503, { status: 'database_unavailable' }),
+      );
+      return;
+    }
+    json(res, 404, { status: 'not_found' });
+  };
+}
+
+/** What `work` resolves to, or null when it fails or takes longer than `deadlineMs` (never rejects). */
+function within<T>(work: Promise<T>, deadlineMs: number): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), deadlineMs);
+  });
+  const settled = work.then(
+    (value) => value,
+    () => null,
+  );
+  return Promise.race([settled, late]).finally(() => clearTimeout(timer));
 }
 
 /** The rate limits' counters: in this process, or shared by the replicas in PostgreSQL or Redis. */

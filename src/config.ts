@@ -22,6 +22,11 @@ export interface Config {
   env: 'development' | 'production' | 'test';
   host: string;
   port: number;
+  /**
+   * Where `/metrics` (Prometheus) and `/ready` are served: a port of their own, never the
+   * public API's (null: not served), bound to loopback unless configured otherwise.
+   */
+  metrics: { port: number | null; host: string };
   baseUrl: string;
   databaseUrl: string | null;
   /** Name each distinct statement so PostgreSQL plans it once per connection; off behind PgBouncer in transaction mode. */
@@ -508,6 +513,15 @@ function filesConfig(env: Env): FilesConfig {
   };
 }
 
+/** METRICS_PORT (unset: no metrics server) and METRICS_HOST; the API's own port is refused, as it would expose them publicly. */
+function metricsListener(env: Env, apiPort: number): Config['metrics'] {
+  const host = env.METRICS_HOST || '127.0.0.1';
+  if (env.METRICS_PORT === undefined || env.METRICS_PORT === '') return { port: null, host };
+  const port = int(env, 'METRICS_PORT', 0, 0, 65535);
+  if (port !== 0 && port === apiPort) throw new ConfigError(`METRICS_PORT must differ from PORT (${apiPort}): metrics are not served on the public API port.`);
+  return { port, host };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -533,6 +547,7 @@ export function loadConfig(env: Env = process.env): Config {
     env: nodeEnv,
     host,
     port,
+    metrics: metricsListener(env, port),
     baseUrl,
     databaseUrl: env.DATABASE_URL || null,
     databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),

@@ -3,7 +3,7 @@ import { chmodSync, mkdirSync } from 'node:fs';
 import { createApp } from './app';
 import { ConfigError, loadConfig } from './config';
 import { DatabaseInUseError, migrateToLatest, openDatabase } from './db/database';
-import { OutboxDispatcher } from './events/outbox';
+import { DEFAULT_OUTBOX_OPTIONS, OutboxDispatcher } from './events/outbox';
 import { createMailer } from './events/email';
 import { secretBoxOf } from './lib/crypto';
 import { createLogger } from './lib/logger';
@@ -65,15 +65,18 @@ async function main(): Promise<void> {
   const secrets = secretBoxOf(config.encryptionKeys);
   const {
     listen,
+    listenMetrics,
     drain,
     registry,
     deps,
     close: closeApp,
   } = await createApp({ config, db: database.db, pool: database.pool, listen: database.listen, secrets, mailer, logger });
-  const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger);
+  const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger, DEFAULT_OUTBOX_OPTIONS, deps.metrics);
   dispatcher.start(config.outboxPollMs);
   const server: Server = await listen(config.port, config.host);
   logger.info({ url: config.baseUrl, host: config.host, port: config.port }, 'listening');
+  const metricsServer = config.metrics.port === null ? null : await listenMetrics(config.metrics.port, config.metrics.host);
+  if (metricsServer) logger.info({ host: config.metrics.host, port: config.metrics.port }, 'metrics and readiness listening');
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -86,6 +89,9 @@ async function main(): Promise<void> {
     const timer = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);
     await closed;
     clearTimeout(timer);
+    // Readiness answered 503 throughout the drain, so balancers stopped sending here; metrics stay scrapeable until the requests are done.
+    metricsServer?.closeAllConnections();
+    await new Promise<void>((resolve) => (metricsServer ? metricsServer.close(() => resolve()) : resolve()));
     await dispatcher.stop();
     await closeApp();
     mailer.close();

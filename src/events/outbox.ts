@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Db, Executor } from '../db/database';
 import type { Database, EventActorType, Row } from '../db/schema';
 import { newId } from '../lib/ids';
+import type { Metrics } from '../lib/metrics';
 
 /** An event as written to the outbox by the change that caused it. */
 export type OutboxEvent = Pick<Row<'outbox'>, 'id' | 'org_id' | 'event_type' | 'payload' | 'created_at' | 'actor_type' | 'actor_id'>;
@@ -21,6 +22,17 @@ export async function appendEvents(
   const rows = events.map((e) => ({ id: newId('event'), org_id: orgId, event_type: e.type, payload: JSON.stringify(e.data), ...actor }));
   await db.insertInto('outbox').values(rows).execute();
   return rows.map((r) => r.id);
+}
+
+/**
+ * How long the oldest due event has waited for the outbox worker, in seconds (0: none due),
+ * by the database's clock: the worker's lag, whichever process runs it. One row off the
+ * pending index.
+ */
+export async function outboxLagSeconds(db: Db): Promise<number> {
+  const { rows } = await sql<{ lag: number | null }>`
+    select extract(epoch from now() - min(available_at))::float8 as lag from outbox where delivered_at is null and available_at <= now()`.execute(db);
+  return Math.max(0, rows[0]?.lag ?? 0);
 }
 
 /** The event as the API shows it (the `Event` schema): envelope plus the type's data. */
@@ -92,6 +104,8 @@ export class OutboxDispatcher {
     private readonly consumers: readonly OutboxConsumer[],
     private readonly logger: Logger,
     private readonly options: OutboxOptions = DEFAULT_OUTBOX_OPTIONS,
+    /** Where each consumer's round counts go (the app's metrics). */
+    private readonly metrics?: Pick<Metrics, 'outboxRound'>,
   ) {}
 
   async runOnce(now = new Date()): Promise<RoundResult> {
@@ -100,6 +114,7 @@ export class OutboxDispatcher {
       try {
         const counts = await consumer.deliver(now);
         result.consumers[consumer.name] = counts;
+        this.metrics?.outboxRound(consumer.name, counts);
         for (const [name, count] of Object.entries(counts)) result.totals[name] = (result.totals[name] ?? 0) + count;
       } catch (err) {
         this.logger.error({ err, consumer: consumer.name }, 'outbox consumer failed its delivery round');

@@ -14,6 +14,7 @@ import { WrittenTables, type CommittedChange } from '../db/written-tables';
 import type { OperationMeta } from '../spec/operations';
 import { ApiError } from './errors';
 import type { Hooks } from './hooks';
+import type { Metrics } from '../lib/metrics';
 import { insertAuditEntries } from '../events/records';
 
 /** Long-lived collaborators the process hands the app (main.ts, the test harness). */
@@ -46,6 +47,8 @@ export interface ProcessDeps {
  */
 export interface AppDeps extends ProcessDeps {
   hooks: Hooks;
+  /** The app's metrics (its own registry: two apps in one process count apart). */
+  metrics: Metrics;
 }
 
 export interface AuditDetails {

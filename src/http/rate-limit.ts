@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Caller } from '../identity/credentials';
 import { ApiError } from './errors';
+import type { RateLimitBudget } from '../lib/metrics';
 
 /** Where the counters live: this process, or a store every replica shares. */
 export type CounterStore = { kind: 'memory' } | { kind: 'postgres'; pool: pg.Pool } | { kind: 'redis'; client: Redis };
@@ -14,6 +15,8 @@ export interface RateLimitSettings {
   /** Failed authentications per client address per window. */
   authFailures: number;
   store: CounterStore;
+  /** Told of every refusal, by budget (the app's metrics). */
+  onRefused?: (budget: RateLimitBudget) => void;
 }
 
 function limiter(store: CounterStore, keyPrefix: string, points: number, duration: number): RateLimiterAbstract {
@@ -85,20 +88,6 @@ const refusal = (what: string, msBeforeNext: number) => {
   return new ApiError('rate_limited', `${what}; retry in ${seconds} seconds.`, { headers: { 'Retry-After': String(seconds) } });
 };
 
-function take(windows: MemoryWindows, key: string, what: string): void {
-  const wait = windows.take(key);
-  if (wait !== null) throw refusal(what, wait);
-}
-
-async function consume(l: RateLimiterAbstract, key: string, what: string): Promise<void> {
-  try {
-    await l.consume(key);
-  } catch (rejection) {
-    if (rejection instanceof RateLimiterRes) throw tooMany(what, rejection);
-    throw rejection;
-  }
-}
-
 /** The identity a credential's requests are counted under, once it has authenticated. */
 function callerKey(caller: Caller): string {
   switch (caller.kind) {
@@ -133,9 +122,11 @@ export class RateLimits {
   private readonly memory: { perCaller: MemoryWindows; perAddress: MemoryWindows; failures: MemoryWindows } | null;
   private readonly window: string;
   private readonly addressWindow: string;
+  private readonly onRefused: ((budget: RateLimitBudget) => void) | undefined;
 
   constructor(settings: RateLimitSettings) {
     const { store, points, durationSeconds, authFailures } = settings;
+    this.onRefused = settings.onRefused;
     if (store.kind === 'memory') {
       const ms = durationSeconds * 1000;
       this.memory = { perCaller: new MemoryWindows(points, ms), perAddress: new MemoryWindows(points, ms), failures: new MemoryWindows(authFailures, ms) };
@@ -153,29 +144,52 @@ export class RateLimits {
   }
 
   caller(caller: Caller): Checked {
-    if (this.memory) return take(this.memory.perCaller, callerKey(caller), this.window);
-    return consume(this.shared!.perCaller, callerKey(caller), this.window);
+    if (this.memory) return this.take(this.memory.perCaller, callerKey(caller), this.window, 'caller');
+    return this.consume(this.shared!.perCaller, callerKey(caller), this.window, 'caller');
   }
 
   address(ip: string | undefined): Checked {
-    if (this.memory) return take(this.memory.perAddress, ip ?? 'unknown', this.addressWindow);
-    return consume(this.shared!.perAddress, ip ?? 'unknown', this.addressWindow);
+    if (this.memory) return this.take(this.memory.perAddress, ip ?? 'unknown', this.addressWindow, 'address');
+    return this.consume(this.shared!.perAddress, ip ?? 'unknown', this.addressWindow, 'address');
   }
 
   /** Before a credential is looked up: refused when this address has used up its failures. */
   mayAuthenticate(ip: string | undefined): Checked {
     if (this.memory) {
       const wait = this.memory.failures.exhausted(ip ?? 'unknown');
-      if (wait !== null) throw refusal(FAILURES, wait);
+      if (wait !== null) {
+        this.onRefused?.('auth_failures');
+        throw refusal(FAILURES, wait);
+      }
       return;
     }
     return this.shared!.failures.get(ip ?? 'unknown').then((used) => {
-      if (used && used.remainingPoints <= 0) throw tooMany(FAILURES, used);
+      if (used && used.remainingPoints <= 0) {
+        this.onRefused?.('auth_failures');
+        throw tooMany(FAILURES, used);
+      }
     });
   }
 
   failedAuthentication(ip: string | undefined): Checked {
-    if (this.memory) return take(this.memory.failures, ip ?? 'unknown', FAILURES);
-    return consume(this.shared!.failures, ip ?? 'unknown', FAILURES);
+    if (this.memory) return this.take(this.memory.failures, ip ?? 'unknown', FAILURES, 'auth_failures');
+    return this.consume(this.shared!.failures, ip ?? 'unknown', FAILURES, 'auth_failures');
+  }
+
+  private take(windows: MemoryWindows, key: string, what: string, budget: RateLimitBudget): void {
+    const wait = windows.take(key);
+    if (wait === null) return;
+    this.onRefused?.(budget);
+    throw refusal(what, wait);
+  }
+
+  private async consume(l: RateLimiterAbstract, key: string, what: string, budget: RateLimitBudget): Promise<void> {
+    try {
+      await l.consume(key);
+    } catch (rejection) {
+      if (!(rejection instanceof RateLimiterRes)) throw rejection;
+      this.onRefused?.(budget);
+      throw tooMany(what, rejection);
+    }
   }
 }

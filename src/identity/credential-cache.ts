@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { Metrics } from '../lib/metrics';
 import type { DatabaseHandle, Db } from '../db/database';
 import { ChangeFollower } from '../db/notified-cache';
 import { hashSecret } from '../lib/crypto';
@@ -38,6 +39,8 @@ interface CachedCaller {
 export interface CredentialCacheOptions {
   maxAgeMs?: number;
   maxEntries?: number;
+  /** Where hits and misses are counted (the app's metrics). */
+  metrics?: Pick<Metrics, 'credentialLookup'>;
 }
 
 /**
@@ -66,10 +69,12 @@ export class CredentialCache {
   });
   private readonly maxAgeMs: number;
   private readonly maxEntries: number;
+  private readonly metrics: Pick<Metrics, 'credentialLookup'> | undefined;
 
   constructor(options: CredentialCacheOptions = {}) {
     this.maxAgeMs = options.maxAgeMs ?? 60_000;
     this.maxEntries = options.maxEntries ?? 50_000;
+    this.metrics = options.metrics;
   }
 
   /** How many times it has forgotten everything (a test waits on it to know a notification arrived). */
@@ -111,8 +116,10 @@ export class CredentialCache {
         hit.usedAt = at;
         authenticator.cache.recordUse(hit.caller, db, now);
       }
+      this.metrics?.credentialLookup('caller', true);
       return hit.result;
     }
+    this.metrics?.credentialLookup('caller', false);
     const generation = this.changes.generation;
     return authenticator.authenticate(credential, db, now).then((result) => {
       if (result.status === 'ok') this.remember(this.callers, key, { caller: result.caller, result, authenticator, cachedAt: at, usedAt: at }, generation);
@@ -124,7 +131,11 @@ export class CredentialCache {
   memberAccess(userId: string, orgId: string, load: () => Promise<OrgAccess | null>, now = Date.now()): OrgAccess | null | Promise<OrgAccess | null> {
     const key = `${userId}:${orgId}`;
     const hit = this.access.get(key);
-    if (hit && this.fresh(hit.cachedAt, now)) return hit.access;
+    if (hit && this.fresh(hit.cachedAt, now)) {
+      this.metrics?.credentialLookup('access', true);
+      return hit.access;
+    }
+    this.metrics?.credentialLookup('access', false);
     const generation = this.changes.generation;
     return load().then((access) => {
       this.remember(this.access, key, { access, cachedAt: now }, generation);

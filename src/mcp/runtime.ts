@@ -1,4 +1,5 @@
 import type { ProcessDeps } from '../http/context';
+import type { Metrics } from '../lib/metrics';
 import { InFlightCalls } from './in-flight';
 import { ServedToolsCache } from './served-tools';
 import { ToolCallRecords } from './tool-call-records';
@@ -19,10 +20,10 @@ export class McpRuntime {
   /** Calls a `notifications/cancelled` may stop (in-flight.ts). */
   readonly inFlight = new InFlightCalls();
 
-  constructor(deps: Pick<ProcessDeps, 'config' | 'db' | 'logger'>) {
+  constructor(deps: Pick<ProcessDeps, 'config' | 'db' | 'logger'>, metrics?: Metrics) {
     this.servedTools = new ServedToolsCache(deps.config.servedTools);
     this.upstream = new UpstreamPool(deps.config.upstreamMcp);
-    this.toolCalls = new ToolCallRecords(deps.db, deps.logger);
+    this.toolCalls = new ToolCallRecords(deps.db, deps.logger, metrics);
   }
 
   /** Follows the change notifications what it remembers depends on. */

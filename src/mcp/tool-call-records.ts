@@ -3,6 +3,7 @@ import type { Db } from '../db/database';
 import { storableText } from '../db/unstorable';
 import { insertToolCallRecords } from '../events/records';
 import type { NewRow } from '../db/schema';
+import type { Metrics } from '../lib/metrics';
 
 /**
  * Tool-call records are written off the answer's path and in batches: each call adds its row
@@ -27,10 +28,13 @@ export class ToolCallRecords {
   constructor(
     private readonly db: Db,
     private readonly logger: Logger,
+    private readonly metrics?: Metrics,
   ) {}
 
   /** Buffers one record; its `created_at` is when the call ended, not when the batch is written. */
   record(row: ToolCallRecord): void {
+    // Every tool call, over MCP or a synthetic tool's run, is recorded here: the one place to count them.
+    this.metrics?.toolCall(row.connector_slug ?? (row.synthetic_tool_id ? 'synthetic' : 'none'), row.outcome, row.duration_ms);
     // One row PostgreSQL refuses would lose the whole batch: a client's tool name with a NUL in it included.
     this.rows.push(storable(row));
     if (this.rows.length >= BATCH_MAX) this.write();

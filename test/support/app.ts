@@ -88,6 +88,8 @@ export class TestApp {
     readonly drain: () => void,
     /** The database is another app's (a replica's): closing this app leaves it open. */
     private readonly sharesDatabase = false,
+    /** The metrics port's server (`/metrics`, `/ready`), when the test asked for it (TestAppOptions.metrics). */
+    private readonly metricsServer: Server | null = null,
   ) {
     this.writer = database.db.withPlugin(new ForgetOnWrite(forget));
     this.factories = new Factories(this.writer);
@@ -188,7 +190,17 @@ export class TestApp {
     };
   }
 
+  /** The metrics port's address (`http://127.0.0.1:<port>`); the app must have been started with `metrics: true`. */
+  get metricsUrl(): string {
+    if (!this.metricsServer) throw new Error('This test app serves no metrics; start it with { metrics: true }.');
+    return `http://127.0.0.1:${(this.metricsServer.address() as AddressInfo).port}`;
+  }
+
   async close(): Promise<void> {
+    if (this.metricsServer) {
+      this.metricsServer.closeAllConnections();
+      await new Promise<void>((resolve) => this.metricsServer!.close(() => resolve()));
+    }
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.deps.mailer.close();
@@ -207,6 +219,8 @@ export interface TestAppOptions extends AppOptions {
   replicaOf?: TestApp;
   /** Skip the spec check (for fixture specs the checker does not know). */
   checkSpec?: boolean;
+  /** Serve `/metrics` and `/ready` on a loopback port of their own (TestApp.metricsUrl). */
+  metrics?: boolean;
 }
 
 /** The real app on a fresh database, listening on a loopback port. */
@@ -239,8 +253,18 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     logger,
     onEvent: recordEvent,
   };
-  const { listen, drain, registry, deps, credentials, forget, close: closeApp } = await createApp({ ...processDeps, listen: database.listen }, options);
+  const {
+    listen,
+    listenMetrics,
+    drain,
+    registry,
+    deps,
+    credentials,
+    forget,
+    close: closeApp,
+  } = await createApp({ ...processDeps, listen: database.listen }, options);
   const server: Server = await listen(0, '127.0.0.1');
+  const metricsServer = options.metrics ? await listenMetrics(0, '127.0.0.1') : null;
   const { port } = server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}`;
   (config as { baseUrl: string }).baseUrl = url;
@@ -257,6 +281,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     forget,
     drain,
     options.replicaOf !== undefined,
+    metricsServer,
   );
 }
 

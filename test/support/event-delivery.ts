@@ -24,7 +24,7 @@ export async function webhookSubscription(t: TestApp, receiver: Receiver, org: {
   if (res.status !== 201) throw new Error(`notification destination: ${res.status} ${res.text}`);
   return {
     async deliver(): Promise<{ type: string; data: any }[]> {
-      const worker = new OutboxDispatcher(t.db, [notificationDeliveries(t.deps, DEFAULT_RETRY_POLICY)], t.deps.logger, DEFAULT_OUTBOX_OPTIONS);
+      const worker = new OutboxDispatcher(t.db, [notificationDeliveries(t.deps, DEFAULT_RETRY_POLICY)], t.deps.logger, DEFAULT_OUTBOX_OPTIONS, t.deps.metrics);
       // Other tests' events share the outbox: rounds until nothing is left to fan out or send.
       for (let round = 0; round < 100; round++) {
         const r = await worker.runOnce();
