@@ -77,6 +77,20 @@ describe('group mappings', () => {
     expect(await t.factories.auditEntries(org.orgId, 'group_mapping.deleted')).toHaveLength(2);
   });
 
+  it('keeps a team membership a person added directly after a mapping had given it, when the mapping goes', async () => {
+    const { users, group, team, admin, teamsOf } = await setup();
+    const [a, b] = users as [string, string];
+    const mapping = await admin.post('/group-mapping', { scim_group_id: group, team_id: team });
+    expect(mapping.status).toBe(201);
+    expect(await teamsOf(a)).toEqual([team]);
+    // An administrator adds a to the team by hand: from now on a's membership is theirs, not the mapping's.
+    const added = await admin.post(`/team/${team}/members`, { user_id: a });
+    expect([200, 201]).toContain(added.status);
+    expect((await admin.delete(`/group-mapping/${mapping.body.id}`)).status).toBe(204);
+    expect(await teamsOf(a)).toEqual([team]);
+    expect(await teamsOf(b)).toEqual([]);
+  });
+
   it('follows the identity provider: leaving the group withdraws, joining grants; updating moves the grant', async () => {
     const { idp, users, group, role, team, admin, rolesOf, teamsOf, org } = await setup();
     const [a, b] = users as [string, string];

@@ -148,12 +148,26 @@ export function findTeamMember(db: Executor, orgId: string, teamId: string, user
   return teamMembersQuery(db, orgId, teamId).where('tm.user_id', '=', userId).executeTakeFirst();
 }
 
-/** Adds the member unless already there; true when added. */
+/** Whether the person is in the team only because a group mapping put them there. */
+export async function heldByMappingOnly(db: Executor, teamId: string, userId: string): Promise<boolean> {
+  const row = await db.selectFrom('team_members').select('via_mapping').where('team_id', '=', teamId).where('user_id', '=', userId).executeTakeFirst();
+  return row?.via_mapping === true;
+}
+
+/**
+ * Adds the member unless already there; true when added. One a group mapping put there becomes
+ * a direct member (true too): removing the mapping later must not take away what a person added.
+ */
 export async function insertTeamMember(db: Executor, input: { teamId: string; orgId: string; userId: string; addedByUserId: string | null }): Promise<boolean> {
   const rows = await db
     .insertInto('team_members')
     .values({ team_id: input.teamId, org_id: input.orgId, user_id: input.userId, added_by_user_id: input.addedByUserId })
-    .onConflict((oc) => oc.columns(['team_id', 'user_id']).doNothing())
+    .onConflict((oc) =>
+      oc
+        .columns(['team_id', 'user_id'])
+        .doUpdateSet({ via_mapping: false, added_by_user_id: input.addedByUserId })
+        .where('team_members.via_mapping', '=', true),
+    )
     .returning('user_id')
     .execute();
   return rows.length > 0;

@@ -162,7 +162,9 @@ export async function addMember(ctx: RequestContext, id: string, userId: string)
     });
   }
   const existing = await repo.findTeamMember(ctx.db, ctx.orgId, id, userId);
-  if (existing) {
+  // Already there by a group mapping only: added by hand now, so the membership becomes direct
+  // (a change, audited), and removing the mapping later leaves it.
+  if (existing && !(await repo.heldByMappingOnly(ctx.db, id, userId))) {
     ctx.unchanged();
     return { created: false, member: toTeamMember(existing) };
   }
@@ -182,7 +184,7 @@ export async function addMember(ctx: RequestContext, id: string, userId: string)
   }
   const row = await repo.findTeamMember(ctx.db, ctx.orgId, id, userId);
   if (!row) throw notFound(WHAT, id);
-  return { created: true, member: toTeamMember(row) };
+  return { created: !existing, member: toTeamMember(row) };
 }
 
 export async function removeMember(ctx: RequestContext, id: string, userId: string): Promise<void> {
