@@ -84,6 +84,8 @@ export interface Config {
   connectionToolsTtlSeconds: number;
   /** New OAuth client registrations (RFC 7591) an organization's connections may make per hour. */
   oauthRegistrationsPerHour: number;
+  /** Clients that may register at this server's /oauth/register (RFC 7591) per hour from one address. */
+  mcpClientRegistrationsPerHour: number;
   /** The folder of the built-in connector catalog: one `<slug>.yml` per connector, loaded and checked at start. */
   catalogDir: string;
   /** Synthetic tool runs: the most one step's upstream call may take, and the whole run. */
@@ -587,6 +589,7 @@ export function loadConfig(env: Env = process.env): Config {
     webauthn: { rpId: rpId(env), origins: originList(env, 'WEBAUTHN_ORIGINS') },
     connectionToolsTtlSeconds: int(env, 'CONNECTION_TOOLS_TTL_SECONDS', 300, 0, 86_400),
     oauthRegistrationsPerHour: int(env, 'OAUTH_REGISTRATIONS_PER_HOUR', 20, 1, 1_000_000),
+    mcpClientRegistrationsPerHour: int(env, 'MCP_CLIENT_REGISTRATIONS_PER_HOUR', 30, 1, 1_000_000),
     catalogDir: resolve(env.CATALOG_DIR || join(projectRoot, 'src', 'areas', 'connectors', 'catalog')),
     syntheticTools: {
       stepTimeoutMs: int(env, 'SYNTHETIC_STEP_TIMEOUT_MS', 30_000, 100, 600_000),

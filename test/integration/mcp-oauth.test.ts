@@ -152,6 +152,23 @@ describe('registration (RFC 7591)', () => {
   });
 });
 
+describe('registration limit', () => {
+  it('answers 429 rate_limited with Retry-After past MCP_CLIENT_REGISTRATIONS_PER_HOUR from one address', async () => {
+    const limited = await startTestApp({ env: { MCP_CLIENT_REGISTRATIONS_PER_HOUR: '2' } });
+    try {
+      const body = { redirect_uris: [REDIRECT], token_endpoint_auth_method: 'none' };
+      expect((await limited.call('POST', '/oauth/register', body)).status).toBe(201);
+      expect((await limited.call('POST', '/oauth/register', body)).status).toBe(201);
+      const refused = await limited.call('POST', '/oauth/register', body);
+      expectError(refused, 429, 'rate_limited');
+      expect(refused.headers.get('retry-after')).toBe('3600');
+      expect(await limited.db.selectFrom('oauth_clients').select('id').execute()).toHaveLength(2);
+    } finally {
+      await limited.close();
+    }
+  });
+});
+
 describe('authorization', () => {
   it('sends a signed-out person to sign in, coming back to the same request', async () => {
     const p = await person();

@@ -234,6 +234,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     OUTBOUND_ALLOW_LOOPBACK: 'true',
     RATE_LIMIT_REQUESTS: '100000',
     RATE_LIMIT_AUTH_FAILURES: '100000',
+    // Every test registers MCP clients from 127.0.0.1; the limit has its own test.
+    MCP_CLIENT_REGISTRATIONS_PER_HOUR: '100000',
     OUTBOUND_TIMEOUT_MS: '3000',
     // The webhook receiver on loopback stands in for Slack.
     SLACK_WEBHOOK_HOSTS: 'hooks.slack.com,127.0.0.1',

@@ -10,8 +10,6 @@ import { successorContext, sweepExpired } from './grants';
 import { signingKeyContext } from './keys';
 import { issueToken, revokeToken } from './token';
 
-/** Registrations one address may make per hour (open registration is a known abuse target). */
-const REGISTRATIONS_PER_ADDRESS_PER_HOUR = 30;
 const BEARER_REALM = 'mcp-control-plane';
 const USERINFO = new Set(['getOAuthUserInfo', 'postOAuthUserInfo']);
 const CLIENT_AUTHENTICATED = new Set(['issueOAuthToken', 'revokeOAuthToken']);
@@ -64,8 +62,10 @@ export default defineModule({
           .where('registered_ip', '=', ip)
           .where('created_at', '>', new Date(Date.now() - 3600_000))
           .executeTakeFirstOrThrow();
-        if (Number(recent.count) >= REGISTRATIONS_PER_ADDRESS_PER_HOUR) {
-          throw new ApiError('rate_limited', `At most ${REGISTRATIONS_PER_ADDRESS_PER_HOUR} client registrations an hour from one address.`, {
+        // Open registration is a known abuse target: a bounded number per address and hour.
+        const perHour = ctx.deps.config.mcpClientRegistrationsPerHour;
+        if (Number(recent.count) >= perHour) {
+          throw new ApiError('rate_limited', `At most ${perHour} client registrations an hour from one address.`, {
             headers: { 'Retry-After': '3600' },
           });
         }
