@@ -59,6 +59,35 @@ function oracle(group: Record<string, unknown>, operations: unknown[]) {
   return { displayName: patched.displayName, members: (patched.members ?? []).map((m) => m.value).sort() };
 }
 
+describe('group mappings follow PUT and DELETE of a group', () => {
+  it('replacing the members or deleting the group changes the roles the mapping gave (member.roles_updated)', async () => {
+    const { org, idp, users, admin } = await provisioned();
+    const [a, b] = users as [string, string, string];
+    const group = await idp.send('POST', '/scim/v2/Groups', { ...okta.createGroup(`Ops ${unique()}`), members: [{ value: a }] });
+    expect(group.status).toBe(201);
+    const role = await t.factories.customRole(org.orgId, ['toolbox:view']);
+    expect((await admin.post('/group-mapping', { scim_group_id: group.body.id, role_id: role })).status).toBe(201);
+    const rolesOf = async (userId: string) =>
+      (await t.db.selectFrom('role_assignments').select('role_id').where('org_id', '=', org.orgId).where('user_id', '=', userId).execute()).map(
+        (r) => r.role_id,
+      );
+    expect(await rolesOf(a)).toContain(role);
+    const replaced = await idp.send('PUT', `/scim/v2/Groups/${group.body.id}`, { ...group.body, members: [{ value: b }] });
+    expect(replaced.status).toBe(200);
+    expect(await rolesOf(a)).not.toContain(role);
+    expect(await rolesOf(b)).toContain(role);
+    expect((await idp.send('DELETE', `/scim/v2/Groups/${group.body.id}`)).status).toBe(204);
+    expect(await rolesOf(b)).not.toContain(role);
+    const updated = await t.db
+      .selectFrom('outbox')
+      .select('payload')
+      .where('org_id', '=', org.orgId)
+      .where('event_type', '=', 'member.roles_updated')
+      .execute();
+    expect(updated.length).toBeGreaterThanOrEqual(4);
+  });
+});
+
 describe('Okta group push', () => {
   it('replays Okta: create, rename with id in the value, add members, remove one by filter, replace all, delete', async () => {
     const { org, idp, users, admin } = await provisioned();

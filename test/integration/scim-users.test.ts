@@ -327,6 +327,20 @@ describe('deprovisioning means it', () => {
     expect(entry).toMatchObject({ actor_type: 'scim', changes: { status: { from: 'active', to: 'suspended' }, oauth_grants_revoked: 1 } });
   });
 
+  it('PUT turns a person off and on again as the identity provider says (member.removed, then member.joined)', async () => {
+    const { org, idp } = await provisioned();
+    const created = await idp.send('POST', '/scim/v2/Users', okta.create(person()));
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    const off = await idp.send('PUT', `/scim/v2/Users/${id}`, { ...created.body, active: false });
+    expect([off.status, off.body.active]).toEqual([200, false]);
+    const on = await idp.send('PUT', `/scim/v2/Users/${id}`, { ...off.body, active: true });
+    expect([on.status, on.body.active]).toEqual([200, true]);
+    const events = await t.db.selectFrom('outbox').select(['event_type', 'payload']).where('org_id', '=', org.orgId).orderBy('id').execute();
+    const about = events.filter((e) => (e.payload as { member?: { user_id?: string } }).member?.user_id === id).map((e) => e.event_type);
+    expect(about).toEqual(['member.joined', 'member.removed', 'member.joined']);
+  });
+
   it('DELETE removes the membership through the member-removed hooks: API tokens revoked, MCP servers deleted', async () => {
     const { idp, userId, works, org } = await personWithCredentials();
     expect((await idp.send('DELETE', `/scim/v2/Users/${userId}`)).status).toBe(204);
