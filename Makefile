@@ -80,7 +80,7 @@ bench-mcp: install ## The MCP endpoint against calling the upstream directly, ea
 test-node-lines: install ## Start-up and a representative part of the suite on Node.js 22 and 24 (npm's official binaries, scripts/node-lines)
 	scripts/node-lines.sh
 
-ci: install check-generated lint typecheck test test-node-lines ## What .ci/run runs
+ci: install check-generated lint typecheck test-node-lines test ## What .ci/run runs (the whole suite last: its count is the last line)
 
 clean: ## Remove build output and test leftovers (not ./data)
 	rm -rf dist .test-results
