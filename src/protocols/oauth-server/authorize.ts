@@ -7,6 +7,7 @@ import { loadMemberAccess } from '../../identity/credentials';
 import { owesSecondFactor } from '../../identity/second-factors';
 import { newId } from '../../lib/ids';
 import { webAppPage } from '../../lib/web-app';
+import { webApp } from '../../areas/auth';
 import { ClientLookupError, findClient, isLoopbackRedirect, matchRedirectUri, SUPPORTED_SCOPES, type OAuthClient } from './clients';
 import { AUTHORIZATION_REQUEST_MS, GRANT_MS, issueCode, liveGrant, resourceServerId, scopesOf, scopeString } from './grants';
 
@@ -36,8 +37,6 @@ function parametersOf(input: ProtocolInput<{ query: unknown }>): Record<Paramete
   return out;
 }
 
-const webApp = (ctx: RequestContext) => ctx.deps.config.webAppUrl ?? ctx.deps.config.baseUrl;
-
 /** This request again, as a path a sign-in page may come back to. */
 function authorizePath(params: Record<Parameter, string | undefined>): string {
   const query = new URLSearchParams();
@@ -45,10 +44,15 @@ function authorizePath(params: Record<Parameter, string | undefined>): string {
   return `/oauth/authorize?${query.toString()}`;
 }
 
-function redirectBack(uri: string, values: Record<string, string | undefined>) {
+/** The client's redirect URI with the response's parameters (those given) added to its own. */
+function withParameters(uri: string, values: Record<string, string | undefined>): string {
   const location = new URL(uri);
   for (const [name, value] of Object.entries(values)) if (value !== undefined) location.searchParams.set(name, value);
-  return { status: 302 as const, headers: { Location: location.href, 'Cache-Control': 'no-store' } };
+  return location.href;
+}
+
+function redirectBack(uri: string, values: Record<string, string | undefined>) {
+  return { status: 302 as const, headers: { Location: withParameters(uri, values), 'Cache-Control': 'no-store' } };
 }
 
 const problem = (name: string, message: string): Problem => ({ in: 'query', pointer: `/${name}`, message });
@@ -273,11 +277,7 @@ export async function decideConsent(body: { request: string; decision: 'approve'
   const pending = await pendingRequest(ctx, body.request, person.userId, now);
   if (!pending) throw new ApiError('not_found', `No pending authorization request ${body.request} of yours; it was answered, expired, or is not yours.`);
   const headers = (location: string) => ({ Location: location, 'Cache-Control': 'no-store' });
-  const back = (values: Record<string, string | undefined>) => {
-    const location = new URL(pending.redirect_uri);
-    for (const [name, value] of Object.entries(values)) if (value !== undefined) location.searchParams.set(name, value);
-    return location.href;
-  };
+  const back = (values: Record<string, string | undefined>) => withParameters(pending.redirect_uri, values);
   const state = pending.state ?? undefined;
   if (body.decision === 'deny') {
     await ctx.personalWrite((db) => db.deleteFrom('oauth_authorization_requests').where('id', '=', pending.id).execute());
