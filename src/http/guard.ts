@@ -75,17 +75,31 @@ const schemesOf = new WeakMap<OperationMeta, Authenticator[]>();
  * operation does not take is refused by name (or, for an API token on a person-only
  * operation, with 403 requires_person); a failed authentication counts against the address.
  */
-function authenticate(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Maybe<Caller | null> {
-  if (meta.security.length === 0) return null;
+function schemesFor(meta: OperationMeta, deps: GuardDeps): Authenticator[] {
   let schemes = schemesOf.get(meta);
   if (!schemes) {
     schemes = meta.security.map((name) => deps.authenticators.get(name)).filter((a): a is Authenticator => a !== undefined);
     schemesOf.set(meta, schemes);
   }
+  return schemes;
+}
+
+function unauthenticated(schemes: Authenticator[]): ApiError {
+  const how = schemes.map((a) => a.howToSend).join(', or ') || 'send a credential';
+  return new ApiError('unauthenticated', `${how.charAt(0).toUpperCase()}${how.slice(1)}.`);
+}
+
+/** The 401 that `guard` answers a caller who sent no credential, when the operation needs one. */
+export function refuseMissingCredential(meta: OperationMeta, deps: GuardDeps): void {
+  if (meta.security.length > 0 && !meta.credentialOptional) throw unauthenticated(schemesFor(meta, deps));
+}
+
+function authenticate(meta: OperationMeta, req: Request, credential: PresentedCredential | null, deps: GuardDeps): Maybe<Caller | null> {
+  if (meta.security.length === 0) return null;
+  const schemes = schemesFor(meta, deps);
   if (!credential) {
     if (meta.credentialOptional) return null;
-    const how = schemes.map((a) => a.howToSend).join(', or ') || 'send a credential';
-    throw new ApiError('unauthenticated', `${how.charAt(0).toUpperCase()}${how.slice(1)}.`);
+    throw unauthenticated(schemes);
   }
   const accepted = schemes.find((a) => a.recognizes(credential));
   const reader = accepted ?? [...deps.authenticators.values()].find((a) => a.recognizes(credential));

@@ -7,7 +7,7 @@ import { RequestContext, type AppDeps, type ClientPresence } from './context';
 import { allowCrossOrigin, answerPreflight } from './cors';
 import { ApiError, MAX_LISTED_PROBLEMS, notImplementedError, validationError } from './errors';
 import type { CredentialCache } from '../identity/credential-cache';
-import { guard, type Admitted, type GuardDeps } from './guard';
+import { guard, refuseMissingCredential, type Admitted, type GuardDeps } from './guard';
 import type { AnyResult, ProtocolInput } from './handler-types';
 import { createSpecValidator } from './openapi-backend';
 import type { RateLimits } from './rate-limit';
@@ -128,7 +128,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
     return found.route ?? found.allowed.map((method) => routes.match(method, path)?.route).find((r) => r !== undefined);
   }
 
-  function match(req: Request): Route {
+  function match(req: Request, withCredential: boolean): Route {
     const found = routes.match(req.method, req.path);
     if (!found) throw new ApiError('not_found', `No operation at ${req.path}.`);
     if (!found.route) {
@@ -136,6 +136,10 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
       // The path is an operation's: its area renders the 405 in its own format (the MCP endpoint's JSON-RPC error).
       const sibling = operationAt(found, req.path);
       if (sibling) requestState(req).operationId = sibling.operationId;
+      // Where the path's operations need a credential, a caller without one hears that first: an
+      // MCP client probing its endpoint with GET learns from the 401's challenge where to sign in.
+      // A preflight carries no credential by design, so it still hears the 405.
+      if (sibling && !withCredential && req.method !== 'OPTIONS') refuseMissingCredential(sibling.meta, guardDeps);
       throw new ApiError('method_not_allowed', `${req.path} supports ${allowed}, not ${req.method}.`, { headers: { Allow: allowed } });
     }
     const { operationId, meta } = found.route;
@@ -242,7 +246,7 @@ export async function createOperationRouter(deps: AppDeps, definition: RouterDef
   /** A request that matches nothing never reaches the guard: with a credential, it counts against its address. */
   function matchCounting(req: Request, withCredential: boolean): Route | Promise<Route> {
     try {
-      return match(req);
+      return match(req, withCredential);
     } catch (err) {
       if (withCredential && err instanceof ApiError && (err.status === 404 || err.status === 405)) {
         const counted = limits.address(clientIp(req));

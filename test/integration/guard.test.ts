@@ -278,9 +278,14 @@ describe('routing', () => {
     expectError(del, 405, 'method_not_allowed');
     expect(del.headers.get('allow')).toBe('GET, HEAD');
 
-    const item = await t.call('POST', `${LIST}/${newId('notificationDestination')}`);
+    const item = await t.as({ token, org: orgId }).post(`${LIST}/${newId('notificationDestination')}`, {});
     expectError(item, 405, 'method_not_allowed');
     expect(item.headers.get('allow')).toBe('DELETE, GET, HEAD, PATCH');
+  });
+
+  it('answers 401 before 405 to a caller without a credential on a path that needs one', async () => {
+    expectError(await t.call('POST', `${LIST}/${newId('notificationDestination')}`), 401, 'unauthenticated');
+    expectError(await t.call('DELETE', '/user/me'), 401, 'unauthenticated');
   });
 
   it('answers HEAD where GET is supported (RFC 9110 §9.3.2)', async () => {

@@ -524,6 +524,10 @@ describe('the transport, raw', () => {
     const metadataUrl = `${t.deps.config.baseUrl}/.well-known/oauth-protected-resource/mcp/${serverA.id}`;
     expect(challenge).toContain(`resource_metadata="${metadataUrl}"`);
     expect(await res.json()).toMatchObject({ error: 'invalid_token' });
+    // A client that probes with GET before it has a token hears the same challenge, not the 405.
+    const probe = await fetch(endpoint(serverA.id), { headers: { Accept: 'text/event-stream' } });
+    expect(probe.status).toBe(401);
+    expect(probe.headers.get('www-authenticate')).toContain(`resource_metadata="${metadataUrl}"`);
     const wrong = await post(serverA.id, { jsonrpc: '2.0', id: 1, method: 'ping' }, { Authorization: 'Bearer mcpt_nothing' });
     expect(wrong.status).toBe(401);
     expect(wrong.headers.get('www-authenticate')).toContain('error="invalid_token"');

@@ -82,8 +82,10 @@ export class SpecChecker {
     const siblings = match && !match.route && method === 'options' ? match.allowed.flatMap((m) => this.routes.match(m.toLowerCase(), path)?.route ?? []) : [];
     if (siblings.some((s) => s.cors)) return this.checkPreflight(path, status, headers, body, siblings, pending);
     if (!match?.route) {
-      // No operation: 404 or 405, or the rate limit (429) that every request is under.
-      if (![404, 405, 429].includes(status)) problems.push(`${method} ${path} matches no operation but answered ${status}`);
+      // No operation: 404 or 405, or the rate limit (429) that every request is under; on a
+      // path whose operations need a credential, 401 to a caller who sent none.
+      const allowed = match ? [401, 405, 429] : [404, 429];
+      if (!allowed.includes(status)) problems.push(`${method} ${path} matches no operation but answered ${status}`);
       this.checkSchema('/components/schemas/Error', body, problems, 'error body');
       return problems;
     }
