@@ -16709,7 +16709,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The server is starting, stopping or cannot reach its database (`service_unavailable`). */
+        /** @description The server is starting, stopping or cannot reach its database or, for operations on file bytes, its file storage (`service_unavailable`). */
         ServiceUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];

@@ -4,6 +4,7 @@ import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { PresentedCredential } from '../identity/credentials';
 import { isDatabaseUnavailable } from '../db/unavailable';
+import { DependencyUnavailableError } from '../lib/unavailable';
 import { isUnstorableText } from '../db/unstorable';
 import type { RenderedError } from './area';
 import { fromParserError } from './body';
@@ -55,6 +56,12 @@ export function sendError(req: Request, res: Response, err: unknown, render?: Er
       'validation_failed',
       'A text value in the request contains the NUL character (U+0000), which cannot be stored; remove it and send the request again.',
     );
+  }
+  if (!error && err instanceof DependencyUnavailableError) {
+    state.log.error({ err: { message: err.message, cause: describeCause(err.cause) } }, 'request failed: a service it needs cannot be reached');
+    error = new ApiError('service_unavailable', `${err.dependency} cannot be reached right now; retry shortly.`, {
+      headers: { 'Retry-After': String(err.retryAfterSeconds) },
+    });
   }
   if (!error && isDatabaseUnavailable(err)) {
     state.log.error({ err }, 'request failed: the database cannot be reached');
@@ -157,4 +164,11 @@ export async function sendResult(res: Response, result: AnyResult): Promise<void
 
 function withCharset(contentType: string): string {
   return /;\s*charset=/i.test(contentType) ? contentType : `${contentType}; charset=utf-8`;
+}
+
+/** A dependency's failure as an operator reads it: its name, code and message (an SDK's error object holds request details, never logged whole). */
+function describeCause(cause: unknown): Record<string, unknown> {
+  if (!cause || typeof cause !== 'object') return { message: String(cause) };
+  const { name, code, message } = cause as { name?: unknown; code?: unknown; message?: unknown };
+  return { name, code, message };
 }

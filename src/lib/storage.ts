@@ -6,6 +6,7 @@ import { Readable, Transform, type TransformCallback } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type * as ClientS3 from '@aws-sdk/client-s3';
 import type * as LibStorage from '@aws-sdk/lib-storage';
+import { DependencyUnavailableError, isUnreachable } from './unavailable';
 
 /**
  * The AWS SDK, loaded on first use: it takes most of a second to load, which a deployment
@@ -189,6 +190,13 @@ export class DiskStorage implements Storage {
 
 /** Parts of a multipart upload of unknown length: S3's least, and what one transfer holds in memory at most. */
 const PART_BYTES = 5 * 1024 * 1024;
+const CONNECT_TIMEOUT_MS = 5_000;
+const IDLE_TIMEOUT_MS = 60_000;
+
+/** The bucket's failures that mean "not now" (network, timeouts, 5xx) become a 503 for the caller. */
+function unavailableOr(err: unknown): unknown {
+  return isUnreachable(err) ? new DependencyUnavailableError('The file storage', err) : err;
+}
 
 /**
  * Storage in an S3-compatible bucket (AWS S3, MinIO, R2, Ceph…), which every replica of a
@@ -211,6 +219,9 @@ export class S3Storage implements Storage {
       // SHA-256 we compute ourselves is what the bytes are checked by.
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
+      // A bucket that stops answering fails the request (503 to our caller) instead of holding
+      // it open: connecting may take seconds, a transfer may idle for a minute at most.
+      requestHandler: { connectionTimeout: CONNECT_TIMEOUT_MS, requestTimeout: IDLE_TIMEOUT_MS },
     });
     this.bucket = config.bucket;
     this.prefix = config.prefix === '' ? '' : `${config.prefix}/`;
@@ -222,7 +233,9 @@ export class S3Storage implements Storage {
   }
 
   async put(key: string, bytes: Buffer): Promise<void> {
-    await this.client.send(new (s3Sdk().PutObjectCommand)({ Bucket: this.bucket, Key: this.key(key), Body: bytes, ContentLength: bytes.length }));
+    await this.client
+      .send(new (s3Sdk().PutObjectCommand)({ Bucket: this.bucket, Key: this.key(key), Body: bytes, ContentLength: bytes.length }))
+      .catch((err) => Promise.reject(unavailableOr(err)));
   }
 
   async putStream(key: string, source: Readable, options: { size?: number } = {}): Promise<StoredBytes> {
@@ -246,7 +259,7 @@ export class S3Storage implements Storage {
     } catch (err) {
       // Not every S3-compatible server drops a PUT whose body stopped short.
       await this.delete(key).catch(() => undefined);
-      throw sourceError() ?? err;
+      throw sourceError() ?? unavailableOr(err);
     }
     // A source that failed after its last byte was sent: what was stored is not what was meant.
     const failed = sourceError();
@@ -271,12 +284,12 @@ export class S3Storage implements Storage {
       return answer.Body instanceof Readable ? answer.Body : null;
     } catch (err) {
       if (missing(err)) return null;
-      throw err;
+      throw unavailableOr(err);
     }
   }
 
   async delete(key: string): Promise<void> {
-    await this.client.send(new (s3Sdk().DeleteObjectCommand)({ Bucket: this.bucket, Key: this.key(key) }));
+    await this.client.send(new (s3Sdk().DeleteObjectCommand)({ Bucket: this.bucket, Key: this.key(key) })).catch((err) => Promise.reject(unavailableOr(err)));
   }
 
   async has(key: string): Promise<boolean> {
@@ -285,7 +298,7 @@ export class S3Storage implements Storage {
       return true;
     } catch (err) {
       if (missing(err)) return false;
-      throw err;
+      throw unavailableOr(err);
     }
   }
 }

@@ -340,6 +340,40 @@ describe.each(['disk', 's3'] as const)('Files with %s storage', (backend) => {
       expectError(await t.as(who).op('listFiles', { query: { owner_user_id: aliceId } }), 400, 'unknown_reference');
       expectError(await t.as(who).op('listFiles', { query: { upload_request_id: `upreq_${'0'.repeat(25)}1` } }), 400, 'unknown_reference');
     });
+
+    if (backend === 's3') {
+      it('answers 503 with Retry-After while the bucket cannot be reached, stores nothing, and serves again once it is back', async () => {
+        const kept = await uploaded(alice, 'stored before the outage');
+        const port = Number(new URL(t.deps.config.files.storage.backend === 's3' ? (t.deps.config.files.storage.endpoint ?? '') : '').port);
+        await s3?.close();
+        try {
+          const before = (
+            await t.db
+              .selectFrom('tool_files')
+              .select((eb) => eb.fn.countAll<number>().as('n'))
+              .executeTakeFirstOrThrow()
+          ).n;
+          const refused = await upload(alice, [{ name: 'file', filename: 'during.txt', type: 'text/plain', data: 'during the outage' }]);
+          expectError(refused, 503, 'service_unavailable');
+          expect(refused.headers.get('retry-after')).toBe('5');
+          expect(refused.body.detail).toBe('The file storage cannot be reached right now; retry shortly.');
+          const after = (
+            await t.db
+              .selectFrom('tool_files')
+              .select((eb) => eb.fn.countAll<number>().as('n'))
+              .executeTakeFirstOrThrow()
+          ).n;
+          expect(after).toBe(before);
+          const download = await t.as(alice).get(`/file/${kept.id}/content`);
+          expectError(download, 503, 'service_unavailable');
+        } finally {
+          s3 = new S3rver({ port, address: '127.0.0.1', silent: true, directory: s3Dir as string, configureBuckets: [{ name: 'tool-files', configs: [] }] });
+          await s3.run();
+        }
+        expect((await downloadBytes(alice, kept.id)).bytes.toString()).toBe('stored before the outage');
+        await uploaded(alice, 'after the outage');
+      });
+    }
   });
 
   describe('upload requests', () => {
