@@ -338,6 +338,7 @@ export interface OauthGrants {
   org_id: string;
   revoked_at: Timestamp | null;
   scope: string;
+  sso_connection_id: string | null;
   user_id: string;
 }
 

@@ -6191,11 +6191,14 @@ export interface paths {
          *     inactive`) or reactivate. A draft whose settings become complete turns `active` unless
          *     the same request sends `status: inactive`. `type` is immutable. Turning `enforce` on
          *     ends the sessions of people of the domains that did not come through this connection,
-         *     and from then on their other sign-in methods are refused (`sso_required`); it is refused
+         *     and the MCP clients' OAuth grants they consented in such sessions (their tokens stop at
+         *     once: the client must be authorized again, through the connection), and from then on
+         *     their other sign-in methods are refused (`sso_required`); it is refused
          *     while nobody has signed in through the connection (`last_sign_in_at` null), which would
          *     lock the domains out. Needs `sso:manage`. Records the audit action
          *     `sso_connection.updated` with the names of the changed members (never the client
-         *     secret); emits no event.
+         *     secret) and, when enforcement ended any, `sessions_ended` and `oauth_grants_ended`
+         *     counts; emits no event.
          *
          *     Errors: 400 `validation_failed`, `immutable_field`, `unknown_reference` (a default
          *     role that does not exist in this organization), `idp_metadata_invalid`,
@@ -15515,7 +15518,7 @@ export interface components {
              *     through it: other sign-in methods (magic link, social login, passkeys, signup links)
              *     are refused for them with the reason `sso_required` (`GET /auth/oidc/resolve` answers
              *     `enforced: true`), and their sessions that did not come through this connection must
-             *     sign in again.
+             *     sign in again, as must the MCP clients they authorized in those sessions.
              */
             enforce: boolean;
             jit_provisioning: components["schemas"]["SsoJitProvisioning"];

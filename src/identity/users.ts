@@ -22,3 +22,11 @@ export async function createUser(db: Executor, input: { email: string; name?: st
 export async function findOrCreateUser(db: Executor, email: string, name: string | null): Promise<string> {
   return (await findUserByEmail(db, email))?.id ?? createUser(db, { email, name });
 }
+
+/** The ids of the people whose address is at one of `domains` (lower case), as a subquery. */
+export function usersAtDomains(db: Executor, domains: readonly string[]) {
+  return db
+    .selectFrom('users')
+    .select('id')
+    .where((x) => x.fn('lower', [x.fn('split_part', [x.ref('email'), x.val('@'), x.val(2)])]), 'in', [...domains]);
+}

@@ -5,6 +5,8 @@ import { hashSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
 import { startTestApp, type TestApp } from '../support/app';
 import { expectError } from '../support/client';
+import { mintMcpServer } from '../support/mcp';
+import { grantByConsent } from '../support/oauth-clients';
 import { startOidcIdp, type OidcIdp } from '../support/oidc-idp';
 import { idpMetadata, makeKeyPair, type KeyPair } from '../support/saml-keys';
 
@@ -421,6 +423,46 @@ describe('updateSsoConnection', () => {
       .execute();
     expect(sessions.filter((s) => s.revoked_at !== null)).toEqual([{ user_id: inDomain, revoked_at: expect.any(Date), sso_connection_id: null }]);
     expect((await audit(orgId)).at(-1)).toMatchObject({ changes: { changed: ['enforce'], sessions_ended: 1 } });
+  });
+
+  it('ends, with the sessions, the MCP clients’ grants consented outside the connection once it is enforced', async () => {
+    const { client, orgId, ownerId, token } = await newOrg();
+    const domain = await verifiedDomain(orgId);
+    await t.db
+      .updateTable('users')
+      .set({ email: `ada-${unique()}@${domain}` })
+      .where('id', '=', ownerId)
+      .execute();
+    const conn = (await client.op('createSsoConnection', { body: { name: 'E', type: 'saml', domains: [domain], saml: { metadata_xml: xml() } } })).body;
+    const server = await mintMcpServer(t, { orgId, token });
+    const resource = `${t.url}/mcp/${server.id}`;
+    const plain = await t.factories.session(ownerId);
+    const viaSso = await t.factories.session(ownerId);
+    await t.db.updateTable('sessions').set({ sso_connection_id: conn.id, method: 'sso' }).where('token_hash', '=', hashSecret(viaSso)).execute();
+    const outside = await grantByConsent(t, plain, resource);
+    const inside = await grantByConsent(t, viaSso, resource);
+    const ping = (accessToken: string) =>
+      fetch(resource, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+      });
+    expect((await ping(outside.access_token)).status).toBe(200);
+
+    await t.db.updateTable('sso_connections').set({ last_sign_in_at: new Date() }).where('id', '=', conn.id).execute();
+    expect((await client.op('updateSsoConnection', { params: { id: conn.id }, body: { enforce: true } })).body.enforce).toBe(true);
+    expect((await ping(outside.access_token)).status).toBe(401);
+    const refresh = (grant: typeof outside) =>
+      t.call('POST', '/oauth/token', undefined, {
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        raw: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: grant.refresh_token, client_id: grant.clientId }).toString(),
+      });
+    const refused = await refresh(outside);
+    expect(refused.status).toBe(400);
+    expect(refused.body).toMatchObject({ error: 'invalid_grant' });
+    expect((await ping(inside.access_token)).status).toBe(200);
+    expect((await refresh(inside)).status).toBe(200);
+    expect((await audit(orgId)).at(-1)).toMatchObject({ changes: { changed: ['enforce'], sessions_ended: 1, oauth_grants_ended: 1 } });
   });
 
   it('moves domains, refusing one another connection serves', async () => {

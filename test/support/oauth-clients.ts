@@ -6,7 +6,7 @@
  * authorization URL with the session cookie, follow it to the consent page, submit its form.
  */
 import { spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -188,6 +188,47 @@ export async function consentInBrowserSteps(
   });
   if (decided.status !== 303) throw new Error(`POST /oauth/consent/decision answered ${decided.status}: ${decided.text}`);
   return { page, location: new URL(decided.headers.get('location') as string) };
+}
+
+/**
+ * An MCP client's grant, the short way: a public client registered for a loopback redirect,
+ * the person's consent in `session`, the code exchanged for tokens of `resource`.
+ */
+export async function grantByConsent(
+  t: TestApp,
+  session: string,
+  resource: string,
+): Promise<{ clientId: string; access_token: string; refresh_token: string }> {
+  const redirect = 'http://127.0.0.1:33419/callback';
+  const registered = await t.call('POST', '/oauth/register', { redirect_uris: [redirect], token_endpoint_auth_method: 'none', client_name: 'Granted client' });
+  if (registered.status !== 201) throw new Error(`POST /oauth/register answered ${registered.status}: ${registered.text}`);
+  const clientId = (registered.body as { client_id: string }).client_id;
+  const verifier = randomBytes(32).toString('base64url');
+  const authorization = new URL('/oauth/authorize', t.url);
+  authorization.search = new URLSearchParams({
+    response_type: 'code',
+    client_id: clientId,
+    redirect_uri: redirect,
+    code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+    code_challenge_method: 'S256',
+    resource,
+  }).toString();
+  const { location } = await consentInBrowserSteps(t, authorization, session);
+  const code = location.searchParams.get('code');
+  if (!code) throw new Error(`The consent sent no code back: ${location.href}`);
+  const exchanged = await t.call('POST', '/oauth/token', undefined, {
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    raw: new URLSearchParams({
+      grant_type: 'authorization_code',
+      code,
+      code_verifier: verifier,
+      redirect_uri: redirect,
+      client_id: clientId,
+      resource,
+    }).toString(),
+  });
+  if (exchanged.status !== 200) throw new Error(`POST /oauth/token answered ${exchanged.status}: ${exchanged.text}`);
+  return { clientId, ...(exchanged.body as { access_token: string; refresh_token: string }) };
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { Executor } from '../../db/database';
 import type { NewRow, Row, RowChanges } from '../../db/schema';
 import type { PageRequest } from '../../http/pagination';
+import { usersAtDomains } from '../../identity/users';
 
 export type ConnectionRow = Row<'sso_connections'>;
 export type ConnectionType = ConnectionRow['type'];
@@ -135,12 +136,7 @@ export async function endSessionsOutside(db: Executor, connectionId: string, dom
     .set({ revoked_at: now })
     .where('revoked_at', 'is', null)
     .where((eb) => eb.or([eb('sso_connection_id', 'is', null), eb('sso_connection_id', '!=', connectionId)]))
-    .where('user_id', 'in', (eb) =>
-      eb
-        .selectFrom('users')
-        .select('id')
-        .where((x) => x.fn('lower', [x.fn('split_part', [x.ref('email'), x.val('@'), x.val(2)])]), 'in', [...domains]),
-    )
+    .where('user_id', 'in', usersAtDomains(db, domains))
     .returning('id')
     .execute();
   return ended.length;

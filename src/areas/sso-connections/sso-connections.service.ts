@@ -8,6 +8,7 @@ import { toPage, type Page, type PageRequest } from '../../http/pagination';
 import { newId } from '../../lib/ids';
 import { OutboundRefused, OutboundSession, refuseUrl } from '../../outbound/client';
 import { describeCertificate, METADATA_MAX_BYTES, parseIdpMetadata, SamlMetadataInvalid, type IdpSettings } from '../../protocols/saml/metadata';
+import { revokeGrantsOutside } from '../../protocols/oauth-server/grants';
 import { describe, discoverRelyingParty, SocialLoginFailure, tokenAuthMethodOf } from '../../protocols/social-login/oidc';
 import { checkGrantable, resolveRoles } from '../invites';
 import * as repo from './sso-connections.repo';
@@ -433,11 +434,22 @@ export async function update(ctx: RequestContext, id: string, body: Update): Pro
             const updated = Object.keys(changes).length > 0 ? await repo.updateConnection(w.db, ctx.orgId, id, changes) : current;
             if (!updated) throw notFound(WHAT, id);
             let sessionsEnded = 0;
-            // Enforcement starting (or reaching new domains) closes the other ways in that are open now.
+            let grantsEnded = 0;
+            // Enforcement starting (or reaching new domains) closes the other ways in that are open
+            // now: sessions, and MCP clients' grants consented in them.
             if (updated.enforce && updated.status === 'active' && (changed.has('enforce') || changed.has('domains') || changed.has('status'))) {
-              sessionsEnded = await repo.endSessionsOutside(w.db, id, servedDomains, new Date());
+              const now = new Date();
+              sessionsEnded = await repo.endSessionsOutside(w.db, id, servedDomains, now);
+              grantsEnded = await revokeGrantsOutside(w.db, id, servedDomains, now);
             }
-            w.audit({ targetId: id, changes: { changed: [...changed].sort(), ...(sessionsEnded > 0 ? { sessions_ended: sessionsEnded } : {}) } });
+            w.audit({
+              targetId: id,
+              changes: {
+                changed: [...changed].sort(),
+                ...(sessionsEnded > 0 ? { sessions_ended: sessionsEnded } : {}),
+                ...(grantsEnded > 0 ? { oauth_grants_ended: grantsEnded } : {}),
+              },
+            });
             return { row: updated, domains: servedDomains };
           }),
       ),

@@ -294,12 +294,15 @@ export async function decideConsent(body: { request: string; decision: 'approve'
     if (Number(taken.numDeletedRows) === 0)
       throw new ApiError('not_found', `No pending authorization request ${body.request} of yours; it was answered, expired, or is not yours.`);
     const existing = await liveGrant(w.db, person.userId, pending.mcp_server_id, pending.client_id, now);
+    // The way in the consent was given through: enforcing SSO later ends grants given another way.
+    const session = await w.db.selectFrom('sessions').select('sso_connection_id').where('id', '=', person.sessionId).executeTakeFirst();
+    const ssoConnectionId = session?.sso_connection_id ?? null;
     let grantId: string;
     let scope: string;
     if (existing) {
       grantId = existing.id;
       scope = scopeString([...scopesOf(existing.scope), ...scopesOf(pending.scope)]);
-      await w.db.updateTable('oauth_grants').set({ scope }).where('id', '=', grantId).execute();
+      await w.db.updateTable('oauth_grants').set({ scope, sso_connection_id: ssoConnectionId }).where('id', '=', grantId).execute();
     } else {
       // A grant the server's token rotation (or its expiry) ended is closed for good before the new one.
       await w.db
@@ -321,6 +324,7 @@ export async function decideConsent(body: { request: string; decision: 'approve'
           mcp_server_id: pending.mcp_server_id,
           client_id: pending.client_id,
           scope,
+          sso_connection_id: ssoConnectionId,
           created_at: now,
           expires_at: new Date(now.getTime() + GRANT_MS),
         })

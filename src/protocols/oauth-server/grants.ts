@@ -2,6 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Executor } from '../../db/database';
 import { hashSecret, randomSecret, type SecretBox } from '../../lib/crypto';
 import { insertAuditEntries } from '../../events/records';
+import { usersAtDomains } from '../../identity/users';
 import { newId } from '../../lib/ids';
 import type { ClientInformation, OAuthClient } from './clients';
 import { signJwt, type SigningKey } from './keys';
@@ -192,6 +193,29 @@ export async function revokeGrant(db: Executor, grantId: string, now = new Date(
   await db.deleteFrom('oauth_refresh_tokens').where('grant_id', '=', grantId).execute();
   await db.deleteFrom('oauth_codes').where('grant_id', '=', grantId).execute();
   return Number(revoked.numUpdatedRows) > 0;
+}
+
+/**
+ * Ends the live grants of people whose address is in `domains` that were not consented through
+ * `connectionId` (SSO enforcement starting): their tokens stop at once, as their sessions do.
+ * Returns how many ended.
+ */
+export async function revokeGrantsOutside(db: Executor, connectionId: string, domains: readonly string[], now = new Date()): Promise<number> {
+  if (domains.length === 0) return 0;
+  const ended = await db
+    .updateTable('oauth_grants')
+    .set({ revoked_at: now })
+    .where('revoked_at', 'is', null)
+    .where((eb) => eb.or([eb('sso_connection_id', 'is', null), eb('sso_connection_id', '!=', connectionId)]))
+    .where('user_id', 'in', usersAtDomains(db, domains))
+    .returning('id')
+    .execute();
+  const ids = ended.map((g) => g.id);
+  if (ids.length > 0) {
+    await db.deleteFrom('oauth_refresh_tokens').where('grant_id', 'in', ids).execute();
+    await db.deleteFrom('oauth_codes').where('grant_id', 'in', ids).execute();
+  }
+  return ids.length;
 }
 
 /** Records a change to a grant in its MCP server's organization's audit log (in the caller's transaction). */
