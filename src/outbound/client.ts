@@ -3,6 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { BlockList, isIP } from 'node:net';
 import { urlToHttpOptions } from 'node:url';
+import { injectTraceContext } from '../lib/tracing';
 
 /**
  * Outbound calls the server makes on a customer's behalf (webhooks, upstream MCP servers,
@@ -326,6 +327,8 @@ export class OutboundSession {
       return Promise.reject(err);
     }
     if (body) headers['content-length'] = String(body.length);
+    // Set last: the caller's headers never carry a trace of their own.
+    injectTraceContext(headers);
     const signals = [this.deadline.signal, ...(init.signal ? [init.signal] : [])];
     const signal = signals.length === 1 ? this.deadline.signal : AbortSignal.any(signals);
     const client = url.protocol === 'https:' ? https : http;
@@ -477,6 +480,7 @@ export function guardedRequest(url: URL, init: GuardedRequestInit, limits: Outbo
   const plainHttp = url.protocol === 'http:';
   const headers: Record<string, string> = { 'user-agent': USER_AGENT, ...init.headers };
   if (init.body) headers['content-length'] = String(init.body.length);
+  injectTraceContext(headers);
   const client = plainHttp ? http : https;
   return new Promise<GuardedResponse>((resolve, reject) => {
     let failure: OutboundRefused | null = null;
