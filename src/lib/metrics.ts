@@ -60,7 +60,7 @@ export class Metrics {
     });
     this.destinationSends = new Counter({
       name: 'cp_destination_deliveries_total',
-      help: 'Attempts to deliver to a destination, by kind (notification, logging), destination type (slack, email; http, datadog, splunk, otlp) and outcome (delivered; failed: tried again later or given up; dropped: refused by the backend, not tried again).',
+      help: 'Attempts to deliver to a destination, by kind (notification, logging), destination type (slack, email; http, datadog, splunk_hec, otlp_http) and outcome (delivered; failed: tried again later or given up; dropped: refused by the backend, not tried again).',
       labelNames: ['kind', 'type', 'outcome'],
       registers,
     });

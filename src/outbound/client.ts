@@ -197,6 +197,8 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
   const url = new URL(raw);
   const body = Buffer.from(JSON.stringify(payload));
   const client = url.protocol === 'https:' ? https : http;
+  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': body.length, 'user-agent': USER_AGENT };
+  injectTraceContext(headers as Record<string, string>);
   return new Promise((resolve, reject) => {
     let settled = false;
     const finish = (outcome: () => void) => {
@@ -209,7 +211,7 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
       url,
       {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'content-length': body.length, 'user-agent': USER_AGENT },
+        headers,
         lookup: guardedLookup(policy, url.protocol === 'http:') as any,
       },
       (res) => {
