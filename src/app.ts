@@ -74,7 +74,7 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   const modules = options.modules ?? MODULES;
   const registry = buildRegistry(modules, operations, Object.keys(spec.components?.securitySchemes ?? {}));
   const metrics = new Metrics({ outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS), pool: deps.pool });
-  const tracing = new Tracing(deps.config.tracing, APP_VERSION);
+  const tracing = new Tracing(deps.config.tracing, APP_VERSION, deps.logger);
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store, onRefused: (budget) => metrics.refused(budget) });
   // Remembered only while this process hears every change (see CredentialCache); its own

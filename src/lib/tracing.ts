@@ -1,6 +1,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import type { Logger } from 'pino';
 import {
   context,
+  diag,
+  DiagLogLevel,
   defaultTextMapGetter,
   defaultTextMapSetter,
   ROOT_CONTEXT,
@@ -87,13 +90,20 @@ export class Tracing {
   private readonly provider: TracerProvider | null;
   private readonly tracer: Tracer | null;
 
-  constructor(config: TracingConfig, version: string) {
+  constructor(config: TracingConfig, version: string, logger?: Logger) {
     if (config.endpoint === null) {
       this.provider = null;
       this.tracer = null;
       return;
     }
     enableContext();
+    // The SDK reports a collector that refuses or cannot be reached through its diagnostic
+    // logger, silent by default: an operator would see no spans and no reason.
+    if (logger) {
+      const warn = (message: string) => logger.warn({ endpoint: config.endpoint }, `traces: ${message.slice(0, 500)}`);
+      const quiet = () => undefined;
+      diag.setLogger({ error: warn, warn, info: quiet, debug: quiet, verbose: quiet }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
+    }
     const exporter = new OTLPTraceExporter({ url: config.endpoint, headers: { ...config.headers } });
     this.provider = new TracerProvider({
       resource: resourceFromAttributes({ 'service.name': config.serviceName, 'service.version': version }),
