@@ -139,6 +139,27 @@ describe('traces over OTLP/HTTP', () => {
     expect(upstreamCall().traceparent).toBe(`00-${traceId}-${client.spanId}-01`);
   });
 
+  it("takes a traceparent in an MCP message's params._meta as the parent of that message's span", async () => {
+    const { server } = await mcpSetup(t);
+    const traceId = randomBytes(16).toString('hex');
+    const parentId = randomBytes(8).toString('hex');
+    const res = await fetch(`${t.url}/mcp/${server.id}`, {
+      method: 'POST',
+      headers: {
+        Authorization: `Bearer ${server.token}`,
+        'Content-Type': 'application/json',
+        Accept: 'application/json, text/event-stream',
+        'MCP-Protocol-Version': '2025-06-18',
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/list', params: { _meta: { traceparent: `00-${traceId}-${parentId}-01` } } }),
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { result: { tools: unknown[] } }).result.tools.length).toBeGreaterThan(0);
+    const span = await collector.waitFor((s) => s.name === 'tools/list' && s.traceId === traceId);
+    expect(span.parentSpanId).toBe(parentId);
+    expect(span.attributes).toMatchObject({ 'mcp.method.name': 'tools/list', 'jsonrpc.request.id': '7', 'mcp.protocol.version': '2025-06-18' });
+  });
+
   it('traces a plain API request under its route, and a request no operation matched under its method', async () => {
     const org = await t.factories.org();
     expect((await t.as(org).get('/user/me')).status).toBe(200);
