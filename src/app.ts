@@ -26,6 +26,9 @@ import { describeOperations } from './spec/operations';
 import { sql } from 'kysely';
 import type { Db } from './db/database';
 import { Metrics } from './lib/metrics';
+import { failed, Tracing } from './lib/tracing';
+import { context, type Context } from '@opentelemetry/api';
+import type { OperationMeta } from './spec/operations';
 import { outboxLagSeconds } from './events/outbox';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
@@ -71,6 +74,7 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   const modules = options.modules ?? MODULES;
   const registry = buildRegistry(modules, operations, Object.keys(spec.components?.securitySchemes ?? {}));
   const metrics = new Metrics({ outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS), pool: deps.pool });
+  const tracing = new Tracing(deps.config.tracing, APP_VERSION, deps.logger);
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store, onRefused: (budget) => metrics.refused(budget) });
   // Remembered only while this process hears every change (see CredentialCache); its own
@@ -90,6 +94,7 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
     },
     hooks: new Hooks(modules),
     metrics,
+    tracing,
     mcp: new McpRuntime(deps, metrics),
   };
   await registry.start(appDeps);
@@ -165,8 +170,13 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
       res.end(req.method === 'HEAD' ? undefined : healthBody);
       return;
     }
+    const traced = tracing.enabled ? traceRequest(tracing, req, res, operations, deps.config.baseUrl) : null;
     logRequest(deps.logger, req, res, requestId, metrics);
-    // Without a credential the address is what the rate limit counts (with one, the router counts the caller).
+    if (traced) return context.with(traced, admitted, undefined, req, res, credential);
+    admitted(req, res, credential);
+  };
+  // Without a credential the address is what the rate limit counts (with one, the router counts the caller).
+  const admitted = (req: Request, res: Response, credential: unknown) => {
     if (credential) return route(req, res);
     let counted: void | Promise<void>;
     try {
@@ -223,8 +233,47 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
       await stopFollowing();
       await counters.close();
       await registry.stop(appDeps);
+      // Last: the spans of what stopping did are sent too.
+      await tracing.shutdown().catch((err: unknown) => deps.logger.warn({ err }, 'traces: the last spans could not be sent'));
     },
   };
+}
+
+const APP_VERSION = '0.1.0';
+
+/**
+ * The request's SERVER span, named and labelled once the router has matched its operation
+ * (`GET /team/{teamId}`, the spec's path template), ended when the response is. The context
+ * it returns is the one the request runs in, so spans of the work it does are its children.
+ */
+function traceRequest(tracing: Tracing, req: Request, res: Response, operations: Record<string, OperationMeta>, baseUrl: string): Context | null {
+  const method = req.method;
+  const server = new URL(baseUrl);
+  const started = tracing.serverSpan(req.headers, method, {
+    'http.request.method': method,
+    'url.scheme': server.protocol.slice(0, -1),
+    'server.address': server.hostname,
+    ...(server.port ? { 'server.port': Number(server.port) } : {}),
+    'network.protocol.version': req.httpVersion,
+  });
+  if (!started) return null;
+  const { span } = started;
+  res.once('close', () => {
+    const operationId = requestState(req).operationId;
+    const meta = operationId ? operations[operationId] : undefined;
+    if (meta) {
+      span.updateName(`${method} ${meta.path}`);
+      span.setAttribute('http.route', meta.path);
+      span.setAttribute('cp.operation_id', operationId as string);
+      // The path as asked, without its query (sign-in and OAuth links carry secrets there).
+      span.setAttribute('url.path', req.path);
+    }
+    span.setAttribute('http.response.status_code', res.statusCode);
+    if (!res.writableFinished) failed(span, 'aborted');
+    else if (res.statusCode >= 500 && res.statusCode !== 501) failed(span, String(res.statusCode));
+    span.end();
+  });
+  return started.context;
 }
 
 /** How long readiness waits for the database's answer to a trivial query before it says not ready. */

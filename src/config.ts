@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { StorageConfig } from './lib/storage';
+import type { TracingConfig } from './lib/tracing';
 import { projectRoot } from './spec';
 
 export interface FilesConfig {
@@ -27,6 +28,8 @@ export interface Config {
    * public API's (null: not served), bound to loopback unless configured otherwise.
    */
   metrics: { port: number | null; host: string };
+  /** OpenTelemetry traces sent over OTLP/HTTP; off (null endpoint) unless an endpoint is configured. */
+  tracing: TracingConfig;
   baseUrl: string;
   databaseUrl: string | null;
   /** Name each distinct statement so PostgreSQL plans it once per connection; off behind PgBouncer in transaction mode. */
@@ -524,6 +527,74 @@ function metricsListener(env: Env, apiPort: number): Config['metrics'] {
   return { port, host };
 }
 
+const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
+
+/**
+ * The OpenTelemetry SDK's own variable names, as operators set them for every service: traces
+ * go to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or to OTEL_EXPORTER_OTLP_ENDPOINT with
+ * `/v1/traces` appended; neither set, tracing is off.
+ */
+function tracingConfig(env: Env): TracingConfig {
+  const url = (name: string, raw: string) => {
+    let parsed: URL;
+    try {
+      parsed = new URL(raw);
+    } catch {
+      throw new ConfigError(`${name} must be an absolute http(s) URL; got "${raw}".`);
+    }
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new ConfigError(`${name} must be an http or https URL; got "${raw}".`);
+    return parsed;
+  };
+  const tracesEndpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
+  const baseEndpoint = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
+  let endpoint: string | null = null;
+  if (tracesEndpoint) endpoint = url('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', tracesEndpoint).href;
+  else if (baseEndpoint) endpoint = `${url('OTEL_EXPORTER_OTLP_ENDPOINT', baseEndpoint).href.replace(/\/+$/, '')}/v1/traces`;
+  // The exporter sends OTLP/HTTP with JSON bodies; collectors take JSON and protobuf on the same path, gRPC is another port and protocol.
+  const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL?.trim() || env.OTEL_EXPORTER_OTLP_PROTOCOL?.trim();
+  if (protocol && protocol !== 'http/json' && protocol !== 'http/protobuf') {
+    throw new ConfigError(`OTEL_EXPORTER_OTLP_PROTOCOL must be http/json or http/protobuf (traces are sent over OTLP/HTTP as JSON); got "${protocol}".`);
+  }
+  const sampler = oneOf(env, 'OTEL_TRACES_SAMPLER', SAMPLERS, 'parentbased_always_on');
+  let ratio = 1;
+  const rawRatio = env.OTEL_TRACES_SAMPLER_ARG?.trim();
+  if (rawRatio && sampler.endsWith('traceidratio')) {
+    ratio = Number(rawRatio);
+    if (!Number.isFinite(ratio) || ratio < 0 || ratio > 1) throw new ConfigError(`OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1; got "${rawRatio}".`);
+  }
+  return {
+    endpoint,
+    headers: { ...otlpHeaders(env, 'OTEL_EXPORTER_OTLP_HEADERS'), ...otlpHeaders(env, 'OTEL_EXPORTER_OTLP_TRACES_HEADERS') },
+    serviceName: env.OTEL_SERVICE_NAME?.trim() || 'mcp-control-plane',
+    sampler,
+    ratio,
+    scheduleDelayMs: int(env, 'OTEL_BSP_SCHEDULE_DELAY', 5_000, 1, 600_000),
+  };
+}
+
+/** `name=value` pairs separated by commas, values percent-encoded (the W3C Baggage form the OpenTelemetry SDKs read). */
+function otlpHeaders(env: Env, name: string): Record<string, string> {
+  const raw = env[name]?.trim();
+  if (!raw) return {};
+  const headers: Record<string, string> = {};
+  for (const pair of raw.split(',')) {
+    const eq = pair.indexOf('=');
+    const key = eq < 0 ? '' : pair.slice(0, eq).trim();
+    let value: string;
+    try {
+      value = decodeURIComponent(pair.slice(eq + 1).trim());
+    } catch {
+      value = '';
+    }
+    // The value may be an API key: the message names the header, never its value.
+    if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(key) || value === '' || /[\r\n]/.test(value)) {
+      throw new ConfigError(`${name} must be comma-separated name=value pairs (api-key=abc%20def); the pair${key ? ` for ${key}` : ''} is not.`);
+    }
+    headers[key.toLowerCase()] = value;
+  }
+  return headers;
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = oneOf(env, 'NODE_ENV', ['development', 'production', 'test'] as const, 'development');
   const port = int(env, 'PORT', 8080, 0, 65535);
@@ -550,6 +621,7 @@ export function loadConfig(env: Env = process.env): Config {
     host,
     port,
     metrics: metricsListener(env, port),
+    tracing: tracingConfig(env),
     baseUrl,
     databaseUrl: env.DATABASE_URL || null,
     databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),

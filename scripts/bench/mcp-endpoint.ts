@@ -33,6 +33,8 @@
 //   tools/list    the endpoint listing a toolbox of BENCH_CONNECTIONS connections × BENCH_TOOLS
 //                 tools (default 5 × 100), from the connections' tool caches
 //
+// OTEL_* variables of this process are passed to the control plane (its traces: scripts/bench/tracing.ts).
+//
 // Bounded: BENCH_COUNT sequential requests per latency target (default 1000, at most 5000), and
 // the same count per throughput target.
 import { randomBytes } from 'node:crypto';
@@ -222,6 +224,8 @@ async function main(): Promise<void> {
       OUTBOUND_ALLOW_LOOPBACK: 'true',
       CONNECTION_TOOLS_TTL_SECONDS: '3600',
       RATE_LIMIT_REQUESTS: '10000000',
+      // Tracing settings given to the bench go to the server (scripts/bench/tracing.ts runs it with and without).
+      ...Object.fromEntries(Object.entries(process.env).filter((e): e is [string, string] => e[0].startsWith('OTEL_') && e[1] !== undefined)),
     },
     {},
     PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : [],

@@ -15,6 +15,7 @@ import type { OperationMeta } from '../spec/operations';
 import { ApiError } from './errors';
 import type { Hooks } from './hooks';
 import type { Metrics } from '../lib/metrics';
+import type { Tracing } from '../lib/tracing';
 import { insertAuditEntries } from '../events/records';
 
 /** Long-lived collaborators the process hands the app (main.ts, the test harness). */
@@ -49,6 +50,8 @@ export interface AppDeps extends ProcessDeps {
   hooks: Hooks;
   /** The app's metrics (its own registry: two apps in one process count apart). */
   metrics: Metrics;
+  /** The app's traces (its own provider); a no-op unless an OTLP endpoint is configured. */
+  tracing: Tracing;
 }
 
 export interface AuditDetails {

@@ -14,6 +14,7 @@ export class Metrics {
   private readonly toolCalls: Counter<'connector' | 'outcome'>;
   private readonly toolCallSeconds: Histogram<'connector'>;
   private readonly deliveries: Counter<'consumer' | 'outcome'>;
+  private readonly destinationSends: Counter<'kind' | 'type' | 'outcome'>;
   private readonly rateLimited: Counter<'budget'>;
   private readonly credentialLookups: Counter<'cache' | 'result'>;
   private readonly perOperation = new Map<string, { seconds: Histogram.Internal<'operation'>; byStatus: Map<string, Counter.Internal> }>();
@@ -55,6 +56,12 @@ export class Metrics {
       name: 'cp_outbox_deliveries_total',
       help: 'Outbox deliveries attempted by this process, by consumer (destination type) and outcome (delivered, retrying, failed, skipped).',
       labelNames: ['consumer', 'outcome'],
+      registers,
+    });
+    this.destinationSends = new Counter({
+      name: 'cp_destination_deliveries_total',
+      help: 'Attempts to deliver to a destination, by kind (notification, logging), destination type (slack, email; http, datadog, splunk_hec, otlp_http) and outcome (delivered; failed: tried again later or given up; dropped: refused by the backend, not tried again).',
+      labelNames: ['kind', 'type', 'outcome'],
       registers,
     });
     this.rateLimited = new Counter({
@@ -114,6 +121,11 @@ export class Metrics {
 
   outboxRound(consumer: string, counts: Record<string, number>): void {
     for (const [outcome, count] of Object.entries(counts)) if (count > 0) this.deliveries.inc({ consumer, outcome }, count);
+  }
+
+  /** One attempt to deliver to a notification destination (a message) or a logging destination (a batch of records). */
+  destinationDelivery(kind: 'notification' | 'logging', type: string, outcome: 'delivered' | 'failed' | 'dropped'): void {
+    this.destinationSends.inc({ kind, type, outcome });
   }
 
   refused(budget: RateLimitBudget): void {

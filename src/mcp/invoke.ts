@@ -2,6 +2,7 @@ import type { Progress } from '@modelcontextprotocol/sdk/types.js';
 import { recordError, recordUse, type ConnectionRow } from '../areas/connections';
 import type { ResolvedConnector } from '../areas/connectors';
 import { ApiError } from '../http/errors';
+import { failed, SpanKind } from '../lib/tracing';
 import { UpstreamUnavailable, type UpstreamCallResult } from './upstream/client';
 import { upstreamLimits, withConnection, type ConnectionContext } from './upstream/credentials';
 
@@ -47,7 +48,31 @@ export type Invoked =
   | { outcome: 'needs_reauth'; message: string }
   | { outcome: 'cancelled' };
 
-export async function invokeTool(ctx: ConnectionContext, call: ToolInvocation): Promise<Invoked> {
+export function invokeTool(ctx: ConnectionContext, call: ToolInvocation): Promise<Invoked> {
+  const tracing = ctx.deps.tracing;
+  if (!tracing.enabled) return invoke(ctx, call);
+  // The CLIENT span of the upstream call (MCP semantic conventions): its context is the
+  // traceparent the upstream receives, in the HTTP headers and in the request's _meta.
+  const upstream = new URL(call.connector.mcp_url);
+  const attributes = {
+    'mcp.method.name': 'tools/call',
+    'gen_ai.operation.name': 'execute_tool',
+    'gen_ai.tool.name': call.tool,
+    'server.address': upstream.hostname,
+    'server.port': Number(upstream.port) || (upstream.protocol === 'https:' ? 443 : 80),
+    'network.transport': 'tcp',
+    'network.protocol.name': 'http',
+  };
+  return tracing.inSpan(`tools/call ${call.tool}`, { kind: SpanKind.CLIENT, attributes }, async (span) => {
+    const invoked = await invoke(ctx, call);
+    if (invoked.outcome === 'answered') {
+      if (invoked.result.isError) failed(span, 'tool_error');
+    } else failed(span, invoked.outcome === 'unavailable' && invoked.timedOut ? 'timeout' : invoked.outcome);
+    return invoked;
+  });
+}
+
+async function invoke(ctx: ConnectionContext, call: ToolInvocation): Promise<Invoked> {
   const { connection: row, connector } = call;
   const limits = upstreamLimits(ctx);
   const timeoutMs = call.timeoutMs ?? limits.timeoutMs;

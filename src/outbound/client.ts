@@ -3,6 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { BlockList, isIP } from 'node:net';
 import { urlToHttpOptions } from 'node:url';
+import { injectTraceContext } from '../lib/tracing';
 
 /**
  * Outbound calls the server makes on a customer's behalf (webhooks, upstream MCP servers,
@@ -196,6 +197,8 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
   const url = new URL(raw);
   const body = Buffer.from(JSON.stringify(payload));
   const client = url.protocol === 'https:' ? https : http;
+  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': body.length, 'user-agent': USER_AGENT };
+  injectTraceContext(headers as Record<string, string>);
   return new Promise((resolve, reject) => {
     let settled = false;
     const finish = (outcome: () => void) => {
@@ -208,7 +211,7 @@ export function postJson(raw: string, payload: unknown, policy: OutboundPolicy, 
       url,
       {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'content-length': body.length, 'user-agent': USER_AGENT },
+        headers,
         lookup: guardedLookup(policy, url.protocol === 'http:') as any,
       },
       (res) => {
@@ -326,6 +329,8 @@ export class OutboundSession {
       return Promise.reject(err);
     }
     if (body) headers['content-length'] = String(body.length);
+    // Set last: the caller's headers never carry a trace of their own.
+    injectTraceContext(headers);
     const signals = [this.deadline.signal, ...(init.signal ? [init.signal] : [])];
     const signal = signals.length === 1 ? this.deadline.signal : AbortSignal.any(signals);
     const client = url.protocol === 'https:' ? https : http;
@@ -477,6 +482,7 @@ export function guardedRequest(url: URL, init: GuardedRequestInit, limits: Outbo
   const plainHttp = url.protocol === 'http:';
   const headers: Record<string, string> = { 'user-agent': USER_AGENT, ...init.headers };
   if (init.body) headers['content-length'] = String(init.body.length);
+  injectTraceContext(headers);
   const client = plainHttp ? http : https;
   return new Promise<GuardedResponse>((resolve, reject) => {
     let failure: OutboundRefused | null = null;

@@ -8,6 +8,9 @@ import { usePeers } from '../support/peers';
 import { connectMember, memberWithToken, mintMcpServer } from '../support/mcp';
 import { startApiKeyUpstream, useUpstream } from '../support/upstream-mcp';
 import { customConnector } from '../fixtures/connections';
+import { DEFAULT_LOGGING_DELIVERY, loggingDeliveries } from '../../src/areas/logging-destinations/logging-destinations.consumer';
+import { DEFAULT_OUTBOX_OPTIONS, OutboxDispatcher } from '../../src/events/outbox';
+import { startLogBackend } from '../support/log-receivers';
 
 /*
  * `/metrics` and `/ready` on the metrics port of a real app, scraped as Prometheus would after
@@ -150,6 +153,59 @@ describe('/metrics on the metrics port', () => {
       total(before, 'cp_outbox_deliveries_total', { consumer: 'notification-destinations', outcome: 'delivered' });
     expect(moved).toBeGreaterThanOrEqual(1);
     expect(total(after, 'cp_outbox_lag_seconds')).toBe(0);
+  });
+
+  it('counts deliveries to notification destinations per destination type and outcome', async () => {
+    const org = await t.factories.org();
+    const hook = await webhookSubscription(t, peers.receiver, org, ['role.created']);
+    const before = await scrape(t);
+    peers.receiver.respondWith({ status: 503, body: 'down' });
+    expect((await t.as(org).post('/role', { name: `Failing ${Date.now()}`, permissions: ['role:view'] })).status).toBe(201);
+    await hook.deliver();
+    const after = await scrape(t);
+    expect(after.types.get('cp_destination_deliveries_total')).toBe('counter');
+    const moved = (labels: Record<string, string>) =>
+      total(after, 'cp_destination_deliveries_total', labels) - total(before, 'cp_destination_deliveries_total', labels);
+    expect(moved({ kind: 'notification', type: 'slack', outcome: 'failed' })).toBeGreaterThanOrEqual(1);
+    expect(moved({ kind: 'notification', type: 'slack', outcome: 'delivered' })).toBe(0);
+  });
+
+  it('counts deliveries to logging destinations per destination type and outcome', async () => {
+    const backend = await startLogBackend('http');
+    try {
+      const org = await t.factories.org();
+      await t.db.updateTable('organizations').set({ plan: 'enterprise' }).where('id', '=', org.orgId).execute();
+      const client = t.as(org);
+      const created = await client.op('createLoggingDestination', {
+        body: { name: 'Audit', type: 'http', config: { url: `${backend.url}/logs` }, record_types: ['audit'] },
+      });
+      expect(created.status).toBe(201);
+      const consumer = loggingDeliveries(t.deps, DEFAULT_LOGGING_DELIVERY);
+      const dispatcher = new OutboxDispatcher(t.db, [consumer], t.deps.logger, DEFAULT_OUTBOX_OPTIONS);
+      const deliver = async (now: Date) => {
+        for (let round = 0; round < 100; round++) {
+          const r = await dispatcher.runOnce(now);
+          await consumer.settled();
+          if (r.fannedOut === 0 && (r.totals.started ?? 0) === 0) return;
+        }
+      };
+      const before = await scrape(t);
+      backend.failNext({ status: 503, body: 'busy' });
+      expect((await client.op('createTeam', { body: { name: `Team ${Date.now()}` } })).status).toBe(201);
+      await deliver(new Date());
+      // The retry, once its backoff has passed.
+      await deliver(new Date(Date.now() + 60 * 60_000));
+      const after = await scrape(t);
+      const moved = (labels: Record<string, string>) =>
+        total(after, 'cp_destination_deliveries_total', labels) - total(before, 'cp_destination_deliveries_total', labels);
+      expect(moved({ kind: 'logging', type: 'http', outcome: 'failed' })).toBe(1);
+      expect(moved({ kind: 'logging', type: 'http', outcome: 'delivered' })).toBe(1);
+      // Labels are kinds, types and outcomes only: nothing that names a destination or an organization.
+      const labelNames = new Set(after.samples.filter((s) => s.name === 'cp_destination_deliveries_total').flatMap((s) => Object.keys(s.labels)));
+      expect([...labelNames].sort()).toEqual(['kind', 'outcome', 'type']);
+    } finally {
+      await backend.close();
+    }
   });
 
   it('shows the PostgreSQL pool when on a server', async () => {

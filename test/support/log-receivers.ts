@@ -133,7 +133,7 @@ function otlpProblem(body: any): string | null {
   return null;
 }
 
-function anyValueProblem(attr: any): string | null {
+export function anyValueProblem(attr: any): string | null {
   if (typeof attr?.key !== 'string') return 'attribute without key';
   const kinds = Object.keys(attr.value ?? {});
   if (kinds.length !== 1) return `attribute ${attr.key} must have one value`;

@@ -139,6 +139,7 @@ export function loggingDeliveries(deps: AppDeps, options: LoggingDeliveryOptions
       }
       const target = sender.open(destination);
       if (typeof target === 'string') {
+        deps.metrics.destinationDelivery('logging', destination.type, 'failed');
         await fail(destination, now, target, null);
         return;
       }
@@ -165,6 +166,7 @@ export function loggingDeliveries(deps: AppDeps, options: LoggingDeliveryOptions
           batch.map((b) => b.record),
         );
         const sentIds = batch.slice(0, sent).map((b) => b.eventId);
+        deps.metrics.destinationDelivery('logging', destination.type, verdict.kind === 'retry' ? 'failed' : verdict.kind === 'drop' ? 'dropped' : 'delivered');
         if (verdict.kind === 'retry') {
           log.warn(
             { records: sent, attempt: destination.delivery_attempts + 1, reason: verdict.error, detail },

@@ -104,6 +104,7 @@ export function notificationDeliveries(deps: AppDeps, policy: RetryPolicy = DEFA
               webhook_url_enc: delivery.webhook_url_enc,
             };
             const outcome = await sendToDestination(sending, target, render(eventBody({ ...delivery, id: delivery.event_id }), delivery.org_name));
+            deps.metrics.destinationDelivery('notification', delivery.type, outcome.status === 'ok' ? 'delivered' : 'failed');
             if (outcome.status === 'failed') {
               deps.logger.warn(
                 { delivery_id: delivery.id, destination_id: delivery.destination_id, attempt: delivery.attempts, reason: outcome.detail ?? outcome.error },

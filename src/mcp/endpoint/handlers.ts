@@ -26,6 +26,7 @@ import { invokeTool } from '../invoke';
 import { findSyntheticTool, refusalOutcome, runSyntheticTool } from '../../areas/synthetic-tools';
 import type { OfferedTool } from '../../areas/user-toolboxes';
 import { ServedTools, type McpServerRow } from '../served-tools';
+import { failed, SpanKind, type Attributes } from '../../lib/tracing';
 
 /**
  * postMcpMessage and deleteMcpSession: the MCP endpoint `/mcp/{mcpId}` (spec/paths/mcp.yml),
@@ -409,6 +410,7 @@ function streamed(
   served: Served,
   request: JsonRpcRequest,
   progressToken: string | number,
+  version: string,
   finish: <R extends Awaited<ReturnType<typeof toolsCall>>>(response: R) => R = (response) => response,
 ): AsyncIterable<ServerSentEvent> {
   const queue: ServerSentEvent[] = [];
@@ -418,17 +420,19 @@ function streamed(
     queue.push({ event: 'message', data });
     wake?.();
   };
-  void toolsCall(ctx, served, request, (p) =>
-    push({
-      jsonrpc: '2.0',
-      method: 'notifications/progress',
-      params: {
-        progressToken,
-        progress: p.progress,
-        ...(p.total !== undefined ? { total: p.total } : {}),
-        ...(p.message !== undefined ? { message: p.message } : {}),
-      },
-    }),
+  void traced(ctx, request, version, () =>
+    toolsCall(ctx, served, request, (p) =>
+      push({
+        jsonrpc: '2.0',
+        method: 'notifications/progress',
+        params: {
+          progressToken,
+          progress: p.progress,
+          ...(p.total !== undefined ? { total: p.total } : {}),
+          ...(p.message !== undefined ? { message: p.message } : {}),
+        },
+      }),
+    ),
   )
     .then(
       (response) => push(finish(response)),
@@ -455,6 +459,37 @@ function streamed(
       }
     },
   };
+}
+
+/**
+ * A span per JSON-RPC request handled, as the MCP semantic conventions name it (`tools/call
+ * get_weather`, `tools/list`): a child of the HTTP request's span, or of the trace context the
+ * client put in the message's `_meta`. The tool's name is recorded, never its arguments.
+ */
+function traced<R>(ctx: Ctx, request: JsonRpcRequest, version: string, work: () => Promise<R>): Promise<R> {
+  const tracing = ctx.deps.tracing;
+  if (!tracing.enabled) return work();
+  const tool = request.method === 'tools/call' && typeof request.params?.name === 'string' ? request.params.name : null;
+  const attributes: Attributes = {
+    'mcp.method.name': request.method,
+    'jsonrpc.request.id': String(request.id),
+    'mcp.protocol.version': version,
+    'network.transport': 'tcp',
+    'network.protocol.name': 'http',
+    ...(tool !== null ? { 'gen_ai.tool.name': tool, 'gen_ai.operation.name': 'execute_tool' } : {}),
+  };
+  const meta = request.params?._meta as { traceparent?: unknown; tracestate?: unknown } | undefined;
+  const name = tool !== null ? `tools/call ${tool}` : request.method;
+  return tracing.inSpan(name, { kind: SpanKind.SERVER, attributes, ...(meta ? { remoteParent: meta } : {}) }, async (span) => {
+    const response = await work();
+    const message = (response as { body?: unknown }).body ?? response;
+    const error = (message as { error?: { code?: unknown } }).error;
+    if (error) {
+      span?.setAttribute('rpc.response.status_code', String(error.code));
+      failed(span, String(error.code));
+    } else if ((message as { result?: { isError?: unknown } }).result?.isError === true) failed(span, 'tool_error');
+    return response;
+  });
 }
 
 export const mcpEndpointHandlers: {
@@ -498,11 +533,11 @@ export const mcpEndpointHandlers: {
           : version === '2025-03-26'
             ? withoutResourceLinks
             : undefined;
-      return { status: 200, events: streamed(ctx, served, only, progressToken, finish) };
+      return { status: 200, events: streamed(ctx, served, only, progressToken, version, finish) };
     }
-    if (era.era === 'modern') return answerModern(ctx, served, only);
+    if (era.era === 'modern') return traced(ctx, only, version, () => answerModern(ctx, served, only));
     const responses = [];
-    for (const request of requests) responses.push(await answer(ctx, served, request, version));
+    for (const request of requests) responses.push(await traced(ctx, request, version, () => answer(ctx, served, request, version)));
     return { status: 200, body: batch ? responses : (responses[0] as (typeof responses)[number]) };
   },
 

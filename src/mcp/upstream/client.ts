@@ -3,6 +3,7 @@ import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema, ErrorCode, McpError, type CallToolResult, type Progress, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { OutboundRefused, OutboundSession, type OutboundLimits } from '../../outbound/client';
+import { traceContextMeta } from '../../lib/tracing';
 
 /**
  * Calls to upstream MCP servers with one member's credential, through the MCP SDK client
@@ -193,7 +194,8 @@ export async function callWith(
   onprogress?: (progress: Progress) => void,
 ): Promise<UpstreamCallResult> {
   try {
-    return (await client.callTool({ name, arguments: args }, CallToolResultSchema, {
+    const trace = traceContextMeta();
+    return (await client.callTool({ name, arguments: args, ...(trace ? { _meta: trace } : {}) }, CallToolResultSchema, {
       timeout: limits.timeoutMs,
       signal,
       ...(onprogress ? { onprogress } : {}),

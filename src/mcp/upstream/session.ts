@@ -2,6 +2,7 @@ import type http from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import { ErrorCode, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, type Progress } from '@modelcontextprotocol/sdk/types.js';
 import { CLIENT_INFO, UpstreamRejected, UpstreamUnavailable, type UpstreamCallResult, type UpstreamTarget } from './client';
+import { traceContextMeta } from '../../lib/tracing';
 import { guardedRequest, keepAliveAgent, OutboundDeadline, OutboundRefused, type GuardedResponse, type OutboundLimits } from '../../outbound/client';
 
 /**
@@ -223,7 +224,10 @@ export class UpstreamSession {
   ): Promise<UpstreamCallResult> {
     if (signal?.aborted) throw new OutboundRefused('The outbound call was cancelled.');
     const id = this.newId();
-    const params = { name, arguments: args, ...(onprogress ? { _meta: { progressToken: id } } : {}) };
+    // MCP reserves traceparent and tracestate in _meta for W3C Trace Context (beside the HTTP header, which covers only the HTTP request).
+    const trace = traceContextMeta();
+    const meta = onprogress || trace ? { ...trace, ...(onprogress ? { progressToken: id } : {}) } : undefined;
+    const params = { name, arguments: args, ...(meta ? { _meta: meta } : {}) };
     let answer: JsonRpcMessage;
     try {
       answer = await this.request(id, 'tools/call', params, limits, signal, onprogress);

@@ -78,6 +78,10 @@ export interface SeenRequest {
   accepted: boolean;
   /** JSON-RPC method(s) of a POST body, comma-joined. */
   rpc: string | null;
+  /** The W3C `traceparent` header, when one came. */
+  traceparent: string | null;
+  /** A single message's `params._meta`, when it had one. */
+  meta: Record<string, unknown> | null;
 }
 
 export interface McpHostOptions {

@@ -108,6 +108,9 @@ export async function startUpstreamServer(options: UpstreamServerOptions): Promi
       member: 'caller' in auth ? auth.caller.member : null,
       accepted: 'caller' in auth,
       rpc,
+      traceparent: typeof req.headers.traceparent === 'string' ? req.headers.traceparent : null,
+      meta:
+        body && typeof body === 'object' && !Array.isArray(body) ? ((body as { params?: { _meta?: Record<string, unknown> } }).params?._meta ?? null) : null,
     };
     peer.seen.push(record);
     if (!('caller' in auth)) {
