@@ -346,6 +346,16 @@ async function main(): Promise<void> {
     );
   }
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);
+  // The goals are against the bare proxy, measured in the same turns and bursts: what any gateway adds here.
+  const goals = [
+    { name: 'added p50 latency ≤ 1.1× the bare proxy’s', ratio: (v.p50 - d.p50) / Math.max(f.p50 - d.p50, 0.001), need: 1.1, atLeast: false },
+    { name: 'throughput ≥ 0.9× the bare proxy’s', ratio: rv.rate / rf.rate, need: 0.9, atLeast: true },
+  ];
+  console.log('Goals (tools/call via control plane against the bare proxy):');
+  for (const g of goals) {
+    const pass = g.atLeast ? g.ratio >= g.need : g.ratio <= g.need;
+    console.log(`  ${g.name.padEnd(44)} ${g.ratio.toFixed(2).padStart(5)}×  (goal ${g.atLeast ? '≥' : '≤'} ${g.need})  ${pass ? 'PASS' : 'FAIL'}`);
+  }
 
   await stopChild(floor);
   await stopChild(server.child);

@@ -49,28 +49,53 @@ export async function insertAuditEntries(db: Executor, entries: NewRow<'audit_lo
     .execute();
 }
 
+/** The columns of a tool-call record as written, with the type of the array each is sent in. */
+const TOOL_CALL_COLUMNS = {
+  org_id: 'text',
+  mcp_server_id: 'text',
+  user_id: 'text',
+  user_toolbox_id: 'text',
+  connection_id: 'text',
+  connector_slug: 'text',
+  synthetic_tool_id: 'text',
+  tool_name: 'text',
+  upstream_tool: 'text',
+  outcome: 'text',
+  error: 'text',
+  duration_ms: 'int4',
+  request_id: 'text',
+  jsonrpc_id: 'text',
+  created_at: 'timestamptz',
+} as const satisfies Record<Exclude<keyof NewRow<'tool_call_records'>, 'id'>, string>;
+type ToolCallColumn = keyof typeof TOOL_CALL_COLUMNS;
+
 /**
  * Inserts a batch of tool-call records, and their outbox rows where they are exported, in
  * one statement. The records' identity ids are given by the database in the order of the
  * batch; the outbox ids, made here in that order, are paired with them by that order.
+ *
+ * Each column goes as one array parameter (`unnest`), so the statement is the same text for
+ * every batch size: prepared once per connection and planned generically, where a VALUES list
+ * made a statement per size (each prepared and custom-planned on every connection it met, and
+ * up to 500 of them taking the process's budget of prepared statements).
  */
 export async function insertToolCallRecords(db: Db, records: readonly NewRow<'tool_call_records'>[]): Promise<void> {
   if (records.length === 0) return;
   const eventIds = records.map(() => newId('event'));
-  await db
-    .with('inserted', (q) => q.insertInto('tool_call_records').values(records).returningAll())
-    .with('numbered', (q) =>
-      q
-        .selectFrom('inserted')
-        .selectAll()
-        .select(sql<number>`row_number() over (order by id)`.as('n')),
-    )
-    .insertInto('outbox')
-    .columns(['id', 'org_id', 'event_type', 'payload'])
-    .expression(
-      sql`select u.event_id, r.org_id, ${RECORD_EVENT_TYPES.tool_call}, to_jsonb(r) - 'n'
-          from numbered r join unnest(${eventIds}::text[]) with ordinality as u(event_id, n) on u.n = r.n
-          where ${exported('tool_call', sql.ref('r.org_id'))}`,
-    )
-    .execute();
+  const columns = Object.keys(TOOL_CALL_COLUMNS) as ToolCallColumn[];
+  const arrays = columns.map((column) => {
+    const values = records.map((record) => (column === 'created_at' ? (record.created_at ?? new Date()) : (record[column] ?? null)));
+    return sql`${values}::${sql.raw(TOOL_CALL_COLUMNS[column])}[]`;
+  });
+  await sql`
+    with inserted as (
+      insert into tool_call_records (${sql.join(columns.map((column) => sql.ref(column)))})
+      select * from unnest(${sql.join(arrays)})
+      returning *
+    ),
+    numbered as (select *, row_number() over (order by id) as n from inserted)
+    insert into outbox (id, org_id, event_type, payload)
+    select u.event_id, r.org_id, ${RECORD_EVENT_TYPES.tool_call}, to_jsonb(r) - 'n'
+    from numbered r join unnest(${eventIds}::text[]) with ordinality as u(event_id, n) on u.n = r.n
+    where ${exported('tool_call', sql.ref('r.org_id'))}`.execute(db);
 }
