@@ -22,6 +22,7 @@ async function main(): Promise<void> {
   chmodSync(config.dataDir, 0o700);
   const database = await openDatabase({
     url: config.databaseUrl,
+    listenUrl: config.databaseListenUrl,
     dataDir: config.dataDir,
     preparedStatements: config.databasePreparedStatements,
     onConnectionError: (err) => logger.warn({ err: { message: err.message } }, 'database: a connection broke; the pool opens another when needed'),
