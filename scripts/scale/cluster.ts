@@ -31,7 +31,19 @@ import pg from 'pg';
 import { openDatabase } from '../../src/db/database';
 import { startHttpReceiver } from '../../test/support/peers';
 import { addApiKeyConnector } from '../bench/support';
-import { atCleanup, firstLine, freePort, HOST, realServerArgs, startChild, stopChild, tempDir, tsxArgs, waitUntilUp, type Child } from '../bench/processes';
+import {
+  atCleanup,
+  firstLine,
+  freePort,
+  HOST,
+  realServerArgs,
+  startChild as startProcess,
+  stopChild,
+  tempDir,
+  tsxArgs,
+  waitUntilUp,
+  type Child,
+} from '../bench/processes';
 
 const PG_BIN = '/usr/lib/postgresql/15/bin';
 const DATABASE = 'cp';
@@ -158,7 +170,23 @@ async function api(base: string, headers: Record<string, string>, method: string
   return text ? JSON.parse(text) : null;
 }
 
+/** The cluster, up and seeded; whatever it started is stopped again when a step fails. */
 export async function startCluster(options: ClusterOptions = {}): Promise<Cluster> {
+  const started: Child[] = [];
+  try {
+    return await buildCluster(options, started);
+  } catch (err) {
+    await Promise.all(started.map((child) => stopChild(child)));
+    throw err;
+  }
+}
+
+async function buildCluster(options: ClusterOptions, started: Child[]): Promise<Cluster> {
+  const startChild = (...args: Parameters<typeof startProcess>): Child => {
+    const child = startProcess(...args);
+    started.push(child);
+    return child;
+  };
   ensurePackages();
   const count = options.replicas ?? 3;
   const owner = postgresUser();
@@ -314,9 +342,9 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     r.child = startChild(`replica ${i}`, real.args, replicaEnv(r));
     await waitUntilUp(r.child, `${r.metricsUrl}/ready`);
   };
-  // The first alone (it migrates and bootstraps), then the others together.
-  await startReplica(0);
-  await Promise.all(replicas.slice(1).map((r) => startReplica(r.index)));
+  // One after the other: the first migrates and bootstraps, and on two loaded cores replicas
+  // starting together can miss the start-up deadline.
+  for (const r of replicas) await startReplica(r.index);
   const bootstrap = JSON.parse(readFileSync(join(replicas[0]!.dataDir, 'bootstrap.json'), 'utf8')) as {
     organization_id: string;
     user_id: string;
