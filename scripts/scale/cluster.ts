@@ -22,7 +22,8 @@
 // (`ALTER DATABASE … SET timezone = 'UTC'`). Named prepared statements must be off
 // (DATABASE_PREPARED_STATEMENTS=false): PgBouncer before 1.21 does not carry them between
 // server connections.
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { chownSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -40,11 +41,13 @@ import {
   startChild as startProcess,
   stopChild,
   tempDir,
+  ROOT,
   tsxArgs,
   waitUntilUp,
   type Child,
 } from '../bench/processes';
 
+const execFileAsync = promisify(execFile);
 const PG_BIN = '/usr/lib/postgresql/15/bin';
 const DATABASE = 'cp';
 
@@ -104,6 +107,8 @@ export interface Cluster {
   startRedis(): Promise<void>;
   /** HAProxy's view of each replica: `UP`, `DOWN`, `MAINT`, `UP 1/2`… by replica name (r0, r1…). */
   backendStatus(): Promise<Record<string, string>>;
+  /** The operator CLI (scripts/cli.ts … --json) on the cluster's database; its JSON answer. */
+  cli(args: string[]): Promise<any>;
   /** Runs `run` on one direct connection to the app's database. */
   query<T extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<T[]>;
   stop(): Promise<void>;
@@ -300,6 +305,7 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
   const lbPort = await freePort();
   const lbUrl = `http://${HOST}:${lbPort}`;
   const encryptionKey = randomBytes(32).toString('hex');
+  const cliDir = tempDir('cp-scale-cli-');
   const replicas: Replica[] = [];
   for (let i = 0; i < count; i += 1) {
     const port = await freePort();
@@ -476,6 +482,21 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
     },
     startRedis,
     backendStatus,
+    cli: async (args) => {
+      const { stdout } = await execFileAsync(process.execPath, [...tsxArgs('scripts/cli.ts'), ...args, '--json'], {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH ?? '',
+          HOME: process.env.HOME ?? '',
+          DATABASE_URL: directUrl,
+          ENCRYPTION_KEY: encryptionKey,
+          DATA_DIR: cliDir,
+          BASE_URL: lbUrl,
+        },
+        timeout: 60_000,
+      });
+      return JSON.parse(stdout);
+    },
     query: (text, values) => onDatabase(directUrl, async (c) => (await c.query(text, values)).rows),
     stop: async () => {
       await Promise.all(replicas.map((r) => (r.child ? stopChild(r.child) : undefined)));
