@@ -18,6 +18,7 @@ const SLOW_CALLS = 4;
 const SLEEP_MS = 4_000;
 const LEASE_MS = 60_000;
 
+/** A progress token asks the endpoint to stream the call (SSE) rather than answer it as JSON. */
 async function slowCall(cluster: Cluster, base: string): Promise<{ ok: boolean; detail: string; sse: boolean }> {
   const { seed } = cluster;
   try {
@@ -33,7 +34,7 @@ async function slowCall(cluster: Cluster, base: string): Promise<{ ok: boolean; 
         jsonrpc: '2.0',
         id: 7,
         method: 'tools/call',
-        params: { name: seed.echoTool.replace(/__echo$/, '__sleep'), arguments: { ms: SLEEP_MS } },
+        params: { name: seed.echoTool.replace(/__echo$/, '__sleep'), arguments: { ms: SLEEP_MS }, _meta: { progressToken: `slow-${Math.random()}` } },
       }),
       signal: AbortSignal.timeout(30_000),
     });
