@@ -84,18 +84,26 @@ export function delivered(cluster: Cluster): { type: string; eventId: string; ro
 }
 
 /**
- * Waits (at most `timeoutMs`) until each acknowledged write's event reached the webhook. The
- * default outlasts the delivery lease (60 s, src/events/delivery-queue.ts): what a killed
- * replica had claimed is sent by another once the lease expires.
+ * Waits until each acknowledged write's event reached the webhook: as long as deliveries keep
+ * arriving (one destination drains only a few deliveries per replica and OUTBOX_POLL_MS, so a
+ * load's backlog takes a while), and up to `stallMs` without progress, which outlasts the
+ * delivery lease (60 s, src/events/delivery-queue.ts): what a killed replica had claimed is
+ * sent by another once the lease expires. At most `capMs` in all.
  */
-export async function checkDeliveries(cluster: Cluster, writes: AckedWrite[], timeoutMs = 90_000): Promise<DeliveryCheck> {
+export async function checkDeliveries(cluster: Cluster, writes: AckedWrite[], stallMs = 75_000, capMs = 240_000): Promise<DeliveryCheck> {
   const want = writes.map((w) => `${w.kind === 'created' ? 'role.created' : 'role.deleted'} ${w.roleId}`);
   const start = Date.now();
+  let progressAt = start;
+  let lastMissing = Infinity;
   for (;;) {
     const got = delivered(cluster);
     const seen = new Set(got.map((d) => `${d.type} ${d.roleId}`));
     const missing = want.filter((k) => !seen.has(k)).length;
-    if (missing === 0 || Date.now() - start > timeoutMs) {
+    if (missing < lastMissing) {
+      lastMissing = missing;
+      progressAt = Date.now();
+    }
+    if (missing === 0 || Date.now() - progressAt > stallMs || Date.now() - start > capMs) {
       const byEvent = new Map<string, number>();
       for (const d of got) byEvent.set(d.eventId, (byEvent.get(d.eventId) ?? 0) + 1);
       const duplicates = [...byEvent.values()].reduce((sum, n) => sum + n - 1, 0);
@@ -103,4 +111,20 @@ export async function checkDeliveries(cluster: Cluster, writes: AckedWrite[], ti
     }
     await new Promise((r) => setTimeout(r, 250));
   }
+}
+
+/**
+ * Deliveries claimed and never recorded: claimed (next attempt one lease after the last), no
+ * error, and still so `afterMs` later with the same claim. A replica that stops without
+ * handing its claims back leaves these until the lease expires.
+ */
+export async function stuckClaims(cluster: Cluster, afterMs = 3_000): Promise<number> {
+  const claimed = () =>
+    cluster.query<{ id: string; at: string }>(
+      `select id, last_attempt_at::text as at from notification_deliveries
+        where status = 'pending' and last_error is null and next_attempt_at - last_attempt_at = interval '60 seconds'`,
+    );
+  const before = new Set((await claimed()).map((r) => `${r.id} ${r.at}`));
+  await new Promise((r) => setTimeout(r, afterMs));
+  return (await claimed()).filter((r) => before.has(`${r.id} ${r.at}`)).length;
 }
