@@ -32,6 +32,11 @@ export interface Config {
   tracing: TracingConfig;
   baseUrl: string;
   databaseUrl: string | null;
+  /**
+   * Where the change listener (LISTEN/NOTIFY) connects: a session of its own, which a pooler in
+   * transaction mode cannot give, so behind one this names PostgreSQL directly. Null: databaseUrl.
+   */
+  databaseListenUrl: string | null;
   /** Name each distinct statement so PostgreSQL plans it once per connection; off behind PgBouncer in transaction mode. */
   databasePreparedStatements: boolean;
   dataDir: string;
@@ -624,6 +629,7 @@ export function loadConfig(env: Env = process.env): Config {
     tracing: tracingConfig(env),
     baseUrl,
     databaseUrl: env.DATABASE_URL || null,
+    databaseListenUrl: env.DATABASE_LISTEN_URL || null,
     databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),
     dataDir,
     encryptionKeys: encryptionKeys(env, dataDir, nodeEnv === 'production' ? 'when NODE_ENV=production' : env.DATABASE_URL ? 'with DATABASE_URL' : null),
