@@ -1,7 +1,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install start dev build test test-fast test-pg generate check-generated migration lint format typecheck migrate bench bench-audit-log bench-mcp coverage test-node-lines ci clean
+.PHONY: help install start dev build test test-fast test-pg generate check-generated migration lint format typecheck migrate bench bench-audit-log bench-mcp scale coverage test-node-lines ci clean
 
 # A PostgreSQL server for `make test-pg` and CI's second run (trust auth on loopback here).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
@@ -76,6 +76,9 @@ bench-audit-log: install ## The audit-log list at 1,000 and 1,000,000 entries (n
 
 bench-mcp: install ## The MCP endpoint against calling the upstream directly, each role its own process (needs PostgreSQL at BENCH_DATABASE_URL)
 	npx tsx scripts/bench/mcp-endpoint.ts
+
+scale: install ## Three replicas behind HAProxy, PgBouncer, PostgreSQL and Redis on loopback, and every fault of scripts/scale/faults (NAMES=sigkill… to narrow, ARGS=--soak=30 to soak); fails when one did not hold
+	npx tsx scripts/scale/run.ts $(NAMES) $(ARGS)
 
 test-node-lines: install ## Start-up and a representative part of the suite on Node.js 22 and 24 (npm's official binaries, scripts/node-lines)
 	scripts/node-lines.sh

@@ -29,6 +29,11 @@ export interface Config {
   metrics: { port: number | null; host: string };
   baseUrl: string;
   databaseUrl: string | null;
+  /**
+   * Where the change listener (LISTEN/NOTIFY) connects: a session of its own, which a pooler in
+   * transaction mode cannot give, so behind one this names PostgreSQL directly. Null: databaseUrl.
+   */
+  databaseListenUrl: string | null;
   /** Name each distinct statement so PostgreSQL plans it once per connection; off behind PgBouncer in transaction mode. */
   databasePreparedStatements: boolean;
   /** How long a query may wait for a pooled connection before it fails as the database being unavailable (503). */
@@ -554,6 +559,7 @@ export function loadConfig(env: Env = process.env): Config {
     metrics: metricsListener(env, port),
     baseUrl,
     databaseUrl: env.DATABASE_URL || null,
+    databaseListenUrl: env.DATABASE_LISTEN_URL || null,
     databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),
     databaseConnectTimeoutMs: int(env, 'DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 120_000),
     dataDir,

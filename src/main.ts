@@ -22,6 +22,7 @@ async function main(): Promise<void> {
   chmodSync(config.dataDir, 0o700);
   const database = await openDatabase({
     url: config.databaseUrl,
+    listenUrl: config.databaseListenUrl,
     dataDir: config.dataDir,
     preparedStatements: config.databasePreparedStatements,
     connectTimeoutMs: config.databaseConnectTimeoutMs,

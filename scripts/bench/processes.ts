@@ -24,6 +24,8 @@ const STOP_TIMEOUT_MS = 10_000;
 
 export interface Child {
   name: string;
+  /** What stops it gracefully (SIGTERM unless started otherwise; PostgreSQL's fast shutdown is SIGINT). */
+  stopSignal: NodeJS.Signals;
   process: ChildProcess;
   stderr: string[];
   exited: Promise<number | null>;
@@ -35,18 +37,31 @@ const tempDirs: string[] = [];
 const tasks: (() => Promise<void>)[] = [];
 let cleaning: Promise<void> | null = null;
 
+/** A program other than Node (`command`), run as another user (`uid`/`gid`, when this process may), stopped with `stopSignal`. */
+export interface ChildOptions {
+  command?: string;
+  /** The project's root unless given (another user may not be allowed in there). */
+  cwd?: string;
+  uid?: number;
+  gid?: number;
+  stopSignal?: NodeJS.Signals;
+}
+
 /**
- * Node running `args` from the project's root with only PATH, HOME and `env` in its environment.
- * Its stderr is kept (the last 50 chunks, for error messages); its stdout is thrown away (a
- * server's logs cost what they cost, but nobody reads them here), or piped when `stdout` says so.
+ * Node running `args` from the project's root with only PATH, HOME and `env` in its environment
+ * (or `options.command`). Its stderr is kept (the last 50 chunks, for error messages); its stdout
+ * is thrown away (a server's logs cost what they cost, but nobody reads them here), or piped when
+ * `stdout` says so.
  */
-export function startChild(name: string, args: string[], env: Record<string, string>, stdout: 'ignore' | 'pipe' = 'ignore'): Child {
-  const proc = spawn(process.execPath, args, {
-    cwd: ROOT,
+export function startChild(name: string, args: string[], env: Record<string, string>, stdout: 'ignore' | 'pipe' = 'ignore', options: ChildOptions = {}): Child {
+  const proc = spawn(options.command ?? process.execPath, args, {
+    cwd: options.cwd ?? ROOT,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: ['ignore', stdout, 'pipe'],
+    uid: options.uid,
+    gid: options.gid,
   });
-  const child: Child = { name, process: proc, stderr: [], exitCode: undefined, exited: Promise.resolve(null) };
+  const child: Child = { name, stopSignal: options.stopSignal ?? 'SIGTERM', process: proc, stderr: [], exitCode: undefined, exited: Promise.resolve(null) };
   child.exited = new Promise((done) => {
     proc.once('exit', (code) => {
       // null after a signal; undefined only while running.
@@ -66,7 +81,7 @@ export function startChild(name: string, args: string[], env: Record<string, str
 
 export async function stopChild(child: Child): Promise<void> {
   if (child.exitCode !== undefined) return;
-  child.process.kill('SIGTERM');
+  child.process.kill(child.stopSignal);
   const timer = setTimeout(() => child.process.kill('SIGKILL'), STOP_TIMEOUT_MS);
   await child.exited;
   clearTimeout(timer);

@@ -35,6 +35,12 @@ export interface DatabaseOptions {
   url?: string | null;
   /** Where the embedded database keeps its files; in memory when absent. */
   dataDir?: string | null;
+  /**
+   * Where LISTEN runs (default: `url`). A pooler in transaction mode hands each transaction
+   * another server connection, so a LISTEN through it would be heard by nobody: point this at
+   * PostgreSQL itself.
+   */
+  listenUrl?: string | null;
   /** An embedded database that is already open (tests load one from a snapshot). */
   pglite?: PGlite;
   poolSize?: number;
@@ -79,7 +85,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     // statement in flight fails on its own (503), and the pool drops the dead client on release.
     pool.on('connect', (client) => client.on('error', (err) => options.onConnectionError?.(err)));
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
-    const listener = new ServerListener(options.url as string);
+    const listener = new ServerListener(options.listenUrl || options.url);
     const listen = (channel: string, onNotify: (payload: string) => void, onLost?: () => void) => listener.listen(channel, onNotify, onLost);
     return { db, kind: 'postgres', pool, listen, close: () => db.destroy() };
   }
