@@ -70,7 +70,11 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   if (problems.length > 0) throw new Error(`The spec breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
   const modules = options.modules ?? MODULES;
   const registry = buildRegistry(modules, operations, Object.keys(spec.components?.securitySchemes ?? {}));
-  const metrics = new Metrics({ outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS), pool: deps.pool });
+  const metrics = new Metrics({
+    outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS),
+    pool: deps.pool,
+    processMetrics: deps.config.metrics.port !== null,
+  });
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store, onRefused: (budget) => metrics.refused(budget) });
   // Remembered only while this process hears every change (see CredentialCache); its own

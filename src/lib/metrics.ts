@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
  * What an operator scrapes (`/metrics` on METRICS_PORT), one registry per app: the tests run
@@ -23,8 +23,11 @@ export class Metrics {
    * null when the database could not say in time, shown as NaN so that the rest of the scrape
    * still arrives while the database is away, which is when it is wanted most.
    */
-  constructor(sources: { outboxLagSeconds: () => Promise<number | null>; pool?: pg.Pool | null }) {
+  constructor(sources: { outboxLagSeconds: () => Promise<number | null>; pool?: pg.Pool | null; processMetrics?: boolean }) {
     const registers = [this.registry];
+    // The process's own (resident memory, heap, open descriptors, event-loop lag, GC): what a
+    // soak watches for leaks. Once per process: the tests' many apps in one process leave them out.
+    if (sources.processMetrics) collectDefaultMetrics({ register: this.registry });
     this.requests = new Counter({
       name: 'cp_http_requests_total',
       help: 'Requests answered on the API port, by operation id (none: no operation matched) and status class (aborted: the client left first).',
