@@ -60,8 +60,8 @@ async function bouncerServers(url: string): Promise<number> {
   client.on('error', () => undefined);
   try {
     await client.connect();
-    // The admin console speaks the simple protocol only.
-    const { rows } = await client.query<Record<string, string>>({ text: 'SHOW POOLS', rowMode: undefined } as never);
+    // The admin console speaks the simple protocol only: a query without parameters is sent so.
+    const { rows } = await client.query<Record<string, string>>('SHOW POOLS');
     return rows
       .filter((r) => r.database !== 'pgbouncer')
       .reduce((sum, r) => sum + ['sv_active', 'sv_idle', 'sv_used', 'sv_tested', 'sv_login'].reduce((s, k) => s + Number(r[k] ?? 0), 0), 0);
@@ -163,13 +163,19 @@ export async function soak(cluster: Cluster, load: Load, minutes: number): Promi
     const [rss1, rss2] = slopes('rssMb');
     const [heap1, heap2] = slopes('heapMb');
     const [fd1, fd2] = slopes('fds');
-    // Growing: still climbing in the second half by more than 1 MB (or 1 descriptor) a minute.
-    const growing = (rss2 ?? 0) > 1 || (fd2 ?? 0) > 1;
+    // Growing: still climbing in the second half (more than 2 MB or half a descriptor a minute)
+    // and higher there on average than in the first; a collection moves RSS by tens of MB, so a
+    // slope alone over a few samples says little.
+    const mean = (part: Sample[], key: 'rssMb' | 'fds') => part.reduce((sum, s) => sum + s[key], 0) / Math.max(1, part.length);
+    const growing =
+      ((rss2 ?? 0) > 2 && mean(parts[1]!, 'rssMb') > mean(parts[0]!, 'rssMb') * 1.05) ||
+      ((fd2 ?? 0) > 0.5 && mean(parts[1]!, 'fds') > mean(parts[0]!, 'fds') + 2);
     grows ||= growing;
     verdicts.push(
       `r${r.index}: RSS ${fixed(rss1 ?? NaN, 2)} → ${fixed(rss2 ?? NaN, 2)} MB/min, heap ${fixed(heap1 ?? NaN, 2)} → ${fixed(heap2 ?? NaN, 2)} MB/min, fds ${fixed(fd1 ?? NaN, 2)} → ${fixed(fd2 ?? NaN, 2)} /min (first half → second half): ${growing ? 'still growing' : 'flat'}`,
     );
   }
+  if (minutes < 10) verdicts.push(`${minutes} min is short: a few samples per half, so the slopes are mostly the collector's noise; soak 30 min for a verdict`);
   const p99s = [...new Set(samples.map((s) => s.minute))].map((m) => samples.find((s) => s.minute === m)!.p99);
   return {
     held: failed === 0,

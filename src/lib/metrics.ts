@@ -72,14 +72,8 @@ export class Metrics {
       labelNames: ['cache', 'result'],
       registers,
     });
-    new Gauge({
-      name: 'cp_outbox_lag_seconds',
-      help: 'How long the oldest due outbox event has waited to be handed to its consumers (0: none waiting; NaN: the database did not answer); read at each scrape.',
-      registers,
-      async collect() {
-        this.set((await sources.outboxLagSeconds()) ?? Number.NaN);
-      },
-    });
+    // The pool is read before the outbox lag's query takes a connection of it: a scrape collects
+    // every metric at once, and would otherwise count its own query as a waiting client.
     const pool = sources.pool;
     if (pool) {
       const poolGauge = (name: string, help: string, read: () => number) =>
@@ -95,6 +89,14 @@ export class Metrics {
       poolGauge('cp_db_pool_idle_connections', 'Pool connections open and not in use.', () => pool.idleCount);
       poolGauge('cp_db_pool_waiting_clients', 'Queries waiting for a pool connection (the pool is exhausted while above 0).', () => pool.waitingCount);
     }
+    new Gauge({
+      name: 'cp_outbox_lag_seconds',
+      help: 'How long the oldest due outbox event has waited to be handed to its consumers (0: none waiting; NaN: the database did not answer); read at each scrape.',
+      registers,
+      async collect() {
+        this.set((await sources.outboxLagSeconds()) ?? Number.NaN);
+      },
+    });
   }
 
   request(operation: string | undefined, status: number, aborted: boolean, seconds: number): void {
