@@ -86,10 +86,19 @@ async function main(): Promise<void> {
     stopping = true;
     logger.info({ signal }, 'shutting down: finishing requests in flight');
     drain();
+    // Node closes only the connections idle at close(): one busy then (a balancer's kept-alive
+    // connection) would stay open until the grace ends, and the balancer could hand it new
+    // requests that the grace's end then cuts. So each answer from now on says
+    // `Connection: close`, and connections are closed as soon as they fall idle.
+    server.prependListener('request', (_req, res) => {
+      if (!res.headersSent) res.setHeader('connection', 'close');
+    });
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeIdleConnections();
+    const idle = setInterval(() => server.closeIdleConnections(), 100);
     const timer = setTimeout(() => server.closeAllConnections(), config.shutdownGraceMs);
     await closed;
+    clearInterval(idle);
     clearTimeout(timer);
     // Readiness answered 503 throughout the drain, so balancers stopped sending here; metrics stay scrapeable until the requests are done.
     metricsServer?.closeAllConnections();

@@ -22,7 +22,8 @@
 // (`ALTER DATABASE … SET timezone = 'UTC'`). Named prepared statements must be off
 // (DATABASE_PREPARED_STATEMENTS=false): PgBouncer before 1.21 does not carry them between
 // server connections.
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { chownSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -31,8 +32,22 @@ import pg from 'pg';
 import { openDatabase } from '../../src/db/database';
 import { startHttpReceiver } from '../../test/support/peers';
 import { addApiKeyConnector } from '../bench/support';
-import { atCleanup, firstLine, freePort, HOST, realServerArgs, startChild, stopChild, tempDir, tsxArgs, waitUntilUp, type Child } from '../bench/processes';
+import {
+  atCleanup,
+  firstLine,
+  freePort,
+  HOST,
+  realServerArgs,
+  startChild as startProcess,
+  stopChild,
+  tempDir,
+  ROOT,
+  tsxArgs,
+  waitUntilUp,
+  type Child,
+} from '../bench/processes';
 
+const execFileAsync = promisify(execFile);
 const PG_BIN = '/usr/lib/postgresql/15/bin';
 const DATABASE = 'cp';
 
@@ -92,6 +107,8 @@ export interface Cluster {
   startRedis(): Promise<void>;
   /** HAProxy's view of each replica: `UP`, `DOWN`, `MAINT`, `UP 1/2`… by replica name (r0, r1…). */
   backendStatus(): Promise<Record<string, string>>;
+  /** The operator CLI (scripts/cli.ts … --json) on the cluster's database; its JSON answer. */
+  cli(args: string[]): Promise<any>;
   /** Runs `run` on one direct connection to the app's database. */
   query<T extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<T[]>;
   stop(): Promise<void>;
@@ -158,7 +175,23 @@ async function api(base: string, headers: Record<string, string>, method: string
   return text ? JSON.parse(text) : null;
 }
 
+/** The cluster, up and seeded; whatever it started is stopped again when a step fails. */
 export async function startCluster(options: ClusterOptions = {}): Promise<Cluster> {
+  const started: Child[] = [];
+  try {
+    return await buildCluster(options, started);
+  } catch (err) {
+    await Promise.all(started.map((child) => stopChild(child)));
+    throw err;
+  }
+}
+
+async function buildCluster(options: ClusterOptions, started: Child[]): Promise<Cluster> {
+  const startChild = (...args: Parameters<typeof startProcess>): Child => {
+    const child = startProcess(...args);
+    started.push(child);
+    return child;
+  };
   ensurePackages();
   const count = options.replicas ?? 3;
   const owner = postgresUser();
@@ -274,6 +307,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   const lbPort = await freePort();
   const lbUrl = `http://${HOST}:${lbPort}`;
   const encryptionKey = randomBytes(32).toString('hex');
+  const cliDir = tempDir('cp-scale-cli-');
   const replicas: Replica[] = [];
   for (let i = 0; i < count; i += 1) {
     const port = await freePort();
@@ -316,9 +350,9 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     r.child = startChild(`replica ${i}`, real.args, replicaEnv(r));
     await waitUntilUp(r.child, `${r.metricsUrl}/ready`);
   };
-  // The first alone (it migrates and bootstraps), then the others together.
-  await startReplica(0);
-  await Promise.all(replicas.slice(1).map((r) => startReplica(r.index)));
+  // One after the other: the first migrates and bootstraps, and on two loaded cores replicas
+  // starting together can miss the start-up deadline.
+  for (const r of replicas) await startReplica(r.index);
   const bootstrap = JSON.parse(readFileSync(join(replicas[0]!.dataDir, 'bootstrap.json'), 'utf8')) as {
     organization_id: string;
     user_id: string;
@@ -450,6 +484,21 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     },
     startRedis,
     backendStatus,
+    cli: async (args) => {
+      const { stdout } = await execFileAsync(process.execPath, [...tsxArgs('scripts/cli.ts'), ...args, '--json'], {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH ?? '',
+          HOME: process.env.HOME ?? '',
+          DATABASE_URL: directUrl,
+          ENCRYPTION_KEY: encryptionKey,
+          DATA_DIR: cliDir,
+          BASE_URL: lbUrl,
+        },
+        timeout: 60_000,
+      });
+      return JSON.parse(stdout);
+    },
     query: (text, values) => onDatabase(directUrl, async (c) => (await c.query(text, values)).rows),
     stop: async () => {
       await Promise.all(replicas.map((r) => (r.child ? stopChild(r.child) : undefined)));

@@ -77,7 +77,8 @@ export function percentile(sorted: readonly number[], p: number): number {
 }
 
 export class Load {
-  private readonly runId = randomBytes(3).toString('hex');
+  /** What the names of the roles this load creates start with. */
+  readonly prefix = `scale-${randomBytes(3).toString('hex')}-`;
   private counter = 0;
   /** Roles created and not yet picked for deletion, across runs of this load. */
   private readonly live: string[] = [];
@@ -132,7 +133,7 @@ export class Load {
         request = { method: 'GET', path: '/role?limit=20', headers, expect: [200] };
         break;
       case 'create':
-        name = `scale-${this.runId}-${(this.counter += 1)}`;
+        name = `${this.prefix}${(this.counter += 1)}`;
         request = { method: 'POST', path: '/role', headers, body: { name, permissions: ['connector:view'] }, expect: [201] };
         break;
       case 'delete':
