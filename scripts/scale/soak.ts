@@ -171,8 +171,11 @@ export async function soak(cluster: Cluster, load: Load, minutes: number): Promi
       ((rss2 ?? 0) > 2 && mean(parts[1]!, 'rssMb') > mean(parts[0]!, 'rssMb') * 1.05) ||
       ((fd2 ?? 0) > 0.5 && mean(parts[1]!, 'fds') > mean(parts[0]!, 'fds') + 2);
     grows ||= growing;
+    // The floor (lowest sample) of each half: a leak raises it, a collector's sawtooth does not.
+    const floor = (part: Sample[]) => Math.min(...part.map((s) => s.rssMb));
+    const rate = (part: Sample[]) => part.reduce((sum, s) => sum + s.rps, 0) / Math.max(1, part.length);
     verdicts.push(
-      `r${r.index}: RSS ${fixed(rss1 ?? NaN, 2)} → ${fixed(rss2 ?? NaN, 2)} MB/min, heap ${fixed(heap1 ?? NaN, 2)} → ${fixed(heap2 ?? NaN, 2)} MB/min, fds ${fixed(fd1 ?? NaN, 2)} → ${fixed(fd2 ?? NaN, 2)} /min (first half → second half): ${growing ? 'still growing' : 'flat'}`,
+      `r${r.index}: RSS ${fixed(rss1 ?? NaN, 2)} → ${fixed(rss2 ?? NaN, 2)} MB/min (floor ${fixed(floor(parts[0]!))} → ${fixed(floor(parts[1]!))} MB), heap ${fixed(heap1 ?? NaN, 2)} → ${fixed(heap2 ?? NaN, 2)} MB/min, fds ${fixed(fd1 ?? NaN, 2)} → ${fixed(fd2 ?? NaN, 2)} /min, load ${fixed(rate(parts[0]!), 0)} → ${fixed(rate(parts[1]!), 0)} req/s (first half → second half): ${growing ? 'rising: read the floors and the rates' : 'flat'}`,
     );
   }
   if (minutes < 10) verdicts.push(`${minutes} min is short: a few samples per half, so the slopes are mostly the collector's noise; soak 30 min for a verdict`);
@@ -184,7 +187,7 @@ export async function soak(cluster: Cluster, load: Load, minutes: number): Promi
       requests,
       failed,
       'p99 ms first/last window': `${fixed(p99s[0] ?? NaN)}/${fixed(p99s[p99s.length - 1] ?? NaN)}`,
-      verdict: grows ? 'memory or descriptors still growing in the second half (see the notes)' : 'flat',
+      verdict: grows ? 'memory or descriptors rising in the second half (see the notes)' : 'flat',
     },
     notes: [...verdicts, ...failures.map((f) => `failure: ${f}`), `samples: ${csv}`],
   };
