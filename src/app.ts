@@ -73,7 +73,11 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   if (problems.length > 0) throw new Error(`The spec breaks ${problems.length} rule(s):\n  ${problems.join('\n  ')}`);
   const modules = options.modules ?? MODULES;
   const registry = buildRegistry(modules, operations, Object.keys(spec.components?.securitySchemes ?? {}));
-  const metrics = new Metrics({ outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS), pool: deps.pool });
+  const metrics = new Metrics({
+    outboxLagSeconds: () => within(outboxLagSeconds(deps.db), READY_DEADLINE_MS),
+    pool: deps.pool,
+    processMetrics: deps.config.metrics.port !== null,
+  });
   const tracing = new Tracing(deps.config.tracing, APP_VERSION, deps.logger);
   const counters = counterStore(deps);
   const limits = new RateLimits({ ...deps.config.rateLimit, store: counters.store, onRefused: (budget) => metrics.refused(budget) });
@@ -328,15 +332,52 @@ function within<T>(work: Promise<T>, deadlineMs: number): Promise<T | null> {
   return Promise.race([settled, late]).finally(() => clearTimeout(timer));
 }
 
+/** The longest a request waits for Redis to count it before the in-process stand-in does. */
+const REDIS_COMMAND_TIMEOUT_MS = 500;
+
 /** The rate limits' counters: in this process, or shared by the replicas in PostgreSQL or Redis. */
 function counterStore(deps: ProcessDeps): { store: CounterStore; close(): Promise<void> } {
   const { store } = deps.config.rateLimit;
   if (store === 'postgres' && deps.pool) return { store: { kind: 'postgres', pool: deps.pool }, close: async () => undefined };
   if (store === 'redis' && deps.config.redisUrl) {
-    // No offline queue: while Redis is away, commands fail at once and the limiter's in-memory stand-in answers.
-    const client = new Redis(deps.config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-    client.on('error', (err) => deps.logger.warn({ err: { message: err.message } }, 'rate-limit store (Redis) unavailable'));
-    return { store: { kind: 'redis', client }, close: async () => void (await client.quit().catch(() => undefined)) };
+    // No offline queue: while Redis is away, commands fail at once and the limiter's in-memory
+    // stand-in answers. The command timeout bounds a Redis that accepts but does not answer
+    // (frozen, or a partition): a request never waits on its counters longer than that.
+    const client = new Redis(deps.config.redisUrl, {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: false,
+      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+      connectTimeout: REDIS_COMMAND_TIMEOUT_MS * 4,
+    });
+    // ioredis reports every failed reconnection (several a second): the log says it once when
+    // Redis is lost and once when it is back.
+    let lost = false;
+    let lastSlow = 0;
+    client.on('error', (err) => {
+      if (err.message === 'Command timed out') {
+        // Slow rather than gone (or this process too busy to read its answer in time): at most a line a minute while it lasts.
+        if (Date.now() - lastSlow < 60_000) return;
+        lastSlow = Date.now();
+        deps.logger.warn({ err: { message: err.message } }, 'rate-limit store (Redis) slow: counting in this process when it does not answer in time');
+        return;
+      }
+      if (lost) return;
+      lost = true;
+      deps.logger.warn({ err: { message: err.message } }, 'rate-limit store (Redis) unavailable: counting in this process until it is back');
+    });
+    client.on('ready', () => {
+      if (!lost) return;
+      lost = false;
+      deps.logger.info('rate-limit store (Redis) is back: counters are shared again');
+    });
+    return {
+      store: { kind: 'redis', client },
+      close: async () => {
+        await client.quit().catch(() => undefined);
+        // quit() fails while Redis is away, and the client would go on reconnecting for ever.
+        client.disconnect();
+      },
+    };
   }
   return { store: { kind: 'memory' }, close: async () => undefined };
 }

@@ -39,6 +39,8 @@ export interface Config {
   databaseListenUrl: string | null;
   /** Name each distinct statement so PostgreSQL plans it once per connection; off behind PgBouncer in transaction mode. */
   databasePreparedStatements: boolean;
+  /** How long a query may wait for a pooled connection before it fails as the database being unavailable (503). */
+  databaseConnectTimeoutMs: number;
   dataDir: string;
   /** The key that seals secrets now, and older ones that still open what they sealed. */
   encryptionKeys: { current: Buffer; older: Buffer[] };
@@ -631,6 +633,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl: env.DATABASE_URL || null,
     databaseListenUrl: env.DATABASE_LISTEN_URL || null,
     databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),
+    databaseConnectTimeoutMs: int(env, 'DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 120_000),
     dataDir,
     encryptionKeys: encryptionKeys(env, dataDir, nodeEnv === 'production' ? 'when NODE_ENV=production' : env.DATABASE_URL ? 'with DATABASE_URL' : null),
     logLevel: oneOf(env, 'LOG_LEVEL', ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const, 'info'),

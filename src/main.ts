@@ -25,6 +25,7 @@ async function main(): Promise<void> {
     listenUrl: config.databaseListenUrl,
     dataDir: config.dataDir,
     preparedStatements: config.databasePreparedStatements,
+    connectTimeoutMs: config.databaseConnectTimeoutMs,
     onConnectionError: (err) => logger.warn({ err: { message: err.message } }, 'database: a connection broke; the pool opens another when needed'),
   });
   const applied = await migrateToLatest(database.db);

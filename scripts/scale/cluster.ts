@@ -257,6 +257,8 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
       'max_client_conn = 500',
       'default_pool_size = 40',
       'ignore_startup_parameters = extra_float_digits,options',
+      // SHOW POOLS on the admin console, for the soak's samples.
+      'stats_users = postgres',
       'server_reset_query =',
       'logfile =',
       '',

@@ -50,6 +50,13 @@ export interface DatabaseOptions {
    */
   preparedStatements?: boolean;
   /**
+   * How long a query may wait for a pooled connection (a free one, or a new one being opened)
+   * before it fails as the database being unavailable (503). Without it a request waits
+   * forever for a server that accepts connections but does not answer (frozen, or a network
+   * partition), or for a pool that is exhausted. Default 5 s.
+   */
+  connectTimeoutMs?: number;
+  /**
    * Told when a pooled connection breaks (the server restarted, an administrator ended it),
    * idle or lent to a request; the pool drops it and opens another when needed. Unheard, it
    * would end the process.
@@ -59,7 +66,16 @@ export interface DatabaseOptions {
 
 export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHandle> {
   if (options.url) {
-    const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 20, options: '-c TimeZone=UTC' });
+    const pool = new pg.Pool({
+      connectionString: options.url,
+      max: options.poolSize ?? 20,
+      options: '-c TimeZone=UTC',
+      connectionTimeoutMillis: options.connectTimeoutMs ?? 5_000,
+      // A server that vanished without closing its connections (a network partition, a host
+      // that died) is noticed by TCP keep-alive rather than by the next query hanging.
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
+    });
     // Idle connections are heard through the client listener below; the pool's own 'error'
     // (the same failure) must still have a listener or it would end the process.
     pool.on('error', () => undefined);

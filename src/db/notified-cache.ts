@@ -36,16 +36,20 @@ export class ChangeFollower {
 
   /** Listens on `channel`; resolves with a function that stops (and forgets). */
   async follow(listen: DatabaseHandle['listen'], channel: string, logger: Logger, what: string): Promise<() => Promise<void>> {
+    let lost = false;
     const stop = await listen(
       channel,
       (payload) => {
         this.clear(payload);
+        if (lost && payload === '') logger.info(`${what}: the change listener is back; remembering again`);
+        if (payload === '') lost = false;
         this.trusted = true;
       },
       () => {
         this.trusted = false;
         this.clear();
-        logger.warn(`${what}: the change listener was lost; every request asks the database until it is back`);
+        if (!lost) logger.warn(`${what}: the change listener was lost; every request asks the database until it is back`);
+        lost = true;
       },
     );
     return async () => {

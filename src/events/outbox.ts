@@ -2,6 +2,7 @@ import { sql, type Transaction } from 'kysely';
 import type { Logger } from 'pino';
 import type { Db, Executor } from '../db/database';
 import type { Database, EventActorType, Row } from '../db/schema';
+import { isDatabaseUnavailable } from '../db/unavailable';
 import { newId } from '../lib/ids';
 import type { Metrics } from '../lib/metrics';
 
@@ -98,6 +99,7 @@ export class OutboxDispatcher {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private lastRetention = 0;
+  private databaseAway = false;
 
   constructor(
     private readonly db: Db,
@@ -143,7 +145,20 @@ export class OutboxDispatcher {
           // rather than hand out one batch per poll.
           backlog = r.fannedOut >= this.options.batchSize;
         })
-        .catch((err) => this.logger.error({ err }, 'outbox round failed'))
+        .then(
+          () => {
+            if (this.databaseAway) this.logger.info('outbox: the database answers again; delivering');
+            this.databaseAway = false;
+          },
+          (err: unknown) => {
+            // While the database is away every round fails the same way: said once, not once per poll.
+            const away = isDatabaseUnavailable(err);
+            if (!away) this.logger.error({ err }, 'outbox round failed');
+            else if (!this.databaseAway)
+              this.logger.warn({ err: { message: (err as Error).message } }, 'outbox: the database cannot be reached; retrying every poll');
+            this.databaseAway = away;
+          },
+        )
         .finally(() => {
           this.running = null;
           if (this.timer) this.timer = setTimeout(tick, backlog ? 0 : pollMs);

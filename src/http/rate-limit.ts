@@ -36,7 +36,10 @@ function limiter(store: CounterStore, keyPrefix: string, points: number, duratio
       insuranceLimiter: memory,
     });
   }
-  if (store.kind === 'redis') return new RateLimiterRedis({ storeClient: store.client, keyPrefix, points, duration, insuranceLimiter: memory });
+  if (store.kind === 'redis') {
+    // Not ready (reconnecting): straight to the stand-in, without asking a connection that is not there.
+    return new RateLimiterRedis({ storeClient: store.client, keyPrefix, points, duration, insuranceLimiter: memory, rejectIfRedisNotReady: true });
+  }
   return memory;
 }
 

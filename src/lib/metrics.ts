@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
  * What an operator scrapes (`/metrics` on METRICS_PORT), one registry per app: the tests run
@@ -24,8 +24,11 @@ export class Metrics {
    * null when the database could not say in time, shown as NaN so that the rest of the scrape
    * still arrives while the database is away, which is when it is wanted most.
    */
-  constructor(sources: { outboxLagSeconds: () => Promise<number | null>; pool?: pg.Pool | null }) {
+  constructor(sources: { outboxLagSeconds: () => Promise<number | null>; pool?: pg.Pool | null; processMetrics?: boolean }) {
     const registers = [this.registry];
+    // The process's own (resident memory, heap, open descriptors, event-loop lag, GC): what a
+    // soak watches for leaks. Once per process: the tests' many apps in one process leave them out.
+    if (sources.processMetrics) collectDefaultMetrics({ register: this.registry });
     this.requests = new Counter({
       name: 'cp_http_requests_total',
       help: 'Requests answered on the API port, by operation id (none: no operation matched) and status class (aborted: the client left first).',
@@ -76,14 +79,8 @@ export class Metrics {
       labelNames: ['cache', 'result'],
       registers,
     });
-    new Gauge({
-      name: 'cp_outbox_lag_seconds',
-      help: 'How long the oldest due outbox event has waited to be handed to its consumers (0: none waiting; NaN: the database did not answer); read at each scrape.',
-      registers,
-      async collect() {
-        this.set((await sources.outboxLagSeconds()) ?? Number.NaN);
-      },
-    });
+    // The pool is read before the outbox lag's query takes a connection of it: a scrape collects
+    // every metric at once, and would otherwise count its own query as a waiting client.
     const pool = sources.pool;
     if (pool) {
       const poolGauge = (name: string, help: string, read: () => number) =>
@@ -99,6 +96,14 @@ export class Metrics {
       poolGauge('cp_db_pool_idle_connections', 'Pool connections open and not in use.', () => pool.idleCount);
       poolGauge('cp_db_pool_waiting_clients', 'Queries waiting for a pool connection (the pool is exhausted while above 0).', () => pool.waitingCount);
     }
+    new Gauge({
+      name: 'cp_outbox_lag_seconds',
+      help: 'How long the oldest due outbox event has waited to be handed to its consumers (0: none waiting; NaN: the database did not answer); read at each scrape.',
+      registers,
+      async collect() {
+        this.set((await sources.outboxLagSeconds()) ?? Number.NaN);
+      },
+    });
   }
 
   request(operation: string | undefined, status: number, aborted: boolean, seconds: number): void {

@@ -137,6 +137,30 @@ describe('with the default idle time', () => {
     peer.peer.up();
     expect((await call(t, serverB, 'crm__echo', { text: 'three' })).content[0]?.text).toBe('three');
   });
+
+  it('answers a tool error at the deadline while the upstream hangs, leaves no connection behind, and calls through again once it answers', async () => {
+    expect((await call(t, serverB, 'crm__echo', { text: 'before' })).content[0]?.text).toBe('before');
+    const open = peer.peer.openConnections();
+    const outbound = t.deps.config.outbound as { timeoutMs: number };
+    const saved = outbound.timeoutMs;
+    outbound.timeoutMs = 700;
+    peer.peer.down('hang');
+    try {
+      for (let i = 0; i < 3; i += 1) {
+        const hung = await call(t, serverB, 'crm__echo', { text: `hung ${i}` });
+        expect(hung.isError).toBe(true);
+        expect(hung.content[0]?.text).toContain('No answer within 0.7 seconds');
+      }
+      // Each call that gave up closed its connection: the hanging upstream is not left holding sockets.
+      for (let i = 0; i < 100 && peer.peer.openConnections() > open; i += 1) await new Promise((r) => setTimeout(r, 50));
+      expect(peer.peer.openConnections()).toBeLessThanOrEqual(open);
+    } finally {
+      outbound.timeoutMs = saved;
+      peer.peer.up();
+    }
+    expect((await call(t, serverB, 'crm__echo', { text: 'after' })).content[0]?.text).toBe('after');
+    expect(t.deps.mcp.upstream.size).toBeLessThanOrEqual(3);
+  }, 30_000);
 });
 
 describe('with a short idle time', () => {

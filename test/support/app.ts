@@ -221,6 +221,8 @@ export interface TestAppOptions extends AppOptions {
   checkSpec?: boolean;
   /** Serve `/metrics` and `/ready` on a loopback port of their own (TestApp.metricsUrl). */
   metrics?: boolean;
+  /** The app's logger (tests of what is logged pass one writing to memory); else silent, or TEST_LOG_LEVEL. */
+  logger?: pino.Logger;
 }
 
 /** The real app on a fresh database, listening on a loopback port. */
@@ -245,7 +247,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     CATALOG_DIR: join(__dirname, '..', 'fixtures', 'catalog'),
     ...options.env,
   });
-  const logger = pino({ level: config.logLevel });
+  const logger = options.logger ?? pino({ level: config.logLevel });
   const processDeps: ProcessDeps = {
     config,
     db: database.db,

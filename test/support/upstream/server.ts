@@ -52,8 +52,11 @@ export interface UpstreamPeer {
   pageSize: number | undefined;
   /** Replaces the extra tools (whoami and echo stay). */
   setTools(tools: UpstreamTool[]): void;
-  /** From now on answer 503 (default) or cut every connection; open SSE streams end either way. */
-  down(mode?: '503' | 'close'): void;
+  /**
+   * From now on answer 503 (default), cut every connection, or hang (accept connections and
+   * requests, never answer); open SSE streams end either way, but for a hang.
+   */
+  down(mode?: '503' | 'close' | 'hang'): void;
   up(): void;
   /** Cuts every connection now (requests in flight included), and goes on serving new ones. */
   cut(): void;
@@ -64,7 +67,7 @@ export interface UpstreamPeer {
 
 export async function startUpstreamServer(options: UpstreamServerOptions): Promise<UpstreamPeer> {
   let tools = options.tools ?? [];
-  let downMode: '503' | 'close' | null = null;
+  let downMode: '503' | 'close' | 'hang' | null = null;
   const clock = timers();
   const peer = {} as UpstreamPeer;
   const host = createMcpHost({ name: options.name, tools: () => tools, pageSize: () => peer.pageSize, jsonResponse: options.jsonResponse });
@@ -75,6 +78,8 @@ export async function startUpstreamServer(options: UpstreamServerOptions): Promi
       req.socket.destroy();
       return;
     }
+    // Read nothing, answer nothing: the connection stays open until the caller gives up.
+    if (downMode === 'hang') return;
     if (peer.delayMs > 0) await clock.sleep(peer.delayMs);
     if (downMode === '503') {
       res.writeHead(503, { 'content-type': 'text/plain', 'retry-after': '1' }).end('down');
@@ -144,8 +149,9 @@ export async function startUpstreamServer(options: UpstreamServerOptions): Promi
     setTools(next: UpstreamTool[]) {
       tools = next;
     },
-    down(mode: '503' | 'close' = '503') {
+    down(mode: '503' | 'close' | 'hang' = '503') {
       downMode = mode;
+      if (mode === 'hang') return;
       host.dropSessions();
       if (mode === 'close') server.closeAllConnections();
     },
