@@ -45,7 +45,9 @@ export interface App {
    * `keepAliveTimeoutMs`; resolves once it listens.
    */
   listen(port: number, host: string): Promise<Server>;
-  /** Answers every request from now on with 503 and `Connection: close` (shutting down). */
+  /** Readiness answers 503 from now on (shutting down); the API goes on serving until `drain`. */
+  unready(): void;
+  /** Answers every request from now on with 503 and `Connection: close` (shutting down); readiness too. */
   drain(): void;
   /**
    * Serves `/metrics` (Prometheus text format) and `/ready` (readiness) on a server of their
@@ -120,6 +122,7 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   const securityHeaders = helmetHeaders();
   const healthBody = JSON.stringify(HEALTH);
   let draining = false;
+  let unready = false;
 
   const assets = docsAssets();
   const lastResort = (req: Request, res: Response) => (err?: unknown) => {
@@ -217,12 +220,16 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
           resolve(server);
         });
       }),
+    unready: () => {
+      unready = true;
+    },
     drain: () => {
+      unready = true;
       draining = true;
     },
     listenMetrics: (port, host) =>
       new Promise((resolve, reject) => {
-        const server = createServer(metricsListener(metrics, { db: deps.db, logger: deps.logger, draining: () => draining }));
+        const server = createServer(metricsListener(metrics, { db: deps.db, logger: deps.logger, draining: () => unready }));
         server.once('error', reject);
         server.listen(port, host, () => {
           server.off('error', reject);

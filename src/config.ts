@@ -66,6 +66,8 @@ export interface Config {
   /** Days the bootstrap token works: it is for setting up, not for running (0: no expiry). */
   bootstrapTokenDays: number;
   shutdownGraceMs: number;
+  /** How long SIGTERM keeps serving with readiness already 503, so balancers stop routing here before new requests are refused. */
+  shutdownDelayMs: number;
   /** How long an idle client connection stays open: longer than any load balancer's idle timeout in front. */
   keepAliveTimeoutMs: number;
   /** How often the outbox worker looks for events to deliver; 0 turns it off in this process. */
@@ -661,6 +663,8 @@ export function loadConfig(env: Env = process.env): Config {
     autoBootstrap: bool(env, 'AUTO_BOOTSTRAP', nodeEnv !== 'production'),
     bootstrapTokenDays: int(env, 'BOOTSTRAP_TOKEN_DAYS', 7, 0, 3650),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
+    // Without readiness (no METRICS_PORT) no balancer can be told first: refusing at once is all there is.
+    shutdownDelayMs: int(env, 'SHUTDOWN_DELAY_MS', env.METRICS_PORT ? 5_000 : 0, 0, 600_000),
     keepAliveTimeoutMs: int(env, 'KEEP_ALIVE_TIMEOUT_MS', 65_000, 1_000, 600_000),
     outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
     credentialCacheSeconds: int(env, 'CREDENTIAL_CACHE_SECONDS', 60, 0, 3_600),

@@ -68,6 +68,7 @@ async function main(): Promise<void> {
   const {
     listen,
     listenMetrics,
+    unready,
     drain,
     registry,
     deps,
@@ -84,6 +85,13 @@ async function main(): Promise<void> {
   const stop = async (signal: string) => {
     if (stopping) return;
     stopping = true;
+    if (config.shutdownDelayMs > 0) {
+      // Readiness says 503 first while requests are still served: the balancer stops sending
+      // here within its check interval, and nothing it sent meanwhile is refused.
+      logger.info({ signal, delay_ms: config.shutdownDelayMs }, 'shutting down: readiness 503, still serving while balancers notice');
+      unready();
+      await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
+    }
     logger.info({ signal }, 'shutting down: finishing requests in flight');
     drain();
     // Node closes only the connections idle at close(): one busy then (a balancer's kept-alive

@@ -257,6 +257,9 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
       'max_client_conn = 500',
       'default_pool_size = 40',
       'ignore_startup_parameters = extra_float_digits,options',
+      // A query queued for a server connection while PostgreSQL is away fails after 5 s (a 503 at
+      // the app) instead of the default 120 s, which no timeout of the app's can shorten.
+      'query_wait_timeout = 5',
       // SHOW POOLS on the admin console, for the soak's samples.
       'stats_users = postgres',
       'server_reset_query =',
@@ -378,6 +381,8 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
       'frontend api',
       `  bind ${HOST}:${lbPort}`,
       '  option forwardfor',
+      // HAProxy's own 503 (every replica down) says when to retry, as the replicas' 503s do.
+      '  http-after-response set-header Retry-After 5 if { status 503 } !{ res.hdr(retry-after) -m found }',
       '  default_backend replicas',
       'backend replicas',
       '  balance roundrobin',

@@ -4,7 +4,7 @@
 import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cleanEnv, cleanUp, startServer, tempDir, type ServerProcess } from './support';
+import { cleanEnv, cleanUp, freePort, startServer, tempDir, type ServerProcess } from './support';
 
 let server: ServerProcess;
 let token: string;
@@ -64,3 +64,38 @@ test('a request in flight at SIGTERM completes on its kept-alive connection, and
   expect(await server.exited).toBe(0);
   agent.destroy();
 }, 60_000);
+
+describe('with readiness served (METRICS_PORT)', () => {
+  let ready: ServerProcess;
+  let metricsUrl: string;
+
+  beforeAll(async () => {
+    const metricsPort = await freePort();
+    metricsUrl = `http://127.0.0.1:${metricsPort}`;
+    ready = await startServer(
+      cleanEnv({
+        DATA_DIR: tempDir('cp-graceful-ready-'),
+        LOG_LEVEL: 'warn',
+        METRICS_PORT: String(metricsPort),
+        SHUTDOWN_DELAY_MS: '3000',
+        OUTBOX_POLL_MS: '0',
+      }),
+    );
+    await ready.waitUntilHealthy(90_000);
+  }, 120_000);
+
+  afterAll(() => ready?.stop());
+
+  test('SIGTERM turns readiness 503 first and goes on serving for SHUTDOWN_DELAY_MS, so a balancer stops routing here before anything is refused', async () => {
+    expect((await fetch(`${metricsUrl}/ready`)).status).toBe(200);
+    ready.child.kill('SIGTERM');
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const readiness = await fetch(`${metricsUrl}/ready`);
+    expect(readiness.status).toBe(503);
+    expect(await readiness.json()).toEqual({ status: 'draining' });
+    // The API still answers as usual meanwhile.
+    expect((await fetch(`${ready.baseUrl}/health`)).status).toBe(200);
+    expect((await fetch(`${ready.baseUrl}/user/me`)).status).toBe(401);
+    expect(await ready.exited).toBe(0);
+  }, 60_000);
+});
