@@ -144,12 +144,7 @@ export class Load {
         request = {
           method: 'POST',
           path: `/mcp/${seed.mcpServerId}`,
-          headers: {
-            authorization: `Bearer ${seed.mcpToken}`,
-            'content-type': 'application/json',
-            accept: 'application/json, text/event-stream',
-            'mcp-protocol-version': '2025-06-18',
-          },
+          headers: mcpHeaders(seed.mcpToken),
           body: { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: seed.echoTool, arguments: { text: 'scale' } } },
           expect: [200],
         };
@@ -242,4 +237,24 @@ export function failureNotes(result: LoadResult, limit = 5): string[] {
     .filter((o) => !o.ok)
     .slice(0, limit)
     .map((o) => `${o.kind} ${o.cut ? 'cut' : 'failed'} after ${o.attempts} attempt(s): ${o.error ?? ''}`);
+}
+
+/** What an MCP client sends with each JSON-RPC POST to an MCP server's endpoint. */
+export function mcpHeaders(token: string): Record<string, string> {
+  return {
+    authorization: `Bearer ${token}`,
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': '2025-06-18',
+  };
+}
+
+/** One JSON-RPC message POSTed to the MCP server `serverId` at `base` (the balancer or a replica). */
+export function postMcp(base: string, serverId: string, token: string, message: unknown, timeoutMs: number): Promise<Response> {
+  return fetch(`${base}/mcp/${serverId}`, {
+    method: 'POST',
+    headers: mcpHeaders(token),
+    body: JSON.stringify(message),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
 }

@@ -9,7 +9,7 @@
 // Figures: slow calls finished, time to exit, time until HAProxy marks it down, deliveries.
 import { checkDeliveries, stuckClaims } from '../checks';
 import type { Cluster } from '../cluster';
-import { failureNotes, latencyFigures } from '../load';
+import { failureNotes, latencyFigures, postMcp } from '../load';
 import type { Scenario } from '../scenario';
 
 const SECONDS = 15;
@@ -21,22 +21,18 @@ const SLEEP_MS = 4_000;
 async function slowCall(cluster: Cluster, base: string): Promise<{ ok: boolean; detail: string; sse: boolean }> {
   const { seed } = cluster;
   try {
-    const res = await fetch(`${base}/mcp/${seed.mcpServerId}`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${seed.mcpToken}`,
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        'mcp-protocol-version': '2025-06-18',
-      },
-      body: JSON.stringify({
+    const res = await postMcp(
+      base,
+      seed.mcpServerId,
+      seed.mcpToken,
+      {
         jsonrpc: '2.0',
         id: 7,
         method: 'tools/call',
         params: { name: seed.echoTool.replace(/__echo$/, '__sleep'), arguments: { ms: SLEEP_MS }, _meta: { progressToken: `slow-${Math.random()}` } },
-      }),
-      signal: AbortSignal.timeout(30_000),
-    });
+      },
+      30_000,
+    );
     const text = await res.text();
     const sse = (res.headers.get('content-type') ?? '').includes('text/event-stream');
     return { ok: res.status === 200 && text.includes(`slept ${SLEEP_MS}`), detail: `${res.status} ${text.slice(0, 160)}`, sse };

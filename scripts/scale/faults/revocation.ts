@@ -11,6 +11,7 @@
 // refuses: the figure is the slowest replica's time, over ROUNDS rounds.
 import type { Cluster } from '../cluster';
 import type { Scenario } from '../scenario';
+import { postMcp } from '../load';
 
 const PROMISE_MS = Number(process.env.SCALE_REVOCATION_PROMISE_MS ?? 1000);
 const ROUNDS = 3;
@@ -72,17 +73,7 @@ export const scenario: Scenario = {
       if (created.status !== 201) throw new Error(`createMcpServer answered ${created.status}: ${await created.text()}`);
       const mcp = (await created.json()) as { token: string; mcp_server: { id: string } };
       const ping = (base: string) =>
-        fetch(`${base}/mcp/${mcp.mcp_server.id}`, {
-          method: 'POST',
-          headers: {
-            authorization: `Bearer ${mcp.token}`,
-            'content-type': 'application/json',
-            accept: 'application/json, text/event-stream',
-            'mcp-protocol-version': '2025-06-18',
-          },
-          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
-          signal: AbortSignal.timeout(10_000),
-        }).then(async (res) => {
+        postMcp(base, mcp.mcp_server.id, mcp.token, { jsonrpc: '2.0', id: 1, method: 'ping' }, 10_000).then(async (res) => {
           await res.arrayBuffer();
           return res.status;
         });

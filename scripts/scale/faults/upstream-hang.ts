@@ -11,6 +11,7 @@
 import { execFileSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import type { Scenario, ScenarioResult } from '../scenario';
+import { postMcp } from '../load';
 
 const DEADLINE_MS = Number(process.env.SCALE_OUTBOUND_TIMEOUT_MS ?? 10_000);
 const CALLS = Number(process.env.SCALE_HANG_CALLS ?? 9);
@@ -50,17 +51,13 @@ export const scenario: Scenario = {
     const call = async (base: string): Promise<Call> => {
       const t0 = performance.now();
       try {
-        const res = await fetch(`${base}/mcp/${seed.mcpServerId}`, {
-          method: 'POST',
-          headers: {
-            authorization: `Bearer ${seed.mcpToken}`,
-            'content-type': 'application/json',
-            accept: 'application/json, text/event-stream',
-            'mcp-protocol-version': '2025-06-18',
-          },
-          body: JSON.stringify({ jsonrpc: '2.0', id: (rpcId += 1), method: 'tools/call', params: { name: seed.echoTool, arguments: { text: 'hang' } } }),
-          signal: AbortSignal.timeout(DEADLINE_MS * 3),
-        });
+        const res = await postMcp(
+          base,
+          seed.mcpServerId,
+          seed.mcpToken,
+          { jsonrpc: '2.0', id: (rpcId += 1), method: 'tools/call', params: { name: seed.echoTool, arguments: { text: 'hang' } } },
+          DEADLINE_MS * 3,
+        );
         const text = await res.text();
         const isError = text.includes('"result"') ? text.includes('"isError":true') : null;
         return { status: res.status, isError, text: text.slice(0, 200), ms: performance.now() - t0 };
