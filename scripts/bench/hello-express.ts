@@ -1,6 +1,8 @@
 // The benchmark's baselines: a bare Express 5 server answering one small JSON body, and, when
 // DATABASE_URL is set, the same server reading one row with pg (one prepared statement per
-// request, no framework): the least an authenticated read of one stored row could cost.
+// request, no framework): the least an authenticated read of one stored row could cost; and
+// reading a page of 50 rows of one organization as pg parses them, sent as JSON: the least a
+// list page could cost.
 // Run by scripts/bench/run.ts as its own process; listens on 127.0.0.1:$PORT.
 import express from 'express';
 import pg from 'pg';
@@ -21,6 +23,14 @@ if (pool) {
       values: [req.params.org, req.params.id],
     });
     res.json(result.rows[0]);
+  });
+  app.get('/notification-destination/:org', async (req, res) => {
+    const result = await pool.query({
+      name: 'list_destinations',
+      text: 'select * from notification_destinations where org_id = $1 order by id limit 51',
+      values: [req.params.org],
+    });
+    res.json({ data: result.rows.slice(0, 50), next_cursor: result.rows.length > 50 ? result.rows[49]!.id : null });
   });
 }
 

@@ -6,6 +6,7 @@ import { Kysely, Migrator, PostgresDialect, type Dialect, type PostgresPool, typ
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import { loadMigrations } from './migrations';
+import { useFastTypeParsers } from './type-parsers';
 import type { Database } from './schema';
 
 export type Db = Kysely<Database>;
@@ -29,6 +30,7 @@ export interface DatabaseHandle {
 
 // int8 (counts, counters) as numbers; the values stay far below 2^53.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
+useFastTypeParsers();
 
 export interface DatabaseOptions {
   /** A PostgreSQL URL; without it an embedded PostgreSQL (PGlite) is used. */
