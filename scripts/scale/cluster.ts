@@ -370,6 +370,9 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
       'global',
       `  stats socket ${haSocket} mode 600 level admin`,
       '  maxconn 2000',
+      // One thread: on the two cores this machine shares between everything, a second one only
+      // takes cycles from the replicas.
+      '  nbthread 1',
       'defaults',
       '  mode http',
       '  timeout connect 2s',

@@ -81,9 +81,15 @@ export interface DeliveryQueue<Claimed extends { id: string; attempts: number }>
  * One round: claim what is due (at most `perRecipient` per recipient), then send to the
  * recipients concurrently, each recipient's deliveries in order, and record each outcome as
  * it comes. A recipient that answers slowly (up to the outbound deadline per delivery) delays
- * nobody else's.
+ * nobody else's. `more` says a recipient may have more due than its share: the dispatcher
+ * runs the next round at once, so a busy destination is sent to as fast as it answers, every
+ * round still giving each other recipient its share first.
  */
-export async function deliverDue<Claimed extends { id: string; attempts: number }>(db: Db, queue: DeliveryQueue<Claimed>, now: Date): Promise<DeliveryCounts> {
+export async function deliverDue<Claimed extends { id: string; attempts: number }>(
+  db: Db,
+  queue: DeliveryQueue<Claimed>,
+  now: Date,
+): Promise<{ counts: DeliveryCounts; more: boolean }> {
   // The table is one of several with the same columns; Kysely cannot type a query over a union of them.
   const untyped = db as unknown as Kysely<any>;
   const { table, policy } = queue;
@@ -112,6 +118,9 @@ export async function deliverDue<Claimed extends { id: string; attempts: number 
   });
 
   const counts: DeliveryCounts = { delivered: 0, retrying: 0, failed: 0, skipped: 0 };
+  // A recipient that got its whole share and took all of it may have more due; one that failed
+  // waits for its backoff, and a full batch may have left others out.
+  let more = claimed.length >= policy.batchSize;
   const record = async (delivery: Claimed, outcome: SendOutcome) => {
     const update = untyped.updateTable(table).where('id', '=', delivery.id);
     if (outcome === 'skipped') {
@@ -137,9 +146,15 @@ export async function deliverDue<Claimed extends { id: string; attempts: number 
   const waiting = [...byRecipient.values()];
   const worker = async () => {
     for (let turn = waiting.shift(); turn; turn = waiting.shift()) {
-      for (const delivery of turn) await record(delivery, await queue.send(delivery));
+      let failed = false;
+      for (const delivery of turn) {
+        const outcome = await queue.send(delivery);
+        failed ||= outcome !== 'skipped' && outcome.status === 'failed';
+        await record(delivery, outcome);
+      }
+      if (turn.length >= policy.perRecipient && !failed) more = true;
     }
   };
   await Promise.all(Array.from({ length: Math.min(policy.concurrency, waiting.length) }, worker));
-  return counts;
+  return { counts, more };
 }

@@ -62,9 +62,20 @@ export interface OutboxConsumer {
    */
   fanOut(trx: Transaction<Database>, events: readonly OutboxEvent[], now: Date): Promise<void>;
   /** Outside any transaction: deliver what is due, and say how it went. */
-  deliver(now: Date): Promise<Record<string, number>>;
+  deliver(now: Date): Promise<DeliveryRound>;
   /** When the worker stops: a consumer that sends in the background finishes what it started. */
   stop?(): Promise<void>;
+}
+
+/** What a consumer's delivery round did. */
+export interface DeliveryRound {
+  /** Deliveries by outcome (delivered, retrying, failed, skipped, …). */
+  counts: Record<string, number>;
+  /**
+   * Deliveries are still due that this round had no room for (a busy destination's backlog):
+   * the next round runs at once rather than after a poll.
+   */
+  more: boolean;
 }
 
 export interface OutboxOptions {
@@ -85,6 +96,8 @@ export interface RoundResult {
   consumers: Record<string, Record<string, number>>;
   /** The same counts summed over the consumers. */
   totals: Record<string, number>;
+  /** More is waiting: a full batch of new events, or a consumer's deliveries still due. */
+  more: boolean;
 }
 
 const RETENTION_EVERY_MS = 3_600_000;
@@ -111,11 +124,13 @@ export class OutboxDispatcher {
   ) {}
 
   async runOnce(now = new Date()): Promise<RoundResult> {
-    const result: RoundResult = { fannedOut: await this.fanOut(now), consumers: {}, totals: {} };
+    const fannedOut = await this.fanOut(now);
+    const result: RoundResult = { fannedOut, consumers: {}, totals: {}, more: fannedOut >= this.options.batchSize };
     for (const consumer of this.consumers) {
       try {
-        const counts = await consumer.deliver(now);
+        const { counts, more } = await consumer.deliver(now);
         result.consumers[consumer.name] = counts;
+        result.more ||= more;
         this.metrics?.outboxRound(consumer.name, counts);
         for (const [name, count] of Object.entries(counts)) result.totals[name] = (result.totals[name] ?? 0) + count;
       } catch (err) {
@@ -132,7 +147,10 @@ export class OutboxDispatcher {
     return result;
   }
 
-  /** Runs rounds every `pollMs` until stop(); a failing round is logged and the next one tries again. */
+  /**
+   * Runs a round now (what was due while no process ran is delivered at start), then every
+   * `pollMs` until stop(); a failing round is logged and the next one tries again.
+   */
   start(pollMs: number): void {
     if (pollMs <= 0 || this.timer) return;
     const tick = () => {
@@ -141,9 +159,9 @@ export class OutboxDispatcher {
         .then((r) => {
           const busy = r.fannedOut > 0 || Object.values(r.totals).some((n) => n > 0);
           if (busy) this.logger.info({ outbox: { fannedOut: r.fannedOut, ...r.consumers } }, 'outbox round');
-          // A full batch means more is waiting (a burst of tool-call records): go on at once
-          // rather than hand out one batch per poll.
-          backlog = r.fannedOut >= this.options.batchSize;
+          // More waiting (a burst of tool-call records, a busy destination's backlog): go on at
+          // once rather than hand out one batch, or one share per destination, per poll.
+          backlog = r.more;
         })
         .then(
           () => {
@@ -164,7 +182,7 @@ export class OutboxDispatcher {
           if (this.timer) this.timer = setTimeout(tick, backlog ? 0 : pollMs);
         });
     };
-    this.timer = setTimeout(tick, pollMs);
+    this.timer = setTimeout(tick, 0);
   }
 
   async stop(): Promise<void> {

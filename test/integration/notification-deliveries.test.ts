@@ -246,6 +246,45 @@ describe('the outbox worker', () => {
     expect((await fastOrg.deliveries(fast)).data[0]).toMatchObject({ status: 'delivered' });
   });
 
+  it('sends a busy destination its backlog in back-to-back rounds, each round giving the others their share first', async () => {
+    const busyOrg = await setup();
+    const quietOrg = await setup();
+    const busyUrl = hookUrl();
+    const quietUrl = hookUrl();
+    const event = { role: { id: newId('role'), name: 'Platform', permissions: [] } };
+    await busyOrg.create({ name: `Busy ${unique()}`, type: 'slack', config: { webhook_url: busyUrl }, event_types: ['role.created'] });
+    await quietOrg.create({ name: `Quiet ${unique()}`, type: 'slack', config: { webhook_url: quietUrl }, event_types: ['role.created'] });
+    for (let i = 0; i < 8; i += 1) await t.factories.event(busyOrg.orgId, 'role.created', event);
+    await t.factories.event(quietOrg.orgId, 'role.created', event);
+
+    // A round sends each destination at most its share (3), in order, and says more is due.
+    const worker = dispatcher();
+    const first = await worker.runOnce();
+    expect(first).toMatchObject({ more: true, consumers: { 'notification-destinations': expect.objectContaining({ delivered: 4 }) } });
+    expect([postsTo(busyUrl).length, postsTo(quietUrl).length]).toEqual([3, 1]);
+    expect(await worker.runOnce()).toMatchObject({ more: true });
+    const last = await worker.runOnce();
+    expect(last).toMatchObject({ more: false, consumers: { 'notification-destinations': expect.objectContaining({ delivered: 2 }) } });
+    expect(postsTo(busyUrl)).toHaveLength(8);
+  });
+
+  it('delivers a backlog without waiting a poll per share when it runs on a timer', async () => {
+    const org = await setup();
+    const url = hookUrl();
+    await org.create({ name: `Backlog ${unique()}`, type: 'slack', config: { webhook_url: url }, event_types: ['role.deleted'] });
+    for (let i = 0; i < 10; i += 1) await t.factories.event(org.orgId, 'role.deleted', { role: { id: newId('role'), name: `Role ${i}`, permissions: [] } });
+    const worker = dispatcher();
+    // An hour between polls: everything arrives in the rounds that start runs at once and that
+    // a backlog chains right after, or not before this test gives up.
+    worker.start(3_600_000);
+    try {
+      for (let i = 0; i < 500 && postsTo(url).length < 10; i += 1) await new Promise((r) => setTimeout(r, 10));
+    } finally {
+      await worker.stop();
+    }
+    expect(postsTo(url)).toHaveLength(10);
+  });
+
   it('runs by itself on a timer and stops cleanly', async () => {
     const org = await setup();
     const url = hookUrl();

@@ -241,7 +241,9 @@ export function loggingDeliveries(deps: AppDeps, options: LoggingDeliveryOptions
           .finally(() => working.delete(destination.id));
         working.set(destination.id, turn);
       }
-      return { started: claimed.length };
+      // Each claimed destination's turn sends batch after batch in the background, holding the
+      // destination meanwhile: an immediate next round could not claim it again.
+      return { counts: { started: claimed.length }, more: false };
     },
     /** Resolves when every turn under way in this process has ended (tests, shutdown). */
     async settled() {
