@@ -25,7 +25,8 @@
 import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import { chownSync, readFileSync, writeFileSync } from 'node:fs';
+import { chownSync, createWriteStream, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -325,6 +326,7 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
       child: null,
     });
   }
+  const logDir = mkdtempSync(join(tmpdir(), 'cp-scale-logs-'));
   const replicaEnv = (r: Replica): Record<string, string> => ({
     NODE_ENV: 'production',
     HOST,
@@ -350,8 +352,15 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
   const startReplica = async (i: number) => {
     const r = replicas[i]!;
     if (r.child && r.child.exitCode === undefined) throw new Error(`replica ${i} is running`);
-    r.child = startChild(`replica ${i}`, real.args, replicaEnv(r));
-    await waitUntilUp(r.child, `${r.metricsUrl}/ready`);
+    r.child = startChild(`replica ${i}`, real.args, replicaEnv(r), 'pipe');
+    // Its log, kept after the run (every start appends): what a BROKEN scenario's replica said.
+    const log = join(logDir, `r${i}.log`);
+    r.child.process.stdout?.pipe(createWriteStream(log, { flags: 'a' }));
+    try {
+      await waitUntilUp(r.child, `${r.metricsUrl}/ready`);
+    } catch (err) {
+      throw new Error(`${(err as Error).message}\n(its log: ${log})`, { cause: err });
+    }
   };
   // One after the other: the first migrates and bootstraps, and on two loaded cores replicas
   // starting together can miss the start-up deadline.
