@@ -8,7 +8,7 @@
 // `cleanup()` at the end of the bench, on success and on failure (so: register what must happen
 // last, such as dropping the scratch database, first).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -206,6 +206,16 @@ export function firstLine(child: Child): Promise<string> {
     out.on('data', onData);
     child.process.once('exit', onExit);
   });
+}
+
+/** Descriptors a process holds open, from /proc (Linux); NaN when unknown. */
+export function openFds(pid: number | undefined): number {
+  if (!pid) return NaN;
+  try {
+    return readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return NaN;
+  }
 }
 
 /** CPU time (ms) a process has used, from /proc (Linux); null elsewhere. */

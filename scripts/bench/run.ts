@@ -49,6 +49,7 @@ import {
   type Child,
 } from './processes';
 import { createScratchDatabase, onDatabase, SERVER_URL, type ScratchDatabase } from './scratch-database';
+import { createBenchDestination } from './support';
 
 const DURATION = positive('BENCH_DURATION', 10);
 const WARMUP = positive('BENCH_WARMUP', 3, true);
@@ -368,17 +369,8 @@ async function main(): Promise<void> {
     api_token: string;
   };
   const auth = { Authorization: `Bearer ${boot.api_token}`, 'X-Organization-Id': boot.organization_id };
-  const created = await fetch(`${server.baseUrl}/notification-destination`, {
-    method: 'POST',
-    headers: { ...auth, 'Content-Type': 'application/json' },
-    body: JSON.stringify({ name: 'bench', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] }),
-    signal: AbortSignal.timeout(10_000),
-  });
-  const destination = (await created.json()) as { id?: string };
-  if (created.status !== 201 || !destination.id) {
-    throw new Error(`POST /notification-destination answered ${created.status}: ${JSON.stringify(destination)}`);
-  }
-  const readUrl = `${server.baseUrl}/notification-destination/${destination.id}`;
+  const destinationId = await createBenchDestination(server.baseUrl, auth);
+  const readUrl = `${server.baseUrl}/notification-destination/${destinationId}`;
   const check = await fetch(readUrl, { headers: auth, signal: AbortSignal.timeout(10_000) });
   await check.arrayBuffer();
   if (check.status !== 200) throw new Error(`GET ${readUrl} answered ${check.status} before the benchmark.`);
@@ -393,7 +385,7 @@ async function main(): Promise<void> {
   const lists: Record<string, Measurement> = {};
   let seeded = 1;
   for (const size of LIST_SIZES) {
-    seeded += await seedDestinations(databaseUrl, destination.id, size - seeded, seeded);
+    seeded += await seedDestinations(databaseUrl, destinationId, size - seeded, seeded);
     const middle = await onDatabase(databaseUrl, (c) =>
       c.query<{ id: string }>('select id from notification_destinations order by id offset $1 limit 1', [Math.floor(size / 2)]),
     );
@@ -413,16 +405,8 @@ async function main(): Promise<void> {
   const tenant = await openDatabase({ url: databaseUrl, poolSize: 1 });
   const other = await new Factories(tenant.db).org().finally(() => tenant.close());
   const otherAuth = { Authorization: `Bearer ${other.token}`, 'X-Organization-Id': other.orgId };
-  const otherCreated = await fetch(`${server.baseUrl}/notification-destination`, {
-    method: 'POST',
-    headers: { ...otherAuth, 'Content-Type': 'application/json' },
-    body: JSON.stringify({ name: 'bench', type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] }),
-    signal: AbortSignal.timeout(10_000),
-  });
-  const otherDestination = (await otherCreated.json()) as { id?: string };
-  if (otherCreated.status !== 201 || !otherDestination.id)
-    throw new Error(`POST /notification-destination answered ${otherCreated.status} to the second organization`);
-  await seedDestinations(databaseUrl, otherDestination.id, OTHER_TENANT_ROWS - 1, 1);
+  const otherDestinationId = await createBenchDestination(server.baseUrl, otherAuth);
+  await seedDestinations(databaseUrl, otherDestinationId, OTHER_TENANT_ROWS - 1, 1);
   const otherList = await load(`real: list page 1, a later org of ${OTHER_TENANT_ROWS.toLocaleString('en')} rows`, listUrl, otherAuth, server.child);
   rows.push(otherList);
   lists['other tenant'] = otherList;
@@ -436,7 +420,7 @@ async function main(): Promise<void> {
     DATABASE_URL: databaseUrl,
   });
   await waitUntilUp(floor, `http://${HOST}:${floorPort}/`);
-  const floorUrl = `http://${HOST}:${floorPort}/notification-destination/${boot.organization_id}/${destination.id}`;
+  const floorUrl = `http://${HOST}:${floorPort}/notification-destination/${boot.organization_id}/${destinationId}`;
   const floorRead = await load('floor: bare Express + pg, the same row', floorUrl, {}, floor);
   rows.push(floorRead);
   const floorList = await load(
@@ -453,7 +437,7 @@ async function main(): Promise<void> {
 
   const diagnostics: string[] = [];
   if (DIAGNOSE) {
-    const readPath = `/notification-destination/${destination.id}`;
+    const readPath = `/notification-destination/${destinationId}`;
     // The same requests with the logs off: what the log line per request costs.
     const silent = await startRealServer(real.args, env, { LOG_LEVEL: 'silent', AUTO_BOOTSTRAP: 'false' });
     rows.push(await load('diag: token read, LOG_LEVEL=silent', `${silent.baseUrl}${readPath}`, auth, silent.child));

@@ -131,3 +131,24 @@ export async function addApiKeyConnector(db: DatabaseHandle['db'], orgId: string
     byUserId: null,
   });
 }
+
+/**
+ * Creates an email notification destination through the API at `baseUrl` with `headers` (a
+ * token and organization): the row the benches read and list. Throws unless it answered 201.
+ */
+export async function createBenchDestination(baseUrl: string, headers: Record<string, string>, name = 'bench'): Promise<string> {
+  // `set`, not a spread: headers that already name a content type (any case) keep one.
+  const sent = new Headers(headers);
+  sent.set('content-type', 'application/json');
+  const created = await fetch(`${baseUrl}/notification-destination`, {
+    method: 'POST',
+    headers: sent,
+    body: JSON.stringify({ name, type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const destination = (await created.json()) as { id?: string };
+  if (created.status !== 201 || !destination.id) {
+    throw new Error(`POST /notification-destination answered ${created.status}: ${JSON.stringify(destination)}`);
+  }
+  return destination.id;
+}

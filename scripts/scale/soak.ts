@@ -8,10 +8,10 @@
 // and descriptors over the second half of the run against the first. The verdict is printed,
 // not asserted: a loaded machine moves these figures. Holds when no request failed.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { readdirSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { openFds } from '../bench/processes';
 import type { Cluster } from './cluster';
 import type { Load } from './load';
 import type { ScenarioResult } from './scenario';
@@ -41,15 +41,6 @@ interface Sample {
 function gauge(text: string, name: string): number {
   const match = new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.eE+-]+|NaN)$`, 'm').exec(text);
   return match ? Number(match[1]) : NaN;
-}
-
-function fdCount(pid: number | undefined): number {
-  if (!pid) return NaN;
-  try {
-    return readdirSync(`/proc/${pid}/fd`).length;
-  } catch {
-    return NaN;
-  }
 }
 
 /** Server connections PgBouncer holds (active + idle + used + tested + login), from SHOW POOLS; NaN when its console does not answer. */
@@ -113,7 +104,7 @@ export async function soak(cluster: Cluster, load: Load, minutes: number): Promi
         replica: r.index,
         rssMb: gauge(text, 'process_resident_memory_bytes') / 2 ** 20,
         heapMb: gauge(text, 'nodejs_heap_size_used_bytes') / 2 ** 20,
-        fds: fdCount(r.child?.process.pid),
+        fds: openFds(r.child?.process.pid),
         pool: gauge(text, 'cp_db_pool_connections'),
         poolIdle: gauge(text, 'cp_db_pool_idle_connections'),
         poolWaiting: gauge(text, 'cp_db_pool_waiting_clients'),

@@ -11,6 +11,7 @@
 // figures: bare hello-world servers lose a quarter per core behind the same HAProxy).
 import autocannon from 'autocannon';
 import { cpuMs, firstLine, freePort, HOST, startChild, stopChild, tsxArgs, waitUntilUp } from '../../bench/processes';
+import { createBenchDestination } from '../../bench/support';
 import { mcpHeaders } from '../load';
 import type { Scenario } from '../scenario';
 
@@ -93,13 +94,7 @@ export const scenario: Scenario = {
   async run(cluster) {
     const replicaPids = cluster.replicas.map((r) => r.child?.process.pid).filter((pid): pid is number => pid !== undefined);
     const direct = cluster.replicas[0]!;
-    const created = await fetch(`${cluster.lbUrl}/notification-destination`, {
-      method: 'POST',
-      headers: { ...cluster.headers, 'content-type': 'application/json' },
-      body: JSON.stringify({ name: `per-core-${Date.now()}`, type: 'email', config: { to: ['ops@example.com'] }, event_types: ['member.joined'] }),
-    });
-    const destination = (await created.json()) as { id?: string };
-    if (created.status !== 201 || !destination.id) throw new Error(`POST /notification-destination answered ${created.status}`);
+    const destinationId = await createBenchDestination(cluster.lbUrl, cluster.headers, `per-core-${Date.now()}`);
     const read: Request = { headers: cluster.headers };
     const call = (tool: string) => JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: tool, arguments: { text: 'hi' } } });
     const mcp: Request = { method: 'POST', headers: mcpHeaders(cluster.seed.mcpToken), body: call(cluster.seed.echoTool) };
@@ -117,7 +112,7 @@ export const scenario: Scenario = {
     try {
       await waitUntilUp(hello, `http://${HOST}:${helloPort}/`);
       await firstLine(proxy);
-      const readPath = `/notification-destination/${destination.id}`;
+      const readPath = `/notification-destination/${destinationId}`;
       const mcpPath = `/mcp/${cluster.seed.mcpServerId}`;
       const replicaPid = direct.child!.process.pid!;
       const targets: Target[] = [

@@ -12,10 +12,9 @@
 // first successful call on every replica, connections to the upstream and descriptors per
 // replica before and after.
 import { execFileSync } from 'node:child_process';
-import { readdirSync } from 'node:fs';
 import type { Scenario, ScenarioResult } from '../scenario';
 import { postMcp } from '../load';
-import { HOST } from '../../bench/processes';
+import { HOST, openFds } from '../../bench/processes';
 
 const DEADLINE_MS = Number(process.env.SCALE_OUTBOUND_TIMEOUT_MS ?? 10_000);
 const CALLS = Number(process.env.SCALE_HANG_CALLS ?? 9);
@@ -26,15 +25,6 @@ function listenerPid(port: number): number | null {
   const out = execFileSync('ss', ['-Hltnp', `sport = :${port}`], { encoding: 'utf8' });
   const pid = /pid=(\d+)/.exec(out)?.[1];
   return pid ? Number(pid) : null;
-}
-
-function fds(pid: number | undefined): number {
-  if (!pid) return NaN;
-  try {
-    return readdirSync(`/proc/${pid}/fd`).length;
-  } catch {
-    return NaN;
-  }
 }
 
 /** Established TCP connections from process `pid` to loopback `port` (from `ss`). */
@@ -81,7 +71,7 @@ export const scenario: Scenario = {
     for (const r of cluster.replicas) for (let i = 0; i < 3; i += 1) await call(r.url);
     await sleep(500);
     const upstreamPort = Number(new URL(cluster.upstreamUrl).port);
-    const fdsBefore = cluster.replicas.map((r) => fds(r.child?.process.pid));
+    const fdsBefore = cluster.replicas.map((r) => openFds(r.child?.process.pid));
     const socketsBefore = cluster.replicas.map((r) => connectionsTo(r.child?.process.pid, upstreamPort));
 
     process.kill(upstreamPid, 'SIGSTOP');
@@ -108,7 +98,7 @@ export const scenario: Scenario = {
     await sleep(2_000);
     const socketsSoon = cluster.replicas.map((r) => connectionsTo(r.child?.process.pid, upstreamPort));
     await sleep(4_000);
-    const fdsAfter = cluster.replicas.map((r) => fds(r.child?.process.pid));
+    const fdsAfter = cluster.replicas.map((r) => openFds(r.child?.process.pid));
     const socketsAfter = cluster.replicas.map((r) => connectionsTo(r.child?.process.pid, upstreamPort));
 
     const margin = DEADLINE_MS + 3_000;
