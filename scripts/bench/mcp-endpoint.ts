@@ -181,8 +181,13 @@ async function throughputRounds(targets: { run: () => Promise<void>; procs: Proc
   return { calls: total, results: sums.map((s) => ({ rate: total / s.seconds, cpu: s.cpu })) };
 }
 
-/** BENCH_PROFILE_OUT: a directory to write the control plane's .cpuprofile to (open it in Chrome DevTools or speedscope). */
+/**
+ * BENCH_PROFILE_OUT: a directory to write the .cpuprofile of the control plane and of the bare
+ * proxy to (CPU.<date>.<time>.<pid>…; open them in Chrome DevTools or speedscope): the floor's
+ * profile is what the control plane's is read against.
+ */
 const PROFILE_DIR = process.env.BENCH_PROFILE_OUT ? resolve(process.env.BENCH_PROFILE_OUT) : null;
+const profileArgs = () => (PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []);
 
 const loads = () =>
   loadavg()
@@ -208,7 +213,7 @@ async function main(): Promise<void> {
   const floorPort = await freePort();
   const floor = startChild(
     'the bare proxy',
-    tsxArgs('scripts/bench/bare-proxy.ts'),
+    [...profileArgs(), ...tsxArgs('scripts/bench/bare-proxy.ts')],
     { NODE_ENV: 'production', PORT: String(floorPort), UPSTREAM_URL: upstreamMcp[0]!, UPSTREAM_KEY: KEY },
     'pipe',
   );
@@ -228,7 +233,7 @@ async function main(): Promise<void> {
       ...Object.fromEntries(Object.entries(process.env).filter((e): e is [string, string] => e[0].startsWith('OTEL_') && e[1] !== undefined)),
     },
     {},
-    PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : [],
+    profileArgs(),
   );
   const base = server.baseUrl;
   console.log(
@@ -361,7 +366,10 @@ async function main(): Promise<void> {
   await stopChild(server.child);
   if (server.child.exitCode !== 0)
     console.log(`(the control plane exited with code ${server.child.exitCode} on SIGTERM: ${server.child.stderr.join('').slice(-500)})`);
-  if (PROFILE_DIR) console.log(`The control plane's CPU profile (whole run, seeding included) is in ${PROFILE_DIR}.`);
+  if (PROFILE_DIR)
+    console.log(
+      `CPU profiles (whole runs, seeding included) are in ${PROFILE_DIR}: the control plane's named by pid ${procs.controlPlane}, the bare proxy's by pid ${floor.process.pid}.`,
+    );
   console.log(`Load average ${loads()} at the end.`);
 }
 
