@@ -41,6 +41,8 @@ export interface Config {
   databasePreparedStatements: boolean;
   /** How long a query may wait for a pooled connection before it fails as the database being unavailable (503). */
   databaseConnectTimeoutMs: number;
+  /** PostgreSQL's statement_timeout for the app's pool (0: none): a runaway statement is cancelled rather than holding a connection. */
+  databaseStatementTimeoutMs: number;
   dataDir: string;
   /** The key that seals secrets now, and older ones that still open what they sealed. */
   encryptionKeys: { current: Buffer; older: Buffer[] };
@@ -636,6 +638,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseListenUrl: env.DATABASE_LISTEN_URL || null,
     databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),
     databaseConnectTimeoutMs: int(env, 'DATABASE_CONNECT_TIMEOUT_MS', 5_000, 100, 120_000),
+    databaseStatementTimeoutMs: int(env, 'DATABASE_STATEMENT_TIMEOUT_MS', 30_000, 0, 3_600_000),
     dataDir,
     encryptionKeys: encryptionKeys(env, dataDir, nodeEnv === 'production' ? 'when NODE_ENV=production' : env.DATABASE_URL ? 'with DATABASE_URL' : null),
     logLevel: oneOf(env, 'LOG_LEVEL', ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const, 'info'),

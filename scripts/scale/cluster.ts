@@ -18,8 +18,8 @@
 // PgBouncer 1.18 compatibility (what an operator needs, found here): the pool sends
 // `options=-c TimeZone=UTC` at start-up, which PgBouncer refuses ("unsupported startup
 // parameter: options") unless `ignore_startup_parameters = extra_float_digits,options`; the
-// setting then never reaches PostgreSQL, so the database's own time zone must be UTC
-// (`ALTER DATABASE … SET timezone = 'UTC'`). Named prepared statements must be off
+// settings then never reach PostgreSQL, so the database's own time zone must be UTC
+// (`ALTER DATABASE … SET timezone = 'UTC'`), and its statement timeout is set there too. Named prepared statements must be off
 // (DATABASE_PREPARED_STATEMENTS=false): PgBouncer before 1.21 does not carry them between
 // server connections.
 import { execFile, spawnSync } from 'node:child_process';
@@ -236,8 +236,9 @@ async function buildCluster(options: ClusterOptions, started: Child[]): Promise<
   const directUrl = `postgres://postgres@${HOST}:${pgPort}/${DATABASE}`;
   await onDatabase(`postgres://postgres@${HOST}:${pgPort}/postgres`, async (c) => {
     await c.query(`create database ${DATABASE}`);
-    // What `options=-c TimeZone=UTC` would have said, had PgBouncer passed it on.
+    // What `options=-c TimeZone=UTC -c statement_timeout=30000` would have said, had PgBouncer passed it on.
     await c.query(`alter database ${DATABASE} set timezone = 'UTC'`);
+    await c.query(`alter database ${DATABASE} set statement_timeout = '30s'`);
   });
 
   // PgBouncer in transaction mode; refuses to run as root.

@@ -59,6 +59,16 @@ export interface DatabaseOptions {
    */
   connectTimeoutMs?: number;
   /**
+   * PostgreSQL's `statement_timeout` on every pooled connection, asked for at start-up
+   * (`options=-c statement_timeout=…`): a statement running longer is cancelled (SQLSTATE
+   * 57014, answered 503) instead of holding its connection, and the pool with it, for as long
+   * as it runs. 0: none; unset: the server's own setting (the database's or role's) applies.
+   * A pooler that does not pass start-up options on (PgBouncer) leaves the server's setting in
+   * force either way. PostgreSQL only: the embedded database runs one statement at a time in
+   * this process and cannot cancel one.
+   */
+  statementTimeoutMs?: number;
+  /**
    * Told when a pooled connection breaks (the server restarted, an administrator ended it),
    * idle or lent to a request; the pool drops it and opens another when needed. Unheard, it
    * would end the process.
@@ -71,7 +81,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     const pool = new pg.Pool({
       connectionString: options.url,
       max: options.poolSize ?? 20,
-      options: '-c TimeZone=UTC',
+      options: options.statementTimeoutMs === undefined ? '-c TimeZone=UTC' : `-c TimeZone=UTC -c statement_timeout=${Math.trunc(options.statementTimeoutMs)}`,
       connectionTimeoutMillis: options.connectTimeoutMs ?? 5_000,
       // A server that vanished without closing its connections (a network partition, a host
       // that died) is noticed by TCP keep-alive rather than by the next query hanging.

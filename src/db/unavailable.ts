@@ -24,3 +24,13 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   }
   return typeof message === 'string' && CONNECTION_MESSAGES.some((text) => message.includes(text));
 }
+
+/**
+ * Whether PostgreSQL cancelled the statement (SQLSTATE 57014, query_canceled): it ran past the
+ * statement timeout, or an administrator cancelled it. Nothing it began was kept (its
+ * transaction is rolled back), and the same request may well pass once the database is less
+ * busy: a 503 with Retry-After, not a 500.
+ */
+export function isStatementCancelled(err: unknown): boolean {
+  return !!err && typeof err === 'object' && (err as { code?: unknown }).code === '57014';
+}

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Db, Executor } from '../db/database';
 import type { Database, EventActorType, Row } from '../db/schema';
 import { isDatabaseUnavailable } from '../db/unavailable';
-import { newId } from '../lib/ids';
+import { firstIdAt, newId } from '../lib/ids';
 import type { Metrics } from '../lib/metrics';
 
 /** An event as written to the outbox by the change that caused it. */
@@ -101,6 +101,13 @@ export interface RoundResult {
 }
 
 const RETENTION_EVERY_MS = 3_600_000;
+/**
+ * Events past retention deleted per statement (with what consumers recorded for them, by
+ * cascade): each statement stays short however far behind retention is (a first run on a
+ * large outbox, a long outage), so none holds its locks long or runs into the statement
+ * timeout; while a batch comes back full the next round deletes on.
+ */
+export const RETENTION_BATCH = 5_000;
 
 /**
  * Drains the outbox: a round takes new events in a batch (`for update skip locked`, so
@@ -138,13 +145,23 @@ export class OutboxDispatcher {
       }
     }
     if (now.getTime() - this.lastRetention >= RETENTION_EVERY_MS) {
-      this.lastRetention = now.getTime();
-      await this.db
-        .deleteFrom('outbox')
-        .where('created_at', '<', new Date(now.getTime() - this.options.retentionMs))
-        .execute();
+      if ((await this.deleteExpired(now)) < RETENTION_BATCH) this.lastRetention = now.getTime();
     }
     return result;
+  }
+
+  /**
+   * Deletes up to RETENTION_BATCH events older than the retention, oldest first; answers how
+   * many. Event ids are ULIDs minted when the event is written, so "older" is a range of the
+   * primary key.
+   */
+  async deleteExpired(now = new Date()): Promise<number> {
+    const bound = firstIdAt('event', new Date(now.getTime() - this.options.retentionMs));
+    const deleted = await this.db
+      .deleteFrom('outbox')
+      .where('id', 'in', (q) => q.selectFrom('outbox').select('id').where('id', '<', bound).orderBy('id').limit(RETENTION_BATCH))
+      .executeTakeFirst();
+    return Number(deleted.numDeletedRows);
   }
 
   /**

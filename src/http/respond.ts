@@ -3,7 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { PresentedCredential } from '../identity/credentials';
-import { isDatabaseUnavailable } from '../db/unavailable';
+import { isDatabaseUnavailable, isStatementCancelled } from '../db/unavailable';
 import { DependencyUnavailableError } from '../lib/unavailable';
 import { isUnstorableText } from '../db/unstorable';
 import type { RenderedError } from './area';
@@ -62,6 +62,10 @@ export function sendError(req: Request, res: Response, err: unknown, render?: Er
     error = new ApiError('service_unavailable', `${err.dependency} cannot be reached right now; retry shortly.`, {
       headers: { 'Retry-After': String(err.retryAfterSeconds) },
     });
+  }
+  if (!error && isStatementCancelled(err)) {
+    state.log.error({ err }, 'request failed: a database statement ran past its timeout or was cancelled');
+    error = new ApiError('service_unavailable', 'The database did not answer in time; retry shortly.', { headers: { 'Retry-After': '5' } });
   }
   if (!error && isDatabaseUnavailable(err)) {
     state.log.error({ err }, 'request failed: the database cannot be reached');

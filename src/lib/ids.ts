@@ -1,5 +1,5 @@
 import { randomFillSync } from 'node:crypto';
-import { monotonicFactory } from 'ulid';
+import { encodeTime, monotonicFactory } from 'ulid';
 import { ID_PREFIXES } from '../../generated/ids';
 
 /**
@@ -16,6 +16,14 @@ const nextUlid = monotonicFactory();
 
 export function newId(kind: IdKind): string {
   return `${ID_PREFIXES[kind]}_${nextUlid().toLowerCase()}`;
+}
+
+/**
+ * The least id of a kind minted at `at`: every id minted earlier sorts below it, so "created
+ * before" is a range of the primary key (its index), with no index on a timestamp.
+ */
+export function firstIdAt(kind: IdKind, at: Date): string {
+  return `${ID_PREFIXES[kind]}_${encodeTime(at.getTime(), 10).toLowerCase()}${'0'.repeat(16)}`;
 }
 
 /** Request ids name requests, not resources, so they are not among the spec's ids. */

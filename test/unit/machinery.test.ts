@@ -206,5 +206,13 @@ describe('configuration', () => {
     expect(() => loadConfig({ ...base, BASE_URL: 'not a url' })).toThrow(ConfigError);
     expect(() => loadConfig({ ENCRYPTION_KEY: 'short' })).toThrow(ConfigError);
     expect(() => loadConfig({ NODE_ENV: 'production' })).toThrow(/ENCRYPTION_KEY is required/);
+    expect(() => loadConfig({ ...base, DATABASE_STATEMENT_TIMEOUT_MS: '-1' })).toThrow(
+      new ConfigError('DATABASE_STATEMENT_TIMEOUT_MS must be a whole number from 0 to 3600000; got "-1".'),
+    );
+  });
+
+  it('cancels statements after 30 s unless told otherwise; 0 turns the timeout off', () => {
+    expect(loadConfig(base).databaseStatementTimeoutMs).toBe(30_000);
+    expect(loadConfig({ ...base, DATABASE_STATEMENT_TIMEOUT_MS: '0' }).databaseStatementTimeoutMs).toBe(0);
   });
 });
