@@ -430,6 +430,13 @@ async function main(): Promise<void> {
     floor,
   );
   rows.push(floorList);
+  const floorJsonList = await load(
+    `floor: bare Express + pg, that page as JSON PostgreSQL builds`,
+    `http://${HOST}:${floorPort}/notification-destination-json/${boot.organization_id}`,
+    {},
+    floor,
+  );
+  rows.push(floorJsonList);
   await stopChild(floor);
 
   const router = routerTimes();
@@ -540,7 +547,10 @@ async function main(): Promise<void> {
     `   the authenticated read ran at ${fmt(read.rps / floorRead.rps, 2)}× the floor, the slowest list page (${slowest.target.replace(/^real: /, '')}) at ${fmt(slowest.rps / read.rps, 2)}× the read;`,
   );
   console.log(
-    `   bare Express + pg sending a page of the same 50 rows ran at ${fmt(floorList.rps / baseline.rps, 2)}× baseline, the slowest list page at ${fmt(slowest.rps / floorList.rps, 2)}× that floor)`,
+    `   bare Express + pg sending a page of the same 50 rows ran at ${fmt(floorList.rps / baseline.rps, 2)}× baseline, the slowest list page at ${fmt(slowest.rps / floorList.rps, 2)}× that floor;`,
+  );
+  console.log(
+    `   the same page as JSON built by PostgreSQL (json_agg, no row parsed in Node) at ${fmt(floorJsonList.rps / baseline.rps, 2)}× baseline: what lists could reach with serialization in SQL)`,
   );
   if (rows.some((r) => r.non2xx > 0 || r.errors > 0)) console.log('Warning: some requests failed (non-2xx or errors); the figures above include them.');
   if (diagnostics.length > 0) console.log(['', ...diagnostics].join('\n'));
