@@ -11,7 +11,7 @@ import { SESSION_PREFIX } from '../../src/identity/credentials';
 import { LISTENER_NAME } from '../../src/db/database';
 import { hashSecret, randomSecret } from '../../src/lib/crypto';
 import { newId } from '../../src/lib/ids';
-import { cleanEnv, cleanUp, runCli, startServer, tempDir, type ServerProcess } from '../e2e/support';
+import { cleanUp, cliJson, startServer, tempDir, type ServerProcess } from '../e2e/support';
 import { serverDatabase, serverUrl } from '../support/database';
 import { SpecChecker } from '../support/spec-checker';
 
@@ -54,11 +54,7 @@ async function untilEvery(status: number, ask: (server: ServerProcess) => Promis
   throw new Error(`Expected every server to answer ${status}; they still answer ${last.join(', ')}.`);
 }
 
-async function cli(args: string[]): Promise<any> {
-  const run = await runCli([...args, '--json'], cleanEnv(env));
-  if (run.code !== 0) throw new Error(`cli ${args.join(' ')} failed:\n${run.stderr}`);
-  return JSON.parse(run.stdout);
-}
+const cli = (args: string[]) => cliJson(args, env);
 
 async function newToken(): Promise<{ token: string; tokenId: string }> {
   const created = await cli(['token', 'create', '--org', orgId, '--user', ownerId, '--name', `cache test ${randomBytes(4).toString('hex')}`]);

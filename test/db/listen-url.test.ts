@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { LISTENER_NAME } from '../../src/db/database';
-import { cleanEnv, cleanUp, runCli, startServer, tempDir, type ServerProcess } from '../e2e/support';
+import { cleanUp, cliJson, startServer, tempDir, type ServerProcess } from '../e2e/support';
 import { onServer, serverDatabase, serverUrl } from '../support/database';
 import { SpecChecker } from '../support/spec-checker';
 
@@ -21,11 +21,7 @@ let database: { url: string; drop(): Promise<void> } | null = null;
 let admin: pg.Client;
 let env: Record<string, string>;
 
-async function cli(args: string[]): Promise<any> {
-  const run = await runCli([...args, '--json'], cleanEnv(env));
-  if (run.code !== 0) throw new Error(`cli ${args.join(' ')} failed:\n${run.stderr}`);
-  return JSON.parse(run.stdout);
-}
+const cli = (args: string[]) => cliJson(args, env);
 
 onPostgres('DATABASE_LISTEN_URL', () => {
   beforeAll(async () => {

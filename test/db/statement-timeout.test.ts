@@ -6,7 +6,7 @@
 // process of its own; PostgreSQL only (the embedded database cannot cancel a statement).
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { cleanEnv, cleanUp, runCli, startServer, tempDir, type ServerProcess } from '../e2e/support';
+import { cleanUp, cliJson, startServer, tempDir, type ServerProcess } from '../e2e/support';
 import { serverDatabase, serverUrl } from '../support/database';
 import { SpecChecker } from '../support/spec-checker';
 
@@ -23,11 +23,7 @@ let database: { url: string; drop(): Promise<void> } | null = null;
 let admin: pg.Client;
 let env: Record<string, string>;
 
-async function cli(args: string[]): Promise<any> {
-  const run = await runCli([...args, '--json'], cleanEnv(env));
-  if (run.code !== 0) throw new Error(`cli ${args.join(' ')} failed:\n${run.stderr}`);
-  return JSON.parse(run.stdout);
-}
+const cli = (args: string[]) => cliJson(args, env);
 
 onPostgres('DATABASE_STATEMENT_TIMEOUT_MS', () => {
   beforeAll(async () => {

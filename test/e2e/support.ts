@@ -67,6 +67,13 @@ export interface CliResult {
   stderr: string;
 }
 
+/** Runs `scripts/cli.ts … --json` with `env` (cleaned) and answers its JSON; a failed run throws with its stderr. */
+export async function cliJson(args: string[], env: Record<string, string | undefined>): Promise<any> {
+  const run = await runCli([...args, '--json'], cleanEnv(env));
+  if (run.code !== 0) throw new Error(`cli ${args.join(' ')} failed:\n${run.stderr}`);
+  return JSON.parse(run.stdout);
+}
+
 /** Runs `scripts/cli.ts …` to the end (killed after `timeoutMs`). */
 export function runCli(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 60_000): Promise<CliResult> {
   return new Promise((resolve, reject) => {
