@@ -18,7 +18,14 @@ import { bootstrap, writeBootstrapFile } from './operator';
  */
 async function migrate(config: Config, database: DatabaseHandle): Promise<string[]> {
   if (!config.databaseUrl || !config.databaseStatementTimeoutMs) return migrateToLatest(database.db);
-  const own = await openDatabase({ url: config.databaseUrl, poolSize: 1, connectTimeoutMs: config.databaseConnectTimeoutMs, statementTimeoutMs: 0 });
+  const own = await openDatabase({
+    url: config.databaseUrl,
+    poolSize: 1,
+    // Behind PgBouncer in transaction mode as the app's own pool is (make scale found this).
+    preparedStatements: config.databasePreparedStatements,
+    connectTimeoutMs: config.databaseConnectTimeoutMs,
+    statementTimeoutMs: 0,
+  });
   try {
     return await migrateToLatest(own.db);
   } finally {
