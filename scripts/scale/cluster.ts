@@ -20,9 +20,8 @@
 // parameter: options") unless `ignore_startup_parameters = extra_float_digits,options`; the
 // settings then never reach PostgreSQL, so the database's own time zone must be UTC
 // (`ALTER DATABASE … SET timezone = 'UTC'`), and its statement timeout is set there too.
-// Named prepared statements must be off
-// (DATABASE_PREPARED_STATEMENTS=false): PgBouncer before 1.21 does not carry them between
-// server connections.
+// Named prepared statements must be off (DATABASE_PREPARED_STATEMENTS=false): PgBouncer
+// before 1.21 does not carry them between server connections.
 import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
