@@ -75,6 +75,12 @@ export interface Config {
   /** How often the outbox worker looks for events to deliver; 0 turns it off in this process. */
   outboxPollMs: number;
   /**
+   * Days a tool-call record is kept in the database (0: for ever). Nothing in the API reads
+   * them back: they are exported to logging destinations through the outbox, which carries
+   * each record whole, so past that only the table's growth is left.
+   */
+  toolCallRecordRetentionDays: number;
+  /**
    * How long a server may remember what a credential may do (0: never). Changes clear it
    * at once wherever they are heard; this bounds only what nothing announced.
    */
@@ -670,6 +676,7 @@ export function loadConfig(env: Env = process.env): Config {
     shutdownDelayMs: int(env, 'SHUTDOWN_DELAY_MS', env.METRICS_PORT ? 5_000 : 0, 0, 600_000),
     keepAliveTimeoutMs: int(env, 'KEEP_ALIVE_TIMEOUT_MS', 65_000, 1_000, 600_000),
     outboxPollMs: int(env, 'OUTBOX_POLL_MS', 1_000, 0, 3_600_000),
+    toolCallRecordRetentionDays: int(env, 'TOOL_CALL_RECORD_RETENTION_DAYS', 90, 0, 36_500),
     credentialCacheSeconds: int(env, 'CREDENTIAL_CACHE_SECONDS', 60, 0, 3_600),
     notificationTestCooldownSeconds: int(env, 'NOTIFICATION_TEST_COOLDOWN_SECONDS', 10, 0, 86_400),
     datadogIntakeUrl: datadogIntakeUrl(env),

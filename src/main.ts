@@ -98,7 +98,9 @@ async function main(): Promise<void> {
     deps,
     close: closeApp,
   } = await createApp({ config, db: database.db, pool: database.pool, listen: database.listen, secrets, mailer, logger });
-  const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger, DEFAULT_OUTBOX_OPTIONS, deps.metrics);
+  const retention = config.toolCallRecordRetentionDays === 0 ? null : config.toolCallRecordRetentionDays * 86_400_000;
+  const outboxOptions = { ...DEFAULT_OUTBOX_OPTIONS, toolCallRecordRetentionMs: retention };
+  const dispatcher = new OutboxDispatcher(database.db, registry.consumers(deps), logger, outboxOptions, deps.metrics);
   dispatcher.start(config.outboxPollMs);
   const server: Server = await listen(config.port, config.host);
   logger.info({ url: config.baseUrl, host: config.host, port: config.port }, 'listening');

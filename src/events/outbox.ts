@@ -5,6 +5,7 @@ import type { Database, EventActorType, Row } from '../db/schema';
 import { isDatabaseUnavailable } from '../db/unavailable';
 import { firstIdAt, newId } from '../lib/ids';
 import type { Metrics } from '../lib/metrics';
+import { deleteExpiredToolCallRecords } from './records';
 
 /** An event as written to the outbox by the change that caused it. */
 export type OutboxEvent = Pick<Row<'outbox'>, 'id' | 'org_id' | 'event_type' | 'payload' | 'created_at' | 'actor_type' | 'actor_id'>;
@@ -83,12 +84,17 @@ export interface OutboxOptions {
   batchSize: number;
   /** Events (and, by cascade, what consumers recorded for them) are deleted after this long. */
   retentionMs: number;
+  /**
+   * Tool-call records (which the outbox exports) are deleted after this long; null: kept for
+   * ever. Absent: as null.
+   */
+  toolCallRecordRetentionMs?: number | null;
 }
 
 // 500: audit entries and tool-call records come in bursts; handed over 50 at a time, logging
 // destinations delivered about 1,400 records/s on PostgreSQL, 500 at a time about 5,500/s
 // per destination (scripts/bench/logging-delivery.ts).
-export const DEFAULT_OUTBOX_OPTIONS: OutboxOptions = { batchSize: 500, retentionMs: 30 * 24 * 3_600_000 };
+export const DEFAULT_OUTBOX_OPTIONS: OutboxOptions = { batchSize: 500, retentionMs: 30 * 24 * 3_600_000, toolCallRecordRetentionMs: 90 * 24 * 3_600_000 };
 
 export interface RoundResult {
   fannedOut: number;
@@ -145,23 +151,27 @@ export class OutboxDispatcher {
       }
     }
     if (now.getTime() - this.lastRetention >= RETENTION_EVERY_MS) {
-      if ((await this.deleteExpired(now)) < RETENTION_BATCH) this.lastRetention = now.getTime();
+      const deleted = await this.deleteExpired(now);
+      if (deleted.events < RETENTION_BATCH && deleted.toolCallRecords < RETENTION_BATCH) this.lastRetention = now.getTime();
     }
     return result;
   }
 
   /**
-   * Deletes up to RETENTION_BATCH events older than the retention, oldest first; answers how
-   * many. Event ids are ULIDs minted when the event is written, so "older" is a range of the
-   * primary key.
+   * Deletes up to RETENTION_BATCH events older than the retention, oldest first, and as many
+   * tool-call records past theirs; answers how many of each. Event ids are ULIDs minted when
+   * the event is written, so "older" is a range of the primary key.
    */
-  async deleteExpired(now = new Date()): Promise<number> {
+  async deleteExpired(now = new Date()): Promise<{ events: number; toolCallRecords: number }> {
     const bound = firstIdAt('event', new Date(now.getTime() - this.options.retentionMs));
     const deleted = await this.db
       .deleteFrom('outbox')
       .where('id', 'in', (q) => q.selectFrom('outbox').select('id').where('id', '<', bound).orderBy('id').limit(RETENTION_BATCH))
       .executeTakeFirst();
-    return Number(deleted.numDeletedRows);
+    const keepRecordsMs = this.options.toolCallRecordRetentionMs ?? null;
+    const toolCallRecords =
+      keepRecordsMs === null ? 0 : await deleteExpiredToolCallRecords(this.db, new Date(now.getTime() - keepRecordsMs), RETENTION_BATCH);
+    return { events: Number(deleted.numDeletedRows), toolCallRecords };
   }
 
   /**

@@ -99,3 +99,23 @@ export async function insertToolCallRecords(db: Db, records: readonly NewRow<'to
     from numbered r join unnest(${eventIds}::text[]) with ordinality as u(event_id, n) on u.n = r.n
     where ${exported('tool_call', sql.ref('r.org_id'))}`.execute(db);
 }
+
+/**
+ * Deletes up to `limit` tool-call records written before `before`; answers how many. Only the
+ * `limit` oldest rows by id are looked at, through the primary key: ids are given as the
+ * batches are written, so id order is the order records were written in, give or take one
+ * batch's wait (100 ms), and no index on `created_at` has to slow every INSERT for a deletion
+ * that runs hourly. A record just past the boundary out of that order goes in the next round.
+ */
+export async function deleteExpiredToolCallRecords(db: Db, before: Date, limit: number): Promise<number> {
+  const deleted = await db
+    .deleteFrom('tool_call_records')
+    .where('id', 'in', (q) =>
+      q
+        .selectFrom((oldest) => oldest.selectFrom('tool_call_records').select(['id', 'created_at']).orderBy('id').limit(limit).as('oldest'))
+        .select('oldest.id')
+        .where('oldest.created_at', '<', before),
+    )
+    .executeTakeFirst();
+  return Number(deleted.numDeletedRows);
+}

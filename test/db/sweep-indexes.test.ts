@@ -62,9 +62,9 @@ it('the OAuth sweep finds what expired in every table through an index', async (
   expect(await scannedTables(captured.statements)).toEqual([]);
 });
 
-it('the outbox retention finds old events through the primary key', async () => {
+it('the outbox retention finds old events and tool-call records through their primary keys', async () => {
   const captured = new Captured(database.db);
   await new OutboxDispatcher(database.db.withPlugin(captured), [], pino({ level: 'silent' }), DEFAULT_OUTBOX_OPTIONS).deleteExpired();
-  expect(captured.statements).toHaveLength(1);
+  expect(captured.statements).toHaveLength(2);
   expect(await scannedTables(captured.statements)).toEqual([]);
 });

@@ -215,4 +215,12 @@ describe('configuration', () => {
     expect(loadConfig(base).databaseStatementTimeoutMs).toBe(30_000);
     expect(loadConfig({ ...base, DATABASE_STATEMENT_TIMEOUT_MS: '0' }).databaseStatementTimeoutMs).toBe(0);
   });
+
+  it('keeps tool-call records 90 days unless told otherwise; 0 keeps them for ever', () => {
+    expect(loadConfig(base).toolCallRecordRetentionDays).toBe(90);
+    expect(loadConfig({ ...base, TOOL_CALL_RECORD_RETENTION_DAYS: '0' }).toolCallRecordRetentionDays).toBe(0);
+    expect(() => loadConfig({ ...base, TOOL_CALL_RECORD_RETENTION_DAYS: '7.5' })).toThrow(
+      new ConfigError('TOOL_CALL_RECORD_RETENTION_DAYS must be a whole number from 0 to 36500; got "7.5".'),
+    );
+  });
 });
