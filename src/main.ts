@@ -1,37 +1,14 @@
 import type { Server } from 'node:http';
 import { chmodSync, mkdirSync } from 'node:fs';
 import { createApp } from './app';
-import { ConfigError, loadConfig, type Config } from './config';
-import { DatabaseInUseError, migrateToLatest, openDatabase, type DatabaseHandle } from './db/database';
+import { ConfigError, loadConfig } from './config';
+import { DatabaseInUseError, migrateToLatest, openDatabase } from './db/database';
 import { DEFAULT_OUTBOX_OPTIONS, OutboxDispatcher } from './events/outbox';
 import { createMailer } from './events/email';
 import { secretBoxOf } from './lib/crypto';
 import { createLogger } from './lib/logger';
 import { unsupportedNode } from './lib/node-lines';
 import { bootstrap, writeBootstrapFile } from './operator';
-
-/**
- * Brings the schema up to date. On a PostgreSQL server, over a connection of its own without
- * the pool's statement timeout: an index built on a large table, or the wait for another
- * replica that is migrating (the migrator's lock), is not a runaway statement, and cancelling
- * it would stop the replica from starting.
- */
-async function migrate(config: Config, database: DatabaseHandle): Promise<string[]> {
-  if (!config.databaseUrl || !config.databaseStatementTimeoutMs) return migrateToLatest(database.db);
-  const own = await openDatabase({
-    url: config.databaseUrl,
-    poolSize: 1,
-    // Behind PgBouncer in transaction mode as the app's own pool is (make scale found this).
-    preparedStatements: config.databasePreparedStatements,
-    connectTimeoutMs: config.databaseConnectTimeoutMs,
-    statementTimeoutMs: 0,
-  });
-  try {
-    return await migrateToLatest(own.db);
-  } finally {
-    await own.close();
-  }
-}
 
 async function main(): Promise<void> {
   const unsupported = unsupportedNode();
@@ -52,7 +29,8 @@ async function main(): Promise<void> {
     statementTimeoutMs: config.databaseStatementTimeoutMs,
     onConnectionError: (err) => logger.warn({ err: { message: err.message } }, 'database: a connection broke; the pool opens another when needed'),
   });
-  const applied = await migrate(config, database);
+  // Without the statement timeout, under a lock of its own, whatever the pool's settings: migrateToLatest.
+  const applied = await migrateToLatest(database.db);
   logger.info({ database: database.kind, migrations: applied }, 'database ready');
 
   if (config.autoBootstrap) {

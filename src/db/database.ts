@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { Kysely, Migrator, PostgresDialect, type Dialect, type PostgresPool, type Transaction } from 'kysely';
+import { Kysely, Migrator, PostgresAdapter, PostgresDialect, sql, type Dialect, type MigrationResultSet, type PostgresPool, type Transaction } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import { loadMigrations } from './migrations';
@@ -96,7 +96,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
     // unheard 'error' ends the process: every client keeps a listener of its own. The
     // statement in flight fails on its own (503), and the pool drops the dead client on release.
     pool.on('connect', (client) => client.on('error', (err) => options.onConnectionError?.(err)));
-    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
+    const db = new Kysely<Database>({ dialect: new ServerDialect({ pool: options.preparedStatements === false ? pool : preparingPool(pool) }) });
     const listener = new ServerListener(options.listenUrl || options.url);
     const listen = (channel: string, onNotify: (payload: string) => void, onLost?: () => void) => listener.listen(channel, onNotify, onLost);
     return { db, kind: 'postgres', pool, listen, close: () => db.destroy() };
@@ -115,7 +115,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<DatabaseHa
       throw err;
     }
   }
-  const dialect: Dialect = new PGliteDialect(pglite);
+  const dialect: Dialect = new EmbeddedDialect(pglite);
   const db = new Kysely<Database>({ dialect });
   const owned = pglite;
   return {
@@ -343,13 +343,65 @@ function lockDataDir(dataDir: string): () => void {
   return () => rmSync(file, { force: true });
 }
 
-export function migrator(db: Db): Migrator {
-  return new Migrator({ db, provider: { getMigrations: async () => loadMigrations() } });
+/**
+ * PostgreSQL as Kysely speaks it, but for the migration lock, which migrateToLatest takes
+ * itself: Kysely's migrator would take a session lock, which a failed migration's ROLLBACK
+ * does not let go and which behind PgBouncer need not even stay on one server connection.
+ */
+class MigrationsLockedByCaller extends PostgresAdapter {
+  override async acquireMigrationLock(): Promise<void> {}
+  override async releaseMigrationLock(): Promise<void> {}
 }
 
-/** Brings the schema to the latest migration. Fails loudly and names the migration that broke. */
+class ServerDialect extends PostgresDialect {
+  override createAdapter(): PostgresAdapter {
+    return new MigrationsLockedByCaller();
+  }
+}
+
+class EmbeddedDialect extends PGliteDialect {
+  override createAdapter(): PostgresAdapter {
+    return new MigrationsLockedByCaller();
+  }
+}
+
+export function migrator(db: Db, options: { disableTransactions?: boolean } = {}): Migrator {
+  return new Migrator({ db, provider: { getMigrations: async () => loadMigrations() }, ...options });
+}
+
+/** The key Kysely's migrator locks with: a replica of an earlier version that migrates waits for this one, and this one for it. */
+const MIGRATION_LOCK = sql.lit(BigInt('3853314791062309107'));
+
+/**
+ * Brings the schema to the latest migration. Fails loudly and names the migration that broke.
+ *
+ * All of it is one transaction of ours, which first lifts the statement timeout and takes the
+ * migration lock, both ending with it, then runs Kysely's migrator inside (its own lock and
+ * transactions turned off: MigrationsLockedByCaller):
+ * - Kysely's lock is a session lock taken before its transaction. Behind PgBouncer in
+ *   transaction mode each statement outside a transaction may reach another server
+ *   connection: the lock could be taken on one and never released, and the next replica
+ *   whose statement lands there would get it again at once (a session holding a lock gets it
+ *   again), two replicas then migrating at once. A transaction keeps one server connection
+ *   from BEGIN to COMMIT, and a transaction lock ends with it, on success or failure.
+ * - Waiting while another replica migrates, or building an index on a large table, is not a
+ *   runaway statement: under the statement timeout (DATABASE_STATEMENT_TIMEOUT_MS, or behind
+ *   PgBouncer the database's or role's own) it would be cancelled and the replica not start.
+ */
 export async function migrateToLatest(db: Db): Promise<string[]> {
-  const { error, results } = await migrator(db).migrateToLatest();
+  const { error, results } = await db.connection().execute(async (connection): Promise<MigrationResultSet> => {
+    await sql`begin`.execute(connection);
+    try {
+      await sql`select set_config('statement_timeout', '0', true)`.execute(connection);
+      await sql`select pg_advisory_xact_lock(${MIGRATION_LOCK})`.execute(connection);
+      const outcome = await migrator(connection, { disableTransactions: true }).migrateToLatest();
+      await sql.raw(outcome.error ? 'rollback' : 'commit').execute(connection);
+      return outcome;
+    } catch (err) {
+      await sql`rollback`.execute(connection).catch(() => undefined);
+      throw err;
+    }
+  });
   const failed = results?.find((r) => r.status === 'Error');
   if (error || failed) {
     const cause = error instanceof Error ? error.message : String(error);
