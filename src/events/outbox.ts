@@ -169,8 +169,7 @@ export class OutboxDispatcher {
       .where('id', 'in', (q) => q.selectFrom('outbox').select('id').where('id', '<', bound).orderBy('id').limit(RETENTION_BATCH))
       .executeTakeFirst();
     const keepRecordsMs = this.options.toolCallRecordRetentionMs ?? null;
-    const toolCallRecords =
-      keepRecordsMs === null ? 0 : await deleteExpiredToolCallRecords(this.db, new Date(now.getTime() - keepRecordsMs), RETENTION_BATCH);
+    const toolCallRecords = keepRecordsMs === null ? 0 : await deleteExpiredToolCallRecords(this.db, new Date(now.getTime() - keepRecordsMs), RETENTION_BATCH);
     return { events: Number(deleted.numDeletedRows), toolCallRecords };
   }
 
