@@ -1,6 +1,5 @@
 import { createServer, IncomingMessage, ServerResponse, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
-import helmet from 'helmet';
 import type { Logger } from 'pino';
 import { MODULES } from './modules';
 import { HEALTH } from './areas/health';
@@ -19,6 +18,7 @@ import { buildRegistry, type Registry } from './http/registry';
 import { logRequest } from './http/request-log';
 import { clientIp, requestState, sendError, setRequestState } from './http/respond';
 import { servePages } from './http/pages';
+import { RESPONSE_SECURITY_HEADERS } from './http/security-headers';
 import { newRequestId } from './lib/ids';
 import { docsAssets } from './areas/schema';
 import { loadSpec, type OpenApiDocument } from './spec';
@@ -119,7 +119,6 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
   class AppResponse extends ServerResponse<AppRequest> {}
   Object.setPrototypeOf(AppResponse.prototype, app.response);
 
-  const securityHeaders = helmetHeaders();
   const healthBody = JSON.stringify(HEALTH);
   let draining = false;
   let unready = false;
@@ -154,7 +153,7 @@ export async function createApp(deps: ProcessDeps, options: AppOptions = {}): Pr
     const incoming = req.headers['x-request-id'];
     const requestId = typeof incoming === 'string' && INCOMING_REQUEST_ID.test(incoming) ? incoming : newRequestId();
     res.setHeader('X-Request-Id', requestId);
-    for (const [name, value] of securityHeaders) res.setHeader(name, value);
+    for (const [name, value] of RESPONSE_SECURITY_HEADERS) res.setHeader(name, value);
     let log: Logger | undefined;
     const credential = presentedCredential(req.headers);
     setRequestState(req, {
@@ -387,24 +386,6 @@ function counterStore(deps: ProcessDeps): { store: CounterStore; close(): Promis
     };
   }
   return { store: { kind: 'memory' }, close: async () => undefined };
-}
-
-/**
- * helmet's headers are the same on every response: computed once by running helmet against a
- * recording response, then set with the request id instead of running helmet per request.
- */
-function helmetHeaders(): Array<[string, string | number | readonly string[]]> {
-  const headers: Array<[string, string | number | readonly string[]]> = [];
-  const recorder = {
-    setHeader: (name: string, value: string | number | readonly string[]) => headers.push([name, value]),
-    removeHeader: () => undefined,
-  };
-  let finished = false;
-  helmet()({} as never, recorder as never, () => {
-    finished = true;
-  });
-  if (!finished) throw new Error('helmet did not finish synchronously; its headers cannot be precomputed.');
-  return headers;
 }
 
 /**

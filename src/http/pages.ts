@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sessionAuthenticator } from '../identity/credentials';
 import type { AppDeps } from './context';
+import { DOCUMENT_SECURITY_HEADERS } from './security-headers';
 
 /**
  * A page of the web app this server serves (sign-in, confirmation, …): server-rendered HTML
@@ -104,6 +105,7 @@ export function layout(title: string, content: Html): string {
  * frame: a page that shows a sign-in link's token leaks it to nobody.
  */
 const PAGE_HEADERS = {
+  ...DOCUMENT_SECURITY_HEADERS,
   'Content-Security-Policy': "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   'Cache-Control': 'no-store',
   'Referrer-Policy': 'no-referrer',

@@ -177,6 +177,8 @@ describe('getApiReference', () => {
     const csp = res.headers.get('content-security-policy') as string;
     expect(csp).toContain("script-src 'self' blob:");
     expect(csp).toContain("connect-src 'self'");
+    expect(res.headers.get('cross-origin-opener-policy')).toBe('same-origin');
+    expect(res.headers.get('referrer-policy')).toBe('no-referrer');
 
     // The assets are static files beside the API, not operations: fetched without the spec check.
     const init = await fetch(`${t.url}/docs/assets/init.js`);

@@ -201,6 +201,10 @@ describe('the sign-in pages', () => {
     expect(res.headers.get('content-security-policy')).toBe(
       "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; script-src 'self'; connect-src 'self'",
     );
+    // A document: helmet's headers for documents too, beside those every answer carries.
+    expect(res.headers.get('cross-origin-opener-policy')).toBe('same-origin');
+    expect(res.headers.get('referrer-policy')).toBe('no-referrer');
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
     const page = await res.text();
     expect(page).toContain('<form method="post" action="/auth/magic-link">');
     expect(page).toContain('<label for="email">Email address</label>');

@@ -23,7 +23,8 @@ const INIT = `Redoc.init('openapi.json', { expandResponses: '200,201', jsonSampl
 
 /**
  * Redoc draws with inline styles and runs its search index in a blob: worker; everything
- * else must come from this deployment. The rest of the API keeps helmet's stricter policy.
+ * else must come from this deployment. Other answers carry a policy under which nothing loads
+ * (RESPONSE_SECURITY_HEADERS).
  */
 export const DOCS_CONTENT_SECURITY_POLICY = [
   "default-src 'self'",

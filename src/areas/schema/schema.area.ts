@@ -3,6 +3,7 @@ import { defineArea } from '../../http/area';
 import { Representation } from '../../http/representation';
 import { loadSpec } from '../../spec';
 import { apiReferencePage, DOCS_CONTENT_SECURITY_POLICY } from './docs';
+import { DOCUMENT_SECURITY_HEADERS } from '../../http/security-headers';
 
 interface Served {
   json: Representation;
@@ -52,7 +53,7 @@ export default defineArea({
         status: 200,
         body: apiReferencePage(),
         contentType: 'text/html; charset=utf-8',
-        headers: { 'Content-Security-Policy': DOCS_CONTENT_SECURITY_POLICY },
+        headers: { ...DOCUMENT_SECURITY_HEADERS, 'Content-Security-Policy': DOCS_CONTENT_SECURITY_POLICY },
       };
     },
   },
