@@ -103,10 +103,18 @@ describe('outbox retention', () => {
     await write(0, 2, 'new');
 
     // Records kept for ever: the outbox's own retention runs, the records stay.
-    await new OutboxDispatcher(database.db, [], pino({ level: 'silent' }), { batchSize: 500, retentionMs: RETENTION_MS, toolCallRecordRetentionMs: null }).runOnce(now);
+    await new OutboxDispatcher(database.db, [], pino({ level: 'silent' }), {
+      batchSize: 500,
+      retentionMs: RETENTION_MS,
+      toolCallRecordRetentionMs: null,
+    }).runOnce(now);
     expect(await left()).toHaveLength(RETENTION_BATCH + 3 + 6);
 
-    const worker = new OutboxDispatcher(database.db, [], pino({ level: 'silent' }), { batchSize: 500, retentionMs: RETENTION_MS, toolCallRecordRetentionMs: KEEP_MS });
+    const worker = new OutboxDispatcher(database.db, [], pino({ level: 'silent' }), {
+      batchSize: 500,
+      retentionMs: RETENTION_MS,
+      toolCallRecordRetentionMs: KEEP_MS,
+    });
     // A full batch: the oldest go first, and the next round deletes on.
     await worker.runOnce(now);
     expect(await left()).toEqual([...Array(3).fill('old'), ...Array(4).fill('kept'), 'new', 'new']);
