@@ -345,8 +345,9 @@ function lockDataDir(dataDir: string): () => void {
 
 /**
  * PostgreSQL as Kysely speaks it, but for the migration lock, which migrateToLatest takes
- * itself: Kysely's migrator would take a session lock, which a failed migration's ROLLBACK
- * does not let go and which behind PgBouncer need not even stay on one server connection.
+ * itself: Kysely's migrator would take a session lock, which behind PgBouncer need not stay on
+ * one server connection and, taken inside migrateToLatest's transaction, would outlive the
+ * ROLLBACK of a migration that failed.
  */
 class MigrationsLockedByCaller extends PostgresAdapter {
   override async acquireMigrationLock(): Promise<void> {}

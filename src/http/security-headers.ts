@@ -5,13 +5,13 @@ import helmet, { type HelmetOptions } from 'helmet';
  * then set as they are, instead of running helmet on every request.
  *
  * Every response carries RESPONSE_SECURITY_HEADERS: what guards an API's answers (OWASP's REST
- * set): no MIME sniffing, no framing, HSTS, same-origin resource policy, no Adobe
- * cross-domain policies, and a Content-Security-Policy under which a response, opened as a
- * document, may load nothing. What browsers apply to documents only (opener policy, origin
- * agent clusters, referrer policy, DNS prefetching, the old XSS filter and IE's download
- * option) is DOCUMENT_SECURITY_HEADERS, which the HTML pages add, with a policy of their own:
- * on every JSON answer it was half of the headers' bytes and a twentieth of an MCP tool call's
- * time in the control plane.
+ * set): no MIME sniffing, HSTS, same-origin resource policy, no Adobe cross-domain policies,
+ * and a Content-Security-Policy under which a response opened as a document loads nothing and
+ * is framed nowhere (X-Frame-Options, for browsers that know only that, says same origin, as
+ * the API reference may be). What browsers apply to documents only (opener policy, origin
+ * agent clusters, referrer policy, DNS prefetching, the old XSS filter, IE's download option)
+ * is DOCUMENT_SECURITY_HEADERS, which the HTML pages add beside a policy of their own: on every
+ * JSON answer they and helmet's policy for pages were half of the headers' bytes.
  */
 export const RESPONSE_SECURITY_HEADERS: ReadonlyArray<readonly [string, string]> = recorded({
   contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] } },
