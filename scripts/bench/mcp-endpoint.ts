@@ -35,9 +35,19 @@
 //
 // OTEL_* variables of this process are passed to the control plane (its traces: scripts/bench/tracing.ts).
 //
+// BENCH_COMPARE=<dir>: a second control plane, another build (<dir>/src/main.js, a folder of this
+// checkout so that it finds node_modules), on the same database, measured in the same turns and
+// bursts: a change's effect on the hot path, which runs of their own cannot show on a machine
+// whose load drifts (two runs of one build differed by 0.008 ms at p50 this way). Build the
+// revision to compare with, e.g.: git stash; npx tsc -p tsconfig.build.json --outDir
+// dist-compare; git stash pop; then BENCH_COMPARE=dist-compare make bench-mcp. Both builds must
+// know the same migrations (the compared one starts on the database this one migrated). With a
+// fifth target the turns are longer and every ratio moves: read the two builds against each other.
+//
 // Bounded: BENCH_COUNT sequential requests per latency target (default 1000, at most 5000), and
 // the same count per throughput target.
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { resolve } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -75,6 +85,7 @@ const CONCURRENCY = Math.min(64, Math.max(1, Number(process.env.BENCH_CONCURRENC
 const CONNECTIONS = Math.min(20, Math.max(1, Number(process.env.BENCH_CONNECTIONS ?? 5)));
 const TOOLS = Math.min(1000, Math.max(1, Number(process.env.BENCH_TOOLS ?? 100)));
 const KEY = `bench-${randomBytes(8).toString('hex')}`;
+const COMPARE = process.env.BENCH_COMPARE ? resolve(process.env.BENCH_COMPARE, 'src', 'main.js') : null;
 
 cleanUpOnSignals();
 
@@ -220,22 +231,22 @@ async function main(): Promise<void> {
   await firstLine(floor);
 
   // src/main.ts migrates the database before it listens.
-  const server = await startRealServer(
-    real.args,
-    {
-      NODE_ENV: 'production',
-      DATABASE_URL: scratch.url,
-      ENCRYPTION_KEY: randomBytes(32).toString('hex'),
-      OUTBOUND_ALLOW_LOOPBACK: 'true',
-      CONNECTION_TOOLS_TTL_SECONDS: '3600',
-      RATE_LIMIT_REQUESTS: '10000000',
-      // Tracing settings given to the bench go to the server (scripts/bench/tracing.ts runs it with and without).
-      ...Object.fromEntries(Object.entries(process.env).filter((e): e is [string, string] => e[0].startsWith('OTEL_') && e[1] !== undefined)),
-    },
-    {},
-    profileArgs(),
-  );
+  const serverEnv = {
+    NODE_ENV: 'production',
+    DATABASE_URL: scratch.url,
+    // One key for both builds when comparing: the connections' keys are sealed with it.
+    ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+    OUTBOUND_ALLOW_LOOPBACK: 'true',
+    CONNECTION_TOOLS_TTL_SECONDS: '3600',
+    RATE_LIMIT_REQUESTS: '10000000',
+    // Tracing settings given to the bench go to the server (scripts/bench/tracing.ts runs it with and without).
+    ...Object.fromEntries(Object.entries(process.env).filter((e): e is [string, string] => e[0].startsWith('OTEL_') && e[1] !== undefined)),
+  };
+  const server = await startRealServer(real.args, serverEnv, {}, profileArgs());
   const base = server.baseUrl;
+  if (COMPARE && !existsSync(COMPARE)) throw new Error(`BENCH_COMPARE: ${COMPARE} does not exist (build the other revision there first)`);
+  const compared = COMPARE ? await startRealServer([COMPARE], serverEnv) : null;
+  if (compared) console.log(`Compared build: ${COMPARE}, pid ${compared.child.process.pid}, on the same database.`);
   console.log(
     `Control plane: ${real.how}, pid ${server.child.process.pid}; upstream peers: pid ${peers.process.pid}; PostgreSQL database ${scratch.name} on ${new URL(SERVER_URL).host}.`,
   );
@@ -299,12 +310,15 @@ async function main(): Promise<void> {
   const procs: Processes = { controlPlane: server.child.process.pid!, upstreams: peers.process.pid!, database: scratch.name };
   // The floor: the same call through a bare Express proxy (scripts/bench/bare-proxy.ts).
   const viaFloor = rpc(`http://127.0.0.1:${floorPort}/mcp`, 'none', call);
+  const viaCompared = compared ? rpc(`${compared.baseUrl}/mcp/${mcpId}`, minted.token, { ...call, params: { ...call.params, name: 'bench-0__echo' } }) : null;
   type Latency = Awaited<ReturnType<typeof interleaved>>[number];
-  const [d, sdk, f, v] = (await interleaved([direct, session, viaFloor, viaCp])) as [Latency, Latency, Latency, Latency];
+  const latencies = await interleaved([direct, session, viaFloor, viaCp, ...(viaCompared ? [viaCompared] : [])]);
+  const [d, sdk, f, v] = latencies as [Latency, Latency, Latency, Latency];
   const rounds = await throughputRounds([
     { run: direct, procs },
     { run: viaFloor, procs: { ...procs, controlPlane: floor.process.pid! } },
     { run: viaCp, procs },
+    ...(viaCompared && compared ? [{ run: viaCompared, procs: { ...procs, controlPlane: compared.child.process.pid! } }] : []),
   ]);
   const [rd, rf, rv] = rounds.results as [(typeof rounds.results)[number], (typeof rounds.results)[number], (typeof rounds.results)[number]];
   const l = await measure(list);
@@ -351,6 +365,17 @@ async function main(): Promise<void> {
     );
   }
   console.log(`  tools/list, ${CONNECTIONS} × ${TOOLS} tools          ${fmt(l)}`);
+  const c = latencies[4];
+  const rc = rounds.results[3];
+  if (c && rc) {
+    console.log(`Compared build (${COMPARE}), in the same turns and bursts:`);
+    console.log(
+      `  tools/call via the compared build   ${fmt(c)}   added p50 ${(c.p50 - d.p50).toFixed(3)} ms against this build's ${(v.p50 - d.p50).toFixed(3)} ms`,
+    );
+    console.log(
+      `  throughput                         ${rc.rate.toFixed(0)} req/s against this build's ${rv.rate.toFixed(0)} (ratio ${(rv.rate / rc.rate).toFixed(2)}); control plane CPU per call ${ms(rc.cpu.controlPlane)} against ${ms(rv.cpu.controlPlane)} ms`,
+    );
+  }
   // The goals are against the bare proxy, measured in the same turns and bursts: what any gateway adds here.
   const goals = [
     { name: 'added p50 latency ≤ 1.1× the bare proxy’s', ratio: (v.p50 - d.p50) / Math.max(f.p50 - d.p50, 0.001), need: 1.1, atLeast: false },
@@ -363,6 +388,7 @@ async function main(): Promise<void> {
   }
 
   await stopChild(floor);
+  if (compared) await stopChild(compared.child);
   await stopChild(server.child);
   if (server.child.exitCode !== 0)
     console.log(`(the control plane exited with code ${server.child.exitCode} on SIGTERM: ${server.child.stderr.join('').slice(-500)})`);
