@@ -17,7 +17,7 @@ import { SpecChecker } from '../support/spec-checker';
 const url = serverUrl();
 const onPostgres = url ? describe : describe.skip;
 const TIMEOUT_MS = 400;
-// Kysely's migration lock (its PostgresAdapter's advisory lock key).
+// The migration lock's key (migrateToLatest takes it, with the key Kysely's migrator used).
 const MIGRATION_LOCK = '3853314791062309107';
 // A safety net far above the timeout: a request still unanswered by then is hanging.
 const REQUEST_DEADLINE_MS = 20_000;
